@@ -1,0 +1,49 @@
+# Thin wrapper over CMake for the README's commands.
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+PREFIX ?= /usr/local
+JOBS ?= $(shell nproc)
+# The main job's flags (README: "Accuracy").
+RUN_FLAGS ?= --model lenet5 --data fashion-mnist --epochs 10 --batch-size 128 --lr 0.05 \
+             --momentum 0.9 --nesterov --weight-decay 5e-4 --schedule cosine --warmup-epochs 1
+
+.PHONY: all deps build run test test-fast asan install clean bench
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+$(BUILD)/Makefile:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+
+build: $(BUILD)/Makefile
+	@cmake --build $(BUILD) -j $(JOBS)
+
+run: deps
+	@$(MAKE) --no-print-directory build
+	$(BUILD)/herd train $(RUN_FLAGS)
+
+# The whole suite: the optimised build, then the same tests under ASan + UBSan.
+test: deps
+	@$(MAKE) --no-print-directory build
+	cd $(BUILD) && ctest --output-on-failure -j 2
+	@$(MAKE) --no-print-directory asan
+
+test-fast: build
+	cd $(BUILD) && ctest --output-on-failure -j 2
+
+asan:
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DHERD_SANITIZE=ON >/dev/null
+	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && HERD_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 2
+
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
+bench: deps build
+	HERD_WITH_TORCH=1 bash scripts/install-deps.sh
+	bash bench/bench_train.sh
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

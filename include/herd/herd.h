@@ -1,0 +1,201 @@
+/*
+ * herd — data-parallel neural network training in C.
+ *
+ * The public API. Every object is an opaque handle; every call that can fail
+ * returns a herd_status, and herd_last_error() then holds a message that says
+ * what went wrong (with the source location) and what to try. The library never
+ * exits the process and never prints unless a progress callback asks it to.
+ *
+ * Typical use:
+ *
+ *     herd_dataset *train, *test;
+ *     herd_dataset_open("fashion-mnist", HERD_SPLIT_TRAIN, &train);
+ *     herd_dataset_open("fashion-mnist", HERD_SPLIT_TEST, &test);
+ *     herd_model *m;
+ *     herd_model_create("lenet5", train, &m);
+ *     herd_train_config cfg;
+ *     herd_train_config_default(&cfg);
+ *     herd_train_result res;
+ *     herd_train(m, train, test, &cfg, NULL, NULL, &res);
+ */
+#ifndef HERD_HERD_H
+#define HERD_HERD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HERD_VERSION "0.1.0"
+
+typedef enum herd_status {
+    HERD_OK = 0,
+    HERD_ERR_INVALID_ARG,  /* a caller passed a value out of range or inconsistent */
+    HERD_ERR_IO,           /* a file could not be opened, read or written */
+    HERD_ERR_FORMAT,       /* a file was readable but its contents are wrong */
+    HERD_ERR_NOMEM,        /* an allocation failed */
+    HERD_ERR_UNSUPPORTED,  /* asked for something this build or backend cannot do */
+    HERD_ERR_INTERNAL,     /* a library that herd calls (oneDNN, BLAS, ...) failed */
+} herd_status;
+
+/* The message of the last failure on this thread ("" if none). */
+const char *herd_last_error(void);
+/* A short name for a status ("invalid argument", ...). */
+const char *herd_status_name(herd_status s);
+/* One line naming the version and the libraries this build uses. */
+const char *herd_build_info(void);
+
+/* ------------------------------------------------------------------ data */
+
+typedef struct herd_dataset herd_dataset;
+
+typedef enum { HERD_SPLIT_TRAIN = 0, HERD_SPLIT_TEST = 1 } herd_split;
+
+/*
+ * spec is one of:
+ *   "fashion-mnist"                 Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist)
+ *   "idx:DIR"                       MNIST-style IDX files in DIR (gzip or raw)
+ *   "cifar10:DIR"                   CIFAR-10 binary batches in DIR
+ *   "synthetic:C,H,W,CLASSES[,N]"   random images of that shape (N per split, default 10000)
+ * The whole split is read into memory.
+ */
+herd_status herd_dataset_open(const char *spec, herd_split split, herd_dataset **out);
+void herd_dataset_free(herd_dataset *ds);
+size_t herd_dataset_size(const herd_dataset *ds);
+/* Image shape (channels, height, width) and number of classes. */
+void herd_dataset_shape(const herd_dataset *ds, int *c, int *h, int *w, int *classes);
+/* Keep only the first n samples (tests, quick runs). */
+herd_status herd_dataset_truncate(herd_dataset *ds, size_t n);
+
+/* ----------------------------------------------------------------- model */
+
+typedef struct herd_model herd_model;
+
+/*
+ * name_or_path is a zoo name ("mlp", "lenet5", "resnet20") or the path of a
+ * model file (JSON with comments, see docs/model-files.md). The input shape and
+ * the number of classes come from ds.
+ */
+herd_status herd_model_create(const char *name_or_path, const herd_dataset *ds, herd_model **out);
+/* Same, with the shape given explicitly instead of from a dataset. */
+herd_status herd_model_create_shape(const char *name_or_path, int c, int h, int w, int classes,
+                                    herd_model **out);
+void herd_model_free(herd_model *m);
+
+size_t herd_model_param_count(const herd_model *m);
+/* Forward multiply-adds x2 per sample (the usual "FLOPs" of a model card). */
+double herd_model_flops_per_sample(const herd_model *m);
+const char *herd_model_name(const herd_model *m);
+
+/* Named tensors: parameters, then buffers such as batch-norm running statistics. */
+size_t herd_model_tensor_count(const herd_model *m);
+/* shape has up to 4 entries; ndim receives how many. */
+herd_status herd_model_tensor_info(const herd_model *m, size_t i, const char **name, int *ndim,
+                                   int64_t shape[4], float **data);
+
+/* Weights in safetensors format (readable by PyTorch's and numpy's loaders). */
+herd_status herd_model_save(const herd_model *m, const char *path);
+herd_status herd_model_load(herd_model *m, const char *path);
+
+/* Zoo: names, iterate with i = 0.. until NULL. */
+const char *herd_zoo_name(size_t i);
+const char *herd_zoo_description(size_t i);
+
+/* -------------------------------------------------------------- training */
+
+typedef enum { HERD_OPT_SGD = 0, HERD_OPT_ADAMW = 1 } herd_optimizer_kind;
+typedef enum { HERD_SCHED_CONSTANT = 0, HERD_SCHED_STEP = 1, HERD_SCHED_COSINE = 2 } herd_schedule_kind;
+
+#define HERD_MAX_MILESTONES 8
+
+typedef struct herd_train_config {
+    int epochs;
+    int batch_size;
+    float lr;
+    herd_optimizer_kind optimizer;
+    float momentum;        /* SGD */
+    bool nesterov;         /* SGD */
+    float weight_decay;
+    bool decoupled_decay;  /* SGD: decay applied to weights directly instead of added to gradients (AdamW always decouples) */
+    bool decay_bn_bias;    /* also decay batch-norm and bias parameters */
+    float beta1, beta2, eps; /* AdamW */
+    herd_schedule_kind schedule;
+    int milestones[HERD_MAX_MILESTONES]; /* epochs; step schedule multiplies lr by gamma at each */
+    int n_milestones;
+    float gamma;
+    float warmup_epochs;   /* linear warmup from lr/warmup_steps to lr */
+    bool augment;          /* random crop (pad 4) and horizontal flip */
+    float label_smoothing;
+    int threads;           /* 0 = all cores */
+    uint64_t seed;
+    const char *checkpoint_dir; /* NULL = no checkpoints */
+    bool resume;
+    int eval_every;        /* evaluate every N epochs (0 = only at the end) */
+    long max_steps;        /* stop after this many steps in total (0 = no limit) */
+} herd_train_config;
+
+void herd_train_config_default(herd_train_config *cfg);
+
+/* Timing of one step's phases, seconds. */
+typedef struct herd_phase_times {
+    double data_wait, forward, backward, optimizer, total;
+} herd_phase_times;
+
+typedef struct herd_progress {
+    int epoch, epochs;            /* 1-based epoch */
+    long step, steps_per_epoch;   /* step within the epoch, 1-based */
+    long global_step;
+    double loss, acc;             /* running averages over this epoch */
+    double lr;
+    double samples_per_s;
+    double elapsed_s, eta_s;
+    herd_phase_times phases;      /* running average per step */
+    bool epoch_end;               /* true once per epoch, after evaluation */
+    double test_loss, test_acc;   /* valid when epoch_end and evaluated */
+    bool evaluated;
+} herd_progress;
+
+/* Called after every step and at each epoch end. Return false to stop training. */
+typedef bool (*herd_progress_fn)(const herd_progress *p, void *user);
+
+typedef struct herd_train_result {
+    int epochs_done;
+    long steps;
+    double train_loss, train_acc;  /* last epoch */
+    double test_loss, test_acc;    /* final evaluation (-1 if no test set) */
+    double samples_per_s;          /* training throughput, excluding evaluation */
+    double wall_s;
+    herd_phase_times phases;       /* mean per step */
+} herd_train_result;
+
+herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
+                       const herd_train_config *cfg, herd_progress_fn progress, void *user,
+                       herd_train_result *result);
+
+typedef struct herd_eval_result {
+    double loss, acc;
+    size_t samples;
+} herd_eval_result;
+
+herd_status herd_evaluate(herd_model *m, herd_dataset *ds, int batch_size, int threads,
+                          herd_eval_result *result);
+
+/* Throughput benchmark: `steps` training steps after `warmup` untimed ones. */
+typedef struct herd_bench_result {
+    double samples_per_s;
+    double step_s;
+    herd_phase_times phases; /* mean per step */
+    long steps;
+    int batch_size, threads;
+} herd_bench_result;
+
+herd_status herd_bench_train(herd_model *m, herd_dataset *ds, int batch_size, int steps,
+                             int warmup, int threads, herd_bench_result *result);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian packages herd needs to build, test and run. Idempotent and
+# quiet when nothing is missing; uses sudo when not run as root.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  libdnnl-dev libopenblas-dev libcjson-dev zlib1g-dev libcmocka-dev
+  dataset-fashion-mnist
+)
+# The PyTorch reference (bench/, tests/make_fixtures.py) is optional: HERD_WITH_TORCH=1.
+if [ "${HERD_WITH_TORCH:-0}" = 1 ]; then packages+=(python3-torch python3-numpy); fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  sudo=sudo
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+# Refresh package lists when they are missing or older than a day.
+if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mtime -1 2>/dev/null | head -n1)" ]; then
+  $sudo apt-get update -qq
+fi
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,142 @@
+/*
+ * A backend is a table of functions: every op a layer, loss or optimizer needs.
+ * Layers in src/nn are written once against this table; the CPU backend
+ * (src/backend/cpu) implements it with oneDNN and plain loops, and the CUDA
+ * backend will implement it with cuDNN/cuBLAS and its own kernels.
+ *
+ * Conventions: pointers are device memory of the backend (host memory for CPU);
+ * tensors are NCHW float32, contiguous. Ops that produce a parameter gradient take
+ * `beta`: 0 overwrites the gradient, 1 accumulates into it (gradient accumulation).
+ * Every op returns HERD_OK or a status with herd_last_error() set.
+ */
+#ifndef HERD_BACKEND_H
+#define HERD_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "herd/herd.h"
+
+typedef enum herd_op {
+    HERD_OP_GEMM,
+    HERD_OP_CONV2D,
+    HERD_OP_MAXPOOL,
+    HERD_OP_AVGPOOL,
+    HERD_OP_GLOBAL_AVGPOOL,
+    HERD_OP_BATCHNORM,
+    HERD_OP_RELU,
+    HERD_OP_DROPOUT,
+    HERD_OP_ADD,
+    HERD_OP_SOFTMAX_XENT,
+    HERD_OP_SGD,
+    HERD_OP_ADAMW,
+    HERD_OP_COUNT
+} herd_op;
+
+typedef struct herd_conv_desc {
+    int n, c_in, h_in, w_in;
+    int c_out, kh, kw, stride, pad;
+    int h_out, w_out; /* filled by herd_conv_desc_finish */
+    bool bias;
+} herd_conv_desc;
+
+typedef struct herd_pool_desc {
+    int n, c, h_in, w_in;
+    int k, stride, pad;
+    int h_out, w_out;
+    bool is_max; /* max or average (average counts padding as zero, divides by k*k) */
+} herd_pool_desc;
+
+/* Opaque per-layer plans: oneDNN primitives, cuDNN descriptors and workspaces. */
+typedef struct herd_conv_plan herd_conv_plan;
+typedef struct herd_pool_plan herd_pool_plan;
+
+typedef struct herd_sgd_args {
+    float lr, momentum, weight_decay;
+    bool nesterov, decoupled; /* decoupled: w -= lr*wd*w; else g += wd*w */
+} herd_sgd_args;
+
+typedef struct herd_adamw_args {
+    float lr, beta1, beta2, eps, weight_decay;
+    long step; /* 1-based, for bias correction */
+} herd_adamw_args;
+
+typedef struct herd_backend {
+    const char *name;
+    bool (*supports_op)(herd_op op);
+
+    /* Memory (zeroed). */
+    void *(*alloc)(size_t bytes);
+    void (*free)(void *p);
+    herd_status (*set_threads)(int threads); /* 0 = all cores */
+
+    /* C[m,n] = alpha * op(A) op(B) + beta * C, row-major; op(A) is m x k. */
+    herd_status (*gemm)(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                        const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                        int ldc);
+    /* y[i, :] += bias (rows x cols) and db (+)= column sums of dy. */
+    herd_status (*bias_add)(int rows, int cols, float *y, const float *bias);
+    herd_status (*bias_grad)(int rows, int cols, const float *dy, float *db, float beta);
+
+    herd_status (*conv2d_plan)(const herd_conv_desc *d, herd_conv_plan **plan);
+    void (*conv2d_plan_free)(herd_conv_plan *plan);
+    herd_status (*conv2d_fwd)(herd_conv_plan *p, const float *x, const float *w, const float *b,
+                              float *y);
+    herd_status (*conv2d_bwd_data)(herd_conv_plan *p, const float *dy, const float *w, float *dx);
+    herd_status (*conv2d_bwd_weights)(herd_conv_plan *p, const float *x, const float *dy, float *dw,
+                                      float *db, float beta);
+
+    herd_status (*pool_plan)(const herd_pool_desc *d, herd_pool_plan **plan);
+    void (*pool_plan_free)(herd_pool_plan *plan);
+    herd_status (*pool_fwd)(herd_pool_plan *p, const float *x, float *y, bool training);
+    herd_status (*pool_bwd)(herd_pool_plan *p, const float *dy, float *dx);
+
+    /* Mean over H*W per (n, c): x is n x c x hw, y is n x c. */
+    herd_status (*global_avgpool_fwd)(int n, int c, int hw, const float *x, float *y);
+    herd_status (*global_avgpool_bwd)(int n, int c, int hw, const float *dy, float *dx);
+
+    /* Batch norm over (n, hw) per channel. Training: batch statistics, saves mean
+     * and inverse std, updates running stats (PyTorch semantics: unbiased running var). */
+    herd_status (*bn_fwd_train)(int n, int c, int hw, const float *x, const float *gamma,
+                                const float *beta, float *y, float *save_mean, float *save_invstd,
+                                float *running_mean, float *running_var, float momentum, float eps);
+    herd_status (*bn_fwd_infer)(int n, int c, int hw, const float *x, const float *gamma,
+                                const float *beta, float *y, const float *running_mean,
+                                const float *running_var, float eps);
+    herd_status (*bn_bwd)(int n, int c, int hw, const float *x, const float *dy,
+                          const float *gamma, const float *save_mean, const float *save_invstd,
+                          float *dx, float *dgamma, float *dbeta, float beta);
+
+    herd_status (*relu_fwd)(size_t n, const float *x, float *y);
+    herd_status (*relu_bwd)(size_t n, const float *y, const float *dy, float *dx);
+    /* Inverted dropout: mask holds 0 or 1/(1-p); drawn from (seed) deterministically. */
+    herd_status (*dropout_fwd)(size_t n, const float *x, float *y, float *mask, float p,
+                               uint64_t seed);
+    herd_status (*mul)(size_t n, const float *a, const float *b, float *y); /* y = a*b */
+    herd_status (*add)(size_t n, const float *a, const float *b, float *y);   /* y = a+b */
+    herd_status (*axpy)(size_t n, float alpha, const float *x, float *y);     /* y += alpha*x */
+    herd_status (*copy)(size_t n, const float *x, float *y);
+    herd_status (*fill)(size_t n, float value, float *y);
+
+    /* Mean softmax cross-entropy over the batch with label smoothing. dlogits gets the
+     * gradient of the mean loss; loss_sum the summed per-sample loss, correct the
+     * count of argmax hits (host values). dlogits may be NULL (evaluation). */
+    herd_status (*softmax_xent)(int n, int classes, const float *logits, const int32_t *labels,
+                                float smoothing, float *dlogits, double *loss_sum, long *correct);
+
+    /* Fused optimizer updates over a flat slice (the optimizer calls them once per
+     * run of tensors that share a weight decay). */
+    herd_status (*sgd_update)(size_t n, float *w, const float *g, float *momentum_buf,
+                              const herd_sgd_args *a);
+    herd_status (*adamw_update)(size_t n, float *w, const float *g, float *m, float *v,
+                                const herd_adamw_args *a);
+} herd_backend;
+
+const herd_backend *herd_backend_cpu(void);
+
+/* Computes h_out/w_out and validates a conv description. */
+herd_status herd_conv_desc_finish(herd_conv_desc *d);
+herd_status herd_pool_desc_finish(herd_pool_desc *d);
+
+#endif

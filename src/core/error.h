@@ -1,0 +1,29 @@
+/* Error reporting: every failure carries a status, file:line and a hint. */
+#ifndef HERD_CORE_ERROR_H
+#define HERD_CORE_ERROR_H
+
+#include "herd/herd.h"
+
+/* Records the message for herd_last_error() and returns status. */
+herd_status herd_set_error(herd_status status, const char *file, int line,
+                           const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+#define HERD_ERR(status, ...) herd_set_error((status), __FILE__, __LINE__, __VA_ARGS__)
+
+/* Propagate a failing status unchanged (the callee already set the message). */
+#define HERD_TRY(expr)                     \
+    do {                                   \
+        herd_status herd_try_st_ = (expr); \
+        if (herd_try_st_ != HERD_OK)       \
+            return herd_try_st_;           \
+    } while (0)
+
+/* Allocation helpers that set an out-of-memory error naming the size. */
+void *herd_xcalloc(size_t count, size_t size);
+void *herd_aligned_alloc(size_t bytes); /* 64-byte aligned, zeroed; free with herd_aligned_free */
+void herd_aligned_free(void *p);
+
+#define HERD_NOMEM(bytes) HERD_ERR(HERD_ERR_NOMEM, "out of memory allocating %zu bytes; try a smaller batch size", (size_t)(bytes))
+
+#endif

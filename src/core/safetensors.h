@@ -1,0 +1,40 @@
+/* safetensors: 8-byte little-endian header length, a JSON header naming each
+ * tensor's dtype, shape and byte range, then the raw little-endian data. */
+#ifndef HERD_CORE_SAFETENSORS_H
+#define HERD_CORE_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "herd/herd.h"
+
+typedef struct herd_st_entry {
+    const char *name;
+    int ndim;
+    int64_t shape[4];
+    const float *data; /* F32 */
+} herd_st_entry;
+
+/* Writes atomically: a temporary file in the same directory, fsync, rename.
+ * meta is n_meta key/value pairs (keys[i], values[i]) stored in __metadata__. */
+herd_status herd_safetensors_write(const char *path, const herd_st_entry *entries, size_t n,
+                                   const char *const *keys, const char *const *values,
+                                   size_t n_meta);
+
+typedef struct herd_st_file herd_st_file;
+
+/* Reads and validates the whole file (header JSON, offsets inside the data,
+ * sizes matching shapes). Only F32 tensors are accepted. */
+herd_status herd_safetensors_read(const char *path, herd_st_file **out);
+/* The tensor's data, or NULL if absent. */
+const float *herd_st_find(const herd_st_file *f, const char *name, int *ndim, int64_t shape[4]);
+size_t herd_st_count(const herd_st_file *f);
+const char *herd_st_name(const herd_st_file *f, size_t i);
+const char *herd_st_meta(const herd_st_file *f, const char *key); /* NULL if absent */
+void herd_st_free(herd_st_file *f);
+
+/* Atomic write helper shared with other writers: writes `len` bytes of buf. */
+herd_status herd_write_file_atomic(const char *path, const void *const *parts,
+                                   const size_t *lens, size_t n_parts);
+
+#endif

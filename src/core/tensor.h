@@ -1,0 +1,28 @@
+/* Shapes and the model's named tensor views. Activations are NCHW float32;
+ * a vector of F features per sample is N x F x 1 x 1. */
+#ifndef HERD_CORE_TENSOR_H
+#define HERD_CORE_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct herd_shape {
+    int n, c, h, w;
+} herd_shape;
+
+static inline size_t herd_shape_per_sample(herd_shape s) { return (size_t)s.c * s.h * s.w; }
+static inline size_t herd_shape_numel(herd_shape s) { return (size_t)s.n * s.c * s.h * s.w; }
+
+/* A named view into one of the model's contiguous buffers (parameters,
+ * gradients, or non-trained buffers like batch-norm running statistics). */
+typedef struct herd_tensor_view {
+    char name[96];      /* "conv1.weight", PyTorch state_dict style */
+    int ndim;
+    int64_t shape[4];
+    size_t offset;      /* in floats, within its buffer */
+    size_t numel;
+    int is_buffer;      /* 1: lives in model->buffers (not trained), 0: a parameter */
+    int no_decay;       /* bias or batch-norm parameter: excluded from weight decay by default */
+} herd_tensor_view;
+
+#endif

@@ -1,0 +1,57 @@
+/* Datasets live in memory as uint8 images (N x C x H x W) and int32 labels;
+ * the loader turns them into normalised float batches in background threads. */
+#ifndef HERD_DATA_DATASET_H
+#define HERD_DATA_DATASET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "herd/herd.h"
+
+struct herd_dataset {
+    char spec[512];
+    int c, h, w, classes;
+    size_t n;
+    uint8_t *images;  /* n * c * h * w */
+    int32_t *labels;  /* n */
+    float mean[3], std[3]; /* per-channel normalisation applied by the loader (on [0,1] pixels) */
+};
+
+/* Format readers (src/data/idx.c, cifar10.c, synthetic.c). Errors name the file and the problem. */
+herd_status herd_idx_load(const char *images_path, const char *labels_path, herd_dataset *ds);
+herd_status herd_cifar10_load(const char *dir, herd_split split, herd_dataset *ds);
+herd_status herd_synthetic_make(const char *args, herd_split split, herd_dataset *ds);
+
+/* Batches in training order. */
+typedef struct herd_loader herd_loader;
+
+typedef struct herd_loader_config {
+    int batch_size;
+    bool shuffle;      /* one permutation per epoch from (seed, epoch) */
+    bool augment;      /* random crop with 4 pixels of padding, horizontal flip */
+    bool drop_last;    /* drop a final partial batch (otherwise it is shorter) */
+    uint64_t seed;
+    int prefetch;      /* batches prepared ahead (>= 1) */
+    int workers;       /* background threads (>= 1) */
+    int shard_rank, shard_count; /* this worker's disjoint slice of every epoch's order */
+} herd_loader_config;
+
+typedef struct herd_batch {
+    const float *x;         /* n x c x h x w, normalised */
+    const int32_t *labels;  /* n */
+    int n;
+    double wait_s;          /* time the caller blocked waiting for this batch */
+} herd_batch;
+
+herd_status herd_loader_create(const herd_dataset *ds, const herd_loader_config *cfg,
+                               herd_loader **out);
+/* Starts an epoch (0-based) at batch `first_batch` (resume); background threads begin work. */
+herd_status herd_loader_start_epoch(herd_loader *l, int epoch, long first_batch);
+long herd_loader_batches_per_epoch(const herd_loader *l);
+/* Next batch of the epoch; *has is false after the last one. The batch stays valid
+ * until the next call. */
+herd_status herd_loader_next(herd_loader *l, herd_batch *b, bool *has);
+void herd_loader_free(herd_loader *l);
+
+#endif

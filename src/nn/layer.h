@@ -1,0 +1,85 @@
+/*
+ * A layer is a table of functions plus its spec and state. Layers are written
+ * once against the backend table (src/backend/backend.h), so they run on every
+ * backend. One file per layer in src/nn/layers/, forward and backward together.
+ */
+#ifndef HERD_NN_LAYER_H
+#define HERD_NN_LAYER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+
+typedef struct herd_model herd_model;
+typedef struct herd_layer herd_layer;
+
+#define HERD_MAX_INPUTS 2
+
+/* What a model file says about one layer (defaults filled by the parser). */
+typedef struct herd_layer_spec {
+    char type[32];
+    char name[64];             /* prefix of its tensors' names: "<name>.weight" */
+    int out;                   /* conv2d: out channels; linear: out features */
+    int kernel, stride, pad;   /* conv2d, pools; stride defaults to 1 for conv, kernel for pools */
+    bool bias;                 /* conv2d, linear (default true) */
+    float p;                   /* dropout probability */
+    float eps, momentum;       /* batchnorm (1e-5, 0.1 as in PyTorch) */
+    int n_inputs;
+    int inputs[HERD_MAX_INPUTS]; /* indices of earlier layers; -1 = the model input */
+} herd_layer_spec;
+
+/* Everything a forward or backward call needs besides the tensors. */
+typedef struct herd_run_ctx {
+    const herd_backend *be;
+    bool training;
+    uint64_t seed;   /* per-step seed for dropout masks (derived from run seed and step) */
+    float *params;   /* model->params (device memory of be) */
+    float *grads;    /* model->grads */
+    float *buffers;  /* model->buffers */
+    float grad_beta; /* 0: overwrite parameter gradients, 1: accumulate */
+} herd_run_ctx;
+
+typedef struct herd_layer_ops {
+    const char *type;
+    int n_inputs; /* 1, or 2 for add */
+    /* Checks the spec against the input shape(s) l->in_shape, sets l->out_shape
+     * (per sample: n is ignored) and declares parameters with herd_model_add_tensor. */
+    herd_status (*setup)(herd_layer *l, herd_model *m);
+    /* Fills freshly allocated parameters (PyTorch's default initialisation). NULL: none. */
+    void (*init_params)(herd_layer *l, float *params, float *buffers, herd_rng *rng);
+    /* The batch size changed: (re)build plans and per-batch state. NULL: nothing to do. */
+    herd_status (*reshape)(herd_layer *l, const herd_backend *be, int batch);
+    herd_status (*forward)(herd_layer *l, const herd_run_ctx *ctx, const float *const *x, float *y);
+    /* dx[i] is NULL when input i needs no gradient (the model input). Overwrites dx,
+     * writes parameter gradients with ctx->grad_beta. */
+    herd_status (*backward)(herd_layer *l, const herd_run_ctx *ctx, const float *const *x,
+                            const float *y, const float *dy, float *const *dx);
+    void (*destroy)(herd_layer *l, const herd_backend *be); /* NULL: nothing to free */
+    double (*flops)(const herd_layer *l); /* forward FLOPs per sample (2 per multiply-add) */
+} herd_layer_ops;
+
+struct herd_layer {
+    const herd_layer_ops *ops;
+    herd_layer_spec spec;
+    herd_shape in_shape[HERD_MAX_INPUTS]; /* per sample (n = current batch after reshape) */
+    herd_shape out_shape;
+    int batch;
+    int first_tensor; /* index of its first tensor view in the model */
+    int n_tensors;
+    void *state;      /* layer-private: plans, saved statistics, masks */
+};
+
+/* Parameter / buffer k of the layer, in the order setup declared them. */
+float *herd_layer_param(const herd_layer *l, const herd_run_ctx *ctx, int k);
+float *herd_layer_grad(const herd_layer *l, const herd_run_ctx *ctx, int k);
+const herd_tensor_view *herd_layer_view(const herd_layer *l, const herd_model *m, int k);
+
+/* The registry of layer types. */
+const herd_layer_ops *herd_layer_ops_find(const char *type);
+/* Names of all layer types, NULL-terminated, for error messages and docs. */
+const char *const *herd_layer_type_names(void);
+
+#endif

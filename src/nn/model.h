@@ -1,0 +1,59 @@
+/* The model graph: layers in topological order, all parameters in one
+ * contiguous buffer, all gradients in another, named views per tensor. */
+#ifndef HERD_NN_MODEL_H
+#define HERD_NN_MODEL_H
+
+#include "nn/layer.h"
+
+struct herd_model {
+    char name[64];
+    const herd_backend *be;
+    int in_c, in_h, in_w, classes;
+
+    herd_layer *layers;
+    int n_layers;
+
+    herd_tensor_view *views;
+    int n_views, cap_views;
+    size_t n_param_floats;  /* params and grads have this many floats */
+    size_t n_buffer_floats; /* batch-norm running statistics etc. */
+    float *params, *grads, *buffers;
+
+    /* Per-batch activations: acts[i] is layer i's output, dacts[i] its gradient. */
+    int batch;
+    float **acts, **dacts;
+    float *scratch;       /* for gradients of outputs that feed several layers */
+    size_t scratch_floats;
+    int *consumers;       /* how many layers read layer i's output */
+    float *input_dev;     /* copy of the input batch in backend memory (NULL for CPU) */
+};
+
+/* Declares a tensor of the layer being set up; returns its view index. */
+int herd_model_add_tensor(herd_model *m, herd_layer *l, const char *suffix, int ndim,
+                          const int64_t *shape, int is_buffer, int no_decay);
+
+/* Builds a model from parsed layer specs (after setup, params allocated and initialised). */
+herd_status herd_model_build(herd_model *m, const herd_layer_spec *specs, int n_specs,
+                             uint64_t init_seed);
+
+/* Ensures activations for this batch size exist. */
+herd_status herd_model_reshape(herd_model *m, int batch);
+/* x: batch x in_c x in_h x in_w; returns the logits (batch x classes) in *logits. */
+herd_status herd_model_forward(herd_model *m, const herd_run_ctx *ctx, const float *x,
+                               const float **logits);
+/* dlogits: gradient of the loss w.r.t. the logits; fills m->grads. */
+herd_status herd_model_backward(herd_model *m, const herd_run_ctx *ctx, const float *x,
+                                const float *dlogits);
+/* A run context bound to the model's buffers. */
+herd_run_ctx herd_model_ctx(const herd_model *m, bool training, uint64_t seed);
+
+/* Parses a model file (JSON with comments) or a zoo name into specs. */
+herd_status herd_model_parse(const char *name_or_path, int classes, herd_layer_spec **specs,
+                             int *n_specs, char *model_name, size_t name_len);
+herd_status herd_model_parse_text(const char *text, const char *origin, int classes,
+                                  herd_layer_spec **specs, int *n_specs);
+
+/* Zoo: the model file text for a name, or NULL. */
+const char *herd_zoo_text(const char *name);
+
+#endif

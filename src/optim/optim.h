@@ -1,0 +1,26 @@
+/* Optimizers over the model's flat parameter and gradient buffers, and LR schedules. */
+#ifndef HERD_OPTIM_OPTIM_H
+#define HERD_OPTIM_OPTIM_H
+
+#include "herd/herd.h"
+#include "nn/model.h"
+
+typedef struct herd_optimizer herd_optimizer;
+
+herd_status herd_optimizer_create(const herd_train_config *cfg, herd_model *m,
+                                  herd_optimizer **out);
+/* One update of all parameters from m->grads with learning rate lr. */
+herd_status herd_optimizer_step(herd_optimizer *o, herd_model *m, float lr);
+void herd_optimizer_free(herd_optimizer *o);
+
+/* Optimizer state as named flat tensors (same length as the parameters), for
+ * checkpoints: "momentum" for SGD, "exp_avg" and "exp_avg_sq" for AdamW. */
+int herd_optimizer_state_count(const herd_optimizer *o);
+float *herd_optimizer_state(herd_optimizer *o, int i, const char **name, size_t *numel);
+long herd_optimizer_steps(const herd_optimizer *o);
+void herd_optimizer_set_steps(herd_optimizer *o, long steps);
+
+/* Learning rate at a global step (0-based) with linear warmup then the schedule. */
+float herd_lr_at(const herd_train_config *cfg, long global_step, long steps_per_epoch);
+
+#endif

@@ -1,0 +1,63 @@
+#include "testutil.h"
+
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/rng.h"
+
+char *tu_tempdir(void)
+{
+    char tmpl[] = "/tmp/herd-test-XXXXXX";
+    char *d = mkdtemp(tmpl);
+    assert_non_null(d);
+    return strdup(d);
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+void tu_rmtree(const char *dir) { nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+char *tu_write_file(const char *dir, const char *name, const void *data, size_t len)
+{
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *path = malloc(n);
+    snprintf(path, n, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, len, f), len);
+    fclose(f);
+    return path;
+}
+
+double tu_max_rel_err(const float *a, const float *b, size_t n)
+{
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]) / fmax(1.0, fabs((double)b[i]));
+        if (d > worst || isnan(d))
+            worst = isnan(d) ? INFINITY : d;
+    }
+    return worst;
+}
+
+void tu_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t seed)
+{
+    herd_rng r;
+    herd_rng_seed(&r, seed, 0, 0);
+    for (size_t i = 0; i < n; i++)
+        x[i] = lo + (hi - lo) * herd_rng_uniform(&r);
+}
+
+int tu_sanitized(void)
+{
+    const char *s = getenv("HERD_SANITIZED");
+    return s && *s == '1';
+}
