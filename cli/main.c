@@ -2,14 +2,48 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "herd/herd.h"
+#include "cli.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: herd <command> [options]\n"
+            "\n"
+            "Train neural networks data-parallel on CPU cores (GPUs and clusters to come).\n"
+            "\n"
+            "commands:\n"
+            "  train    train a model (herd train --help)\n"
+            "  eval     evaluate a checkpoint on a dataset\n"
+            "  bench    benchmarks: 'herd bench train' measures training throughput\n"
+            "  models   list the model zoo with parameter counts and FLOPs\n"
+            "\n"
+            "  --version  print the version and the libraries this build uses\n"
+            "  --help     this text\n");
+}
 
 int main(int argc, char **argv)
 {
-    if (argc > 1 && strcmp(argv[1], "--version") == 0) {
-        printf("herd %s\n", HERD_VERSION);
-        return 0;
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_USAGE;
     }
-    fprintf(stderr, "herd: error: not implemented yet\n");
-    return 2;
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
+        printf("%s\n", herd_build_info());
+        return CLI_OK;
+    }
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        usage(stdout);
+        return CLI_OK;
+    }
+    if (strcmp(cmd, "train") == 0)
+        return cmd_train(argc - 1, argv + 1);
+    if (strcmp(cmd, "eval") == 0)
+        return cmd_eval(argc - 1, argv + 1);
+    if (strcmp(cmd, "bench") == 0)
+        return cmd_bench(argc - 1, argv + 1);
+    if (strcmp(cmd, "models") == 0)
+        return cmd_models(argc - 1, argv + 1);
+    fprintf(stderr, "herd: error: unknown command '%s'; run 'herd --help' for the list\n", cmd);
+    return CLI_USAGE;
 }

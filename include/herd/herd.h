@@ -84,6 +84,9 @@ herd_status herd_model_create(const char *name_or_path, const herd_dataset *ds, 
 herd_status herd_model_create_shape(const char *name_or_path, int c, int h, int w, int classes,
                                     herd_model **out);
 void herd_model_free(herd_model *m);
+/* Re-initialises every parameter from seed (PyTorch's default initialisation) and
+ * resets buffers (batch-norm running mean 0, variance 1). Models start seeded with 0. */
+herd_status herd_model_init_params(herd_model *m, uint64_t seed);
 
 size_t herd_model_param_count(const herd_model *m);
 /* Forward multiply-adds x2 per sample (the usual "FLOPs" of a model card). */
@@ -149,6 +152,7 @@ typedef struct herd_progress {
     long step, steps_per_epoch;   /* step within the epoch, 1-based */
     long global_step;
     double loss, acc;             /* running averages over this epoch */
+    double step_loss;             /* mean loss of the last step's batch */
     double lr;
     double samples_per_s;
     double elapsed_s, eta_s;
@@ -160,6 +164,17 @@ typedef struct herd_progress {
 
 /* Called after every step and at each epoch end. Return false to stop training. */
 typedef bool (*herd_progress_fn)(const herd_progress *p, void *user);
+
+/* A ready-made progress callback: a redrawn progress bar on a terminal, otherwise
+ * one plain line every log_every steps; a summary line per epoch either way. */
+typedef struct herd_console_progress {
+    void *stream;     /* FILE*, e.g. stderr */
+    int log_every;    /* steps between plain lines (0 = 50) */
+    bool force_plain; /* plain lines even on a terminal */
+    double last_draw; /* internal */
+} herd_console_progress;
+
+bool herd_console_progress_fn(const herd_progress *p, void *user);
 
 typedef struct herd_train_result {
     int epochs_done;

@@ -34,6 +34,7 @@ typedef struct herd_layer_spec {
 /* Everything a forward or backward call needs besides the tensors. */
 typedef struct herd_run_ctx {
     const herd_backend *be;
+    const herd_tensor_view *views; /* the model's views: layers find their tensors by offset */
     bool training;
     uint64_t seed;   /* per-step seed for dropout masks (derived from run seed and step) */
     float *params;   /* model->params (device memory of be) */
@@ -49,7 +50,7 @@ typedef struct herd_layer_ops {
      * (per sample: n is ignored) and declares parameters with herd_model_add_tensor. */
     herd_status (*setup)(herd_layer *l, herd_model *m);
     /* Fills freshly allocated parameters (PyTorch's default initialisation). NULL: none. */
-    void (*init_params)(herd_layer *l, float *params, float *buffers, herd_rng *rng);
+    void (*init_params)(herd_layer *l, herd_model *m, herd_rng *rng);
     /* The batch size changed: (re)build plans and per-batch state. NULL: nothing to do. */
     herd_status (*reshape)(herd_layer *l, const herd_backend *be, int batch);
     herd_status (*forward)(herd_layer *l, const herd_run_ctx *ctx, const float *const *x, float *y);

@@ -25,6 +25,7 @@ struct herd_model {
     float *scratch;       /* for gradients of outputs that feed several layers */
     size_t scratch_floats;
     int *consumers;       /* how many layers read layer i's output */
+    int *grad_written;    /* backward: consumers that have already written layer i's gradient */
     float *input_dev;     /* copy of the input batch in backend memory (NULL for CPU) */
 };
 

@@ -1,0 +1,107 @@
+/* herd bench train: training throughput with the step broken into phases. */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char bench_help[] =
+    "usage: herd bench train --model MODEL [options]\n"
+    "\n"
+    "Times training steps (after warm-up) and prints samples/s and the mean time per\n"
+    "phase of a step: data wait (blocked on the loader), forward (incl. loss), backward,\n"
+    "optimizer.\n"
+    "\n"
+    "  --model MODEL        zoo name or model file (required)\n"
+    "  --data DATA          fashion-mnist (default), synthetic:C,H,W,CLASSES[,N], ...\n"
+    "  --batch-size N       (default 128)\n"
+    "  --steps N            timed steps (default 50)\n"
+    "  --warmup N           untimed steps first (default 5)\n"
+    "  --threads N          compute threads (default 1)\n"
+    "  --json               print the summary as a JSON object\n";
+
+static int bench_train(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
+        {"batch-size", required_argument, 0, 'b'}, {"steps", required_argument, 0, 's'},
+        {"warmup", required_argument, 0, 'w'}, {"threads", required_argument, 0, 't'},
+        {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+    };
+    const char *model = NULL, *data = "fashion-mnist";
+    long batch = 128, steps = 50, warmup = 5, threads = 1;
+    bool json = false;
+    int opt;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        long *dst = NULL;
+        long lo = 1;
+        switch (opt) {
+        case 'm': model = optarg; break;
+        case 'd': data = optarg; break;
+        case 'b': dst = &batch; break;
+        case 's': dst = &steps; break;
+        case 'w': dst = &warmup, lo = 0; break;
+        case 't': dst = &threads, lo = 0; break;
+        case 'j': json = true; break;
+        case 'h': fputs(bench_help, stdout); return CLI_OK;
+        default: return cli_usage_error("bench train", "unknown or incomplete option");
+        }
+        if (dst && !cli_parse_int(optarg, lo, 1L << 30, dst))
+            return cli_usage_error("bench train", "expected an integer >= %ld, got '%s'", lo, optarg);
+    }
+    if (optind < argc)
+        return cli_usage_error("bench train", "unexpected argument '%s'", argv[optind]);
+    if (!model)
+        return cli_usage_error("bench train", "--model is required");
+    herd_dataset *ds = NULL;
+    herd_model *m = NULL;
+    herd_bench_result r;
+    herd_status st;
+    int rc = CLI_FAIL;
+    if ((st = herd_dataset_open(data, HERD_SPLIT_TRAIN, &ds)) != HERD_OK)
+        cli_fail(st, "cannot open the data");
+    else if ((st = herd_model_create(model, ds, &m)) != HERD_OK)
+        cli_fail(st, "cannot build the model");
+    else if ((st = herd_bench_train(m, ds, (int)batch, (int)steps, (int)warmup, (int)threads, &r)) != HERD_OK)
+        cli_fail(st, "benchmark failed");
+    else {
+        double gflops = 3.0 * herd_model_flops_per_sample(m) * r.samples_per_s / 1e9;
+        if (!json)
+            fprintf(stderr,
+                    "%s: batch %d, %d thread(s), %ld steps: %.2f ms/step (data wait %.2f, forward "
+                    "%.2f, backward %.2f, optimizer %.2f ms), ~%.1f GFLOP/s\n",
+                    herd_model_name(m), r.batch_size, r.threads, r.steps, 1e3 * r.step_s,
+                    1e3 * r.phases.data_wait, 1e3 * r.phases.forward, 1e3 * r.phases.backward,
+                    1e3 * r.phases.optimizer, gflops);
+        cli_summary s = {0};
+        cli_summary_str(&s, "model", herd_model_name(m));
+        cli_summary_num(&s, "batch", r.batch_size, 0);
+        cli_summary_num(&s, "threads", r.threads, 0);
+        cli_summary_num(&s, "steps", (double)r.steps, 0);
+        cli_summary_num(&s, "step_ms", 1e3 * r.step_s, 3);
+        cli_summary_num(&s, "data_wait_ms", 1e3 * r.phases.data_wait, 3);
+        cli_summary_num(&s, "forward_ms", 1e3 * r.phases.forward, 3);
+        cli_summary_num(&s, "backward_ms", 1e3 * r.phases.backward, 3);
+        cli_summary_num(&s, "optimizer_ms", 1e3 * r.phases.optimizer, 3);
+        cli_summary_num(&s, "gflops", gflops, 1);
+        cli_summary_num(&s, "samples_per_s", r.samples_per_s, 1);
+        cli_summary_print(&s, json);
+        rc = CLI_OK;
+    }
+    herd_model_free(m);
+    herd_dataset_free(ds);
+    return rc;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        printf("usage: herd bench <what> [options]\n\n  train    training throughput (herd bench train --help)\n");
+        return argc < 2 ? CLI_USAGE : CLI_OK;
+    }
+    if (strcmp(argv[1], "train") == 0)
+        return bench_train(argc - 1, argv + 1);
+    fprintf(stderr, "herd: error: unknown benchmark '%s'; try 'herd bench train'\n", argv[1]);
+    return CLI_USAGE;
+}

@@ -1,0 +1,79 @@
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "herd: error: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n(see 'herd %s --help')\n", cmd);
+    va_end(ap);
+    return CLI_USAGE;
+}
+
+int cli_fail(herd_status st, const char *what)
+{
+    fprintf(stderr, "herd: error: %s: %s: %s\n", what, herd_status_name(st), herd_last_error());
+    return CLI_FAIL;
+}
+
+bool cli_parse_int(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+bool cli_parse_float(const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+void cli_summary_str(cli_summary *s, const char *key, const char *value)
+{
+    if (s->n >= 32)
+        return;
+    s->keys[s->n] = key;
+    snprintf(s->values[s->n], sizeof s->values[0], "%s", value);
+    s->quoted[s->n++] = true;
+}
+
+void cli_summary_num(cli_summary *s, const char *key, double value, int decimals)
+{
+    if (s->n >= 32)
+        return;
+    s->keys[s->n] = key;
+    snprintf(s->values[s->n], sizeof s->values[0], "%.*f", decimals, value);
+    s->quoted[s->n++] = false;
+}
+
+void cli_summary_print(const cli_summary *s, bool json)
+{
+    if (json)
+        putchar('{');
+    for (int i = 0; i < s->n; i++) {
+        if (json)
+            printf("%s\"%s\": %s%s%s", i ? ", " : "", s->keys[i], s->quoted[i] ? "\"" : "",
+                   s->values[i], s->quoted[i] ? "\"" : "");
+        else
+            printf("%s%s=%s", i ? " " : "", s->keys[i], s->values[i]);
+    }
+    printf(json ? "}\n" : "\n");
+    fflush(stdout);
+}

@@ -1,0 +1,38 @@
+/* Helpers shared by the subcommands: flag parsing, errors, the summary line. */
+#ifndef HERD_CLI_H
+#define HERD_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "herd/herd.h"
+
+/* Exit codes: 0 ok, 1 runtime failure, 2 usage error. */
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+
+/* Prints "herd: error: ..." to stderr and returns CLI_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints "herd: error: <what>: <herd_last_error()>" and returns CLI_FAIL. */
+int cli_fail(herd_status st, const char *what);
+
+bool cli_parse_int(const char *s, long lo, long hi, long *out);
+bool cli_parse_float(const char *s, double lo, double hi, double *out);
+
+/* The stable last line: key=value pairs, or one JSON object with --json. */
+typedef struct cli_summary {
+    int n;
+    const char *keys[32];
+    char values[32][64];
+    bool quoted[32];
+} cli_summary;
+
+void cli_summary_str(cli_summary *s, const char *key, const char *value);
+void cli_summary_num(cli_summary *s, const char *key, double value, int decimals);
+void cli_summary_print(const cli_summary *s, bool json);
+
+int cmd_train(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_models(int argc, char **argv);
+
+#endif

@@ -1,0 +1,86 @@
+/* herd eval: load weights and report loss and accuracy on a dataset's test split. */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char eval_help[] =
+    "usage: herd eval --model MODEL --checkpoint FILE [--data DATA] [options]\n"
+    "\n"
+    "  --model MODEL        zoo name or model file the weights belong to (required)\n"
+    "  --checkpoint FILE    weights (.safetensors, from --save or --checkpoint-dir) (required)\n"
+    "  --data DATA          dataset spec (default fashion-mnist; see herd train --help)\n"
+    "  --split train|test   which split to evaluate (default test)\n"
+    "  --batch-size N       (default 256)\n"
+    "  --threads N          (default: all cores)\n"
+    "  --json               print the summary as a JSON object\n";
+
+int cmd_eval(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"checkpoint", required_argument, 0, 'c'},
+        {"data", required_argument, 0, 'd'},  {"split", required_argument, 0, 's'},
+        {"batch-size", required_argument, 0, 'b'}, {"threads", required_argument, 0, 't'},
+        {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+    };
+    const char *model = NULL, *ckpt = NULL, *data = "fashion-mnist";
+    herd_split split = HERD_SPLIT_TEST;
+    long batch = 256, threads = 0;
+    bool json = false;
+    int opt;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'm': model = optarg; break;
+        case 'c': ckpt = optarg; break;
+        case 'd': data = optarg; break;
+        case 's':
+            if (strcmp(optarg, "train") && strcmp(optarg, "test"))
+                return cli_usage_error("eval", "--split is train or test, got '%s'", optarg);
+            split = strcmp(optarg, "train") == 0 ? HERD_SPLIT_TRAIN : HERD_SPLIT_TEST;
+            break;
+        case 'b':
+            if (!cli_parse_int(optarg, 1, 1 << 20, &batch))
+                return cli_usage_error("eval", "--batch-size must be a positive integer, got '%s'", optarg);
+            break;
+        case 't':
+            if (!cli_parse_int(optarg, 0, 4096, &threads))
+                return cli_usage_error("eval", "--threads must be an integer >= 0, got '%s'", optarg);
+            break;
+        case 'j': json = true; break;
+        case 'h': fputs(eval_help, stdout); return CLI_OK;
+        default: return cli_usage_error("eval", "unknown or incomplete option");
+        }
+    }
+    if (optind < argc)
+        return cli_usage_error("eval", "unexpected argument '%s'", argv[optind]);
+    if (!model || !ckpt)
+        return cli_usage_error("eval", "--model and --checkpoint are required");
+    herd_dataset *ds = NULL;
+    herd_model *m = NULL;
+    herd_status st;
+    int rc = CLI_FAIL;
+    herd_eval_result r;
+    if ((st = herd_dataset_open(data, split, &ds)) != HERD_OK)
+        cli_fail(st, "cannot open the data");
+    else if ((st = herd_model_create(model, ds, &m)) != HERD_OK)
+        cli_fail(st, "cannot build the model");
+    else if ((st = herd_model_load(m, ckpt)) != HERD_OK)
+        cli_fail(st, "cannot load the weights");
+    else if ((st = herd_evaluate(m, ds, (int)batch, (int)threads, &r)) != HERD_OK)
+        cli_fail(st, "evaluation failed");
+    else {
+        cli_summary s = {0};
+        cli_summary_str(&s, "model", herd_model_name(m));
+        cli_summary_str(&s, "split", split == HERD_SPLIT_TEST ? "test" : "train");
+        cli_summary_num(&s, "samples", (double)r.samples, 0);
+        cli_summary_num(&s, "loss", r.loss, 4);
+        cli_summary_num(&s, "acc", r.acc, 4);
+        cli_summary_print(&s, json);
+        rc = CLI_OK;
+    }
+    herd_model_free(m);
+    herd_dataset_free(ds);
+    return rc;
+}

@@ -1,0 +1,32 @@
+/* herd models: the zoo with parameter counts and FLOPs per sample. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+int cmd_models(int argc, char **argv)
+{
+    int c = 1, h = 28, w = 28, classes = 10;
+    if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        printf("usage: herd models [--cifar]\n\nLists the zoo for 1x28x28 input (Fashion-MNIST), "
+               "or 3x32x32 with --cifar.\nFLOPs count one multiply-add as 2, forward pass, per "
+               "sample; a training step costs about 3x.\n");
+        return CLI_OK;
+    }
+    if (argc > 1 && strcmp(argv[1], "--cifar") == 0)
+        c = 3, h = w = 32;
+    else if (argc > 1)
+        return cli_usage_error("models", "unexpected argument '%s'", argv[1]);
+    printf("%-10s %12s %14s  %s\n", "model", "params", "MFLOPs/sample", "description");
+    for (size_t i = 0; herd_zoo_name(i); i++) {
+        herd_model *m;
+        herd_status st = herd_model_create_shape(herd_zoo_name(i), c, h, w, classes, &m);
+        if (st != HERD_OK)
+            return cli_fail(st, herd_zoo_name(i));
+        printf("%-10s %12zu %14.2f  %s\n", herd_zoo_name(i), herd_model_param_count(m),
+               herd_model_flops_per_sample(m) / 1e6, herd_zoo_description(i));
+        herd_model_free(m);
+    }
+    printf("(input %dx%dx%d, %d classes)\n", c, h, w, classes);
+    return CLI_OK;
+}

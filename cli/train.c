@@ -1,0 +1,264 @@
+/* herd train: train a model and print the final test accuracy. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char train_help[] =
+    "usage: herd train --model MODEL [options]\n"
+    "\n"
+    "Train MODEL (a zoo name from 'herd models' or a model file) and evaluate it.\n"
+    "\n"
+    "  --model MODEL            zoo name or path of a model file (required)\n"
+    "  --data DATA              fashion-mnist (default), idx:DIR, cifar10:DIR,\n"
+    "                           synthetic:C,H,W,CLASSES[,N]\n"
+    "  --epochs N               passes over the training set (default 10)\n"
+    "  --batch-size N           samples per step (default 128)\n"
+    "  --lr X                   peak learning rate (default 0.05)\n"
+    "  --optimizer sgd|adamw    (default sgd)\n"
+    "  --momentum X             SGD momentum (default 0.9)\n"
+    "  --nesterov               Nesterov momentum\n"
+    "  --weight-decay X         (default 5e-4; L2 for SGD, decoupled for AdamW)\n"
+    "  --decoupled-decay        SGD: decay the weights directly (SGDW) instead of L2\n"
+    "  --decay-bn-bias          also decay batch-norm and bias parameters\n"
+    "  --schedule S             constant (default), step, cosine\n"
+    "  --milestones a,b         epochs where the step schedule multiplies lr by --gamma\n"
+    "  --gamma X                step schedule factor (default 0.1)\n"
+    "  --warmup-epochs N        linear warmup from ~0 to --lr (default 0)\n"
+    "  --augment                random crop (padding 4) and horizontal flip\n"
+    "  --label-smoothing X      (default 0)\n"
+    "  --threads N              compute threads (default: all cores)\n"
+    "  --seed N                 initialisation, shuffling, augmentation (default 42)\n"
+    "  --checkpoint-dir DIR     save weights and training state every epoch\n"
+    "  --resume                 continue from the latest checkpoint in --checkpoint-dir\n"
+    "  --eval-every N           evaluate every N epochs (default 1; 0 = only at the end)\n"
+    "  --max-steps N            stop after N steps in total\n"
+    "  --train-samples N        use only the first N training samples\n"
+    "  --save FILE              write the final weights (safetensors)\n"
+    "  --log-every N            steps between progress lines when not on a terminal (50)\n"
+    "  --quiet                  no progress, only the summary line\n"
+    "  --json                   print the summary as a JSON object\n"
+    "\n"
+    "The last line is a summary of key=value pairs (or JSON): model, epochs, steps,\n"
+    "train_loss, train_acc, test_loss, test_acc, samples_per_s, wall_s.\n";
+
+enum {
+    OPT_MODEL = 256, OPT_DATA, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_OPTIMIZER, OPT_MOMENTUM,
+    OPT_NESTEROV, OPT_WD, OPT_DECOUPLED, OPT_DECAY_BN, OPT_SCHEDULE, OPT_MILESTONES, OPT_GAMMA,
+    OPT_WARMUP, OPT_AUGMENT, OPT_SMOOTH, OPT_THREADS, OPT_SEED, OPT_CKPT, OPT_RESUME, OPT_EVAL,
+    OPT_MAX_STEPS, OPT_TRAIN_SAMPLES, OPT_SAVE, OPT_LOG_EVERY, OPT_QUIET, OPT_JSON, OPT_HELP,
+};
+
+static const struct option train_options[] = {
+    {"model", required_argument, 0, OPT_MODEL},
+    {"data", required_argument, 0, OPT_DATA},
+    {"epochs", required_argument, 0, OPT_EPOCHS},
+    {"batch-size", required_argument, 0, OPT_BATCH},
+    {"lr", required_argument, 0, OPT_LR},
+    {"optimizer", required_argument, 0, OPT_OPTIMIZER},
+    {"momentum", required_argument, 0, OPT_MOMENTUM},
+    {"nesterov", no_argument, 0, OPT_NESTEROV},
+    {"weight-decay", required_argument, 0, OPT_WD},
+    {"decoupled-decay", no_argument, 0, OPT_DECOUPLED},
+    {"decay-bn-bias", no_argument, 0, OPT_DECAY_BN},
+    {"schedule", required_argument, 0, OPT_SCHEDULE},
+    {"milestones", required_argument, 0, OPT_MILESTONES},
+    {"gamma", required_argument, 0, OPT_GAMMA},
+    {"warmup-epochs", required_argument, 0, OPT_WARMUP},
+    {"augment", no_argument, 0, OPT_AUGMENT},
+    {"label-smoothing", required_argument, 0, OPT_SMOOTH},
+    {"threads", required_argument, 0, OPT_THREADS},
+    {"seed", required_argument, 0, OPT_SEED},
+    {"checkpoint-dir", required_argument, 0, OPT_CKPT},
+    {"resume", no_argument, 0, OPT_RESUME},
+    {"eval-every", required_argument, 0, OPT_EVAL},
+    {"max-steps", required_argument, 0, OPT_MAX_STEPS},
+    {"train-samples", required_argument, 0, OPT_TRAIN_SAMPLES},
+    {"save", required_argument, 0, OPT_SAVE},
+    {"log-every", required_argument, 0, OPT_LOG_EVERY},
+    {"quiet", no_argument, 0, OPT_QUIET},
+    {"json", no_argument, 0, OPT_JSON},
+    {"help", no_argument, 0, OPT_HELP},
+    {0, 0, 0, 0},
+};
+
+typedef struct train_args {
+    const char *model, *data, *save;
+    long train_samples, log_every;
+    bool quiet, json;
+    herd_train_config cfg;
+} train_args;
+
+static bool parse_milestones(const char *s, herd_train_config *cfg)
+{
+    cfg->n_milestones = 0;
+    char *copy = strdup(s), *save = NULL;
+    bool ok = copy != NULL;
+    for (char *tok = strtok_r(copy, ",", &save); ok && tok; tok = strtok_r(NULL, ",", &save)) {
+        long v;
+        ok = cfg->n_milestones < HERD_MAX_MILESTONES && cli_parse_int(tok, 1, 1000000, &v);
+        if (ok)
+            cfg->milestones[cfg->n_milestones++] = (int)v;
+    }
+    free(copy);
+    return ok && cfg->n_milestones > 0;
+}
+
+/* Returns -1 when parsing succeeded, else the exit code. */
+static int parse_train_args(int argc, char **argv, train_args *a)
+{
+    herd_train_config *c = &a->cfg;
+    herd_train_config_default(c);
+    a->data = "fashion-mnist";
+    optind = 1;
+    int opt;
+    long iv;
+    double fv;
+#define INT_ARG(lo, hi, dst, what)                                                  \
+    do {                                                                            \
+        if (!cli_parse_int(optarg, lo, hi, &iv))                                    \
+            return cli_usage_error("train", "%s must be an integer in [%ld, %ld], got '%s'", \
+                                   what, (long)(lo), (long)(hi), optarg);           \
+        dst = iv;                                                                   \
+    } while (0)
+#define FLOAT_ARG(lo, hi, dst, what)                                                \
+    do {                                                                            \
+        if (!cli_parse_float(optarg, lo, hi, &fv))                                  \
+            return cli_usage_error("train", "%s must be a number in [%g, %g], got '%s'", what, \
+                                   (double)(lo), (double)(hi), optarg);             \
+        dst = (float)fv;                                                            \
+    } while (0)
+    while ((opt = getopt_long(argc, argv, "", train_options, NULL)) != -1) {
+        switch (opt) {
+        case OPT_MODEL: a->model = optarg; break;
+        case OPT_DATA: a->data = optarg; break;
+        case OPT_EPOCHS: INT_ARG(1, 100000, c->epochs, "--epochs"); break;
+        case OPT_BATCH: INT_ARG(1, 1 << 20, c->batch_size, "--batch-size"); break;
+        case OPT_LR: FLOAT_ARG(1e-12, 1e3, c->lr, "--lr"); break;
+        case OPT_OPTIMIZER:
+            if (strcmp(optarg, "sgd") == 0)
+                c->optimizer = HERD_OPT_SGD;
+            else if (strcmp(optarg, "adamw") == 0)
+                c->optimizer = HERD_OPT_ADAMW;
+            else
+                return cli_usage_error("train", "--optimizer is sgd or adamw, got '%s'", optarg);
+            break;
+        case OPT_MOMENTUM: FLOAT_ARG(0, 0.9999, c->momentum, "--momentum"); break;
+        case OPT_NESTEROV: c->nesterov = true; break;
+        case OPT_WD: FLOAT_ARG(0, 1, c->weight_decay, "--weight-decay"); break;
+        case OPT_DECOUPLED: c->decoupled_decay = true; break;
+        case OPT_DECAY_BN: c->decay_bn_bias = true; break;
+        case OPT_SCHEDULE:
+            if (strcmp(optarg, "constant") == 0)
+                c->schedule = HERD_SCHED_CONSTANT;
+            else if (strcmp(optarg, "step") == 0)
+                c->schedule = HERD_SCHED_STEP;
+            else if (strcmp(optarg, "cosine") == 0)
+                c->schedule = HERD_SCHED_COSINE;
+            else
+                return cli_usage_error("train", "--schedule is constant, step or cosine, got '%s'",
+                                       optarg);
+            break;
+        case OPT_MILESTONES:
+            if (!parse_milestones(optarg, c))
+                return cli_usage_error("train", "--milestones takes up to %d epochs like 30,60, got '%s'",
+                                       HERD_MAX_MILESTONES, optarg);
+            break;
+        case OPT_GAMMA: FLOAT_ARG(0, 1, c->gamma, "--gamma"); break;
+        case OPT_WARMUP: FLOAT_ARG(0, 100000, c->warmup_epochs, "--warmup-epochs"); break;
+        case OPT_AUGMENT: c->augment = true; break;
+        case OPT_SMOOTH: FLOAT_ARG(0, 0.999, c->label_smoothing, "--label-smoothing"); break;
+        case OPT_THREADS: INT_ARG(0, 4096, c->threads, "--threads"); break;
+        case OPT_SEED: INT_ARG(0, 0x7fffffffL, c->seed, "--seed"); break;
+        case OPT_CKPT: c->checkpoint_dir = optarg; break;
+        case OPT_RESUME: c->resume = true; break;
+        case OPT_EVAL: INT_ARG(0, 100000, c->eval_every, "--eval-every"); break;
+        case OPT_MAX_STEPS: INT_ARG(1, 1L << 40, c->max_steps, "--max-steps"); break;
+        case OPT_TRAIN_SAMPLES: INT_ARG(1, 1L << 40, a->train_samples, "--train-samples"); break;
+        case OPT_SAVE: a->save = optarg; break;
+        case OPT_LOG_EVERY: INT_ARG(1, 1L << 30, a->log_every, "--log-every"); break;
+        case OPT_QUIET: a->quiet = true; break;
+        case OPT_JSON: a->json = true; break;
+        case OPT_HELP: fputs(train_help, stdout); return CLI_OK;
+        default: return cli_usage_error("train", "unknown or incomplete option");
+        }
+    }
+#undef INT_ARG
+#undef FLOAT_ARG
+    if (optind < argc)
+        return cli_usage_error("train", "unexpected argument '%s'", argv[optind]);
+    if (!a->model)
+        return cli_usage_error("train", "--model is required (try --model lenet5; 'herd models' lists the zoo)");
+    if (c->schedule == HERD_SCHED_STEP && c->n_milestones == 0)
+        return cli_usage_error("train", "--schedule step needs --milestones");
+    if (c->resume && !c->checkpoint_dir)
+        return cli_usage_error("train", "--resume needs --checkpoint-dir");
+    return -1;
+}
+
+int cmd_train(int argc, char **argv)
+{
+    train_args a = {0};
+    int rc = parse_train_args(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    herd_dataset *train = NULL, *test = NULL;
+    herd_model *m = NULL;
+    herd_status st;
+    rc = CLI_FAIL;
+    if ((st = herd_dataset_open(a.data, HERD_SPLIT_TRAIN, &train)) != HERD_OK) {
+        cli_fail(st, "cannot open the training data");
+        goto done;
+    }
+    if ((st = herd_dataset_open(a.data, HERD_SPLIT_TEST, &test)) != HERD_OK) {
+        cli_fail(st, "cannot open the test data");
+        goto done;
+    }
+    if (a.train_samples && (st = herd_dataset_truncate(train, (size_t)a.train_samples)) != HERD_OK) {
+        cli_fail(st, "--train-samples");
+        goto done;
+    }
+    if ((st = herd_model_create(a.model, train, &m)) != HERD_OK) {
+        cli_fail(st, "cannot build the model");
+        goto done;
+    }
+    if ((st = herd_model_init_params(m, a.cfg.seed)) != HERD_OK) {
+        cli_fail(st, "cannot initialise the model");
+        goto done;
+    }
+    if (!a.quiet)
+        fprintf(stderr, "herd: training %s (%zu parameters) on %s: %zu train / %zu test samples\n",
+                herd_model_name(m), herd_model_param_count(m), a.data, herd_dataset_size(train),
+                herd_dataset_size(test));
+    herd_console_progress progress = {.stream = stderr, .log_every = (int)a.log_every};
+    herd_train_result res;
+    st = herd_train(m, train, test, &a.cfg, a.quiet ? NULL : herd_console_progress_fn, &progress,
+                    &res);
+    if (st != HERD_OK) {
+        cli_fail(st, "training failed");
+        goto done;
+    }
+    if (a.save && (st = herd_model_save(m, a.save)) != HERD_OK) {
+        cli_fail(st, "cannot save the weights");
+        goto done;
+    }
+    cli_summary s = {0};
+    cli_summary_str(&s, "model", herd_model_name(m));
+    cli_summary_num(&s, "epochs", res.epochs_done, 0);
+    cli_summary_num(&s, "steps", (double)res.steps, 0);
+    cli_summary_num(&s, "train_loss", res.train_loss, 4);
+    cli_summary_num(&s, "train_acc", res.train_acc, 4);
+    cli_summary_num(&s, "test_loss", res.test_loss, 4);
+    cli_summary_num(&s, "test_acc", res.test_acc, 4);
+    cli_summary_num(&s, "samples_per_s", res.samples_per_s, 1);
+    cli_summary_num(&s, "wall_s", res.wall_s, 1);
+    cli_summary_print(&s, a.json);
+    rc = CLI_OK;
+done:
+    herd_model_free(m);
+    herd_dataset_free(train);
+    herd_dataset_free(test);
+    return rc;
+}

@@ -1,0 +1,27 @@
+/* Helpers shared by the layer files. */
+#ifndef HERD_NN_LAYERS_COMMON_H
+#define HERD_NN_LAYERS_COMMON_H
+
+#include <math.h>
+
+#include "core/error.h"
+#include "nn/model.h"
+
+/* PyTorch's default for conv and linear: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for
+ * weight and bias (kaiming_uniform with a = sqrt(5)). */
+static inline void herd_init_uniform_fan_in(float *x, size_t n, int fan_in, herd_rng *rng)
+{
+    float bound = 1.0f / sqrtf((float)fan_in);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (2.0f * herd_rng_uniform(rng) - 1.0f) * bound;
+}
+
+static inline float *herd_view_data(herd_model *m, const herd_layer *l, int k)
+{
+    const herd_tensor_view *v = herd_layer_view(l, m, k);
+    return (v->is_buffer ? m->buffers : m->params) + v->offset;
+}
+
+#define HERD_LAYER_FAIL(l, ...) HERD_ERR(HERD_ERR_INVALID_ARG, __VA_ARGS__)
+
+#endif

@@ -1,0 +1,268 @@
+/* The model graph: setup, the contiguous parameter/gradient buffers, and the
+ * forward and backward passes over layers in file (topological) order. */
+#include "nn/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+int herd_model_add_tensor(herd_model *m, herd_layer *l, const char *suffix, int ndim,
+                          const int64_t *shape, int is_buffer, int no_decay)
+{
+    if (m->n_views == m->cap_views) {
+        int cap = m->cap_views ? 2 * m->cap_views : 64;
+        herd_tensor_view *v = realloc(m->views, (size_t)cap * sizeof *v);
+        if (!v)
+            return -1;
+        m->views = v;
+        m->cap_views = cap;
+    }
+    herd_tensor_view *v = &m->views[m->n_views];
+    memset(v, 0, sizeof *v);
+    snprintf(v->name, sizeof v->name, "%s.%s", l->spec.name, suffix);
+    v->ndim = ndim;
+    v->numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        v->shape[i] = shape[i];
+        v->numel *= (size_t)shape[i];
+    }
+    v->is_buffer = is_buffer;
+    v->no_decay = no_decay;
+    /* Offsets are assigned in declaration order, so the buffers follow the layers. */
+    size_t *cursor = is_buffer ? &m->n_buffer_floats : &m->n_param_floats;
+    v->offset = *cursor;
+    *cursor += v->numel;
+    if (l->n_tensors == 0)
+        l->first_tensor = m->n_views;
+    l->n_tensors++;
+    return m->n_views++;
+}
+
+const herd_tensor_view *herd_layer_view(const herd_layer *l, const herd_model *m, int k)
+{
+    return &m->views[l->first_tensor + k];
+}
+
+float *herd_layer_param(const herd_layer *l, const herd_run_ctx *ctx, int k)
+{
+    const herd_tensor_view *v = &ctx->views[l->first_tensor + k];
+    return (v->is_buffer ? ctx->buffers : ctx->params) + v->offset;
+}
+
+float *herd_layer_grad(const herd_layer *l, const herd_run_ctx *ctx, int k)
+{
+    const herd_tensor_view *v = &ctx->views[l->first_tensor + k];
+    return v->is_buffer ? NULL : ctx->grads + v->offset;
+}
+
+static herd_status setup_layers(herd_model *m, const herd_layer_spec *specs, int n)
+{
+    m->layers = herd_xcalloc((size_t)n, sizeof *m->layers);
+    m->consumers = herd_xcalloc((size_t)n, sizeof *m->consumers);
+    m->grad_written = herd_xcalloc((size_t)n, sizeof *m->grad_written);
+    if (!m->layers || !m->consumers || !m->grad_written)
+        return HERD_ERR_NOMEM;
+    m->n_layers = n;
+    herd_shape input = {1, m->in_c, m->in_h, m->in_w};
+    for (int i = 0; i < n; i++) {
+        herd_layer *l = &m->layers[i];
+        l->spec = specs[i];
+        l->ops = herd_layer_ops_find(specs[i].type);
+        if (!l->ops)
+            return HERD_ERR(HERD_ERR_INVALID_ARG, "layer %d (%s): unknown type '%s'", i,
+                            specs[i].name, specs[i].type);
+        if (l->spec.n_inputs != l->ops->n_inputs)
+            return HERD_ERR(HERD_ERR_INVALID_ARG, "layer '%s' (%s) takes %d input(s), got %d",
+                            l->spec.name, l->spec.type, l->ops->n_inputs, l->spec.n_inputs);
+        for (int k = 0; k < l->spec.n_inputs; k++) {
+            int src = l->spec.inputs[k];
+            if (src >= i || src < -1)
+                return HERD_ERR(HERD_ERR_INVALID_ARG,
+                                "layer '%s' reads layer %d, which does not come before it",
+                                l->spec.name, src);
+            l->in_shape[k] = src < 0 ? input : m->layers[src].out_shape;
+            if (src >= 0)
+                m->consumers[src]++;
+        }
+        HERD_TRY(l->ops->setup(l, m));
+        if (m->n_views > 0 && !m->views)
+            return HERD_NOMEM(sizeof(herd_tensor_view));
+        if (herd_shape_per_sample(l->out_shape) == 0)
+            return HERD_ERR(HERD_ERR_INVALID_ARG,
+                            "layer '%s' (%s) produces an empty output from input %dx%dx%d; "
+                            "the input is too small for this model",
+                            l->spec.name, l->spec.type, l->in_shape[0].c, l->in_shape[0].h,
+                            l->in_shape[0].w);
+    }
+    herd_shape out = m->layers[n - 1].out_shape;
+    if (herd_shape_per_sample(out) != (size_t)m->classes)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "the last layer ('%s') produces %zu values per sample but there are %d "
+                        "classes; end the model with a linear layer with \"out\": \"classes\"",
+                        m->layers[n - 1].spec.name, herd_shape_per_sample(out), m->classes);
+    for (int i = 0; i < n - 1; i++)
+        if (m->consumers[i] == 0)
+            return HERD_ERR(HERD_ERR_INVALID_ARG,
+                            "the output of layer '%s' is never used; check the \"input\" names",
+                            m->layers[i].spec.name);
+    return HERD_OK;
+}
+
+herd_status herd_model_build(herd_model *m, const herd_layer_spec *specs, int n, uint64_t seed)
+{
+    if (n <= 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "model '%s' has no layers", m->name);
+    if (!m->be)
+        m->be = herd_backend_cpu();
+    HERD_TRY(setup_layers(m, specs, n));
+    const herd_backend *be = m->be;
+    m->params = be->alloc(m->n_param_floats * sizeof(float));
+    m->grads = be->alloc(m->n_param_floats * sizeof(float));
+    m->buffers = be->alloc(m->n_buffer_floats * sizeof(float));
+    if (!m->params || !m->grads || !m->buffers)
+        return HERD_NOMEM(3 * m->n_param_floats * sizeof(float));
+    return herd_model_init_params(m, seed);
+}
+
+static void free_activations(herd_model *m)
+{
+    if (!m->acts)
+        return;
+    for (int i = 0; i < m->n_layers; i++) {
+        m->be->free(m->acts[i]);
+        m->be->free(m->dacts[i]);
+    }
+    free(m->acts);
+    free(m->dacts);
+    m->be->free(m->scratch);
+    m->acts = m->dacts = NULL;
+    m->scratch = NULL;
+    m->batch = 0;
+}
+
+herd_status herd_model_reshape(herd_model *m, int batch)
+{
+    if (batch <= 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "batch size must be positive, got %d", batch);
+    if (batch == m->batch)
+        return HERD_OK;
+    free_activations(m);
+    m->acts = herd_xcalloc((size_t)m->n_layers, sizeof(float *));
+    m->dacts = herd_xcalloc((size_t)m->n_layers, sizeof(float *));
+    if (!m->acts || !m->dacts)
+        return HERD_ERR_NOMEM;
+    size_t largest = 0;
+    for (int i = 0; i < m->n_layers; i++) {
+        herd_layer *l = &m->layers[i];
+        for (int k = 0; k < l->spec.n_inputs; k++)
+            l->in_shape[k].n = batch;
+        l->out_shape.n = batch;
+        l->batch = batch;
+        size_t bytes = herd_shape_numel(l->out_shape) * sizeof(float);
+        m->acts[i] = m->be->alloc(bytes);
+        m->dacts[i] = m->be->alloc(bytes);
+        if (!m->acts[i] || !m->dacts[i])
+            return HERD_NOMEM(bytes);
+        if (m->consumers[i] > 1 && bytes > largest)
+            largest = bytes;
+        if (l->ops->reshape)
+            HERD_TRY(l->ops->reshape(l, m->be, batch));
+    }
+    if (largest) {
+        /* One slot per input of a two-input layer, so both can accumulate at once. */
+        m->scratch = m->be->alloc(HERD_MAX_INPUTS * largest);
+        if (!m->scratch)
+            return HERD_NOMEM(HERD_MAX_INPUTS * largest);
+        m->scratch_floats = largest / sizeof(float);
+    }
+    m->batch = batch;
+    return HERD_OK;
+}
+
+herd_run_ctx herd_model_ctx(const herd_model *m, bool training, uint64_t seed)
+{
+    herd_run_ctx ctx = {
+        .be = m->be, .training = training, .seed = seed, .views = m->views,
+        .params = m->params, .grads = m->grads, .buffers = m->buffers, .grad_beta = 0.0f,
+    };
+    return ctx;
+}
+
+static const float *layer_input(const herd_model *m, const float *x, int src)
+{
+    return src < 0 ? x : m->acts[src];
+}
+
+herd_status herd_model_forward(herd_model *m, const herd_run_ctx *ctx, const float *x,
+                               const float **logits)
+{
+    for (int i = 0; i < m->n_layers; i++) {
+        herd_layer *l = &m->layers[i];
+        const float *in[HERD_MAX_INPUTS] = {0};
+        for (int k = 0; k < l->spec.n_inputs; k++)
+            in[k] = layer_input(m, x, l->spec.inputs[k]);
+        HERD_TRY(l->ops->forward(l, ctx, in, m->acts[i]));
+    }
+    *logits = m->acts[m->n_layers - 1];
+    return HERD_OK;
+}
+
+herd_status herd_model_backward(herd_model *m, const herd_run_ctx *ctx, const float *x,
+                                const float *dlogits)
+{
+    const herd_backend *be = m->be;
+    /* An output read by several layers gets its gradient summed: the first consumer
+     * seen in reverse order writes it, later ones write to scratch and add. */
+    int *written = m->grad_written;
+    memset(written, 0, (size_t)m->n_layers * sizeof *written);
+    herd_status st = HERD_OK;
+    int last = m->n_layers - 1;
+    for (int i = last; i >= 0 && st == HERD_OK; i--) {
+        herd_layer *l = &m->layers[i];
+        const float *in[HERD_MAX_INPUTS] = {0};
+        float *din[HERD_MAX_INPUTS] = {0};
+        bool via_scratch[HERD_MAX_INPUTS] = {0};
+        for (int k = 0; k < l->spec.n_inputs; k++) {
+            int src = l->spec.inputs[k];
+            in[k] = layer_input(m, x, src);
+            if (src < 0)
+                continue;
+            via_scratch[k] = written[src] > 0;
+            din[k] = via_scratch[k] ? m->scratch + k * m->scratch_floats : m->dacts[src];
+        }
+        const float *dy = i == last ? dlogits : m->dacts[i];
+        st = l->ops->backward(l, ctx, in, m->acts[i], dy, din);
+        for (int k = 0; k < l->spec.n_inputs && st == HERD_OK; k++) {
+            int src = l->spec.inputs[k];
+            if (src < 0)
+                continue;
+            if (via_scratch[k])
+                st = be->axpy(herd_shape_numel(m->layers[src].out_shape), 1.0f, din[k],
+                              m->dacts[src]);
+            written[src]++;
+        }
+    }
+    return st;
+}
+
+void herd_model_free(herd_model *m)
+{
+    if (!m)
+        return;
+    free_activations(m);
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i].ops && m->layers[i].ops->destroy)
+            m->layers[i].ops->destroy(&m->layers[i], m->be);
+    if (m->be) {
+        m->be->free(m->params);
+        m->be->free(m->grads);
+        m->be->free(m->buffers);
+    }
+    free(m->layers);
+    free(m->consumers);
+    free(m->grad_written);
+    free(m->views);
+    free(m);
+}

@@ -1,0 +1,320 @@
+/* Model files: JSON (parsed by cJSON) with // and block comments allowed.
+ *
+ *   { "name": "...", "description": "...",
+ *     "layers": [ {"type": "conv2d", "name": "conv1", "out": 6, "kernel": 5, "pad": 2}, ... ] }
+ *
+ * Each layer reads the layer before it unless "input" (one name) or "inputs"
+ * (a list) says otherwise; the name "input" is the model's input. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "nn/model.h"
+
+/* Blanks out comments in place, keeping offsets so parse errors point at the right line. */
+static void blank_comments(char *s)
+{
+    bool in_string = false;
+    for (char *p = s; *p; p++) {
+        if (in_string) {
+            if (*p == '\\' && p[1])
+                p++;
+            else if (*p == '"')
+                in_string = false;
+        } else if (*p == '"') {
+            in_string = true;
+        } else if (p[0] == '/' && p[1] == '/') {
+            while (*p && *p != '\n')
+                *p++ = ' ';
+            if (!*p)
+                break;
+        } else if (p[0] == '/' && p[1] == '*') {
+            while (*p && !(p[0] == '*' && p[1] == '/')) {
+                if (*p != '\n')
+                    *p = ' ';
+                p++;
+            }
+            if (!*p)
+                break;
+            p[0] = p[1] = ' ';
+            p++;
+        }
+    }
+}
+
+static void line_col(const char *text, const char *at, int *line, int *col)
+{
+    *line = 1;
+    *col = 1;
+    for (const char *p = text; p < at && *p; p++) {
+        if (*p == '\n') {
+            (*line)++;
+            *col = 1;
+        } else {
+            (*col)++;
+        }
+    }
+}
+
+static const char *const known_keys[] = {"type", "name", "input", "inputs", "out", "kernel",
+                                         "stride", "pad", "bias", "p", "eps", "momentum", NULL};
+
+static herd_status int_field(const cJSON *obj, const char *key, int lo, int hi, int *out,
+                             const char *origin, const char *lname)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!v)
+        return HERD_OK;
+    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble ||
+        v->valuedouble < lo || v->valuedouble > hi)
+        return HERD_ERR(HERD_ERR_FORMAT, "%s: layer '%s': \"%s\" must be an integer in [%d, %d]",
+                        origin, lname, key, lo, hi);
+    *out = v->valueint;
+    return HERD_OK;
+}
+
+static herd_status float_field(const cJSON *obj, const char *key, float lo, float hi, float *out,
+                               const char *origin, const char *lname)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!v)
+        return HERD_OK;
+    if (!cJSON_IsNumber(v) || v->valuedouble < lo || v->valuedouble > hi)
+        return HERD_ERR(HERD_ERR_FORMAT, "%s: layer '%s': \"%s\" must be a number in [%g, %g]",
+                        origin, lname, key, lo, hi);
+    *out = (float)v->valuedouble;
+    return HERD_OK;
+}
+
+static int find_layer(const herd_layer_spec *specs, int n, const char *name)
+{
+    if (strcmp(name, "input") == 0)
+        return -1;
+    for (int i = n - 1; i >= 0; i--)
+        if (strcmp(specs[i].name, name) == 0)
+            return i;
+    return -2;
+}
+
+static herd_status parse_inputs(const cJSON *obj, herd_layer_spec *specs, int i,
+                                const char *origin)
+{
+    herd_layer_spec *s = &specs[i];
+    const cJSON *one = cJSON_GetObjectItemCaseSensitive(obj, "input");
+    const cJSON *many = cJSON_GetObjectItemCaseSensitive(obj, "inputs");
+    if (one && many)
+        return HERD_ERR(HERD_ERR_FORMAT, "%s: layer '%s': give \"input\" or \"inputs\", not both",
+                        origin, s->name);
+    if (!one && !many) {
+        s->n_inputs = 1;
+        s->inputs[0] = i - 1;
+        return HERD_OK;
+    }
+    const cJSON *names[HERD_MAX_INPUTS];
+    int n = 0;
+    if (one) {
+        names[n++] = one;
+    } else {
+        if (!cJSON_IsArray(many) || cJSON_GetArraySize(many) < 1 ||
+            cJSON_GetArraySize(many) > HERD_MAX_INPUTS)
+            return HERD_ERR(HERD_ERR_FORMAT, "%s: layer '%s': \"inputs\" must list 1 or %d names",
+                            origin, s->name, HERD_MAX_INPUTS);
+        const cJSON *it;
+        cJSON_ArrayForEach(it, many) names[n++] = it;
+    }
+    for (int k = 0; k < n; k++) {
+        if (!cJSON_IsString(names[k]))
+            return HERD_ERR(HERD_ERR_FORMAT, "%s: layer '%s': inputs are layer names (strings)",
+                            origin, s->name);
+        int src = find_layer(specs, i, names[k]->valuestring);
+        if (src == -2)
+            return HERD_ERR(HERD_ERR_FORMAT,
+                            "%s: layer '%s' reads '%s', which is not the name of an earlier layer",
+                            origin, s->name, names[k]->valuestring);
+        s->inputs[k] = src;
+    }
+    s->n_inputs = n;
+    return HERD_OK;
+}
+
+static herd_status parse_layer(const cJSON *obj, herd_layer_spec *specs, int i, int classes,
+                               const char *origin)
+{
+    herd_layer_spec *s = &specs[i];
+    if (!cJSON_IsObject(obj))
+        return HERD_ERR(HERD_ERR_FORMAT, "%s: layer %d must be an object", origin, i);
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(obj, "type");
+    if (!cJSON_IsString(type))
+        return HERD_ERR(HERD_ERR_FORMAT, "%s: layer %d has no \"type\"", origin, i);
+    if (!herd_layer_ops_find(type->valuestring)) {
+        char list[256] = "";
+        for (const char *const *t = herd_layer_type_names(); *t; t++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", t == herd_layer_type_names() ? "" : ", ", *t);
+        return HERD_ERR(HERD_ERR_FORMAT, "%s: layer %d: unknown type '%s' (known: %s)", origin, i,
+                        type->valuestring, list);
+    }
+    snprintf(s->type, sizeof s->type, "%s", type->valuestring);
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(obj, "name");
+    if (name && (!cJSON_IsString(name) || !*name->valuestring ||
+                 strlen(name->valuestring) >= sizeof s->name - 16))
+        return HERD_ERR(HERD_ERR_FORMAT, "%s: layer %d: \"name\" must be a short non-empty string",
+                        origin, i);
+    if (name)
+        snprintf(s->name, sizeof s->name, "%s", name->valuestring);
+    else
+        snprintf(s->name, sizeof s->name, "%s%d", s->type, i);
+    if (find_layer(specs, i, s->name) >= -1)
+        return HERD_ERR(HERD_ERR_FORMAT, "%s: layer name '%s' is used twice (or is reserved)",
+                        origin, s->name);
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        bool known = false;
+        for (const char *const *k = known_keys; *k; k++)
+            known |= strcmp(it->string, *k) == 0;
+        if (!known)
+            return HERD_ERR(HERD_ERR_FORMAT, "%s: layer '%s': unknown key \"%s\"", origin, s->name,
+                            it->string);
+    }
+    bool is_pool = strstr(s->type, "pool") != NULL;
+    s->stride = 0;
+    s->bias = true;
+    s->p = 0.5f;
+    s->eps = 1e-5f;
+    s->momentum = 0.1f;
+    const cJSON *out = cJSON_GetObjectItemCaseSensitive(obj, "out");
+    if (cJSON_IsString(out) && strcmp(out->valuestring, "classes") == 0)
+        s->out = classes;
+    else
+        HERD_TRY(int_field(obj, "out", 1, 1 << 20, &s->out, origin, s->name));
+    HERD_TRY(int_field(obj, "kernel", 1, 1024, &s->kernel, origin, s->name));
+    HERD_TRY(int_field(obj, "stride", 1, 1024, &s->stride, origin, s->name));
+    HERD_TRY(int_field(obj, "pad", 0, 1024, &s->pad, origin, s->name));
+    HERD_TRY(float_field(obj, "p", 0.0f, 0.999f, &s->p, origin, s->name));
+    HERD_TRY(float_field(obj, "eps", 0.0f, 1.0f, &s->eps, origin, s->name));
+    HERD_TRY(float_field(obj, "momentum", 0.0f, 1.0f, &s->momentum, origin, s->name));
+    const cJSON *bias = cJSON_GetObjectItemCaseSensitive(obj, "bias");
+    if (bias) {
+        if (!cJSON_IsBool(bias))
+            return HERD_ERR(HERD_ERR_FORMAT, "%s: layer '%s': \"bias\" must be true or false",
+                            origin, s->name);
+        s->bias = cJSON_IsTrue(bias);
+    }
+    if (s->stride == 0)
+        s->stride = is_pool ? s->kernel : 1;
+    return parse_inputs(obj, specs, i, origin);
+}
+
+herd_status herd_model_parse_text(const char *text, const char *origin, int classes,
+                                  herd_layer_spec **specs_out, int *n_out)
+{
+    char *copy = strdup(text);
+    if (!copy)
+        return HERD_NOMEM(strlen(text));
+    blank_comments(copy);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(copy, &end, 0);
+    herd_status st = HERD_OK;
+    herd_layer_spec *specs = NULL;
+    if (!root) {
+        int line, col;
+        line_col(copy, cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() : copy, &line, &col);
+        st = HERD_ERR(HERD_ERR_FORMAT, "%s:%d:%d: invalid JSON in model file", origin, line, col);
+        goto done;
+    }
+    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(root, "layers");
+    int n = cJSON_IsArray(layers) ? cJSON_GetArraySize(layers) : 0;
+    if (n == 0) {
+        st = HERD_ERR(HERD_ERR_FORMAT, "%s: a model file needs a non-empty \"layers\" list", origin);
+        goto done;
+    }
+    specs = herd_xcalloc((size_t)n, sizeof *specs);
+    if (!specs) {
+        st = HERD_ERR_NOMEM;
+        goto done;
+    }
+    int i = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, layers)
+    {
+        st = parse_layer(it, specs, i++, classes, origin);
+        if (st != HERD_OK)
+            goto done;
+    }
+    *specs_out = specs;
+    *n_out = n;
+    specs = NULL;
+done:
+    free(specs);
+    cJSON_Delete(root);
+    free(copy);
+    return st;
+}
+
+/* Reads a whole text file. */
+static herd_status read_text(const char *path, char **out)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return HERD_ERR(HERD_ERR_IO, "cannot open model file '%s': %m; give a zoo name (herd models) "
+                        "or the path of a model file", path);
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            cap = cap ? 2 * cap : 8192;
+            char *b = realloc(buf, cap);
+            if (!b) {
+                free(buf);
+                fclose(f);
+                return HERD_NOMEM(cap);
+            }
+            buf = b;
+        }
+        size_t got = fread(buf + len, 1, 4096, f);
+        len += got;
+        if (got < 4096)
+            break;
+    }
+    bool failed = ferror(f);
+    fclose(f);
+    if (failed) {
+        free(buf);
+        return HERD_ERR(HERD_ERR_IO, "error reading model file '%s'", path);
+    }
+    buf[len] = '\0';
+    *out = buf;
+    return HERD_OK;
+}
+
+/* The "name" field of a model file, if any. */
+static void model_name_from_text(const char *text, const char *fallback, char *name, size_t len)
+{
+    snprintf(name, len, "%s", fallback);
+    char *copy = strdup(text);
+    if (!copy)
+        return;
+    blank_comments(copy);
+    cJSON *root = cJSON_Parse(copy);
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(root, "name");
+    if (cJSON_IsString(n))
+        snprintf(name, len, "%s", n->valuestring);
+    cJSON_Delete(root);
+    free(copy);
+}
+
+herd_status herd_model_parse(const char *name_or_path, int classes, herd_layer_spec **specs,
+                             int *n_specs, char *model_name, size_t name_len)
+{
+    const char *zoo = herd_zoo_text(name_or_path);
+    if (zoo) {
+        model_name_from_text(zoo, name_or_path, model_name, name_len);
+        return herd_model_parse_text(zoo, name_or_path, classes, specs, n_specs);
+    }
+    char *text = NULL;
+    HERD_TRY(read_text(name_or_path, &text));
+    model_name_from_text(text, name_or_path, model_name, name_len);
+    herd_status st = herd_model_parse_text(text, name_or_path, classes, specs, n_specs);
+    free(text);
+    return st;
+}

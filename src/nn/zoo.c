@@ -1,0 +1,125 @@
+/* The model zoo and the public model API over the graph. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "nn/model.h"
+#include "nn/zoo_files.h"
+
+const char *herd_zoo_text(const char *name)
+{
+    for (const struct herd_zoo_file *z = herd_zoo_files; z->name; z++)
+        if (strcmp(z->name, name) == 0)
+            return z->text;
+    return NULL;
+}
+
+const char *herd_zoo_name(size_t i)
+{
+    for (size_t k = 0; herd_zoo_files[k].name; k++)
+        if (k == i)
+            return herd_zoo_files[k].name;
+    return NULL;
+}
+
+const char *herd_zoo_description(size_t i)
+{
+    static _Thread_local char desc[160];
+    const char *name = herd_zoo_name(i);
+    if (!name)
+        return NULL;
+    /* The description is the first comment line of the model file. */
+    const char *text = herd_zoo_text(name);
+    desc[0] = '\0';
+    if (strncmp(text, "//", 2) == 0) {
+        const char *p = text + 2;
+        while (*p == ' ')
+            p++;
+        size_t n = strcspn(p, "\n");
+        snprintf(desc, sizeof desc, "%.*s", (int)n, p);
+    }
+    return desc;
+}
+
+herd_status herd_model_create_shape(const char *name_or_path, int c, int h, int w, int classes,
+                                    herd_model **out)
+{
+    if (!name_or_path || c <= 0 || h <= 0 || w <= 0 || classes <= 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "model input shape %dx%dx%d with %d classes is invalid",
+                        c, h, w, classes);
+    herd_layer_spec *specs = NULL;
+    int n = 0;
+    herd_model *m = herd_xcalloc(1, sizeof *m);
+    if (!m)
+        return HERD_ERR_NOMEM;
+    herd_status st = herd_model_parse(name_or_path, classes, &specs, &n, m->name, sizeof m->name);
+    if (st == HERD_OK) {
+        m->in_c = c, m->in_h = h, m->in_w = w, m->classes = classes;
+        st = herd_model_build(m, specs, n, 0);
+    }
+    free(specs);
+    if (st != HERD_OK) {
+        herd_model_free(m);
+        return st;
+    }
+    *out = m;
+    return HERD_OK;
+}
+
+herd_status herd_model_create(const char *name_or_path, const herd_dataset *ds, herd_model **out)
+{
+    if (!ds)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "herd_model_create needs a dataset for the input shape");
+    int c, h, w, classes;
+    herd_dataset_shape(ds, &c, &h, &w, &classes);
+    return herd_model_create_shape(name_or_path, c, h, w, classes, out);
+}
+
+herd_status herd_model_init_params(herd_model *m, uint64_t seed)
+{
+    const herd_backend *be = m->be;
+    HERD_TRY(be->fill(m->n_param_floats, 0.0f, m->params));
+    HERD_TRY(be->fill(m->n_buffer_floats, 0.0f, m->buffers));
+    herd_rng rng;
+    for (int i = 0; i < m->n_layers; i++) {
+        herd_layer *l = &m->layers[i];
+        herd_rng_seed(&rng, seed, 0x1417, (uint64_t)i);
+        if (l->ops->init_params)
+            l->ops->init_params(l, m, &rng);
+    }
+    return HERD_OK;
+}
+
+size_t herd_model_param_count(const herd_model *m) { return m->n_param_floats; }
+
+double herd_model_flops_per_sample(const herd_model *m)
+{
+    double f = 0;
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i].ops->flops)
+            f += m->layers[i].ops->flops(&m->layers[i]);
+    return f;
+}
+
+const char *herd_model_name(const herd_model *m) { return m->name; }
+
+size_t herd_model_tensor_count(const herd_model *m) { return (size_t)m->n_views; }
+
+herd_status herd_model_tensor_info(const herd_model *m, size_t i, const char **name, int *ndim,
+                                   int64_t shape[4], float **data)
+{
+    if (i >= (size_t)m->n_views)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "tensor index %zu out of range (model has %d)", i,
+                        m->n_views);
+    const herd_tensor_view *v = &m->views[i];
+    if (name)
+        *name = v->name;
+    if (ndim)
+        *ndim = v->ndim;
+    if (shape)
+        memcpy(shape, v->shape, sizeof v->shape);
+    if (data)
+        *data = (v->is_buffer ? m->buffers : m->params) + v->offset;
+    return HERD_OK;
+}

@@ -1,0 +1,68 @@
+/* Console progress: a bar redrawn in place on terminals, plain log lines otherwise. */
+#include <stdio.h>
+#include <unistd.h>
+
+#include "core/clock.h"
+#include "herd/herd.h"
+
+static void format_duration(double s, char *buf, size_t len)
+{
+    long t = s < 0 ? 0 : (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(buf, len, "%ldh%02ldm", t / 3600, t / 60 % 60);
+    else if (t >= 60)
+        snprintf(buf, len, "%ldm%02lds", t / 60, t % 60);
+    else
+        snprintf(buf, len, "%lds", t);
+}
+
+static void epoch_line(FILE *out, const herd_progress *p)
+{
+    char el[32];
+    format_duration(p->elapsed_s, el, sizeof el);
+    fprintf(out, "epoch %d/%d  loss %.4f  acc %.2f%%", p->epoch, p->epochs, p->loss, 100 * p->acc);
+    if (p->evaluated)
+        fprintf(out, "  test_loss %.4f  test_acc %.2f%%", p->test_loss, 100 * p->test_acc);
+    fprintf(out, "  lr %.4g  %.0f samples/s  elapsed %s\n", p->lr, p->samples_per_s, el);
+}
+
+bool herd_console_progress_fn(const herd_progress *p, void *user)
+{
+    herd_console_progress *c = user;
+    FILE *out = c->stream ? c->stream : stderr;
+    bool tty = !c->force_plain && isatty(fileno(out));
+    if (p->epoch_end) {
+        if (tty)
+            fputs("\r\033[K", out);
+        epoch_line(out, p);
+        fflush(out);
+        return true;
+    }
+    char eta[32];
+    format_duration(p->eta_s, eta, sizeof eta);
+    if (tty) {
+        double now = herd_now();
+        if (now - c->last_draw < 0.1 && p->step != p->steps_per_epoch)
+            return true;
+        c->last_draw = now;
+        enum { WIDTH = 24 };
+        int filled = (int)(WIDTH * p->step / (p->steps_per_epoch ? p->steps_per_epoch : 1));
+        char bar[WIDTH + 1];
+        for (int i = 0; i < WIDTH; i++)
+            bar[i] = i < filled ? '#' : '.';
+        bar[WIDTH] = '\0';
+        fprintf(out, "\r\033[Kepoch %d/%d [%s] %ld/%ld  loss %.4f  acc %.2f%%  %.0f samples/s  ETA %s",
+                p->epoch, p->epochs, bar, p->step, p->steps_per_epoch, p->loss, 100 * p->acc,
+                p->samples_per_s, eta);
+        fflush(out);
+        return true;
+    }
+    int every = c->log_every > 0 ? c->log_every : 50;
+    if (p->step % every == 0 || p->step == p->steps_per_epoch) {
+        fprintf(out, "epoch %d/%d step %ld/%ld  loss %.4f  acc %.2f%%  lr %.4g  %.0f samples/s  ETA %s\n",
+                p->epoch, p->epochs, p->step, p->steps_per_epoch, p->loss, 100 * p->acc, p->lr,
+                p->samples_per_s, eta);
+        fflush(out);
+    }
+    return true;
+}
