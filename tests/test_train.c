@@ -1,0 +1,130 @@
+/* End to end: lenet5 learns Fashion-MNIST; an interrupted run resumed from its
+ * checkpoint gives exactly the losses of an uninterrupted one. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+#define FASHION "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
+
+typedef struct loss_log {
+    double loss[256];
+    long first, last; /* global steps seen */
+} loss_log;
+
+static bool record(const herd_progress *p, void *user)
+{
+    loss_log *log = user;
+    if (!p->epoch_end && p->global_step <= 256) {
+        log->loss[p->global_step - 1] = p->step_loss;
+        if (!log->first)
+            log->first = p->global_step;
+        log->last = p->global_step;
+    }
+    return true;
+}
+
+static void open_subset(size_t n_train, size_t n_test, herd_dataset **train, herd_dataset **test)
+{
+    assert_herd_ok(herd_dataset_open("fashion-mnist", HERD_SPLIT_TRAIN, train));
+    assert_herd_ok(herd_dataset_open("fashion-mnist", HERD_SPLIT_TEST, test));
+    assert_herd_ok(herd_dataset_truncate(*train, n_train));
+    assert_herd_ok(herd_dataset_truncate(*test, n_test));
+}
+
+static void test_lenet5_learns(void **state)
+{
+    (void)state;
+    if (access(FASHION, R_OK) != 0)
+        skip();
+    herd_dataset *train, *test;
+    open_subset(tu_sanitized() ? 12000 : 20000, 2000, &train, &test);
+    herd_model *m;
+    assert_herd_ok(herd_model_create("lenet5", train, &m));
+    assert_herd_ok(herd_model_init_params(m, 1));
+    herd_train_config cfg;
+    herd_train_config_default(&cfg);
+    cfg.epochs = 1;
+    cfg.batch_size = 32;
+    cfg.lr = 0.05f;
+    cfg.threads = 1;
+    herd_train_result res;
+    assert_herd_ok(herd_train(m, train, test, &cfg, NULL, NULL, &res));
+    printf("lenet5, 1 epoch on %zu samples: test_acc %.4f, train_loss %.4f\n",
+           herd_dataset_size(train), res.test_acc, res.train_loss);
+    assert_true(res.test_acc >= 0.80);
+    herd_model_free(m);
+    herd_dataset_free(train);
+    herd_dataset_free(test);
+}
+
+static void train_run(const char *ckpt, long max_steps, bool resume, loss_log *log,
+                      herd_train_result *res)
+{
+    herd_dataset *train, *test;
+    open_subset(1000, 200, &train, &test);
+    herd_model *m;
+    assert_herd_ok(herd_model_create("resnet20", train, &m));
+    assert_herd_ok(herd_model_init_params(m, 3));
+    herd_train_config cfg;
+    herd_train_config_default(&cfg);
+    cfg.epochs = 2;
+    cfg.batch_size = 100;
+    cfg.threads = 1;
+    cfg.augment = true;
+    cfg.schedule = HERD_SCHED_COSINE;
+    cfg.warmup_epochs = 1;
+    cfg.checkpoint_dir = ckpt;
+    cfg.max_steps = max_steps;
+    cfg.resume = resume;
+    assert_herd_ok(herd_train(m, train, test, &cfg, record, log, res));
+    herd_model_free(m);
+    herd_dataset_free(train);
+    herd_dataset_free(test);
+}
+
+static void test_resume_is_exact(void **state)
+{
+    (void)state;
+    if (access(FASHION, R_OK) != 0)
+        skip();
+    char *dir_a = tu_tempdir(), *dir_b = tu_tempdir(), *dir_c = tu_tempdir();
+    loss_log full = {0}, part = {0}, rest = {0};
+    herd_train_result r;
+    train_run(dir_a, 0, false, &full, &r);
+    assert_int_equal(full.last, 20);
+    /* Stop mid-epoch (step 13 of 20) and resume. */
+    train_run(dir_b, 13, false, &part, &r);
+    assert_int_equal(part.last, 13);
+    train_run(dir_b, 0, true, &rest, &r);
+    assert_int_equal(rest.first, 14);
+    assert_int_equal(rest.last, 20);
+    for (long s = 13; s < 20; s++)
+        if (rest.loss[s] != full.loss[s])
+            fail_msg("step %ld: resumed loss %.9g != uninterrupted %.9g", s + 1, rest.loss[s],
+                     full.loss[s]);
+    /* Stop at an epoch boundary and resume. */
+    memset(&rest, 0, sizeof rest);
+    train_run(dir_c, 10, false, &part, &r);
+    train_run(dir_c, 0, true, &rest, &r);
+    assert_int_equal(rest.first, 11);
+    for (long s = 10; s < 20; s++)
+        assert_true(rest.loss[s] == full.loss[s]);
+    tu_rmtree(dir_a);
+    tu_rmtree(dir_b);
+    tu_rmtree(dir_c);
+    free(dir_a);
+    free(dir_b);
+    free(dir_c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lenet5_learns),
+        cmocka_unit_test(test_resume_is_exact),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
