@@ -22,6 +22,11 @@ struct herd_dataset {
 herd_status herd_idx_load(const char *images_path, const char *labels_path, herd_dataset *ds);
 herd_status herd_cifar10_load(const char *dir, herd_split split, herd_dataset *ds);
 herd_status herd_synthetic_make(const char *args, herd_split split, herd_dataset *ds);
+/* Per-channel mean/std on [0,1] pixels of an idx3 images file (normalising a test split
+ * with its train split's statistics). */
+herd_status herd_idx_pixel_stats(const char *images_path, float *mean, float *std);
+/* Per-channel mean/std on [0,1] pixels of n images of c channels of hw pixels each. */
+void herd_pixel_stats(const uint8_t *images, size_t n, int c, size_t hw, float *mean, float *std);
 
 /* Batches in training order. */
 typedef struct herd_loader herd_loader;
