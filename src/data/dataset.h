@@ -22,6 +22,11 @@ struct herd_dataset {
 herd_status herd_idx_load(const char *images_path, const char *labels_path, herd_dataset *ds);
 herd_status herd_cifar10_load(const char *dir, herd_split split, herd_dataset *ds);
 herd_status herd_synthetic_make(const char *args, herd_split split, herd_dataset *ds);
+/* Per-channel mean/std on [0,1] pixels of an idx3 images file (normalising a test split
+ * with its train split's statistics). */
+herd_status herd_idx_pixel_stats(const char *images_path, float *mean, float *std);
+/* Per-channel mean/std on [0,1] pixels of n images of c channels of hw pixels each. */
+void herd_pixel_stats(const uint8_t *images, size_t n, int c, size_t hw, float *mean, float *std);
 
 /* Batches in training order. */
 typedef struct herd_loader herd_loader;
@@ -34,7 +39,8 @@ typedef struct herd_loader_config {
     uint64_t seed;
     int prefetch;      /* batches prepared ahead (>= 1) */
     int workers;       /* background threads (>= 1) */
-    int shard_rank, shard_count; /* this worker's disjoint slice of every epoch's order */
+    int shard_rank, shard_count; /* this worker's disjoint slice of every epoch's order; every
+                                    shard gets the same number and sizes of batches (see loader.c) */
 } herd_loader_config;
 
 typedef struct herd_batch {
@@ -50,7 +56,7 @@ herd_status herd_loader_create(const herd_dataset *ds, const herd_loader_config 
 herd_status herd_loader_start_epoch(herd_loader *l, int epoch, long first_batch);
 long herd_loader_batches_per_epoch(const herd_loader *l);
 /* Next batch of the epoch; *has is false after the last one. The batch stays valid
- * until the next call. */
+ * until the next call to any loader function on l. */
 herd_status herd_loader_next(herd_loader *l, herd_batch *b, bool *has);
 void herd_loader_free(herd_loader *l);
 

@@ -1,0 +1,648 @@
+/* Dataset readers and the batch loader. */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "data/dataset.h"
+
+/* ------------------------------------------------------------ fabricated files */
+
+static void put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+/* An idx3 image file of n images of rows x cols, pixel = (i * 7 + j) & 255. */
+static uint8_t *make_idx_images(uint32_t n, uint32_t rows, uint32_t cols, size_t *len)
+{
+    *len = 16 + (size_t)n * rows * cols;
+    uint8_t *b = malloc(*len);
+    put_be32(b, 0x803);
+    put_be32(b + 4, n);
+    put_be32(b + 8, rows);
+    put_be32(b + 12, cols);
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < (size_t)rows * cols; j++)
+            b[16 + i * rows * cols + j] = (uint8_t)((i * 7 + j) & 255);
+    return b;
+}
+
+static uint8_t *make_idx_labels(uint32_t n, size_t *len)
+{
+    *len = 8 + n;
+    uint8_t *b = malloc(*len);
+    put_be32(b, 0x801);
+    put_be32(b + 4, n);
+    for (uint32_t i = 0; i < n; i++)
+        b[8 + i] = (uint8_t)(i % 10);
+    return b;
+}
+
+static char *write_gz(const char *dir, const char *name, const void *data, size_t len)
+{
+    char *path = malloc(strlen(dir) + strlen(name) + 2);
+    sprintf(path, "%s/%s", dir, name);
+    gzFile g = gzopen(path, "wb");
+    assert_non_null(g);
+    assert_int_equal(gzwrite(g, data, (unsigned)len), (int)len);
+    assert_int_equal(gzclose(g), Z_OK);
+    return path;
+}
+
+static void write_idx_pair(const char *dir, const char *prefix, uint32_t n, bool gz)
+{
+    size_t il, ll;
+    uint8_t *img = make_idx_images(n, 4, 3, &il), *lab = make_idx_labels(n, &ll);
+    char name[128];
+    snprintf(name, sizeof name, "%s-images-idx3-ubyte%s", prefix, gz ? ".gz" : "");
+    free(gz ? write_gz(dir, name, img, il) : tu_write_file(dir, name, img, il));
+    snprintf(name, sizeof name, "%s-labels-idx1-ubyte%s", prefix, gz ? ".gz" : "");
+    free(gz ? write_gz(dir, name, lab, ll) : tu_write_file(dir, name, lab, ll));
+    free(img);
+    free(lab);
+}
+
+static void check_idx_dataset(const herd_dataset *ds, size_t n)
+{
+    int c, h, w, classes;
+    herd_dataset_shape(ds, &c, &h, &w, &classes);
+    assert_int_equal(herd_dataset_size(ds), n);
+    assert_int_equal(c, 1);
+    assert_int_equal(h, 4);
+    assert_int_equal(w, 3);
+    assert_int_equal(classes, 10);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(ds->labels[i], (int)(i % 10));
+        for (size_t j = 0; j < 12; j++)
+            assert_int_equal(ds->images[i * 12 + j], (i * 7 + j) & 255);
+    }
+}
+
+static void test_idx_raw_and_gzip(void **state)
+{
+    (void)state;
+    for (int gz = 0; gz < 2; gz++) {
+        char *dir = tu_tempdir();
+        write_idx_pair(dir, "train", 23, gz);
+        write_idx_pair(dir, "t10k", 7, gz);
+        char spec[256];
+        snprintf(spec, sizeof spec, "idx:%s", dir);
+        herd_dataset *train, *test;
+        assert_herd_ok(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &train));
+        assert_herd_ok(herd_dataset_open(spec, HERD_SPLIT_TEST, &test));
+        check_idx_dataset(train, 23);
+        check_idx_dataset(test, 7);
+        assert_string_equal(train->spec, spec);
+        /* Both splits normalise with the train split's statistics. */
+        float mean, std;
+        herd_pixel_stats(train->images, train->n, 1, 12, &mean, &std);
+        assert_float_equal(train->mean[0], mean, 1e-6);
+        assert_float_equal(test->mean[0], mean, 1e-6);
+        assert_float_equal(test->std[0], std, 1e-6);
+        assert_true(mean > 0.05f && mean < 0.95f && std > 0.01f);
+        herd_dataset_free(train);
+        herd_dataset_free(test);
+        tu_rmtree(dir);
+        free(dir);
+    }
+}
+
+/* Expects status st and a message containing both needles. */
+static void expect_error(herd_status got, herd_status st, const char *needle1, const char *needle2)
+{
+    if (got != st)
+        fail_msg("expected %s, got %s: %s", herd_status_name(st), herd_status_name(got),
+                 herd_last_error());
+    if (!strstr(herd_last_error(), needle1) || (needle2 && !strstr(herd_last_error(), needle2)))
+        fail_msg("message '%s' lacks '%s' / '%s'", herd_last_error(), needle1,
+                 needle2 ? needle2 : "");
+}
+
+static void test_idx_errors(void **state)
+{
+    (void)state;
+    char *dir = tu_tempdir();
+    herd_dataset ds;
+    size_t il, ll;
+    uint8_t *img = make_idx_images(10, 4, 3, &il), *lab = make_idx_labels(10, &ll);
+    char *good_img = tu_write_file(dir, "good-images", img, il);
+    char *good_lab = tu_write_file(dir, "good-labels", lab, ll);
+
+    memset(&ds, 0, sizeof ds);
+    expect_error(herd_idx_load("/nonexistent/imgs", good_lab, &ds), HERD_ERR_IO,
+                 "/nonexistent/imgs", "cannot open");
+
+    /* Labels magic in an images file. */
+    char *wrong = tu_write_file(dir, "wrong-magic", lab, ll);
+    expect_error(herd_idx_load(wrong, good_lab, &ds), HERD_ERR_FORMAT, "wrong-magic", "magic");
+    expect_error(herd_idx_load(good_img, good_img, &ds), HERD_ERR_FORMAT, "good-images",
+                 "0x00000801");
+
+    char *cut = tu_write_file(dir, "cut-images", img, il - 5);
+    expect_error(herd_idx_load(cut, good_lab, &ds), HERD_ERR_FORMAT, "cut-images", "truncated");
+    char msg[128];
+    snprintf(msg, sizeof msg, "expected %zu bytes, got %zu", il, il - 5);
+    assert_non_null(strstr(herd_last_error(), msg));
+
+    char *cut_lab = tu_write_file(dir, "cut-labels", lab, ll - 1);
+    expect_error(herd_idx_load(good_img, cut_lab, &ds), HERD_ERR_FORMAT, "cut-labels", "truncated");
+    char *header_only = tu_write_file(dir, "tiny", img, 6);
+    expect_error(herd_idx_load(header_only, good_lab, &ds), HERD_ERR_FORMAT, "tiny", "truncated");
+
+    /* A gzip stream cut in the middle. */
+    char *gz = write_gz(dir, "full.gz", img, il);
+    FILE *f = fopen(gz, "rb");
+    uint8_t buf[4096];
+    size_t gl = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    char *gz_cut = tu_write_file(dir, "cut.gz", buf, gl / 2);
+    expect_error(herd_idx_load(gz_cut, good_lab, &ds), HERD_ERR_FORMAT, "cut.gz", "truncated");
+
+    /* Valid gzip header, corrupt deflate data. */
+    memset(buf + 10, 0xff, gl > 30 ? 20 : gl - 10);
+    char *gz_bad = tu_write_file(dir, "bad.gz", buf, gl);
+    expect_error(herd_idx_load(gz_bad, good_lab, &ds), HERD_ERR_FORMAT, "bad.gz", "gzip");
+
+    size_t ll2;
+    uint8_t *lab9 = make_idx_labels(9, &ll2);
+    char *short_lab = tu_write_file(dir, "nine-labels", lab9, ll2);
+    expect_error(herd_idx_load(good_img, short_lab, &ds), HERD_ERR_FORMAT, "nine-labels", "10 images");
+
+    /* An absurd header must not allocate terabytes. */
+    put_be32(img + 4, 0x7fffffff);
+    put_be32(img + 8, 4000);
+    char *huge = tu_write_file(dir, "huge", img, il);
+    expect_error(herd_idx_load(huge, good_lab, &ds), HERD_ERR_FORMAT, "huge", "implausible");
+
+    char spec[256];
+    snprintf(spec, sizeof spec, "idx:%s", dir);
+    herd_dataset *out = (herd_dataset *)1;
+    expect_error(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &out), HERD_ERR_IO,
+                 "train-images-idx3-ubyte", dir);
+    assert_null(out);
+    expect_error(herd_dataset_open("nope", HERD_SPLIT_TRAIN, &out), HERD_ERR_INVALID_ARG, "nope",
+                 NULL);
+
+    char *paths[] = {good_img, good_lab, wrong, cut, cut_lab, header_only, gz, gz_cut, gz_bad,
+                     short_lab, huge};
+    for (size_t i = 0; i < sizeof paths / sizeof *paths; i++)
+        free(paths[i]);
+    free(img);
+    free(lab);
+    free(lab9);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+static void write_cifar(const char *dir, const char *name, int records, int bad_label_at,
+                        size_t cut)
+{
+    size_t len = (size_t)records * 3073;
+    uint8_t *b = malloc(len);
+    for (int r = 0; r < records; r++) {
+        b[(size_t)r * 3073] = (uint8_t)(r == bad_label_at ? 10 : (r * 3) % 10);
+        for (int j = 0; j < 3072; j++)
+            b[(size_t)r * 3073 + 1 + j] = (uint8_t)(r + j);
+    }
+    free(tu_write_file(dir, name, b, len - cut));
+    free(b);
+}
+
+static void test_cifar10(void **state)
+{
+    (void)state;
+    char *dir = tu_tempdir();
+    char name[64], spec[256];
+    snprintf(spec, sizeof spec, "cifar10:%s", dir);
+    herd_dataset *ds = NULL;
+    expect_error(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &ds), HERD_ERR_IO, "data_batch_1.bin",
+                 "cannot open");
+    for (int i = 1; i <= 5; i++) {
+        snprintf(name, sizeof name, "data_batch_%d.bin", i);
+        write_cifar(dir, name, 3, -1, 0);
+    }
+    write_cifar(dir, "test_batch.bin", 2, -1, 0);
+    assert_herd_ok(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &ds));
+    int c, h, w, classes;
+    herd_dataset_shape(ds, &c, &h, &w, &classes);
+    assert_int_equal(herd_dataset_size(ds), 15);
+    assert_int_equal(c, 3);
+    assert_int_equal(h, 32);
+    assert_int_equal(w, 32);
+    assert_int_equal(classes, 10);
+    assert_int_equal(ds->labels[4], 3); /* file 2, record 1 */
+    assert_int_equal(ds->images[4 * 3072 + 1025], (1 + 1025) & 255);
+    assert_float_equal(ds->mean[2], 0.4465f, 1e-6);
+    herd_dataset_free(ds);
+    assert_herd_ok(herd_dataset_open(spec, HERD_SPLIT_TEST, &ds));
+    assert_int_equal(herd_dataset_size(ds), 2);
+    herd_dataset_free(ds);
+
+    write_cifar(dir, "data_batch_3.bin", 3, -1, 100);
+    expect_error(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &ds), HERD_ERR_FORMAT,
+                 "data_batch_3.bin", "multiple");
+    write_cifar(dir, "data_batch_3.bin", 3, 2, 0);
+    expect_error(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &ds), HERD_ERR_FORMAT,
+                 "data_batch_3.bin", "label 10");
+    tu_rmtree(dir);
+    free(dir);
+}
+
+static void test_synthetic(void **state)
+{
+    (void)state;
+    herd_dataset *a, *b, *t;
+    assert_herd_ok(herd_dataset_open("synthetic:3,8,6,5,50", HERD_SPLIT_TRAIN, &a));
+    assert_herd_ok(herd_dataset_open("synthetic:3,8,6,5,50", HERD_SPLIT_TRAIN, &b));
+    assert_herd_ok(herd_dataset_open("synthetic:3,8,6,5,50", HERD_SPLIT_TEST, &t));
+    int c, h, w, classes;
+    herd_dataset_shape(a, &c, &h, &w, &classes);
+    assert_int_equal(c * 100 + h * 10 + w, 386);
+    assert_int_equal(classes, 5);
+    assert_int_equal(herd_dataset_size(a), 50);
+    assert_memory_equal(a->images, b->images, 50 * 144);
+    assert_memory_equal(a->labels, b->labels, 50 * sizeof(int32_t));
+    assert_memory_not_equal(a->images, t->images, 50 * 144);
+    for (int i = 0; i < 50; i++)
+        assert_true(a->labels[i] >= 0 && a->labels[i] < 5);
+    herd_dataset_free(a);
+    herd_dataset_free(b);
+    herd_dataset_free(t);
+    assert_herd_ok(herd_dataset_open("synthetic:1,28,28,10", HERD_SPLIT_TEST, &a));
+    assert_int_equal(herd_dataset_size(a), 10000);
+    assert_herd_ok(herd_dataset_truncate(a, 100));
+    assert_int_equal(herd_dataset_size(a), 100);
+    herd_dataset_free(a);
+
+    const char *bad[] = {"synthetic:", "synthetic:1,2,3", "synthetic:0,8,8,10", "synthetic:1,8,8,1",
+                         "synthetic:1,-8,8,10", "synthetic:1,8,8,10,", "synthetic:1,8,8,10,0",
+                         "synthetic:1,8,8,10,5,6", "synthetic:1, 8,8,10", "synthetic:4,8,8,10",
+                         "synthetic:1,8,8x,10", "synthetic:3,1024,1024,10,10000000",
+                         "synthetic:1,99999999999,8,10"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        herd_dataset *ds = (herd_dataset *)1;
+        herd_status st = herd_dataset_open(bad[i], HERD_SPLIT_TRAIN, &ds);
+        if (st != HERD_ERR_INVALID_ARG)
+            fail_msg("'%s' gave %s", bad[i], herd_status_name(st));
+        assert_null(ds);
+        assert_non_null(strstr(herd_last_error(), "synthetic:"));
+    }
+}
+
+/* ------------------------------------------------------------------- loader */
+
+/* n samples of c x h x w; label i identifies sample i; pixel values vary with i and position. */
+static herd_dataset *make_ds(size_t n, int c, int h, int w)
+{
+    herd_dataset *ds = calloc(1, sizeof *ds);
+    ds->n = n;
+    ds->c = c;
+    ds->h = h;
+    ds->w = w;
+    ds->classes = (int)n;
+    size_t per = (size_t)c * h * w;
+    ds->images = malloc(n * per);
+    ds->labels = malloc(n * sizeof(int32_t));
+    for (size_t i = 0; i < n; i++) {
+        ds->labels[i] = (int32_t)i;
+        for (size_t j = 0; j < per; j++)
+            ds->images[i * per + j] = (uint8_t)(1 + (i * 31 + j * 17) % 255);
+    }
+    for (int ch = 0; ch < 3; ch++) {
+        ds->mean[ch] = 0.25f + 0.1f * ch;
+        ds->std[ch] = 0.5f - 0.1f * ch;
+    }
+    return ds;
+}
+
+static herd_loader_config base_cfg(int batch)
+{
+    herd_loader_config cfg = {.batch_size = batch, .shuffle = true, .augment = false,
+                              .drop_last = false, .seed = 42, .prefetch = 2, .workers = 2,
+                              .shard_rank = 0, .shard_count = 1};
+    return cfg;
+}
+
+typedef struct epoch_record {
+    int32_t *labels; /* in order received */
+    float *x;
+    int *sizes;
+    long batches;
+    size_t samples;
+} epoch_record;
+
+static epoch_record run_epoch(const herd_dataset *ds, const herd_loader_config *cfg, int epoch,
+                              long first_batch)
+{
+    herd_loader *l;
+    assert_herd_ok(herd_loader_create(ds, cfg, &l));
+    assert_herd_ok(herd_loader_start_epoch(l, epoch, first_batch));
+    size_t per = (size_t)ds->c * ds->h * ds->w;
+    long nb = herd_loader_batches_per_epoch(l);
+    epoch_record r = {0};
+    r.labels = malloc((size_t)nb * cfg->batch_size * sizeof(int32_t));
+    r.x = malloc((size_t)nb * cfg->batch_size * per * sizeof(float));
+    r.sizes = calloc((size_t)nb, sizeof(int));
+    herd_batch b;
+    bool has;
+    for (;;) {
+        assert_herd_ok(herd_loader_next(l, &b, &has));
+        if (!has)
+            break;
+        assert_true(b.wait_s >= 0);
+        assert_true(b.n >= 1 && b.n <= cfg->batch_size);
+        memcpy(r.labels + r.samples, b.labels, (size_t)b.n * sizeof(int32_t));
+        memcpy(r.x + r.samples * per, b.x, (size_t)b.n * per * sizeof(float));
+        r.sizes[r.batches++] = b.n;
+        r.samples += (size_t)b.n;
+    }
+    assert_int_equal(r.batches, nb - first_batch);
+    assert_herd_ok(herd_loader_next(l, &b, &has)); /* stays finished */
+    assert_false(has);
+    herd_loader_free(l);
+    return r;
+}
+
+static void free_record(epoch_record *r)
+{
+    free(r->labels);
+    free(r->x);
+    free(r->sizes);
+}
+
+static void test_loader_covers_and_shuffles(void **state)
+{
+    (void)state;
+    herd_dataset *ds = make_ds(103, 1, 4, 4);
+    herd_loader_config cfg = base_cfg(10);
+    epoch_record e0 = run_epoch(ds, &cfg, 0, 0), e0b = run_epoch(ds, &cfg, 0, 0),
+                 e1 = run_epoch(ds, &cfg, 1, 0);
+    assert_int_equal(e0.batches, 11);
+    assert_int_equal(e0.sizes[10], 3);
+    assert_int_equal(e0.samples, 103);
+    int seen[103] = {0};
+    for (size_t i = 0; i < 103; i++)
+        seen[e0.labels[i]]++;
+    for (int i = 0; i < 103; i++)
+        assert_int_equal(seen[i], 1);
+    assert_memory_equal(e0.labels, e0b.labels, 103 * sizeof(int32_t));
+    assert_memory_not_equal(e0.labels, e1.labels, 103 * sizeof(int32_t));
+    herd_loader_config other_seed = cfg;
+    other_seed.seed = 43;
+    epoch_record s = run_epoch(ds, &other_seed, 0, 0);
+    assert_memory_not_equal(e0.labels, s.labels, 103 * sizeof(int32_t));
+
+    cfg.drop_last = true;
+    epoch_record d = run_epoch(ds, &cfg, 0, 0);
+    assert_int_equal(d.batches, 10);
+    assert_int_equal(d.samples, 100);
+    assert_memory_equal(d.labels, e0.labels, 100 * sizeof(int32_t)); /* same permutation */
+
+    cfg.shuffle = false;
+    epoch_record o = run_epoch(ds, &cfg, 3, 0);
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(o.labels[i], i);
+
+    epoch_record *all[] = {&e0, &e0b, &e1, &s, &d, &o};
+    for (size_t i = 0; i < 6; i++)
+        free_record(all[i]);
+    herd_dataset_free(ds);
+}
+
+static void test_loader_shards(void **state)
+{
+    (void)state;
+    herd_dataset *ds = make_ds(100, 1, 2, 2);
+    for (int drop = 0; drop < 2; drop++) {
+        herd_loader_config cfg = base_cfg(8);
+        cfg.drop_last = drop;
+        cfg.shard_count = 3;
+        epoch_record r[3];
+        int seen[100] = {0};
+        for (int k = 0; k < 3; k++) {
+            cfg.shard_rank = k;
+            r[k] = run_epoch(ds, &cfg, 5, 0);
+            for (size_t i = 0; i < r[k].samples; i++)
+                seen[r[k].labels[i]]++;
+        }
+        for (int k = 1; k < 3; k++) { /* same steps and step sizes on every rank */
+            assert_int_equal(r[k].batches, r[0].batches);
+            assert_memory_equal(r[k].sizes, r[0].sizes, (size_t)r[0].batches * sizeof(int));
+        }
+        if (drop) {
+            /* 4 steps of 3 x 8 = 96 distinct samples, 4 dropped. */
+            assert_int_equal(r[0].batches, 4);
+            int once = 0;
+            for (int i = 0; i < 100; i++) {
+                assert_true(seen[i] <= 1);
+                once += seen[i];
+            }
+            assert_int_equal(once, 96);
+        } else {
+            /* 5 steps; the last 4 samples split 2 per rank, so 2 positions wrap around. */
+            assert_int_equal(r[0].batches, 5);
+            assert_int_equal(r[0].sizes[4], 2);
+            int dup = 0;
+            for (int i = 0; i < 100; i++) {
+                assert_true(seen[i] >= 1 && seen[i] <= 2);
+                dup += seen[i] - 1;
+            }
+            assert_int_equal(dup, 2);
+        }
+        /* K ranks of batch B see what one process of batch K*B sees. */
+        herd_loader_config one = base_cfg(24);
+        one.drop_last = drop;
+        epoch_record big = run_epoch(ds, &one, 5, 0);
+        for (int k = 0; k < 3; k++)
+            assert_memory_equal(r[k].labels, big.labels + 8 * k, 8 * sizeof(int32_t));
+        free_record(&big);
+        for (int k = 0; k < 3; k++)
+            free_record(&r[k]);
+    }
+    herd_dataset_free(ds);
+}
+
+static void test_loader_resume_and_restart(void **state)
+{
+    (void)state;
+    herd_dataset *ds = make_ds(57, 3, 6, 5);
+    herd_loader_config cfg = base_cfg(4);
+    cfg.augment = true;
+    size_t per = 90;
+    epoch_record full = run_epoch(ds, &cfg, 2, 0);
+    epoch_record tail = run_epoch(ds, &cfg, 2, 6);
+    assert_int_equal(full.batches, 15);
+    assert_int_equal(tail.batches, 9);
+    assert_memory_equal(tail.labels, full.labels + 24, tail.samples * sizeof(int32_t));
+    assert_memory_equal(tail.x, full.x + 24 * per, tail.samples * per * sizeof(float));
+
+    /* Restarting while workers are mid-epoch cancels cleanly and reproduces the epoch. */
+    herd_loader *l;
+    cfg.prefetch = 4;
+    assert_herd_ok(herd_loader_create(ds, &cfg, &l));
+    herd_batch b;
+    bool has;
+    for (int round = 0; round < 20; round++) {
+        assert_herd_ok(herd_loader_start_epoch(l, round % 3, 0));
+        for (int i = 0; i < round % 4; i++)
+            assert_herd_ok(herd_loader_next(l, &b, &has));
+    }
+    assert_herd_ok(herd_loader_start_epoch(l, 2, 0));
+    size_t at = 0;
+    for (;;) {
+        assert_herd_ok(herd_loader_next(l, &b, &has));
+        if (!has)
+            break;
+        assert_memory_equal(b.labels, full.labels + at, (size_t)b.n * sizeof(int32_t));
+        assert_memory_equal(b.x, full.x + at * per, (size_t)b.n * per * sizeof(float));
+        at += (size_t)b.n;
+    }
+    assert_int_equal(at, 57);
+    assert_herd_ok(herd_loader_start_epoch(l, 2, 15)); /* resuming at the end: nothing left */
+    assert_herd_ok(herd_loader_next(l, &b, &has));
+    assert_false(has);
+    assert_int_equal(herd_loader_start_epoch(l, 2, 16), HERD_ERR_INVALID_ARG);
+    herd_loader_free(l);
+
+    /* Freeing a loader with work in flight, and one never started. */
+    assert_herd_ok(herd_loader_create(ds, &cfg, &l));
+    assert_herd_ok(herd_loader_start_epoch(l, 0, 0));
+    herd_loader_free(l);
+    assert_herd_ok(herd_loader_create(ds, &cfg, &l));
+    assert_int_equal(herd_loader_next(l, &b, &has), HERD_ERR_INVALID_ARG);
+    herd_loader_free(l);
+    free_record(&full);
+    free_record(&tail);
+    herd_dataset_free(ds);
+}
+
+static float norm(const herd_dataset *ds, int ch, int v)
+{
+    return ((float)v / 255.0f - ds->mean[ch]) / ds->std[ch];
+}
+
+/* True when out is sample img cropped by (dy, dx) from its 4-padded copy, maybe flipped. */
+static bool is_augmented_copy(const herd_dataset *ds, size_t index, const float *out)
+{
+    const int c = ds->c, h = ds->h, w = ds->w;
+    const uint8_t *img = ds->images + index * (size_t)c * h * w;
+    for (int flip = 0; flip < 2; flip++)
+        for (int dy = -4; dy <= 4; dy++)
+            for (int dx = -4; dx <= 4; dx++) {
+                bool match = true;
+                for (int ch = 0; ch < c && match; ch++)
+                    for (int y = 0; y < h && match; y++)
+                        for (int x = 0; x < w && match; x++) {
+                            int sy = y + dy, sx = (flip ? w - 1 - x : x) + dx;
+                            int v = sy >= 0 && sy < h && sx >= 0 && sx < w
+                                        ? img[(ch * h + sy) * w + sx] : 0;
+                            match = fabsf(out[(ch * h + y) * w + x] - norm(ds, ch, v)) < 1e-5f;
+                        }
+                if (match)
+                    return true;
+            }
+    return false;
+}
+
+static void test_loader_augment_and_normalise(void **state)
+{
+    (void)state;
+    herd_dataset *ds = make_ds(40, 3, 7, 9);
+    size_t per = 3 * 7 * 9;
+    herd_loader_config cfg = base_cfg(6);
+    epoch_record plain = run_epoch(ds, &cfg, 0, 0);
+    for (size_t i = 0; i < plain.samples; i++) {
+        const uint8_t *img = ds->images + (size_t)plain.labels[i] * per;
+        for (size_t j = 0; j < per; j++)
+            assert_float_equal(plain.x[i * per + j], norm(ds, (int)(j / 63), img[j]), 1e-6);
+    }
+    cfg.augment = true;
+    cfg.workers = 1;
+    cfg.prefetch = 1;
+    epoch_record a1 = run_epoch(ds, &cfg, 0, 0);
+    cfg.workers = 4;
+    cfg.prefetch = 3;
+    epoch_record a4 = run_epoch(ds, &cfg, 0, 0);
+    assert_memory_equal(a1.labels, plain.labels, 40 * sizeof(int32_t));
+    assert_memory_equal(a1.x, a4.x, 40 * per * sizeof(float));
+    assert_memory_not_equal(a1.x, plain.x, 40 * per * sizeof(float));
+    int changed = 0;
+    for (size_t i = 0; i < 40; i++) {
+        assert_true(is_augmented_copy(ds, (size_t)a1.labels[i], a1.x + i * per));
+        changed += memcmp(a1.x + i * per, plain.x + i * per, per * sizeof(float)) != 0;
+    }
+    assert_true(changed > 30); /* 1/162 chance per sample of the identity */
+    epoch_record next = run_epoch(ds, &cfg, 1, 0);
+    assert_memory_not_equal(next.x, a1.x, 40 * per * sizeof(float));
+    free_record(&plain);
+    free_record(&a1);
+    free_record(&a4);
+    free_record(&next);
+
+    herd_loader *l = (herd_loader *)1;
+    cfg.batch_size = 0;
+    assert_int_equal(herd_loader_create(ds, &cfg, &l), HERD_ERR_INVALID_ARG);
+    assert_null(l);
+    cfg = base_cfg(50);
+    cfg.drop_last = true;
+    assert_int_equal(herd_loader_create(ds, &cfg, &l), HERD_ERR_INVALID_ARG);
+    cfg = base_cfg(5);
+    cfg.shard_rank = 2;
+    cfg.shard_count = 2;
+    assert_int_equal(herd_loader_create(ds, &cfg, &l), HERD_ERR_INVALID_ARG);
+    herd_dataset_free(ds);
+}
+
+static void test_fashion_mnist(void **state)
+{
+    (void)state;
+    if (access("/usr/share/datasets/fashion-mnist", F_OK) != 0)
+        skip();
+    herd_dataset *train, *test;
+    assert_herd_ok(herd_dataset_open("fashion-mnist", HERD_SPLIT_TRAIN, &train));
+    assert_herd_ok(herd_dataset_open("fashion-mnist", HERD_SPLIT_TEST, &test));
+    int c, h, w, classes;
+    herd_dataset_shape(train, &c, &h, &w, &classes);
+    assert_int_equal(herd_dataset_size(train), 60000);
+    assert_int_equal(herd_dataset_size(test), 10000);
+    assert_int_equal(c, 1);
+    assert_int_equal(h, 28);
+    assert_int_equal(w, 28);
+    assert_int_equal(classes, 10);
+    float mean, std;
+    herd_pixel_stats(train->images, train->n, 1, 784, &mean, &std);
+    assert_float_equal(mean, train->mean[0], 1e-3);
+    assert_float_equal(std, train->std[0], 1e-3);
+    int counts[10] = {0};
+    for (size_t i = 0; i < test->n; i++)
+        counts[test->labels[i]]++;
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(counts[i], 1000);
+    herd_dataset_free(train);
+    herd_dataset_free(test);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_idx_raw_and_gzip),
+        cmocka_unit_test(test_idx_errors),
+        cmocka_unit_test(test_cifar10),
+        cmocka_unit_test(test_synthetic),
+        cmocka_unit_test(test_loader_covers_and_shuffles),
+        cmocka_unit_test(test_loader_shards),
+        cmocka_unit_test(test_loader_resume_and_restart),
+        cmocka_unit_test(test_loader_augment_and_normalise),
+        cmocka_unit_test(test_fashion_mnist),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
