@@ -162,6 +162,7 @@ herd_status herd_cpu_global_avgpool_fwd(int n, int c, int hw, const float *x, fl
     for (size_t r = 0; r < rows; r++) {
         const float *xr = x + r * hw;
         float s = 0.0f;
+#pragma omp simd reduction(+ : s)
         for (int i = 0; i < hw; i++)
             s += xr[i];
         y[r] = s * inv;
