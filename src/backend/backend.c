@@ -1,0 +1,55 @@
+#include "backend/backend.h"
+
+#include "core/error.h"
+
+/* PyTorch's output size: floor((in + 2*pad - k) / stride) + 1. */
+static int out_size(int in, int k, int stride, int pad) { return (in + 2 * pad - k) / stride + 1; }
+
+herd_status herd_conv_desc_finish(herd_conv_desc *d)
+{
+    if (!d)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d: NULL description");
+    if (d->n <= 0 || d->c_in <= 0 || d->h_in <= 0 || d->w_in <= 0 || d->c_out <= 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "conv2d: sizes must be positive (n=%d c_in=%d h=%d w=%d c_out=%d)", d->n,
+                        d->c_in, d->h_in, d->w_in, d->c_out);
+    if (d->kh <= 0 || d->kw <= 0 || d->stride <= 0 || d->pad < 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "conv2d: kernel %dx%d, stride %d, pad %d: kernel and stride must be "
+                        "positive and pad non-negative",
+                        d->kh, d->kw, d->stride, d->pad);
+    if (d->h_in + 2 * d->pad < d->kh || d->w_in + 2 * d->pad < d->kw)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "conv2d: kernel %dx%d is larger than the padded input %dx%d (pad %d); "
+                        "the input is too small for this layer",
+                        d->kh, d->kw, d->h_in + 2 * d->pad, d->w_in + 2 * d->pad, d->pad);
+    d->h_out = out_size(d->h_in, d->kh, d->stride, d->pad);
+    d->w_out = out_size(d->w_in, d->kw, d->stride, d->pad);
+    return HERD_OK;
+}
+
+herd_status herd_pool_desc_finish(herd_pool_desc *d)
+{
+    if (!d)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "pool: NULL description");
+    if (d->n <= 0 || d->c <= 0 || d->h_in <= 0 || d->w_in <= 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "pool: sizes must be positive (n=%d c=%d h=%d w=%d)",
+                        d->n, d->c, d->h_in, d->w_in);
+    if (d->k <= 0 || d->stride <= 0 || d->pad < 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "pool: kernel %d, stride %d, pad %d: kernel and stride must be positive "
+                        "and pad non-negative",
+                        d->k, d->stride, d->pad);
+    /* PyTorch's rule: padding beyond half the kernel would make windows of pure padding. */
+    if (2 * d->pad > d->k)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "pool: pad %d must be at most half the kernel %d",
+                        d->pad, d->k);
+    if (d->h_in + 2 * d->pad < d->k || d->w_in + 2 * d->pad < d->k)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "pool: kernel %d is larger than the padded input %dx%d; the input is "
+                        "too small for this layer",
+                        d->k, d->h_in + 2 * d->pad, d->w_in + 2 * d->pad);
+    d->h_out = out_size(d->h_in, d->k, d->stride, d->pad);
+    d->w_out = out_size(d->w_in, d->k, d->stride, d->pad);
+    return HERD_OK;
+}

@@ -1,0 +1,126 @@
+/* oneDNN helpers shared by convolution and pooling: ports with reorders, primitive
+ * creation with a user scratchpad, execution on the shared stream. */
+#include "backend/cpu/cpu_dnnl.h"
+
+#include <string.h>
+
+herd_status herd_dnnl_plain_md(dnnl_memory_desc_t *md, int ndims, const dnnl_dim_t *dims,
+                               bool any_layout)
+{
+    static const dnnl_format_tag_t plain[] = {dnnl_format_tag_undef, dnnl_a, dnnl_ab, dnnl_abc,
+                                              dnnl_abcd};
+    dnnl_format_tag_t tag = any_layout ? dnnl_format_tag_any : plain[ndims];
+    HERD_DNNL(dnnl_memory_desc_init_by_tag(md, ndims, dims, dnnl_f32, tag), "memory descriptor");
+    return HERD_OK;
+}
+
+herd_status herd_dnnl_port_init(herd_dnnl_port *port, const dnnl_memory_desc_t *user_md,
+                                const dnnl_memory_desc_t *prim_md, bool is_input,
+                                const char *what)
+{
+    dnnl_engine_t eng;
+    dnnl_stream_t stream;
+    HERD_TRY(herd_dnnl_get(&eng, &stream));
+    memset(port, 0, sizeof *port);
+    HERD_DNNL(dnnl_memory_create(&port->user, user_md, eng, DNNL_MEMORY_NONE), what);
+    if (dnnl_memory_desc_equal(user_md, prim_md)) {
+        port->inner = port->user;
+        return HERD_OK;
+    }
+    port->inner_bytes = dnnl_memory_desc_get_size(prim_md);
+    port->inner_buf = herd_aligned_alloc(port->inner_bytes);
+    if (!port->inner_buf)
+        return HERD_NOMEM(port->inner_bytes);
+    HERD_DNNL(dnnl_memory_create(&port->inner, prim_md, eng, port->inner_buf), what);
+    dnnl_primitive_desc_t rpd;
+    const dnnl_memory_desc_t *src = is_input ? user_md : prim_md;
+    const dnnl_memory_desc_t *dst = is_input ? prim_md : user_md;
+    HERD_DNNL(dnnl_reorder_primitive_desc_create(&rpd, src, eng, dst, eng, NULL), what);
+    dnnl_status_t st = dnnl_primitive_create(&port->reorder, rpd);
+    dnnl_primitive_desc_destroy(rpd);
+    HERD_DNNL(st, what);
+    return HERD_OK;
+}
+
+void herd_dnnl_port_free(herd_dnnl_port *port)
+{
+    if (port->reorder)
+        dnnl_primitive_destroy(port->reorder);
+    if (port->inner && port->inner != port->user)
+        dnnl_memory_destroy(port->inner);
+    if (port->user)
+        dnnl_memory_destroy(port->user);
+    herd_aligned_free(port->inner_buf);
+    memset(port, 0, sizeof *port);
+}
+
+static herd_status run_reorder(herd_dnnl_port *port, dnnl_memory_t from, dnnl_memory_t to,
+                               const char *what)
+{
+    dnnl_exec_arg_t args[2] = {herd_dnnl_arg(DNNL_ARG_FROM, from), herd_dnnl_arg(DNNL_ARG_TO, to)};
+    return herd_dnnl_exec(port->reorder, 2, args, what);
+}
+
+herd_status herd_dnnl_port_in(herd_dnnl_port *port, const void *data, const char *what)
+{
+    if (!data)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: NULL input", what);
+    HERD_DNNL(dnnl_memory_set_data_handle(port->user, (void *)data), what);
+    if (port->reorder)
+        return run_reorder(port, port->user, port->inner, what);
+    return HERD_OK;
+}
+
+herd_status herd_dnnl_port_out(herd_dnnl_port *port, void *data, const char *what)
+{
+    if (!data)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: NULL output", what);
+    HERD_DNNL(dnnl_memory_set_data_handle(port->user, data), what);
+    return HERD_OK;
+}
+
+herd_status herd_dnnl_port_out_finish(herd_dnnl_port *port, const char *what)
+{
+    if (port->reorder)
+        return run_reorder(port, port->inner, port->user, what);
+    return HERD_OK;
+}
+
+herd_status herd_dnnl_create(const void *op_desc, const_dnnl_primitive_desc_t hint,
+                             dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim, const char *what)
+{
+    dnnl_engine_t eng;
+    dnnl_stream_t stream;
+    HERD_TRY(herd_dnnl_get(&eng, &stream));
+    dnnl_primitive_attr_t attr;
+    HERD_DNNL(dnnl_primitive_attr_create(&attr), what);
+    dnnl_status_t st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+    if (st == dnnl_success)
+        st = dnnl_primitive_desc_create(pd, op_desc, attr, eng, hint);
+    dnnl_primitive_attr_destroy(attr);
+    HERD_DNNL(st, what);
+    st = dnnl_primitive_create(prim, *pd);
+    if (st != dnnl_success) {
+        dnnl_primitive_desc_destroy(*pd);
+        *pd = NULL;
+    }
+    HERD_DNNL(st, what);
+    return HERD_OK;
+}
+
+size_t herd_dnnl_scratchpad_bytes(const_dnnl_primitive_desc_t pd)
+{
+    const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    return md ? dnnl_memory_desc_get_size(md) : 0;
+}
+
+herd_status herd_dnnl_exec(dnnl_primitive_t prim, int nargs, const dnnl_exec_arg_t *args,
+                           const char *what)
+{
+    dnnl_engine_t eng;
+    dnnl_stream_t stream;
+    HERD_TRY(herd_dnnl_get(&eng, &stream));
+    HERD_DNNL(dnnl_primitive_execute(prim, stream, nargs, args), what);
+    HERD_DNNL(dnnl_stream_wait(stream), what);
+    return HERD_OK;
+}

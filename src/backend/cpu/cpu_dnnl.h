@@ -1,0 +1,72 @@
+/* oneDNN plumbing shared by the CPU backend's convolution and pooling files. */
+#ifndef HERD_BACKEND_CPU_DNNL_H
+#define HERD_BACKEND_CPU_DNNL_H
+
+#include <oneapi/dnnl/dnnl.h>
+
+#include "core/error.h"
+
+/* The process-wide CPU engine and stream (created once, never destroyed). */
+herd_status herd_dnnl_get(dnnl_engine_t *engine, dnnl_stream_t *stream);
+
+/* Turns a failing oneDNN call into HERD_ERR_INTERNAL naming what failed. */
+#define HERD_DNNL(call, what)                                                              \
+    do {                                                                                   \
+        dnnl_status_t herd_dnnl_st_ = (call);                                              \
+        if (herd_dnnl_st_ != dnnl_success)                                                 \
+            return HERD_ERR(HERD_ERR_INTERNAL, "oneDNN %s failed: %s (status %d)", (what),   \
+                            herd_dnnl_status_str(herd_dnnl_st_), (int)herd_dnnl_st_);      \
+    } while (0)
+
+const char *herd_dnnl_status_str(dnnl_status_t st);
+
+/* One argument of a primitive execution. */
+static inline dnnl_exec_arg_t herd_dnnl_arg(int which, dnnl_memory_t mem)
+{
+    dnnl_exec_arg_t a = {which, mem};
+    return a;
+}
+
+#endif
+
+#ifndef HERD_BACKEND_CPU_DNNL_PORT
+#define HERD_BACKEND_CPU_DNNL_PORT
+#include <stdbool.h>
+
+/*
+ * One tensor argument of a primitive: `user` wraps the caller's plain-layout
+ * pointer (set per call); `inner` is the layout the primitive chose. When they
+ * differ, `inner` owns a buffer allocated once and `reorder` converts between
+ * them (user -> inner for inputs, inner -> user for outputs).
+ */
+typedef struct herd_dnnl_port {
+    dnnl_memory_t user;
+    dnnl_memory_t inner; /* == user when no reorder is needed */
+    dnnl_primitive_t reorder;
+    void *inner_buf;
+    size_t inner_bytes;
+} herd_dnnl_port;
+
+herd_status herd_dnnl_port_init(herd_dnnl_port *port, const dnnl_memory_desc_t *user_md,
+                                const dnnl_memory_desc_t *prim_md, bool is_input,
+                                const char *what);
+void herd_dnnl_port_free(herd_dnnl_port *port);
+/* Points the port at the caller's data; inputs are reordered into `inner` now. */
+herd_status herd_dnnl_port_in(herd_dnnl_port *port, const void *data, const char *what);
+/* Points the port at the caller's output; call herd_dnnl_port_out_finish after the primitive. */
+herd_status herd_dnnl_port_out(herd_dnnl_port *port, void *data, const char *what);
+herd_status herd_dnnl_port_out_finish(herd_dnnl_port *port, const char *what);
+
+/* Creates pd and primitive from an op descriptor with a user-managed scratchpad
+ * (so the plan can own one buffer for all its primitives). */
+herd_status herd_dnnl_create(const void *op_desc, const_dnnl_primitive_desc_t hint,
+                             dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim, const char *what);
+/* Bytes of scratchpad the primitive needs. */
+size_t herd_dnnl_scratchpad_bytes(const_dnnl_primitive_desc_t pd);
+/* Runs a primitive on the shared stream and waits for it. */
+herd_status herd_dnnl_exec(dnnl_primitive_t prim, int nargs, const dnnl_exec_arg_t *args,
+                           const char *what);
+/* A plain row-major ("abcd" / "a") descriptor. */
+herd_status herd_dnnl_plain_md(dnnl_memory_desc_t *md, int ndims, const dnnl_dim_t *dims,
+                               bool any_layout);
+#endif

@@ -1,0 +1,63 @@
+/* Softmax cross-entropy with label smoothing (PyTorch's CrossEntropyLoss semantics). */
+#include <math.h>
+
+#include "backend/cpu/cpu_ops.h"
+#include "core/error.h"
+
+herd_status herd_cpu_softmax_xent(int n, int classes, const float *logits, const int32_t *labels,
+                                  float smoothing, float *dlogits, double *loss_sum,
+                                  long *correct)
+{
+    if (n <= 0 || classes <= 0 || !logits || !labels)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "softmax_xent: bad arguments (n=%d classes=%d)", n,
+                        classes);
+    if (!(smoothing >= 0.0f && smoothing <= 1.0f))
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "softmax_xent: label smoothing must be in [0, 1], got %g",
+                        (double)smoothing);
+    for (int i = 0; i < n; i++)
+        if (labels[i] < 0 || labels[i] >= classes)
+            return HERD_ERR(HERD_ERR_INVALID_ARG,
+                            "softmax_xent: label %d of sample %d is outside [0, %d); does the "
+                            "model's class count match the dataset?",
+                            (int)labels[i], i, classes);
+    /* target = (1 - eps) * onehot + eps / classes */
+    const float off_target = smoothing / (float)classes;
+    const float on_target = 1.0f - smoothing + off_target;
+    const float inv_n = 1.0f / (float)n;
+    double total = 0.0;
+    long hits = 0;
+#pragma omp parallel for schedule(static) reduction(+ : total, hits) if (n * (size_t)classes >= HERD_CPU_PAR_MIN)
+    for (int i = 0; i < n; i++) {
+        const float *z = logits + (size_t)i * classes;
+        int best = 0;
+        for (int j = 1; j < classes; j++)
+            if (z[j] > z[best])
+                best = j;
+        float zmax = z[best];
+        /* log-sum-exp shifted by the max so exp never overflows. */
+        double sum_exp = 0.0, sum_z = 0.0;
+        for (int j = 0; j < classes; j++) {
+            sum_exp += exp((double)(z[j] - zmax));
+            sum_z += z[j];
+        }
+        double lse = zmax + log(sum_exp);
+        int y = labels[i];
+        /* -sum_j target_j * (z_j - lse), using sum_j target_j = 1. */
+        double loss = lse - (1.0 - smoothing) * z[y] - (double)off_target * sum_z;
+        total += loss;
+        hits += best == y;
+        if (dlogits) {
+            float *d = dlogits + (size_t)i * classes;
+            float inv_sum = (float)(1.0 / sum_exp);
+            for (int j = 0; j < classes; j++)
+                d[j] = (expf(z[j] - zmax) * inv_sum - off_target) * inv_n;
+            d[y] = (expf(z[y] - zmax) * inv_sum - on_target) * inv_n;
+        }
+    }
+    if (loss_sum)
+        *loss_sum = total;
+    if (correct)
+        *correct = hits;
+    return HERD_OK;
+}

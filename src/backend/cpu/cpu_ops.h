@@ -1,0 +1,63 @@
+/* The CPU backend's ops, one group per file; cpu_backend.c puts them in the table. */
+#ifndef HERD_BACKEND_CPU_OPS_H
+#define HERD_BACKEND_CPU_OPS_H
+
+#include "backend/backend.h"
+
+/* cpu_gemm.c */
+herd_status herd_cpu_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                          const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                          int ldc);
+herd_status herd_cpu_bias_add(int rows, int cols, float *y, const float *bias);
+herd_status herd_cpu_bias_grad(int rows, int cols, const float *dy, float *db, float beta);
+
+/* cpu_conv.c */
+herd_status herd_cpu_conv2d_plan(const herd_conv_desc *d, herd_conv_plan **plan);
+void herd_cpu_conv2d_plan_free(herd_conv_plan *plan);
+herd_status herd_cpu_conv2d_fwd(herd_conv_plan *p, const float *x, const float *w,
+                                const float *b, float *y);
+herd_status herd_cpu_conv2d_bwd_data(herd_conv_plan *p, const float *dy, const float *w,
+                                     float *dx);
+herd_status herd_cpu_conv2d_bwd_weights(herd_conv_plan *p, const float *x, const float *dy,
+                                        float *dw, float *db, float beta);
+
+/* cpu_pool.c */
+herd_status herd_cpu_pool_plan(const herd_pool_desc *d, herd_pool_plan **plan);
+void herd_cpu_pool_plan_free(herd_pool_plan *plan);
+herd_status herd_cpu_pool_fwd(herd_pool_plan *p, const float *x, float *y, bool training);
+herd_status herd_cpu_pool_bwd(herd_pool_plan *p, const float *dy, float *dx);
+herd_status herd_cpu_global_avgpool_fwd(int n, int c, int hw, const float *x, float *y);
+herd_status herd_cpu_global_avgpool_bwd(int n, int c, int hw, const float *dy, float *dx);
+
+/* cpu_bn.c */
+herd_status herd_cpu_bn_fwd_train(int n, int c, int hw, const float *x, const float *gamma,
+                                  const float *beta, float *y, float *save_mean,
+                                  float *save_invstd, float *running_mean, float *running_var,
+                                  float momentum, float eps);
+herd_status herd_cpu_bn_fwd_infer(int n, int c, int hw, const float *x, const float *gamma,
+                                  const float *beta, float *y, const float *running_mean,
+                                  const float *running_var, float eps);
+herd_status herd_cpu_bn_bwd(int n, int c, int hw, const float *x, const float *dy,
+                            const float *gamma, const float *save_mean, const float *save_invstd,
+                            float *dx, float *dgamma, float *dbeta, float beta);
+
+/* cpu_elementwise.c */
+herd_status herd_cpu_relu_fwd(size_t n, const float *x, float *y);
+herd_status herd_cpu_relu_bwd(size_t n, const float *y, const float *dy, float *dx);
+herd_status herd_cpu_dropout_fwd(size_t n, const float *x, float *y, float *mask, float p,
+                                 uint64_t seed);
+herd_status herd_cpu_mul(size_t n, const float *a, const float *b, float *y);
+herd_status herd_cpu_add(size_t n, const float *a, const float *b, float *y);
+herd_status herd_cpu_axpy(size_t n, float alpha, const float *x, float *y);
+herd_status herd_cpu_copy(size_t n, const float *x, float *y);
+herd_status herd_cpu_fill(size_t n, float value, float *y);
+
+/* cpu_loss.c */
+herd_status herd_cpu_softmax_xent(int n, int classes, const float *logits, const int32_t *labels,
+                                  float smoothing, float *dlogits, double *loss_sum,
+                                  long *correct);
+
+/* Elementwise loops below this many elements stay on one thread: forking costs more. */
+#define HERD_CPU_PAR_MIN 32768
+
+#endif
