@@ -103,7 +103,8 @@ herd_status herd_cpu_bn_bwd(int n, int c, int hw, const float *x, const float *d
                             float *dx, float *dgamma, float *dbeta, float beta)
 {
     HERD_TRY(check_sizes("bn_bwd", n, c, hw));
-    if (!x || !dy || !gamma || !save_mean || !save_invstd || !dx || !dgamma || !dbeta)
+    /* dx may be NULL: batch norm reading the model input needs no input gradient. */
+    if (!x || !dy || !gamma || !save_mean || !save_invstd || !dgamma || !dbeta)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_bwd: NULL array");
     if (beta != 0.0f && beta != 1.0f)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_bwd: beta must be 0 or 1, got %g",
@@ -129,7 +130,7 @@ herd_status herd_cpu_bn_bwd(int n, int c, int hw, const float *x, const float *d
         float k = gamma[ch] * invstd;
         float mean_dy = (float)(sum_dy / (double)count);
         float proj = (float)(sum_dy_xc / (double)count) * invstd * invstd;
-        for (int s = 0; s < n; s++) {
+        for (int s = 0; dx && s < n; s++) {
             const float *xr = x + s * plane + (size_t)ch * hw;
             const float *dyr = dy + s * plane + (size_t)ch * hw;
             float *dxr = dx + s * plane + (size_t)ch * hw;

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Drives the herd CLI end to end on small synthetic data: every subcommand, the
+# summary line, --json, checkpoints and eval, and the error paths' exit codes.
+set -u
+herd="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+check() { # check NAME CONDITION...
+  local name=$1; shift
+  if "$@"; then echo "ok: $name"; else echo "FAIL: $name"; fails=$((fails + 1)); fi
+}
+data="synthetic:1,12,12,4,512"
+
+"$herd" --version >"$tmp/version" 2>&1
+check "--version names the backend" grep -q "oneDNN" "$tmp/version"
+"$herd" --help >/dev/null; check "--help exits 0" test $? -eq 0
+for sub in train eval models "bench train"; do
+  $herd $sub --help >"$tmp/help" 2>&1
+  check "$sub --help" test -s "$tmp/help"
+done
+
+"$herd" models >"$tmp/models"
+check "models lists the zoo" bash -c "grep -q '^mlp' '$tmp/models' && grep -q '^lenet5' '$tmp/models' && grep -q '^resnet20' '$tmp/models'"
+check "models shows lenet5's parameter count" grep -q "61706" "$tmp/models"
+
+"$herd" train --model mlp --data "$data" --epochs 2 --batch-size 32 --threads 1 \
+  --checkpoint-dir "$tmp/ckpt" --save "$tmp/final.safetensors" >"$tmp/train.out" 2>"$tmp/train.err"
+check "train exits 0" test $? -eq 0
+last=$(tail -n 1 "$tmp/train.out")
+check "summary has test_acc= and samples_per_s=" bash -c "[[ '$last' == *test_acc=* && '$last' == *samples_per_s=* ]]"
+acc=$(sed -n 's/.*test_acc=\([0-9.]*\).*/\1/p' <<<"$last")
+check "mlp learns the synthetic classes (test_acc=$acc)" awk -v a="$acc" 'BEGIN { exit !(a > 0.9) }'
+check "progress lines go to stderr" grep -q "epoch 2/2" "$tmp/train.err"
+check "checkpoint written" test -s "$tmp/ckpt/latest"
+check "final weights written" test -s "$tmp/final.safetensors"
+
+"$herd" train --model mlp --data "$data" --epochs 1 --quiet --json --threads 1 >"$tmp/json.out" 2>&1
+check "--json prints one JSON object" grep -q '^{"model": "mlp".*"test_acc": ' "$tmp/json.out"
+
+"$herd" eval --model mlp --data "$data" --checkpoint "$tmp/final.safetensors" >"$tmp/eval.out" 2>&1
+check "eval reproduces the final test accuracy" grep -q "acc=$acc" "$tmp/eval.out"
+
+"$herd" bench train --model lenet5 --data synthetic:1,28,28,10,512 --steps 3 --warmup 1 >"$tmp/bench.out" 2>&1
+check "bench train prints samples_per_s=" grep -q "samples_per_s=" "$tmp/bench.out"
+
+"$herd" train --model nosuchmodel --data "$data" >/dev/null 2>"$tmp/err"
+rc=$?
+check "unknown model exits 1" test $rc -eq 1
+check "errors start with 'herd: error:'" grep -q "^herd: error:" "$tmp/err"
+"$herd" train --model mlp --epochs zero >/dev/null 2>"$tmp/err"
+check "bad flag value exits 2" test $? -eq 2
+check "bad flag value says what is wrong" grep -q -- "--epochs must be" "$tmp/err"
+"$herd" train --model mlp --data idx:/nonexistent >/dev/null 2>"$tmp/err"
+check "missing data exits 1 naming the path" bash -c "grep -q '/nonexistent' '$tmp/err'"
+head -c 100 "$tmp/final.safetensors" >"$tmp/trunc.safetensors"
+"$herd" eval --model mlp --data "$data" --checkpoint "$tmp/trunc.safetensors" >/dev/null 2>"$tmp/err"
+check "truncated weights: exit 1 naming the file" bash -c "test $? -eq 1 && grep -q trunc.safetensors '$tmp/err'"
+"$herd" frobnicate >/dev/null 2>&1
+check "unknown command exits 2" test $? -eq 2
+
+[ "$fails" -eq 0 ] && echo "cli_smoke: all checks passed" || echo "cli_smoke: $fails check(s) failed"
+exit $((fails > 0))
