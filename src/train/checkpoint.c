@@ -111,6 +111,10 @@ static void prune(const char *dir, long current)
         steps[n++] = s;
     }
     closedir(d);
+    if (n == 0) {
+        free(steps);
+        return;
+    }
     qsort(steps, n, sizeof *steps, cmp_long_desc);
     size_t distinct = 1; /* the current checkpoint */
     for (size_t i = 0; i < n; i++) {
