@@ -493,6 +493,28 @@ static void test_checkpoint_none(void **s)
     free(dir);
 }
 
+/* Unwritable destinations are I/O errors naming the path, not crashes. */
+static void test_write_failures(void **s)
+{
+    (void)s;
+    char *dir = tu_tempdir();
+    tmodel *a = tmodel_new(1);
+    herd_optimizer *o = make_opt(a, HERD_OPT_SGD);
+    char *file = tu_write_file(dir, "plain-file", "x", 1);
+    herd_train_state st = {.global_step = 1};
+    assert_int_equal(herd_checkpoint_save(file, &a->m, o, &st), HERD_ERR_IO);
+    assert_non_null(strstr(herd_last_error(), file));
+    char *bad = join(dir, "no/such/dir/w.safetensors");
+    assert_int_equal(herd_model_save(&a->m, bad), HERD_ERR_IO);
+    assert_non_null(strstr(herd_last_error(), bad));
+    free(bad);
+    free(file);
+    herd_optimizer_free(o);
+    tmodel_free(a);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 static void test_checkpoint_corrupt(void **s)
 {
     (void)s;
@@ -571,6 +593,7 @@ int main(void)
         cmocka_unit_test(test_checkpoint_latest_and_prune),
         cmocka_unit_test(test_checkpoint_none),
         cmocka_unit_test(test_checkpoint_corrupt),
+        cmocka_unit_test(test_write_failures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -72,6 +72,7 @@ herd_status herd_write_file_atomic(const char *path, const void *const *parts,
         return st;
     }
     int err = 0;
+    errno = 0; /* so a short fwrite without errno reads as EIO, not a stale code */
     for (size_t i = 0; i < n_parts && !err; i++)
         if (lens[i] > 0 && fwrite(parts[i], 1, lens[i], f) != lens[i])
             err = errno ? errno : EIO;
