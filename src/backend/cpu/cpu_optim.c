@@ -95,7 +95,9 @@ herd_status herd_cpu_adamw_update(size_t n, float *w, const float *g, float *m, 
         float vi = b2 * V[i] + (1.0f - b2) * gi * gi;
         M[i] = mi;
         V[i] = vi;
-        /* torch.optim.AdamW: decay first, then w -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps). */
+        /* sqrtf vectorises only with -fno-math-errno (set for this file in CMakeLists.txt);
+         * vi >= 0, so errno would never be set anyway.
+         * torch.optim.AdamW: decay first, then w -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps). */
         W[i] = W[i] * shrink - step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
     }
     return HERD_OK;
