@@ -18,6 +18,7 @@ void herd_optimizer_free(herd_optimizer *o);
 int herd_optimizer_state_count(const herd_optimizer *o);
 float *herd_optimizer_state(herd_optimizer *o, int i, const char **name, size_t *numel);
 long herd_optimizer_steps(const herd_optimizer *o);
+herd_optimizer_kind herd_optimizer_get_kind(const herd_optimizer *o);
 void herd_optimizer_set_steps(herd_optimizer *o, long steps);
 
 /* Learning rate at a global step (0-based) with linear warmup then the schedule. */

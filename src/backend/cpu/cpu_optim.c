@@ -1,0 +1,104 @@
+/* Fused optimizer kernels: one pass over weights, gradients and state, so each
+ * float is read and written once per step (the update is memory bound). */
+#include <math.h>
+
+#include "backend/cpu/cpu.h"
+#include "core/error.h"
+
+/* Below this many floats the OpenMP fork/join costs more than the loop. */
+#define HERD_OPTIM_PAR_MIN 32768
+
+herd_status herd_cpu_sgd_update(size_t n, float *w, const float *g, float *momentum_buf,
+                                const herd_sgd_args *a)
+{
+    if (n == 0)
+        return HERD_OK;
+    if (!w || !g || !a)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "sgd_update: weights, gradients and args must not be NULL");
+    if (a->momentum != 0.0f && !momentum_buf)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "sgd_update: momentum %g needs a momentum buffer; allocate one or set momentum 0",
+                        (double)a->momentum);
+
+    const float lr = a->lr, mom = a->momentum;
+    /* Coupled decay folds wd*w into the gradient (torch.optim.SGD); decoupled
+     * decay shrinks the weight first and leaves the gradient alone. */
+    const float wd_coupled = a->decoupled ? 0.0f : a->weight_decay;
+    const float shrink = a->decoupled ? 1.0f - lr * a->weight_decay : 1.0f;
+    const ptrdiff_t len = (ptrdiff_t)n;
+    float *restrict W = w;
+    const float *restrict G = g;
+
+    if (mom == 0.0f) {
+#pragma omp parallel for simd schedule(static) if (n >= HERD_OPTIM_PAR_MIN)
+        for (ptrdiff_t i = 0; i < len; i++) {
+            float wi = W[i] * shrink;
+            float gi = G[i] + wd_coupled * wi;
+            W[i] = wi - lr * gi;
+        }
+        return HERD_OK;
+    }
+
+    /* PyTorch sets buf = g on the first step; the buffer starts at zero here, and
+     * mom*0 + g == g, so the first step needs no special case. */
+    float *restrict B = momentum_buf;
+    if (a->nesterov) {
+#pragma omp parallel for simd schedule(static) if (n >= HERD_OPTIM_PAR_MIN)
+        for (ptrdiff_t i = 0; i < len; i++) {
+            float wi = W[i] * shrink;
+            float gi = G[i] + wd_coupled * wi;
+            float bi = mom * B[i] + gi;
+            B[i] = bi;
+            W[i] = wi - lr * (gi + mom * bi);
+        }
+    } else {
+#pragma omp parallel for simd schedule(static) if (n >= HERD_OPTIM_PAR_MIN)
+        for (ptrdiff_t i = 0; i < len; i++) {
+            float wi = W[i] * shrink;
+            float gi = G[i] + wd_coupled * wi;
+            float bi = mom * B[i] + gi;
+            B[i] = bi;
+            W[i] = wi - lr * bi;
+        }
+    }
+    return HERD_OK;
+}
+
+herd_status herd_cpu_adamw_update(size_t n, float *w, const float *g, float *m, float *v,
+                                  const herd_adamw_args *a)
+{
+    if (n == 0)
+        return HERD_OK;
+    if (!w || !g || !m || !v || !a)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "adamw_update: weights, gradients, moments and args must not be NULL");
+    if (a->step < 1)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "adamw_update: step is %ld but must be 1-based (>= 1) for the bias correction",
+                        a->step);
+
+    /* Bias corrections in double: beta^step underflows gracefully and the
+     * per-step constants cost nothing next to the loop. */
+    const double bc1 = 1.0 - pow((double)a->beta1, (double)a->step);
+    const double bc2 = 1.0 - pow((double)a->beta2, (double)a->step);
+    const float step_size = (float)((double)a->lr / bc1);
+    const float inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
+    const float b1 = a->beta1, b2 = a->beta2, eps = a->eps;
+    const float shrink = 1.0f - a->lr * a->weight_decay;
+    const ptrdiff_t len = (ptrdiff_t)n;
+    float *restrict W = w, *restrict M = m, *restrict V = v;
+    const float *restrict G = g;
+
+#pragma omp parallel for simd schedule(static) if (n >= HERD_OPTIM_PAR_MIN)
+    for (ptrdiff_t i = 0; i < len; i++) {
+        float gi = G[i];
+        float mi = b1 * M[i] + (1.0f - b1) * gi;
+        float vi = b2 * V[i] + (1.0f - b2) * gi * gi;
+        M[i] = mi;
+        V[i] = vi;
+        /* sqrtf vectorises only with -fno-math-errno (set for this file in CMakeLists.txt);
+         * vi >= 0, so errno would never be set anyway.
+         * torch.optim.AdamW: decay first, then w -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps). */
+        W[i] = W[i] * shrink - step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+    }
+    return HERD_OK;
+}

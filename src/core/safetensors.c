@@ -1,0 +1,498 @@
+/* safetensors reader and writer, and the atomic file write they share with
+ * checkpoints. The reader treats the file as untrusted: every length, offset
+ * and shape is checked before use, and failures name the file and the problem. */
+#include "core/safetensors.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/error.h"
+
+/* Tensor data are written and read as the host's floats. */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "safetensors I/O assumes a little-endian host; add byte swapping to port herd");
+
+#define ST_MAX_HEADER (100u << 20) /* the reference implementation's limit */
+#define ST_HINT "; the file may be truncated or corrupt: re-save it or use another copy"
+
+/* ------------------------------------------------------------ atomic write */
+
+static herd_status fsync_dir_of(const char *path)
+{
+    char *copy = strdup(path);
+    if (!copy)
+        return HERD_NOMEM(strlen(path) + 1);
+    const char *dir = dirname(copy);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    herd_status st = HERD_OK;
+    /* Without this the rename itself may not survive a power cut. */
+    if (fd < 0 || fsync(fd) != 0)
+        st = HERD_ERR(HERD_ERR_IO, "cannot sync directory '%s' after writing '%s': %s", dir, path,
+                      strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    free(copy);
+    return st;
+}
+
+herd_status herd_write_file_atomic(const char *path, const void *const *parts,
+                                   const size_t *lens, size_t n_parts)
+{
+    if (!path || (n_parts > 0 && (!parts || !lens)))
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "write_file_atomic: path and parts must not be NULL");
+    /* The temporary lives in the destination directory so rename() is atomic. */
+    size_t tlen = strlen(path) + 16;
+    char *tmp = malloc(tlen);
+    if (!tmp)
+        return HERD_NOMEM(tlen);
+    snprintf(tmp, tlen, "%s.tmp.XXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        herd_status st = HERD_ERR(HERD_ERR_IO,
+                                  "cannot create a temporary file next to '%s': %s; check that the "
+                                  "directory exists and is writable", path, strerror(errno));
+        free(tmp);
+        return st;
+    }
+    (void)fchmod(fd, 0644); /* mkstemp's 0600 would make saved weights private */
+    FILE *f = fdopen(fd, "wb");
+    if (!f) {
+        herd_status st = HERD_ERR(HERD_ERR_IO, "cannot open '%s' for writing: %s", tmp, strerror(errno));
+        close(fd);
+        unlink(tmp);
+        free(tmp);
+        return st;
+    }
+    int err = 0;
+    errno = 0; /* so a short fwrite without errno reads as EIO, not a stale code */
+    for (size_t i = 0; i < n_parts && !err; i++)
+        if (lens[i] > 0 && fwrite(parts[i], 1, lens[i], f) != lens[i])
+            err = errno ? errno : EIO;
+    if (!err && fflush(f) != 0)
+        err = errno;
+    if (!err && fsync(fileno(f)) != 0)
+        err = errno;
+    if (fclose(f) != 0 && !err)
+        err = errno ? errno : EIO;
+    if (!err && rename(tmp, path) != 0)
+        err = errno;
+    if (err) {
+        unlink(tmp);
+        free(tmp);
+        return HERD_ERR(HERD_ERR_IO, "cannot write '%s': %s; check free disk space and permissions", path,
+                        strerror(err));
+    }
+    free(tmp);
+    return fsync_dir_of(path);
+}
+
+/* ----------------------------------------------------------------- writer */
+
+static int shape_numel(int ndim, const int64_t *shape, size_t *numel)
+{
+    size_t n = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
+            return -1;
+        size_t d = (size_t)shape[i];
+        if (d != 0 && n > SIZE_MAX / sizeof(float) / d)
+            return -1;
+        n *= d;
+    }
+    *numel = n;
+    return 0;
+}
+
+herd_status herd_safetensors_write(const char *path, const herd_st_entry *entries, size_t n,
+                                   const char *const *keys, const char *const *values,
+                                   size_t n_meta)
+{
+    if (!path || (n > 0 && !entries) || (n_meta > 0 && (!keys || !values)))
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "safetensors_write: path, entries and metadata must not be NULL");
+    herd_status st = HERD_OK;
+    cJSON *root = cJSON_CreateObject();
+    char *json = NULL;
+    const void **parts = NULL;
+    size_t *lens = NULL;
+    if (!root)
+        return HERD_NOMEM(0);
+
+    parts = calloc(n + 2, sizeof *parts);
+    lens = calloc(n + 2, sizeof *lens);
+    if (!parts || !lens) {
+        st = HERD_NOMEM((n + 2) * sizeof *parts);
+        goto out;
+    }
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        const herd_st_entry *e = &entries[i];
+        size_t numel;
+        if (!e->name || !*e->name || strcmp(e->name, "__metadata__") == 0 ||
+            cJSON_GetObjectItemCaseSensitive(root, e->name)) {
+            st = HERD_ERR(HERD_ERR_INVALID_ARG,
+                          "cannot write '%s': tensor %zu has an empty, reserved or duplicate name '%s'",
+                          path, i, e->name ? e->name : "(null)");
+            goto out;
+        }
+        if (e->ndim < 0 || e->ndim > 4 || shape_numel(e->ndim, e->shape, &numel) != 0 ||
+            (numel > 0 && !e->data)) {
+            st = HERD_ERR(HERD_ERR_INVALID_ARG, "cannot write '%s': tensor '%s' has an invalid shape or no data",
+                          path, e->name);
+            goto out;
+        }
+        cJSON *t = cJSON_AddObjectToObject(root, e->name);
+        cJSON *shape = NULL, *offs = NULL;
+        if (t && cJSON_AddStringToObject(t, "dtype", "F32") &&
+            (shape = cJSON_AddArrayToObject(t, "shape")) != NULL)
+            offs = cJSON_AddArrayToObject(t, "data_offsets");
+        if (!offs) {
+            st = HERD_NOMEM(0);
+            goto out;
+        }
+        for (int d = 0; d < e->ndim; d++)
+            cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)e->shape[d]));
+        size_t bytes = numel * sizeof(float);
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(off + bytes)));
+        parts[i + 2] = e->data;
+        lens[i + 2] = bytes;
+        off += bytes;
+    }
+    if (n_meta > 0) {
+        cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
+        if (!meta) {
+            st = HERD_NOMEM(0);
+            goto out;
+        }
+        for (size_t i = 0; i < n_meta; i++) {
+            if (!keys[i] || !values[i]) {
+                st = HERD_ERR(HERD_ERR_INVALID_ARG, "cannot write '%s': metadata entry %zu is NULL", path, i);
+                goto out;
+            }
+            cJSON_AddStringToObject(meta, keys[i], values[i]);
+        }
+    }
+    json = cJSON_PrintUnformatted(root);
+    if (!json) {
+        st = HERD_NOMEM(0);
+        goto out;
+    }
+    /* Pad with spaces so the data start 8-byte aligned (readers may mmap it). */
+    size_t jlen = strlen(json), hlen = (jlen + 7) / 8 * 8;
+    char *padded = realloc(json, hlen + 1);
+    if (!padded) {
+        st = HERD_NOMEM(hlen);
+        goto out;
+    }
+    json = padded;
+    memset(json + jlen, ' ', hlen - jlen);
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++)
+        len8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
+    parts[0] = len8;
+    lens[0] = 8;
+    parts[1] = json;
+    lens[1] = hlen;
+    st = herd_write_file_atomic(path, parts, lens, n + 2);
+out:
+    free(json);
+    free(parts);
+    free(lens);
+    cJSON_Delete(root);
+    return st;
+}
+
+/* ----------------------------------------------------------------- reader */
+
+typedef struct st_tensor {
+    char *name;
+    int ndim;
+    int64_t shape[4];
+    size_t begin, end; /* byte offsets within the data section */
+    float *data;
+} st_tensor;
+
+struct herd_st_file {
+    st_tensor *t;
+    size_t n;
+    char **meta_keys, **meta_values;
+    size_t n_meta;
+};
+
+void herd_st_free(herd_st_file *f)
+{
+    if (!f)
+        return;
+    for (size_t i = 0; i < f->n; i++) {
+        free(f->t[i].name);
+        free(f->t[i].data);
+    }
+    for (size_t i = 0; i < f->n_meta; i++) {
+        free(f->meta_keys[i]);
+        free(f->meta_values[i]);
+    }
+    free(f->t);
+    free(f->meta_keys);
+    free(f->meta_values);
+    free(f);
+}
+
+/* A JSON number that is an exact non-negative integer below 2^53. */
+static int json_uint(const cJSON *j, uint64_t *out)
+{
+    if (!cJSON_IsNumber(j))
+        return -1;
+    double d = j->valuedouble;
+    if (!(d >= 0 && d < 9007199254740992.0) || floor(d) != d)
+        return -1;
+    *out = (uint64_t)d;
+    return 0;
+}
+
+static herd_status read_all(const char *path, unsigned char **buf, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return HERD_ERR(HERD_ERR_IO, "cannot open '%s': %s; check the path", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        fclose(f);
+        return HERD_ERR(HERD_ERR_IO, "'%s' is not a regular file; give the path of a .safetensors file", path);
+    }
+    size_t size = (size_t)sb.st_size;
+    unsigned char *b = malloc(size ? size : 1);
+    if (!b) {
+        fclose(f);
+        return HERD_NOMEM(size);
+    }
+    size_t got = fread(b, 1, size, f);
+    int err = ferror(f);
+    fclose(f);
+    if (err || got != size) {
+        free(b);
+        return HERD_ERR(HERD_ERR_IO, "cannot read '%s' (%zu of %zu bytes read); is it being written?", path,
+                        got, size);
+    }
+    *buf = b;
+    *len = size;
+    return HERD_OK;
+}
+
+static int cmp_begin(const void *a, const void *b)
+{
+    const st_tensor *x = *(const st_tensor *const *)a, *y = *(const st_tensor *const *)b;
+    return (x->begin > y->begin) - (x->begin < y->begin);
+}
+
+#define BAD(...) do { st = HERD_ERR(HERD_ERR_FORMAT, __VA_ARGS__); goto out; } while (0)
+
+static herd_status parse_tensor(const char *path, const cJSON *item, size_t data_len, st_tensor *t)
+{
+    herd_status st = HERD_OK;
+    const char *name = item->string;
+    if (!cJSON_IsObject(item))
+        BAD("'%s': tensor '%s' in the header is not a JSON object" ST_HINT, path, name);
+    const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(item, "dtype");
+    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(item, "shape");
+    const cJSON *offs = cJSON_GetObjectItemCaseSensitive(item, "data_offsets");
+    if (!cJSON_IsString(dtype) || !cJSON_IsArray(shape) || !cJSON_IsArray(offs))
+        BAD("'%s': tensor '%s' lacks a string 'dtype', an array 'shape' or an array 'data_offsets'" ST_HINT,
+            path, name);
+    if (strcmp(dtype->valuestring, "F32") != 0)
+        BAD("'%s': tensor '%s' has dtype %s but herd reads only F32; convert the tensors to float32",
+            path, name, dtype->valuestring);
+    int ndim = cJSON_GetArraySize(shape);
+    if (ndim > 4)
+        BAD("'%s': tensor '%s' has %d dimensions; herd handles at most 4", path, name, ndim);
+    t->ndim = ndim;
+    for (int d = 0; d < ndim; d++) {
+        uint64_t v;
+        if (json_uint(cJSON_GetArrayItem(shape, d), &v) != 0)
+            BAD("'%s': tensor '%s' has a shape entry that is not a non-negative integer" ST_HINT, path, name);
+        t->shape[d] = (int64_t)v;
+    }
+    size_t numel;
+    if (shape_numel(ndim, t->shape, &numel) != 0)
+        BAD("'%s': tensor '%s' has a shape too large to address" ST_HINT, path, name);
+    uint64_t b, e;
+    if (cJSON_GetArraySize(offs) != 2 || json_uint(cJSON_GetArrayItem(offs, 0), &b) != 0 ||
+        json_uint(cJSON_GetArrayItem(offs, 1), &e) != 0)
+        BAD("'%s': tensor '%s' needs data_offsets [begin, end] of non-negative integers" ST_HINT, path, name);
+    if (b > e || e > data_len)
+        BAD("'%s': tensor '%s' has data_offsets [%llu, %llu] outside the %zu bytes of data" ST_HINT, path,
+            name, (unsigned long long)b, (unsigned long long)e, data_len);
+    if (e - b != numel * sizeof(float))
+        BAD("'%s': tensor '%s' spans %llu bytes but its shape needs %zu" ST_HINT, path, name,
+            (unsigned long long)(e - b), numel * sizeof(float));
+    t->begin = (size_t)b;
+    t->end = (size_t)e;
+    t->name = strdup(name);
+    if (!t->name)
+        st = HERD_NOMEM(strlen(name) + 1);
+out:
+    return st;
+}
+
+herd_status herd_safetensors_read(const char *path, herd_st_file **out)
+{
+    if (!path || !out)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "safetensors_read: path and out must not be NULL");
+    *out = NULL;
+    unsigned char *buf = NULL;
+    size_t len = 0;
+    HERD_TRY(read_all(path, &buf, &len));
+
+    herd_status st = HERD_OK;
+    cJSON *root = NULL;
+    st_tensor **order = NULL;
+    herd_st_file *f = calloc(1, sizeof *f);
+    if (!f) {
+        st = HERD_NOMEM(sizeof *f);
+        goto out;
+    }
+    if (len < 8)
+        BAD("'%s' is %zu bytes, shorter than the 8-byte safetensors header length" ST_HINT, path, len);
+    uint64_t hlen = 0;
+    for (int i = 0; i < 8; i++)
+        hlen |= (uint64_t)buf[i] << (8 * i);
+    if (hlen > len - 8)
+        BAD("'%s': the header claims %llu bytes but only %zu follow" ST_HINT, path,
+            (unsigned long long)hlen, len - 8);
+    if (hlen > ST_MAX_HEADER)
+        BAD("'%s': the header is %llu bytes, over the %u-byte limit" ST_HINT, path,
+            (unsigned long long)hlen, ST_MAX_HEADER);
+    root = cJSON_ParseWithLength((const char *)buf + 8, (size_t)hlen);
+    if (!cJSON_IsObject(root))
+        BAD("'%s': the header is not a valid JSON object" ST_HINT, path);
+    size_t data_len = len - 8 - (size_t)hlen;
+    const unsigned char *data = buf + 8 + hlen;
+
+    size_t count = (size_t)cJSON_GetArraySize(root);
+    f->t = calloc(count ? count : 1, sizeof *f->t);
+    f->meta_keys = calloc(1, sizeof *f->meta_keys);
+    f->meta_values = calloc(1, sizeof *f->meta_values);
+    if (!f->t || !f->meta_keys || !f->meta_values) {
+        st = HERD_NOMEM(count * sizeof *f->t);
+        goto out;
+    }
+    const cJSON *item;
+    cJSON_ArrayForEach(item, root)
+    {
+        if (!item->string)
+            BAD("'%s': a header entry has no name" ST_HINT, path);
+        if (strcmp(item->string, "__metadata__") == 0) {
+            if (!cJSON_IsObject(item) || f->n_meta > 0)
+                BAD("'%s': __metadata__ must appear once and be an object of strings" ST_HINT, path);
+            size_t nm = (size_t)cJSON_GetArraySize(item);
+            free(f->meta_keys);
+            free(f->meta_values);
+            f->meta_keys = calloc(nm ? nm : 1, sizeof *f->meta_keys);
+            f->meta_values = calloc(nm ? nm : 1, sizeof *f->meta_values);
+            if (!f->meta_keys || !f->meta_values) {
+                st = HERD_NOMEM(nm * sizeof(char *));
+                goto out;
+            }
+            const cJSON *kv;
+            cJSON_ArrayForEach(kv, item)
+            {
+                if (!cJSON_IsString(kv) || !kv->string)
+                    BAD("'%s': __metadata__ value '%s' is not a string" ST_HINT, path,
+                        kv->string ? kv->string : "?");
+                f->meta_keys[f->n_meta] = strdup(kv->string);
+                f->meta_values[f->n_meta] = strdup(kv->valuestring);
+                f->n_meta++;
+                if (!f->meta_keys[f->n_meta - 1] || !f->meta_values[f->n_meta - 1]) {
+                    st = HERD_NOMEM(strlen(kv->valuestring));
+                    goto out;
+                }
+            }
+            continue;
+        }
+        for (size_t i = 0; i < f->n; i++)
+            if (strcmp(f->t[i].name, item->string) == 0)
+                BAD("'%s': tensor '%s' appears twice in the header" ST_HINT, path, item->string);
+        st = parse_tensor(path, item, data_len, &f->t[f->n]);
+        if (f->t[f->n].name)
+            f->n++; /* counted once its name is owned, so herd_st_free releases it */
+        if (st != HERD_OK)
+            goto out;
+    }
+
+    /* Byte ranges must not overlap: sort by start and compare neighbours. */
+    order = calloc(f->n ? f->n : 1, sizeof *order);
+    if (!order) {
+        st = HERD_NOMEM(f->n * sizeof *order);
+        goto out;
+    }
+    for (size_t i = 0; i < f->n; i++)
+        order[i] = &f->t[i];
+    qsort(order, f->n, sizeof *order, cmp_begin);
+    for (size_t i = 1; i < f->n; i++)
+        if (order[i]->begin < order[i - 1]->end)
+            BAD("'%s': tensors '%s' and '%s' overlap in the data section" ST_HINT, path,
+                order[i - 1]->name, order[i]->name);
+
+    /* Copies give each tensor aligned float storage whatever the header length. */
+    for (size_t i = 0; i < f->n; i++) {
+        st_tensor *t = &f->t[i];
+        size_t bytes = t->end - t->begin;
+        t->data = malloc(bytes ? bytes : 1);
+        if (!t->data) {
+            st = HERD_NOMEM(bytes);
+            goto out;
+        }
+        memcpy(t->data, data + t->begin, bytes);
+    }
+out:
+    free(order);
+    cJSON_Delete(root);
+    free(buf);
+    if (st != HERD_OK) {
+        herd_st_free(f);
+        return st;
+    }
+    *out = f;
+    return HERD_OK;
+}
+
+const float *herd_st_find(const herd_st_file *f, const char *name, int *ndim, int64_t shape[4])
+{
+    if (!f || !name)
+        return NULL;
+    for (size_t i = 0; i < f->n; i++) {
+        if (strcmp(f->t[i].name, name) != 0)
+            continue;
+        if (ndim)
+            *ndim = f->t[i].ndim;
+        if (shape)
+            for (int d = 0; d < 4; d++)
+                shape[d] = d < f->t[i].ndim ? f->t[i].shape[d] : 0;
+        return f->t[i].data;
+    }
+    return NULL;
+}
+
+size_t herd_st_count(const herd_st_file *f) { return f ? f->n : 0; }
+
+const char *herd_st_name(const herd_st_file *f, size_t i)
+{
+    return (f && i < f->n) ? f->t[i].name : NULL;
+}
+
+const char *herd_st_meta(const herd_st_file *f, const char *key)
+{
+    if (!f || !key)
+        return NULL;
+    for (size_t i = 0; i < f->n_meta; i++)
+        if (strcmp(f->meta_keys[i], key) == 0)
+            return f->meta_values[i];
+    return NULL;
+}

@@ -1,0 +1,35 @@
+/* Default training configuration (the values the CLI documents). */
+#include <string.h>
+
+#include "herd/herd.h"
+
+void herd_train_config_default(herd_train_config *cfg)
+{
+    if (!cfg)
+        return;
+    memset(cfg, 0, sizeof *cfg);
+    cfg->epochs = 10;
+    cfg->batch_size = 128;
+    cfg->lr = 0.05f;
+    cfg->optimizer = HERD_OPT_SGD;
+    cfg->momentum = 0.9f;
+    cfg->nesterov = false;
+    cfg->weight_decay = 5e-4f;
+    cfg->decoupled_decay = false;
+    cfg->decay_bn_bias = false;
+    cfg->beta1 = 0.9f;
+    cfg->beta2 = 0.999f;
+    cfg->eps = 1e-8f;
+    cfg->schedule = HERD_SCHED_CONSTANT;
+    cfg->n_milestones = 0;
+    cfg->gamma = 0.1f;
+    cfg->warmup_epochs = 0.0f;
+    cfg->augment = false;
+    cfg->label_smoothing = 0.0f;
+    cfg->threads = 0;
+    cfg->seed = 42;
+    cfg->checkpoint_dir = NULL;
+    cfg->resume = false;
+    cfg->eval_every = 1;
+    cfg->max_steps = 0;
+}

@@ -1,0 +1,599 @@
+/* safetensors round trips and corruption handling, model weights, and
+ * checkpoints (round trip, `latest`, pruning, corrupt files). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+#include "backend/cpu/cpu.h"
+#include "core/safetensors.h"
+#include "nn/model.h"
+#include "optim/optim.h"
+#include "train/checkpoint.h"
+
+static void *t_alloc(size_t bytes) { return calloc(1, bytes ? bytes : 1); }
+static void t_free(void *p) { free(p); }
+
+static const herd_backend test_be = {
+    .name = "test-cpu",
+    .alloc = t_alloc,
+    .free = t_free,
+    .sgd_update = herd_cpu_sgd_update,
+    .adamw_update = herd_cpu_adamw_update,
+};
+
+/* ------------------------------------------------------------ tiny model */
+
+typedef struct tmodel {
+    herd_model m;
+    herd_tensor_view views[5];
+} tmodel;
+
+static void add_view(tmodel *t, const char *name, int ndim, const int64_t *shape, int is_buffer,
+                     int no_decay)
+{
+    herd_tensor_view *v = &t->views[t->m.n_views++];
+    snprintf(v->name, sizeof v->name, "%s", name);
+    v->ndim = ndim;
+    v->numel = 1;
+    for (int i = 0; i < ndim; i++)
+        v->numel *= (size_t)(v->shape[i] = shape[i]);
+    v->is_buffer = is_buffer;
+    v->no_decay = no_decay;
+    size_t *n = is_buffer ? &t->m.n_buffer_floats : &t->m.n_param_floats;
+    v->offset = *n;
+    *n += v->numel;
+}
+
+static tmodel *tmodel_new(uint64_t seed)
+{
+    tmodel *t = calloc(1, sizeof *t);
+    t->m.views = t->views;
+    t->m.cap_views = 5;
+    snprintf(t->m.name, sizeof t->m.name, "tiny");
+    t->m.be = &test_be;
+    add_view(t, "conv1.weight", 4, (int64_t[]){2, 1, 3, 3}, 0, 0);
+    add_view(t, "bn1.weight", 1, (int64_t[]){2}, 0, 1);
+    add_view(t, "bn1.running_mean", 1, (int64_t[]){2}, 1, 0);
+    add_view(t, "bn1.running_var", 1, (int64_t[]){2}, 1, 0);
+    add_view(t, "fc.weight", 2, (int64_t[]){3, 8}, 0, 0);
+    t->m.params = calloc(t->m.n_param_floats, sizeof(float));
+    t->m.grads = calloc(t->m.n_param_floats, sizeof(float));
+    t->m.buffers = calloc(t->m.n_buffer_floats, sizeof(float));
+    tu_fill_uniform(t->m.params, t->m.n_param_floats, -1, 1, seed);
+    tu_fill_uniform(t->m.buffers, t->m.n_buffer_floats, 0, 1, seed + 1);
+    return t;
+}
+
+static void tmodel_free(tmodel *t)
+{
+    free(t->m.params);
+    free(t->m.grads);
+    free(t->m.buffers);
+    free(t);
+}
+
+static char *join(const char *dir, const char *name)
+{
+    char *p;
+    assert_true(asprintf(&p, "%s/%s", dir, name) > 0);
+    return p;
+}
+
+static unsigned char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc(*len + 1);
+    assert_int_equal(fread(b, 1, *len, f), *len);
+    fclose(f);
+    return b;
+}
+
+static int exists(const char *dir, const char *name)
+{
+    char *p = join(dir, name);
+    int r = access(p, F_OK) == 0;
+    free(p);
+    return r;
+}
+
+/* Expects a format error whose message names the file. */
+static void expect_format_error(herd_status st, const char *path)
+{
+    if (st != HERD_ERR_FORMAT)
+        fail_msg("expected a format error for %s, got %s: %s", path, herd_status_name(st), herd_last_error());
+    if (!strstr(herd_last_error(), path))
+        fail_msg("error does not name %s: %s", path, herd_last_error());
+}
+
+/* ------------------------------------------------------------ safetensors */
+
+static void test_st_round_trip(void **s)
+{
+    (void)s;
+    char *dir = tu_tempdir();
+    char *path = join(dir, "t.safetensors");
+    float a[6] = {1, -2, 3.5f, 4, 5, 6}, b[1] = {42}, c[4] = {0.25f, -0.5f, 1e-30f, 1e30f};
+    herd_st_entry e[] = {
+        {.name = "a", .ndim = 2, .shape = {2, 3}, .data = a},
+        {.name = "scalar", .ndim = 0, .data = b},
+        {.name = "empty", .ndim = 1, .shape = {0}, .data = NULL},
+        {.name = "layer.c", .ndim = 4, .shape = {1, 2, 2, 1}, .data = c},
+    };
+    const char *keys[] = {"epoch", "note"};
+    const char *vals[] = {"3", "with \"quotes\" and \xc3\xa9"};
+    assert_herd_ok(herd_safetensors_write(path, e, 4, keys, vals, 2));
+
+    size_t len;
+    unsigned char *raw = slurp(path, &len);
+    uint64_t hlen = 0;
+    for (int i = 0; i < 8; i++)
+        hlen |= (uint64_t)raw[i] << (8 * i);
+    assert_int_equal(hlen % 8, 0);
+    assert_int_equal(len, 8 + hlen + sizeof a + sizeof b + sizeof c);
+    assert_int_equal(raw[8], '{');
+    free(raw);
+
+    herd_st_file *f;
+    assert_herd_ok(herd_safetensors_read(path, &f));
+    assert_int_equal(herd_st_count(f), 4);
+    assert_string_equal(herd_st_name(f, 0), "a");
+    assert_null(herd_st_name(f, 4));
+    int ndim;
+    int64_t shape[4];
+    const float *d = herd_st_find(f, "a", &ndim, shape);
+    assert_non_null(d);
+    assert_int_equal(ndim, 2);
+    assert_int_equal(shape[0], 2);
+    assert_int_equal(shape[1], 3);
+    assert_memory_equal(d, a, sizeof a);
+    d = herd_st_find(f, "scalar", &ndim, shape);
+    assert_int_equal(ndim, 0);
+    assert_true(d[0] == 42);
+    assert_non_null(herd_st_find(f, "empty", &ndim, shape));
+    assert_int_equal(shape[0], 0);
+    d = herd_st_find(f, "layer.c", &ndim, shape);
+    assert_int_equal(ndim, 4);
+    assert_memory_equal(d, c, sizeof c);
+    assert_null(herd_st_find(f, "nope", NULL, NULL));
+    assert_string_equal(herd_st_meta(f, "epoch"), "3");
+    assert_string_equal(herd_st_meta(f, "note"), vals[1]);
+    assert_null(herd_st_meta(f, "missing"));
+    herd_st_free(f);
+
+    /* Duplicate and reserved names are refused before anything is written. */
+    herd_st_entry dup[] = {e[0], e[0]};
+    assert_int_equal(herd_safetensors_write(path, dup, 2, NULL, NULL, 0), HERD_ERR_INVALID_ARG);
+    herd_st_entry reserved = {.name = "__metadata__", .ndim = 1, .shape = {1}, .data = b};
+    assert_int_equal(herd_safetensors_write(path, &reserved, 1, NULL, NULL, 0), HERD_ERR_INVALID_ARG);
+    /* No temporaries left behind. */
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "test $(ls -A %s | wc -l) -eq 1", dir);
+    assert_int_equal(system(cmd), 0);
+
+    /* A missing file is an I/O error, not a format error. */
+    char *missing = join(dir, "missing.safetensors");
+    assert_int_equal(herd_safetensors_read(missing, &f), HERD_ERR_IO);
+    assert_non_null(strstr(herd_last_error(), missing));
+    free(missing);
+    free(path);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+static void test_st_truncated(void **s)
+{
+    (void)s;
+    char *dir = tu_tempdir();
+    char *path = join(dir, "good.safetensors");
+    float a[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    herd_st_entry e[] = {{.name = "w", .ndim = 1, .shape = {8}, .data = a},
+                         {.name = "v", .ndim = 2, .shape = {2, 2}, .data = a}};
+    assert_herd_ok(herd_safetensors_write(path, e, 2, NULL, NULL, 0));
+    size_t len;
+    unsigned char *raw = slurp(path, &len);
+    size_t hlen = raw[0] | (size_t)raw[1] << 8;
+    size_t cuts[] = {0, 1, 7, 8, 9, 8 + hlen / 2, 8 + hlen - 1, 8 + hlen, 8 + hlen + 4, len - 1};
+    for (size_t i = 0; i < sizeof cuts / sizeof *cuts; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "cut%zu.safetensors", cuts[i]);
+        char *p = tu_write_file(dir, name, raw, cuts[i]);
+        herd_st_file *f = (herd_st_file *)1;
+        expect_format_error(herd_safetensors_read(p, &f), p);
+        assert_null(f);
+        free(p);
+    }
+    free(raw);
+    free(path);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* Writes an 8-byte length, the header text as given, then `data_len` bytes. */
+static char *craft(const char *dir, const char *name, const char *header, size_t data_len)
+{
+    size_t hl = strlen(header);
+    unsigned char *b = calloc(1, 8 + hl + data_len);
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)((uint64_t)hl >> (8 * i));
+    memcpy(b + 8, header, hl);
+    char *p = tu_write_file(dir, name, b, 8 + hl + data_len);
+    free(b);
+    return p;
+}
+
+static void test_st_corrupt_headers(void **s)
+{
+    (void)s;
+    char *dir = tu_tempdir();
+    static const struct {
+        const char *header;
+        size_t data;
+        const char *why;
+    } cases[] = {
+        {"{not json", 16, "bad JSON"},
+        {"", 16, "empty header"},
+        {"[1, 2]", 16, "not an object"},
+        {"{\"w\": 5}", 16, "tensor not an object"},
+        {"{\"w\":{\"dtype\":\"F16\",\"shape\":[4],\"data_offsets\":[0,8]}}", 16, "dtype F16"},
+        {"{\"w\":{\"dtype\":\"I64\",\"shape\":[2],\"data_offsets\":[0,16]}}", 16, "dtype I64"},
+        {"{\"w\":{\"dtype\":5,\"shape\":[4],\"data_offsets\":[0,16]}}", 16, "dtype not a string"},
+        {"{\"w\":{\"shape\":[4],\"data_offsets\":[0,16]}}", 16, "no dtype"},
+        {"{\"w\":{\"dtype\":\"F32\",\"data_offsets\":[0,16]}}", 16, "no shape"},
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[4]}}", 16, "no offsets"},
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0]}}", 16, "one offset"},
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,400]}}", 16, "end past data"},
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[16,0]}}", 16, "reversed"},
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[-16,0]}}", 16, "negative offset"},
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,1e300]}}", 16, "huge offset"},
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,16]}}", 16, "size mismatch"},
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[-4],\"data_offsets\":[0,16]}}", 16, "negative dim"},
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}}", 16, "fractional dim"},
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,4],\"data_offsets\":[0,16]}}", 16, "5-d"},
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,16]}}", 16,
+         "shape overflow"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[8,24]}}", 24, "overlap"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+         "\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[16,32]}}", 32, "duplicate"},
+        {"{\"__metadata__\":{\"epoch\":3}}", 0, "metadata not a string"},
+        {"{\"__metadata__\":[\"x\"]}", 0, "metadata not an object"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "case%zu.safetensors", i);
+        char *p = craft(dir, name, cases[i].header, cases[i].data);
+        herd_st_file *f = NULL;
+        herd_status st = herd_safetensors_read(p, &f);
+        if (st != HERD_ERR_FORMAT)
+            fail_msg("case '%s': expected a format error, got %s", cases[i].why, herd_status_name(st));
+        if (!strstr(herd_last_error(), p))
+            fail_msg("case '%s': error does not name the file: %s", cases[i].why, herd_last_error());
+        free(p);
+    }
+    /* A header length bigger than the file. */
+    unsigned char huge[16];
+    memset(huge, 0xff, sizeof huge);
+    char *p = tu_write_file(dir, "huge.safetensors", huge, sizeof huge);
+    herd_st_file *f = NULL;
+    expect_format_error(herd_safetensors_read(p, &f), p);
+    free(p);
+    /* A header from another writer: unpadded, keys in any order, holes allowed. */
+    p = craft(dir, "other.safetensors",
+              "{\"__metadata__\":{},\"w\":{\"data_offsets\":[4,12],\"shape\":[2],\"dtype\":\"F32\"}}", 12);
+    assert_herd_ok(herd_safetensors_read(p, &f));
+    assert_non_null(herd_st_find(f, "w", NULL, NULL));
+    herd_st_free(f);
+    free(p);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* ------------------------------------------------------------ model weights */
+
+static void test_model_save_load(void **s)
+{
+    (void)s;
+    char *dir = tu_tempdir();
+    char *path = join(dir, "w.safetensors");
+    tmodel *a = tmodel_new(1), *b = tmodel_new(2);
+    assert_herd_ok(herd_model_save(&a->m, path));
+    assert_herd_ok(herd_model_load(&b->m, path));
+    assert_memory_equal(a->m.params, b->m.params, a->m.n_param_floats * sizeof(float));
+    assert_memory_equal(a->m.buffers, b->m.buffers, a->m.n_buffer_floats * sizeof(float));
+
+    /* The file lists every view, buffers included, by name. */
+    herd_st_file *f;
+    assert_herd_ok(herd_safetensors_read(path, &f));
+    assert_int_equal(herd_st_count(f), 5);
+    assert_non_null(herd_st_find(f, "bn1.running_var", NULL, NULL));
+    assert_string_equal(herd_st_meta(f, "herd_version"), HERD_VERSION);
+    herd_st_free(f);
+
+    /* A model the file does not fit: the error names the tensor; nothing changes. */
+    tmodel *c = tmodel_new(3);
+    float before[64];
+    memcpy(before, c->m.params, c->m.n_param_floats * sizeof(float));
+    snprintf(c->views[4].name, sizeof c->views[4].name, "head.weight");
+    expect_format_error(herd_model_load(&c->m, path), path);
+    assert_non_null(strstr(herd_last_error(), "head.weight"));
+    assert_memory_equal(before, c->m.params, c->m.n_param_floats * sizeof(float));
+    snprintf(c->views[4].name, sizeof c->views[4].name, "fc.weight");
+    c->views[4].shape[0] = 8;
+    c->views[4].shape[1] = 3;
+    expect_format_error(herd_model_load(&c->m, path), path);
+    assert_non_null(strstr(herd_last_error(), "fc.weight"));
+    assert_non_null(strstr(herd_last_error(), "[3, 8]"));
+    /* Fewer views than the file: the extra tensor is named. */
+    c->views[4].shape[0] = 3;
+    c->views[4].shape[1] = 8;
+    c->m.n_views = 4;
+    expect_format_error(herd_model_load(&c->m, path), path);
+    assert_non_null(strstr(herd_last_error(), "fc.weight"));
+
+    tmodel_free(a);
+    tmodel_free(b);
+    tmodel_free(c);
+    free(path);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* ------------------------------------------------------------ checkpoints */
+
+static herd_optimizer *make_opt(tmodel *t, herd_optimizer_kind kind)
+{
+    herd_train_config cfg;
+    herd_train_config_default(&cfg);
+    cfg.optimizer = kind;
+    cfg.nesterov = true;
+    herd_optimizer *o;
+    assert_herd_ok(herd_optimizer_create(&cfg, &t->m, &o));
+    return o;
+}
+
+static void train_steps(tmodel *t, herd_optimizer *o, int n, uint64_t seed)
+{
+    for (int i = 0; i < n; i++) {
+        tu_fill_uniform(t->m.grads, t->m.n_param_floats, -1, 1, seed + (uint64_t)i);
+        assert_herd_ok(herd_optimizer_step(o, &t->m, 0.01f));
+    }
+}
+
+static void check_round_trip(herd_optimizer_kind kind)
+{
+    char *dir = tu_tempdir();
+    char *ck = join(dir, "nested/ckpts"); /* created on save */
+    tmodel *a = tmodel_new(1);
+    herd_optimizer *oa = make_opt(a, kind);
+    train_steps(a, oa, 3, 10);
+    herd_train_state st = {.epoch = 1, .global_step = 3, .seed = 0xfedcba9876543210ull, .batch_size = 32};
+    assert_herd_ok(herd_checkpoint_save(ck, &a->m, oa, &st));
+
+    tmodel *b = tmodel_new(2);
+    herd_optimizer *ob = make_opt(b, kind);
+    herd_train_state got = {0};
+    bool found = false;
+    assert_herd_ok(herd_checkpoint_load_latest(ck, &b->m, ob, &got, &found));
+    assert_true(found);
+    assert_int_equal(got.epoch, 1);
+    assert_int_equal(got.global_step, 3);
+    assert_true(got.seed == st.seed);
+    assert_int_equal(got.batch_size, 32);
+    assert_int_equal(herd_optimizer_steps(ob), 3);
+    assert_memory_equal(a->m.params, b->m.params, a->m.n_param_floats * sizeof(float));
+    assert_memory_equal(a->m.buffers, b->m.buffers, a->m.n_buffer_floats * sizeof(float));
+    for (int i = 0; i < herd_optimizer_state_count(oa); i++) {
+        size_t na, nb;
+        float *sa = herd_optimizer_state(oa, i, NULL, &na);
+        float *sb = herd_optimizer_state(ob, i, NULL, &nb);
+        assert_int_equal(na, nb);
+        assert_memory_equal(sa, sb, na * sizeof(float));
+    }
+    /* Resumed training continues bit for bit. */
+    train_steps(a, oa, 2, 99);
+    train_steps(b, ob, 2, 99);
+    assert_memory_equal(a->m.params, b->m.params, a->m.n_param_floats * sizeof(float));
+
+    /* The other optimizer cannot resume from it. */
+    herd_optimizer *oc = make_opt(b, kind == HERD_OPT_SGD ? HERD_OPT_ADAMW : HERD_OPT_SGD);
+    char *spath = join(ck, "ckpt-3.state.safetensors");
+    expect_format_error(herd_checkpoint_load_latest(ck, &b->m, oc, &got, &found), spath);
+    free(spath);
+    herd_optimizer_free(oc);
+
+    herd_optimizer_free(oa);
+    herd_optimizer_free(ob);
+    tmodel_free(a);
+    tmodel_free(b);
+    free(ck);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+static void test_checkpoint_round_trip_sgd(void **s)
+{
+    (void)s;
+    check_round_trip(HERD_OPT_SGD);
+}
+static void test_checkpoint_round_trip_adamw(void **s)
+{
+    (void)s;
+    check_round_trip(HERD_OPT_ADAMW);
+}
+
+static void test_checkpoint_latest_and_prune(void **s)
+{
+    (void)s;
+    char *dir = tu_tempdir();
+    tmodel *a = tmodel_new(1);
+    herd_optimizer *o = make_opt(a, HERD_OPT_SGD);
+    for (long step = 10; step <= 40; step += 10) {
+        train_steps(a, o, 1, (uint64_t)step);
+        herd_train_state st = {.epoch = (int)(step / 10), .global_step = step, .seed = 1, .batch_size = 8};
+        assert_herd_ok(herd_checkpoint_save(dir, &a->m, o, &st));
+    }
+    char *lpath = join(dir, "latest");
+    size_t len;
+    char *latest = (char *)slurp(lpath, &len);
+    latest[len] = '\0';
+    assert_string_equal(latest, "ckpt-40\n");
+    free(latest);
+    assert_true(exists(dir, "ckpt-40.safetensors") && exists(dir, "ckpt-40.state.safetensors"));
+    assert_true(exists(dir, "ckpt-30.safetensors") && exists(dir, "ckpt-30.state.safetensors"));
+    assert_false(exists(dir, "ckpt-20.safetensors") || exists(dir, "ckpt-20.state.safetensors"));
+    assert_false(exists(dir, "ckpt-10.safetensors") || exists(dir, "ckpt-10.state.safetensors"));
+
+    tmodel *b = tmodel_new(5);
+    herd_optimizer *ob = make_opt(b, HERD_OPT_SGD);
+    herd_train_state got;
+    bool found;
+    assert_herd_ok(herd_checkpoint_load_latest(dir, &b->m, ob, &got, &found));
+    assert_true(found);
+    assert_int_equal(got.global_step, 40);
+    assert_int_equal(got.epoch, 4);
+    assert_memory_equal(a->m.params, b->m.params, a->m.n_param_floats * sizeof(float));
+
+    herd_optimizer_free(o);
+    herd_optimizer_free(ob);
+    tmodel_free(a);
+    tmodel_free(b);
+    free(lpath);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+static void test_checkpoint_none(void **s)
+{
+    (void)s;
+    char *dir = tu_tempdir();
+    tmodel *a = tmodel_new(1);
+    herd_optimizer *o = make_opt(a, HERD_OPT_SGD);
+    herd_train_state st = {.epoch = 7};
+    bool found = true;
+    assert_herd_ok(herd_checkpoint_load_latest(dir, &a->m, o, &st, &found));
+    assert_false(found);
+    assert_int_equal(st.epoch, 7);
+    char *missing = join(dir, "does/not/exist");
+    found = true;
+    assert_herd_ok(herd_checkpoint_load_latest(missing, &a->m, o, &st, &found));
+    assert_false(found);
+    free(missing);
+    herd_optimizer_free(o);
+    tmodel_free(a);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* Unwritable destinations are I/O errors naming the path, not crashes. */
+static void test_write_failures(void **s)
+{
+    (void)s;
+    char *dir = tu_tempdir();
+    tmodel *a = tmodel_new(1);
+    herd_optimizer *o = make_opt(a, HERD_OPT_SGD);
+    char *file = tu_write_file(dir, "plain-file", "x", 1);
+    herd_train_state st = {.global_step = 1};
+    assert_int_equal(herd_checkpoint_save(file, &a->m, o, &st), HERD_ERR_IO);
+    assert_non_null(strstr(herd_last_error(), file));
+    char *bad = join(dir, "no/such/dir/w.safetensors");
+    assert_int_equal(herd_model_save(&a->m, bad), HERD_ERR_IO);
+    assert_non_null(strstr(herd_last_error(), bad));
+    free(bad);
+    free(file);
+    herd_optimizer_free(o);
+    tmodel_free(a);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+static void test_checkpoint_corrupt(void **s)
+{
+    (void)s;
+    char *dir = tu_tempdir();
+    tmodel *a = tmodel_new(1);
+    herd_optimizer *o = make_opt(a, HERD_OPT_ADAMW);
+    train_steps(a, o, 2, 3);
+    herd_train_state st = {.epoch = 1, .global_step = 2, .seed = 9, .batch_size = 4};
+    assert_herd_ok(herd_checkpoint_save(dir, &a->m, o, &st));
+    char *wpath = join(dir, "ckpt-2.safetensors");
+    char *spath = join(dir, "ckpt-2.state.safetensors");
+    size_t wlen, slen;
+    unsigned char *w = slurp(wpath, &wlen), *sdata = slurp(spath, &slen);
+
+    tmodel *b = tmodel_new(2);
+    herd_optimizer *ob = make_opt(b, HERD_OPT_ADAMW);
+    float before[64];
+    memcpy(before, b->m.params, b->m.n_param_floats * sizeof(float));
+    herd_train_state got = {0};
+    bool found = true;
+
+    /* Truncated state file, at several points. */
+    size_t cuts[] = {0, 5, slen / 2, slen - 3};
+    for (size_t i = 0; i < 4; i++) {
+        free(tu_write_file(dir, "ckpt-2.state.safetensors", sdata, cuts[i]));
+        expect_format_error(herd_checkpoint_load_latest(dir, &b->m, ob, &got, &found), spath);
+        assert_false(found);
+    }
+    free(tu_write_file(dir, "ckpt-2.state.safetensors", sdata, slen));
+    /* Truncated weights. */
+    free(tu_write_file(dir, "ckpt-2.safetensors", w, wlen - 1));
+    expect_format_error(herd_checkpoint_load_latest(dir, &b->m, ob, &got, &found), wpath);
+    free(tu_write_file(dir, "ckpt-2.safetensors", w, wlen));
+    /* Missing weights: an I/O error naming the file. */
+    unlink(wpath);
+    assert_int_equal(herd_checkpoint_load_latest(dir, &b->m, ob, &got, &found), HERD_ERR_IO);
+    assert_non_null(strstr(herd_last_error(), wpath));
+    free(tu_write_file(dir, "ckpt-2.safetensors", w, wlen));
+    /* A garbled `latest`. */
+    char *lpath = join(dir, "latest");
+    free(tu_write_file(dir, "latest", "../etc/passwd\n", 14));
+    expect_format_error(herd_checkpoint_load_latest(dir, &b->m, ob, &got, &found), lpath);
+    free(tu_write_file(dir, "latest", "", 0));
+    expect_format_error(herd_checkpoint_load_latest(dir, &b->m, ob, &got, &found), lpath);
+    /* Nothing was changed by the failed loads. */
+    assert_memory_equal(before, b->m.params, b->m.n_param_floats * sizeof(float));
+    assert_int_equal(herd_optimizer_steps(ob), 0);
+    /* Restored, it loads again. */
+    free(tu_write_file(dir, "latest", "ckpt-2\n", 7));
+    assert_herd_ok(herd_checkpoint_load_latest(dir, &b->m, ob, &got, &found));
+    assert_true(found);
+    assert_int_equal(herd_optimizer_steps(ob), 2);
+
+    free(lpath);
+    free(w);
+    free(sdata);
+    free(wpath);
+    free(spath);
+    herd_optimizer_free(o);
+    herd_optimizer_free(ob);
+    tmodel_free(a);
+    tmodel_free(b);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_st_round_trip),
+        cmocka_unit_test(test_st_truncated),
+        cmocka_unit_test(test_st_corrupt_headers),
+        cmocka_unit_test(test_model_save_load),
+        cmocka_unit_test(test_checkpoint_round_trip_sgd),
+        cmocka_unit_test(test_checkpoint_round_trip_adamw),
+        cmocka_unit_test(test_checkpoint_latest_and_prune),
+        cmocka_unit_test(test_checkpoint_none),
+        cmocka_unit_test(test_checkpoint_corrupt),
+        cmocka_unit_test(test_write_failures),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
