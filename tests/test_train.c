@@ -40,7 +40,7 @@ static void test_lenet5_learns(void **state)
     if (access(FASHION, R_OK) != 0)
         skip();
     herd_dataset *train, *test;
-    open_subset(tu_sanitized() ? 12000 : 20000, 2000, &train, &test);
+    open_subset(tu_sanitized() ? 20000 : 30000, 10000, &train, &test);
     herd_model *m;
     assert_herd_ok(herd_model_create("lenet5", train, &m));
     assert_herd_ok(herd_model_init_params(m, 1));
@@ -48,7 +48,7 @@ static void test_lenet5_learns(void **state)
     herd_train_config_default(&cfg);
     cfg.epochs = 1;
     cfg.batch_size = 32;
-    cfg.lr = 0.05f;
+    cfg.lr = 0.02f;
     cfg.threads = 1;
     herd_train_result res;
     assert_herd_ok(herd_train(m, train, test, &cfg, NULL, NULL, &res));
