@@ -66,6 +66,20 @@ def _attach(root, dotted, module):
     parent.add_module(parts[-1], module)
 
 
+class BatchNorm2d(nn.BatchNorm2d):
+    """BatchNorm2d without num_batches_tracked, which herd does not store
+    (it only matters when momentum is None)."""
+
+    def __init__(self, channels):
+        super().__init__(channels, eps=BN_EPS, momentum=BN_MOMENTUM)
+        self.register_buffer("num_batches_tracked", None)
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        # Skip _NormBase's upgrade step, which would insert num_batches_tracked
+        # into a plain (metadata-less) dict of herd tensors.
+        nn.Module._load_from_state_dict(self, *args, **kwargs)
+
+
 class HerdNet(nn.Module):
     """A herd layer graph: each layer reads the previous layer unless
     "input" / "inputs" names others; outputs are looked up by layer name."""
@@ -102,9 +116,7 @@ class HerdNet(nn.Module):
                 module = nn.Linear(in_shape[0], out, bias=layer.get("bias", True))
                 out_shape = (out,)
             elif kind == "batchnorm":
-                module = nn.BatchNorm2d(in_shape[0], eps=BN_EPS, momentum=BN_MOMENTUM)
-                # herd has no num_batches_tracked; keep the state_dict to herd's names.
-                module.register_buffer("num_batches_tracked", None)
+                module = BatchNorm2d(in_shape[0])
             elif kind == "maxpool":
                 c, h, w = in_shape
                 extra = layer["kernel"]
