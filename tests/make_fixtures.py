@@ -12,8 +12,14 @@ import os
 import struct
 import sys
 
-import torch
-import torch.nn.functional as F
+# Debian's torch calls OpenBLAS (pthread build), whose own thread pool ignores
+# torch.set_num_threads and would change GEMM summation order, hence the
+# fixture bits, with the machine's core count. Pin it before torch loads it.
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+os.environ["OMP_NUM_THREADS"] = "1"
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "bench"))
