@@ -1,0 +1,193 @@
+#!/usr/bin/python3
+"""PyTorch reference for herd's training throughput (and time to accuracy).
+
+Trains the models in models/ the way `herd bench train` does: Fashion-MNIST
+held in memory as normalised float32, batches sliced from a per-epoch random
+permutation, SGD (momentum 0.9, lr 0.05, weight decay 5e-4), cross-entropy.
+One line per model, key=value:
+
+    model=lenet5 framework=torch threads=1 batch=128 samples_per_s=... step_ms=...
+
+Usage: /usr/bin/python3 bench/torch_reference.py [--models mlp,lenet5,resnet20]
+       [--threads 1] [--batch-size 128] [--steps 50] [--warmup 5] [--json]
+       /usr/bin/python3 bench/torch_reference.py --time-to-acc [--target 0.89]
+"""
+import argparse
+import gzip
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+
+def _pin_threads():
+    """Debian's torch calls OpenBLAS (pthread build), whose thread pool ignores
+    torch.set_num_threads and sizes itself from OPENBLAS_NUM_THREADS or
+    OMP_NUM_THREADS when the library loads, else from the core count. Make
+    --threads govern it too, so "1 thread" means one thread."""
+    for i, a in enumerate(sys.argv):
+        if a.startswith("--threads="):
+            n = a.split("=", 1)[1]
+        elif a == "--threads" and i + 1 < len(sys.argv):
+            n = sys.argv[i + 1]
+        else:
+            continue
+        break
+    else:
+        n = "1"
+    os.environ["OPENBLAS_NUM_THREADS"] = n
+    os.environ["OMP_NUM_THREADS"] = n
+
+
+_pin_threads()
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import herd_torch_models  # noqa: E402
+
+DATA_DIR = "/usr/share/datasets/fashion-mnist"
+MEAN, STD = 0.2860, 0.3530  # Fashion-MNIST training set; herd uses the same
+
+
+def load_idx(path):
+    """Read a gzipped IDX file (the MNIST format) into a numpy array."""
+    with gzip.open(path, "rb") as f:
+        raw = f.read()
+    ndim = raw[3]
+    dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def load_fashion_mnist(data_dir, split):
+    prefix = "train" if split == "train" else "t10k"
+    x = load_idx(os.path.join(data_dir, prefix + "-images-idx3-ubyte.gz"))
+    y = load_idx(os.path.join(data_dir, prefix + "-labels-idx1-ubyte.gz"))
+    x = (torch.from_numpy(x.astype(np.float32)) / 255.0 - MEAN) / STD
+    return x.unsqueeze(1).contiguous(), torch.from_numpy(y.astype(np.int64))
+
+
+def batches(n, batch_size, gen):
+    """Endless index batches: a fresh permutation each epoch, last partial batch dropped."""
+    while True:
+        perm = torch.randperm(n, generator=gen)
+        for i in range(0, n - batch_size + 1, batch_size):
+            yield perm[i:i + batch_size]
+
+
+def make_training(model, lr, seed):
+    torch.manual_seed(seed)
+    net = herd_torch_models.build(model)
+    net.train()
+    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9, weight_decay=5e-4)
+
+    def step(x, y):
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(net(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return net, step
+
+
+def bench(model, x_train, y_train, args):
+    net, step = make_training(model, args.lr, args.seed)
+    gen = torch.Generator().manual_seed(args.seed)
+    it = batches(len(x_train), args.batch_size, gen)
+    for _ in range(args.warmup):
+        idx = next(it)
+        step(x_train[idx], y_train[idx])
+    # Timed: batch gathering + forward + backward + update, as herd times it.
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        idx = next(it)
+        loss = step(x_train[idx], y_train[idx])
+    loss = loss.item()
+    dt = time.perf_counter() - t0
+    return {
+        "model": model, "framework": "torch", "threads": args.threads,
+        "batch": args.batch_size, "samples_per_s": round(args.steps * args.batch_size / dt, 1),
+        "step_ms": round(1000 * dt / args.steps, 3), "steps": args.steps,
+        "warmup": args.warmup, "loss": round(loss, 4), "torch": torch.__version__,
+    }
+
+
+def evaluate(net, x, y, batch_size=1000):
+    net.eval()
+    correct = 0
+    with torch.no_grad():
+        for i in range(0, len(x), batch_size):
+            correct += (net(x[i:i + batch_size]).argmax(1) == y[i:i + batch_size]).sum().item()
+    net.train()
+    return correct / len(x)
+
+
+def time_to_acc(model, x_train, y_train, x_test, y_test, args):
+    """Wall time until test accuracy, evaluated after each epoch, first reaches target."""
+    net, step = make_training(model, args.lr, args.seed)
+    gen = torch.Generator().manual_seed(args.seed)
+    n = len(x_train)
+    train_s = 0.0
+    t0 = time.perf_counter()
+    result = {"model": model, "framework": "torch", "threads": args.threads,
+              "batch": args.batch_size, "target": args.target, "reached": False}
+    for epoch in range(1, args.epochs + 1):
+        te = time.perf_counter()
+        perm = torch.randperm(n, generator=gen)
+        for i in range(0, n - args.batch_size + 1, args.batch_size):
+            idx = perm[i:i + args.batch_size]
+            step(x_train[idx], y_train[idx])
+        train_s += time.perf_counter() - te
+        acc = evaluate(net, x_test, y_test)
+        wall = time.perf_counter() - t0
+        print("epoch=%d test_acc=%.4f wall_s=%.2f" % (epoch, acc, wall), file=sys.stderr)
+        result.update(epochs=epoch, test_acc=round(acc, 4), wall_s=round(wall, 2),
+                      train_s=round(train_s, 2))
+        if acc >= args.target:
+            result["reached"] = True
+            break
+    return result
+
+
+def emit(result, as_json):
+    if as_json:
+        print(json.dumps(result), flush=True)
+    else:
+        print(" ".join("%s=%s" % (k, str(v).lower() if isinstance(v, bool) else v)
+                       for k, v in result.items()), flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--models", default=None,
+                   help="comma-separated (default mlp,lenet5,resnet20; lenet5 with --time-to-acc)")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data-dir", default=DATA_DIR)
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.add_argument("--time-to-acc", action="store_true",
+                   help="train lenet5 (or --models) until test accuracy >= --target")
+    p.add_argument("--target", type=float, default=0.89)
+    p.add_argument("--epochs", type=int, default=10, help="epoch limit for --time-to-acc")
+    args = p.parse_args()
+
+    torch.set_num_threads(args.threads)
+    x_train, y_train = load_fashion_mnist(args.data_dir, "train")
+    if args.time_to_acc:
+        x_test, y_test = load_fashion_mnist(args.data_dir, "test")
+        for m in (args.models or "lenet5").split(","):
+            emit(time_to_acc(m, x_train, y_train, x_test, y_test, args), args.json)
+        return
+    for m in (args.models or "mlp,lenet5,resnet20").split(","):
+        emit(bench(m, x_train, y_train, args), args.json)
+
+
+if __name__ == "__main__":
+    main()
