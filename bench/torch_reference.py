@@ -19,8 +19,6 @@ import os
 import sys
 import time
 
-import numpy as np
-
 
 def _pin_threads():
     """Debian's torch calls OpenBLAS (pthread build), whose thread pool ignores
@@ -41,7 +39,9 @@ def _pin_threads():
     os.environ["OMP_NUM_THREADS"] = n
 
 
+# Before numpy too: it loads the same OpenBLAS.
 _pin_threads()
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
