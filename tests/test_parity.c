@@ -30,6 +30,8 @@ static void expect_close(const char *what, const float *got, const float *want, 
                          double tol)
 {
     double err = tu_max_rel_err(got, want, n);
+    if (getenv("HERD_PARITY_VERBOSE"))
+        printf("  %-40s max rel err %.2e\n", what, err);
     if (!(err <= tol))
         fail_msg("%s differs from PyTorch: max relative error %.3g (tolerance %.1g)", what, err, tol);
 }
@@ -59,7 +61,7 @@ static void check_model(const char *name, int batch)
 
     herd_train_config cfg;
     herd_train_config_default(&cfg);
-    cfg.lr = 0.05f;
+    cfg.lr = (float)atof(herd_st_meta(f, "lr"));
     cfg.momentum = 0.9f;
     cfg.weight_decay = 5e-4f;
     cfg.decay_bn_bias = true; /* PyTorch's SGD decays every parameter */
@@ -121,7 +123,7 @@ static void test_lenet5(void **state)
 static void test_resnet20(void **state)
 {
     (void)state;
-    check_model("resnet20", 4);
+    check_model("resnet20", 8);
 }
 
 int main(void)

@@ -15,10 +15,12 @@ static herd_status check_sizes(const char *op, int n, int c, int hw)
     return HERD_OK;
 }
 
-static inline float row_sum(const float *x, int hw)
+static inline double row_sum(const float *x, int hw)
 {
-    float s = 0.0f;
-    /* simd reduction: lets gcc reorder the sum into vector lanes without -ffast-math. */
+    /* Double accumulators: a plain float sum over a 28x28 plane loses ~1e-5 relative,
+     * enough to make unvectorised (debug) builds drift from PyTorch over a few steps.
+     * simd reduction lets gcc split the sum into vector lanes without -ffast-math. */
+    double s = 0.0;
 #pragma omp simd reduction(+ : s)
     for (int i = 0; i < hw; i++)
         s += x[i];
@@ -51,7 +53,7 @@ herd_status herd_cpu_bn_fwd_train(int n, int c, int hw, const float *x, const fl
         double sq = 0.0;
         for (int s = 0; s < n; s++) {
             const float *xr = x + s * plane + (size_t)ch * hw;
-            float acc = 0.0f;
+            double acc = 0.0;
 #pragma omp simd reduction(+ : acc)
             for (int i = 0; i < hw; i++) {
                 float d = xr[i] - mean;
@@ -117,7 +119,7 @@ herd_status herd_cpu_bn_bwd(int n, int c, int hw, const float *x, const float *d
         for (int s = 0; s < n; s++) {
             const float *xr = x + s * plane + (size_t)ch * hw;
             const float *dyr = dy + s * plane + (size_t)ch * hw;
-            float a = 0.0f, b = 0.0f;
+            double a = 0.0, b = 0.0;
 #pragma omp simd reduction(+ : a, b)
             for (int i = 0; i < hw; i++) {
                 a += dyr[i];

@@ -161,7 +161,7 @@ herd_status herd_cpu_global_avgpool_fwd(int n, int c, int hw, const float *x, fl
 #pragma omp parallel for schedule(static) if (rows * hw >= HERD_CPU_PAR_MIN)
     for (size_t r = 0; r < rows; r++) {
         const float *xr = x + r * hw;
-        float s = 0.0f;
+        double s = 0.0; /* see row_sum in cpu_bn.c */
 #pragma omp simd reduction(+ : s)
         for (int i = 0; i < hw; i++)
             s += xr[i];
