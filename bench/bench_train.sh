@@ -20,7 +20,6 @@ batch=128
 steps=50
 warmup=5
 repeats=1
-herd_extra=()  # --warmup reaches herd only when given: it is not in herd's documented CLI
 
 while [ $# -gt 0 ]; do
   case $1 in
@@ -28,7 +27,7 @@ while [ $# -gt 0 ]; do
     --threads) threads=$2; shift 2 ;;
     --batch-size) batch=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
-    --warmup) warmup=$2; herd_extra=(--warmup "$2"); shift 2 ;;
+    --warmup) warmup=$2; shift 2 ;;
     --repeats) repeats=$2; shift 2 ;;
     -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench_train.sh: unknown option $1" >&2; exit 2 ;;
@@ -57,7 +56,7 @@ for ((r = 1; r <= repeats; r++)); do
   for m in "${model_list[@]}"; do
     if [ $have_herd = 1 ]; then
       if out=$(OMP_NUM_THREADS=$threads "$herd" bench train --model "$m" --data fashion-mnist \
-                 --batch-size "$batch" --threads "$threads" --steps "$steps" ${herd_extra[@]+"${herd_extra[@]}"} \
+                 --batch-size "$batch" --threads "$threads" --steps "$steps" --warmup "$warmup" \
                  2>/dev/null) && sps=$(kv samples_per_s "$(tail -n 1 <<<"$out")") && [ -n "$sps" ]; then
         echo "herd  $m: $(tail -n 1 <<<"$out")" >&2
         herd_sps[$m]=$(best "${herd_sps[$m]}" "$sps")
