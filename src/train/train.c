@@ -225,6 +225,16 @@ herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
                         "model '%s' expects %dx%dx%d inputs and %d classes, the data has "
                         "%dx%dx%d and %d",
                         m->name, m->in_c, m->in_h, m->in_w, m->classes, c, h, w, classes);
+    if (test) {
+        int tc, th, tw, tclasses;
+        herd_dataset_shape(test, &tc, &th, &tw, &tclasses);
+        if (tc != c || th != h || tw != w || tclasses > m->classes)
+            return HERD_ERR(HERD_ERR_INVALID_ARG,
+                            "the test data (%dx%dx%d, %d classes) does not fit model '%s' "
+                            "(%dx%dx%d, %d classes); its labels must stay below the training "
+                            "data's classes",
+                            tc, th, tw, tclasses, m->name, m->in_c, m->in_h, m->in_w, m->classes);
+    }
     memset(result, 0, sizeof *result);
     result->test_loss = result->test_acc = -1;
     run r = {.m = m, .train = train, .test = test, .cfg = cfg, .progress = progress,
