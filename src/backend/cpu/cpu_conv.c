@@ -147,22 +147,8 @@ static herd_status build(herd_conv_plan *p)
         if (!p->db_acc)
             return HERD_NOMEM((size_t)d->c_out * sizeof(float));
     }
-    size_t scratch = herd_dnnl_scratchpad_bytes(p->fwd_pd);
-    size_t s2 = herd_dnnl_scratchpad_bytes(p->bwd_data_pd);
-    size_t s3 = herd_dnnl_scratchpad_bytes(p->bwd_w_pd);
-    scratch = scratch > s2 ? scratch : s2;
-    scratch = scratch > s3 ? scratch : s3;
-    if (scratch) {
-        p->scratch = herd_aligned_alloc(scratch);
-        if (!p->scratch)
-            return HERD_NOMEM(scratch);
-        dnnl_memory_desc_t smd;
-        dnnl_dims_t sdims = {(dnnl_dim_t)scratch};
-        HERD_DNNL(dnnl_memory_desc_init_by_tag(&smd, 1, sdims, dnnl_u8, dnnl_a),
-                  "conv scratchpad descriptor");
-        HERD_DNNL(dnnl_memory_create(&p->scratch_mem, &smd, eng, p->scratch), "conv scratchpad");
-    }
-    return HERD_OK;
+    const_dnnl_primitive_desc_t pds[3] = {p->fwd_pd, p->bwd_data_pd, p->bwd_w_pd};
+    return herd_dnnl_scratch_init(pds, 3, &p->scratch, &p->scratch_mem, "conv scratchpad");
 }
 
 herd_status herd_cpu_conv2d_plan(const herd_conv_desc *d, herd_conv_plan **plan)

@@ -124,3 +124,26 @@ herd_status herd_dnnl_exec(dnnl_primitive_t prim, int nargs, const dnnl_exec_arg
     HERD_DNNL(dnnl_stream_wait(stream), what);
     return HERD_OK;
 }
+
+herd_status herd_dnnl_scratch_init(const const_dnnl_primitive_desc_t *pds, int n, void **buf,
+                                   dnnl_memory_t *mem, const char *what)
+{
+    size_t bytes = 0;
+    for (int i = 0; i < n; i++) {
+        size_t b = herd_dnnl_scratchpad_bytes(pds[i]);
+        bytes = b > bytes ? b : bytes;
+    }
+    if (!bytes)
+        return HERD_OK;
+    dnnl_engine_t eng;
+    dnnl_stream_t stream;
+    HERD_TRY(herd_dnnl_get(&eng, &stream));
+    *buf = herd_aligned_alloc(bytes);
+    if (!*buf)
+        return HERD_NOMEM(bytes);
+    dnnl_memory_desc_t md;
+    dnnl_dims_t dims = {(dnnl_dim_t)bytes};
+    HERD_DNNL(dnnl_memory_desc_init_by_tag(&md, 1, dims, dnnl_u8, dnnl_a), what);
+    HERD_DNNL(dnnl_memory_create(mem, &md, eng, *buf), what);
+    return HERD_OK;
+}

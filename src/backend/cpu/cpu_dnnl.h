@@ -27,10 +27,6 @@ static inline dnnl_exec_arg_t herd_dnnl_arg(int which, dnnl_memory_t mem)
     return a;
 }
 
-#endif
-
-#ifndef HERD_BACKEND_CPU_DNNL_PORT
-#define HERD_BACKEND_CPU_DNNL_PORT
 #include <stdbool.h>
 
 /*
@@ -63,6 +59,10 @@ herd_status herd_dnnl_create(const void *op_desc, const_dnnl_primitive_desc_t hi
                              dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim, const char *what);
 /* Bytes of scratchpad the primitive needs. */
 size_t herd_dnnl_scratchpad_bytes(const_dnnl_primitive_desc_t pd);
+/* One scratchpad big enough for every primitive of a plan (pds: n descriptors);
+ * *buf and *mem stay NULL when none needs one. */
+herd_status herd_dnnl_scratch_init(const const_dnnl_primitive_desc_t *pds, int n, void **buf,
+                                   dnnl_memory_t *mem, const char *what);
 /* Runs a primitive on the shared stream and waits for it. */
 herd_status herd_dnnl_exec(dnnl_primitive_t prim, int nargs, const dnnl_exec_arg_t *args,
                            const char *what);

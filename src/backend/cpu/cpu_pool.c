@@ -76,19 +76,8 @@ static herd_status build(herd_pool_plan *p)
             return HERD_NOMEM(ws_bytes);
         HERD_DNNL(dnnl_memory_create(&p->workspace, ws, eng, p->workspace_buf), "pooling workspace");
     }
-    size_t scratch = herd_dnnl_scratchpad_bytes(p->fwd_pd), s2 = herd_dnnl_scratchpad_bytes(p->bwd_pd);
-    scratch = scratch > s2 ? scratch : s2;
-    if (scratch) {
-        p->scratch = herd_aligned_alloc(scratch);
-        if (!p->scratch)
-            return HERD_NOMEM(scratch);
-        dnnl_memory_desc_t smd;
-        dnnl_dims_t sdims = {(dnnl_dim_t)scratch};
-        HERD_DNNL(dnnl_memory_desc_init_by_tag(&smd, 1, sdims, dnnl_u8, dnnl_a),
-                  "pooling scratchpad descriptor");
-        HERD_DNNL(dnnl_memory_create(&p->scratch_mem, &smd, eng, p->scratch), "pooling scratchpad");
-    }
-    return HERD_OK;
+    const_dnnl_primitive_desc_t pds[2] = {p->fwd_pd, p->bwd_pd};
+    return herd_dnnl_scratch_init(pds, 2, &p->scratch, &p->scratch_mem, "pooling scratchpad");
 }
 
 herd_status herd_cpu_pool_plan(const herd_pool_desc *d, herd_pool_plan **plan)
