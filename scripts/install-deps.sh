@@ -5,11 +5,12 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config
-  libdnnl-dev libopenblas-dev libcjson-dev zlib1g-dev libcmocka-dev
+  libdnnl-dev libcjson-dev zlib1g-dev libcmocka-dev
   dataset-fashion-mnist
 )
-# The PyTorch reference (bench/, tests/make_fixtures.py) is optional: HERD_WITH_TORCH=1.
-if [ "${HERD_WITH_TORCH:-0}" = 1 ]; then packages+=(python3-torch python3-numpy); fi
+# The PyTorch reference and the kernel micro-benchmarks (bench/, tests/make_fixtures.py)
+# are optional: HERD_WITH_TORCH=1.
+if [ "${HERD_WITH_TORCH:-0}" = 1 ]; then packages+=(python3-torch python3-numpy libopenblas-dev); fi
 
 missing=()
 for p in "${packages[@]}"; do
