@@ -107,6 +107,29 @@ herd_status herd_model_load(herd_model *m, const char *path);
 const char *herd_zoo_name(size_t i);
 const char *herd_zoo_description(size_t i);
 
+/* ------------------------------------------------------ data parallelism */
+
+/*
+ * The group of processes training together. herd_dist_init joins the MPI job when
+ * the process was started by mpirun / srun (and herd was built with MPI), and is a
+ * group of one otherwise. Pass it in herd_train_config.dist; NULL means one process.
+ */
+typedef struct herd_comm herd_dist;
+
+typedef struct herd_dist_config {
+    double stall_warning_s; /* report ranks that have not joined a collective after this (60) */
+    double timeout_s;       /* abort the job after this (300) */
+} herd_dist_config;
+
+herd_status herd_dist_init(const herd_dist_config *cfg, herd_dist **out);
+int herd_dist_rank(const herd_dist *d);
+int herd_dist_size(const herd_dist *d);
+int herd_dist_local_rank(const herd_dist *d);
+const char *herd_dist_backend(const herd_dist *d); /* "local" or "mpi" */
+/* Ends every process of the job with exit code `code` (use after a fatal error on one rank). */
+void herd_dist_abort(herd_dist *d, int code, const char *msg);
+void herd_dist_free(herd_dist *d);
+
 /* -------------------------------------------------------------- training */
 
 typedef enum { HERD_OPT_SGD = 0, HERD_OPT_ADAMW = 1 } herd_optimizer_kind;
@@ -138,6 +161,15 @@ typedef struct herd_train_config {
     bool resume;
     int eval_every;        /* evaluate every N epochs (0 = only at the end) */
     long max_steps;        /* stop after this many steps in total (0 = no limit) */
+
+    /* Data parallelism (ignored for a group of one). batch_size is per rank. */
+    herd_dist *dist;       /* NULL = this process alone */
+    bool lr_scaling;       /* lr = lr * global batch / 256 (Goyal et al.); warmup defaults to 5 epochs */
+    bool sync_bn;          /* batch-norm statistics over the global batch */
+    int compress;          /* gradients on the wire: 0 fp32, 1 fp16, 2 bf16 */
+    int grad_accum;        /* micro-batches per step; communicate on the last (1) */
+    double bucket_mb;      /* gradient bucket size in MiB (25; the first bucket is 1) */
+    bool check_replicas;   /* hash parameters after every step and abort if replicas differ */
 } herd_train_config;
 
 void herd_train_config_default(herd_train_config *cfg);
@@ -145,6 +177,7 @@ void herd_train_config_default(herd_train_config *cfg);
 /* Timing of one step's phases, seconds. */
 typedef struct herd_phase_times {
     double data_wait, forward, backward, optimizer, total;
+    double comm_wait; /* exposed communication: waiting for gradient reductions after backward */
 } herd_phase_times;
 
 typedef struct herd_progress {
@@ -157,6 +190,7 @@ typedef struct herd_progress {
     double samples_per_s;
     double elapsed_s, eta_s;
     herd_phase_times phases;      /* running average per step */
+    int rank, world;              /* this process and the group size (callbacks run on every rank) */
     bool epoch_end;               /* true once per epoch, after evaluation */
     double test_loss, test_acc;   /* valid when epoch_end and evaluated */
     bool evaluated;

@@ -32,4 +32,11 @@ void herd_train_config_default(herd_train_config *cfg)
     cfg->resume = false;
     cfg->eval_every = 1;
     cfg->max_steps = 0;
+    cfg->dist = NULL;
+    cfg->lr_scaling = false;
+    cfg->sync_bn = false;
+    cfg->compress = 0;
+    cfg->grad_accum = 1;
+    cfg->bucket_mb = 25.0;
+    cfg->check_replicas = false;
 }

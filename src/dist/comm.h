@@ -1,0 +1,82 @@
+/*
+ * Communicators: a table of functions, one implementation per engine —
+ * single-process (comm_local.c), MPI (comm_mpi.c), NCCL later. herd never writes
+ * a transport of its own; MPI carries everything between processes and machines.
+ *
+ * Gradient reductions are asynchronous: allreduce_start hands a slice of the
+ * contiguous gradient buffer to the communicator, which reduces it in place (sum,
+ * then scaled by `scale`) while the caller computes; wait blocks until every
+ * started reduction is complete. The MPI communicator runs them on a dedicated
+ * thread so they progress during backward (Open MPI does not progress
+ * non-blocking collectives by itself).
+ *
+ * Every call returns HERD_OK or a status with herd_last_error() set. A collective
+ * that does not complete within the stall timeout returns HERD_ERR_TIMEOUT-style
+ * errors naming the ranks that have not arrived (see herd_comm_config).
+ */
+#ifndef HERD_DIST_COMM_H
+#define HERD_DIST_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "herd/herd.h"
+
+typedef enum herd_wire_type {
+    HERD_WIRE_FP32 = 0, /* gradients travel as they are */
+    HERD_WIRE_FP16,     /* cast to IEEE half for the reduction and back (Horovod's compression) */
+    HERD_WIRE_BF16,     /* cast to bfloat16 */
+} herd_wire_type;
+
+typedef struct herd_comm_config {
+    double stall_warning_s; /* a collective pending this long prints who has not arrived (60) */
+    double timeout_s;       /* ...and this long aborts the whole job, non-zero exit (300) */
+} herd_comm_config;
+
+typedef struct herd_comm herd_comm;
+
+typedef struct herd_comm_ops {
+    const char *name; /* "local", "mpi" */
+    void (*destroy)(herd_comm *c);
+
+    /* Starts an in-place sum of buf[0..n) over all ranks, then multiplies by scale
+     * (1/size for averaging). Returns at once; buf must stay untouched until wait. */
+    herd_status (*allreduce_start)(herd_comm *c, float *buf, size_t n, float scale,
+                                   herd_wire_type wire, const char *tag);
+    /* Blocks until every started reduction has completed. */
+    herd_status (*wait_all)(herd_comm *c);
+
+    /* Blocking collectives for set-up and metrics (small). */
+    herd_status (*broadcast)(herd_comm *c, void *buf, size_t bytes, int root);
+    herd_status (*allreduce_f64)(herd_comm *c, double *vals, int n); /* in-place sum */
+    herd_status (*allgather)(herd_comm *c, const void *mine, void *all, size_t bytes);
+    herd_status (*barrier)(herd_comm *c);
+
+    /* Records what this rank is doing, for the stall inspector's report
+     * ("epoch 3 step 120: backward"). */
+    void (*set_activity)(herd_comm *c, const char *what);
+    /* Ends every process of the job with this exit code (after printing msg). */
+    void (*abort)(herd_comm *c, int code, const char *msg);
+} herd_comm_ops;
+
+struct herd_comm {
+    const herd_comm_ops *ops;
+    int rank, size;             /* in the job */
+    int local_rank, local_size; /* on this host */
+    char host[64];
+    herd_comm_config cfg;
+    void *impl;
+};
+
+/* Single process: every collective is the identity. */
+herd_status herd_comm_local_create(herd_comm **out);
+/* MPI (MPI_COMM_WORLD). HERD_ERR_UNSUPPORTED when herd was built without MPI. */
+herd_status herd_comm_mpi_create(const herd_comm_config *cfg, herd_comm **out);
+/* True when this process was started by an MPI launcher (mpirun, srun). */
+bool herd_comm_launched_by_mpi(void);
+/* MPI when launched by an MPI launcher and built with MPI, otherwise local. */
+herd_status herd_comm_create_default(const herd_comm_config *cfg, herd_comm **out);
+void herd_comm_destroy(herd_comm *c);
+
+#endif
