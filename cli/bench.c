@@ -56,24 +56,29 @@ static int bench_train(int argc, char **argv)
         return cli_usage_error("bench train", "--model is required");
     herd_dataset *ds = NULL;
     herd_model *m = NULL;
+    herd_dist *dist = NULL;
     herd_bench_result r;
     herd_status st;
     int rc = CLI_FAIL;
+    if ((st = herd_dist_init(NULL, &dist)) != HERD_OK)
+        return cli_fail(st, "cannot join the distributed job");
+    bool rank0 = herd_dist_rank(dist) == 0;
     if ((st = herd_dataset_open(data, HERD_SPLIT_TRAIN, &ds)) != HERD_OK)
         cli_fail(st, "cannot open the data");
     else if ((st = herd_model_create(model, ds, &m)) != HERD_OK)
         cli_fail(st, "cannot build the model");
-    else if ((st = herd_bench_train(m, ds, (int)batch, (int)steps, (int)warmup, (int)threads, &r)) != HERD_OK)
+    else if ((st = herd_bench_train(m, ds, (int)batch, (int)steps, (int)warmup, (int)threads, dist, &r)) != HERD_OK)
         cli_fail(st, "benchmark failed");
     else {
         double gflops = 3.0 * herd_model_flops_per_sample(m) * r.samples_per_s / 1e9;
-        if (!json)
+        if (!json && rank0)
             fprintf(stderr,
-                    "%s: batch %d, %d thread(s), %ld steps: %.2f ms/step (data wait %.2f, forward "
-                    "%.2f, backward %.2f, optimizer %.2f ms), ~%.1f GFLOP/s\n",
-                    herd_model_name(m), r.batch_size, r.threads, r.steps, 1e3 * r.step_s,
+                    "%s: %d rank(s) x batch %d, %d thread(s), %ld steps: %.2f ms/step (data wait "
+                    "%.2f, forward %.2f, backward %.2f, exposed communication %.2f, optimizer %.2f "
+                    "ms), ~%.1f GFLOP/s\n",
+                    herd_model_name(m), r.ranks, r.batch_size, r.threads, r.steps, 1e3 * r.step_s,
                     1e3 * r.phases.data_wait, 1e3 * r.phases.forward, 1e3 * r.phases.backward,
-                    1e3 * r.phases.optimizer, gflops);
+                    1e3 * r.phases.comm_wait, 1e3 * r.phases.optimizer, gflops);
         cli_summary s = {0};
         cli_summary_str(&s, "model", herd_model_name(m));
         cli_summary_num(&s, "batch", r.batch_size, 0);
@@ -83,14 +88,24 @@ static int bench_train(int argc, char **argv)
         cli_summary_num(&s, "data_wait_ms", 1e3 * r.phases.data_wait, 3);
         cli_summary_num(&s, "forward_ms", 1e3 * r.phases.forward, 3);
         cli_summary_num(&s, "backward_ms", 1e3 * r.phases.backward, 3);
+        cli_summary_num(&s, "comm_wait_ms", 1e3 * r.phases.comm_wait, 3);
         cli_summary_num(&s, "optimizer_ms", 1e3 * r.phases.optimizer, 3);
         cli_summary_num(&s, "gflops", gflops, 1);
+        cli_summary_num(&s, "ranks", r.ranks, 0);
+        if (r.ranks > 1) {
+            cli_summary_num(&s, "single_rank_samples_per_s", r.single_rank_samples_per_s, 1);
+            cli_summary_num(&s, "scaling_efficiency", r.scaling_efficiency, 4);
+        }
         cli_summary_num(&s, "samples_per_s", r.samples_per_s, 1);
-        cli_summary_print(&s, json);
+        if (rank0)
+            cli_summary_print(&s, json);
         rc = CLI_OK;
     }
+    if (rc != CLI_OK && herd_dist_size(dist) > 1)
+        herd_dist_abort(dist, rc, "herd bench failed on this rank; stopping the job");
     herd_model_free(m);
     herd_dataset_free(ds);
+    herd_dist_free(dist);
     return rc;
 }
 

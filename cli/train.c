@@ -35,6 +35,16 @@ static const char train_help[] =
     "  --resume                 continue from the latest checkpoint in --checkpoint-dir\n"
     "  --eval-every N           evaluate every N epochs (default 1; 0 = only at the end)\n"
     "  --max-steps N            stop after N steps in total\n"
+    "\n"
+    "Data parallelism (start with 'herd run -np N -- train ...' or mpirun; --batch-size is per rank):\n"
+    "  --lr-scaling linear      lr = --lr x global batch / 256, warmup 5 epochs unless given\n"
+    "  --sync-bn                batch-norm statistics over all ranks (default: per rank)\n"
+    "  --compress fp16|bf16     cast gradients for the allreduce and back\n"
+    "  --grad-accum K           accumulate K micro-batches, communicate on the last (1)\n"
+    "  --bucket-mb X            gradient bucket size in MiB (25; the first is 1)\n"
+    "  --check-replicas         verify after every step that all replicas are identical\n"
+    "  --stall-warning S        report ranks missing from a collective after S s (60)\n"
+    "  --comm-timeout S         abort the job after S s in one collective (300)\n"
     "  --train-samples N        use only the first N training samples\n"
     "  --save FILE              write the final weights (safetensors)\n"
     "  --log-every N            steps between progress lines when not on a terminal (50)\n"
@@ -49,6 +59,8 @@ enum {
     OPT_NESTEROV, OPT_WD, OPT_DECOUPLED, OPT_DECAY_BN, OPT_SCHEDULE, OPT_MILESTONES, OPT_GAMMA,
     OPT_WARMUP, OPT_AUGMENT, OPT_SMOOTH, OPT_THREADS, OPT_SEED, OPT_CKPT, OPT_RESUME, OPT_EVAL,
     OPT_MAX_STEPS, OPT_TRAIN_SAMPLES, OPT_SAVE, OPT_LOG_EVERY, OPT_QUIET, OPT_JSON, OPT_HELP,
+    OPT_LR_SCALING, OPT_SYNC_BN, OPT_COMPRESS, OPT_GRAD_ACCUM, OPT_BUCKET_MB, OPT_CHECK_REPLICAS,
+    OPT_STALL_WARNING, OPT_COMM_TIMEOUT,
 };
 
 static const struct option train_options[] = {
@@ -81,6 +93,14 @@ static const struct option train_options[] = {
     {"quiet", no_argument, 0, OPT_QUIET},
     {"json", no_argument, 0, OPT_JSON},
     {"help", no_argument, 0, OPT_HELP},
+    {"lr-scaling", required_argument, 0, OPT_LR_SCALING},
+    {"sync-bn", no_argument, 0, OPT_SYNC_BN},
+    {"compress", required_argument, 0, OPT_COMPRESS},
+    {"grad-accum", required_argument, 0, OPT_GRAD_ACCUM},
+    {"bucket-mb", required_argument, 0, OPT_BUCKET_MB},
+    {"check-replicas", no_argument, 0, OPT_CHECK_REPLICAS},
+    {"stall-warning", required_argument, 0, OPT_STALL_WARNING},
+    {"comm-timeout", required_argument, 0, OPT_COMM_TIMEOUT},
     {0, 0, 0, 0},
 };
 
@@ -89,6 +109,7 @@ typedef struct train_args {
     long train_samples, log_every;
     bool quiet, json;
     herd_train_config cfg;
+    herd_dist_config dist;
 } train_args;
 
 static bool parse_milestones(const char *s, herd_train_config *cfg)
@@ -182,6 +203,27 @@ static int parse_train_args(int argc, char **argv, train_args *a)
         case OPT_QUIET: a->quiet = true; break;
         case OPT_JSON: a->json = true; break;
         case OPT_HELP: fputs(train_help, stdout); return CLI_OK;
+        case OPT_LR_SCALING:
+            if (strcmp(optarg, "linear") != 0)
+                return cli_usage_error("train", "--lr-scaling takes 'linear', got '%s'", optarg);
+            c->lr_scaling = true;
+            break;
+        case OPT_SYNC_BN: c->sync_bn = true; break;
+        case OPT_COMPRESS:
+            if (strcmp(optarg, "fp16") == 0)
+                c->compress = 1;
+            else if (strcmp(optarg, "bf16") == 0)
+                c->compress = 2;
+            else if (strcmp(optarg, "none") == 0)
+                c->compress = 0;
+            else
+                return cli_usage_error("train", "--compress is fp16, bf16 or none, got '%s'", optarg);
+            break;
+        case OPT_GRAD_ACCUM: INT_ARG(1, 4096, c->grad_accum, "--grad-accum"); break;
+        case OPT_BUCKET_MB: FLOAT_ARG(0.001, 4096, c->bucket_mb, "--bucket-mb"); break;
+        case OPT_CHECK_REPLICAS: c->check_replicas = true; break;
+        case OPT_STALL_WARNING: FLOAT_ARG(0.1, 1e6, a->dist.stall_warning_s, "--stall-warning"); break;
+        case OPT_COMM_TIMEOUT: FLOAT_ARG(0.1, 1e6, a->dist.timeout_s, "--comm-timeout"); break;
         default: return cli_usage_error("train", "unknown or incomplete option");
         }
     }
@@ -198,6 +240,12 @@ static int parse_train_args(int argc, char **argv, train_args *a)
     return -1;
 }
 
+/* Prints the progress of rank 0 only. */
+static bool rank0_progress(const herd_progress *p, void *user)
+{
+    return p->rank != 0 || herd_console_progress_fn(p, user);
+}
+
 int cmd_train(int argc, char **argv)
 {
     train_args a = {0};
@@ -206,8 +254,15 @@ int cmd_train(int argc, char **argv)
         return rc;
     herd_dataset *train = NULL, *test = NULL;
     herd_model *m = NULL;
+    herd_dist *dist = NULL;
     herd_status st;
     rc = CLI_FAIL;
+    if ((st = herd_dist_init(&a.dist, &dist)) != HERD_OK) {
+        cli_fail(st, "cannot join the distributed job");
+        return CLI_FAIL;
+    }
+    a.cfg.dist = dist;
+    bool rank0 = herd_dist_rank(dist) == 0;
     if ((st = herd_dataset_open(a.data, HERD_SPLIT_TRAIN, &train)) != HERD_OK) {
         cli_fail(st, "cannot open the training data");
         goto done;
@@ -228,19 +283,23 @@ int cmd_train(int argc, char **argv)
         cli_fail(st, "cannot initialise the model");
         goto done;
     }
-    if (!a.quiet)
+    if (!a.quiet && rank0) {
         fprintf(stderr, "herd: training %s (%zu parameters) on %s: %zu train / %zu test samples\n",
                 herd_model_name(m), herd_model_param_count(m), a.data, herd_dataset_size(train),
                 herd_dataset_size(test));
+        if (herd_dist_size(dist) > 1)
+            fprintf(stderr, "herd: %d ranks (%s), %d samples per rank per step, global batch %d\n",
+                    herd_dist_size(dist), herd_dist_backend(dist), a.cfg.batch_size,
+                    a.cfg.batch_size * a.cfg.grad_accum * herd_dist_size(dist));
+    }
     herd_console_progress progress = {.stream = stderr, .log_every = (int)a.log_every};
     herd_train_result res;
-    st = herd_train(m, train, test, &a.cfg, a.quiet ? NULL : herd_console_progress_fn, &progress,
-                    &res);
+    st = herd_train(m, train, test, &a.cfg, a.quiet ? NULL : rank0_progress, &progress, &res);
     if (st != HERD_OK) {
         cli_fail(st, "training failed");
         goto done;
     }
-    if (a.save && (st = herd_model_save(m, a.save)) != HERD_OK) {
+    if (a.save && rank0 && (st = herd_model_save(m, a.save)) != HERD_OK) {
         cli_fail(st, "cannot save the weights");
         goto done;
     }
@@ -254,11 +313,17 @@ int cmd_train(int argc, char **argv)
     cli_summary_num(&s, "test_acc", res.test_acc, 4);
     cli_summary_num(&s, "samples_per_s", res.samples_per_s, 1);
     cli_summary_num(&s, "wall_s", res.wall_s, 1);
-    cli_summary_print(&s, a.json);
+    cli_summary_num(&s, "ranks", herd_dist_size(dist), 0);
+    if (rank0)
+        cli_summary_print(&s, a.json);
     rc = CLI_OK;
 done:
+    /* One failing rank must not leave the others waiting in a collective. */
+    if (rc != CLI_OK && herd_dist_size(dist) > 1)
+        herd_dist_abort(dist, rc, "herd train failed on this rank; stopping the job");
     herd_model_free(m);
     herd_dataset_free(train);
     herd_dataset_free(test);
+    herd_dist_free(dist);
     return rc;
 }

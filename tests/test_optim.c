@@ -381,7 +381,7 @@ static void test_config_default(void **s)
     assert_false(c.nesterov || c.decoupled_decay || c.decay_bn_bias || c.augment || c.resume);
     assert_true(c.beta1 == 0.9f && c.beta2 == 0.999f && c.eps == 1e-8f);
     assert_int_equal(c.schedule, HERD_SCHED_CONSTANT);
-    assert_true(c.gamma == 0.1f && c.warmup_epochs == 0 && c.label_smoothing == 0);
+    assert_true(c.gamma == 0.1f && c.warmup_epochs == -1 && c.label_smoothing == 0);
     assert_int_equal(c.n_milestones, 0);
     assert_int_equal(c.threads, 0);
     assert_int_equal(c.seed, 42);

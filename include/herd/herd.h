@@ -152,7 +152,7 @@ typedef struct herd_train_config {
     int milestones[HERD_MAX_MILESTONES]; /* epochs; step schedule multiplies lr by gamma at each */
     int n_milestones;
     float gamma;
-    float warmup_epochs;   /* linear warmup from lr/warmup_steps to lr */
+    float warmup_epochs;   /* linear warmup from lr/warmup_steps to lr; < 0: auto (0, or 5 with lr_scaling) */
     bool augment;          /* random crop (pad 4) and horizontal flip */
     float label_smoothing;
     int threads;           /* 0 = all cores */
@@ -234,15 +234,21 @@ herd_status herd_evaluate(herd_model *m, herd_dataset *ds, int batch_size, int t
 
 /* Throughput benchmark: `steps` training steps after `warmup` untimed ones. */
 typedef struct herd_bench_result {
-    double samples_per_s;
+    double samples_per_s;    /* the whole job: all ranks */
     double step_s;
-    herd_phase_times phases; /* mean per step */
+    herd_phase_times phases; /* mean per step (rank 0) */
     long steps;
-    int batch_size, threads;
+    int batch_size, threads; /* per rank */
+    int ranks;
+    /* With several ranks: rank 0 first trains alone (the others wait idle), in the same
+     * run, giving the single-rank figure that weak scaling is measured against. */
+    double single_rank_samples_per_s;
+    double scaling_efficiency; /* samples_per_s / (ranks x single_rank_samples_per_s) */
 } herd_bench_result;
 
+/* dist: NULL for one process. Every rank gets the same result. */
 herd_status herd_bench_train(herd_model *m, herd_dataset *ds, int batch_size, int steps,
-                             int warmup, int threads, herd_bench_result *result);
+                             int warmup, int threads, herd_dist *dist, herd_bench_result *result);
 
 #ifdef __cplusplus
 }

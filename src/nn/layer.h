@@ -41,6 +41,11 @@ typedef struct herd_run_ctx {
     float *grads;    /* model->grads */
     float *buffers;  /* model->buffers */
     float grad_beta; /* 0: overwrite parameter gradients, 1: accumulate */
+    struct herd_comm *bn_comm; /* batch-norm statistics over all its ranks (--sync-bn); NULL: local */
+    /* Called after each layer's backward, once its parameter gradients are final
+     * (gradient buckets start their reductions here). NULL: no hook. */
+    herd_status (*after_backward)(void *user, int layer);
+    void *hook_user;
 } herd_run_ctx;
 
 typedef struct herd_layer_ops {

@@ -234,6 +234,8 @@ herd_status herd_model_backward(herd_model *m, const herd_run_ctx *ctx, const fl
         }
         const float *dy = i == last ? dlogits : m->dacts[i];
         st = l->ops->backward(l, ctx, in, m->acts[i], dy, din);
+        if (st == HERD_OK && ctx->after_backward)
+            st = ctx->after_backward(ctx->hook_user, i);
         for (int k = 0; k < l->spec.n_inputs && st == HERD_OK; k++) {
             int src = l->spec.inputs[k];
             if (src < 0)

@@ -23,7 +23,7 @@ void herd_train_config_default(herd_train_config *cfg)
     cfg->schedule = HERD_SCHED_CONSTANT;
     cfg->n_milestones = 0;
     cfg->gamma = 0.1f;
-    cfg->warmup_epochs = 0.0f;
+    cfg->warmup_epochs = -1.0f; /* auto: 0, or 5 with lr_scaling */
     cfg->augment = false;
     cfg->label_smoothing = 0.0f;
     cfg->threads = 0;

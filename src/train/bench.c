@@ -1,38 +1,41 @@
 /* Training throughput: the real training step on real (or synthetic) batches from
- * the real loader, timed after warm-up steps. */
+ * the real loader, timed after warm-up steps. Under MPI, rank 0 first runs alone
+ * for the single-rank baseline, then all ranks train together (weak scaling). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/clock.h"
 #include "core/error.h"
 #include "train/step.h"
 
-herd_status herd_bench_train(herd_model *m, herd_dataset *ds, int batch_size, int steps,
-                             int warmup, int threads, herd_bench_result *res)
+typedef struct bench_phase {
+    double elapsed;
+    herd_phase_times sum;
+} bench_phase;
+
+/* warmup + steps training steps on comm's ranks; times the last `steps`. */
+static herd_status run_steps(herd_model *m, herd_dataset *ds, int batch_size, int steps, int warmup,
+                             herd_comm *comm, bench_phase *out)
 {
-    if (!m || !ds || !res || batch_size <= 0 || steps <= 0 || warmup < 0)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "bench needs a model, data, batch size > 0, "
-                        "steps > 0 and warmup >= 0");
-    if (herd_dataset_size(ds) < (size_t)batch_size)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "the data has %zu samples, fewer than one batch of %d",
-                        herd_dataset_size(ds), batch_size);
-    HERD_TRY(m->be->set_threads(threads));
     herd_train_config cfg;
     herd_train_config_default(&cfg);
     cfg.batch_size = batch_size;
     herd_loader_config lc = {
         .batch_size = batch_size, .shuffle = true, .drop_last = true, .seed = cfg.seed,
-        .prefetch = 4, .workers = 1, .shard_rank = 0, .shard_count = 1,
+        .prefetch = 4, .workers = 1, .shard_rank = comm->rank, .shard_count = comm->size,
     };
     herd_loader *loader = NULL;
     herd_optimizer *opt = NULL;
-    herd_step_buffers buf = {0};
-    herd_phase_times sum = {0};
+    herd_step_plan plan;
+    memset(out, 0, sizeof *out);
     HERD_TRY(herd_loader_create(ds, &lc, &loader));
     herd_status st = herd_optimizer_create(&cfg, m, &opt);
+    if (st == HERD_OK)
+        st = herd_step_plan_init(&plan, m, comm, cfg.bucket_mb, HERD_WIRE_FP32, false);
     int epoch = 0, done = 0;
     if (st == HERD_OK)
         st = herd_loader_start_epoch(loader, epoch, 0);
-    double t_begin = 0;
+    double t_begin = herd_now();
     while (st == HERD_OK && done < warmup + steps) {
         herd_batch b;
         bool has;
@@ -45,32 +48,92 @@ herd_status herd_bench_train(herd_model *m, herd_dataset *ds, int batch_size, in
             st = herd_loader_start_epoch(loader, ++epoch, 0);
             continue;
         }
-        herd_step_stats s;
-        st = herd_train_step(m, opt, &buf, &b, cfg.lr, 0.0f, (uint64_t)done, &s);
+        herd_step_stats s = {0};
+        st = herd_micro_step(m, &plan, &b, 0, 1, 0.0f, (uint64_t)done, &s);
+        if (st == HERD_OK)
+            st = herd_apply_step(m, opt, &plan, cfg.lr, &s);
         if (done >= warmup) {
-            sum.data_wait += b.wait_s;
-            sum.forward += s.t.forward;
-            sum.backward += s.t.backward;
-            sum.optimizer += s.t.optimizer;
+            s.t.data_wait = b.wait_s;
+            out->sum.data_wait += s.t.data_wait;
+            out->sum.forward += s.t.forward;
+            out->sum.backward += s.t.backward;
+            out->sum.comm_wait += s.t.comm_wait;
+            out->sum.optimizer += s.t.optimizer;
         }
         done++;
     }
-    double elapsed = herd_now() - t_begin;
-    herd_step_buffers_free(m, &buf);
+    out->elapsed = herd_now() - t_begin;
+    if (opt)
+        herd_step_plan_free(&plan, m);
     herd_optimizer_free(opt);
     herd_loader_free(loader);
-    HERD_TRY(st);
+    return st;
+}
+
+herd_status herd_bench_train(herd_model *m, herd_dataset *ds, int batch_size, int steps,
+                             int warmup, int threads, herd_dist *dist, herd_bench_result *res)
+{
+    if (!m || !ds || !res || batch_size <= 0 || steps <= 0 || warmup < 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "bench needs a model, data, batch size > 0, "
+                        "steps > 0 and warmup >= 0");
+    herd_comm *local = NULL;
+    HERD_TRY(herd_comm_local_create(&local));
+    herd_comm *comm = dist ? dist : local;
+    herd_status st = HERD_OK;
+    if (herd_dataset_size(ds) < (size_t)batch_size * (size_t)comm->size)
+        st = HERD_ERR(HERD_ERR_INVALID_ARG, "the data has %zu samples, fewer than one batch of %d "
+                      "per rank", herd_dataset_size(ds), batch_size);
+    if (st == HERD_OK)
+        st = m->be->set_threads(threads);
     memset(res, 0, sizeof *res);
+    bench_phase alone = {0}, all = {0};
+    if (st == HERD_OK && comm->size > 1) {
+        /* Baseline on the same machine in the same run: rank 0 alone, the rest idle. */
+        if (comm->rank == 0)
+            st = run_steps(m, ds, batch_size, steps, warmup, local, &alone);
+        herd_status b = comm->ops->broadcast(comm, &alone, sizeof alone, 0);
+        st = st != HERD_OK ? st : b;
+        if (st == HERD_OK) /* replicas start equal: rank 0 trained alone */
+            st = comm->ops->broadcast(comm, m->params, m->n_param_floats * sizeof(float), 0);
+        if (st == HERD_OK)
+            st = comm->ops->broadcast(comm, m->buffers, m->n_buffer_floats * sizeof(float), 0);
+    }
+    if (st == HERD_OK)
+        st = run_steps(m, ds, batch_size, steps, warmup, comm, &all);
+    /* The job is as fast as its slowest rank. */
+    double slowest = all.elapsed;
+    if (st == HERD_OK && comm->size > 1) {
+        double v[1] = {all.elapsed};
+        herd_comm *c = comm;
+        double *gathered = herd_xcalloc((size_t)c->size, sizeof(double));
+        st = gathered ? c->ops->allgather(c, v, gathered, sizeof(double)) : HERD_ERR_NOMEM;
+        for (int r = 0; st == HERD_OK && r < c->size; r++)
+            slowest = gathered[r] > slowest ? gathered[r] : slowest;
+        free(gathered);
+        if (st == HERD_OK)
+            st = c->ops->broadcast(c, &all, sizeof all, 0); /* report rank 0's phases everywhere */
+    }
+    herd_comm_destroy(local);
+    HERD_TRY(st);
     res->steps = steps;
     res->batch_size = batch_size;
     res->threads = threads;
-    res->step_s = elapsed / steps;
-    res->samples_per_s = (double)steps * batch_size / elapsed;
-    res->phases = sum;
+    res->ranks = comm->size;
+    res->step_s = slowest / steps;
+    res->samples_per_s = (double)steps * batch_size * comm->size / slowest;
+    res->phases = all.sum;
     res->phases.data_wait /= steps;
     res->phases.forward /= steps;
     res->phases.backward /= steps;
+    res->phases.comm_wait /= steps;
     res->phases.optimizer /= steps;
     res->phases.total = res->step_s;
+    if (comm->size > 1) {
+        res->single_rank_samples_per_s = (double)steps * batch_size / alone.elapsed;
+        res->scaling_efficiency = res->samples_per_s / (comm->size * res->single_rank_samples_per_s);
+    } else {
+        res->single_rank_samples_per_s = res->samples_per_s;
+        res->scaling_efficiency = 1.0;
+    }
     return HERD_OK;
 }

@@ -1,91 +1,137 @@
 #include "train/step.h"
 
+#include <string.h>
+
 #include "core/clock.h"
 #include "core/error.h"
 
-static herd_status ensure_buffers(herd_model *m, herd_step_buffers *buf, int n)
+herd_status herd_step_plan_init(herd_step_plan *p, herd_model *m, herd_comm *comm,
+                                double bucket_mb, herd_wire_type wire, bool sync_bn)
 {
-    if (n <= buf->capacity)
-        return HERD_OK;
-    herd_step_buffers_free(m, buf);
-    size_t bytes = (size_t)n * m->classes * sizeof(float);
-    buf->dlogits = m->be->alloc(bytes);
-    if (!buf->dlogits)
-        return HERD_NOMEM(bytes);
-    buf->capacity = n;
-    return HERD_OK;
+    memset(p, 0, sizeof *p);
+    p->comm = comm;
+    p->wire = wire;
+    p->sync_bn = sync_bn;
+    return herd_buckets_plan(m, bucket_mb, bucket_mb < 1.0 ? bucket_mb : 1.0, &p->buckets);
 }
 
-void herd_step_buffers_free(herd_model *m, herd_step_buffers *buf)
+void herd_step_plan_free(herd_step_plan *p, herd_model *m)
 {
-    m->be->free(buf->dlogits);
-    buf->dlogits = NULL;
-    buf->capacity = 0;
+    herd_buckets_free(&p->buckets);
+    m->be->free(p->dlogits);
+    p->dlogits = NULL;
 }
 
-herd_status herd_train_step(herd_model *m, herd_optimizer *o, herd_step_buffers *buf,
-                            const herd_batch *b, float lr, float label_smoothing, uint64_t seed,
-                            herd_step_stats *out)
+static herd_status bucket_hook(void *user, int layer)
+{
+    herd_step_plan *p = user;
+    return herd_buckets_layer_done(&p->buckets, p->buckets.model, layer);
+}
+
+herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *b, int micro,
+                            int n_micro, float label_smoothing, uint64_t seed, herd_step_stats *s)
 {
     double t0 = herd_now();
-    HERD_TRY(ensure_buffers(m, buf, b->n));
+    if (b->n > p->dlogits_capacity) {
+        m->be->free(p->dlogits);
+        size_t bytes = (size_t)b->n * m->classes * sizeof(float);
+        p->dlogits = m->be->alloc(bytes);
+        if (!p->dlogits)
+            return HERD_NOMEM(bytes);
+        p->dlogits_capacity = b->n;
+    }
     HERD_TRY(herd_model_reshape(m, b->n));
     herd_run_ctx ctx = herd_model_ctx(m, true, seed);
+    ctx.grad_beta = micro > 0 ? 1.0f : 0.0f;
+    if (p->sync_bn && p->comm->size > 1)
+        ctx.bn_comm = p->comm;
     const float *logits;
     HERD_TRY(herd_model_forward(m, &ctx, b->x, &logits));
-    out->loss_sum = 0;
-    out->correct = 0;
-    out->samples = b->n;
-    HERD_TRY(m->be->softmax_xent(b->n, m->classes, logits, b->labels, label_smoothing,
-                                 buf->dlogits, &out->loss_sum, &out->correct));
+    double loss_sum = 0;
+    long correct = 0;
+    HERD_TRY(m->be->softmax_xent(b->n, m->classes, logits, b->labels, label_smoothing, p->dlogits,
+                                 &loss_sum, &correct));
+    s->loss_sum += loss_sum;
+    s->correct += correct;
+    s->samples += b->n;
     double t1 = herd_now();
-    HERD_TRY(herd_model_backward(m, &ctx, b->x, buf->dlogits));
-    double t2 = herd_now();
-    HERD_TRY(herd_optimizer_step(o, m, lr));
-    double t3 = herd_now();
-    out->t.forward = t1 - t0;
-    out->t.backward = t2 - t1;
-    out->t.optimizer = t3 - t2;
+    /* Reductions happen once per step, during the last micro-batch's backward. One
+     * process without accumulation has nothing to combine. */
+    bool last = micro == n_micro - 1;
+    if (last && (p->comm->size > 1 || n_micro > 1)) {
+        herd_buckets_arm(&p->buckets, p->comm, 1.0f / (float)(p->comm->size * n_micro), p->wire);
+        p->buckets.model = m;
+        ctx.after_backward = bucket_hook;
+        ctx.hook_user = p;
+    }
+    HERD_TRY(herd_model_backward(m, &ctx, b->x, p->dlogits));
+    s->t.forward += t1 - t0;
+    s->t.backward += herd_now() - t1;
     return HERD_OK;
 }
 
-herd_status herd_eval_dataset(herd_model *m, herd_dataset *ds, int batch_size, herd_eval_result *r)
+herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p, float lr,
+                            herd_step_stats *s)
 {
-    herd_loader_config lc = {
-        .batch_size = batch_size, .shuffle = false, .augment = false, .drop_last = false,
-        .prefetch = 2, .workers = 1, .shard_rank = 0, .shard_count = 1,
-    };
-    herd_loader *loader;
-    HERD_TRY(herd_loader_create(ds, &lc, &loader));
-    herd_status st = herd_loader_start_epoch(loader, 0, 0);
-    double loss = 0;
-    long correct = 0;
-    size_t seen = 0;
-    bool has = true;
-    while (st == HERD_OK) {
-        herd_batch b;
-        st = herd_loader_next(loader, &b, &has);
-        if (st != HERD_OK || !has)
-            break;
-        st = herd_model_reshape(m, b.n);
-        if (st != HERD_OK)
-            break;
-        herd_run_ctx ctx = herd_model_ctx(m, false, 0);
-        const float *logits;
-        st = herd_model_forward(m, &ctx, b.x, &logits);
-        double l = 0;
-        long c = 0;
-        if (st == HERD_OK)
-            st = m->be->softmax_xent(b.n, m->classes, logits, b.labels, 0.0f, NULL, &l, &c);
-        loss += l;
-        correct += c;
-        seen += (size_t)b.n;
+    double t0 = herd_now();
+    HERD_TRY(p->comm->ops->wait_all(p->comm));
+    double t1 = herd_now();
+    HERD_TRY(herd_optimizer_step(o, m, lr));
+    s->t.comm_wait += t1 - t0;
+    s->t.optimizer += herd_now() - t1;
+    return HERD_OK;
+}
+
+herd_status herd_eval_dataset(herd_model *m, herd_dataset *ds, int batch_size, herd_comm *comm,
+                              herd_eval_result *r)
+{
+    /* Each rank evaluates a contiguous slice: a view into the dataset, no copy, and
+     * no sample counted twice however the sizes divide. */
+    herd_dataset slice = *ds;
+    size_t per_sample = (size_t)ds->c * ds->h * ds->w;
+    size_t begin = ds->n * (size_t)comm->rank / (size_t)comm->size;
+    size_t end = ds->n * (size_t)(comm->rank + 1) / (size_t)comm->size;
+    slice.images = ds->images + begin * per_sample;
+    slice.labels = ds->labels + begin;
+    slice.n = end - begin;
+    double sums[3] = {0, 0, 0}; /* loss, correct, samples */
+    herd_status st = HERD_OK;
+    if (slice.n > 0) {
+        herd_loader_config lc = {
+            .batch_size = batch_size, .prefetch = 2, .workers = 1, .shard_count = 1,
+        };
+        herd_loader *loader;
+        HERD_TRY(herd_loader_create(&slice, &lc, &loader));
+        st = herd_loader_start_epoch(loader, 0, 0);
+        bool has = true;
+        while (st == HERD_OK) {
+            herd_batch b;
+            st = herd_loader_next(loader, &b, &has);
+            if (st != HERD_OK || !has)
+                break;
+            st = herd_model_reshape(m, b.n);
+            if (st != HERD_OK)
+                break;
+            herd_run_ctx ctx = herd_model_ctx(m, false, 0);
+            const float *logits;
+            st = herd_model_forward(m, &ctx, b.x, &logits);
+            double l = 0;
+            long c = 0;
+            if (st == HERD_OK)
+                st = m->be->softmax_xent(b.n, m->classes, logits, b.labels, 0.0f, NULL, &l, &c);
+            sums[0] += l;
+            sums[1] += (double)c;
+            sums[2] += b.n;
+        }
+        herd_loader_free(loader);
     }
-    herd_loader_free(loader);
+    /* Every rank joins the reduction, even after a local failure, so none hangs. */
+    herd_status red = comm->ops->allreduce_f64(comm, sums, 3);
     HERD_TRY(st);
-    r->samples = seen;
-    r->loss = seen ? loss / (double)seen : 0;
-    r->acc = seen ? (double)correct / (double)seen : 0;
+    HERD_TRY(red);
+    r->samples = (size_t)sums[2];
+    r->loss = sums[2] > 0 ? sums[0] / sums[2] : 0;
+    r->acc = sums[2] > 0 ? sums[1] / sums[2] : 0;
     return HERD_OK;
 }
 
@@ -96,5 +142,9 @@ herd_status herd_evaluate(herd_model *m, herd_dataset *ds, int batch_size, int t
         return HERD_ERR(HERD_ERR_INVALID_ARG, "herd_evaluate needs a model, a dataset, a result "
                         "and a positive batch size");
     HERD_TRY(m->be->set_threads(threads));
-    return herd_eval_dataset(m, ds, batch_size, result);
+    herd_comm *local;
+    HERD_TRY(herd_comm_local_create(&local));
+    herd_status st = herd_eval_dataset(m, ds, batch_size, local, result);
+    herd_comm_destroy(local);
+    return st;
 }

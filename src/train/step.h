@@ -1,31 +1,46 @@
-/* One training step (forward, loss, backward, update) and evaluation, shared by
- * herd_train, herd_bench_train and herd_evaluate. */
+/* One training step — forward, loss, backward, gradient reduction, update — and
+ * evaluation, shared by herd_train, herd_bench_train and herd_evaluate. */
 #ifndef HERD_TRAIN_STEP_H
 #define HERD_TRAIN_STEP_H
 
 #include "data/dataset.h"
+#include "dist/buckets.h"
 #include "nn/model.h"
 #include "optim/optim.h"
+
+/* How gradients of a step are combined across micro-batches and ranks. */
+typedef struct herd_step_plan {
+    herd_comm *comm;      /* never NULL: the local communicator for one process */
+    herd_buckets buckets;
+    herd_wire_type wire;
+    bool sync_bn;
+    float *dlogits;       /* scratch: gradient of the loss w.r.t. the logits */
+    int dlogits_capacity;
+} herd_step_plan;
 
 typedef struct herd_step_stats {
     double loss_sum; /* summed per-sample loss */
     long correct;
-    int samples;
+    long samples;
     herd_phase_times t; /* data_wait is filled by the caller */
 } herd_step_stats;
 
-typedef struct herd_step_buffers {
-    float *dlogits;
-    int capacity;
-} herd_step_buffers;
+herd_status herd_step_plan_init(herd_step_plan *p, herd_model *m, herd_comm *comm,
+                                double bucket_mb, herd_wire_type wire, bool sync_bn);
+void herd_step_plan_free(herd_step_plan *p, herd_model *m);
 
-herd_status herd_train_step(herd_model *m, herd_optimizer *o, herd_step_buffers *buf,
-                            const herd_batch *b, float lr, float label_smoothing, uint64_t seed,
-                            herd_step_stats *out);
-void herd_step_buffers_free(herd_model *m, herd_step_buffers *buf);
+/* Forward and backward of micro-batch `micro` of `n_micro` in a step: gradients
+ * accumulate over the micro-batches, and on the last one the buckets start their
+ * reductions during backward. Adds to *s. */
+herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *b, int micro,
+                            int n_micro, float label_smoothing, uint64_t seed, herd_step_stats *s);
+/* Waits for the reductions (exposed communication) and updates the weights. */
+herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p, float lr,
+                            herd_step_stats *s);
 
-/* Mean loss and accuracy over a whole dataset in evaluation mode. */
-herd_status herd_eval_dataset(herd_model *m, herd_dataset *ds, int batch_size,
+/* Mean loss and accuracy over a whole dataset in evaluation mode; with a
+ * communicator of several ranks each evaluates a slice and the sums are reduced. */
+herd_status herd_eval_dataset(herd_model *m, herd_dataset *ds, int batch_size, herd_comm *comm,
                               herd_eval_result *r);
 
 #endif

@@ -1,26 +1,31 @@
-/* The training loop: epochs of shuffled batches, LR schedule, evaluation,
- * checkpoints and resume, progress reports. */
+/* The training loop: epochs of shuffled batches (each rank its own shard), LR
+ * schedule, gradient reduction, evaluation, checkpoints and resume, progress. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "dist/replica.h"
+#include "dist/signature.h"
 #include "train/checkpoint.h"
 #include "train/step.h"
 
 typedef struct run {
     herd_model *m;
     herd_dataset *train, *test;
-    const herd_train_config *cfg;
+    herd_train_config cfg; /* effective: lr scaled, warmup resolved */
     herd_progress_fn progress;
     void *user;
+    herd_comm *comm;
     herd_loader *loader;
     herd_optimizer *opt;
-    herd_step_buffers buf;
+    herd_step_plan plan;
     herd_train_state state;
     herd_train_result *res;
-    double train_time; /* seconds spent in training steps (excludes evaluation) */
-    long train_samples;
+    long steps_per_epoch;
+    double train_time;    /* seconds in training steps (excludes evaluation) */
+    double train_samples; /* over all ranks */
 } run;
 
 static herd_status validate(const herd_train_config *c)
@@ -39,173 +44,294 @@ static herd_status validate(const herd_train_config *c)
     if (c->label_smoothing < 0 || c->label_smoothing >= 1)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "label smoothing must be in [0, 1), got %g",
                         c->label_smoothing);
-    if (c->warmup_epochs < 0 || c->warmup_epochs > c->epochs)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "warmup epochs must be in [0, epochs], got %g",
+    if (c->warmup_epochs > c->epochs)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "warmup epochs must be at most the epochs, got %g",
                         c->warmup_epochs);
     if (c->resume && !c->checkpoint_dir)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "--resume needs --checkpoint-dir");
     if (c->n_milestones < 0 || c->n_milestones > HERD_MAX_MILESTONES)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "at most %d milestones", HERD_MAX_MILESTONES);
+    if (c->grad_accum < 1)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "gradient accumulation needs at least 1 micro-batch");
+    if (c->compress < 0 || c->compress > 2)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "compress is 0 (none), 1 (fp16) or 2 (bf16)");
+    if (!(c->bucket_mb > 0))
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "bucket size must be positive, got %g MiB", c->bucket_mb);
+    return HERD_OK;
+}
+
+/* Linear scaling rule with gradual warmup (Goyal et al. 2017). */
+static void resolve_config(run *r, const herd_train_config *cfg)
+{
+    r->cfg = *cfg;
+    long global_batch = (long)cfg->batch_size * cfg->grad_accum * r->comm->size;
+    if (cfg->lr_scaling)
+        r->cfg.lr = cfg->lr * (float)global_batch / 256.0f;
+    if (cfg->warmup_epochs < 0) /* "auto" */
+        r->cfg.warmup_epochs = cfg->lr_scaling ? (cfg->epochs < 5 ? (float)cfg->epochs : 5.0f) : 0.0f;
+}
+
+static herd_status check_signature(run *r)
+{
+    const herd_train_config *c = &r->cfg;
+    herd_signature s = {0};
+    char layout[4096] = "";
+    for (int i = 0; i < r->m->n_views; i++) {
+        const herd_tensor_view *v = &r->m->views[i];
+        size_t len = strlen(layout);
+        snprintf(layout + len, sizeof layout - len, "%s:%zu;", v->name, v->numel);
+    }
+    herd_signature_add(&s, "herd_version", "%s", HERD_VERSION);
+    herd_signature_add(&s, "model", "%s", r->m->name);
+    herd_signature_add(&s, "parameters", "%zu", r->m->n_param_floats);
+    herd_signature_add(&s, "layers", "%s", layout);
+    herd_signature_add(&s, "train_samples", "%zu", r->train->n);
+    herd_signature_add(&s, "test_samples", "%zu", r->test ? r->test->n : 0);
+    herd_signature_add(&s, "batch_size", "%d", c->batch_size);
+    herd_signature_add(&s, "grad_accum", "%d", c->grad_accum);
+    herd_signature_add(&s, "epochs", "%d", c->epochs);
+    herd_signature_add(&s, "optimizer", "%s", c->optimizer == HERD_OPT_SGD ? "sgd" : "adamw");
+    herd_signature_add(&s, "lr", "%.9g", c->lr);
+    herd_signature_add(&s, "momentum", "%.9g", c->momentum);
+    herd_signature_add(&s, "weight_decay", "%.9g", c->weight_decay);
+    herd_signature_add(&s, "schedule", "%d", c->schedule);
+    herd_signature_add(&s, "seed", "%llu", (unsigned long long)c->seed);
+    herd_signature_add(&s, "augment", "%d", c->augment);
+    herd_signature_add(&s, "sync_bn", "%d", c->sync_bn);
+    herd_signature_add(&s, "compress", "%d", c->compress);
+    herd_signature_add(&s, "precision", "%s", "fp32");
+    herd_signature_add(&s, "resume", "%d", c->resume);
+    return herd_signature_check(r->comm, &s);
+}
+
+/* Rank 0's model, buffers and optimizer state become everyone's. */
+static herd_status broadcast_state(run *r)
+{
+    herd_comm *c = r->comm;
+    if (c->size == 1)
+        return HERD_OK;
+    herd_model *m = r->m;
+    HERD_TRY(c->ops->broadcast(c, m->params, m->n_param_floats * sizeof(float), 0));
+    HERD_TRY(c->ops->broadcast(c, m->buffers, m->n_buffer_floats * sizeof(float), 0));
+    for (int i = 0; i < herd_optimizer_state_count(r->opt); i++) {
+        size_t n;
+        float *buf = herd_optimizer_state(r->opt, i, NULL, &n);
+        HERD_TRY(c->ops->broadcast(c, buf, n * sizeof(float), 0));
+    }
+    long steps = herd_optimizer_steps(r->opt);
+    HERD_TRY(c->ops->broadcast(c, &steps, sizeof steps, 0));
+    herd_optimizer_set_steps(r->opt, steps);
+    return c->ops->broadcast(c, &r->state, sizeof r->state, 0);
+}
+
+static herd_status resume(run *r)
+{
+    /* Rank 0 reads the checkpoint and shares it, so ranks need no shared file system;
+     * its outcome travels first so that a failure stops every rank, not only rank 0. */
+    long outcome[2] = {HERD_OK, 0}; /* status, found */
+    char msg[1024] = "";
+    if (r->comm->rank == 0) {
+        bool found = false;
+        herd_train_state st;
+        herd_status s = herd_checkpoint_load_latest(r->cfg.checkpoint_dir, r->m, r->opt, &st, &found);
+        if (s == HERD_OK && found && (st.seed != r->cfg.seed || st.batch_size != r->cfg.batch_size))
+            s = HERD_ERR(HERD_ERR_INVALID_ARG,
+                         "the checkpoint in '%s' was trained with seed %llu and batch size %d, "
+                         "not %llu and %d; resume with the same flags",
+                         r->cfg.checkpoint_dir, (unsigned long long)st.seed, st.batch_size,
+                         (unsigned long long)r->cfg.seed, r->cfg.batch_size);
+        if (s == HERD_OK && found)
+            r->state = st;
+        outcome[0] = s;
+        outcome[1] = found;
+        if (s != HERD_OK)
+            snprintf(msg, sizeof msg, "%s", herd_last_error());
+    }
+    if (r->comm->size > 1) {
+        HERD_TRY(r->comm->ops->broadcast(r->comm, outcome, sizeof outcome, 0));
+        HERD_TRY(r->comm->ops->broadcast(r->comm, msg, sizeof msg, 0));
+    }
+    if (outcome[0] != HERD_OK)
+        return r->comm->rank == 0 ? (herd_status)outcome[0]
+                                  : HERD_ERR((herd_status)outcome[0], "rank 0 could not resume: %s", msg);
     return HERD_OK;
 }
 
 static herd_status evaluate(run *r, herd_progress *p)
 {
     herd_eval_result ev;
-    HERD_TRY(herd_eval_dataset(r->m, r->test, r->cfg->batch_size, &ev));
+    HERD_TRY(herd_eval_dataset(r->m, r->test, r->cfg.batch_size, r->comm, &ev));
     p->evaluated = true;
-    p->test_loss = ev.loss;
-    p->test_acc = ev.acc;
-    r->res->test_loss = ev.loss;
-    r->res->test_acc = ev.acc;
+    p->test_loss = r->res->test_loss = ev.loss;
+    p->test_acc = r->res->test_acc = ev.acc;
     return HERD_OK;
 }
 
-static void add_phases(herd_phase_times *sum, const herd_phase_times *t)
+static void add_phases(herd_phase_times *sum, const herd_phase_times *t, double k)
 {
-    sum->data_wait += t->data_wait;
-    sum->forward += t->forward;
-    sum->backward += t->backward;
-    sum->optimizer += t->optimizer;
-    sum->total += t->total;
+    sum->data_wait += k * t->data_wait;
+    sum->forward += k * t->forward;
+    sum->backward += k * t->backward;
+    sum->comm_wait += k * t->comm_wait;
+    sum->optimizer += k * t->optimizer;
+    sum->total += k * t->total;
 }
 
-static void scale_phases(herd_phase_times *t, double k)
+/* One optimizer step: K micro-batches from the loader, reduction, update. *has is
+ * false when the epoch had no batch left. */
+static herd_status train_step(run *r, herd_step_stats *s, bool *has)
 {
-    t->data_wait *= k;
-    t->forward *= k;
-    t->backward *= k;
-    t->optimizer *= k;
-    t->total *= k;
-}
-
-/* Runs one epoch; *stop is set when the callback or max_steps ends training. */
-static herd_status run_epoch(run *r, int epoch, long first_batch, double t_start, bool *stop)
-{
-    const herd_train_config *cfg = r->cfg;
-    long per_epoch = herd_loader_batches_per_epoch(r->loader);
-    HERD_TRY(herd_loader_start_epoch(r->loader, epoch, first_batch));
-    herd_progress p = {.epoch = epoch + 1, .epochs = cfg->epochs, .steps_per_epoch = per_epoch};
-    herd_phase_times sum = {0};
-    double loss_sum = 0;
-    long correct = 0, samples = 0;
-    long step = first_batch;
-    for (;; step++) {
+    const herd_train_config *cfg = &r->cfg;
+    float lr = herd_lr_at(cfg, r->state.global_step, r->steps_per_epoch);
+    uint64_t seed = herd_mix64(cfg->seed, (uint64_t)r->state.global_step);
+    /* Every rank sees the same number of batches per epoch; the epoch's last step may
+     * have fewer than K micro-batches left. */
+    long step_in_epoch = r->state.global_step - (long)r->state.epoch * r->steps_per_epoch;
+    long left = herd_loader_batches_per_epoch(r->loader) - step_in_epoch * cfg->grad_accum;
+    memset(s, 0, sizeof *s);
+    *has = left > 0;
+    if (!*has)
+        return HERD_OK;
+    int n_micro = left < cfg->grad_accum ? (int)left : cfg->grad_accum;
+    double t0 = herd_now();
+    for (int micro = 0; micro < n_micro; micro++) {
         herd_batch b;
+        r->comm->ops->set_activity(r->comm, "loading a batch");
+        HERD_TRY(herd_loader_next(r->loader, &b, has));
+        if (!*has)
+            return HERD_ERR(HERD_ERR_INTERNAL, "the loader ended the epoch %ld batches early",
+                            left - micro);
+        s->t.data_wait += b.wait_s;
+        r->comm->ops->set_activity(r->comm, "forward and backward");
+        HERD_TRY(herd_micro_step(r->m, &r->plan, &b, micro, n_micro, cfg->label_smoothing,
+                                 herd_mix64(seed, (uint64_t)micro), s));
+    }
+    r->comm->ops->set_activity(r->comm, "waiting for gradient reductions");
+    HERD_TRY(herd_apply_step(r->m, r->opt, &r->plan, lr, s));
+    s->t.total = herd_now() - t0;
+    if (cfg->check_replicas)
+        HERD_TRY(herd_check_replicas(r->comm, r->m->params, r->m->n_param_floats, r->m->buffers,
+                                     r->m->n_buffer_floats, r->state.global_step + 1));
+    return HERD_OK;
+}
+
+/* Runs one epoch from step first_step; *stop is set when a callback or max_steps ends training. */
+static herd_status run_epoch(run *r, int epoch, long first_step, double t_start, bool *stop)
+{
+    const herd_train_config *cfg = &r->cfg;
+    HERD_TRY(herd_loader_start_epoch(r->loader, epoch, first_step * cfg->grad_accum));
+    herd_progress p = {.epoch = epoch + 1, .epochs = cfg->epochs,
+                       .steps_per_epoch = r->steps_per_epoch, .rank = r->comm->rank,
+                       .world = r->comm->size};
+    herd_phase_times sum = {0};
+    double totals[3] = {0, 0, 0}; /* loss, correct, samples over the epoch, all ranks */
+    long step = first_step;
+    for (;; step++) {
+        herd_step_stats s;
         bool has;
-        HERD_TRY(herd_loader_next(r->loader, &b, &has));
+        HERD_TRY(train_step(r, &s, &has));
         if (!has)
             break;
-        double t0 = herd_now();
-        float lr = herd_lr_at(cfg, r->state.global_step, per_epoch);
-        herd_step_stats s;
-        HERD_TRY(herd_train_step(r->m, r->opt, &r->buf, &b, lr, cfg->label_smoothing,
-                                 herd_mix64(cfg->seed, (uint64_t)r->state.global_step), &s));
-        if (!isfinite(s.loss_sum))
-            return HERD_ERR(HERD_ERR_INVALID_ARG,
-                            "the loss became %g at epoch %d step %ld; lower --lr or add "
-                            "--warmup-epochs",
-                            s.loss_sum, epoch + 1, step + 1);
-        s.t.data_wait = b.wait_s;
-        s.t.total = herd_now() - t0 + b.wait_s;
-        add_phases(&sum, &s.t);
+        /* Loss and accuracy over all ranks; the stop vote keeps every rank in step. */
+        double stats[3] = {s.loss_sum, (double)s.correct, (double)s.samples};
+        bool want_stop = cfg->max_steps > 0 && r->state.global_step + 1 >= cfg->max_steps;
+        add_phases(&sum, &s.t, 1.0);
         r->train_time += s.t.total;
-        r->train_samples += s.samples;
         r->state.global_step++;
-        loss_sum += s.loss_sum;
-        correct += s.correct;
-        samples += s.samples;
-
         p.step = step + 1;
-        p.step_loss = s.loss_sum / s.samples;
         p.global_step = r->state.global_step;
-        p.loss = loss_sum / (double)samples;
-        p.acc = (double)correct / (double)samples;
-        p.lr = lr;
+        p.lr = herd_lr_at(cfg, r->state.global_step - 1, r->steps_per_epoch);
+        memset(&p.phases, 0, sizeof p.phases);
+        add_phases(&p.phases, &sum, 1.0 / (double)(step + 1 - first_step));
+        if (r->comm->size > 1)
+            HERD_TRY(r->comm->ops->allreduce_f64(r->comm, stats, 3));
+        for (int i = 0; i < 3; i++)
+            totals[i] += stats[i];
+        r->train_samples += stats[2];
+        p.step_loss = stats[0] / stats[2];
+        p.loss = totals[0] / totals[2];
+        p.acc = totals[1] / totals[2];
         p.samples_per_s = r->train_samples / r->train_time;
         p.elapsed_s = herd_now() - t_start;
-        long left = (long)(cfg->epochs - epoch - 1) * per_epoch + (per_epoch - step - 1);
+        long left = (long)(cfg->epochs - epoch - 1) * r->steps_per_epoch + (r->steps_per_epoch - step - 1);
         p.eta_s = left * (r->train_time / (double)(r->state.global_step - r->res->steps));
-        p.phases = sum;
-        scale_phases(&p.phases, 1.0 / (double)(step + 1 - first_batch));
         if (r->progress && !r->progress(&p, r->user))
+            want_stop = true;
+        if (r->comm->size > 1) {
+            double vote = want_stop;
+            HERD_TRY(r->comm->ops->allreduce_f64(r->comm, &vote, 1));
+            want_stop = vote > 0;
+        }
+        if (want_stop) {
             *stop = true;
-        if (cfg->max_steps > 0 && r->state.global_step >= cfg->max_steps)
-            *stop = true;
-        if (*stop) {
             step++;
             break;
         }
     }
-    r->res->train_loss = samples ? loss_sum / (double)samples : 0;
-    r->res->train_acc = samples ? (double)correct / (double)samples : 0;
-    add_phases(&r->res->phases, &sum);
-    bool complete = step >= per_epoch;
+    r->res->train_loss = totals[2] > 0 ? totals[0] / totals[2] : 0;
+    r->res->train_acc = totals[2] > 0 ? totals[1] / totals[2] : 0;
+    add_phases(&r->res->phases, &sum, 1.0);
+    bool complete = step >= r->steps_per_epoch;
     if (complete)
         r->state.epoch = epoch + 1; /* a stop mid-epoch resumes inside it (see resume) */
     r->res->epochs_done = epoch + 1;
 
     p.epoch_end = true;
     bool last = epoch + 1 == cfg->epochs || *stop;
+    r->comm->ops->set_activity(r->comm, "evaluating");
     if (r->test && (last || (cfg->eval_every > 0 && (epoch + 1) % cfg->eval_every == 0)))
         HERD_TRY(evaluate(r, &p));
-    if (cfg->checkpoint_dir && complete)
+    if (cfg->checkpoint_dir && complete && r->comm->rank == 0) {
+        r->comm->ops->set_activity(r->comm, "writing a checkpoint");
         HERD_TRY(herd_checkpoint_save(cfg->checkpoint_dir, r->m, r->opt, &r->state));
-    if (r->progress && !r->progress(&p, r->user))
-        *stop = true;
+    }
+    if (r->progress)
+        r->progress(&p, r->user);
     return HERD_OK;
 }
 
-static herd_status resume(run *r)
+static herd_status train_run(run *r, const herd_train_config *user_cfg)
 {
-    bool found = false;
-    herd_train_state st;
-    HERD_TRY(herd_checkpoint_load_latest(r->cfg->checkpoint_dir, r->m, r->opt, &st, &found));
-    if (!found)
-        return HERD_OK; /* nothing saved yet: a fresh start, as torchrun's elastic restart */
-    if (st.seed != r->cfg->seed || st.batch_size != r->cfg->batch_size)
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "the checkpoint in '%s' was trained with seed %llu and batch size %d, "
-                        "not %llu and %d; resume with the same flags",
-                        r->cfg->checkpoint_dir, (unsigned long long)st.seed, st.batch_size,
-                        (unsigned long long)r->cfg->seed, r->cfg->batch_size);
-    r->state = st;
-    return HERD_OK;
-}
-
-static herd_status train_run(run *r)
-{
-    const herd_train_config *cfg = r->cfg;
+    resolve_config(r, user_cfg);
+    const herd_train_config *cfg = &r->cfg;
+    HERD_TRY(check_signature(r));
     HERD_TRY(r->m->be->set_threads(cfg->threads));
     herd_loader_config lc = {
         .batch_size = cfg->batch_size, .shuffle = true, .augment = cfg->augment,
         .drop_last = false, .seed = cfg->seed, .prefetch = 4, .workers = 1,
-        .shard_rank = 0, .shard_count = 1,
+        .shard_rank = r->comm->rank, .shard_count = r->comm->size,
     };
     HERD_TRY(herd_loader_create(r->train, &lc, &r->loader));
+    long batches = herd_loader_batches_per_epoch(r->loader);
+    r->steps_per_epoch = (batches + cfg->grad_accum - 1) / cfg->grad_accum;
     HERD_TRY(herd_optimizer_create(cfg, r->m, &r->opt));
+    HERD_TRY(herd_step_plan_init(&r->plan, r->m, r->comm, cfg->bucket_mb,
+                                 (herd_wire_type)cfg->compress, cfg->sync_bn));
     r->state = (herd_train_state){.seed = cfg->seed, .batch_size = cfg->batch_size};
     if (cfg->resume)
         HERD_TRY(resume(r));
+    HERD_TRY(broadcast_state(r));
     r->res->steps = r->state.global_step; /* steps before this run (resume) */
     double t_start = herd_now();
     bool stop = false;
-    /* Batches per epoch are fixed by dataset and batch size, so the position inside
+    /* Steps per epoch are fixed by data, batch size and ranks, so the position inside
      * an interrupted epoch follows from the step count. */
-    long per_epoch = herd_loader_batches_per_epoch(r->loader);
-    long first_batch = r->state.global_step - (long)r->state.epoch * per_epoch;
-    if (first_batch < 0 || first_batch >= per_epoch)
-        first_batch = 0;
-    for (int epoch = r->state.epoch; epoch < cfg->epochs && !stop; epoch++, first_batch = 0)
-        HERD_TRY(run_epoch(r, epoch, first_batch, t_start, &stop));
+    long first_step = r->state.global_step - (long)r->state.epoch * r->steps_per_epoch;
+    if (first_step < 0 || first_step >= r->steps_per_epoch)
+        first_step = 0;
+    for (int epoch = r->state.epoch; epoch < cfg->epochs && !stop; epoch++, first_step = 0)
+        HERD_TRY(run_epoch(r, epoch, first_step, t_start, &stop));
     long steps_run = r->state.global_step - r->res->steps;
     r->res->steps = r->state.global_step;
     r->res->wall_s = herd_now() - t_start;
     r->res->samples_per_s = r->train_time > 0 ? r->train_samples / r->train_time : 0;
-    if (steps_run > 0)
-        scale_phases(&r->res->phases, 1.0 / (double)steps_run);
-    bool saved_at_epoch_end = r->state.global_step == (long)r->state.epoch * per_epoch;
-    if (cfg->checkpoint_dir && steps_run > 0 && !saved_at_epoch_end)
+    if (steps_run > 0) {
+        herd_phase_times mean = {0};
+        add_phases(&mean, &r->res->phases, 1.0 / (double)steps_run);
+        r->res->phases = mean;
+    }
+    bool saved_at_epoch_end = r->state.global_step == (long)r->state.epoch * r->steps_per_epoch;
+    if (cfg->checkpoint_dir && steps_run > 0 && !saved_at_epoch_end && r->comm->rank == 0)
         HERD_TRY(herd_checkpoint_save(cfg->checkpoint_dir, r->m, r->opt, &r->state));
     return HERD_OK;
 }
@@ -237,11 +363,17 @@ herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
     }
     memset(result, 0, sizeof *result);
     result->test_loss = result->test_acc = -1;
-    run r = {.m = m, .train = train, .test = test, .cfg = cfg, .progress = progress,
-             .user = user, .res = result};
-    herd_status st = train_run(&r);
-    herd_step_buffers_free(m, &r.buf);
+    run r = {.m = m, .train = train, .test = test, .progress = progress, .user = user,
+             .res = result, .comm = cfg->dist};
+    herd_comm *own = NULL;
+    if (!r.comm) {
+        HERD_TRY(herd_comm_local_create(&own));
+        r.comm = own;
+    }
+    herd_status st = train_run(&r, cfg);
+    herd_step_plan_free(&r.plan, m);
     herd_optimizer_free(r.opt);
     herd_loader_free(r.loader);
+    herd_comm_destroy(own);
     return st;
 }
