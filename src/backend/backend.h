@@ -108,6 +108,35 @@ typedef struct herd_backend {
                           const float *gamma, const float *save_mean, const float *save_invstd,
                           float *dx, float *dgamma, float *dbeta, float beta);
 
+    /* Training batch norm split at its reductions, for synchronised BN: the caller
+     * sums each reduction over the data-parallel ranks before the next step (local
+     * BN is the same steps with nothing in between, and bn_fwd_train / bn_bwd are
+     * exactly that). Each reduction is c doubles, one per channel; `count` is the number of
+     * values per channel in the whole (global) batch.
+     *   forward:  bn_stats(sum = NULL) -> out = sum of x per channel
+     *             bn_stats(sum = global sums) -> out = sum of (x - mean)^2, mean = sum/count
+     *             bn_apply_train(global sums) -> y, save_mean/invstd, running stats
+     *                                           (unbiased variance of the global batch)
+     *   backward: bn_bwd_reduce -> sum of dy and of dy*(x - mean) per channel, and
+     *                              dgamma/dbeta from this batch alone (gradient averaging
+     *                              across ranks combines them)
+     *             bn_bwd_apply(global sums) -> dx */
+    herd_status (*bn_stats)(int n, int c, int hw, const float *x, const double *sum,
+                            int64_t count, double *out);
+    herd_status (*bn_apply_train)(int n, int c, int hw, const float *x, const float *gamma,
+                                  const float *beta, const double *sum, const double *sqdev,
+                                  int64_t count, float *y, float *save_mean, float *save_invstd,
+                                  float *running_mean, float *running_var, float momentum,
+                                  float eps);
+    herd_status (*bn_bwd_reduce)(int n, int c, int hw, const float *x, const float *dy,
+                                 const float *save_mean, const float *save_invstd,
+                                 double *sum_dy, double *sum_dy_xc, float *dgamma, float *dbeta,
+                                 float beta);
+    herd_status (*bn_bwd_apply)(int n, int c, int hw, const float *x, const float *dy,
+                                const float *gamma, const float *save_mean,
+                                const float *save_invstd, const double *sum_dy,
+                                const double *sum_dy_xc, int64_t count, float *dx);
+
     herd_status (*relu_fwd)(size_t n, const float *x, float *y);
     herd_status (*relu_bwd)(size_t n, const float *y, const float *dy, float *dx);
     /* Inverted dropout: mask holds 0 or 1/(1-p); drawn from (seed) deterministically. */

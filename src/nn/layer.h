@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "dist/comm.h"
 
 typedef struct herd_model herd_model;
 typedef struct herd_layer herd_layer;
@@ -41,7 +42,9 @@ typedef struct herd_run_ctx {
     float *grads;    /* model->grads */
     float *buffers;  /* model->buffers */
     float grad_beta; /* 0: overwrite parameter gradients, 1: accumulate */
-    struct herd_comm *bn_comm; /* batch-norm statistics over all its ranks (--sync-bn); NULL: local */
+    /* Synchronised batch norm: statistics over the batches of all ranks of this
+     * communicator. NULL (or one rank): each process uses its own batch. */
+    herd_comm *bn_comm;
     /* Called after each layer's backward, once its parameter gradients are final
      * (gradient buckets start their reductions here). NULL: no hook. */
     herd_status (*after_backward)(void *user, int layer);

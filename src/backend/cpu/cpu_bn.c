@@ -1,7 +1,15 @@
 /* Batch normalisation over (n, hw) per channel of NCHW tensors, PyTorch semantics.
  * Channels are independent, so they are split across threads; sums run over
  * contiguous hw rows in float (vectorised) and are accumulated per row in double
- * to keep precision on large batches. */
+ * to keep precision on large batches.
+ *
+ * Training is written as per-channel steps (sum, squared deviations, apply; and
+ * gradient sums, dx) that both the fused local ops (bn_fwd_train, bn_bwd) and the
+ * split ops of synchronised BN (bn_stats, bn_apply_train, bn_bwd_reduce,
+ * bn_bwd_apply) call. The fused ops run every step of one channel back to back, so
+ * the channel stays in cache; the split ops run one step over all channels, leaving
+ * the caller room to sum the reductions over ranks in between. With the same sums
+ * both give bit-identical results. */
 #include <math.h>
 
 #include "backend/cpu/cpu_ops.h"
@@ -12,6 +20,16 @@ static herd_status check_sizes(const char *op, int n, int c, int hw)
     if (n <= 0 || c <= 0 || hw <= 0)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: sizes must be positive (n=%d c=%d hw=%d)", op,
                         n, c, hw);
+    return HERD_OK;
+}
+
+static herd_status check_count(int64_t count)
+{
+    if (count < 2)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "batchnorm: training needs more than 1 value per channel (%lld in the "
+                        "batch); use a larger batch",
+                        (long long)count);
     return HERD_OK;
 }
 
@@ -27,6 +45,110 @@ static inline double row_sum(const float *x, int hw)
     return s;
 }
 
+/* ---- per-channel steps; x points at channel ch of sample 0, rows are `plane` apart */
+
+static double ch_sum(const float *x, int n, size_t plane, int hw)
+{
+    double sum = 0.0;
+    for (int s = 0; s < n; s++)
+        sum += row_sum(x + s * plane, hw);
+    return sum;
+}
+
+static float ch_mean(double sum, int64_t count) { return (float)(sum / (double)count); }
+
+/* Second pass over deviations: no cancellation as with E[x^2] - E[x]^2, and
+ * the per-rank sums add up exactly as the single-process sum would. */
+static double ch_sqdev(const float *x, int n, size_t plane, int hw, float mean)
+{
+    double sq = 0.0;
+    for (int s = 0; s < n; s++) {
+        const float *xr = x + s * plane;
+        double acc = 0.0;
+#pragma omp simd reduction(+ : acc)
+        for (int i = 0; i < hw; i++) {
+            float d = xr[i] - mean;
+            acc += d * d;
+        }
+        sq += acc;
+    }
+    return sq;
+}
+
+/* Normalises one channel with the batch's mean and summed squared deviations over
+ * `count` values, saves them for backward and updates the running statistics. */
+static void ch_apply(const float *x, float *y, int n, size_t plane, int hw, float mean,
+                     double sq, int64_t count, float gamma, float beta, float *save_mean,
+                     float *save_invstd, float *running_mean, float *running_var,
+                     float momentum, float eps)
+{
+    double var = sq / (double)count;
+    float invstd = (float)(1.0 / sqrt(var + (double)eps));
+    float scale = gamma * invstd, shift = beta - mean * scale;
+    for (int s = 0; s < n; s++) {
+        const float *xr = x + s * plane;
+        float *yr = y + s * plane;
+        for (int i = 0; i < hw; i++)
+            yr[i] = xr[i] * scale + shift;
+    }
+    *save_mean = mean;
+    *save_invstd = invstd;
+    double unbiased = sq / (double)(count - 1);
+    *running_mean = (1.0f - momentum) * *running_mean + momentum * mean;
+    *running_var = (1.0f - momentum) * *running_var + momentum * (float)unbiased;
+}
+
+static void ch_bwd_sums(const float *x, const float *dy, int n, size_t plane, int hw, float mean,
+                        double *sum_dy, double *sum_dy_xc)
+{
+    double sa = 0.0, sb = 0.0;
+    for (int s = 0; s < n; s++) {
+        const float *xr = x + s * plane;
+        const float *dyr = dy + s * plane;
+        double a = 0.0, b = 0.0;
+#pragma omp simd reduction(+ : a, b)
+        for (int i = 0; i < hw; i++) {
+            a += dyr[i];
+            b += dyr[i] * (xr[i] - mean);
+        }
+        sa += a;
+        sb += b;
+    }
+    *sum_dy = sa;
+    *sum_dy_xc = sb;
+}
+
+/* Parameter gradients come from this process's sums only: with data parallelism
+ * the gradient averaging across ranks combines them. */
+static void ch_param_grads(double sum_dy, double sum_dy_xc, float invstd, float *dgamma,
+                           float *dbeta, float beta)
+{
+    float dg = (float)(sum_dy_xc * invstd), db = (float)sum_dy;
+    *dgamma = beta == 0.0f ? dg : *dgamma + dg;
+    *dbeta = beta == 0.0f ? db : *dbeta + db;
+}
+
+/* dx = gamma*invstd * (dy - mean(dy) - xhat * mean(dy*xhat)), means over `count`. */
+static void ch_dx(const float *x, const float *dy, float *dx, int n, size_t plane, int hw,
+                  float gamma, float mean, float invstd, double sum_dy, double sum_dy_xc,
+                  int64_t count)
+{
+    float k = gamma * invstd;
+    float mean_dy = (float)(sum_dy / (double)count);
+    float proj = (float)(sum_dy_xc / (double)count) * invstd * invstd;
+    for (int s = 0; s < n; s++) {
+        const float *xr = x + s * plane;
+        const float *dyr = dy + s * plane;
+        float *dxr = dx + s * plane;
+        for (int i = 0; i < hw; i++)
+            dxr[i] = k * (dyr[i] - mean_dy - (xr[i] - mean) * proj);
+    }
+}
+
+#define CH(p, ch) ((p) + (size_t)(ch) * hw) /* channel ch of sample 0 */
+
+/* ---- fused local ops */
+
 herd_status herd_cpu_bn_fwd_train(int n, int c, int hw, const float *x, const float *gamma,
                                   const float *beta, float *y, float *save_mean,
                                   float *save_invstd, float *running_mean, float *running_var,
@@ -36,45 +158,16 @@ herd_status herd_cpu_bn_fwd_train(int n, int c, int hw, const float *x, const fl
     if (!x || !gamma || !beta || !y || !save_mean || !save_invstd || !running_mean ||
         !running_var)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_fwd_train: NULL array");
-    size_t count = (size_t)n * hw;
-    if (count < 2)
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "batchnorm: training needs more than 1 value per channel (batch %d, "
-                        "%d pixels); use a larger batch",
-                        n, hw);
+    int64_t count = (int64_t)n * hw;
+    HERD_TRY(check_count(count));
     size_t plane = (size_t)c * hw;
-#pragma omp parallel for schedule(static) if (count * c >= HERD_CPU_PAR_MIN)
+#pragma omp parallel for schedule(static) if ((size_t)count * c >= HERD_CPU_PAR_MIN)
     for (int ch = 0; ch < c; ch++) {
-        double sum = 0.0;
-        for (int s = 0; s < n; s++)
-            sum += row_sum(x + s * plane + (size_t)ch * hw, hw);
-        float mean = (float)(sum / (double)count);
-        /* Second pass over deviations: no cancellation as with E[x^2] - E[x]^2. */
-        double sq = 0.0;
-        for (int s = 0; s < n; s++) {
-            const float *xr = x + s * plane + (size_t)ch * hw;
-            double acc = 0.0;
-#pragma omp simd reduction(+ : acc)
-            for (int i = 0; i < hw; i++) {
-                float d = xr[i] - mean;
-                acc += d * d;
-            }
-            sq += acc;
-        }
-        double var = sq / (double)count;
-        float invstd = (float)(1.0 / sqrt(var + (double)eps));
-        float scale = gamma[ch] * invstd, shift = beta[ch] - mean * scale;
-        for (int s = 0; s < n; s++) {
-            const float *xr = x + s * plane + (size_t)ch * hw;
-            float *yr = y + s * plane + (size_t)ch * hw;
-            for (int i = 0; i < hw; i++)
-                yr[i] = xr[i] * scale + shift;
-        }
-        save_mean[ch] = mean;
-        save_invstd[ch] = invstd;
-        double unbiased = sq / (double)(count - 1);
-        running_mean[ch] = (1.0f - momentum) * running_mean[ch] + momentum * mean;
-        running_var[ch] = (1.0f - momentum) * running_var[ch] + momentum * (float)unbiased;
+        float mean = ch_mean(ch_sum(CH(x, ch), n, plane, hw), count);
+        double sq = ch_sqdev(CH(x, ch), n, plane, hw, mean);
+        ch_apply(CH(x, ch), CH(y, ch), n, plane, hw, mean, sq, count, gamma[ch], beta[ch],
+                 &save_mean[ch], &save_invstd[ch], &running_mean[ch], &running_var[ch],
+                 momentum, eps);
     }
     return HERD_OK;
 }
@@ -100,6 +193,14 @@ herd_status herd_cpu_bn_fwd_infer(int n, int c, int hw, const float *x, const fl
     return HERD_OK;
 }
 
+static herd_status check_beta(const char *op, float beta)
+{
+    if (beta != 0.0f && beta != 1.0f)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: beta must be 0 or 1, got %g", op,
+                        (double)beta);
+    return HERD_OK;
+}
+
 herd_status herd_cpu_bn_bwd(int n, int c, int hw, const float *x, const float *dy,
                             const float *gamma, const float *save_mean, const float *save_invstd,
                             float *dx, float *dgamma, float *dbeta, float beta)
@@ -108,40 +209,91 @@ herd_status herd_cpu_bn_bwd(int n, int c, int hw, const float *x, const float *d
     /* dx may be NULL: batch norm reading the model input needs no input gradient. */
     if (!x || !dy || !gamma || !save_mean || !save_invstd || !dgamma || !dbeta)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_bwd: NULL array");
-    if (beta != 0.0f && beta != 1.0f)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_bwd: beta must be 0 or 1, got %g",
-                        (double)beta);
-    size_t plane = (size_t)c * hw, count = (size_t)n * hw;
-#pragma omp parallel for schedule(static) if (count * c >= HERD_CPU_PAR_MIN)
+    HERD_TRY(check_beta("bn_bwd", beta));
+    size_t plane = (size_t)c * hw;
+    int64_t count = (int64_t)n * hw;
+#pragma omp parallel for schedule(static) if ((size_t)count * c >= HERD_CPU_PAR_MIN)
     for (int ch = 0; ch < c; ch++) {
-        float mean = save_mean[ch], invstd = save_invstd[ch];
-        double sum_dy = 0.0, sum_dy_xc = 0.0;
-        for (int s = 0; s < n; s++) {
-            const float *xr = x + s * plane + (size_t)ch * hw;
-            const float *dyr = dy + s * plane + (size_t)ch * hw;
-            double a = 0.0, b = 0.0;
-#pragma omp simd reduction(+ : a, b)
-            for (int i = 0; i < hw; i++) {
-                a += dyr[i];
-                b += dyr[i] * (xr[i] - mean);
-            }
-            sum_dy += a;
-            sum_dy_xc += b;
-        }
-        /* dx = gamma*invstd * (dy - mean(dy) - xhat * mean(dy*xhat)) */
-        float k = gamma[ch] * invstd;
-        float mean_dy = (float)(sum_dy / (double)count);
-        float proj = (float)(sum_dy_xc / (double)count) * invstd * invstd;
-        for (int s = 0; dx && s < n; s++) {
-            const float *xr = x + s * plane + (size_t)ch * hw;
-            const float *dyr = dy + s * plane + (size_t)ch * hw;
-            float *dxr = dx + s * plane + (size_t)ch * hw;
-            for (int i = 0; i < hw; i++)
-                dxr[i] = k * (dyr[i] - mean_dy - (xr[i] - mean) * proj);
-        }
-        float dg = (float)(sum_dy_xc * invstd), db = (float)sum_dy;
-        dgamma[ch] = beta == 0.0f ? dg : dgamma[ch] + dg;
-        dbeta[ch] = beta == 0.0f ? db : dbeta[ch] + db;
+        double sum_dy, sum_dy_xc;
+        ch_bwd_sums(CH(x, ch), CH(dy, ch), n, plane, hw, save_mean[ch], &sum_dy, &sum_dy_xc);
+        if (dx)
+            ch_dx(CH(x, ch), CH(dy, ch), CH(dx, ch), n, plane, hw, gamma[ch], save_mean[ch],
+                  save_invstd[ch], sum_dy, sum_dy_xc, count);
+        ch_param_grads(sum_dy, sum_dy_xc, save_invstd[ch], &dgamma[ch], &dbeta[ch], beta);
     }
+    return HERD_OK;
+}
+
+/* ---- split ops for synchronised batch norm */
+
+herd_status herd_cpu_bn_stats(int n, int c, int hw, const float *x, const double *sum,
+                              int64_t count, double *out)
+{
+    HERD_TRY(check_sizes("bn_stats", n, c, hw));
+    if (!x || !out)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_stats: NULL array");
+    if (sum)
+        HERD_TRY(check_count(count));
+    size_t plane = (size_t)c * hw;
+#pragma omp parallel for schedule(static) if ((size_t)n * plane >= HERD_CPU_PAR_MIN)
+    for (int ch = 0; ch < c; ch++)
+        out[ch] = sum ? ch_sqdev(CH(x, ch), n, plane, hw, ch_mean(sum[ch], count))
+                      : ch_sum(CH(x, ch), n, plane, hw);
+    return HERD_OK;
+}
+
+herd_status herd_cpu_bn_apply_train(int n, int c, int hw, const float *x, const float *gamma,
+                                    const float *beta, const double *sum, const double *sqdev,
+                                    int64_t count, float *y, float *save_mean, float *save_invstd,
+                                    float *running_mean, float *running_var, float momentum,
+                                    float eps)
+{
+    HERD_TRY(check_sizes("bn_apply_train", n, c, hw));
+    if (!x || !gamma || !beta || !sum || !sqdev || !y || !save_mean || !save_invstd ||
+        !running_mean || !running_var)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_apply_train: NULL array");
+    HERD_TRY(check_count(count));
+    size_t plane = (size_t)c * hw;
+#pragma omp parallel for schedule(static) if ((size_t)n * plane >= HERD_CPU_PAR_MIN)
+    for (int ch = 0; ch < c; ch++)
+        ch_apply(CH(x, ch), CH(y, ch), n, plane, hw, ch_mean(sum[ch], count), sqdev[ch], count,
+                 gamma[ch], beta[ch], &save_mean[ch], &save_invstd[ch], &running_mean[ch],
+                 &running_var[ch], momentum, eps);
+    return HERD_OK;
+}
+
+herd_status herd_cpu_bn_bwd_reduce(int n, int c, int hw, const float *x, const float *dy,
+                                   const float *save_mean, const float *save_invstd,
+                                   double *sum_dy, double *sum_dy_xc, float *dgamma,
+                                   float *dbeta, float beta)
+{
+    HERD_TRY(check_sizes("bn_bwd_reduce", n, c, hw));
+    if (!x || !dy || !save_mean || !save_invstd || !sum_dy || !sum_dy_xc || !dgamma || !dbeta)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_bwd_reduce: NULL array");
+    HERD_TRY(check_beta("bn_bwd_reduce", beta));
+    size_t plane = (size_t)c * hw;
+#pragma omp parallel for schedule(static) if ((size_t)n * plane >= HERD_CPU_PAR_MIN)
+    for (int ch = 0; ch < c; ch++) {
+        ch_bwd_sums(CH(x, ch), CH(dy, ch), n, plane, hw, save_mean[ch], &sum_dy[ch],
+                    &sum_dy_xc[ch]);
+        ch_param_grads(sum_dy[ch], sum_dy_xc[ch], save_invstd[ch], &dgamma[ch], &dbeta[ch], beta);
+    }
+    return HERD_OK;
+}
+
+herd_status herd_cpu_bn_bwd_apply(int n, int c, int hw, const float *x, const float *dy,
+                                  const float *gamma, const float *save_mean,
+                                  const float *save_invstd, const double *sum_dy,
+                                  const double *sum_dy_xc, int64_t count, float *dx)
+{
+    HERD_TRY(check_sizes("bn_bwd_apply", n, c, hw));
+    if (!x || !dy || !gamma || !save_mean || !save_invstd || !sum_dy || !sum_dy_xc || !dx)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_bwd_apply: NULL array");
+    HERD_TRY(check_count(count));
+    size_t plane = (size_t)c * hw;
+#pragma omp parallel for schedule(static) if ((size_t)n * plane >= HERD_CPU_PAR_MIN)
+    for (int ch = 0; ch < c; ch++)
+        ch_dx(CH(x, ch), CH(dy, ch), CH(dx, ch), n, plane, hw, gamma[ch], save_mean[ch],
+              save_invstd[ch], sum_dy[ch], sum_dy_xc[ch], count);
     return HERD_OK;
 }

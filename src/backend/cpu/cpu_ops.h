@@ -40,6 +40,21 @@ herd_status herd_cpu_bn_fwd_infer(int n, int c, int hw, const float *x, const fl
 herd_status herd_cpu_bn_bwd(int n, int c, int hw, const float *x, const float *dy,
                             const float *gamma, const float *save_mean, const float *save_invstd,
                             float *dx, float *dgamma, float *dbeta, float beta);
+herd_status herd_cpu_bn_stats(int n, int c, int hw, const float *x, const double *sum,
+                              int64_t count, double *out);
+herd_status herd_cpu_bn_apply_train(int n, int c, int hw, const float *x, const float *gamma,
+                                    const float *beta, const double *sum, const double *sqdev,
+                                    int64_t count, float *y, float *save_mean, float *save_invstd,
+                                    float *running_mean, float *running_var, float momentum,
+                                    float eps);
+herd_status herd_cpu_bn_bwd_reduce(int n, int c, int hw, const float *x, const float *dy,
+                                   const float *save_mean, const float *save_invstd,
+                                   double *sum_dy, double *sum_dy_xc, float *dgamma,
+                                   float *dbeta, float beta);
+herd_status herd_cpu_bn_bwd_apply(int n, int c, int hw, const float *x, const float *dy,
+                                  const float *gamma, const float *save_mean,
+                                  const float *save_invstd, const double *sum_dy,
+                                  const double *sum_dy_xc, int64_t count, float *dx);
 
 /* cpu_elementwise.c */
 herd_status herd_cpu_relu_fwd(size_t n, const float *x, float *y);

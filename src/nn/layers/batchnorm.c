@@ -1,11 +1,21 @@
 /* Batch normalisation over (N, H, W) per channel: batch statistics in training,
- * running statistics in evaluation (PyTorch semantics). */
+ * running statistics in evaluation (PyTorch semantics). With ctx->bn_comm spanning
+ * more than one rank, training statistics are those of the global batch
+ * (synchronised BN, as torch.nn.SyncBatchNorm): the backend's split ops compute
+ * per-channel sums, the communicator adds them over ranks, the next op uses them. */
+#include <math.h>
 #include <stdlib.h>
 
 #include "nn/layers/common.h"
 
 typedef struct bn_state {
     float *save_mean, *save_invstd; /* from the last training forward, for backward */
+    /* Synchronised BN: per-channel sums exchanged between ranks, 2c + 1 doubles, kept
+     * here so a step allocates nothing. Host memory, because allreduce_f64 reduces
+     * host memory (a device backend will have to stage these few doubles). */
+    double *red;
+    int64_t count;  /* values per channel in the global batch of the last forward */
+    bool synced;    /* the last training forward used global statistics */
 } bn_state;
 
 static herd_status bn_setup(herd_layer *l, herd_model *m)
@@ -43,10 +53,46 @@ static herd_status bn_reshape(herd_layer *l, const herd_backend *be, int batch)
     if (!st)
         return HERD_ERR_NOMEM;
     l->state = st;
-    size_t bytes = (size_t)l->in_shape[0].c * sizeof(float);
+    size_t c = (size_t)l->in_shape[0].c, bytes = c * sizeof(float);
     st->save_mean = be->alloc(bytes);
     st->save_invstd = be->alloc(bytes);
-    return st->save_mean && st->save_invstd ? HERD_OK : HERD_NOMEM(bytes);
+    if (!st->save_mean || !st->save_invstd)
+        return HERD_NOMEM(bytes);
+    st->red = herd_xcalloc(2 * c + 1, sizeof(double));
+    return st->red ? HERD_OK : HERD_ERR_NOMEM;
+}
+
+static bool bn_sync(const herd_run_ctx *ctx)
+{
+    return ctx->training && ctx->bn_comm && ctx->bn_comm->size > 1;
+}
+
+/* Forward over the global batch: sum of x (and the local count, so ranks whose
+ * batches differ in size still agree on the mean), allreduce, squared deviations
+ * from the global mean, allreduce, normalise. Two passes as in local BN, so one rank
+ * gives exactly the local result. */
+static herd_status bn_forward_sync(herd_layer *l, const herd_run_ctx *ctx, const float *x,
+                                   float *y)
+{
+    bn_state *st = l->state;
+    const herd_backend *be = ctx->be;
+    herd_comm *comm = ctx->bn_comm;
+    herd_shape s = l->in_shape[0];
+    int n = l->batch, c = s.c, hw = s.h * s.w;
+    double *sum = st->red, *sq = st->red + c + 1;
+    HERD_TRY(be->bn_stats(n, c, hw, x, NULL, 0, sum));
+    sum[c] = (double)n * hw;
+    HERD_TRY(comm->ops->allreduce_f64(comm, sum, c + 1));
+    int64_t count = llround(sum[c]);
+    HERD_TRY(be->bn_stats(n, c, hw, x, sum, count, sq));
+    HERD_TRY(comm->ops->allreduce_f64(comm, sq, c));
+    HERD_TRY(be->bn_apply_train(n, c, hw, x, herd_layer_param(l, ctx, 0),
+                                herd_layer_param(l, ctx, 1), sum, sq, count, y, st->save_mean,
+                                st->save_invstd, herd_layer_param(l, ctx, 2),
+                                herd_layer_param(l, ctx, 3), l->spec.momentum, l->spec.eps));
+    st->count = count;
+    st->synced = true;
+    return HERD_OK;
 }
 
 static herd_status bn_forward(herd_layer *l, const herd_run_ctx *ctx, const float *const *x,
@@ -54,6 +100,9 @@ static herd_status bn_forward(herd_layer *l, const herd_run_ctx *ctx, const floa
 {
     bn_state *st = l->state;
     herd_shape s = l->in_shape[0];
+    if (bn_sync(ctx))
+        return bn_forward_sync(l, ctx, x[0], y);
+    st->synced = false;
     const float *gamma = herd_layer_param(l, ctx, 0), *beta = herd_layer_param(l, ctx, 1);
     float *rmean = herd_layer_param(l, ctx, 2), *rvar = herd_layer_param(l, ctx, 3);
     if (ctx->training)
@@ -63,12 +112,43 @@ static herd_status bn_forward(herd_layer *l, const herd_run_ctx *ctx, const floa
                                  l->spec.eps);
 }
 
+/* Backward of synchronised BN: dgamma/dbeta from this rank's batch (the gradient
+ * allreduce averages them like any parameter gradient); dx needs the sums of dy and
+ * dy*(x - mean) over the global batch. */
+static herd_status bn_backward_sync(herd_layer *l, const herd_run_ctx *ctx, const float *x,
+                                    const float *dy, float *dx)
+{
+    bn_state *st = l->state;
+    const herd_backend *be = ctx->be;
+    herd_comm *comm = ctx->bn_comm;
+    herd_shape s = l->in_shape[0];
+    int n = l->batch, c = s.c, hw = s.h * s.w;
+    double *sum_dy = st->red, *sum_dy_xc = st->red + c;
+    HERD_TRY(be->bn_bwd_reduce(n, c, hw, x, dy, st->save_mean, st->save_invstd, sum_dy,
+                               sum_dy_xc, herd_layer_grad(l, ctx, 0), herd_layer_grad(l, ctx, 1),
+                               ctx->grad_beta));
+    /* No input gradient (BN on the model input): every rank runs the same model, so
+     * all of them skip this allreduce together. */
+    if (!dx)
+        return HERD_OK;
+    if (!comm || comm->size <= 1)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "batchnorm '%s': forward used synchronised statistics but backward has "
+                        "no multi-rank bn_comm; pass the same run context to both",
+                        l->spec.name);
+    HERD_TRY(comm->ops->allreduce_f64(comm, sum_dy, 2 * c));
+    return be->bn_bwd_apply(n, c, hw, x, dy, herd_layer_param(l, ctx, 0), st->save_mean,
+                            st->save_invstd, sum_dy, sum_dy_xc, st->count, dx);
+}
+
 static herd_status bn_backward(herd_layer *l, const herd_run_ctx *ctx, const float *const *x,
                                const float *y, const float *dy, float *const *dx)
 {
     (void)y;
     bn_state *st = l->state;
     herd_shape s = l->in_shape[0];
+    if (st->synced)
+        return bn_backward_sync(l, ctx, x[0], dy, dx[0]);
     /* dx[0] is NULL when BN reads the model input: the backend then skips dx. */
     return ctx->be->bn_bwd(l->batch, s.c, s.h * s.w, x[0], dy, herd_layer_param(l, ctx, 0),
                            st->save_mean, st->save_invstd, dx[0], herd_layer_grad(l, ctx, 0),
@@ -81,6 +161,7 @@ static void bn_destroy(herd_layer *l, const herd_backend *be)
     if (st) {
         be->free(st->save_mean);
         be->free(st->save_invstd);
+        free(st->red);
     }
     free(st);
     l->state = NULL;
