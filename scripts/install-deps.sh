@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   libdnnl-dev libcjson-dev zlib1g-dev libcmocka-dev
+  openmpi-bin libopenmpi-dev
   dataset-fashion-mnist
 )
 # The PyTorch reference and the kernel micro-benchmarks (bench/, tests/make_fixtures.py)

@@ -1,0 +1,46 @@
+/* Choosing a communicator: MPI when an MPI launcher started us, one process otherwise. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "dist/comm.h"
+
+static bool env_set(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v;
+}
+
+bool herd_comm_launched_by_mpi(void)
+{
+    /* Open MPI's mpirun, Hydra (MPICH) and PMIx launchers set these for every rank. */
+    if (env_set("OMPI_COMM_WORLD_SIZE") || env_set("PMI_RANK") || env_set("PMI_SIZE") ||
+        env_set("PMIX_RANK"))
+        return true;
+    /* srun sets SLURM_PROCID for any job step; only a multi-task step is an MPI job. */
+    const char *ntasks = getenv("SLURM_NTASKS");
+    return env_set("SLURM_PROCID") && ntasks && atoi(ntasks) > 1;
+}
+
+herd_status herd_comm_create_default(const herd_comm_config *cfg, herd_comm **out)
+{
+    *out = NULL;
+    if (!herd_comm_launched_by_mpi())
+        return herd_comm_local_create(out);
+#if HERD_HAVE_MPI
+    return herd_comm_mpi_create(cfg, out);
+#else
+    (void)cfg;
+    /* Running every rank as its own single-process job would silently train N
+     * independent models: refuse instead. */
+    return HERD_ERR(HERD_ERR_UNSUPPORTED,
+                    "this process was started by an MPI launcher (mpirun/srun) but herd was "
+                    "built without MPI; install libopenmpi-dev and rebuild (cmake -DHERD_MPI=ON)");
+#endif
+}
+
+void herd_comm_destroy(herd_comm *c)
+{
+    if (c)
+        c->ops->destroy(c);
+}

@@ -1,0 +1,98 @@
+/* The single-process communicator: a group of one, every collective the identity. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "dist/comm.h"
+
+static void local_destroy(herd_comm *c) { free(c); }
+
+static herd_status local_allreduce_start(herd_comm *c, float *buf, size_t n, float scale,
+                                         herd_wire_type wire, const char *tag)
+{
+    (void)c, (void)wire, (void)tag;
+    if (n && !buf)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "allreduce_start: NULL buffer for %zu elements", n);
+    /* The sum over one rank is the value itself; only the scale applies. */
+    if (scale != 1.0f)
+        for (size_t i = 0; i < n; i++)
+            buf[i] *= scale;
+    return HERD_OK;
+}
+
+static herd_status local_wait_all(herd_comm *c)
+{
+    (void)c;
+    return HERD_OK;
+}
+
+static herd_status local_broadcast(herd_comm *c, void *buf, size_t bytes, int root)
+{
+    (void)c, (void)buf, (void)bytes;
+    if (root != 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "broadcast: root %d but the job has one rank", root);
+    return HERD_OK;
+}
+
+static herd_status local_allreduce_f64(herd_comm *c, double *vals, int n)
+{
+    (void)c, (void)vals, (void)n;
+    return HERD_OK;
+}
+
+static herd_status local_allgather(herd_comm *c, const void *mine, void *all, size_t bytes)
+{
+    (void)c;
+    if (bytes && mine != all)
+        memmove(all, mine, bytes);
+    return HERD_OK;
+}
+
+static herd_status local_barrier(herd_comm *c)
+{
+    (void)c;
+    return HERD_OK;
+}
+
+static void local_set_activity(herd_comm *c, const char *what) { (void)c, (void)what; }
+
+/* Abort means "end the job now", and the job is this process: this is the one place
+ * where library code ends the process. */
+static void local_abort(herd_comm *c, int code, const char *msg)
+{
+    fprintf(stderr, "herd: abort on host %s: %s\n", c->host, msg ? msg : "(no message)");
+    fflush(stderr);
+    exit(code);
+}
+
+static const herd_comm_ops local_ops = {
+    .name = "local",
+    .destroy = local_destroy,
+    .allreduce_start = local_allreduce_start,
+    .wait_all = local_wait_all,
+    .broadcast = local_broadcast,
+    .allreduce_f64 = local_allreduce_f64,
+    .allgather = local_allgather,
+    .barrier = local_barrier,
+    .set_activity = local_set_activity,
+    .abort = local_abort,
+};
+
+herd_status herd_comm_local_create(herd_comm **out)
+{
+    *out = NULL;
+    herd_comm *c = herd_xcalloc(1, sizeof *c);
+    if (!c)
+        return HERD_ERR_NOMEM;
+    c->ops = &local_ops;
+    c->rank = 0;
+    c->size = 1;
+    c->local_rank = 0;
+    c->local_size = 1;
+    if (gethostname(c->host, sizeof c->host - 1) != 0)
+        snprintf(c->host, sizeof c->host, "unknown");
+    *out = c;
+    return HERD_OK;
+}

@@ -1,0 +1,390 @@
+/*
+ * The MPI communicator: set-up, tear-down and the caller's side of every operation.
+ * Operations are queued for the communication thread (comm_mpi_thread.c), which is
+ * the only thread that calls MPI after set-up; asynchronous reductions return at
+ * once, blocking collectives wait for the thread to finish them.
+ */
+#include "core/error.h"
+#include "dist/comm.h"
+
+#if !HERD_HAVE_MPI
+
+herd_status herd_comm_mpi_create(const herd_comm_config *cfg, herd_comm **out)
+{
+    (void)cfg;
+    *out = NULL;
+    return HERD_ERR(HERD_ERR_UNSUPPORTED,
+                    "herd was built without MPI; install libopenmpi-dev (or another MPI) and "
+                    "rebuild with cmake -DHERD_MPI=ON");
+}
+
+#else
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/clock.h"
+#include "core/half.h"
+#include "dist/comm_mpi_internal.h"
+
+#define DEFAULT_STALL_WARNING_S 60.0
+#define DEFAULT_TIMEOUT_S 300.0
+/* Longest sleep between two MPI_Test calls of a pending collective; see docs. */
+#define DEFAULT_POLL_SLEEP_US 50
+
+void comm_mpi_describe_error(comm_mpi *m, int mpi_err, const char *what, char *out, size_t cap)
+{
+    char text[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    if (MPI_Error_string(mpi_err, text, &len) != MPI_SUCCESS)
+        snprintf(text, sizeof text, "MPI error %d", mpi_err);
+    snprintf(out, cap, "rank %d on host %s: %s failed: %s", m->c->rank, m->c->host, what, text);
+}
+
+_Noreturn void comm_mpi_fatal(comm_mpi *m, int code, const char *msg)
+{
+    fprintf(stderr, "herd: error: rank %d on host %s: %s\n", m->c->rank, m->c->host, msg);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code ? code : 1);
+    _exit(code ? code : 1); /* MPI_Abort does not return; this only satisfies _Noreturn */
+}
+
+static void release_op(comm_mpi *m, mpi_op *op) /* under mu */
+{
+    op->next = m->free_ops;
+    m->free_ops = op;
+}
+
+/* Returns a cleared op from the free list (no allocation in steady state). */
+static mpi_op *take_op(comm_mpi *m) /* under mu */
+{
+    mpi_op *op = m->free_ops;
+    if (op)
+        m->free_ops = op->next;
+    else if (!(op = calloc(1, sizeof *op)))
+        return NULL;
+    memset(op, 0, sizeof *op);
+    return op;
+}
+
+static void enqueue(comm_mpi *m, mpi_op *op) /* under mu */
+{
+    op->seq = ++m->enqueued;
+    op->next = NULL;
+    if (m->tail)
+        m->tail->next = op;
+    else
+        m->head = op;
+    m->tail = op;
+    pthread_cond_signal(&m->work_cv);
+}
+
+static herd_status mpi_allreduce_start(herd_comm *c, float *buf, size_t n, float scale,
+                                       herd_wire_type wire, const char *tag)
+{
+    comm_mpi *m = c->impl;
+    if (n && !buf)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "rank %d on host %s: allreduce_start: NULL buffer",
+                        c->rank, c->host);
+    if (wire != HERD_WIRE_FP32 && wire != HERD_WIRE_FP16 && wire != HERD_WIRE_BF16)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "rank %d on host %s: unknown wire type %d", c->rank,
+                        c->host, (int)wire);
+    pthread_mutex_lock(&m->mu);
+    mpi_op *op = take_op(m);
+    if (!op) {
+        pthread_mutex_unlock(&m->mu);
+        return HERD_NOMEM(sizeof *op);
+    }
+    op->kind = MPI_OP_ALLREDUCE;
+    op->buf = buf;
+    op->n = n;
+    op->scale = scale;
+    op->wire = wire;
+    snprintf(op->tag, sizeof op->tag, "%s", tag ? tag : "");
+    enqueue(m, op);
+    pthread_mutex_unlock(&m->mu);
+    return HERD_OK;
+}
+
+static herd_status mpi_wait_all(herd_comm *c)
+{
+    comm_mpi *m = c->impl;
+    pthread_mutex_lock(&m->mu);
+    while (m->completed < m->enqueued)
+        pthread_cond_wait(&m->done_cv, &m->mu);
+    char err[sizeof m->async_error];
+    snprintf(err, sizeof err, "%s", m->async_error);
+    m->async_error[0] = '\0';
+    pthread_mutex_unlock(&m->mu);
+    return err[0] ? HERD_ERR(HERD_ERR_INTERNAL, "%s", err) : HERD_OK;
+}
+
+/* Queues a filled-in blocking op and waits until the thread has run it. */
+static herd_status run_blocking(comm_mpi *m, const mpi_op *proto)
+{
+    pthread_mutex_lock(&m->mu);
+    mpi_op *op = take_op(m);
+    if (!op) {
+        pthread_mutex_unlock(&m->mu);
+        return HERD_NOMEM(sizeof *op);
+    }
+    *op = *proto;
+    enqueue(m, op);
+    while (!op->done)
+        pthread_cond_wait(&m->done_cv, &m->mu);
+    char err[sizeof op->error];
+    snprintf(err, sizeof err, "%s", op->error);
+    release_op(m, op);
+    pthread_mutex_unlock(&m->mu);
+    return err[0] ? HERD_ERR(HERD_ERR_INTERNAL, "%s", err) : HERD_OK;
+}
+
+static herd_status mpi_broadcast(herd_comm *c, void *buf, size_t bytes, int root)
+{
+    if (root < 0 || root >= c->size || bytes > INT_MAX)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "rank %d on host %s: broadcast of %zu bytes from root %d (job of %d ranks)",
+                        c->rank, c->host, bytes, root, c->size);
+    return run_blocking(c->impl, &(mpi_op){.kind = MPI_OP_BROADCAST, .data = buf, .bytes = bytes,
+                                           .root = root, .tag = "broadcast"});
+}
+
+static herd_status mpi_allreduce_f64(herd_comm *c, double *vals, int n)
+{
+    if (n < 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "rank %d on host %s: allreduce_f64 of %d values",
+                        c->rank, c->host, n);
+    return run_blocking(c->impl, &(mpi_op){.kind = MPI_OP_ALLREDUCE_F64, .data = vals, .count = n,
+                                           .bytes = (size_t)n * sizeof(double), .tag = "metrics"});
+}
+
+static herd_status mpi_allgather(herd_comm *c, const void *mine, void *all, size_t bytes)
+{
+    if (bytes > INT_MAX / (size_t)c->size)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "rank %d on host %s: allgather of %zu bytes per rank",
+                        c->rank, c->host, bytes);
+    return run_blocking(c->impl, &(mpi_op){.kind = MPI_OP_ALLGATHER, .src = mine, .data = all,
+                                           .bytes = bytes, .tag = "allgather"});
+}
+
+static herd_status mpi_barrier(herd_comm *c)
+{
+    return run_blocking(c->impl, &(mpi_op){.kind = MPI_OP_BARRIER, .tag = "barrier"});
+}
+
+static void mpi_set_activity(herd_comm *c, const char *what)
+{
+    comm_mpi *m = c->impl;
+    pthread_mutex_lock(&m->mu);
+    snprintf(m->activity, sizeof m->activity, "%s", what ? what : "");
+    m->activity_time = herd_now();
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* MPI_Abort ends every rank: the documented way library code ends the process. The
+ * thread makes the call so that two threads never call MPI at once. */
+static void mpi_abort(herd_comm *c, int code, const char *msg)
+{
+    comm_mpi *m = c->impl;
+    if (!m->thread_started)
+        comm_mpi_fatal(m, code, msg ? msg : "abort");
+    pthread_mutex_lock(&m->mu);
+    m->abort_code = code;
+    snprintf(m->abort_msg, sizeof m->abort_msg, "%s", msg ? msg : "abort");
+    m->abort_requested = true;
+    pthread_cond_signal(&m->work_cv);
+    pthread_mutex_unlock(&m->mu);
+    for (;;)
+        pause(); /* the thread's MPI_Abort ends this process */
+}
+
+static void free_mpi_objects(comm_mpi *m)
+{
+    comm_mpi_stall_free(m);
+    if (m->fp16_sum != MPI_OP_NULL)
+        MPI_Op_free(&m->fp16_sum);
+    if (m->bf16_sum != MPI_OP_NULL)
+        MPI_Op_free(&m->bf16_sum);
+    if (m->half_type != MPI_DATATYPE_NULL)
+        MPI_Type_free(&m->half_type);
+    if (m->stall_comm != MPI_COMM_NULL)
+        MPI_Comm_free(&m->stall_comm);
+    if (m->world != MPI_COMM_NULL)
+        MPI_Comm_free(&m->world);
+}
+
+static void mpi_destroy(herd_comm *c)
+{
+    comm_mpi *m = c->impl;
+    if (m->thread_started) {
+        pthread_mutex_lock(&m->mu);
+        m->shutdown = true;
+        pthread_cond_signal(&m->work_cv);
+        pthread_mutex_unlock(&m->mu);
+        pthread_join(m->thread, NULL);
+        pthread_mutex_destroy(&m->mu);
+        pthread_cond_destroy(&m->work_cv);
+        pthread_cond_destroy(&m->done_cv);
+    }
+    free_mpi_objects(m);
+    if (m->initialized_mpi)
+        MPI_Finalize();
+    while (m->free_ops) {
+        mpi_op *next = m->free_ops->next;
+        free(m->free_ops);
+        m->free_ops = next;
+    }
+    free(m->stage);
+    free(m);
+    free(c);
+}
+
+static void fp16_sum(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    (void)type;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++)
+        b[i] = herd_float_to_half(herd_half_to_float(a[i]) + herd_half_to_float(b[i]));
+}
+
+static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    (void)type;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++)
+        b[i] = herd_float_to_bf16(herd_bf16_to_float(a[i]) + herd_bf16_to_float(b[i]));
+}
+
+static const herd_comm_ops mpi_ops = {
+    .name = "mpi",
+    .destroy = mpi_destroy,
+    .allreduce_start = mpi_allreduce_start,
+    .wait_all = mpi_wait_all,
+    .broadcast = mpi_broadcast,
+    .allreduce_f64 = mpi_allreduce_f64,
+    .allgather = mpi_allgather,
+    .barrier = mpi_barrier,
+    .set_activity = mpi_set_activity,
+    .abort = mpi_abort,
+};
+
+static const char *thread_level_name(int level)
+{
+    switch (level) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    default: return "MPI_THREAD_MULTIPLE";
+    }
+}
+
+/* Everything after MPI_Init: communicators, types, the thread. */
+static herd_status set_up(comm_mpi *m)
+{
+    herd_comm *c = m->c;
+    char err[384];
+    int rc;
+#define MPI_CHECK(call, what)                                           \
+    if ((rc = (call)) != MPI_SUCCESS) {                                 \
+        comm_mpi_describe_error(m, rc, what, err, sizeof err);          \
+        return HERD_ERR(HERD_ERR_INTERNAL, "%s", err);                  \
+    }
+    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &m->world), "MPI_Comm_dup");
+    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &m->stall_comm), "MPI_Comm_dup");
+    /* Failures come back as codes so that they carry rank and host in herd's message. */
+    MPI_Comm_set_errhandler(m->world, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(m->stall_comm, MPI_ERRORS_RETURN);
+    MPI_Comm local;
+    MPI_CHECK(MPI_Comm_split_type(m->world, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &local),
+              "MPI_Comm_split_type");
+    MPI_Comm_rank(local, &c->local_rank);
+    MPI_Comm_size(local, &c->local_size);
+    MPI_Comm_free(&local);
+    MPI_CHECK(MPI_Type_contiguous(2, MPI_BYTE, &m->half_type), "MPI_Type_contiguous");
+    MPI_CHECK(MPI_Type_commit(&m->half_type), "MPI_Type_commit");
+    MPI_CHECK(MPI_Op_create(fp16_sum, 1, &m->fp16_sum), "MPI_Op_create");
+    MPI_CHECK(MPI_Op_create(bf16_sum, 1, &m->bf16_sum), "MPI_Op_create");
+#undef MPI_CHECK
+    if (comm_mpi_stall_init(m) != 0)
+        return HERD_NOMEM((size_t)c->size * sizeof(mpi_rank_status));
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->work_cv, NULL);
+    pthread_cond_init(&m->done_cv, NULL);
+    if (pthread_create(&m->thread, NULL, comm_mpi_thread_main, m) != 0) {
+        pthread_mutex_destroy(&m->mu);
+        pthread_cond_destroy(&m->work_cv);
+        pthread_cond_destroy(&m->done_cv);
+        return HERD_ERR(HERD_ERR_INTERNAL, "rank %d on host %s: cannot start the communication thread",
+                        c->rank, c->host);
+    }
+    m->thread_started = true;
+    return HERD_OK;
+}
+
+herd_status herd_comm_mpi_create(const herd_comm_config *cfg, herd_comm **out)
+{
+    *out = NULL;
+    herd_comm *c = herd_xcalloc(1, sizeof *c);
+    comm_mpi *m = c ? herd_xcalloc(1, sizeof *m) : NULL;
+    if (!m) {
+        free(c);
+        return HERD_ERR_NOMEM;
+    }
+    c->ops = &mpi_ops;
+    c->impl = m;
+    m->c = c;
+    m->world = m->stall_comm = MPI_COMM_NULL;
+    m->half_type = MPI_DATATYPE_NULL;
+    m->fp16_sum = m->bf16_sum = MPI_OP_NULL;
+    if (gethostname(c->host, sizeof c->host - 1) != 0)
+        snprintf(c->host, sizeof c->host, "unknown");
+    c->cfg.stall_warning_s = cfg && cfg->stall_warning_s > 0 ? cfg->stall_warning_s : DEFAULT_STALL_WARNING_S;
+    c->cfg.timeout_s = cfg && cfg->timeout_s > 0 ? cfg->timeout_s : DEFAULT_TIMEOUT_S;
+    const char *poll_us = getenv("HERD_MPI_POLL_US");
+    m->poll_sleep_max_s = 1e-6 * (poll_us && *poll_us ? atof(poll_us) : DEFAULT_POLL_SLEEP_US);
+
+    int initialized = 0, provided = MPI_THREAD_SINGLE;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+        int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+        if (rc != MPI_SUCCESS) {
+            herd_status st = HERD_ERR(HERD_ERR_INTERNAL, "host %s: MPI_Init_thread failed (error %d)",
+                                      c->host, rc);
+            free(m);
+            free(c);
+            return st;
+        }
+        m->initialized_mpi = true;
+    } else {
+        MPI_Query_thread(&provided);
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &c->size);
+    herd_status st = HERD_OK;
+    if (provided < MPI_THREAD_SERIALIZED)
+        st = HERD_ERR(HERD_ERR_UNSUPPORTED,
+                      "rank %d on host %s: the MPI library provides %s but herd's communication "
+                      "thread needs MPI_THREAD_SERIALIZED%s",
+                      c->rank, c->host, thread_level_name(provided),
+                      initialized ? " (initialise MPI with MPI_Init_thread before herd)" : "");
+    else
+        st = set_up(m);
+    if (st != HERD_OK) {
+        free_mpi_objects(m);
+        if (m->initialized_mpi)
+            MPI_Finalize();
+        free(m);
+        free(c);
+        return st;
+    }
+    *out = c;
+    return HERD_OK;
+}
+
+#endif

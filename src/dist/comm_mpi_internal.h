@@ -1,0 +1,118 @@
+/*
+ * Shared state of the MPI communicator (comm_mpi.c: set-up and the caller's side;
+ * comm_mpi_thread.c: the communication thread; comm_mpi_stall.c: the stall inspector).
+ *
+ * Only the communication thread calls MPI once the communicator is created, so
+ * MPI_THREAD_SERIALIZED suffices and every MPI call it makes is non-blocking: it
+ * can always answer the stall inspector, however long a collective waits.
+ */
+#ifndef HERD_DIST_COMM_MPI_INTERNAL_H
+#define HERD_DIST_COMM_MPI_INTERNAL_H
+
+#include <mpi.h>
+#include <pthread.h>
+
+#include "dist/comm.h"
+
+typedef enum mpi_op_kind {
+    MPI_OP_ALLREDUCE, /* asynchronous gradient slice */
+    MPI_OP_BROADCAST,
+    MPI_OP_ALLREDUCE_F64,
+    MPI_OP_ALLGATHER,
+    MPI_OP_BARRIER,
+} mpi_op_kind;
+
+typedef struct mpi_op {
+    struct mpi_op *next;
+    mpi_op_kind kind;
+    uint64_t seq; /* 1, 2, ... in the order every rank starts them */
+    /* allreduce */
+    float *buf;
+    size_t n;
+    float scale;
+    herd_wire_type wire;
+    /* blocking collectives */
+    void *data;
+    const void *src;
+    size_t bytes;
+    int root, count;
+    char tag[48];
+    bool done;      /* set by the thread; the caller of a blocking op waits for it */
+    char error[384]; /* "" or what failed, for the waiting caller */
+} mpi_op;
+
+/* What one rank tells rank 0 about itself. Ages, not times: clocks differ across hosts. */
+typedef struct mpi_rank_status {
+    int32_t rank;
+    int32_t pending; /* a collective is started and not complete */
+    uint64_t started, completed;
+    double pending_age_s, activity_age_s;
+    char activity[96];
+    char pending_desc[112];
+    char host[64];
+} mpi_rank_status;
+
+typedef struct mpi_stall {
+    double last_poll, last_sent, last_request;
+    mpi_rank_status out; /* the buffer of the status send in flight */
+    MPI_Request send_req;
+    char req_byte;
+    MPI_Request *request_reqs; /* rank 0: one "report now" per rank */
+    char *request_bytes;
+    /* rank 0: the last status of every rank and when it arrived */
+    mpi_rank_status *table;
+    double *received_at;
+    uint64_t warned_seq;   /* our own pending op already warned about */
+    uint64_t reported_seq; /* rank 0: the op whose job-wide report is printed */
+} mpi_stall;
+
+typedef struct comm_mpi {
+    herd_comm *c;
+    MPI_Comm world; /* a duplicate of MPI_COMM_WORLD for the collectives */
+    MPI_Comm stall_comm;
+    MPI_Datatype half_type;
+    MPI_Op fp16_sum, bf16_sum;
+    bool initialized_mpi; /* we called MPI_Init_thread, so we finalize */
+    double poll_sleep_max_s;
+
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv, done_cv;
+    /* under mu */
+    mpi_op *head, *tail, *free_ops;
+    uint64_t enqueued, completed;
+    bool shutdown;
+    bool abort_requested;
+    int abort_code;
+    char abort_msg[512];
+    char async_error[384];
+    char activity[96];
+    double activity_time;
+
+    /* owned by the thread */
+    mpi_op *current;
+    double current_start;
+    uint64_t started; /* seq of the last op handed to MPI */
+    uint16_t *stage;  /* fp16/bf16 wire buffer, grown to the largest slice, then reused */
+    size_t stage_cap;
+    mpi_stall stall;
+} comm_mpi;
+
+void *comm_mpi_thread_main(void *arg);
+/* Sets MPI_ERRORS_RETURN-style failures into an "rank R on host H: ..." message. */
+void comm_mpi_describe_error(comm_mpi *m, int mpi_err, const char *what, char *out, size_t cap);
+/* "allreduce 'bucket 3', 1.0 MiB" */
+void comm_mpi_describe_op(const mpi_op *op, char *out, size_t cap);
+/* Prints msg (with rank and host) and ends the job with MPI_Abort; never returns. */
+_Noreturn void comm_mpi_fatal(comm_mpi *m, int code, const char *msg);
+
+int comm_mpi_stall_init(comm_mpi *m);
+void comm_mpi_stall_free(comm_mpi *m);
+/* Exchanges statuses, prints warnings, aborts after the timeout. Called by the
+ * thread between polls; rate-limits itself. */
+void comm_mpi_stall_poll(comm_mpi *m);
+/* Completes the inspector's messages before the communicator goes away. */
+void comm_mpi_stall_drain(comm_mpi *m);
+
+#endif

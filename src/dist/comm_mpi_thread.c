@@ -1,0 +1,214 @@
+/*
+ * The communication thread: runs the queued operations one at a time, in the order
+ * every rank queued them, and is the only caller of MPI after set-up. Each
+ * operation is a non-blocking MPI call polled with MPI_Test (Open MPI progresses
+ * it only inside MPI calls), with a short sleep between polls so that a pending
+ * reduction does not take a core from the rank's compute threads.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/clock.h"
+#include "core/half.h"
+#include "dist/comm_mpi_internal.h"
+
+/* Polls before the first sleep: short collectives finish without any. */
+#define SPIN_POLLS 32
+/* Slices larger than this go to MPI in pieces (MPI counts are int). */
+#define MAX_CHUNK ((size_t)1 << 28)
+
+void comm_mpi_describe_op(const mpi_op *op, char *out, size_t cap)
+{
+    static const char *kinds[] = {"allreduce", "broadcast", "allreduce_f64", "allgather", "barrier"};
+    size_t bytes = op->kind == MPI_OP_ALLREDUCE ? op->n * sizeof(float) : op->bytes;
+    double mib = (double)bytes / (1024.0 * 1024.0);
+    if (mib >= 0.1)
+        snprintf(out, cap, "%s '%s', %.1f MiB", kinds[op->kind], op->tag, mib);
+    else
+        snprintf(out, cap, "%s '%s', %zu bytes", kinds[op->kind], op->tag, bytes);
+}
+
+static void check_abort_request(comm_mpi *m)
+{
+    pthread_mutex_lock(&m->mu);
+    bool requested = m->abort_requested;
+    int code = m->abort_code;
+    char msg[sizeof m->abort_msg];
+    snprintf(msg, sizeof msg, "%s", m->abort_msg);
+    pthread_mutex_unlock(&m->mu);
+    if (requested)
+        comm_mpi_fatal(m, code, msg);
+}
+
+static void sleep_s(double s)
+{
+    struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* Polls req to completion, keeping the stall inspector and abort requests served. */
+static int wait_request(comm_mpi *m, MPI_Request *req)
+{
+    double sleep = 1e-6;
+    for (int polls = 0;; polls++) {
+        int done = 0;
+        int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS || done)
+            return rc;
+        comm_mpi_stall_poll(m);
+        check_abort_request(m);
+        if (polls >= SPIN_POLLS && m->poll_sleep_max_s > 0) {
+            sleep_s(sleep);
+            sleep = sleep * 2 < m->poll_sleep_max_s ? sleep * 2 : m->poll_sleep_max_s;
+        }
+    }
+}
+
+static int reduce_chunk(comm_mpi *m, const mpi_op *op, float *x, size_t n, char *err, size_t cap)
+{
+    MPI_Request req;
+    int rc;
+    if (op->wire == HERD_WIRE_FP32) {
+        rc = MPI_Iallreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, m->world, &req);
+        if (rc == MPI_SUCCESS)
+            rc = wait_request(m, &req);
+        if (rc == MPI_SUCCESS && op->scale != 1.0f)
+            for (size_t i = 0; i < n; i++)
+                x[i] *= op->scale;
+    } else {
+        if (n > m->stage_cap) { /* grows to the largest slice once, then is reused */
+            uint16_t *grown = realloc(m->stage, n * sizeof *grown);
+            if (!grown) {
+                snprintf(err, cap, "rank %d on host %s: out of memory for a %zu-byte wire buffer",
+                         m->c->rank, m->c->host, n * sizeof *grown);
+                return MPI_ERR_NO_MEM;
+            }
+            m->stage = grown;
+            m->stage_cap = n;
+        }
+        uint16_t *s = m->stage;
+        bool fp16 = op->wire == HERD_WIRE_FP16;
+        if (fp16)
+            for (size_t i = 0; i < n; i++)
+                s[i] = herd_float_to_half(x[i]);
+        else
+            for (size_t i = 0; i < n; i++)
+                s[i] = herd_float_to_bf16(x[i]);
+        rc = MPI_Iallreduce(MPI_IN_PLACE, s, (int)n, m->half_type, fp16 ? m->fp16_sum : m->bf16_sum,
+                            m->world, &req);
+        if (rc == MPI_SUCCESS)
+            rc = wait_request(m, &req);
+        if (rc == MPI_SUCCESS) {
+            if (fp16)
+                for (size_t i = 0; i < n; i++)
+                    x[i] = herd_half_to_float(s[i]) * op->scale;
+            else
+                for (size_t i = 0; i < n; i++)
+                    x[i] = herd_bf16_to_float(s[i]) * op->scale;
+        }
+    }
+    if (rc != MPI_SUCCESS)
+        comm_mpi_describe_error(m, rc, "MPI_Iallreduce", err, cap);
+    return rc;
+}
+
+static void run_op(comm_mpi *m, mpi_op *op, char *err, size_t cap)
+{
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc = MPI_SUCCESS;
+    const char *what = "";
+    switch (op->kind) {
+    case MPI_OP_ALLREDUCE:
+        for (size_t off = 0; off < op->n && rc == MPI_SUCCESS; off += MAX_CHUNK) {
+            size_t n = op->n - off < MAX_CHUNK ? op->n - off : MAX_CHUNK;
+            rc = reduce_chunk(m, op, op->buf + off, n, err, cap);
+        }
+        return;
+    case MPI_OP_BROADCAST:
+        what = "MPI_Ibcast";
+        rc = MPI_Ibcast(op->data, (int)op->bytes, MPI_BYTE, op->root, m->world, &req);
+        break;
+    case MPI_OP_ALLREDUCE_F64:
+        what = "MPI_Iallreduce";
+        rc = MPI_Iallreduce(MPI_IN_PLACE, op->data, op->count, MPI_DOUBLE, MPI_SUM, m->world, &req);
+        break;
+    case MPI_OP_ALLGATHER: {
+        what = "MPI_Iallgather";
+        /* MPI forbids aliasing the send buffer with the receive buffer. */
+        const void *src = op->src == (char *)op->data + (size_t)m->c->rank * op->bytes ? MPI_IN_PLACE
+                                                                                          : op->src;
+        rc = MPI_Iallgather(src, (int)op->bytes, MPI_BYTE, op->data, (int)op->bytes, MPI_BYTE,
+                            m->world, &req);
+        break;
+    }
+    case MPI_OP_BARRIER:
+        what = "MPI_Ibarrier";
+        rc = MPI_Ibarrier(m->world, &req);
+        break;
+    }
+    if (rc == MPI_SUCCESS)
+        rc = wait_request(m, &req);
+    if (rc != MPI_SUCCESS)
+        comm_mpi_describe_error(m, rc, what, err, cap);
+}
+
+/* Runs the head of the queue, then retires it. */
+static void run_head(comm_mpi *m, mpi_op *op)
+{
+    char err[sizeof op->error] = "";
+    m->current = op;
+    m->current_start = herd_now();
+    m->started = op->seq;
+    run_op(m, op, err, sizeof err);
+    m->current = NULL;
+
+    pthread_mutex_lock(&m->mu);
+    m->head = op->next;
+    if (!m->head)
+        m->tail = NULL;
+    m->completed = op->seq;
+    if (op->kind == MPI_OP_ALLREDUCE) {
+        if (err[0] && !m->async_error[0]) /* the first failure is the informative one */
+            snprintf(m->async_error, sizeof m->async_error, "%s", err);
+        op->next = m->free_ops;
+        m->free_ops = op;
+    } else {
+        snprintf(op->error, sizeof op->error, "%s", err);
+        op->done = true;
+    }
+    pthread_cond_broadcast(&m->done_cv);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void *comm_mpi_thread_main(void *arg)
+{
+    comm_mpi *m = arg;
+    for (;;) {
+        pthread_mutex_lock(&m->mu);
+        if (!m->head && !m->shutdown && !m->abort_requested) {
+            /* Idle: wake now and then to answer the stall inspector. */
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_nsec += 50 * 1000 * 1000;
+            if (until.tv_nsec >= 1000000000L) {
+                until.tv_sec++;
+                until.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&m->work_cv, &m->mu, &until);
+        }
+        mpi_op *op = m->head;
+        bool stop = m->shutdown && !op;
+        pthread_mutex_unlock(&m->mu);
+        check_abort_request(m);
+        if (op)
+            run_head(m, op);
+        else if (stop)
+            break;
+        comm_mpi_stall_poll(m);
+    }
+    comm_mpi_stall_drain(m);
+    return NULL;
+}

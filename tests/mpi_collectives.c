@@ -1,0 +1,152 @@
+/* The MPI communicator's collectives on 2 or 3 ranks: exact sums, averages, fp16/bf16
+ * wire types, blocking collectives, local ranks, and how much a 16 MiB reduction
+ * overlaps with computation. */
+#include <math.h>
+#include <string.h>
+
+#include "mpi_common.h"
+
+static void check_fp32_slices(herd_comm *c)
+{
+    const size_t n = ((size_t)1 << 20) + 13, cuts[] = {0, 1000, 300000, 700001, n};
+    float *g = malloc(n * sizeof *g);
+    for (size_t i = 0; i < n; i++)
+        g[i] = (float)(i % 1000) - 300.0f + (float)c->rank; /* integers: sums are exact */
+    const float avg = 1.0f / (float)c->size;
+    for (int s = 0; s < 4; s++)
+        MT_OK(c->ops->allreduce_start(c, g + cuts[s], cuts[s + 1] - cuts[s], s < 2 ? 1.0f : avg,
+                                      HERD_WIRE_FP32, "slice"));
+    mt_compute(0.05); /* the caller goes on with backward */
+    MT_OK(c->ops->wait_all(c));
+    int bad = 0;
+    for (size_t i = 0; i < n && bad < 5; i++) {
+        float sum = (float)c->size * ((float)(i % 1000) - 300.0f) + (float)(c->size * (c->size - 1) / 2);
+        float want = i < cuts[2] ? sum : sum * avg;
+        if (g[i] != want) {
+            MT_CHECK(g[i] == want, "element %zu: %g, want %g", i, g[i], want);
+            bad++;
+        }
+    }
+    free(g);
+}
+
+static void check_wire(herd_comm *c, herd_wire_type wire, float scale)
+{
+    const size_t n = 4099;
+    float *g = malloc(n * sizeof *g);
+    /* Values a little off the wire grid (rounded away on conversion), whose exact
+     * sums are on it, so every order of summation gives the same result. */
+    for (size_t i = 0; i < n; i++)
+        g[i] = ((float)(i % 16) - 8.0f + 0.5f * (float)c->rank) * (1.0f + 0x1p-12f);
+    MT_OK(c->ops->allreduce_start(c, g, n, scale, wire, "wire"));
+    MT_OK(c->ops->wait_all(c));
+    int bad = 0;
+    for (size_t i = 0; i < n && bad < 5; i++) {
+        float sum = (float)c->size * ((float)(i % 16) - 8.0f) + 0.25f * (float)(c->size * (c->size - 1));
+        if (g[i] != sum * scale) {
+            MT_CHECK(g[i] == sum * scale, "wire %d element %zu: %.9g, want %.9g", (int)wire, i, g[i],
+                     sum * scale);
+            bad++;
+        }
+    }
+    free(g);
+}
+
+static void check_blocking(herd_comm *c)
+{
+    unsigned char b[1000];
+    for (size_t i = 0; i < sizeof b; i++)
+        b[i] = (unsigned char)(i * 7 + (size_t)c->rank);
+    int root = c->size - 1;
+    MT_OK(c->ops->broadcast(c, b, sizeof b, root));
+    for (size_t i = 0; i < sizeof b; i++)
+        if (b[i] != (unsigned char)(i * 7 + (size_t)root)) {
+            MT_CHECK(0, "broadcast byte %zu", i);
+            break;
+        }
+
+    double v[2] = {c->rank, 1.5};
+    MT_OK(c->ops->allreduce_f64(c, v, 2));
+    MT_CHECK(v[0] == c->size * (c->size - 1) / 2 && v[1] == 1.5 * c->size, "%g %g", v[0], v[1]);
+
+    int mine = c->rank * 10 + 1, all[8] = {0};
+    MT_OK(c->ops->allgather(c, &mine, all, sizeof mine));
+    for (int r = 0; r < c->size; r++)
+        MT_CHECK(all[r] == r * 10 + 1, "allgather[%d] = %d", r, all[r]);
+    int inplace[8] = {0};
+    inplace[c->rank] = c->rank + 100;
+    MT_OK(c->ops->allgather(c, &inplace[c->rank], inplace, sizeof(int)));
+    for (int r = 0; r < c->size; r++)
+        MT_CHECK(inplace[r] == r + 100, "in-place allgather[%d] = %d", r, inplace[r]);
+    MT_OK(c->ops->barrier(c));
+
+    /* mpirun on one machine: every rank shares the host. */
+    char hosts[8][64];
+    MT_OK(c->ops->allgather(c, c->host, hosts, 64));
+    int same = 0, below = 0;
+    for (int r = 0; r < c->size; r++) {
+        same += strcmp(hosts[r], c->host) == 0;
+        below += r < c->rank && strcmp(hosts[r], c->host) == 0;
+    }
+    MT_CHECK(c->local_size == same && c->local_rank == below, "local rank %d of %d, want %d of %d",
+             c->local_rank, c->local_size, below, same);
+}
+
+static double process_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Prints how much of a 16 MiB reduction completes while this thread computes. */
+static void measure_overlap(herd_comm *c)
+{
+    const size_t n = (size_t)4 << 20;
+    float *g = calloc(n, sizeof *g);
+    MT_OK(c->ops->allreduce_start(c, g, n, 1.0f, HERD_WIRE_FP32, "warm-up"));
+    MT_OK(c->ops->wait_all(c));
+    MT_OK(c->ops->barrier(c));
+    double t0 = herd_now(), cpu0 = process_cpu_s();
+    MT_OK(c->ops->allreduce_start(c, g, n, 1.0f, HERD_WIRE_FP32, "alone"));
+    MT_OK(c->ops->wait_all(c));
+    double alone = herd_now() - t0, cpu = process_cpu_s() - cpu0;
+    MT_OK(c->ops->barrier(c));
+    t0 = herd_now();
+    MT_OK(c->ops->allreduce_start(c, g, n, 1.0f, HERD_WIRE_FP32, "overlapped"));
+    mt_compute(alone);
+    double t1 = herd_now();
+    MT_OK(c->ops->wait_all(c));
+    double left = herd_now() - t1;
+    double overlapped = alone > 0 ? 1.0 - left / alone : 0;
+    if (overlapped < 0)
+        overlapped = 0;
+    printf("rank %d: 16 MiB allreduce alone %.1f ms (%.0f%% of a core busy); computing %.1f ms meanwhile left %.1f ms to "
+           "wait: %.0f%% overlapped (total %.1f ms)\n",
+           c->rank, 1e3 * alone, 100 * cpu / alone, 1e3 * (t1 - t0), 1e3 * left, 100 * overlapped, 1e3 * (herd_now() - t0));
+    free(g);
+}
+
+int main(void)
+{
+    herd_comm *c;
+    MT_OK(herd_comm_create_default(&(herd_comm_config){0}, &c));
+    mt_rank = c->rank;
+    MT_CHECK(strcmp(c->ops->name, "mpi") == 0, "backend %s", c->ops->name);
+    MT_CHECK(c->size >= 2 && c->size <= 8, "size %d", c->size);
+    MT_CHECK(c->cfg.stall_warning_s == 60 && c->cfg.timeout_s == 300, "defaults %g %g",
+             c->cfg.stall_warning_s, c->cfg.timeout_s);
+    c->ops->set_activity(c, "mpi_collectives: checks");
+    check_fp32_slices(c);
+    check_wire(c, HERD_WIRE_FP16, 1.0f);
+    check_wire(c, HERD_WIRE_BF16, 0.5f);
+    check_wire(c, HERD_WIRE_FP16, 1.0f / (float)c->size);
+    check_blocking(c);
+    measure_overlap(c);
+    int rank = c->rank;
+    herd_comm_destroy(c);
+    if (mt_failures)
+        return 1;
+    printf("rank %d: all checks passed\n", rank);
+    return 0;
+}

@@ -1,0 +1,45 @@
+/* Helpers for the MPI test programs (run under mpirun, not cmocka: every rank checks
+ * its own results and the job fails when any rank exits non-zero). */
+#ifndef HERD_TESTS_MPI_COMMON_H
+#define HERD_TESTS_MPI_COMMON_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/clock.h"
+#include "dist/comm.h"
+
+static int mt_rank, mt_failures;
+
+#define MT_CHECK(cond, ...)                                                            \
+    do {                                                                               \
+        if (!(cond)) {                                                                 \
+            fprintf(stderr, "rank %d: FAIL %s:%d: %s: ", mt_rank, __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                              \
+            fputc('\n', stderr);                                                       \
+            mt_failures++;                                                             \
+        }                                                                              \
+    } while (0)
+
+#define MT_OK(expr)                                                                        \
+    do {                                                                                   \
+        herd_status mt_st_ = (expr);                                                       \
+        if (mt_st_ != HERD_OK) {                                                           \
+            fprintf(stderr, "rank %d: %s -> %s: %s\n", mt_rank, #expr, herd_status_name(mt_st_), \
+                    herd_last_error());                                                    \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
+
+/* Keeps this thread busy (standing in for backward) for `seconds`. */
+static double mt_compute(double seconds)
+{
+    volatile double acc = 0;
+    double end = herd_now() + seconds;
+    while (herd_now() < end)
+        for (int i = 0; i < 2000; i++)
+            acc = acc * 0.999 + i;
+    return acc;
+}
+
+#endif

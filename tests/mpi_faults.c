@@ -1,0 +1,49 @@
+/* Faults for tests/mpi_faults.sh: `warn` (rank 1 joins 3 s late), `timeout` (rank 1
+ * never joins), `kill` (rank 1 dies from SIGKILL mid-job). */
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mpi_common.h"
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "";
+    herd_comm_config cfg = {0};
+    if (strcmp(mode, "warn") == 0)
+        cfg = (herd_comm_config){.stall_warning_s = 1, .timeout_s = 30};
+    else if (strcmp(mode, "timeout") == 0)
+        cfg = (herd_comm_config){.stall_warning_s = 1, .timeout_s = 3};
+    else if (strcmp(mode, "kill") != 0) {
+        fprintf(stderr, "usage: mpi_faults warn|timeout|kill\n");
+        return 2;
+    }
+    herd_comm *c;
+    MT_OK(herd_comm_create_default(&cfg, &c));
+    mt_rank = c->rank;
+    float g[1000];
+    for (int i = 0; i < 1000; i++)
+        g[i] = (float)c->rank;
+    c->ops->set_activity(c, "epoch 1 step 1: forward");
+    MT_OK(c->ops->allreduce_start(c, g, 1000, 1.0f, HERD_WIRE_FP32, "bucket 0"));
+    MT_OK(c->ops->wait_all(c));
+
+    if (c->rank == 1) {
+        if (strcmp(mode, "kill") == 0)
+            kill(getpid(), SIGKILL);
+        c->ops->set_activity(c, "epoch 1 step 2: forward");
+        mt_compute(strcmp(mode, "warn") == 0 ? 3.0 : 60.0); /* compute-bound, not in a collective */
+    }
+    c->ops->set_activity(c, "epoch 1 step 2: backward");
+    MT_OK(c->ops->allreduce_start(c, g, 1000, 1.0f, HERD_WIRE_FP32, "bucket 3"));
+    MT_OK(c->ops->wait_all(c));
+    float want = (float)(c->size * (c->size - 1) / 2) * (float)c->size;
+    MT_CHECK(g[0] == want && g[999] == want, "%g, want %g", g[0], want);
+    MT_OK(c->ops->barrier(c));
+    int rank = c->rank;
+    herd_comm_destroy(c);
+    if (mt_failures)
+        return 1;
+    printf("rank %d: done\n", rank);
+    return 0;
+}

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The stall inspector and failure handling under mpirun: tests/mpi_faults.sh MPI_FAULTS_BINARY
+set -u
+prog=$1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+fail() { echo "FAIL: $*"; echo "--- output:"; cat "$out"; exit 1; }
+# Runs mpirun -np $1 $prog $2 under timeout 60; sets rc and secs.
+run() {
+  local start=$(date +%s.%N)
+  timeout 60 mpirun --oversubscribe -np "$1" "$prog" "$2" >"$out" 2>&1
+  rc=$?
+  secs=$(echo "$(date +%s.%N) - $start" | bc)
+}
+
+# Rank 1 computes 3 s before joining; warnings after 1 s, and the job completes.
+run 3 warn
+[ $rc -eq 0 ] || fail "warn: exit $rc"
+grep -Eq "herd: warning: collective #2 \(allreduce 'bucket 3', 4000 bytes\) pending for [0-9]+ s on rank 0; ranks not yet arrived: 1 on [^ ]+ \(last: 'epoch 1 step 2: forward' [0-9]+ s ago\)$" "$out" \
+  || fail "warn: rank 0's report naming rank 1"
+[ "$(grep -c 'on rank 0; ranks not yet arrived' "$out")" -eq 1 ] || fail "warn: one report only"
+grep -q "herd: warning: rank 2 on host .*: collective #2 .* pending for [0-9]* s, waiting" "$out" \
+  || fail "warn: rank 2's own warning"
+echo "warn: ok (${secs} s)"
+
+# Rank 1 never joins: the job ends within ~10 s, naming rank 1.
+run 2 timeout
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "timeout: exit $rc"
+(( $(echo "$secs < 15" | bc) )) || fail "timeout: took $secs s"
+grep -q "herd: error: rank 0 on host .*: collective #2 .*did not complete within 3 s (stall timeout); ranks not yet arrived: 1 on .*epoch 1 step 2: forward" "$out" \
+  || fail "timeout: message naming rank 1"
+echo "timeout: ok, mpirun exit $rc after ${secs} s"
+
+# Rank 1 is killed: mpirun must end the job, non-zero, within 30 s.
+run 2 kill
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "kill: exit $rc"
+(( $(echo "$secs < 30" | bc) )) || fail "kill: took $secs s"
+echo "kill: ok, mpirun exit $rc after ${secs} s"

@@ -1,0 +1,95 @@
+/* The single-process communicator and the herd_dist API without a launcher. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "dist/comm.h"
+
+static void test_local_collectives(void **state)
+{
+    (void)state;
+    herd_comm *c;
+    assert_herd_ok(herd_comm_local_create(&c));
+    assert_string_equal(c->ops->name, "local");
+    assert_int_equal(c->rank, 0);
+    assert_int_equal(c->size, 1);
+    assert_int_equal(c->local_rank, 0);
+    assert_int_equal(c->local_size, 1);
+    assert_true(c->host[0] != '\0');
+
+    float g[6] = {1, 2, 3, 4, 5, 6};
+    assert_herd_ok(c->ops->allreduce_start(c, g, 3, 1.0f, HERD_WIRE_FP32, "a"));
+    assert_herd_ok(c->ops->allreduce_start(c, g + 3, 3, 0.5f, HERD_WIRE_FP16, "b"));
+    assert_herd_ok(c->ops->wait_all(c));
+    const float want[6] = {1, 2, 3, 2, 2.5f, 3};
+    assert_memory_equal(g, want, sizeof want);
+
+    char buf[4] = "abc";
+    assert_herd_ok(c->ops->broadcast(c, buf, sizeof buf, 0));
+    assert_string_equal(buf, "abc");
+    assert_int_equal(c->ops->broadcast(c, buf, sizeof buf, 1), HERD_ERR_INVALID_ARG);
+
+    double v[2] = {1.5, -2};
+    assert_herd_ok(c->ops->allreduce_f64(c, v, 2));
+    assert_true(v[0] == 1.5 && v[1] == -2);
+
+    int mine = 42, all = 0;
+    assert_herd_ok(c->ops->allgather(c, &mine, &all, sizeof mine));
+    assert_int_equal(all, 42);
+    assert_herd_ok(c->ops->barrier(c));
+    c->ops->set_activity(c, "epoch 1 step 3: forward");
+    herd_comm_destroy(c);
+}
+
+static void test_default_without_launcher(void **state)
+{
+    (void)state;
+    static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "PMIX_RANK",
+                                 "SLURM_PROCID", "SLURM_NTASKS"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+        unsetenv(vars[i]);
+    assert_false(herd_comm_launched_by_mpi());
+    setenv("SLURM_PROCID", "0", 1);
+    setenv("SLURM_NTASKS", "1", 1);
+    assert_false(herd_comm_launched_by_mpi()); /* a one-task srun step is not an MPI job */
+    setenv("SLURM_NTASKS", "4", 1);
+    assert_true(herd_comm_launched_by_mpi());
+    unsetenv("SLURM_PROCID");
+    unsetenv("SLURM_NTASKS");
+
+    herd_dist *d;
+    assert_herd_ok(herd_dist_init(NULL, &d));
+    assert_int_equal(herd_dist_rank(d), 0);
+    assert_int_equal(herd_dist_size(d), 1);
+    assert_int_equal(herd_dist_local_rank(d), 0);
+    assert_string_equal(herd_dist_backend(d), "local");
+    herd_dist_free(d);
+    assert_int_equal(herd_dist_size(NULL), 1);
+    assert_string_equal(herd_dist_backend(NULL), "local");
+}
+
+static void test_launched_without_mpi_build(void **state)
+{
+    (void)state;
+#if HERD_HAVE_MPI
+    skip();
+#else
+    setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+    herd_comm *c = NULL;
+    assert_int_equal(herd_comm_create_default(NULL, &c), HERD_ERR_UNSUPPORTED);
+    assert_null(c);
+    assert_non_null(strstr(herd_last_error(), "without MPI"));
+    unsetenv("OMPI_COMM_WORLD_SIZE");
+    assert_int_equal(herd_comm_mpi_create(NULL, &c), HERD_ERR_UNSUPPORTED);
+#endif
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_local_collectives),
+        cmocka_unit_test(test_default_without_launcher),
+        cmocka_unit_test(test_launched_without_mpi_build),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
