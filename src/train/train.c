@@ -157,6 +157,18 @@ static herd_status resume(run *r)
     return HERD_OK;
 }
 
+/* Per-rank running statistics (no --sync-bn) are averaged before they are used, so
+ * evaluation and checkpoints see one model; training itself uses batch statistics. */
+static herd_status average_buffers(run *r)
+{
+    herd_comm *c = r->comm;
+    if (c->size == 1 || r->cfg.sync_bn || r->m->n_buffer_floats == 0)
+        return HERD_OK;
+    HERD_TRY(c->ops->allreduce_start(c, r->m->buffers, r->m->n_buffer_floats, 1.0f / (float)c->size,
+                                     HERD_WIRE_FP32, "batch-norm statistics"));
+    return c->ops->wait_all(c);
+}
+
 static herd_status evaluate(run *r, herd_progress *p)
 {
     herd_eval_result ev;
@@ -209,9 +221,11 @@ static herd_status train_step(run *r, herd_step_stats *s, bool *has)
     r->comm->ops->set_activity(r->comm, "waiting for gradient reductions");
     HERD_TRY(herd_apply_step(r->m, r->opt, &r->plan, lr, s));
     s->t.total = herd_now() - t0;
+    /* Per-rank batch-norm statistics differ by design (only --sync-bn shares them). */
+    size_t buffers = cfg->sync_bn ? r->m->n_buffer_floats : 0;
     if (cfg->check_replicas)
         HERD_TRY(herd_check_replicas(r->comm, r->m->params, r->m->n_param_floats, r->m->buffers,
-                                     r->m->n_buffer_floats, r->state.global_step + 1));
+                                     buffers, r->state.global_step + 1));
     return HERD_OK;
 }
 
@@ -279,6 +293,7 @@ static herd_status run_epoch(run *r, int epoch, long first_step, double t_start,
     p.epoch_end = true;
     bool last = epoch + 1 == cfg->epochs || *stop;
     r->comm->ops->set_activity(r->comm, "evaluating");
+    HERD_TRY(average_buffers(r));
     if (r->test && (last || (cfg->eval_every > 0 && (epoch + 1) % cfg->eval_every == 0)))
         HERD_TRY(evaluate(r, &p));
     if (cfg->checkpoint_dir && complete && r->comm->rank == 0) {
@@ -330,6 +345,7 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg)
         add_phases(&mean, &r->res->phases, 1.0 / (double)steps_run);
         r->res->phases = mean;
     }
+    HERD_TRY(average_buffers(r));
     bool saved_at_epoch_end = r->state.global_step == (long)r->state.epoch * r->steps_per_epoch;
     if (cfg->checkpoint_dir && steps_run > 0 && !saved_at_epoch_end && r->comm->rank == 0)
         HERD_TRY(herd_checkpoint_save(cfg->checkpoint_dir, r->m, r->opt, &r->state));
