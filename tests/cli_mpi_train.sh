@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Data-parallel training through the CLI under mpirun: a 2-rank run, an uneven last
+# batch, the configuration mismatch check, a killed rank, and the bench's scaling
+# figures. Every mpirun runs under timeout, so a hang fails the test instead of CI.
+set -u
+herd="$1"
+command -v mpirun >/dev/null || { echo "skipped: no mpirun"; exit 0; }
+"$herd" --version | grep -q "MPI: none" && { echo "skipped: herd built without MPI"; exit 0; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+mpirun=(mpirun --oversubscribe --bind-to none)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+check() {
+  local name=$1; shift
+  if "$@"; then echo "ok: $name"; else echo "FAIL: $name"; fails=$((fails + 1)); fi
+}
+# 500 samples, 2 ranks x 64: the last step's 116 samples are split 58 + 58.
+data="synthetic:1,12,12,4,500"
+common=(--model mlp --data "$data" --threads 1 --eval-every 1)
+
+timeout 120 "${mpirun[@]}" -np 2 "$herd" train "${common[@]}" --epochs 2 --batch-size 64 \
+  --check-replicas --log-every 1 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "2-rank training exits 0 (uneven last batch, replicas checked)" test $rc -eq 0
+check "one summary line, from rank 0" test "$(grep -c 'test_acc=' "$tmp/out")" -eq 1
+check "summary says ranks=2" grep -q "ranks=2" "$tmp/out"
+check "progress printed once per epoch" test "$(grep -c '^epoch 2/2  ' "$tmp/err")" -eq 1
+check "steps per epoch are 4 (500 / 128, last batch kept)" grep -q "step 4/4" "$tmp/err"
+acc=$(sed -n 's/.*test_acc=\([0-9.]*\).*/\1/p' "$tmp/out")
+check "2 ranks learn the synthetic classes (test_acc=$acc)" awk -v a="$acc" 'BEGIN { exit !(a > 0.9) }'
+
+start=$(date +%s)
+timeout 60 "${mpirun[@]}" -np 1 "$herd" train "${common[@]}" --batch-size 32 : \
+  -np 1 "$herd" train "${common[@]}" --batch-size 64 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+took=$(( $(date +%s) - start ))
+check "mismatched flags: non-zero exit" test $rc -ne 0 -a $rc -ne 124
+check "mismatched flags: ended within 10 s (took ${took}s)" test "$took" -le 10
+check "mismatched flags: names the rank and the field" grep -q "rank 1 has batch_size=64" "$tmp/err"
+
+# A rank killed with SIGKILL mid-training ends the whole job, non-zero, within 30 s.
+timeout 120 "${mpirun[@]}" -np 2 "$herd" train --model lenet5 --data synthetic:1,28,28,10,20000 \
+  --epochs 100 --threads 1 --quiet >"$tmp/out" 2>"$tmp/err" &
+job=$!
+victim=""
+for _ in $(seq 1 100); do
+  victim=$(pgrep -f "synthetic:1,28,28,10,20000" | while read -r p; do
+             [ "$(cat /proc/$p/comm 2>/dev/null)" = herd ] && echo "$p"; done | tail -n 1)
+  [ -n "$victim" ] && break
+  sleep 0.1
+done
+sleep 2
+start=$(date +%s)
+kill -9 "$victim" 2>/dev/null
+wait "$job"
+rc=$?
+took=$(( $(date +%s) - start ))
+check "killed rank: job exits non-zero" test $rc -ne 0 -a $rc -ne 124
+check "killed rank: job ended within 30 s (took ${took}s)" test "$took" -le 30
+
+timeout 120 "${mpirun[@]}" -np 2 "$herd" bench train --model lenet5 --data synthetic:1,28,28,10,2048 \
+  --steps 4 --warmup 1 --batch-size 64 >"$tmp/out" 2>"$tmp/err"
+check "bench under mpirun exits 0" test $? -eq 0
+check "bench reports scaling and exposed communication" \
+  bash -c "grep -q 'scaling_efficiency=' '$tmp/out' && grep -q 'comm_wait_ms=' '$tmp/out' && grep -q 'ranks=2' '$tmp/out'"
+
+[ "$fails" -eq 0 ] && echo "cli_mpi_train: all checks passed" || echo "cli_mpi_train: $fails check(s) failed"
+exit $((fails > 0))
