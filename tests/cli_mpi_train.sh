@@ -30,6 +30,15 @@ check "steps per epoch are 4 (500 / 128, last batch kept)" grep -q "step 4/4" "$
 acc=$(sed -n 's/.*test_acc=\([0-9.]*\).*/\1/p' "$tmp/out")
 check "2 ranks learn the synthetic classes (test_acc=$acc)" awk -v a="$acc" 'BEGIN { exit !(a > 0.9) }'
 
+for wire in fp16 bf16; do
+  timeout 120 "${mpirun[@]}" -np 2 "$herd" train "${common[@]}" --epochs 2 --batch-size 32 \
+    --compress $wire --grad-accum 2 --lr-scaling linear --check-replicas --quiet >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  acc=$(sed -n 's/.*test_acc=\([0-9.]*\).*/\1/p' "$tmp/out")
+  check "--compress $wire --grad-accum 2 --lr-scaling: trains, replicas identical (test_acc=$acc)" \
+    awk -v a="$acc" -v rc=$rc 'BEGIN { exit !(rc == 0 && a > 0.9) }'
+done
+
 start=$(date +%s)
 timeout 60 "${mpirun[@]}" -np 1 "$herd" train "${common[@]}" --batch-size 32 : \
   -np 1 "$herd" train "${common[@]}" --batch-size 64 >"$tmp/out" 2>"$tmp/err"

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "nn/model.h"
 #include "testutil.h"
 
 #define FASHION "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
@@ -120,11 +121,42 @@ static void test_resume_is_exact(void **state)
     free(dir_c);
 }
 
+/* --grad-accum K with batch B takes the same steps as batch K*B (no batch norm). */
+static void test_grad_accum_equals_big_batch(void **state)
+{
+    (void)state;
+    herd_model *m[2];
+    for (int k = 0; k < 2; k++) {
+        herd_dataset *ds;
+        assert_herd_ok(herd_dataset_open("synthetic:1,12,12,4,256", HERD_SPLIT_TRAIN, &ds));
+        assert_herd_ok(herd_model_create("mlp", ds, &m[k]));
+        assert_herd_ok(herd_model_init_params(m[k], 9));
+        herd_train_config cfg;
+        herd_train_config_default(&cfg);
+        cfg.epochs = 1;
+        cfg.threads = 1;
+        cfg.lr = 0.01f;
+        cfg.eval_every = 0;
+        cfg.batch_size = k ? 8 : 32;
+        cfg.grad_accum = k ? 4 : 1;
+        herd_train_result res;
+        assert_herd_ok(herd_train(m[k], ds, NULL, &cfg, NULL, NULL, &res));
+        assert_int_equal(res.steps, 8);
+        herd_dataset_free(ds);
+    }
+    double err = tu_max_rel_err(m[1]->params, m[0]->params, m[0]->n_param_floats);
+    printf("grad-accum 4 x 8 vs batch 32, 8 steps: max relative difference %.3g\n", err);
+    assert_true(err < 1e-5);
+    herd_model_free(m[0]);
+    herd_model_free(m[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lenet5_learns),
         cmocka_unit_test(test_resume_is_exact),
+        cmocka_unit_test(test_grad_accum_equals_big_batch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
