@@ -189,6 +189,15 @@ static void add_phases(herd_phase_times *sum, const herd_phase_times *t, double 
     sum->total += k * t->total;
 }
 
+/* Tells the stall inspector what this rank is doing, with its position in training. */
+static void activity(run *r, const char *what)
+{
+    char buf[96];
+    snprintf(buf, sizeof buf, "epoch %d step %ld: %s", r->state.epoch + 1, r->state.global_step + 1,
+             what);
+    r->comm->ops->set_activity(r->comm, buf);
+}
+
 /* One optimizer step: K micro-batches from the loader, reduction, update. *has is
  * false when the epoch had no batch left. */
 static herd_status train_step(run *r, herd_step_stats *s, bool *has)
@@ -208,17 +217,17 @@ static herd_status train_step(run *r, herd_step_stats *s, bool *has)
     double t0 = herd_now();
     for (int micro = 0; micro < n_micro; micro++) {
         herd_batch b;
-        r->comm->ops->set_activity(r->comm, "loading a batch");
+        activity(r, "waiting for the data loader");
         HERD_TRY(herd_loader_next(r->loader, &b, has));
         if (!*has)
             return HERD_ERR(HERD_ERR_INTERNAL, "the loader ended the epoch %ld batches early",
                             left - micro);
         s->t.data_wait += b.wait_s;
-        r->comm->ops->set_activity(r->comm, "forward and backward");
+        activity(r, "forward and backward");
         HERD_TRY(herd_micro_step(r->m, &r->plan, &b, micro, n_micro, cfg->label_smoothing,
                                  herd_mix64(seed, (uint64_t)micro), s));
     }
-    r->comm->ops->set_activity(r->comm, "waiting for gradient reductions");
+    activity(r, "waiting for gradient reductions");
     HERD_TRY(herd_apply_step(r->m, r->opt, &r->plan, lr, s));
     s->t.total = herd_now() - t0;
     /* Per-rank batch-norm statistics differ by design (only --sync-bn shares them). */
@@ -292,12 +301,12 @@ static herd_status run_epoch(run *r, int epoch, long first_step, double t_start,
 
     p.epoch_end = true;
     bool last = epoch + 1 == cfg->epochs || *stop;
-    r->comm->ops->set_activity(r->comm, "evaluating");
+    activity(r, "evaluating");
     HERD_TRY(average_buffers(r));
     if (r->test && (last || (cfg->eval_every > 0 && (epoch + 1) % cfg->eval_every == 0)))
         HERD_TRY(evaluate(r, &p));
     if (cfg->checkpoint_dir && complete && r->comm->rank == 0) {
-        r->comm->ops->set_activity(r->comm, "writing a checkpoint");
+        activity(r, "writing a checkpoint");
         HERD_TRY(herd_checkpoint_save(cfg->checkpoint_dir, r->m, r->opt, &r->state));
     }
     if (r->progress)
