@@ -5,6 +5,12 @@
 #
 #   bench/bench_train.sh [--models mlp,lenet5,resnet20] [--threads 1]
 #                        [--batch-size 128] [--steps 50] [--warmup 5] [--repeats 1]
+#                        [--ranks N]
+#
+# --ranks N (N >= 2) measures weak scaling instead: per model, herd 1 rank and
+# `herd run -np N -- bench train`, PyTorch 1 process and --ddp N, batch per rank
+# fixed; efficiency = job samples/s / (N x 1-rank samples/s). The herd multi-rank
+# half is skipped when it fails (e.g. herd built without MPI).
 #
 # Environment: HERD (default build/herd), PYTHON (default /usr/bin/python3, which
 # has PyTorch). Prints a plain table, then a markdown section for docs/performance.md.
@@ -20,6 +26,7 @@ batch=128
 steps=50
 warmup=5
 repeats=1
+ranks=1
 
 while [ $# -gt 0 ]; do
   case $1 in
@@ -29,7 +36,8 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
     --repeats) repeats=$2; shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --ranks) ranks=$2; shift 2 ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench_train.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -42,10 +50,89 @@ best() {
   else awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 >= b + 0) ? a : b }'; fi
 }
 
+if ! [[ $ranks =~ ^[0-9]+$ ]] || [ "$ranks" -lt 1 ]; then
+  echo "bench_train.sh: --ranks needs an integer >= 1" >&2; exit 2
+fi
+
 have_herd=1
 if [ ! -x "$herd" ]; then
   echo "note: $herd not found (build herd first); herd column skipped" >&2
   have_herd=0
+fi
+
+if [ "$ranks" -gt 1 ]; then
+  declare -A h1 hn t1 tn heff teff hcomm
+  IFS=, read -r -a model_list <<<"$models"
+  for m in "${model_list[@]}"; do h1[$m]=-; hn[$m]=-; t1[$m]=-; tn[$m]=-; heff[$m]=-; hcomm[$m]=-; done
+  herd_args() { echo --model "$1" --data fashion-mnist --batch-size "$batch" --threads "$threads" \
+                     --steps "$steps" --warmup "$warmup"; }
+  # Runs a command; prints its last line when it has samples_per_s=, else nothing.
+  last_sps() { local out; out=$("$@" 2>/dev/null) || return 1; out=$(tail -n 1 <<<"$out")
+               [ -n "$(kv samples_per_s "$out")" ] && echo "$out"; }
+  herd_multi_ok=$have_herd
+  for ((r = 1; r <= repeats; r++)); do
+    for m in "${model_list[@]}"; do
+      if [ $have_herd = 1 ] && line=$(OMP_NUM_THREADS=$threads last_sps "$herd" bench train $(herd_args "$m")); then
+        echo "herd 1 rank   $m: $line" >&2; h1[$m]=$(best "${h1[$m]}" "$(kv samples_per_s "$line")")
+      fi
+      if [ $herd_multi_ok = 1 ]; then
+        # A multi-rank herd prints one summary (rank 0) for the whole job; one line
+        # per rank means each process trained alone (a herd without MPI support).
+        if out=$(timeout 600 "$herd" run -np "$ranks" --threads-per-rank "$threads" -- \
+                   bench train $(herd_args "$m") 2>/dev/null) \
+           && [ "$(grep -c 'samples_per_s=' <<<"$out")" = 1 ] \
+           && line=$(grep 'samples_per_s=' <<<"$out") \
+           && { r=$(kv ranks "$line"); [ -z "$r" ] || [ "$r" = "$ranks" ]; }; then
+          echo "herd $ranks ranks  $m: $line" >&2
+          sps=$(kv samples_per_s "$line")
+          if [ "$(best "${hn[$m]}" "$sps")" = "$sps" ]; then
+            hn[$m]=$sps
+            e=$(kv scaling_efficiency "$line"); [ -n "$e" ] && heff[$m]=$e
+            c=$(kv comm_wait_ms "$line"); [ -n "$c" ] && hcomm[$m]=$c
+          fi
+        else
+          echo "note: herd run -np $ranks -- bench train failed or printed one summary per rank" \
+               "(this herd is not multi-rank yet?); herd $ranks-rank column skipped" >&2
+          herd_multi_ok=0
+        fi
+      fi
+      if line=$(OMP_NUM_THREADS=$threads last_sps "$python" "$root/bench/torch_reference.py" --models "$m" \
+                  --threads "$threads" --batch-size "$batch" --steps "$steps" --warmup "$warmup"); then
+        echo "torch 1 proc  $m: $line" >&2; t1[$m]=$(best "${t1[$m]}" "$(kv samples_per_s "$line")")
+      fi
+      if line=$(OMP_NUM_THREADS=$threads last_sps timeout 600 "$python" "$root/bench/torch_reference.py" --models "$m" \
+                  --threads "$threads" --batch-size "$batch" --steps "$steps" --warmup "$warmup" --ddp "$ranks"); then
+        echo "torch DDP $ranks  $m: $line" >&2; tn[$m]=$(best "${tn[$m]}" "$(kv samples_per_s "$line")")
+      else
+        echo "note: torch DDP for $m failed; skipped" >&2
+      fi
+    done
+  done
+  eff() { # eff JOB_SPS ONE_RANK_SPS
+    if [ "$1" = - ] || [ "$2" = - ]; then echo -; else
+      awk -v n="$1" -v o="$2" -v k="$ranks" 'BEGIN { printf "%.2f", n / (k * o) }'; fi
+  }
+  for m in "${model_list[@]}"; do
+    # Same-run figures, so computed here; herd's own figure is used only when ours cannot be.
+    e=$(eff "${hn[$m]}" "${h1[$m]}"); [ "$e" != - ] && heff[$m]=$e
+  done
+  printf '%-10s %12s %12s %9s %12s %12s %9s %10s\n' model herd_1 "herd_$ranks" herd_eff torch_1 "ddp_$ranks" torch_eff comm_wait
+  for m in "${model_list[@]}"; do
+    printf '%-10s %12s %12s %9s %12s %12s %9s %10s\n' "$m" "${h1[$m]}" "${hn[$m]}" "${heff[$m]}" \
+      "${t1[$m]}" "${tn[$m]}" "$(eff "${tn[$m]}" "${t1[$m]}")" "${hcomm[$m]}"
+  done
+  echo
+  echo "<!-- markdown for docs/performance.md -->"
+  echo "### Weak scaling, $ranks ranks x $threads thread(s), batch $batch per rank"
+  echo
+  echo "Fashion-MNIST, $steps timed steps after $warmup warm-up steps, best of $repeats; samples/s of the whole job; $(date -u +%Y-%m-%d)."
+  echo
+  echo "| model | herd 1 rank | herd $ranks ranks | herd efficiency | PyTorch 1 | PyTorch DDP $ranks | PyTorch efficiency |"
+  echo "|---|---:|---:|---:|---:|---:|---:|"
+  for m in "${model_list[@]}"; do
+    echo "| $m | ${h1[$m]} | ${hn[$m]} | ${heff[$m]} | ${t1[$m]} | ${tn[$m]} | $(eff "${tn[$m]}" "${t1[$m]}") |"
+  done
+  exit 0
 fi
 
 declare -A herd_sps torch_sps

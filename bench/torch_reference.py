@@ -8,8 +8,14 @@ One line per model, key=value:
 
     model=lenet5 framework=torch threads=1 batch=128 samples_per_s=... step_ms=...
 
+With --ddp N it runs N processes on this machine (DistributedDataParallel, gloo,
+default buckets), each with --threads threads, its own shard of every epoch's
+permutation and --batch-size samples per step; samples_per_s counts all ranks:
+
+    model=lenet5 framework=torch-ddp ranks=2 threads=1 batch=128 samples_per_s=... step_ms=...
+
 Usage: /usr/bin/python3 bench/torch_reference.py [--models mlp,lenet5,resnet20]
-       [--threads 1] [--batch-size 128] [--steps 50] [--warmup 5] [--json]
+       [--threads 1] [--batch-size 128] [--steps 50] [--warmup 5] [--json] [--ddp N]
        /usr/bin/python3 bench/torch_reference.py --time-to-acc [--target 0.89]
 """
 import argparse
@@ -115,6 +121,93 @@ def bench(model, x_train, y_train, args):
     }
 
 
+def _free_port():
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _ddp_worker(rank, world, port, args, out_queue):
+    """One DDP rank: same model and SGD step as bench(), wrapped in
+    DistributedDataParallel; rank r takes every world-th index of the shared
+    per-epoch permutation (what DistributedSampler does)."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    cores = os.cpu_count() or 1
+    if world * args.threads <= cores:
+        # Each rank on cores of its own, as `herd run` binds herd's ranks.
+        os.sched_setaffinity(0, range(rank * args.threads, (rank + 1) * args.threads))
+    torch.set_num_threads(args.threads)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    keep = []
+    try:
+        x_train, y_train = load_fashion_mnist(args.data_dir, "train")
+        for model in (args.models or "mlp,lenet5,resnet20").split(","):
+            torch.manual_seed(args.seed)
+            net = DDP(herd_torch_models.build(model))  # broadcasts rank 0's weights
+            keep.append(net)
+            net.train()
+            opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=0.9, weight_decay=5e-4)
+            gen = torch.Generator().manual_seed(args.seed)  # same permutation on every rank
+            n = len(x_train)
+
+            def shard_batches():
+                while True:
+                    mine = torch.randperm(n, generator=gen)[rank::world]
+                    for i in range(0, len(mine) - args.batch_size + 1, args.batch_size):
+                        yield mine[i:i + args.batch_size]
+
+            def step(idx):
+                opt.zero_grad(set_to_none=True)
+                loss = F.cross_entropy(net(x_train[idx]), y_train[idx])
+                loss.backward()  # gradients averaged over ranks here
+                opt.step()
+                return loss
+
+            it = shard_batches()
+            for _ in range(args.warmup):
+                step(next(it))
+            dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(args.steps):
+                loss = step(next(it))
+            loss = loss.item()
+            dist.barrier()
+            # The job is as fast as its slowest rank.
+            dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+            dist.all_reduce(dt, op=dist.ReduceOp.MAX)
+            dt = dt.item()
+            if rank == 0:
+                out_queue.put({
+                    "model": model, "framework": "torch-ddp", "ranks": world,
+                    "threads": args.threads, "batch": args.batch_size,
+                    "samples_per_s": round(world * args.steps * args.batch_size / dt, 1),
+                    "step_ms": round(1000 * dt / args.steps, 3), "steps": args.steps,
+                    "warmup": args.warmup, "loss": round(loss, 4), "torch": torch.__version__,
+                })
+    finally:
+        dist.destroy_process_group()
+        # Tearing down a DDP module (its reducer) at times spins forever in torch
+        # 1.13 here; end the process without running destructors.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+def run_ddp(args):
+    import torch.multiprocessing as mp
+    # Loopback: gloo otherwise picks the interface the hostname resolves to.
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    mp.spawn(_ddp_worker, args=(args.ddp, _free_port(), args, queue), nprocs=args.ddp, join=True)
+    while not queue.empty():
+        emit(queue.get(), args.json)
+
+
 def evaluate(net, x, y, batch_size=1000):
     net.eval()
     correct = 0
@@ -176,7 +269,16 @@ def main():
                    help="train lenet5 (or --models) until test accuracy >= --target")
     p.add_argument("--target", type=float, default=0.89)
     p.add_argument("--epochs", type=int, default=10, help="epoch limit for --time-to-acc")
+    p.add_argument("--ddp", type=int, default=0, metavar="N",
+                   help="N processes with DistributedDataParallel (gloo) on this machine")
     args = p.parse_args()
+    if args.ddp:
+        if args.time_to_acc:
+            p.error("--time-to-acc runs one process; drop --ddp")
+        if args.ddp < 1:
+            p.error("--ddp needs N >= 1")
+        run_ddp(args)
+        return
 
     torch.set_num_threads(args.threads)
     x_train, y_train = load_fashion_mnist(args.data_dir, "train")

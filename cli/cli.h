@@ -34,5 +34,6 @@ int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_models(int argc, char **argv);
+int cmd_run(int argc, char **argv);
 
 #endif

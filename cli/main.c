@@ -16,6 +16,7 @@ static void usage(FILE *out)
             "  eval     evaluate a checkpoint on a dataset\n"
             "  bench    benchmarks: 'herd bench train' measures training throughput\n"
             "  models   list the model zoo with parameter counts and FLOPs\n"
+            "  run      start a multi-process job through mpirun: herd run -np 4 -- train ...\n"
             "\n"
             "  --version  print the version and the libraries this build uses\n"
             "  --help     this text\n");
@@ -44,6 +45,8 @@ int main(int argc, char **argv)
         return cmd_bench(argc - 1, argv + 1);
     if (strcmp(cmd, "models") == 0)
         return cmd_models(argc - 1, argv + 1);
+    if (strcmp(cmd, "run") == 0)
+        return cmd_run(argc - 1, argv + 1);
     fprintf(stderr, "herd: error: unknown command '%s'; run 'herd --help' for the list\n", cmd);
     return CLI_USAGE;
 }
