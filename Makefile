@@ -3,9 +3,12 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
-# The main job's flags (README: "Accuracy").
-RUN_FLAGS ?= --model lenet5 --data fashion-mnist --epochs 10 --batch-size 128 --lr 0.05 \
-             --momentum 0.9 --nesterov --weight-decay 5e-4 --schedule cosine --warmup-epochs 1
+# The main job: data-parallel lenet5 over all local cores, one rank per core, batch 128
+# per rank; the learning rate follows the linear scaling rule (0.1 x global batch / 256).
+RANKS ?= $(shell nproc)
+RUN_FLAGS ?= --model lenet5 --data fashion-mnist --epochs 10 --batch-size 128 --lr 0.1 \
+             --lr-scaling linear --momentum 0.9 --nesterov --weight-decay 5e-4 --schedule cosine \
+             --warmup-epochs 1
 
 .PHONY: all deps build run test test-fast asan install clean bench
 
@@ -22,7 +25,7 @@ build: $(BUILD)/Makefile
 
 run: deps
 	@$(MAKE) --no-print-directory build
-	$(BUILD)/herd train $(RUN_FLAGS)
+	$(BUILD)/herd run -np $(RANKS) -- train $(RUN_FLAGS)
 
 # The whole suite: the optimised build, then the same tests under ASan + UBSan.
 test: deps
