@@ -10,7 +10,7 @@ RUN_FLAGS ?= --model lenet5 --data fashion-mnist --epochs 10 --batch-size 128 --
              --lr-scaling linear --momentum 0.9 --nesterov --weight-decay 5e-4 --schedule cosine \
              --warmup-epochs 1
 
-.PHONY: all deps build run test test-fast asan install clean bench
+.PHONY: all deps build run test test-fast asan install clean bench print-run-flags
 
 all: build
 
@@ -47,6 +47,9 @@ install: build
 bench: deps build
 	HERD_WITH_TORCH=1 bash scripts/install-deps.sh
 	bash bench/bench_train.sh
+
+print-run-flags:
+	@echo $(RUN_FLAGS)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -18,8 +18,9 @@ void herd_signature_add(herd_signature *s, const char *name, const char *fmt, ..
     vsnprintf(value, sizeof value, fmt, ap);
     va_end(ap);
     snprintf(s->names[s->n], sizeof s->names[0], "%s", name);
-    if (strlen(value) < sizeof s->values[0]) {
-        snprintf(s->values[s->n], sizeof s->values[0], "%s", value);
+    size_t len = strlen(value);
+    if (len < sizeof s->values[0]) {
+        memcpy(s->values[s->n], value, len + 1);
     } else { /* too long to show: compare a hash of it */
         uint64_t h = 0x9e3779b97f4a7c15ULL;
         for (const char *p = value; *p; p++)

@@ -19,7 +19,10 @@ static void format_duration(double s, char *buf, size_t len)
 static void epoch_line(FILE *out, const herd_progress *p)
 {
     char el[32];
-    format_duration(p->elapsed_s, el, sizeof el);
+    if (p->elapsed_s < 60) /* tenths: time-to-accuracy comparisons read this */
+        snprintf(el, sizeof el, "%.1fs", p->elapsed_s);
+    else
+        format_duration(p->elapsed_s, el, sizeof el);
     fprintf(out, "epoch %d/%d  loss %.4f  acc %.2f%%", p->epoch, p->epochs, p->loss, 100 * p->acc);
     if (p->evaluated)
         fprintf(out, "  test_loss %.4f  test_acc %.2f%%", p->test_loss, 100 * p->test_acc);
