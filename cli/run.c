@@ -59,6 +59,13 @@ static void push(argvec *a, const char *s)
     a->v[++a->n] = NULL;
 }
 
+static void argvec_free(argvec *a)
+{
+    for (int i = 0; i < a->n; i++)
+        free(a->v[i]);
+    free(a->v);
+}
+
 static void pushf(argvec *a, const char *fmt, long v)
 {
     char buf[64];
@@ -222,17 +229,13 @@ static bool exports(char **xvars, int nx, const char *name)
     return false;
 }
 
-int cmd_run(int argc, char **argv)
+/* xvars and mca have argc slots each (the -x and --mca values). */
+static int run_with(int argc, char **argv, char **xvars, char **mca)
 {
     long np = 0, tpr = 0;
     const char *hosts = NULL, *hostfile = NULL, *mpirun = "mpirun";
     bool dry_run = false, report = false;
-    char **xvars = calloc((size_t)argc, sizeof *xvars), **mca = calloc((size_t)argc, sizeof *mca);
     int nx = 0, nmca = 0, i;
-    if (!xvars || !mca) {
-        fprintf(stderr, "herd: error: out of memory\n");
-        return CLI_FAIL;
-    }
 
     /* Hand-parsed: mpirun-style single-dash -np, and everything from the first
      * non-option (or after --) belongs to the command. */
@@ -388,6 +391,7 @@ int cmd_run(int argc, char **argv)
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0) {
         fprintf(stderr, "herd: error: cannot resolve /proc/self/exe: %s\n", strerror(errno));
+        argvec_free(&a);
         return CLI_FAIL;
     }
     self[len] = '\0';
@@ -404,6 +408,7 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "herd: error: %s not found%s; install Open MPI (Debian/Ubuntu: apt-get "
                         "install openmpi-bin) or pass --mpirun PATH\n",
                 mpirun, strchr(mpirun, '/') ? "" : " in PATH");
+        argvec_free(&a);
         return CLI_FAIL;
     }
     fputs("herd: launching:", stderr);
@@ -416,8 +421,10 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "herd: note: %ld rank(s) x %ld thread(s) on %ld core(s): oversubscribed, "
                         "ranks unbound; timings will not mean much\n", np, t, cores);
     fflush(stderr);
-    if (dry_run)
+    if (dry_run) {
+        argvec_free(&a);
         return CLI_OK;
+    }
 
     if (geteuid() == 0) {
         /* Open MPI refuses root without these; older mpirun versions only read the
@@ -427,5 +434,19 @@ int cmd_run(int argc, char **argv)
     }
     execvp(mpirun, a.v);
     fprintf(stderr, "herd: error: cannot start %s: %s\n", mpirun, strerror(errno));
+    argvec_free(&a);
     return CLI_FAIL;
+}
+
+int cmd_run(int argc, char **argv)
+{
+    char **xvars = calloc((size_t)argc, sizeof *xvars), **mca = calloc((size_t)argc, sizeof *mca);
+    int rc = CLI_FAIL;
+    if (xvars && mca)
+        rc = run_with(argc, argv, xvars, mca);
+    else
+        fprintf(stderr, "herd: error: out of memory\n");
+    free(xvars);
+    free(mca);
+    return rc;
 }
