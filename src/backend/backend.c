@@ -63,4 +63,6 @@ const herd_backend *herd_backend_cuda(void)
              "cuDNN installed (cmake -DHERD_CUDA=ON) or use the cpu backend");
     return NULL;
 }
+
+void herd_backend_cuda_shutdown(void) {}
 #endif

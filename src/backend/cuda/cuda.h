@@ -31,6 +31,8 @@ const herd_cuda_ctx *herd_cuda_ctx_get(void);
 /* Caching allocator (cuda_alloc.c): device memory, zeroed, in size classes. */
 void *herd_cuda_alloc(size_t bytes);
 void herd_cuda_free(void *p);
+/* Frees the cached blocks and the scratch buffers (shutdown). */
+void herd_cuda_alloc_release(void);
 
 /* Grow-only device scratch owned by the backend, one buffer per slot; ops use it for
  * small per-call temporaries so the training step never calls cudaMalloc. Safe to

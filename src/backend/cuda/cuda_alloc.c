@@ -176,3 +176,24 @@ herd_status herd_cuda_host_scratch(size_t bytes, void **p)
     *p = g_host;
     return HERD_OK;
 }
+
+void herd_cuda_alloc_release(void)
+{
+    for (int s = 0; s < HERD_CUDA_SCRATCH_COUNT; s++) {
+        herd_cuda_free(g_scratch[s]);
+        g_scratch[s] = NULL;
+        g_scratch_bytes[s] = 0;
+    }
+    if (g_host)
+        cudaFreeHost(g_host);
+    g_host = NULL;
+    g_host_bytes = 0;
+    pthread_mutex_lock(&g_lock);
+    release_cached();
+    while (g_spare) {
+        block *b = g_spare;
+        g_spare = b->next;
+        free(b);
+    }
+    pthread_mutex_unlock(&g_lock);
+}

@@ -103,9 +103,27 @@ static const herd_backend cuda_backend = {
     .adamw_update = herd_cuda_adamw_update,
 };
 
+static bool g_shut_down;
+
+void herd_backend_cuda_shutdown(void)
+{
+    if (g_shut_down || g_init_error[0] || !g_ctx.stream)
+        return;
+    cudaStreamSynchronize(g_ctx.stream);
+    herd_cuda_alloc_release();
+    cudnnDestroy(g_ctx.cudnn);
+    cublasDestroy(g_ctx.cublas);
+    cudaStreamDestroy(g_ctx.stream);
+    g_shut_down = true;
+}
+
 const herd_backend *herd_backend_cuda(void)
 {
     pthread_once(&g_once, init);
+    if (g_shut_down) {
+        HERD_ERR(HERD_ERR_UNSUPPORTED, "cuda backend: used after herd_backend_cuda_shutdown()");
+        return NULL;
+    }
     if (g_init_error[0]) {
         HERD_ERR(HERD_ERR_UNSUPPORTED, "cuda backend: %s", g_init_error);
         return NULL;
