@@ -56,6 +56,9 @@ if(HERD_WITH_CUDA)
     # H100 (sm_90) natively, A100 (sm_80) too; the sm_90 PTX covers newer GPUs.
     set(CMAKE_CUDA_ARCHITECTURES 80-real 90)
   endif()
+  # The shared runtime, as CUDA::cudart below: one runtime in the process, not a
+  # static copy beside the shared one.
+  set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
   enable_language(CUDA)
   set(CMAKE_CUDA_STANDARD 17)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
