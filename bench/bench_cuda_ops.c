@@ -3,7 +3,7 @@
  * bench/torch_cuda_ops.py times the same ops in PyTorch for comparison.
  * Build (a CUDA build of herd in build/):
  *   gcc -O2 -Iinclude -Isrc -I/usr/local/cuda/include bench/bench_cuda_ops.c build/libherd.a \
- *       -L/usr/local/cuda/lib64 -lcudnn -lcublas -lcudart -ldnnl -lcjson -lz -fopenmp -lm \
+ *       -L/usr/local/cuda/lib64 -lcudnn -lcublas -lcudart -lstdc++ -ldnnl -lcjson -lz -fopenmp -lm \
  *       -o /tmp/bench_cuda_ops */
 #include <stdio.h>
 

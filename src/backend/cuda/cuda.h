@@ -37,7 +37,7 @@ void herd_cuda_alloc_release(void);
 /* Grow-only device scratch owned by the backend, one buffer per slot; ops use it for
  * small per-call temporaries so the training step never calls cudaMalloc. Safe to
  * reuse across ops because everything runs in order on one stream. */
-enum { HERD_CUDA_SCRATCH_LOSS, HERD_CUDA_SCRATCH_COUNT };
+enum { HERD_CUDA_SCRATCH_LOSS, HERD_CUDA_SCRATCH_BN, HERD_CUDA_SCRATCH_COUNT };
 herd_status herd_cuda_scratch(int slot, size_t bytes, void **p);
 /* Pinned host memory for results that come back to the host (loss sums). */
 herd_status herd_cuda_host_scratch(size_t bytes, void **p);

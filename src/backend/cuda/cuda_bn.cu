@@ -4,199 +4,166 @@
  * double, the variance comes from a second pass over deviations, and the fused ops
  * are the split (synchronised BN) ops run back to back.
  *
- * One block per channel: a channel's n*hw values are strided over the block and the
- * partial sums reduced in shared memory. Simple and exact; with few channels and
- * large planes it leaves SMs idle (a split-channel reduction is future work). */
+ * Reductions run in two steps so that a few channels still fill the GPU: a grid of
+ * (splits x channels) blocks writes partial sums, then one thread per channel adds
+ * its partials in a fixed order (deterministic, no atomics). Per-channel constants
+ * (scale and shift, or the dx coefficients) are computed once into scratch, and the
+ * elementwise passes read them. */
 #include <math.h>
 
 #include "backend/cuda/cuda.h"
 
 #define BN_THREADS 256
+#define BN_WARPS (BN_THREADS / 32)
+#define BN_PIECE 1024    /* a warp's unit of work: up to this much of one (n, c) row */
+#define BN_TARGET_BLOCKS 1024 /* partial-sum blocks to aim for, over all channels */
 
-/* ---- device helpers */
+enum { SUM_X, SUM_SQDEV, SUM_BWD };
 
-/* Sum of v over the block; every thread gets the result. */
-__device__ static double block_sum(double v, double *sh)
+/* ---- kernels */
+
+/* Partial sums of one channel (blockIdx.y) over units of up to BN_PIECE values of one
+ * row; block blockIdx.x of gridDim.x takes every gridDim.x-th group of warps' units.
+ * SUM_X: sum of x. SUM_SQDEV: sum of (x - mean)^2, mean = sum[ch] / count.
+ * SUM_BWD: sum of dy and of dy * (x - mean), mean = mean_f[ch].
+ * part holds [2][c][splits] doubles. */
+template <int MODE>
+__global__ void k_bn_partial(int n, int c, int hw, const float *x, const float *dy,
+                             const double *sum, const float *mean_f, double count, double *part)
 {
-    sh[threadIdx.x] = v;
+    __shared__ double sa[BN_THREADS], sb[BN_THREADS];
+    int ch = blockIdx.y, splits = gridDim.x;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float mean = 0.0f;
+    if (MODE == SUM_SQDEV)
+        mean = (float)(sum[ch] / count);
+    if (MODE == SUM_BWD)
+        mean = mean_f[ch];
+    int pieces = (hw + BN_PIECE - 1) / BN_PIECE;
+    long long units = (long long)n * pieces;
+    size_t plane = (size_t)c * hw;
+    double a = 0.0, b = 0.0;
+    for (long long u = (long long)blockIdx.x * BN_WARPS + warp; u < units;
+         u += (long long)splits * BN_WARPS) {
+        int s = (int)(u / pieces), piece = (int)(u % pieces);
+        size_t base = (size_t)s * plane + (size_t)ch * hw;
+        int end = min(hw, (piece + 1) * BN_PIECE);
+        for (int i = piece * BN_PIECE + lane; i < end; i += 32) {
+            float v = x[base + i];
+            if (MODE == SUM_X) {
+                a += v;
+            } else if (MODE == SUM_SQDEV) {
+                float d = v - mean;
+                a += d * d;
+            } else {
+                float g = dy[base + i];
+                a += g;
+                b += g * (v - mean);
+            }
+        }
+    }
+    sa[threadIdx.x] = a;
+    sb[threadIdx.x] = b;
     __syncthreads();
-    for (int s = BN_THREADS / 2; s > 0; s >>= 1) {
-        if ((int)threadIdx.x < s)
-            sh[threadIdx.x] += sh[threadIdx.x + s];
+    for (int k = BN_THREADS / 2; k > 0; k >>= 1) {
+        if ((int)threadIdx.x < k) {
+            sa[threadIdx.x] += sa[threadIdx.x + k];
+            sb[threadIdx.x] += sb[threadIdx.x + k];
+        }
         __syncthreads();
     }
-    double r = sh[0];
-    __syncthreads(); /* sh is reused by the next reduction */
-    return r;
-}
-
-/* Offset of value i (0 <= i < n*hw) of channel ch. */
-__device__ static size_t at(long long i, int hw, size_t plane, int ch)
-{
-    return (size_t)(i / hw) * plane + (size_t)ch * hw + (size_t)(i % hw);
-}
-
-__device__ static double ch_sum(const float *x, long long cnt, int hw, size_t plane, int ch,
-                                double *sh)
-{
-    double s = 0.0;
-    for (long long i = threadIdx.x; i < cnt; i += BN_THREADS)
-        s += x[at(i, hw, plane, ch)];
-    return block_sum(s, sh);
-}
-
-__device__ static double ch_sqdev(const float *x, long long cnt, int hw, size_t plane, int ch,
-                                  float mean, double *sh)
-{
-    double s = 0.0;
-    for (long long i = threadIdx.x; i < cnt; i += BN_THREADS) {
-        float d = x[at(i, hw, plane, ch)] - mean;
-        s += d * d;
-    }
-    return block_sum(s, sh);
-}
-
-/* Normalise one channel and save / update its statistics (as cpu_bn.c ch_apply). */
-__device__ static void ch_apply(const float *x, float *y, long long cnt, int hw, size_t plane,
-                                int ch, float mean, double sq, long long count, const float *gamma,
-                                const float *beta, float *save_mean, float *save_invstd,
-                                float *running_mean, float *running_var, float momentum,
-                                float eps)
-{
-    double var = sq / (double)count;
-    float invstd = (float)(1.0 / sqrt(var + (double)eps));
-    float scale = gamma[ch] * invstd, shift = beta[ch] - mean * scale;
-    for (long long i = threadIdx.x; i < cnt; i += BN_THREADS) {
-        size_t o = at(i, hw, plane, ch);
-        y[o] = x[o] * scale + shift;
-    }
     if (threadIdx.x == 0) {
-        save_mean[ch] = mean;
-        save_invstd[ch] = invstd;
-        double unbiased = sq / (double)(count - 1);
-        running_mean[ch] = (1.0f - momentum) * running_mean[ch] + momentum * mean;
-        running_var[ch] = (1.0f - momentum) * running_var[ch] + momentum * (float)unbiased;
+        part[(size_t)ch * splits + blockIdx.x] = sa[0];
+        if (MODE == SUM_BWD)
+            part[((size_t)c + ch) * splits + blockIdx.x] = sb[0];
     }
 }
 
-__device__ static void ch_bwd_sums(const float *x, const float *dy, long long cnt, int hw,
-                                   size_t plane, int ch, float mean, double *sh, double *sum_dy,
-                                   double *sum_dy_xc)
+/* One thread per channel adds its partials in order. */
+__global__ void k_bn_total(int c, int splits, const double *part, double *out_a, double *out_b)
 {
-    double a = 0.0, b = 0.0;
-    for (long long i = threadIdx.x; i < cnt; i += BN_THREADS) {
-        size_t o = at(i, hw, plane, ch);
-        a += dy[o];
-        b += dy[o] * (x[o] - mean);
-    }
-    *sum_dy = block_sum(a, sh);
-    *sum_dy_xc = block_sum(b, sh);
-}
-
-__device__ static void ch_param_grads(int ch, double sdy, double sdyxc, float invstd,
-                                      float *dgamma, float *dbeta, float beta)
-{
-    if (threadIdx.x != 0)
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c)
         return;
-    float dg = (float)(sdyxc * invstd), db = (float)sdy;
-    dgamma[ch] = beta == 0.0f ? dg : dgamma[ch] + dg;
-    dbeta[ch] = beta == 0.0f ? db : dbeta[ch] + db;
+    double a = 0.0, b = 0.0;
+    for (int j = 0; j < splits; j++) {
+        a += part[(size_t)ch * splits + j];
+        if (out_b)
+            b += part[((size_t)c + ch) * splits + j];
+    }
+    out_a[ch] = a;
+    if (out_b)
+        out_b[ch] = b;
 }
 
-__device__ static void ch_dx(const float *x, const float *dy, float *dx, long long cnt, int hw,
-                             size_t plane, int ch, float gamma, float mean, float invstd,
-                             double sdy, double sdyxc, long long count)
+/* Statistics of one channel from its sums (cpu_bn.c ch_apply): saves mean and inverse
+ * std, updates the running statistics, and leaves scale and shift in coef[2][c]. */
+__global__ void k_bn_params(int c, const double *sum, const double *sq, double count,
+                            const float *gamma, const float *beta, float *save_mean,
+                            float *save_invstd, float *running_mean, float *running_var,
+                            float momentum, float eps, float *coef)
 {
-    float k = gamma * invstd;
-    float mean_dy = (float)(sdy / (double)count);
-    float proj = (float)(sdyxc / (double)count) * invstd * invstd;
-    for (long long i = threadIdx.x; i < cnt; i += BN_THREADS) {
-        size_t o = at(i, hw, plane, ch);
-        dx[o] = k * (dy[o] - mean_dy - (x[o] - mean) * proj);
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c)
+        return;
+    float mean = (float)(sum[ch] / count);
+    double var = sq[ch] / count;
+    float invstd = (float)(1.0 / sqrt(var + (double)eps));
+    float scale = gamma[ch] * invstd;
+    coef[ch] = scale;
+    coef[c + ch] = beta[ch] - mean * scale;
+    save_mean[ch] = mean;
+    save_invstd[ch] = invstd;
+    double unbiased = sq[ch] / (count - 1.0);
+    running_mean[ch] = (1.0f - momentum) * running_mean[ch] + momentum * mean;
+    running_var[ch] = (1.0f - momentum) * running_var[ch] + momentum * (float)unbiased;
+}
+
+/* Backward per channel (cpu_bn.c ch_param_grads / ch_dx): parameter gradients when
+ * dgamma is given, and dx's coefficients k, mean(dy), proj into coef[3][c] when coef is. */
+__global__ void k_bn_bwd_params(int c, const double *sdy, const double *sdyxc, double count,
+                                const float *gamma, const float *save_invstd, float *dgamma,
+                                float *dbeta, float beta, float *coef)
+{
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c)
+        return;
+    float invstd = save_invstd[ch];
+    if (dgamma) {
+        float dg = (float)(sdyxc[ch] * invstd), db = (float)sdy[ch];
+        dgamma[ch] = beta == 0.0f ? dg : dgamma[ch] + dg;
+        dbeta[ch] = beta == 0.0f ? db : dbeta[ch] + db;
+    }
+    if (coef) {
+        coef[ch] = gamma[ch] * invstd;
+        coef[c + ch] = (float)(sdy[ch] / count);
+        coef[2 * c + ch] = (float)(sdyxc[ch] / count) * invstd * invstd;
     }
 }
 
-/* ---- kernels (grid = channels) */
-
-__global__ void k_bn_fwd_train(int n, int c, int hw, const float *x, const float *gamma,
-                               const float *beta, float *y, float *save_mean, float *save_invstd,
-                               float *running_mean, float *running_var, float momentum, float eps)
+/* Channel of flat index i; 32-bit division when the tensor allows (much cheaper). */
+template <typename I> __device__ static int chan(I i, int hw, int c)
 {
-    __shared__ double sh[BN_THREADS];
-    int ch = blockIdx.x;
-    size_t plane = (size_t)c * hw;
-    long long cnt = (long long)n * hw;
-    float mean = (float)(ch_sum(x, cnt, hw, plane, ch, sh) / (double)cnt);
-    double sq = ch_sqdev(x, cnt, hw, plane, ch, mean, sh);
-    ch_apply(x, y, cnt, hw, plane, ch, mean, sq, cnt, gamma, beta, save_mean, save_invstd,
-             running_mean, running_var, momentum, eps);
+    return (int)(i / (I)hw % (I)c);
 }
 
-__global__ void k_bn_stats(int n, int c, int hw, const float *x, const double *sum,
-                           long long count, double *out)
+template <typename I>
+__global__ void k_bn_apply(I total, int c, int hw, const float *x, const float *coef, float *y)
 {
-    __shared__ double sh[BN_THREADS];
-    int ch = blockIdx.x;
-    size_t plane = (size_t)c * hw;
-    long long cnt = (long long)n * hw;
-    double r = sum ? ch_sqdev(x, cnt, hw, plane, ch, (float)(sum[ch] / (double)count), sh)
-                   : ch_sum(x, cnt, hw, plane, ch, sh);
-    if (threadIdx.x == 0)
-        out[ch] = r;
-}
-
-__global__ void k_bn_apply_train(int n, int c, int hw, const float *x, const float *gamma,
-                                 const float *beta, const double *sum, const double *sqdev,
-                                 long long count, float *y, float *save_mean, float *save_invstd,
-                                 float *running_mean, float *running_var, float momentum,
-                                 float eps)
-{
-    int ch = blockIdx.x;
-    ch_apply(x, y, (long long)n * hw, hw, (size_t)c * hw, ch, (float)(sum[ch] / (double)count),
-             sqdev[ch], count, gamma, beta, save_mean, save_invstd, running_mean, running_var,
-             momentum, eps);
-}
-
-__global__ void k_bn_bwd(int n, int c, int hw, const float *x, const float *dy,
-                         const float *gamma, const float *save_mean, const float *save_invstd,
-                         float *dx, float *dgamma, float *dbeta, float beta)
-{
-    __shared__ double sh[BN_THREADS];
-    int ch = blockIdx.x;
-    size_t plane = (size_t)c * hw;
-    long long cnt = (long long)n * hw;
-    double sdy, sdyxc;
-    ch_bwd_sums(x, dy, cnt, hw, plane, ch, save_mean[ch], sh, &sdy, &sdyxc);
-    if (dx)
-        ch_dx(x, dy, dx, cnt, hw, plane, ch, gamma[ch], save_mean[ch], save_invstd[ch], sdy,
-              sdyxc, cnt);
-    ch_param_grads(ch, sdy, sdyxc, save_invstd[ch], dgamma, dbeta, beta);
-}
-
-__global__ void k_bn_bwd_reduce(int n, int c, int hw, const float *x, const float *dy,
-                                const float *save_mean, const float *save_invstd, double *sum_dy,
-                                double *sum_dy_xc, float *dgamma, float *dbeta, float beta)
-{
-    __shared__ double sh[BN_THREADS];
-    int ch = blockIdx.x;
-    double sdy, sdyxc;
-    ch_bwd_sums(x, dy, (long long)n * hw, hw, (size_t)c * hw, ch, save_mean[ch], sh, &sdy,
-                &sdyxc);
-    if (threadIdx.x == 0) {
-        sum_dy[ch] = sdy;
-        sum_dy_xc[ch] = sdyxc;
+    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
+        int ch = chan(i, hw, c);
+        y[i] = x[i] * coef[ch] + coef[c + ch];
     }
-    ch_param_grads(ch, sdy, sdyxc, save_invstd[ch], dgamma, dbeta, beta);
 }
 
-__global__ void k_bn_bwd_apply(int n, int c, int hw, const float *x, const float *dy,
-                               const float *gamma, const float *save_mean,
-                               const float *save_invstd, const double *sum_dy,
-                               const double *sum_dy_xc, long long count, float *dx)
+template <typename I>
+__global__ void k_bn_dx(I total, int c, int hw, const float *x, const float *dy,
+                        const float *save_mean, const float *coef, float *dx)
 {
-    int ch = blockIdx.x;
-    ch_dx(x, dy, dx, (long long)n * hw, hw, (size_t)c * hw, ch, gamma[ch], save_mean[ch],
-          save_invstd[ch], sum_dy[ch], sum_dy_xc[ch], count);
+    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
+        int ch = chan(i, hw, c);
+        dx[i] = coef[ch] * (dy[i] - coef[c + ch] - (x[i] - save_mean[ch]) * coef[2 * c + ch]);
+    }
 }
 
 __global__ void k_bn_infer(size_t total, int c, int hw, const float *x, const float *gamma,
@@ -212,6 +179,82 @@ __global__ void k_bn_infer(size_t total, int c, int hw, const float *x, const fl
     }
 }
 
+/* ---- launch helpers */
+
+static cudaStream_t stream(void) { return herd_cuda_ctx_get()->stream; }
+
+/* Splits per channel: enough blocks overall, no more than there are warp units. */
+static int bn_splits(int n, int c, int hw)
+{
+    long long units = (long long)n * ((hw + BN_PIECE - 1) / BN_PIECE);
+    long long by_units = (units + BN_WARPS - 1) / BN_WARPS;
+    long long s = (BN_TARGET_BLOCKS + c - 1) / c;
+    s = s < by_units ? s : by_units;
+    return (int)(s < 1 ? 1 : s);
+}
+
+typedef struct bn_scratch {
+    int splits;
+    double *part, *tot; /* [2][c][splits], [2][c] */
+    float *coef;        /* [3][c] */
+} bn_scratch;
+
+static herd_status bn_scratch_get(int n, int c, int hw, bn_scratch *sc)
+{
+    sc->splits = bn_splits(n, c, hw);
+    size_t part = 2 * (size_t)c * sc->splits, tot = 2 * (size_t)c;
+    void *p;
+    HERD_TRY(herd_cuda_scratch(HERD_CUDA_SCRATCH_BN,
+                               (part + tot) * sizeof(double) + 3 * (size_t)c * sizeof(float), &p));
+    sc->part = (double *)p;
+    sc->tot = sc->part + part;
+    sc->coef = (float *)(sc->tot + tot);
+    return HERD_OK;
+}
+
+/* Per-channel reduction of MODE into out_a (and out_b for SUM_BWD). */
+template <int MODE>
+static herd_status bn_reduce(int n, int c, int hw, const bn_scratch *sc, const float *x,
+                             const float *dy, const double *sum, const float *mean_f,
+                             int64_t count, double *out_a, double *out_b)
+{
+    k_bn_partial<MODE><<<dim3(sc->splits, c), BN_THREADS, 0, stream()>>>(
+        n, c, hw, x, dy, sum, mean_f, (double)count, sc->part);
+    HERD_CUDA_LAUNCHED("k_bn_partial");
+    k_bn_total<<<(c + 127) / 128, 128, 0, stream()>>>(c, sc->splits, sc->part, out_a, out_b);
+    HERD_CUDA_LAUNCHED("k_bn_total");
+    return HERD_OK;
+}
+
+static herd_status bn_apply(int n, int c, int hw, const float *x, const float *coef, float *y)
+{
+    size_t total = (size_t)n * c * hw;
+    if (total <= 0xffffffffu)
+        k_bn_apply<unsigned><<<herd_cuda_blocks(total), HERD_CUDA_THREADS, 0, stream()>>>(
+            (unsigned)total, c, hw, x, coef, y);
+    else
+        k_bn_apply<size_t><<<herd_cuda_blocks(total), HERD_CUDA_THREADS, 0, stream()>>>(
+            total, c, hw, x, coef, y);
+    HERD_CUDA_LAUNCHED("k_bn_apply");
+    return HERD_OK;
+}
+
+static herd_status bn_dx(int n, int c, int hw, const float *x, const float *dy,
+                         const float *save_mean, const float *coef, float *dx)
+{
+    size_t total = (size_t)n * c * hw;
+    if (total <= 0xffffffffu)
+        k_bn_dx<unsigned><<<herd_cuda_blocks(total), HERD_CUDA_THREADS, 0, stream()>>>(
+            (unsigned)total, c, hw, x, dy, save_mean, coef, dx);
+    else
+        k_bn_dx<size_t><<<herd_cuda_blocks(total), HERD_CUDA_THREADS, 0, stream()>>>(
+            total, c, hw, x, dy, save_mean, coef, dx);
+    HERD_CUDA_LAUNCHED("k_bn_dx");
+    return HERD_OK;
+}
+
+#define PER_CHANNEL(c) ((c) + 127) / 128, 128, 0, stream()
+
 /* ---- launchers */
 
 static herd_status check_sizes(const char *op, int n, int c, int hw)
@@ -219,7 +262,10 @@ static herd_status check_sizes(const char *op, int n, int c, int hw)
     if (n <= 0 || c <= 0 || hw <= 0)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: sizes must be positive (n=%d c=%d hw=%d)", op,
                         n, c, hw);
-    return HERD_OK; /* one block per channel: grid.x (2^31-1) fits any int c */
+    if (c > 65535) /* channels are the reduction grid's y dimension */
+        return HERD_ERR(HERD_ERR_UNSUPPORTED, "%s: %d channels; the CUDA backend supports up to "
+                        "65535", op, c);
+    return HERD_OK;
 }
 
 static herd_status check_count(int64_t count)
@@ -240,8 +286,6 @@ static herd_status check_beta(const char *op, float beta)
     return HERD_OK;
 }
 
-static cudaStream_t stream(void) { return herd_cuda_ctx_get()->stream; }
-
 extern "C" herd_status herd_cuda_bn_fwd_train(int n, int c, int hw, const float *x,
                                               const float *gamma, const float *beta, float *y,
                                               float *save_mean, float *save_invstd,
@@ -252,12 +296,18 @@ extern "C" herd_status herd_cuda_bn_fwd_train(int n, int c, int hw, const float 
     if (!x || !gamma || !beta || !y || !save_mean || !save_invstd || !running_mean ||
         !running_var)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_fwd_train: NULL array");
-    HERD_TRY(check_count((int64_t)n * hw));
-    k_bn_fwd_train<<<c, BN_THREADS, 0, stream()>>>(n, c, hw, x, gamma, beta, y, save_mean,
-                                                   save_invstd, running_mean, running_var,
-                                                   momentum, eps);
-    HERD_CUDA_LAUNCHED("k_bn_fwd_train");
-    return HERD_OK;
+    int64_t count = (int64_t)n * hw;
+    HERD_TRY(check_count(count));
+    bn_scratch sc;
+    HERD_TRY(bn_scratch_get(n, c, hw, &sc));
+    double *sum = sc.tot, *sq = sc.tot + c;
+    HERD_TRY(bn_reduce<SUM_X>(n, c, hw, &sc, x, NULL, NULL, NULL, count, sum, NULL));
+    HERD_TRY(bn_reduce<SUM_SQDEV>(n, c, hw, &sc, x, NULL, sum, NULL, count, sq, NULL));
+    k_bn_params<<<PER_CHANNEL(c)>>>(c, sum, sq, (double)count, gamma, beta, save_mean,
+                                    save_invstd, running_mean, running_var, momentum, eps,
+                                    sc.coef);
+    HERD_CUDA_LAUNCHED("k_bn_params");
+    return bn_apply(n, c, hw, x, sc.coef, y);
 }
 
 extern "C" herd_status herd_cuda_bn_fwd_infer(int n, int c, int hw, const float *x,
@@ -285,10 +335,15 @@ extern "C" herd_status herd_cuda_bn_bwd(int n, int c, int hw, const float *x, co
     if (!x || !dy || !gamma || !save_mean || !save_invstd || !dgamma || !dbeta)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_bwd: NULL array");
     HERD_TRY(check_beta("bn_bwd", beta));
-    k_bn_bwd<<<c, BN_THREADS, 0, stream()>>>(n, c, hw, x, dy, gamma, save_mean, save_invstd, dx,
-                                             dgamma, dbeta, beta);
-    HERD_CUDA_LAUNCHED("k_bn_bwd");
-    return HERD_OK;
+    int64_t count = (int64_t)n * hw;
+    bn_scratch sc;
+    HERD_TRY(bn_scratch_get(n, c, hw, &sc));
+    double *sdy = sc.tot, *sdyxc = sc.tot + c;
+    HERD_TRY(bn_reduce<SUM_BWD>(n, c, hw, &sc, x, dy, NULL, save_mean, count, sdy, sdyxc));
+    k_bn_bwd_params<<<PER_CHANNEL(c)>>>(c, sdy, sdyxc, (double)count, gamma, save_invstd, dgamma,
+                                        dbeta, beta, dx ? sc.coef : NULL);
+    HERD_CUDA_LAUNCHED("k_bn_bwd_params");
+    return dx ? bn_dx(n, c, hw, x, dy, save_mean, sc.coef, dx) : HERD_OK;
 }
 
 extern "C" herd_status herd_cuda_bn_stats(int n, int c, int hw, const float *x, const double *sum,
@@ -299,9 +354,11 @@ extern "C" herd_status herd_cuda_bn_stats(int n, int c, int hw, const float *x, 
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_stats: NULL array");
     if (sum)
         HERD_TRY(check_count(count));
-    k_bn_stats<<<c, BN_THREADS, 0, stream()>>>(n, c, hw, x, sum, (long long)count, out);
-    HERD_CUDA_LAUNCHED("k_bn_stats");
-    return HERD_OK;
+    bn_scratch sc;
+    HERD_TRY(bn_scratch_get(n, c, hw, &sc));
+    if (sum)
+        return bn_reduce<SUM_SQDEV>(n, c, hw, &sc, x, NULL, sum, NULL, count, out, NULL);
+    return bn_reduce<SUM_X>(n, c, hw, &sc, x, NULL, NULL, NULL, count, out, NULL);
 }
 
 extern "C" herd_status herd_cuda_bn_apply_train(int n, int c, int hw, const float *x,
@@ -316,11 +373,13 @@ extern "C" herd_status herd_cuda_bn_apply_train(int n, int c, int hw, const floa
         !running_mean || !running_var)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_apply_train: NULL array");
     HERD_TRY(check_count(count));
-    k_bn_apply_train<<<c, BN_THREADS, 0, stream()>>>(n, c, hw, x, gamma, beta, sum, sqdev,
-                                                     (long long)count, y, save_mean, save_invstd,
-                                                     running_mean, running_var, momentum, eps);
-    HERD_CUDA_LAUNCHED("k_bn_apply_train");
-    return HERD_OK;
+    bn_scratch sc;
+    HERD_TRY(bn_scratch_get(n, c, hw, &sc));
+    k_bn_params<<<PER_CHANNEL(c)>>>(c, sum, sqdev, (double)count, gamma, beta, save_mean,
+                                    save_invstd, running_mean, running_var, momentum, eps,
+                                    sc.coef);
+    HERD_CUDA_LAUNCHED("k_bn_params");
+    return bn_apply(n, c, hw, x, sc.coef, y);
 }
 
 extern "C" herd_status herd_cuda_bn_bwd_reduce(int n, int c, int hw, const float *x,
@@ -333,9 +392,14 @@ extern "C" herd_status herd_cuda_bn_bwd_reduce(int n, int c, int hw, const float
     if (!x || !dy || !save_mean || !save_invstd || !sum_dy || !sum_dy_xc || !dgamma || !dbeta)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_bwd_reduce: NULL array");
     HERD_TRY(check_beta("bn_bwd_reduce", beta));
-    k_bn_bwd_reduce<<<c, BN_THREADS, 0, stream()>>>(n, c, hw, x, dy, save_mean, save_invstd,
-                                                    sum_dy, sum_dy_xc, dgamma, dbeta, beta);
-    HERD_CUDA_LAUNCHED("k_bn_bwd_reduce");
+    int64_t count = (int64_t)n * hw;
+    bn_scratch sc;
+    HERD_TRY(bn_scratch_get(n, c, hw, &sc));
+    HERD_TRY(bn_reduce<SUM_BWD>(n, c, hw, &sc, x, dy, NULL, save_mean, count, sum_dy,
+                                sum_dy_xc));
+    k_bn_bwd_params<<<PER_CHANNEL(c)>>>(c, sum_dy, sum_dy_xc, (double)count, NULL, save_invstd,
+                                        dgamma, dbeta, beta, NULL);
+    HERD_CUDA_LAUNCHED("k_bn_bwd_params");
     return HERD_OK;
 }
 
@@ -349,9 +413,10 @@ extern "C" herd_status herd_cuda_bn_bwd_apply(int n, int c, int hw, const float 
     if (!x || !dy || !gamma || !save_mean || !save_invstd || !sum_dy || !sum_dy_xc || !dx)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_bwd_apply: NULL array");
     HERD_TRY(check_count(count));
-    k_bn_bwd_apply<<<c, BN_THREADS, 0, stream()>>>(n, c, hw, x, dy, gamma, save_mean,
-                                                   save_invstd, sum_dy, sum_dy_xc,
-                                                   (long long)count, dx);
-    HERD_CUDA_LAUNCHED("k_bn_bwd_apply");
-    return HERD_OK;
+    bn_scratch sc;
+    HERD_TRY(bn_scratch_get(n, c, hw, &sc));
+    k_bn_bwd_params<<<PER_CHANNEL(c)>>>(c, sum_dy, sum_dy_xc, (double)count, gamma, save_invstd,
+                                        NULL, NULL, 0.0f, sc.coef);
+    HERD_CUDA_LAUNCHED("k_bn_bwd_params");
+    return bn_dx(n, c, hw, x, dy, save_mean, sc.coef, dx);
 }
