@@ -14,7 +14,9 @@ function(herd_cuda_missing what)
   message(STATUS "herd: built without CUDA (${what})")
 endfunction()
 
-if(NOT HERD_CUDA STREQUAL "OFF")
+if(HERD_CUDA STREQUAL "OFF")
+  message(STATUS "herd: built without CUDA (HERD_CUDA=OFF)")
+else()
   # nvcc is rarely on PATH; the toolkit's usual home is a good default.
   if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS /usr/local/cuda/bin/nvcc)
     set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
