@@ -53,3 +53,16 @@ herd_status herd_pool_desc_finish(herd_pool_desc *d)
     d->w_out = out_size(d->w_in, d->k, d->stride, d->pad);
     return HERD_OK;
 }
+
+#if !HERD_HAVE_CUDA
+/* The CPU-only build: the same entry point, so callers need no #if. */
+const herd_backend *herd_backend_cuda(void)
+{
+    HERD_ERR(HERD_ERR_UNSUPPORTED,
+             "cuda backend: herd was built without CUDA; rebuild with the CUDA toolkit and "
+             "cuDNN installed (cmake -DHERD_CUDA=ON) or use the cpu backend");
+    return NULL;
+}
+
+void herd_backend_cuda_shutdown(void) {}
+#endif

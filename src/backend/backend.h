@@ -163,6 +163,15 @@ typedef struct herd_backend {
 } herd_backend;
 
 const herd_backend *herd_backend_cpu(void);
+/* The GPU backend on the current CUDA device. NULL, with herd_last_error() saying
+ * why, when herd was built without CUDA (HERD_HAVE_CUDA unset) or no usable GPU is
+ * visible; callers fall back to the CPU or report the error. */
+const herd_backend *herd_backend_cuda(void);
+/* Gives the CUDA backend's own device memory back (the allocator's cache, scratch,
+ * library handles and workspaces) at the end of a program, so leak checkers see only
+ * what the caller still holds. Buffers and plans the caller got must be freed first;
+ * herd_backend_cuda() afterwards returns NULL. A no-op without CUDA. */
+void herd_backend_cuda_shutdown(void);
 
 /* Computes h_out/w_out and validates a conv description. */
 herd_status herd_conv_desc_finish(herd_conv_desc *d);

@@ -4,6 +4,13 @@
 
 #include "herd/herd.h"
 
+#if HERD_HAVE_CUDA
+#include <cuda_runtime.h>
+#include <cudnn.h>
+#endif
+#if HERD_HAVE_NCCL
+#include <nccl.h>
+#endif
 #if HERD_HAVE_MPI
 #include <mpi.h>
 #define VERSION_CAP MPI_MAX_LIBRARY_VERSION_STRING
@@ -23,8 +30,23 @@ static void compose_build_info(void)
     if (MPI_Get_library_version(mpi, &len) == MPI_SUCCESS)
         mpi[strcspn(mpi, ",\n")] = '\0'; /* "Open MPI v4.1.4", without the package details */
 #endif
+    char cuda[128] = "CUDA: none";
+#if HERD_HAVE_CUDA
+    /* The CUDA runtime and cuDNN actually loaded (they may differ from the headers);
+     * NCCL is not linked yet, so its version is the headers'. */
+    int rt = 0;
+    cudaRuntimeGetVersion(&rt);
+    size_t dnn = cudnnGetVersion();
+    char nccl[32] = "NCCL: none";
+#if HERD_HAVE_NCCL
+    snprintf(nccl, sizeof nccl, "NCCL %d.%d.%d", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+#endif
+    snprintf(cuda, sizeof cuda, "cuda backend: CUDA %d.%d, cuDNN %zu.%zu.%zu, %s", rt / 1000,
+             rt % 1000 / 10, dnn / 10000, dnn / 100 % 100, dnn % 100, nccl);
+#endif
     snprintf(build_info, sizeof build_info,
-             "herd " HERD_VERSION " (cpu backend: oneDNN " HERD_DNNL_VERSION ", OpenMP; MPI: %s)", mpi);
+             "herd " HERD_VERSION " (cpu backend: oneDNN " HERD_DNNL_VERSION ", OpenMP; %s; MPI: %s)",
+             cuda, mpi);
 }
 
 const char *herd_build_info(void)

@@ -1,0 +1,171 @@
+/* CUDA backend internals shared between its files (C and CUDA C++).
+ *
+ * Every op runs on the backend's one stream. It is a blocking stream (not
+ * cudaStreamNonBlocking) on purpose: plain cudaMemcpy on the legacy default stream,
+ * as callers and tests use to move data in and out, then orders itself after the
+ * queued work without any extra synchronisation. */
+#ifndef HERD_BACKEND_CUDA_H
+#define HERD_BACKEND_CUDA_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "backend/backend.h"
+#include "core/error.h"
+
+typedef struct herd_cuda_ctx {
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t cublas;
+    cudnnHandle_t cudnn;
+} herd_cuda_ctx;
+
+/* The context made by herd_backend_cuda(); valid once it returned non-NULL. */
+const herd_cuda_ctx *herd_cuda_ctx_get(void);
+
+/* Caching allocator (cuda_alloc.c): device memory, zeroed, in size classes. */
+void *herd_cuda_alloc(size_t bytes);
+void herd_cuda_free(void *p);
+/* Frees the cached blocks and the scratch buffers (shutdown). */
+void herd_cuda_alloc_release(void);
+
+/* Grow-only device scratch owned by the backend, one buffer per slot; ops use it for
+ * small per-call temporaries so the training step never calls cudaMalloc. Safe to
+ * reuse across ops because everything runs in order on one stream. */
+enum { HERD_CUDA_SCRATCH_LOSS, HERD_CUDA_SCRATCH_BN, HERD_CUDA_SCRATCH_COUNT };
+herd_status herd_cuda_scratch(int slot, size_t bytes, void **p);
+/* Pinned host memory for results that come back to the host (loss sums). */
+herd_status herd_cuda_host_scratch(size_t bytes, void **p);
+
+#define HERD_CUDA_HINT                                                                   \
+    "; rerun with CUDA_LAUNCH_BLOCKING=1 (and compute-sanitizer) to find the failing " \
+    "kernel, or use --device cpu"
+
+/* A CUDA runtime call that failed. */
+#define HERD_CUDA(call, what)                                                          \
+    do {                                                                               \
+        cudaError_t herd_ce_ = (call);                                                 \
+        if (herd_ce_ != cudaSuccess)                                                   \
+            return HERD_ERR(HERD_ERR_INTERNAL, "CUDA: %s failed: %s (%s)%s", what,     \
+                            cudaGetErrorName(herd_ce_), cudaGetErrorString(herd_ce_), \
+                            HERD_CUDA_HINT);                                           \
+    } while (0)
+
+/* After a kernel launch: reports bad launch configurations at once (errors inside
+ * the kernel surface at the next synchronising call). */
+#define HERD_CUDA_LAUNCHED(kernel) HERD_CUDA(cudaGetLastError(), "launch of " kernel)
+
+#define HERD_CUBLAS(call, what)                                                          \
+    do {                                                                                 \
+        cublasStatus_t herd_cb_ = (call);                                                \
+        if (herd_cb_ != CUBLAS_STATUS_SUCCESS)                                           \
+            return HERD_ERR(HERD_ERR_INTERNAL, "cuBLAS: %s failed: %s (%s)%s", what,     \
+                            cublasGetStatusName(herd_cb_), cublasGetStatusString(herd_cb_), \
+                            HERD_CUDA_HINT);                                             \
+    } while (0)
+
+#define HERD_CUDNN(call, what)                                                              \
+    do {                                                                                    \
+        cudnnStatus_t herd_cd_ = (call);                                                    \
+        if (herd_cd_ != CUDNN_STATUS_SUCCESS)                                               \
+            return HERD_ERR(HERD_ERR_INTERNAL, "cuDNN: %s failed: %s%s", what,              \
+                            cudnnGetErrorString(herd_cd_), HERD_CUDA_HINT);                 \
+    } while (0)
+
+/* Launch geometry for grid-stride loops over n elements. */
+#define HERD_CUDA_THREADS 256
+static inline unsigned herd_cuda_blocks(size_t n)
+{
+    size_t b = (n + HERD_CUDA_THREADS - 1) / HERD_CUDA_THREADS;
+    if (b < 1)
+        b = 1;
+    return b > 65535u * 16u ? 65535u * 16u : (unsigned)b; /* grid-stride covers the rest */
+}
+
+/* ---- ops, one file per family; same contracts as backend.h */
+
+/* cuda_gemm.cu */
+herd_status herd_cuda_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                           const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                           int ldc);
+herd_status herd_cuda_bias_add(int rows, int cols, float *y, const float *bias);
+herd_status herd_cuda_bias_grad(int rows, int cols, const float *dy, float *db, float beta);
+
+/* cuda_conv.c */
+herd_status herd_cuda_conv2d_plan(const herd_conv_desc *d, herd_conv_plan **plan);
+void herd_cuda_conv2d_plan_free(herd_conv_plan *plan);
+herd_status herd_cuda_conv2d_fwd(herd_conv_plan *p, const float *x, const float *w,
+                                 const float *b, float *y);
+herd_status herd_cuda_conv2d_bwd_data(herd_conv_plan *p, const float *dy, const float *w,
+                                      float *dx);
+herd_status herd_cuda_conv2d_bwd_weights(herd_conv_plan *p, const float *x, const float *dy,
+                                         float *dw, float *db, float beta);
+
+/* cuda_pool.cu */
+herd_status herd_cuda_pool_plan(const herd_pool_desc *d, herd_pool_plan **plan);
+void herd_cuda_pool_plan_free(herd_pool_plan *plan);
+herd_status herd_cuda_pool_fwd(herd_pool_plan *p, const float *x, float *y, bool training);
+herd_status herd_cuda_pool_bwd(herd_pool_plan *p, const float *dy, float *dx);
+herd_status herd_cuda_global_avgpool_fwd(int n, int c, int hw, const float *x, float *y);
+herd_status herd_cuda_global_avgpool_bwd(int n, int c, int hw, const float *dy, float *dx);
+
+/* cuda_bn.cu */
+herd_status herd_cuda_bn_fwd_train(int n, int c, int hw, const float *x, const float *gamma,
+                                   const float *beta, float *y, float *save_mean,
+                                   float *save_invstd, float *running_mean, float *running_var,
+                                   float momentum, float eps);
+herd_status herd_cuda_bn_fwd_infer(int n, int c, int hw, const float *x, const float *gamma,
+                                   const float *beta, float *y, const float *running_mean,
+                                   const float *running_var, float eps);
+herd_status herd_cuda_bn_bwd(int n, int c, int hw, const float *x, const float *dy,
+                             const float *gamma, const float *save_mean,
+                             const float *save_invstd, float *dx, float *dgamma, float *dbeta,
+                             float beta);
+herd_status herd_cuda_bn_stats(int n, int c, int hw, const float *x, const double *sum,
+                               int64_t count, double *out);
+herd_status herd_cuda_bn_apply_train(int n, int c, int hw, const float *x, const float *gamma,
+                                     const float *beta, const double *sum, const double *sqdev,
+                                     int64_t count, float *y, float *save_mean,
+                                     float *save_invstd, float *running_mean, float *running_var,
+                                     float momentum, float eps);
+herd_status herd_cuda_bn_bwd_reduce(int n, int c, int hw, const float *x, const float *dy,
+                                    const float *save_mean, const float *save_invstd,
+                                    double *sum_dy, double *sum_dy_xc, float *dgamma,
+                                    float *dbeta, float beta);
+herd_status herd_cuda_bn_bwd_apply(int n, int c, int hw, const float *x, const float *dy,
+                                   const float *gamma, const float *save_mean,
+                                   const float *save_invstd, const double *sum_dy,
+                                   const double *sum_dy_xc, int64_t count, float *dx);
+
+/* cuda_elementwise.cu */
+herd_status herd_cuda_relu_fwd(size_t n, const float *x, float *y);
+herd_status herd_cuda_relu_bwd(size_t n, const float *y, const float *dy, float *dx);
+herd_status herd_cuda_dropout_fwd(size_t n, const float *x, float *y, float *mask, float p,
+                                  uint64_t seed);
+herd_status herd_cuda_mul(size_t n, const float *a, const float *b, float *y);
+herd_status herd_cuda_add(size_t n, const float *a, const float *b, float *y);
+herd_status herd_cuda_axpy(size_t n, float alpha, const float *x, float *y);
+herd_status herd_cuda_copy(size_t n, const float *x, float *y);
+herd_status herd_cuda_fill(size_t n, float value, float *y);
+
+/* cuda_loss.cu */
+herd_status herd_cuda_softmax_xent(int n, int classes, const float *logits,
+                                   const int32_t *labels, float smoothing, float *dlogits,
+                                   double *loss_sum, long *correct);
+
+/* cuda_optim.cu */
+herd_status herd_cuda_sgd_update(size_t n, float *w, const float *g, float *momentum_buf,
+                                 const herd_sgd_args *a);
+herd_status herd_cuda_adamw_update(size_t n, float *w, const float *g, float *m, float *v,
+                                   const herd_adamw_args *a);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,422 @@
+/* Batch normalisation over (n, hw) per channel of NCHW tensors, PyTorch semantics
+ * (biased variance to normalise, unbiased for the running variance), mirroring
+ * cpu_bn.c step for step so both backends agree to rounding: sums accumulate in
+ * double, the variance comes from a second pass over deviations, and the fused ops
+ * are the split (synchronised BN) ops run back to back.
+ *
+ * Reductions run in two steps so that a few channels still fill the GPU: a grid of
+ * (splits x channels) blocks writes partial sums, then one thread per channel adds
+ * its partials in a fixed order (deterministic, no atomics). Per-channel constants
+ * (scale and shift, or the dx coefficients) are computed once into scratch, and the
+ * elementwise passes read them. */
+#include <math.h>
+
+#include "backend/cuda/cuda.h"
+
+#define BN_THREADS 256
+#define BN_WARPS (BN_THREADS / 32)
+#define BN_PIECE 1024    /* a warp's unit of work: up to this much of one (n, c) row */
+#define BN_TARGET_BLOCKS 1024 /* partial-sum blocks to aim for, over all channels */
+
+enum { SUM_X, SUM_SQDEV, SUM_BWD };
+
+/* ---- kernels */
+
+/* Partial sums of one channel (blockIdx.y) over units of up to BN_PIECE values of one
+ * row; block blockIdx.x of gridDim.x takes every gridDim.x-th group of warps' units.
+ * SUM_X: sum of x. SUM_SQDEV: sum of (x - mean)^2, mean = sum[ch] / count.
+ * SUM_BWD: sum of dy and of dy * (x - mean), mean = mean_f[ch].
+ * part holds [2][c][splits] doubles. */
+template <int MODE>
+__global__ void k_bn_partial(int n, int c, int hw, const float *x, const float *dy,
+                             const double *sum, const float *mean_f, double count, double *part)
+{
+    __shared__ double sa[BN_THREADS], sb[BN_THREADS];
+    int ch = blockIdx.y, splits = gridDim.x;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float mean = 0.0f;
+    if (MODE == SUM_SQDEV)
+        mean = (float)(sum[ch] / count);
+    if (MODE == SUM_BWD)
+        mean = mean_f[ch];
+    int pieces = (hw + BN_PIECE - 1) / BN_PIECE;
+    long long units = (long long)n * pieces;
+    size_t plane = (size_t)c * hw;
+    double a = 0.0, b = 0.0;
+    for (long long u = (long long)blockIdx.x * BN_WARPS + warp; u < units;
+         u += (long long)splits * BN_WARPS) {
+        int s = (int)(u / pieces), piece = (int)(u % pieces);
+        size_t base = (size_t)s * plane + (size_t)ch * hw;
+        int end = min(hw, (piece + 1) * BN_PIECE);
+        for (int i = piece * BN_PIECE + lane; i < end; i += 32) {
+            float v = x[base + i];
+            if (MODE == SUM_X) {
+                a += v;
+            } else if (MODE == SUM_SQDEV) {
+                float d = v - mean;
+                a += d * d;
+            } else {
+                float g = dy[base + i];
+                a += g;
+                b += g * (v - mean);
+            }
+        }
+    }
+    sa[threadIdx.x] = a;
+    sb[threadIdx.x] = b;
+    __syncthreads();
+    for (int k = BN_THREADS / 2; k > 0; k >>= 1) {
+        if ((int)threadIdx.x < k) {
+            sa[threadIdx.x] += sa[threadIdx.x + k];
+            sb[threadIdx.x] += sb[threadIdx.x + k];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        part[(size_t)ch * splits + blockIdx.x] = sa[0];
+        if (MODE == SUM_BWD)
+            part[((size_t)c + ch) * splits + blockIdx.x] = sb[0];
+    }
+}
+
+/* One thread per channel adds its partials in order. */
+__global__ void k_bn_total(int c, int splits, const double *part, double *out_a, double *out_b)
+{
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c)
+        return;
+    double a = 0.0, b = 0.0;
+    for (int j = 0; j < splits; j++) {
+        a += part[(size_t)ch * splits + j];
+        if (out_b)
+            b += part[((size_t)c + ch) * splits + j];
+    }
+    out_a[ch] = a;
+    if (out_b)
+        out_b[ch] = b;
+}
+
+/* Statistics of one channel from its sums (cpu_bn.c ch_apply): saves mean and inverse
+ * std, updates the running statistics, and leaves scale and shift in coef[2][c]. */
+__global__ void k_bn_params(int c, const double *sum, const double *sq, double count,
+                            const float *gamma, const float *beta, float *save_mean,
+                            float *save_invstd, float *running_mean, float *running_var,
+                            float momentum, float eps, float *coef)
+{
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c)
+        return;
+    float mean = (float)(sum[ch] / count);
+    double var = sq[ch] / count;
+    float invstd = (float)(1.0 / sqrt(var + (double)eps));
+    float scale = gamma[ch] * invstd;
+    coef[ch] = scale;
+    coef[c + ch] = beta[ch] - mean * scale;
+    save_mean[ch] = mean;
+    save_invstd[ch] = invstd;
+    double unbiased = sq[ch] / (count - 1.0);
+    running_mean[ch] = (1.0f - momentum) * running_mean[ch] + momentum * mean;
+    running_var[ch] = (1.0f - momentum) * running_var[ch] + momentum * (float)unbiased;
+}
+
+/* Backward per channel (cpu_bn.c ch_param_grads / ch_dx): parameter gradients when
+ * dgamma is given, and dx's coefficients k, mean(dy), proj into coef[3][c] when coef is. */
+__global__ void k_bn_bwd_params(int c, const double *sdy, const double *sdyxc, double count,
+                                const float *gamma, const float *save_invstd, float *dgamma,
+                                float *dbeta, float beta, float *coef)
+{
+    int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c)
+        return;
+    float invstd = save_invstd[ch];
+    if (dgamma) {
+        float dg = (float)(sdyxc[ch] * invstd), db = (float)sdy[ch];
+        dgamma[ch] = beta == 0.0f ? dg : dgamma[ch] + dg;
+        dbeta[ch] = beta == 0.0f ? db : dbeta[ch] + db;
+    }
+    if (coef) {
+        coef[ch] = gamma[ch] * invstd;
+        coef[c + ch] = (float)(sdy[ch] / count);
+        coef[2 * c + ch] = (float)(sdyxc[ch] / count) * invstd * invstd;
+    }
+}
+
+/* Channel of flat index i; 32-bit division when the tensor allows (much cheaper). */
+template <typename I> __device__ static int chan(I i, int hw, int c)
+{
+    return (int)(i / (I)hw % (I)c);
+}
+
+template <typename I>
+__global__ void k_bn_apply(I total, int c, int hw, const float *x, const float *coef, float *y)
+{
+    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
+        int ch = chan(i, hw, c);
+        y[i] = x[i] * coef[ch] + coef[c + ch];
+    }
+}
+
+template <typename I>
+__global__ void k_bn_dx(I total, int c, int hw, const float *x, const float *dy,
+                        const float *save_mean, const float *coef, float *dx)
+{
+    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
+        int ch = chan(i, hw, c);
+        dx[i] = coef[ch] * (dy[i] - coef[c + ch] - (x[i] - save_mean[ch]) * coef[2 * c + ch]);
+    }
+}
+
+__global__ void k_bn_infer(size_t total, int c, int hw, const float *x, const float *gamma,
+                           const float *beta, float *y, const float *running_mean,
+                           const float *running_var, float eps)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        int ch = (int)(i / hw % c);
+        float scale = gamma[ch] / sqrtf(running_var[ch] + eps);
+        float shift = beta[ch] - running_mean[ch] * scale;
+        y[i] = x[i] * scale + shift;
+    }
+}
+
+/* ---- launch helpers */
+
+static cudaStream_t stream(void) { return herd_cuda_ctx_get()->stream; }
+
+/* Splits per channel: enough blocks overall, no more than there are warp units. */
+static int bn_splits(int n, int c, int hw)
+{
+    long long units = (long long)n * ((hw + BN_PIECE - 1) / BN_PIECE);
+    long long by_units = (units + BN_WARPS - 1) / BN_WARPS;
+    long long s = (BN_TARGET_BLOCKS + c - 1) / c;
+    s = s < by_units ? s : by_units;
+    return (int)(s < 1 ? 1 : s);
+}
+
+typedef struct bn_scratch {
+    int splits;
+    double *part, *tot; /* [2][c][splits], [2][c] */
+    float *coef;        /* [3][c] */
+} bn_scratch;
+
+static herd_status bn_scratch_get(int n, int c, int hw, bn_scratch *sc)
+{
+    sc->splits = bn_splits(n, c, hw);
+    size_t part = 2 * (size_t)c * sc->splits, tot = 2 * (size_t)c;
+    void *p;
+    HERD_TRY(herd_cuda_scratch(HERD_CUDA_SCRATCH_BN,
+                               (part + tot) * sizeof(double) + 3 * (size_t)c * sizeof(float), &p));
+    sc->part = (double *)p;
+    sc->tot = sc->part + part;
+    sc->coef = (float *)(sc->tot + tot);
+    return HERD_OK;
+}
+
+/* Per-channel reduction of MODE into out_a (and out_b for SUM_BWD). */
+template <int MODE>
+static herd_status bn_reduce(int n, int c, int hw, const bn_scratch *sc, const float *x,
+                             const float *dy, const double *sum, const float *mean_f,
+                             int64_t count, double *out_a, double *out_b)
+{
+    k_bn_partial<MODE><<<dim3(sc->splits, c), BN_THREADS, 0, stream()>>>(
+        n, c, hw, x, dy, sum, mean_f, (double)count, sc->part);
+    HERD_CUDA_LAUNCHED("k_bn_partial");
+    k_bn_total<<<(c + 127) / 128, 128, 0, stream()>>>(c, sc->splits, sc->part, out_a, out_b);
+    HERD_CUDA_LAUNCHED("k_bn_total");
+    return HERD_OK;
+}
+
+static herd_status bn_apply(int n, int c, int hw, const float *x, const float *coef, float *y)
+{
+    size_t total = (size_t)n * c * hw;
+    if (total <= 0xffffffffu)
+        k_bn_apply<unsigned><<<herd_cuda_blocks(total), HERD_CUDA_THREADS, 0, stream()>>>(
+            (unsigned)total, c, hw, x, coef, y);
+    else
+        k_bn_apply<size_t><<<herd_cuda_blocks(total), HERD_CUDA_THREADS, 0, stream()>>>(
+            total, c, hw, x, coef, y);
+    HERD_CUDA_LAUNCHED("k_bn_apply");
+    return HERD_OK;
+}
+
+static herd_status bn_dx(int n, int c, int hw, const float *x, const float *dy,
+                         const float *save_mean, const float *coef, float *dx)
+{
+    size_t total = (size_t)n * c * hw;
+    if (total <= 0xffffffffu)
+        k_bn_dx<unsigned><<<herd_cuda_blocks(total), HERD_CUDA_THREADS, 0, stream()>>>(
+            (unsigned)total, c, hw, x, dy, save_mean, coef, dx);
+    else
+        k_bn_dx<size_t><<<herd_cuda_blocks(total), HERD_CUDA_THREADS, 0, stream()>>>(
+            total, c, hw, x, dy, save_mean, coef, dx);
+    HERD_CUDA_LAUNCHED("k_bn_dx");
+    return HERD_OK;
+}
+
+#define PER_CHANNEL(c) ((c) + 127) / 128, 128, 0, stream()
+
+/* ---- launchers */
+
+static herd_status check_sizes(const char *op, int n, int c, int hw)
+{
+    if (n <= 0 || c <= 0 || hw <= 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: sizes must be positive (n=%d c=%d hw=%d)", op,
+                        n, c, hw);
+    if (c > 65535) /* channels are the reduction grid's y dimension */
+        return HERD_ERR(HERD_ERR_UNSUPPORTED, "%s: %d channels; the CUDA backend supports up to "
+                        "65535", op, c);
+    return HERD_OK;
+}
+
+static herd_status check_count(int64_t count)
+{
+    if (count < 2)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "batchnorm: training needs more than 1 value per channel (%lld in the "
+                        "batch); use a larger batch",
+                        (long long)count);
+    return HERD_OK;
+}
+
+static herd_status check_beta(const char *op, float beta)
+{
+    if (beta != 0.0f && beta != 1.0f)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: beta must be 0 or 1, got %g", op,
+                        (double)beta);
+    return HERD_OK;
+}
+
+extern "C" herd_status herd_cuda_bn_fwd_train(int n, int c, int hw, const float *x,
+                                              const float *gamma, const float *beta, float *y,
+                                              float *save_mean, float *save_invstd,
+                                              float *running_mean, float *running_var,
+                                              float momentum, float eps)
+{
+    HERD_TRY(check_sizes("bn_fwd_train", n, c, hw));
+    if (!x || !gamma || !beta || !y || !save_mean || !save_invstd || !running_mean ||
+        !running_var)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_fwd_train: NULL array");
+    int64_t count = (int64_t)n * hw;
+    HERD_TRY(check_count(count));
+    bn_scratch sc;
+    HERD_TRY(bn_scratch_get(n, c, hw, &sc));
+    double *sum = sc.tot, *sq = sc.tot + c;
+    HERD_TRY(bn_reduce<SUM_X>(n, c, hw, &sc, x, NULL, NULL, NULL, count, sum, NULL));
+    HERD_TRY(bn_reduce<SUM_SQDEV>(n, c, hw, &sc, x, NULL, sum, NULL, count, sq, NULL));
+    k_bn_params<<<PER_CHANNEL(c)>>>(c, sum, sq, (double)count, gamma, beta, save_mean,
+                                    save_invstd, running_mean, running_var, momentum, eps,
+                                    sc.coef);
+    HERD_CUDA_LAUNCHED("k_bn_params");
+    return bn_apply(n, c, hw, x, sc.coef, y);
+}
+
+extern "C" herd_status herd_cuda_bn_fwd_infer(int n, int c, int hw, const float *x,
+                                              const float *gamma, const float *beta, float *y,
+                                              const float *running_mean,
+                                              const float *running_var, float eps)
+{
+    HERD_TRY(check_sizes("bn_fwd_infer", n, c, hw));
+    if (!x || !gamma || !beta || !y || !running_mean || !running_var)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_fwd_infer: NULL array");
+    size_t total = (size_t)n * c * hw;
+    k_bn_infer<<<herd_cuda_blocks(total), HERD_CUDA_THREADS, 0, stream()>>>(
+        total, c, hw, x, gamma, beta, y, running_mean, running_var, eps);
+    HERD_CUDA_LAUNCHED("k_bn_infer");
+    return HERD_OK;
+}
+
+extern "C" herd_status herd_cuda_bn_bwd(int n, int c, int hw, const float *x, const float *dy,
+                                        const float *gamma, const float *save_mean,
+                                        const float *save_invstd, float *dx, float *dgamma,
+                                        float *dbeta, float beta)
+{
+    HERD_TRY(check_sizes("bn_bwd", n, c, hw));
+    /* dx may be NULL: batch norm reading the model input needs no input gradient. */
+    if (!x || !dy || !gamma || !save_mean || !save_invstd || !dgamma || !dbeta)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_bwd: NULL array");
+    HERD_TRY(check_beta("bn_bwd", beta));
+    int64_t count = (int64_t)n * hw;
+    bn_scratch sc;
+    HERD_TRY(bn_scratch_get(n, c, hw, &sc));
+    double *sdy = sc.tot, *sdyxc = sc.tot + c;
+    HERD_TRY(bn_reduce<SUM_BWD>(n, c, hw, &sc, x, dy, NULL, save_mean, count, sdy, sdyxc));
+    k_bn_bwd_params<<<PER_CHANNEL(c)>>>(c, sdy, sdyxc, (double)count, gamma, save_invstd, dgamma,
+                                        dbeta, beta, dx ? sc.coef : NULL);
+    HERD_CUDA_LAUNCHED("k_bn_bwd_params");
+    return dx ? bn_dx(n, c, hw, x, dy, save_mean, sc.coef, dx) : HERD_OK;
+}
+
+extern "C" herd_status herd_cuda_bn_stats(int n, int c, int hw, const float *x, const double *sum,
+                                          int64_t count, double *out)
+{
+    HERD_TRY(check_sizes("bn_stats", n, c, hw));
+    if (!x || !out)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_stats: NULL array");
+    if (sum)
+        HERD_TRY(check_count(count));
+    bn_scratch sc;
+    HERD_TRY(bn_scratch_get(n, c, hw, &sc));
+    if (sum)
+        return bn_reduce<SUM_SQDEV>(n, c, hw, &sc, x, NULL, sum, NULL, count, out, NULL);
+    return bn_reduce<SUM_X>(n, c, hw, &sc, x, NULL, NULL, NULL, count, out, NULL);
+}
+
+extern "C" herd_status herd_cuda_bn_apply_train(int n, int c, int hw, const float *x,
+                                                const float *gamma, const float *beta,
+                                                const double *sum, const double *sqdev,
+                                                int64_t count, float *y, float *save_mean,
+                                                float *save_invstd, float *running_mean,
+                                                float *running_var, float momentum, float eps)
+{
+    HERD_TRY(check_sizes("bn_apply_train", n, c, hw));
+    if (!x || !gamma || !beta || !sum || !sqdev || !y || !save_mean || !save_invstd ||
+        !running_mean || !running_var)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_apply_train: NULL array");
+    HERD_TRY(check_count(count));
+    bn_scratch sc;
+    HERD_TRY(bn_scratch_get(n, c, hw, &sc));
+    k_bn_params<<<PER_CHANNEL(c)>>>(c, sum, sqdev, (double)count, gamma, beta, save_mean,
+                                    save_invstd, running_mean, running_var, momentum, eps,
+                                    sc.coef);
+    HERD_CUDA_LAUNCHED("k_bn_params");
+    return bn_apply(n, c, hw, x, sc.coef, y);
+}
+
+extern "C" herd_status herd_cuda_bn_bwd_reduce(int n, int c, int hw, const float *x,
+                                               const float *dy, const float *save_mean,
+                                               const float *save_invstd, double *sum_dy,
+                                               double *sum_dy_xc, float *dgamma, float *dbeta,
+                                               float beta)
+{
+    HERD_TRY(check_sizes("bn_bwd_reduce", n, c, hw));
+    if (!x || !dy || !save_mean || !save_invstd || !sum_dy || !sum_dy_xc || !dgamma || !dbeta)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_bwd_reduce: NULL array");
+    HERD_TRY(check_beta("bn_bwd_reduce", beta));
+    int64_t count = (int64_t)n * hw;
+    bn_scratch sc;
+    HERD_TRY(bn_scratch_get(n, c, hw, &sc));
+    HERD_TRY(bn_reduce<SUM_BWD>(n, c, hw, &sc, x, dy, NULL, save_mean, count, sum_dy,
+                                sum_dy_xc));
+    k_bn_bwd_params<<<PER_CHANNEL(c)>>>(c, sum_dy, sum_dy_xc, (double)count, NULL, save_invstd,
+                                        dgamma, dbeta, beta, NULL);
+    HERD_CUDA_LAUNCHED("k_bn_bwd_params");
+    return HERD_OK;
+}
+
+extern "C" herd_status herd_cuda_bn_bwd_apply(int n, int c, int hw, const float *x,
+                                              const float *dy, const float *gamma,
+                                              const float *save_mean, const float *save_invstd,
+                                              const double *sum_dy, const double *sum_dy_xc,
+                                              int64_t count, float *dx)
+{
+    HERD_TRY(check_sizes("bn_bwd_apply", n, c, hw));
+    if (!x || !dy || !gamma || !save_mean || !save_invstd || !sum_dy || !sum_dy_xc || !dx)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_bwd_apply: NULL array");
+    HERD_TRY(check_count(count));
+    bn_scratch sc;
+    HERD_TRY(bn_scratch_get(n, c, hw, &sc));
+    k_bn_bwd_params<<<PER_CHANNEL(c)>>>(c, sum_dy, sum_dy_xc, (double)count, gamma, save_invstd,
+                                        NULL, NULL, 0.0f, sc.coef);
+    HERD_CUDA_LAUNCHED("k_bn_bwd_params");
+    return bn_dx(n, c, hw, x, dy, save_mean, sc.coef, dx);
+}

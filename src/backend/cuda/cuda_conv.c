@@ -1,0 +1,200 @@
+/* 2-D convolution through cuDNN. A plan holds the descriptors, the algorithms picked
+ * once (cuDNN's heuristics, v7 API) for forward, backward data and backward filter,
+ * and one workspace big enough for all three, so running a layer allocates nothing.
+ * Math is plain fp32 (CUDNN_FMA_MATH, no TF32) to match the CPU backend. */
+#include <stdlib.h>
+
+#include "backend/cuda/cuda.h"
+
+/* Workspace cap per algorithm: faster algorithms that want more are skipped. */
+#define WORKSPACE_CAP ((size_t)512 << 20)
+
+struct herd_conv_plan {
+    herd_conv_desc d;
+    cudnnTensorDescriptor_t x, y, bias;
+    cudnnFilterDescriptor_t w;
+    cudnnConvolutionDescriptor_t conv;
+    cudnnConvolutionFwdAlgo_t fwd_algo;
+    cudnnConvolutionBwdDataAlgo_t bwd_data_algo;
+    cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo;
+    void *workspace;
+    size_t workspace_bytes;
+};
+
+void herd_cuda_conv2d_plan_free(herd_conv_plan *p)
+{
+    if (!p)
+        return;
+    if (p->x)
+        cudnnDestroyTensorDescriptor(p->x);
+    if (p->y)
+        cudnnDestroyTensorDescriptor(p->y);
+    if (p->bias)
+        cudnnDestroyTensorDescriptor(p->bias);
+    if (p->w)
+        cudnnDestroyFilterDescriptor(p->w);
+    if (p->conv)
+        cudnnDestroyConvolutionDescriptor(p->conv);
+    herd_cuda_free(p->workspace);
+    free(p);
+}
+
+/* The first heuristic choice that succeeded and fits the cap. cuDNN lists them best
+ * first; the workspace size comes back with each. */
+#define PICK(kind, results, count, algo_out, ws_out, what)                               \
+    do {                                                                                 \
+        int found_ = 0;                                                                  \
+        for (int i_ = 0; i_ < (count) && !found_; i_++)                                  \
+            if ((results)[i_].status == CUDNN_STATUS_SUCCESS &&                          \
+                (results)[i_].memory <= WORKSPACE_CAP) {                                 \
+                *(algo_out) = (results)[i_].algo;                                        \
+                *(ws_out) = (results)[i_].memory;                                        \
+                found_ = 1;                                                              \
+            }                                                                            \
+        if (!found_)                                                                     \
+            return HERD_ERR(HERD_ERR_UNSUPPORTED,                                        \
+                            "cuDNN has no " what " algorithm for conv n=%d c_in=%d %dx%d " \
+                            "c_out=%d k=%dx%d stride %d pad %d within %zu MiB of workspace", \
+                            d->n, d->c_in, d->h_in, d->w_in, d->c_out, d->kh, d->kw,     \
+                            d->stride, d->pad, WORKSPACE_CAP >> 20);                     \
+    } while (0)
+
+static herd_status build(herd_conv_plan *p)
+{
+    const herd_conv_desc *d = &p->d;
+    cudnnHandle_t h = herd_cuda_ctx_get()->cudnn;
+    HERD_CUDNN(cudnnCreateTensorDescriptor(&p->x), "tensor descriptor");
+    HERD_CUDNN(cudnnCreateTensorDescriptor(&p->y), "tensor descriptor");
+    HERD_CUDNN(cudnnCreateTensorDescriptor(&p->bias), "tensor descriptor");
+    HERD_CUDNN(cudnnCreateFilterDescriptor(&p->w), "filter descriptor");
+    HERD_CUDNN(cudnnCreateConvolutionDescriptor(&p->conv), "convolution descriptor");
+    HERD_CUDNN(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, d->n,
+                                          d->c_in, d->h_in, d->w_in),
+               "conv input descriptor");
+    HERD_CUDNN(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, d->n,
+                                          d->c_out, d->h_out, d->w_out),
+               "conv output descriptor");
+    HERD_CUDNN(cudnnSetTensor4dDescriptor(p->bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1,
+                                          d->c_out, 1, 1),
+               "conv bias descriptor");
+    HERD_CUDNN(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, d->c_out,
+                                          d->c_in, d->kh, d->kw),
+               "conv filter descriptor");
+    /* Cross-correlation: what deep-learning frameworks call convolution. */
+    HERD_CUDNN(cudnnSetConvolution2dDescriptor(p->conv, d->pad, d->pad, d->stride, d->stride, 1,
+                                               1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+               "convolution descriptor");
+    HERD_CUDNN(cudnnSetConvolutionMathType(p->conv, CUDNN_FMA_MATH), "convolution math type");
+
+    int n_out, c_out, h_out, w_out;
+    HERD_CUDNN(cudnnGetConvolution2dForwardOutputDim(p->conv, p->x, p->w, &n_out, &c_out, &h_out,
+                                                     &w_out),
+               "convolution output size");
+    if (n_out != d->n || c_out != d->c_out || h_out != d->h_out || w_out != d->w_out)
+        return HERD_ERR(HERD_ERR_INTERNAL,
+                        "cuDNN computes a %dx%dx%dx%d output where herd expects %dx%dx%dx%d",
+                        n_out, c_out, h_out, w_out, d->n, d->c_out, d->h_out, d->w_out);
+
+    int count = 0;
+    size_t ws_f = 0, ws_d = 0, ws_w = 0;
+    cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    HERD_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(h, p->x, p->w, p->conv, p->y,
+                                                      CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count,
+                                                      fwd),
+               "forward algorithm choice");
+    PICK(fwd, fwd, count, &p->fwd_algo, &ws_f, "forward");
+    cudnnConvolutionBwdDataAlgoPerf_t bd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    HERD_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->w, p->y, p->conv, p->x,
+                                                           CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+                                                           &count, bd),
+               "backward data algorithm choice");
+    PICK(bd, bd, count, &p->bwd_data_algo, &ws_d, "backward-data");
+    cudnnConvolutionBwdFilterAlgoPerf_t bf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    HERD_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                   h, p->x, p->y, p->conv, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count,
+                   bf),
+               "backward filter algorithm choice");
+    PICK(bf, bf, count, &p->bwd_filter_algo, &ws_w, "backward-filter");
+
+    size_t ws = ws_f > ws_d ? ws_f : ws_d;
+    ws = ws > ws_w ? ws : ws_w;
+    if (ws > 0) {
+        if (!(p->workspace = herd_cuda_alloc(ws)))
+            return HERD_ERR_NOMEM;
+        p->workspace_bytes = ws;
+    }
+    return HERD_OK;
+}
+
+herd_status herd_cuda_conv2d_plan(const herd_conv_desc *d, herd_conv_plan **plan)
+{
+    if (!d || !plan)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_plan: NULL argument");
+    *plan = NULL;
+    herd_conv_desc fin = *d;
+    HERD_TRY(herd_conv_desc_finish(&fin));
+    herd_conv_plan *p = calloc(1, sizeof *p);
+    if (!p)
+        return HERD_NOMEM(sizeof *p);
+    p->d = fin;
+    herd_status st = build(p);
+    if (st != HERD_OK) {
+        herd_cuda_conv2d_plan_free(p);
+        return st;
+    }
+    *plan = p;
+    return HERD_OK;
+}
+
+herd_status herd_cuda_conv2d_fwd(herd_conv_plan *p, const float *x, const float *w,
+                                 const float *b, float *y)
+{
+    if (!p || !x || !w || !y)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_fwd: NULL argument");
+    if (p->d.bias && !b)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_fwd: the layer has a bias but b is NULL");
+    cudnnHandle_t h = herd_cuda_ctx_get()->cudnn;
+    const float one = 1.0f, zero = 0.0f;
+    HERD_CUDNN(cudnnConvolutionForward(h, &one, p->x, x, p->w, w, p->conv, p->fwd_algo,
+                                       p->workspace, p->workspace_bytes, &zero, p->y, y),
+               "convolution forward");
+    if (p->d.bias)
+        HERD_CUDNN(cudnnAddTensor(h, &one, p->bias, b, &one, p->y, y), "convolution bias");
+    return HERD_OK;
+}
+
+herd_status herd_cuda_conv2d_bwd_data(herd_conv_plan *p, const float *dy, const float *w,
+                                      float *dx)
+{
+    if (!p || !dy || !w || !dx)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_bwd_data: NULL argument");
+    const float one = 1.0f, zero = 0.0f;
+    HERD_CUDNN(cudnnConvolutionBackwardData(herd_cuda_ctx_get()->cudnn, &one, p->w, w, p->y, dy,
+                                            p->conv, p->bwd_data_algo, p->workspace,
+                                            p->workspace_bytes, &zero, p->x, dx),
+               "convolution backward data");
+    return HERD_OK;
+}
+
+herd_status herd_cuda_conv2d_bwd_weights(herd_conv_plan *p, const float *x, const float *dy,
+                                         float *dw, float *db, float beta)
+{
+    if (!p || !x || !dy)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_bwd_weights: NULL argument");
+    if (beta != 0.0f && beta != 1.0f)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_bwd_weights: beta must be 0 or 1, got %g",
+                        (double)beta);
+    if (!dw || (p->d.bias && !db))
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_bwd_weights: NULL gradient");
+    cudnnHandle_t h = herd_cuda_ctx_get()->cudnn;
+    const float one = 1.0f;
+    /* cuDNN's beta blends into the existing gradient: exactly accumulation. */
+    HERD_CUDNN(cudnnConvolutionBackwardFilter(h, &one, p->x, x, p->y, dy, p->conv,
+                                              p->bwd_filter_algo, p->workspace,
+                                              p->workspace_bytes, &beta, p->w, dw),
+               "convolution backward filter");
+    if (p->d.bias)
+        HERD_CUDNN(cudnnConvolutionBackwardBias(h, &one, p->y, dy, &beta, p->bias, db),
+                   "convolution backward bias");
+    return HERD_OK;
+}

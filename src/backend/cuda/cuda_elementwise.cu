@@ -1,0 +1,166 @@
+/* Elementwise ops as grid-stride kernels, and dropout with the CPU backend's exact
+ * random stream (so a run gives the same masks on either device). */
+#include "backend/cuda/cuda.h"
+
+#define GRID_STRIDE(i, n)                                                         \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);        \
+         i += (size_t)gridDim.x * blockDim.x)
+
+/* ---- kernels */
+
+__global__ void k_relu_fwd(size_t n, const float *x, float *y)
+{
+    GRID_STRIDE(i, n) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+__global__ void k_relu_bwd(size_t n, const float *y, const float *dy, float *dx)
+{
+    GRID_STRIDE(i, n) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+__global__ void k_mul(size_t n, const float *a, const float *b, float *y)
+{
+    GRID_STRIDE(i, n) y[i] = a[i] * b[i];
+}
+
+__global__ void k_add(size_t n, const float *a, const float *b, float *y)
+{
+    GRID_STRIDE(i, n) y[i] = a[i] + b[i];
+}
+
+__global__ void k_axpy(size_t n, float alpha, const float *x, float *y)
+{
+    GRID_STRIDE(i, n) y[i] += alpha * x[i];
+}
+
+__global__ void k_fill(size_t n, float value, float *y)
+{
+    GRID_STRIDE(i, n) y[i] = value;
+}
+
+/* core/rng.c's splitmix64 / xoshiro256** on the device, bit for bit: the CPU backend
+ * draws masks in 4096-element chunks, each from stream (seed, chunk, "drop"). */
+#define DROPOUT_CHUNK 4096
+
+__device__ static uint64_t d_splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+__device__ static uint64_t d_mix64(uint64_t a, uint64_t b)
+{
+    uint64_t x = a ^ (b * 0xd1b54a32d192ed03ULL);
+    return d_splitmix64(&x);
+}
+
+__device__ static uint64_t d_rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+/* One thread per chunk: the stream is sequential within a chunk. */
+__global__ void k_dropout(size_t n, const float *x, float *y, float *mask, float p,
+                          float keep_scale, uint64_t seed)
+{
+    size_t chunks = (n + DROPOUT_CHUNK - 1) / DROPOUT_CHUNK;
+    for (size_t ch = blockIdx.x * (size_t)blockDim.x + threadIdx.x; ch < chunks;
+         ch += (size_t)gridDim.x * blockDim.x) {
+        uint64_t st = d_mix64(d_mix64(seed, ch + 1), 0x64726f70 /* "drop" */ + 1);
+        uint64_t s[4];
+        for (int i = 0; i < 4; i++)
+            s[i] = d_splitmix64(&st);
+        size_t end = (ch + 1) * DROPOUT_CHUNK < n ? (ch + 1) * DROPOUT_CHUNK : n;
+        for (size_t i = ch * DROPOUT_CHUNK; i < end; i++) {
+            uint64_t r = d_rotl(s[1] * 5, 7) * 9;
+            uint64_t t = s[1] << 17;
+            s[2] ^= s[0];
+            s[3] ^= s[1];
+            s[1] ^= s[2];
+            s[0] ^= s[3];
+            s[2] ^= t;
+            s[3] = d_rotl(s[3], 45);
+            float u = (float)(r >> 40) * (1.0f / 16777216.0f);
+            float m = u >= p ? keep_scale : 0.0f;
+            mask[i] = m;
+            y[i] = x[i] * m;
+        }
+    }
+}
+
+/* ---- launchers */
+
+#define CHECK_PTRS(op, n, ...)                                                    \
+    do {                                                                          \
+        const void *ptrs_[] = {__VA_ARGS__};                                      \
+        for (size_t i_ = 0; (n) > 0 && i_ < sizeof ptrs_ / sizeof ptrs_[0]; i_++) \
+            if (!ptrs_[i_])                                                       \
+                return HERD_ERR(HERD_ERR_INVALID_ARG, op ": NULL array");         \
+    } while (0)
+
+#define LAUNCH(kernel, n, ...)                                                           \
+    do {                                                                                 \
+        if ((n) == 0)                                                                    \
+            return HERD_OK;                                                              \
+        kernel<<<herd_cuda_blocks(n), HERD_CUDA_THREADS, 0, herd_cuda_ctx_get()->stream>>>( \
+            __VA_ARGS__);                                                                \
+        HERD_CUDA_LAUNCHED(#kernel);                                                     \
+        return HERD_OK;                                                                  \
+    } while (0)
+
+extern "C" herd_status herd_cuda_relu_fwd(size_t n, const float *x, float *y)
+{
+    CHECK_PTRS("relu_fwd", n, x, y);
+    LAUNCH(k_relu_fwd, n, n, x, y);
+}
+
+extern "C" herd_status herd_cuda_relu_bwd(size_t n, const float *y, const float *dy, float *dx)
+{
+    CHECK_PTRS("relu_bwd", n, y, dy, dx);
+    LAUNCH(k_relu_bwd, n, n, y, dy, dx);
+}
+
+extern "C" herd_status herd_cuda_mul(size_t n, const float *a, const float *b, float *y)
+{
+    CHECK_PTRS("mul", n, a, b, y);
+    LAUNCH(k_mul, n, n, a, b, y);
+}
+
+extern "C" herd_status herd_cuda_add(size_t n, const float *a, const float *b, float *y)
+{
+    CHECK_PTRS("add", n, a, b, y);
+    LAUNCH(k_add, n, n, a, b, y);
+}
+
+extern "C" herd_status herd_cuda_axpy(size_t n, float alpha, const float *x, float *y)
+{
+    CHECK_PTRS("axpy", n, x, y);
+    LAUNCH(k_axpy, n, n, alpha, x, y);
+}
+
+extern "C" herd_status herd_cuda_fill(size_t n, float value, float *y)
+{
+    CHECK_PTRS("fill", n, y);
+    LAUNCH(k_fill, n, n, value, y);
+}
+
+extern "C" herd_status herd_cuda_copy(size_t n, const float *x, float *y)
+{
+    CHECK_PTRS("copy", n, x, y);
+    if (n == 0 || x == y)
+        return HERD_OK;
+    HERD_CUDA(cudaMemcpyAsync(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice,
+                              herd_cuda_ctx_get()->stream),
+              "device copy");
+    return HERD_OK;
+}
+
+extern "C" herd_status herd_cuda_dropout_fwd(size_t n, const float *x, float *y, float *mask,
+                                             float p, uint64_t seed)
+{
+    CHECK_PTRS("dropout_fwd", n, x, y, mask);
+    if (!(p >= 0.0f && p <= 1.0f))
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "dropout: p must be in [0, 1], got %g", (double)p);
+    float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+    size_t chunks = (n + DROPOUT_CHUNK - 1) / DROPOUT_CHUNK;
+    LAUNCH(k_dropout, chunks, n, x, y, mask, p, keep_scale, seed);
+}

@@ -1,0 +1,88 @@
+/* GEMM through cuBLAS and the bias ops of fully connected layers as own kernels. */
+#include "backend/cuda/cuda.h"
+
+/* ---- kernels */
+
+__global__ void k_bias_add(size_t total, int cols, float *y, const float *bias)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] += bias[i % cols];
+}
+
+/* One block of 32 x 8 threads per 32 columns: x walks columns (coalesced), y strides
+ * the rows, then the 8 partial sums of a column are added in shared memory. */
+__global__ void k_bias_grad(int rows, int cols, const float *dy, float *db, float beta)
+{
+    __shared__ float part[8][33];
+    int col = blockIdx.x * 32 + threadIdx.x;
+    float s = 0.0f;
+    if (col < cols)
+        for (int r = threadIdx.y; r < rows; r += 8)
+            s += dy[(size_t)r * cols + col];
+    part[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && col < cols) {
+        for (int j = 1; j < 8; j++)
+            s += part[j][threadIdx.x];
+        db[col] = beta == 0.0f ? s : db[col] + s;
+    }
+}
+
+/* ---- launchers */
+
+extern "C" herd_status herd_cuda_gemm(bool trans_a, bool trans_b, int m, int n, int k,
+                                      float alpha, const float *a, int lda, const float *b,
+                                      int ldb, float beta, float *c, int ldc)
+{
+    if (m < 0 || n < 0 || k < 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "gemm: negative size m=%d n=%d k=%d", m, n, k);
+    if (m == 0 || n == 0)
+        return HERD_OK;
+    int a_cols = trans_a ? m : k, b_cols = trans_b ? k : n;
+    if (lda < (a_cols > 1 ? a_cols : 1) || ldb < (b_cols > 1 ? b_cols : 1) || ldc < n)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "gemm: leading dimensions too small (lda=%d needs %d, ldb=%d needs %d, "
+                        "ldc=%d needs %d)",
+                        lda, a_cols, ldb, b_cols, ldc, n);
+    if (!c || (k > 0 && (!a || !b)))
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "gemm: NULL matrix");
+    /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the same
+     * buffers with the operands swapped and m, n exchanged. */
+    HERD_CUBLAS(cublasSgemm(herd_cuda_ctx_get()->cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb, a, lda,
+                            &beta, c, ldc),
+                "sgemm");
+    return HERD_OK;
+}
+
+extern "C" herd_status herd_cuda_bias_add(int rows, int cols, float *y, const float *bias)
+{
+    size_t total = (size_t)(rows > 0 ? rows : 0) * (size_t)(cols > 0 ? cols : 0);
+    if (rows < 0 || cols < 0 || (total > 0 && (!y || !bias)))
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "bias_add: bad arguments (rows=%d cols=%d)", rows,
+                        cols);
+    if (total == 0)
+        return HERD_OK;
+    k_bias_add<<<herd_cuda_blocks(total), HERD_CUDA_THREADS, 0, herd_cuda_ctx_get()->stream>>>(
+        total, cols, y, bias);
+    HERD_CUDA_LAUNCHED("k_bias_add");
+    return HERD_OK;
+}
+
+extern "C" herd_status herd_cuda_bias_grad(int rows, int cols, const float *dy, float *db,
+                                           float beta)
+{
+    if (rows < 0 || cols < 0 || (cols > 0 && !db) || ((size_t)rows * cols > 0 && !dy))
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "bias_grad: bad arguments (rows=%d cols=%d)", rows,
+                        cols);
+    if (beta != 0.0f && beta != 1.0f)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "bias_grad: beta must be 0 or 1, got %g",
+                        (double)beta);
+    if (cols == 0)
+        return HERD_OK;
+    k_bias_grad<<<(cols + 31) / 32, dim3(32, 8), 0, herd_cuda_ctx_get()->stream>>>(rows, cols, dy,
+                                                                                  db, beta);
+    HERD_CUDA_LAUNCHED("k_bias_grad");
+    return HERD_OK;
+}

@@ -1,0 +1,165 @@
+/* Softmax cross-entropy with label smoothing (PyTorch's CrossEntropyLoss). One warp
+ * per sample writes its loss and hit; a second single-block kernel adds them in a
+ * fixed order, so loss_sum is deterministic (no atomics on the sum). */
+#include "backend/cuda/cuda.h"
+
+#define ROWS_PER_BLOCK 4 /* warps per block */
+
+typedef struct xent_result {
+    double loss;
+    long long hits;
+    int bad; /* first sample with a label outside [0, classes), or INT_MAX */
+    int bad_label;
+} xent_result;
+
+/* ---- kernels */
+
+__device__ static double warp_sum(double v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__global__ void k_xent_rows(int n, int classes, const float *logits, const int32_t *labels,
+                            float smoothing, float *dlogits, double *row_loss, int *row_hit,
+                            xent_result *res)
+{
+    int lane = threadIdx.x & 31;
+    int row = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    if (row >= n)
+        return;
+    const float *z = logits + (size_t)row * classes;
+    int y = labels[row];
+    if (y < 0 || y >= classes) {
+        if (lane == 0) {
+            atomicMin(&res->bad, row);
+            row_loss[row] = 0.0;
+            row_hit[row] = 0;
+        }
+        return;
+    }
+    /* Max and its first index (the CPU scans with >, so ties go to the lowest). */
+    float best = -INFINITY;
+    int arg = 0x7fffffff;
+    for (int j = lane; j < classes; j += 32)
+        if (z[j] > best) {
+            best = z[j];
+            arg = j;
+        }
+    for (int o = 16; o > 0; o >>= 1) {
+        float ob = __shfl_xor_sync(0xffffffffu, best, o);
+        int oa = __shfl_xor_sync(0xffffffffu, arg, o);
+        if (ob > best || (ob == best && oa < arg)) {
+            best = ob;
+            arg = oa;
+        }
+    }
+    double se = 0.0, sz = 0.0;
+    for (int j = lane; j < classes; j += 32) {
+        se += exp((double)(z[j] - best));
+        sz += z[j];
+    }
+    se = warp_sum(se);
+    sz = warp_sum(sz);
+    float off_target = smoothing / (float)classes;
+    if (lane == 0) {
+        double lse = best + log(se);
+        row_loss[row] = lse - (1.0 - smoothing) * z[y] - (double)off_target * sz;
+        row_hit[row] = arg == y;
+    }
+    if (dlogits) {
+        float on_target = 1.0f - smoothing + off_target;
+        float inv_n = 1.0f / (float)n, inv_sum = (float)(1.0 / se);
+        float *d = dlogits + (size_t)row * classes;
+        for (int j = lane; j < classes; j += 32)
+            d[j] = (expf(z[j] - best) * inv_sum - (j == y ? on_target : off_target)) * inv_n;
+    }
+}
+
+__global__ void k_xent_total(int n, const double *row_loss, const int *row_hit, xent_result *res)
+{
+    __shared__ double sl[256];
+    __shared__ long long sh[256];
+    double l = 0.0;
+    long long h = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        l += row_loss[i];
+        h += row_hit[i];
+    }
+    sl[threadIdx.x] = l;
+    sh[threadIdx.x] = h;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) {
+            sl[threadIdx.x] += sl[threadIdx.x + s];
+            sh[threadIdx.x] += sh[threadIdx.x + s];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        res->loss = sl[0];
+        res->hits = sh[0];
+    }
+}
+
+__global__ void k_xent_init(xent_result *res)
+{
+    res->bad = 0x7fffffff;
+    res->bad_label = 0;
+}
+
+__global__ void k_xent_bad_label(const int32_t *labels, xent_result *res)
+{
+    if (res->bad != 0x7fffffff)
+        res->bad_label = labels[res->bad];
+}
+
+/* ---- launcher */
+
+extern "C" herd_status herd_cuda_softmax_xent(int n, int classes, const float *logits,
+                                              const int32_t *labels, float smoothing,
+                                              float *dlogits, double *loss_sum, long *correct)
+{
+    if (n <= 0 || classes <= 0 || !logits || !labels)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "softmax_xent: bad arguments (n=%d classes=%d)", n,
+                        classes);
+    if (!(smoothing >= 0.0f && smoothing <= 1.0f))
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "softmax_xent: label smoothing must be in [0, 1], got %g",
+                        (double)smoothing);
+    cudaStream_t st = herd_cuda_ctx_get()->stream;
+    /* Scratch: the result struct, then n losses, then n hits. */
+    size_t bytes = 64 + (size_t)n * sizeof(double) + (size_t)n * sizeof(int);
+    void *scratch, *host;
+    HERD_TRY(herd_cuda_scratch(HERD_CUDA_SCRATCH_LOSS, bytes, &scratch));
+    HERD_TRY(herd_cuda_host_scratch(sizeof(xent_result), &host));
+    xent_result *res = (xent_result *)scratch;
+    double *row_loss = (double *)((char *)scratch + 64);
+    int *row_hit = (int *)(row_loss + n);
+
+    k_xent_init<<<1, 1, 0, st>>>(res);
+    HERD_CUDA_LAUNCHED("k_xent_init");
+    k_xent_rows<<<(n + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, 32 * ROWS_PER_BLOCK, 0, st>>>(
+        n, classes, logits, labels, smoothing, dlogits, row_loss, row_hit, res);
+    HERD_CUDA_LAUNCHED("k_xent_rows");
+    k_xent_total<<<1, 256, 0, st>>>(n, row_loss, row_hit, res);
+    HERD_CUDA_LAUNCHED("k_xent_total");
+    k_xent_bad_label<<<1, 1, 0, st>>>(labels, res);
+    HERD_CUDA_LAUNCHED("k_xent_bad_label");
+    /* The loss goes back to the host every step (it is logged): one small copy. */
+    HERD_CUDA(cudaMemcpyAsync(host, res, sizeof(xent_result), cudaMemcpyDeviceToHost, st),
+              "softmax_xent result copy");
+    HERD_CUDA(cudaStreamSynchronize(st), "softmax_xent kernels");
+    const xent_result *r = (const xent_result *)host;
+    if (r->bad != 0x7fffffff)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "softmax_xent: label %d of sample %d is outside [0, %d); does the "
+                        "model's class count match the dataset?",
+                        r->bad_label, r->bad, classes);
+    if (loss_sum)
+        *loss_sum = r->loss;
+    if (correct)
+        *correct = (long)r->hits;
+    return HERD_OK;
+}

@@ -1,0 +1,84 @@
+/* Fused optimizer updates: one pass over weights, gradients and state per step, the
+ * same arithmetic as the CPU backend (torch.optim.SGD / AdamW semantics). */
+#include <math.h>
+
+#include "backend/cuda/cuda.h"
+
+/* ---- kernels */
+
+__global__ void k_sgd(size_t n, float *w, const float *g, float *buf, float lr, float mom,
+                      float wd_coupled, float shrink, bool nesterov)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float wi = w[i] * shrink;
+        float gi = g[i] + wd_coupled * wi;
+        if (buf) {
+            float bi = mom * buf[i] + gi;
+            buf[i] = bi;
+            gi = nesterov ? gi + mom * bi : bi;
+        }
+        w[i] = wi - lr * gi;
+    }
+}
+
+__global__ void k_adamw(size_t n, float *w, const float *g, float *m, float *v, float b1,
+                        float b2, float eps, float shrink, float step_size, float inv_sqrt_bc2)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float gi = g[i];
+        float mi = b1 * m[i] + (1.0f - b1) * gi;
+        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        w[i] = w[i] * shrink - step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+    }
+}
+
+/* ---- launchers */
+
+extern "C" herd_status herd_cuda_sgd_update(size_t n, float *w, const float *g,
+                                            float *momentum_buf, const herd_sgd_args *a)
+{
+    if (n == 0)
+        return HERD_OK;
+    if (!w || !g || !a)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "sgd_update: weights, gradients and args must not be NULL");
+    if (a->momentum != 0.0f && !momentum_buf)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "sgd_update: momentum %g needs a momentum buffer; allocate one or set "
+                        "momentum 0",
+                        (double)a->momentum);
+    float wd_coupled = a->decoupled ? 0.0f : a->weight_decay;
+    float shrink = a->decoupled ? 1.0f - a->lr * a->weight_decay : 1.0f;
+    k_sgd<<<herd_cuda_blocks(n), HERD_CUDA_THREADS, 0, herd_cuda_ctx_get()->stream>>>(
+        n, w, g, a->momentum != 0.0f ? momentum_buf : NULL, a->lr, a->momentum, wd_coupled,
+        shrink, a->nesterov);
+    HERD_CUDA_LAUNCHED("k_sgd");
+    return HERD_OK;
+}
+
+extern "C" herd_status herd_cuda_adamw_update(size_t n, float *w, const float *g, float *m,
+                                              float *v, const herd_adamw_args *a)
+{
+    if (n == 0)
+        return HERD_OK;
+    if (!w || !g || !m || !v || !a)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "adamw_update: weights, gradients, moments and args must not be NULL");
+    if (a->step < 1)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "adamw_update: step is %ld but must be 1-based (>= 1) for the bias "
+                        "correction",
+                        a->step);
+    /* Per-step constants on the host in double, exactly as the CPU backend. */
+    double bc1 = 1.0 - pow((double)a->beta1, (double)a->step);
+    double bc2 = 1.0 - pow((double)a->beta2, (double)a->step);
+    k_adamw<<<herd_cuda_blocks(n), HERD_CUDA_THREADS, 0, herd_cuda_ctx_get()->stream>>>(
+        n, w, g, m, v, a->beta1, a->beta2, a->eps, 1.0f - a->lr * a->weight_decay,
+        (float)((double)a->lr / bc1), (float)(1.0 / sqrt(bc2)));
+    HERD_CUDA_LAUNCHED("k_adamw");
+    return HERD_OK;
+}
