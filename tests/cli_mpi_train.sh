@@ -67,6 +67,7 @@ rc=$?
 took=$(( $(date +%s) - start ))
 check "killed rank: job exits non-zero" test $rc -ne 0 -a $rc -ne 124
 check "killed rank: job ended within 30 s (took ${took}s)" test "$took" -le 30
+check "killed rank: the launcher names the rank" grep -q "rank [0-9]* .*exited on signal 9" "$tmp/err"
 
 timeout 120 "${mpirun[@]}" -np 2 "$herd" bench train --model lenet5 --data synthetic:1,28,28,10,2048 \
   --steps 4 --warmup 1 --batch-size 64 >"$tmp/out" 2>"$tmp/err"

@@ -26,6 +26,7 @@ typedef struct run {
     long steps_per_epoch;
     double train_time;    /* seconds in training steps (excludes evaluation) */
     double train_samples; /* over all ranks */
+    bool stop_requested;  /* a progress callback asked to stop */
 } run;
 
 static herd_status validate(const herd_train_config *c)
@@ -255,9 +256,12 @@ static herd_status run_epoch(run *r, int epoch, long first_step, double t_start,
         HERD_TRY(train_step(r, &s, &has));
         if (!has)
             break;
-        /* Loss and accuracy over all ranks; the stop vote keeps every rank in step. */
-        double stats[3] = {s.loss_sum, (double)s.correct, (double)s.samples};
-        bool want_stop = cfg->max_steps > 0 && r->state.global_step + 1 >= cfg->max_steps;
+        /* Loss and accuracy over all ranks, and the stop vote that keeps every rank in
+         * step, in one reduction: a callback's request to stop (one rank's) takes
+         * effect after the next step; max_steps is known everywhere at once. */
+        bool at_max = cfg->max_steps > 0 && r->state.global_step + 1 >= cfg->max_steps;
+        double stats[4] = {s.loss_sum, (double)s.correct, (double)s.samples,
+                           r->stop_requested || at_max};
         add_phases(&sum, &s.t, 1.0);
         r->train_time += s.t.total;
         r->state.global_step++;
@@ -267,7 +271,8 @@ static herd_status run_epoch(run *r, int epoch, long first_step, double t_start,
         memset(&p.phases, 0, sizeof p.phases);
         add_phases(&p.phases, &sum, 1.0 / (double)(step + 1 - first_step));
         if (r->comm->size > 1)
-            HERD_TRY(r->comm->ops->allreduce_f64(r->comm, stats, 3));
+            HERD_TRY(r->comm->ops->allreduce_f64(r->comm, stats, 4));
+        bool want_stop = stats[3] > 0;
         for (int i = 0; i < 3; i++)
             totals[i] += stats[i];
         r->train_samples += stats[2];
@@ -278,12 +283,9 @@ static herd_status run_epoch(run *r, int epoch, long first_step, double t_start,
         p.elapsed_s = herd_now() - t_start;
         long left = (long)(cfg->epochs - epoch - 1) * r->steps_per_epoch + (r->steps_per_epoch - step - 1);
         p.eta_s = left * (r->train_time / (double)(r->state.global_step - r->res->steps));
-        if (r->progress && !r->progress(&p, r->user))
-            want_stop = true;
-        if (r->comm->size > 1) {
-            double vote = want_stop;
-            HERD_TRY(r->comm->ops->allreduce_f64(r->comm, &vote, 1));
-            want_stop = vote > 0;
+        if (r->progress && !r->progress(&p, r->user)) {
+            r->stop_requested = true;
+            want_stop |= r->comm->size == 1; /* alone, nobody needs telling */
         }
         if (want_stop) {
             *stop = true;
