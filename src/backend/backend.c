@@ -66,3 +66,25 @@ const herd_backend *herd_backend_cuda(void)
 
 void herd_backend_cuda_shutdown(void) {}
 #endif
+
+herd_status herd_gemm_check(bool trans_a, bool trans_b, int m, int n, int k, const float *a,
+                            int lda, const float *b, int ldb, const float *c, int ldc, bool *empty)
+{
+    *empty = false;
+    if (m < 0 || n < 0 || k < 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "gemm: negative size m=%d n=%d k=%d", m, n, k);
+    if (m == 0 || n == 0) {
+        *empty = true;
+        return HERD_OK;
+    }
+    /* Row-major leading dimensions are the stored row lengths. */
+    int a_cols = trans_a ? m : k, b_cols = trans_b ? k : n;
+    if (lda < (a_cols > 1 ? a_cols : 1) || ldb < (b_cols > 1 ? b_cols : 1) || ldc < n)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "gemm: leading dimensions too small (lda=%d needs %d, ldb=%d needs %d, "
+                        "ldc=%d needs %d)",
+                        lda, a_cols, ldb, b_cols, ldc, n);
+    if (!c || (k > 0 && (!a || !b)))
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "gemm: NULL matrix");
+    return HERD_OK;
+}

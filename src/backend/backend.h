@@ -173,6 +173,11 @@ const herd_backend *herd_backend_cuda(void);
  * herd_backend_cuda() afterwards returns NULL. A no-op without CUDA. */
 void herd_backend_cuda_shutdown(void);
 
+/* Validates a row-major gemm call (sizes, leading dimensions, pointers) for every
+ * backend; *empty is set when there is nothing to compute (m or n is 0). */
+herd_status herd_gemm_check(bool trans_a, bool trans_b, int m, int n, int k, const float *a,
+                            int lda, const float *b, int ldb, const float *c, int ldc, bool *empty);
+
 /* Computes h_out/w_out and validates a conv description. */
 herd_status herd_conv_desc_finish(herd_conv_desc *d);
 herd_status herd_pool_desc_finish(herd_pool_desc *d);

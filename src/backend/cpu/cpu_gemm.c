@@ -11,19 +11,10 @@ herd_status herd_cpu_gemm(bool trans_a, bool trans_b, int m, int n, int k, float
                           const float *a, int lda, const float *b, int ldb, float beta, float *c,
                           int ldc)
 {
-    if (m < 0 || n < 0 || k < 0)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "gemm: negative size m=%d n=%d k=%d", m, n, k);
-    if (m == 0 || n == 0)
+    bool empty;
+    HERD_TRY(herd_gemm_check(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, &empty));
+    if (empty)
         return HERD_OK;
-    /* Row-major leading dimensions are the stored row lengths. */
-    int a_cols = trans_a ? m : k, b_cols = trans_b ? k : n;
-    if (lda < (a_cols > 1 ? a_cols : 1) || ldb < (b_cols > 1 ? b_cols : 1) || ldc < n)
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "gemm: leading dimensions too small (lda=%d needs %d, ldb=%d needs %d, "
-                        "ldc=%d needs %d)",
-                        lda, a_cols, ldb, b_cols, ldc, n);
-    if (!c || (k > 0 && (!a || !b)))
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "gemm: NULL matrix");
     HERD_DNNL(dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb,
                          beta, c, ldc),
               "sgemm");

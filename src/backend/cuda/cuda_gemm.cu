@@ -35,18 +35,10 @@ extern "C" herd_status herd_cuda_gemm(bool trans_a, bool trans_b, int m, int n, 
                                       float alpha, const float *a, int lda, const float *b,
                                       int ldb, float beta, float *c, int ldc)
 {
-    if (m < 0 || n < 0 || k < 0)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "gemm: negative size m=%d n=%d k=%d", m, n, k);
-    if (m == 0 || n == 0)
+    bool empty;
+    HERD_TRY(herd_gemm_check(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, &empty));
+    if (empty)
         return HERD_OK;
-    int a_cols = trans_a ? m : k, b_cols = trans_b ? k : n;
-    if (lda < (a_cols > 1 ? a_cols : 1) || ldb < (b_cols > 1 ? b_cols : 1) || ldc < n)
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "gemm: leading dimensions too small (lda=%d needs %d, ldb=%d needs %d, "
-                        "ldc=%d needs %d)",
-                        lda, a_cols, ldb, b_cols, ldc, n);
-    if (!c || (k > 0 && (!a || !b)))
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "gemm: NULL matrix");
     /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the same
      * buffers with the operands swapped and m, n exchanged. */
     HERD_CUBLAS(cublasSgemm(herd_cuda_ctx_get()->cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
