@@ -15,17 +15,6 @@
 #include "optim/optim.h"
 #include "train/checkpoint.h"
 
-static void *t_alloc(size_t bytes) { return calloc(1, bytes ? bytes : 1); }
-static void t_free(void *p) { free(p); }
-
-static const herd_backend test_be = {
-    .name = "test-cpu",
-    .alloc = t_alloc,
-    .free = t_free,
-    .sgd_update = herd_cpu_sgd_update,
-    .adamw_update = herd_cpu_adamw_update,
-};
-
 /* ------------------------------------------------------------ tiny model */
 
 typedef struct tmodel {
@@ -55,7 +44,7 @@ static tmodel *tmodel_new(uint64_t seed)
     t->m.views = t->views;
     t->m.cap_views = 5;
     snprintf(t->m.name, sizeof t->m.name, "tiny");
-    t->m.be = &test_be;
+    t->m.be = tu_optim_backend();
     add_view(t, "conv1.weight", 4, (int64_t[]){2, 1, 3, 3}, 0, 0);
     add_view(t, "bn1.weight", 1, (int64_t[]){2}, 0, 1);
     add_view(t, "bn1.running_mean", 1, (int64_t[]){2}, 1, 0);

@@ -11,18 +11,6 @@
 #include "nn/model.h"
 #include "optim/optim.h"
 
-static void *t_alloc(size_t bytes) { return calloc(1, bytes ? bytes : 1); }
-static void t_free(void *p) { free(p); }
-
-/* Only what the optimizer touches: memory and the two kernels. */
-static const herd_backend test_be = {
-    .name = "test-cpu",
-    .alloc = t_alloc,
-    .free = t_free,
-    .sgd_update = herd_cpu_sgd_update,
-    .adamw_update = herd_cpu_adamw_update,
-};
-
 /* A hand-built model: a linear layer, a batch norm (with a running-mean buffer
  * between its parameters in view order) and another linear layer. */
 typedef struct tmodel {
@@ -56,7 +44,7 @@ static tmodel *tmodel_new(void)
     t->m.views = t->views;
     t->m.cap_views = 6;
     snprintf(t->m.name, sizeof t->m.name, "tiny");
-    t->m.be = &test_be;
+    t->m.be = tu_optim_backend();
     add_view(t, "fc1.weight", 2, (int64_t[]){4, 5}, 0, 0, &po, &bo);
     add_view(t, "fc1.bias", 1, (int64_t[]){4}, 0, 1, &po, &bo);
     add_view(t, "bn.running_mean", 1, (int64_t[]){3}, 1, 0, &po, &bo);
@@ -307,7 +295,7 @@ static void test_optimizer_bad_config(void **s)
     assert_int_equal(herd_optimizer_create(&c, &t->m, &o), HERD_ERR_INVALID_ARG);
     assert_null(o);
     assert_non_null(strstr(herd_last_error(), "momentum"));
-    herd_backend nokernel = test_be;
+    herd_backend nokernel = *tu_optim_backend();
     nokernel.adamw_update = NULL;
     t->m.be = &nokernel;
     c = sgd_cfg(0.9f, false, 0, false);
