@@ -196,7 +196,9 @@ typedef struct herd_progress {
     bool evaluated;
 } herd_progress;
 
-/* Called after every step and at each epoch end. Return false to stop training. */
+/* Called after every step and at each epoch end, on every rank. Return false to stop
+ * training: at once for one process, after the next step with several ranks (the
+ * request travels with that step's metrics, so all ranks stop together). */
 typedef bool (*herd_progress_fn)(const herd_progress *p, void *user);
 
 /* A ready-made progress callback: a redrawn progress bar on a terminal, otherwise
