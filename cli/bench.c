@@ -18,6 +18,8 @@ static const char bench_help[] =
     "  --steps N            timed steps (default 50)\n"
     "  --warmup N           untimed steps first (default 5)\n"
     "  --threads N          compute threads (default 1)\n"
+    "  --device cpu|cuda    where to train (default cpu; cuda is one GPU, one process, fp32,\n"
+    "                       and will become the default when a GPU is present)\n"
     "  --json               print the summary as a JSON object\n";
 
 static int bench_train(int argc, char **argv)
@@ -26,9 +28,9 @@ static int bench_train(int argc, char **argv)
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"batch-size", required_argument, 0, 'b'}, {"steps", required_argument, 0, 's'},
         {"warmup", required_argument, 0, 'w'}, {"threads", required_argument, 0, 't'},
-        {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+        {"json", no_argument, 0, 'j'}, {"device", required_argument, 0, 'D'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
-    const char *model = NULL, *data = "fashion-mnist";
+    const char *model = NULL, *data = "fashion-mnist", *device = "cpu";
     long batch = 128, steps = 50, warmup = 5, threads = 1;
     bool json = false;
     int opt;
@@ -44,6 +46,7 @@ static int bench_train(int argc, char **argv)
         case 'w': dst = &warmup, lo = 0; break;
         case 't': dst = &threads, lo = 0; break;
         case 'j': json = true; break;
+        case 'D': device = optarg; break;
         case 'h': fputs(bench_help, stdout); return CLI_OK;
         default: return cli_usage_error("bench train", "unknown or incomplete option");
         }
@@ -63,9 +66,11 @@ static int bench_train(int argc, char **argv)
     if ((st = herd_dist_init(NULL, &dist)) != HERD_OK)
         return cli_fail(st, "cannot join the distributed job");
     bool rank0 = herd_dist_rank(dist) == 0;
-    if ((st = herd_dataset_open(data, HERD_SPLIT_TRAIN, &ds)) != HERD_OK)
+    if (strcmp(device, "cpu") != 0 && herd_dist_size(dist) > 1)
+        cli_usage_error("bench train", "--device %s runs as one process for now", device);
+    else if ((st = herd_dataset_open(data, HERD_SPLIT_TRAIN, &ds)) != HERD_OK)
         cli_fail(st, "cannot open the data");
-    else if ((st = herd_model_create(model, ds, &m)) != HERD_OK)
+    else if ((st = herd_model_create_device(model, ds, device, &m)) != HERD_OK)
         cli_fail(st, "cannot build the model");
     else if ((st = herd_bench_train(m, ds, (int)batch, (int)steps, (int)warmup, (int)threads, dist, &r)) != HERD_OK)
         cli_fail(st, "benchmark failed");

@@ -30,6 +30,8 @@ static const char train_help[] =
     "  --augment                random crop (padding 4) and horizontal flip\n"
     "  --label-smoothing X      (default 0)\n"
     "  --threads N              compute threads (default: all cores)\n"
+    "  --device cpu|cuda        where to train (default cpu; cuda is one GPU, one process,\n"
+    "                           fp32 for now, and will become the default when a GPU is present)\n"
     "  --seed N                 initialisation, shuffling, augmentation (default 42)\n"
     "  --checkpoint-dir DIR     save weights and training state every epoch\n"
     "  --resume                 continue from the latest checkpoint in --checkpoint-dir\n"
@@ -60,7 +62,7 @@ enum {
     OPT_WARMUP, OPT_AUGMENT, OPT_SMOOTH, OPT_THREADS, OPT_SEED, OPT_CKPT, OPT_RESUME, OPT_EVAL,
     OPT_MAX_STEPS, OPT_TRAIN_SAMPLES, OPT_SAVE, OPT_LOG_EVERY, OPT_QUIET, OPT_JSON, OPT_HELP,
     OPT_LR_SCALING, OPT_SYNC_BN, OPT_COMPRESS, OPT_GRAD_ACCUM, OPT_BUCKET_MB, OPT_CHECK_REPLICAS,
-    OPT_STALL_WARNING, OPT_COMM_TIMEOUT,
+    OPT_STALL_WARNING, OPT_COMM_TIMEOUT, OPT_DEVICE,
 };
 
 static const struct option train_options[] = {
@@ -82,6 +84,7 @@ static const struct option train_options[] = {
     {"augment", no_argument, 0, OPT_AUGMENT},
     {"label-smoothing", required_argument, 0, OPT_SMOOTH},
     {"threads", required_argument, 0, OPT_THREADS},
+    {"device", required_argument, 0, OPT_DEVICE},
     {"seed", required_argument, 0, OPT_SEED},
     {"checkpoint-dir", required_argument, 0, OPT_CKPT},
     {"resume", no_argument, 0, OPT_RESUME},
@@ -105,7 +108,7 @@ static const struct option train_options[] = {
 };
 
 typedef struct train_args {
-    const char *model, *data, *save;
+    const char *model, *data, *save, *device;
     long train_samples, log_every;
     bool quiet, json;
     herd_train_config cfg;
@@ -192,6 +195,7 @@ static int parse_train_args(int argc, char **argv, train_args *a)
         case OPT_AUGMENT: c->augment = true; break;
         case OPT_SMOOTH: FLOAT_ARG(0, 0.999, c->label_smoothing, "--label-smoothing"); break;
         case OPT_THREADS: INT_ARG(0, 4096, c->threads, "--threads"); break;
+        case OPT_DEVICE: a->device = optarg; break;
         case OPT_SEED: INT_ARG(0, 0x7fffffffL, c->seed, "--seed"); break;
         case OPT_CKPT: c->checkpoint_dir = optarg; break;
         case OPT_RESUME: c->resume = true; break;
@@ -275,7 +279,7 @@ int cmd_train(int argc, char **argv)
         cli_fail(st, "--train-samples");
         goto done;
     }
-    if ((st = herd_model_create(a.model, train, &m)) != HERD_OK) {
+    if ((st = herd_model_create_device(a.model, train, a.device, &m)) != HERD_OK) {
         cli_fail(st, "cannot build the model");
         goto done;
     }

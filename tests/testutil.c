@@ -70,6 +70,7 @@ const struct herd_backend *tu_optim_backend(void)
 {
     static const herd_backend be = {
         .name = "test-host",
+        .host_memory = true,
         .alloc = host_alloc,
         .free = host_free,
         .sgd_update = herd_cpu_sgd_update,

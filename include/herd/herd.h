@@ -83,6 +83,13 @@ herd_status herd_model_create(const char *name_or_path, const herd_dataset *ds, 
 /* Same, with the shape given explicitly instead of from a dataset. */
 herd_status herd_model_create_shape(const char *name_or_path, int c, int h, int w, int classes,
                                     herd_model **out);
+/* herd_model_create on a named device: "cpu" (what herd_model_create uses) or "cuda"
+ * (the current GPU, single process, fp32). There is no fallback: "cuda" in a build
+ * without CUDA or with no usable GPU fails with HERD_ERR_UNSUPPORTED and says why.
+ * Parameters live on the device; herd_model_tensor_info's data pointer is then
+ * device memory, while save/load and checkpoints copy through the host. */
+herd_status herd_model_create_device(const char *name_or_path, const herd_dataset *ds,
+                                     const char *device, herd_model **out);
 void herd_model_free(herd_model *m);
 /* Re-initialises every parameter from seed (PyTorch's default initialisation) and
  * resets buffers (batch-norm running mean 0, variance 1). Models start seeded with 0. */

@@ -65,11 +65,20 @@ typedef struct herd_adamw_args {
 typedef struct herd_backend {
     const char *name;
     bool (*supports_op)(herd_op op);
+    /* Its pointers are plain host memory (the CPU backend): callers read and write
+     * them directly and skip the staging copies a device backend needs. */
+    bool host_memory;
 
     /* Memory (zeroed). */
     void *(*alloc)(size_t bytes);
     void (*free)(void *p);
     herd_status (*set_threads)(int threads); /* 0 = all cores */
+    /* Host <-> backend memory, used only at the edges (parameter init, each batch's
+     * inputs, save/load), so callers never special-case a device. Both return once
+     * the copy is complete: the host side may be reused or read straight away. For
+     * the CPU backend they are memcpy; callers only need them when !host_memory. */
+    herd_status (*memcpy_h2d)(void *dst, const void *src, size_t bytes);
+    herd_status (*memcpy_d2h)(void *dst, const void *src, size_t bytes);
 
     /* C[m,n] = alpha * op(A) op(B) + beta * C, row-major; op(A) is m x k. */
     herd_status (*gemm)(bool trans_a, bool trans_b, int m, int n, int k, float alpha,

@@ -8,8 +8,8 @@
 
 #include "core/error.h"
 
-/* Host pointer of a view. Parameters and buffers are host memory on the CPU
- * backend; a device backend would need a copy to the host here. */
+/* Backend pointer of a view: host memory on the CPU backend, device memory
+ * otherwise (callers copy through be->memcpy_h2d/d2h). */
 static float *view_data(const herd_model *m, const herd_tensor_view *v)
 {
     return (v->is_buffer ? m->buffers : m->params) + v->offset;
@@ -35,14 +35,31 @@ herd_status herd_weights_write(const herd_model *m, const char *path, const char
     herd_st_entry *e = herd_xcalloc((size_t)(m->n_views > 0 ? m->n_views : 1), sizeof *e);
     if (!e)
         return HERD_ERR_NOMEM;
+    /* A device model is written from one host copy of its parameters and buffers. */
+    bool staged = !m->be->host_memory;
+    size_t pb = m->n_param_floats * sizeof(float), bb = m->n_buffer_floats * sizeof(float);
+    float *hp = NULL, *hb = NULL;
+    herd_status st = HERD_OK;
+    if (staged) {
+        hp = herd_xcalloc(1, pb ? pb : 1);
+        hb = herd_xcalloc(1, bb ? bb : 1);
+        st = hp && hb ? HERD_OK : HERD_NOMEM(pb + bb);
+        if (st == HERD_OK)
+            st = m->be->memcpy_d2h(hp, m->params, pb);
+        if (st == HERD_OK)
+            st = m->be->memcpy_d2h(hb, m->buffers, bb);
+    }
     for (int i = 0; i < m->n_views; i++) {
         const herd_tensor_view *v = &m->views[i];
         e[i].name = v->name;
         e[i].ndim = v->ndim;
         memcpy(e[i].shape, v->shape, sizeof e[i].shape);
-        e[i].data = view_data(m, v);
+        e[i].data = staged ? (v->is_buffer ? hb : hp) + v->offset : view_data(m, v);
     }
-    herd_status st = herd_safetensors_write(path, e, (size_t)m->n_views, keys, values, n_meta);
+    if (st == HERD_OK)
+        st = herd_safetensors_write(path, e, (size_t)m->n_views, keys, values, n_meta);
+    free(hp);
+    free(hb);
     free(e);
     return st;
 }
@@ -95,14 +112,19 @@ herd_status herd_weights_check(const herd_model *m, const herd_st_file *f, const
     return HERD_OK;
 }
 
-void herd_weights_apply(herd_model *m, const herd_st_file *f)
+herd_status herd_weights_apply(herd_model *m, const herd_st_file *f)
 {
     for (int i = 0; i < m->n_views; i++) {
         const herd_tensor_view *v = &m->views[i];
         const float *src = herd_st_find(f, v->name, NULL, NULL);
-        if (src && v->numel > 0)
+        if (!src || v->numel == 0)
+            continue;
+        if (m->be->host_memory)
             memcpy(view_data(m, v), src, v->numel * sizeof(float));
+        else
+            HERD_TRY(m->be->memcpy_h2d(view_data(m, v), src, v->numel * sizeof(float)));
     }
+    return HERD_OK;
 }
 
 herd_status herd_model_save(const herd_model *m, const char *path)
@@ -124,7 +146,7 @@ herd_status herd_model_load(herd_model *m, const char *path)
      * the model as it was. */
     herd_status st = herd_weights_check(m, f, path);
     if (st == HERD_OK)
-        herd_weights_apply(m, f);
+        st = herd_weights_apply(m, f);
     herd_st_free(f);
     return st;
 }

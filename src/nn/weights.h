@@ -11,6 +11,6 @@ herd_status herd_weights_write(const herd_model *m, const char *path, const char
 /* Checks that f holds exactly the model's tensors with the same shapes; changes nothing. */
 herd_status herd_weights_check(const herd_model *m, const herd_st_file *f, const char *path);
 /* Copies f's tensors into the model (after herd_weights_check succeeded). */
-void herd_weights_apply(herd_model *m, const herd_st_file *f);
+herd_status herd_weights_apply(herd_model *m, const herd_st_file *f);
 
 #endif

@@ -42,8 +42,26 @@ const char *herd_zoo_description(size_t i)
     return desc;
 }
 
-herd_status herd_model_create_shape(const char *name_or_path, int c, int h, int w, int classes,
-                                    herd_model **out)
+static herd_status backend_for(const char *device, const herd_backend **be)
+{
+    if (!device || strcmp(device, "cpu") == 0) {
+        *be = herd_backend_cpu();
+        return HERD_OK;
+    }
+    if (strcmp(device, "cuda") == 0) {
+        *be = herd_backend_cuda();
+        if (!*be) {
+            char why[400]; /* copied: HERD_ERR rewrites the buffer herd_last_error reads */
+            snprintf(why, sizeof why, "%s", herd_last_error());
+            return HERD_ERR(HERD_ERR_UNSUPPORTED, "device cuda is not available: %s", why);
+        }
+        return HERD_OK;
+    }
+    return HERD_ERR(HERD_ERR_INVALID_ARG, "unknown device '%s' (use cpu or cuda)", device);
+}
+
+static herd_status create_on(const char *name_or_path, int c, int h, int w, int classes,
+                             const herd_backend *be, herd_model **out)
 {
     if (!name_or_path || c <= 0 || h <= 0 || w <= 0 || classes <= 0)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "model input shape %dx%dx%d with %d classes is invalid",
@@ -53,6 +71,7 @@ herd_status herd_model_create_shape(const char *name_or_path, int c, int h, int 
     herd_model *m = herd_xcalloc(1, sizeof *m);
     if (!m)
         return HERD_ERR_NOMEM;
+    m->be = be;
     herd_status st = herd_model_parse(name_or_path, classes, &specs, &n, m->name, sizeof m->name);
     if (st == HERD_OK) {
         m->in_c = c, m->in_h = h, m->in_w = w, m->classes = classes;
@@ -67,20 +86,31 @@ herd_status herd_model_create_shape(const char *name_or_path, int c, int h, int 
     return HERD_OK;
 }
 
-herd_status herd_model_create(const char *name_or_path, const herd_dataset *ds, herd_model **out)
+herd_status herd_model_create_shape(const char *name_or_path, int c, int h, int w, int classes,
+                                    herd_model **out)
+{
+    return create_on(name_or_path, c, h, w, classes, herd_backend_cpu(), out);
+}
+
+herd_status herd_model_create_device(const char *name_or_path, const herd_dataset *ds,
+                                     const char *device, herd_model **out)
 {
     if (!ds)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "herd_model_create needs a dataset for the input shape");
+    const herd_backend *be;
+    HERD_TRY(backend_for(device, &be));
     int c, h, w, classes;
     herd_dataset_shape(ds, &c, &h, &w, &classes);
-    return herd_model_create_shape(name_or_path, c, h, w, classes, out);
+    return create_on(name_or_path, c, h, w, classes, be, out);
 }
 
-herd_status herd_model_init_params(herd_model *m, uint64_t seed)
+herd_status herd_model_create(const char *name_or_path, const herd_dataset *ds, herd_model **out)
 {
-    const herd_backend *be = m->be;
-    HERD_TRY(be->fill(m->n_param_floats, 0.0f, m->params));
-    HERD_TRY(be->fill(m->n_buffer_floats, 0.0f, m->buffers));
+    return herd_model_create_device(name_or_path, ds, "cpu", out);
+}
+
+static void init_layers(herd_model *m, uint64_t seed)
+{
     herd_rng rng;
     for (int i = 0; i < m->n_layers; i++) {
         herd_layer *l = &m->layers[i];
@@ -88,7 +118,35 @@ herd_status herd_model_init_params(herd_model *m, uint64_t seed)
         if (l->ops->init_params)
             l->ops->init_params(l, m, &rng);
     }
-    return HERD_OK;
+}
+
+herd_status herd_model_init_params(herd_model *m, uint64_t seed)
+{
+    const herd_backend *be = m->be;
+    if (be->host_memory) {
+        HERD_TRY(be->fill(m->n_param_floats, 0.0f, m->params));
+        HERD_TRY(be->fill(m->n_buffer_floats, 0.0f, m->buffers));
+        init_layers(m, seed);
+        return HERD_OK;
+    }
+    /* Layers initialise through host pointers (the same random draws on every
+     * backend), so a device model initialises zeroed host copies, swapped in for the
+     * duration, and uploads them. */
+    size_t pb = m->n_param_floats * sizeof(float), bb = m->n_buffer_floats * sizeof(float);
+    float *hp = herd_xcalloc(1, pb ? pb : 1), *hb = herd_xcalloc(1, bb ? bb : 1);
+    herd_status st = hp && hb ? HERD_OK : HERD_NOMEM(pb + bb);
+    if (st == HERD_OK) {
+        float *dp = m->params, *db = m->buffers;
+        m->params = hp, m->buffers = hb;
+        init_layers(m, seed);
+        m->params = dp, m->buffers = db;
+        st = be->memcpy_h2d(dp, hp, pb);
+        if (st == HERD_OK)
+            st = be->memcpy_h2d(db, hb, bb);
+    }
+    free(hp);
+    free(hb);
+    return st;
 }
 
 size_t herd_model_param_count(const herd_model *m) { return m->n_param_floats; }

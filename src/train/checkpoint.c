@@ -141,6 +141,9 @@ herd_status herd_checkpoint_save(const char *dir, const herd_model *m, herd_opti
 {
     if (!dir || !*dir || !m || !st)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "checkpoint_save: directory, model and state must be given");
+    if (!m->be->host_memory)
+        return HERD_ERR(HERD_ERR_UNSUPPORTED, "checkpoints of a model on '%s' are not supported "
+                        "yet (the optimizer state is not staged through the host)", m->be->name);
     if (st->global_step < 0)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "checkpoint_save: global_step %ld is negative", st->global_step);
     HERD_TRY(make_dirs(dir));
@@ -220,6 +223,9 @@ herd_status herd_checkpoint_load_latest(const char *dir, herd_model *m, herd_opt
 {
     if (!dir || !m || !st || !found)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "checkpoint_load_latest: directory, model, state and found must be given");
+    if (!m->be->host_memory)
+        return HERD_ERR(HERD_ERR_UNSUPPORTED, "checkpoints of a model on '%s' are not supported "
+                        "yet (the optimizer state is not staged through the host)", m->be->name);
     *found = false;
     char *lpath = path_join(dir, "latest", "");
     if (!lpath)
@@ -294,8 +300,8 @@ herd_status herd_checkpoint_load_latest(const char *dir, herd_model *m, herd_opt
     }
     /* Only now that both files are known good does anything change. */
     if (rc == HERD_OK) {
-        herd_weights_apply(m, wf);
-        for (int i = 0; o && i < herd_optimizer_state_count(o); i++) {
+        rc = herd_weights_apply(m, wf);
+        for (int i = 0; rc == HERD_OK && o && i < herd_optimizer_state_count(o); i++) {
             const char *name;
             size_t numel;
             float *dst = herd_optimizer_state(o, i, &name, &numel);

@@ -19,7 +19,38 @@ void herd_step_plan_free(herd_step_plan *p, herd_model *m)
 {
     herd_buckets_free(&p->buckets);
     m->be->free(p->dlogits);
+    m->be->free(p->x_dev);
+    m->be->free(p->labels_dev);
     p->dlogits = NULL;
+    p->x_dev = NULL;
+    p->labels_dev = NULL;
+    p->input_capacity = 0;
+}
+
+/* The batch as the backend sees it: the loader's host batch for the CPU, otherwise
+ * copies in buffers kept for the next batch. */
+static herd_status batch_to_backend(herd_model *m, float **x_dev, int32_t **labels_dev,
+                                    int *capacity, const herd_batch *b, herd_batch *out)
+{
+    *out = *b;
+    const herd_backend *be = m->be;
+    if (be->host_memory)
+        return HERD_OK;
+    size_t per_sample = (size_t)m->in_c * m->in_h * m->in_w;
+    if (b->n > *capacity) {
+        be->free(*x_dev);
+        be->free(*labels_dev);
+        *x_dev = be->alloc((size_t)b->n * per_sample * sizeof(float));
+        *labels_dev = be->alloc((size_t)b->n * sizeof(int32_t));
+        *capacity = *x_dev && *labels_dev ? b->n : 0;
+        if (!*capacity)
+            return HERD_NOMEM((size_t)b->n * per_sample * sizeof(float));
+    }
+    HERD_TRY(be->memcpy_h2d(*x_dev, b->x, (size_t)b->n * per_sample * sizeof(float)));
+    HERD_TRY(be->memcpy_h2d(*labels_dev, b->labels, (size_t)b->n * sizeof(int32_t)));
+    out->x = *x_dev;
+    out->labels = *labels_dev;
+    return HERD_OK;
 }
 
 static herd_status bucket_hook(void *user, int layer)
@@ -28,10 +59,13 @@ static herd_status bucket_hook(void *user, int layer)
     return herd_buckets_layer_done(&p->buckets, p->buckets.model, layer);
 }
 
-herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *b, int micro,
+herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *host, int micro,
                             int n_micro, float label_smoothing, uint64_t seed, herd_step_stats *s)
 {
     double t0 = herd_now();
+    herd_batch dev;
+    HERD_TRY(batch_to_backend(m, &p->x_dev, &p->labels_dev, &p->input_capacity, host, &dev));
+    const herd_batch *b = &dev;
     if (b->n > p->dlogits_capacity) {
         m->be->free(p->dlogits);
         size_t bytes = (size_t)b->n * m->classes * sizeof(float);
@@ -102,12 +136,18 @@ herd_status herd_eval_dataset(herd_model *m, herd_dataset *ds, int batch_size, h
         };
         herd_loader *loader;
         HERD_TRY(herd_loader_create(&slice, &lc, &loader));
+        float *x_dev = NULL;
+        int32_t *labels_dev = NULL;
+        int capacity = 0;
         st = herd_loader_start_epoch(loader, 0, 0);
         bool has = true;
         while (st == HERD_OK) {
-            herd_batch b;
-            st = herd_loader_next(loader, &b, &has);
+            herd_batch hb, b;
+            st = herd_loader_next(loader, &hb, &has);
             if (st != HERD_OK || !has)
+                break;
+            st = batch_to_backend(m, &x_dev, &labels_dev, &capacity, &hb, &b);
+            if (st != HERD_OK)
                 break;
             st = herd_model_reshape(m, b.n);
             if (st != HERD_OK)
@@ -124,6 +164,8 @@ herd_status herd_eval_dataset(herd_model *m, herd_dataset *ds, int batch_size, h
             sums[2] += b.n;
         }
         herd_loader_free(loader);
+        m->be->free(x_dev);
+        m->be->free(labels_dev);
     }
     /* Every rank joins the reduction, even after a local failure, so none hangs. */
     herd_status red = comm->ops->allreduce_f64(comm, sums, 3);

@@ -16,6 +16,11 @@ typedef struct herd_step_plan {
     bool sync_bn;
     float *dlogits;       /* scratch: gradient of the loss w.r.t. the logits */
     int dlogits_capacity;
+    /* Device copies of each batch's images and labels (unused for the CPU backend,
+     * which reads the loader's host batch directly); grown once to the largest batch. */
+    float *x_dev;
+    int32_t *labels_dev;
+    int input_capacity;
 } herd_step_plan;
 
 typedef struct herd_step_stats {

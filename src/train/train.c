@@ -320,6 +320,14 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg)
 {
     resolve_config(r, user_cfg);
     const herd_train_config *cfg = &r->cfg;
+    /* A device model moves data only at the edges; the paths that still touch
+     * parameters or gradients on the host (reductions across ranks or micro-batches,
+     * replica checks, optimizer-state checkpoints) are refused rather than crash. */
+    if (!r->m->be->host_memory &&
+        (r->comm->size > 1 || cfg->grad_accum > 1 || cfg->check_replicas || cfg->checkpoint_dir))
+        return HERD_ERR(HERD_ERR_UNSUPPORTED,
+                        "training on '%s' is one process without gradient accumulation, replica "
+                        "checks or checkpoints for now", r->m->be->name);
     HERD_TRY(check_signature(r));
     HERD_TRY(r->m->be->set_threads(cfg->threads));
     herd_loader_config lc = {

@@ -1,5 +1,6 @@
 /* The CPU backend's function table, memory, threads and the shared oneDNN engine. */
 #include <omp.h>
+#include <string.h>
 #include <pthread.h>
 
 #include "backend/cpu/cpu.h"
@@ -56,11 +57,21 @@ static herd_status cpu_set_threads(int threads)
     return HERD_OK;
 }
 
+static herd_status cpu_memcpy(void *dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        memcpy(dst, src, bytes);
+    return HERD_OK;
+}
+
 static const herd_backend cpu_backend = {
     .name = "cpu",
+    .host_memory = true,
     .supports_op = cpu_supports_op,
     .alloc = cpu_alloc,
     .free = cpu_free,
+    .memcpy_h2d = cpu_memcpy,
+    .memcpy_d2h = cpu_memcpy,
     .set_threads = cpu_set_threads,
     .gemm = herd_cpu_gemm,
     .bias_add = herd_cpu_bias_add,

@@ -151,6 +151,8 @@ herd_status herd_cuda_mul(size_t n, const float *a, const float *b, float *y);
 herd_status herd_cuda_add(size_t n, const float *a, const float *b, float *y);
 herd_status herd_cuda_axpy(size_t n, float alpha, const float *x, float *y);
 herd_status herd_cuda_copy(size_t n, const float *x, float *y);
+herd_status herd_cuda_memcpy_h2d(void *dst, const void *src, size_t bytes);
+herd_status herd_cuda_memcpy_d2h(void *dst, const void *src, size_t bytes);
 herd_status herd_cuda_fill(size_t n, float value, float *y);
 
 /* cuda_loss.cu */

@@ -154,6 +154,31 @@ extern "C" herd_status herd_cuda_copy(size_t n, const float *x, float *y)
     return HERD_OK;
 }
 
+/* Synchronous on purpose: the caller may overwrite or read the host side as soon as
+ * this returns (loader batches are recycled, saved weights are read at once). */
+static herd_status host_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                             const char *what)
+{
+    if (bytes == 0)
+        return HERD_OK;
+    if (!dst || !src)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s of %zu bytes with a NULL pointer", what, bytes);
+    cudaStream_t s = herd_cuda_ctx_get()->stream;
+    HERD_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, s), what);
+    HERD_CUDA(cudaStreamSynchronize(s), what);
+    return HERD_OK;
+}
+
+extern "C" herd_status herd_cuda_memcpy_h2d(void *dst, const void *src, size_t bytes)
+{
+    return host_copy(dst, src, bytes, cudaMemcpyHostToDevice, "host-to-device copy");
+}
+
+extern "C" herd_status herd_cuda_memcpy_d2h(void *dst, const void *src, size_t bytes)
+{
+    return host_copy(dst, src, bytes, cudaMemcpyDeviceToHost, "device-to-host copy");
+}
+
 extern "C" herd_status herd_cuda_dropout_fwd(size_t n, const float *x, float *y, float *mask,
                                              float p, uint64_t seed)
 {
