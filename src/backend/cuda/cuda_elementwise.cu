@@ -1,6 +1,7 @@
 /* Elementwise ops as grid-stride kernels, and dropout with the CPU backend's exact
  * random stream (so a run gives the same masks on either device). */
 #include "backend/cuda/cuda.h"
+#include "core/rng.h"
 
 #define GRID_STRIDE(i, n)                                                         \
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);        \
@@ -38,25 +39,9 @@ __global__ void k_fill(size_t n, float value, float *y)
     GRID_STRIDE(i, n) y[i] = value;
 }
 
-/* core/rng.c's splitmix64 / xoshiro256** on the device, bit for bit: the CPU backend
- * draws masks in 4096-element chunks, each from stream (seed, chunk, "drop"). */
+/* The CPU backend draws masks in 4096-element chunks, each from stream (seed, chunk,
+ * "drop") of core/rng.h; the same inline functions run here, so masks match bit for bit. */
 #define DROPOUT_CHUNK 4096
-
-__device__ static uint64_t d_splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-__device__ static uint64_t d_mix64(uint64_t a, uint64_t b)
-{
-    uint64_t x = a ^ (b * 0xd1b54a32d192ed03ULL);
-    return d_splitmix64(&x);
-}
-
-__device__ static uint64_t d_rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 /* One thread per chunk: the stream is sequential within a chunk. */
 __global__ void k_dropout(size_t n, const float *x, float *y, float *mask, float p,
@@ -65,21 +50,11 @@ __global__ void k_dropout(size_t n, const float *x, float *y, float *mask, float
     size_t chunks = (n + DROPOUT_CHUNK - 1) / DROPOUT_CHUNK;
     for (size_t ch = blockIdx.x * (size_t)blockDim.x + threadIdx.x; ch < chunks;
          ch += (size_t)gridDim.x * blockDim.x) {
-        uint64_t st = d_mix64(d_mix64(seed, ch + 1), 0x64726f70 /* "drop" */ + 1);
-        uint64_t s[4];
-        for (int i = 0; i < 4; i++)
-            s[i] = d_splitmix64(&st);
+        herd_rng r;
+        herd_rng_seed(&r, seed, ch, 0x64726f70 /* "drop" */);
         size_t end = (ch + 1) * DROPOUT_CHUNK < n ? (ch + 1) * DROPOUT_CHUNK : n;
         for (size_t i = ch * DROPOUT_CHUNK; i < end; i++) {
-            uint64_t r = d_rotl(s[1] * 5, 7) * 9;
-            uint64_t t = s[1] << 17;
-            s[2] ^= s[0];
-            s[3] ^= s[1];
-            s[1] ^= s[2];
-            s[0] ^= s[3];
-            s[2] ^= t;
-            s[3] = d_rotl(s[3], 45);
-            float u = (float)(r >> 40) * (1.0f / 16777216.0f);
+            float u = herd_rng_uniform(&r);
             float m = u >= p ? keep_scale : 0.0f;
             mask[i] = m;
             y[i] = x[i] * m;
