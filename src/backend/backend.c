@@ -88,3 +88,28 @@ herd_status herd_gemm_check(bool trans_a, bool trans_b, int m, int n, int k, con
         return HERD_ERR(HERD_ERR_INVALID_ARG, "gemm: NULL matrix");
     return HERD_OK;
 }
+
+herd_status herd_check_grad_beta(const char *op, float beta)
+{
+    if (beta != 0.0f && beta != 1.0f)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: beta must be 0 or 1, got %g", op, (double)beta);
+    return HERD_OK;
+}
+
+herd_status herd_bn_check_sizes(const char *op, int n, int c, int hw)
+{
+    if (n <= 0 || c <= 0 || hw <= 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: sizes must be positive (n=%d c=%d hw=%d)", op,
+                        n, c, hw);
+    return HERD_OK;
+}
+
+herd_status herd_bn_check_count(int64_t count)
+{
+    if (count < 2)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "batchnorm: training needs more than 1 value per channel (%lld in the "
+                        "batch); use a larger batch",
+                        (long long)count);
+    return HERD_OK;
+}

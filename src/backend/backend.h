@@ -187,6 +187,11 @@ void herd_backend_cuda_shutdown(void);
 herd_status herd_gemm_check(bool trans_a, bool trans_b, int m, int n, int k, const float *a,
                             int lda, const float *b, int ldb, const float *c, int ldc, bool *empty);
 
+/* Argument checks every backend shares (messages name the op). */
+herd_status herd_check_grad_beta(const char *op, float beta); /* beta is 0 or 1 */
+herd_status herd_bn_check_sizes(const char *op, int n, int c, int hw);
+herd_status herd_bn_check_count(int64_t count); /* training needs > 1 value per channel */
+
 /* Computes h_out/w_out and validates a conv description. */
 herd_status herd_conv_desc_finish(herd_conv_desc *d);
 herd_status herd_pool_desc_finish(herd_pool_desc *d);

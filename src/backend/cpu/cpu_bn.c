@@ -15,24 +15,6 @@
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 
-static herd_status check_sizes(const char *op, int n, int c, int hw)
-{
-    if (n <= 0 || c <= 0 || hw <= 0)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: sizes must be positive (n=%d c=%d hw=%d)", op,
-                        n, c, hw);
-    return HERD_OK;
-}
-
-static herd_status check_count(int64_t count)
-{
-    if (count < 2)
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "batchnorm: training needs more than 1 value per channel (%lld in the "
-                        "batch); use a larger batch",
-                        (long long)count);
-    return HERD_OK;
-}
-
 static inline double row_sum(const float *x, int hw)
 {
     /* Double accumulators: a plain float sum over a 28x28 plane loses ~1e-5 relative,
@@ -154,12 +136,12 @@ herd_status herd_cpu_bn_fwd_train(int n, int c, int hw, const float *x, const fl
                                   float *save_invstd, float *running_mean, float *running_var,
                                   float momentum, float eps)
 {
-    HERD_TRY(check_sizes("bn_fwd_train", n, c, hw));
+    HERD_TRY(herd_bn_check_sizes("bn_fwd_train", n, c, hw));
     if (!x || !gamma || !beta || !y || !save_mean || !save_invstd || !running_mean ||
         !running_var)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_fwd_train: NULL array");
     int64_t count = (int64_t)n * hw;
-    HERD_TRY(check_count(count));
+    HERD_TRY(herd_bn_check_count(count));
     size_t plane = (size_t)c * hw;
 #pragma omp parallel for schedule(static) if ((size_t)count * c >= HERD_CPU_PAR_MIN)
     for (int ch = 0; ch < c; ch++) {
@@ -176,7 +158,7 @@ herd_status herd_cpu_bn_fwd_infer(int n, int c, int hw, const float *x, const fl
                                   const float *beta, float *y, const float *running_mean,
                                   const float *running_var, float eps)
 {
-    HERD_TRY(check_sizes("bn_fwd_infer", n, c, hw));
+    HERD_TRY(herd_bn_check_sizes("bn_fwd_infer", n, c, hw));
     if (!x || !gamma || !beta || !y || !running_mean || !running_var)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_fwd_infer: NULL array");
     size_t plane = (size_t)c * hw;
@@ -193,23 +175,15 @@ herd_status herd_cpu_bn_fwd_infer(int n, int c, int hw, const float *x, const fl
     return HERD_OK;
 }
 
-static herd_status check_beta(const char *op, float beta)
-{
-    if (beta != 0.0f && beta != 1.0f)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: beta must be 0 or 1, got %g", op,
-                        (double)beta);
-    return HERD_OK;
-}
-
 herd_status herd_cpu_bn_bwd(int n, int c, int hw, const float *x, const float *dy,
                             const float *gamma, const float *save_mean, const float *save_invstd,
                             float *dx, float *dgamma, float *dbeta, float beta)
 {
-    HERD_TRY(check_sizes("bn_bwd", n, c, hw));
+    HERD_TRY(herd_bn_check_sizes("bn_bwd", n, c, hw));
     /* dx may be NULL: batch norm reading the model input needs no input gradient. */
     if (!x || !dy || !gamma || !save_mean || !save_invstd || !dgamma || !dbeta)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_bwd: NULL array");
-    HERD_TRY(check_beta("bn_bwd", beta));
+    HERD_TRY(herd_check_grad_beta("bn_bwd", beta));
     size_t plane = (size_t)c * hw;
     int64_t count = (int64_t)n * hw;
 #pragma omp parallel for schedule(static) if ((size_t)count * c >= HERD_CPU_PAR_MIN)
@@ -229,11 +203,11 @@ herd_status herd_cpu_bn_bwd(int n, int c, int hw, const float *x, const float *d
 herd_status herd_cpu_bn_stats(int n, int c, int hw, const float *x, const double *sum,
                               int64_t count, double *out)
 {
-    HERD_TRY(check_sizes("bn_stats", n, c, hw));
+    HERD_TRY(herd_bn_check_sizes("bn_stats", n, c, hw));
     if (!x || !out)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_stats: NULL array");
     if (sum)
-        HERD_TRY(check_count(count));
+        HERD_TRY(herd_bn_check_count(count));
     size_t plane = (size_t)c * hw;
 #pragma omp parallel for schedule(static) if ((size_t)n * plane >= HERD_CPU_PAR_MIN)
     for (int ch = 0; ch < c; ch++)
@@ -248,11 +222,11 @@ herd_status herd_cpu_bn_apply_train(int n, int c, int hw, const float *x, const 
                                     float *running_mean, float *running_var, float momentum,
                                     float eps)
 {
-    HERD_TRY(check_sizes("bn_apply_train", n, c, hw));
+    HERD_TRY(herd_bn_check_sizes("bn_apply_train", n, c, hw));
     if (!x || !gamma || !beta || !sum || !sqdev || !y || !save_mean || !save_invstd ||
         !running_mean || !running_var)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_apply_train: NULL array");
-    HERD_TRY(check_count(count));
+    HERD_TRY(herd_bn_check_count(count));
     size_t plane = (size_t)c * hw;
 #pragma omp parallel for schedule(static) if ((size_t)n * plane >= HERD_CPU_PAR_MIN)
     for (int ch = 0; ch < c; ch++)
@@ -267,10 +241,10 @@ herd_status herd_cpu_bn_bwd_reduce(int n, int c, int hw, const float *x, const f
                                    double *sum_dy, double *sum_dy_xc, float *dgamma,
                                    float *dbeta, float beta)
 {
-    HERD_TRY(check_sizes("bn_bwd_reduce", n, c, hw));
+    HERD_TRY(herd_bn_check_sizes("bn_bwd_reduce", n, c, hw));
     if (!x || !dy || !save_mean || !save_invstd || !sum_dy || !sum_dy_xc || !dgamma || !dbeta)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_bwd_reduce: NULL array");
-    HERD_TRY(check_beta("bn_bwd_reduce", beta));
+    HERD_TRY(herd_check_grad_beta("bn_bwd_reduce", beta));
     size_t plane = (size_t)c * hw;
 #pragma omp parallel for schedule(static) if ((size_t)n * plane >= HERD_CPU_PAR_MIN)
     for (int ch = 0; ch < c; ch++) {
@@ -286,10 +260,10 @@ herd_status herd_cpu_bn_bwd_apply(int n, int c, int hw, const float *x, const fl
                                   const float *save_invstd, const double *sum_dy,
                                   const double *sum_dy_xc, int64_t count, float *dx)
 {
-    HERD_TRY(check_sizes("bn_bwd_apply", n, c, hw));
+    HERD_TRY(herd_bn_check_sizes("bn_bwd_apply", n, c, hw));
     if (!x || !dy || !gamma || !save_mean || !save_invstd || !sum_dy || !sum_dy_xc || !dx)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_bwd_apply: NULL array");
-    HERD_TRY(check_count(count));
+    HERD_TRY(herd_bn_check_count(count));
     size_t plane = (size_t)c * hw;
 #pragma omp parallel for schedule(static) if ((size_t)n * plane >= HERD_CPU_PAR_MIN)
     for (int ch = 0; ch < c; ch++)

@@ -40,9 +40,7 @@ herd_status herd_cpu_bias_grad(int rows, int cols, const float *dy, float *db, f
     if (rows < 0 || cols < 0 || (cols > 0 && !db) || (rows * (size_t)cols > 0 && !dy))
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bias_grad: bad arguments (rows=%d cols=%d)", rows,
                         cols);
-    if (beta != 0.0f && beta != 1.0f)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "bias_grad: beta must be 0 or 1, got %g",
-                        (double)beta);
+    HERD_TRY(herd_check_grad_beta("bias_grad", beta));
     /* Column sums, row by row, so the inner loop is contiguous and vectorises. */
     if (beta == 0.0f)
         for (int j = 0; j < cols; j++)

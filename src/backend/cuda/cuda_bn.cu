@@ -259,30 +259,10 @@ static herd_status bn_dx(int n, int c, int hw, const float *x, const float *dy,
 
 static herd_status check_sizes(const char *op, int n, int c, int hw)
 {
-    if (n <= 0 || c <= 0 || hw <= 0)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: sizes must be positive (n=%d c=%d hw=%d)", op,
-                        n, c, hw);
+    HERD_TRY(herd_bn_check_sizes(op, n, c, hw));
     if (c > 65535) /* channels are the reduction grid's y dimension */
         return HERD_ERR(HERD_ERR_UNSUPPORTED, "%s: %d channels; the CUDA backend supports up to "
                         "65535", op, c);
-    return HERD_OK;
-}
-
-static herd_status check_count(int64_t count)
-{
-    if (count < 2)
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "batchnorm: training needs more than 1 value per channel (%lld in the "
-                        "batch); use a larger batch",
-                        (long long)count);
-    return HERD_OK;
-}
-
-static herd_status check_beta(const char *op, float beta)
-{
-    if (beta != 0.0f && beta != 1.0f)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: beta must be 0 or 1, got %g", op,
-                        (double)beta);
     return HERD_OK;
 }
 
@@ -297,7 +277,7 @@ extern "C" herd_status herd_cuda_bn_fwd_train(int n, int c, int hw, const float 
         !running_var)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_fwd_train: NULL array");
     int64_t count = (int64_t)n * hw;
-    HERD_TRY(check_count(count));
+    HERD_TRY(herd_bn_check_count(count));
     bn_scratch sc;
     HERD_TRY(bn_scratch_get(n, c, hw, &sc));
     double *sum = sc.tot, *sq = sc.tot + c;
@@ -334,7 +314,7 @@ extern "C" herd_status herd_cuda_bn_bwd(int n, int c, int hw, const float *x, co
     /* dx may be NULL: batch norm reading the model input needs no input gradient. */
     if (!x || !dy || !gamma || !save_mean || !save_invstd || !dgamma || !dbeta)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_bwd: NULL array");
-    HERD_TRY(check_beta("bn_bwd", beta));
+    HERD_TRY(herd_check_grad_beta("bn_bwd", beta));
     int64_t count = (int64_t)n * hw;
     bn_scratch sc;
     HERD_TRY(bn_scratch_get(n, c, hw, &sc));
@@ -353,7 +333,7 @@ extern "C" herd_status herd_cuda_bn_stats(int n, int c, int hw, const float *x, 
     if (!x || !out)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_stats: NULL array");
     if (sum)
-        HERD_TRY(check_count(count));
+        HERD_TRY(herd_bn_check_count(count));
     bn_scratch sc;
     HERD_TRY(bn_scratch_get(n, c, hw, &sc));
     if (sum)
@@ -372,7 +352,7 @@ extern "C" herd_status herd_cuda_bn_apply_train(int n, int c, int hw, const floa
     if (!x || !gamma || !beta || !sum || !sqdev || !y || !save_mean || !save_invstd ||
         !running_mean || !running_var)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_apply_train: NULL array");
-    HERD_TRY(check_count(count));
+    HERD_TRY(herd_bn_check_count(count));
     bn_scratch sc;
     HERD_TRY(bn_scratch_get(n, c, hw, &sc));
     k_bn_params<<<PER_CHANNEL(c)>>>(c, sum, sqdev, (double)count, gamma, beta, save_mean,
@@ -391,7 +371,7 @@ extern "C" herd_status herd_cuda_bn_bwd_reduce(int n, int c, int hw, const float
     HERD_TRY(check_sizes("bn_bwd_reduce", n, c, hw));
     if (!x || !dy || !save_mean || !save_invstd || !sum_dy || !sum_dy_xc || !dgamma || !dbeta)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_bwd_reduce: NULL array");
-    HERD_TRY(check_beta("bn_bwd_reduce", beta));
+    HERD_TRY(herd_check_grad_beta("bn_bwd_reduce", beta));
     int64_t count = (int64_t)n * hw;
     bn_scratch sc;
     HERD_TRY(bn_scratch_get(n, c, hw, &sc));
@@ -412,7 +392,7 @@ extern "C" herd_status herd_cuda_bn_bwd_apply(int n, int c, int hw, const float 
     HERD_TRY(check_sizes("bn_bwd_apply", n, c, hw));
     if (!x || !dy || !gamma || !save_mean || !save_invstd || !sum_dy || !sum_dy_xc || !dx)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_bwd_apply: NULL array");
-    HERD_TRY(check_count(count));
+    HERD_TRY(herd_bn_check_count(count));
     bn_scratch sc;
     HERD_TRY(bn_scratch_get(n, c, hw, &sc));
     k_bn_bwd_params<<<PER_CHANNEL(c)>>>(c, sum_dy, sum_dy_xc, (double)count, gamma, save_invstd,
