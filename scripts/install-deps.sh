@@ -6,7 +6,8 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   libdnnl-dev libcjson-dev zlib1g-dev libcmocka-dev
-  openmpi-bin libopenmpi-dev
+  openmpi-bin libopenmpi-dev libhwloc-dev
+  libprotobuf-c-dev protobuf-c-compiler libplplot-dev plplot-driver-cairo
   dataset-fashion-mnist
 )
 # The PyTorch reference and the kernel micro-benchmarks (bench/, tests/make_fixtures.py)
