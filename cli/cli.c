@@ -45,6 +45,32 @@ bool cli_parse_float(const char *s, double lo, double hi, double *out)
     return true;
 }
 
+/* Byte counts as nccl-tests writes them: 8, 64K, 128M, 1G (binary multiples). */
+bool cli_parse_size(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || errno || *s == '-')
+        return false;
+    unsigned shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10, end++; break;
+    case 'm': case 'M': shift = 20, end++; break;
+    case 'g': case 'G': shift = 30, end++; break;
+    default: break;
+    }
+    if (*end == 'B' || *end == 'b')
+        end++;
+    if (*end || v > (UINT64_MAX >> shift))
+        return false;
+    v <<= shift;
+    if (v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
 void cli_summary_str(cli_summary *s, const char *key, const char *value)
 {
     if (s->n >= 32)

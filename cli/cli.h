@@ -17,6 +17,8 @@ int cli_fail(herd_status st, const char *what);
 
 bool cli_parse_int(const char *s, long lo, long hi, long *out);
 bool cli_parse_float(const char *s, double lo, double hi, double *out);
+/* Sizes with K/M/G suffixes (powers of 1024) and an optional B: "64K", "1G", "4096". */
+bool cli_parse_size(const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
 
 /* The stable last line: key=value pairs, or one JSON object with --json. */
 typedef struct cli_summary {
