@@ -177,6 +177,12 @@ typedef struct herd_train_config {
     int grad_accum;        /* micro-batches per step; communicate on the last (1) */
     double bucket_mb;      /* gradient bucket size in MiB (25; the first bucket is 1) */
     bool check_replicas;   /* hash parameters after every step and abort if replicas differ */
+
+    /* Observability, written by rank 0 (docs/observability.md). */
+    const char *logdir;       /* TensorBoard event files in this directory (NULL = none) */
+    int histograms;           /* weight and gradient histograms every N steps into logdir (0 = none) */
+    const char *metrics_path; /* one JSON object per line per log interval and epoch (NULL = none) */
+    int log_every;            /* steps between logged points (0 = 50) */
 } herd_train_config;
 
 void herd_train_config_default(herd_train_config *cfg);
