@@ -231,23 +231,31 @@ static void test_corrupt_crc_is_reported(void **state)
 
 /* ------------------------------------------------- a training run's files */
 
+/* What the progress callback saw: the mean loss of each 4 steps (all batches are
+ * full, so the mean of the steps' losses is the mean per sample), each epoch's. */
 typedef struct logged {
     long steps[64];
     double loss[64], lr[64];
     int n;
+    double loss_sum; /* of the steps since the last logged one */
     int epochs;
-    double test_acc[8];
+    double epoch_loss[8], test_acc[8];
 } logged;
 
 static bool record(const herd_progress *p, void *user)
 {
     logged *l = user;
     if (p->epoch_end) {
+        l->epoch_loss[l->epochs] = p->loss;
         l->test_acc[l->epochs++] = p->evaluated ? p->test_acc : -1;
-    } else if (p->global_step % 4 == 0 && l->n < 64) {
+        return true;
+    }
+    l->loss_sum += p->step_loss;
+    if (p->global_step % 4 == 0 && l->n < 64) {
         l->steps[l->n] = p->global_step;
-        l->loss[l->n] = p->loss;
+        l->loss[l->n] = l->loss_sum / 4;
         l->lr[l->n++] = p->lr;
+        l->loss_sum = 0;
     }
     return true;
 }
@@ -290,7 +298,7 @@ static void check_event_file(const char *logdir, const logged *l, const herd_mod
         } else if (strcmp(v0->tag, "train/loss") == 0) {
             assert_true(step_events < l->n);
             assert_int_equal(ev->step, l->steps[step_events]);
-            assert_float_equal(v0->simple_value, (float)l->loss[step_events], 0);
+            assert_float_equal(v0->simple_value, l->loss[step_events], 1e-6 * l->loss[step_events]);
             assert_float_equal(scalar(ev, "lr", &found), (float)l->lr[step_events], 0);
             assert_true(found);
             for (size_t i = 0; i < sizeof phases / sizeof phases[0]; i++) {
@@ -301,6 +309,8 @@ static void check_event_file(const char *logdir, const logged *l, const herd_mod
             step_events++;
         } else {
             assert_string_equal(v0->tag, "epoch/train_loss");
+            assert_float_equal(v0->simple_value, l->epoch_loss[epoch_events],
+                               1e-6 * l->epoch_loss[epoch_events]);
             double acc = scalar(ev, "test/acc", &found);
             assert_true(found);
             assert_float_equal(acc, (float)l->test_acc[epoch_events], 0);
@@ -344,12 +354,14 @@ static void check_metrics_file(const char *path, const logged *l)
             assert_true(steps < l->n);
             assert_float_equal(step, (double)l->steps[steps], 0);
             assert_float_equal(cJSON_GetNumberValue(cJSON_GetObjectItem(o, "train_loss")),
-                               l->loss[steps], 1e-12);
+                               l->loss[steps], 1e-12 * l->loss[steps]);
             assert_false(cJSON_HasObjectItem(o, "test_acc"));
             steps++;
         } else {
             assert_string_equal(kind, "epoch");
             assert_float_equal(cJSON_GetNumberValue(cJSON_GetObjectItem(o, "epoch")), epochs + 1, 0);
+            assert_float_equal(cJSON_GetNumberValue(cJSON_GetObjectItem(o, "train_loss")),
+                               l->epoch_loss[epochs], 1e-12 * l->epoch_loss[epochs]);
             assert_float_equal(cJSON_GetNumberValue(cJSON_GetObjectItem(o, "test_acc")),
                                l->test_acc[epochs], 1e-12);
             assert_true(cJSON_HasObjectItem(o, "test_loss"));

@@ -265,6 +265,19 @@ typedef struct herd_bench_result {
 herd_status herd_bench_train(herd_model *m, herd_dataset *ds, int batch_size, int steps,
                              int warmup, int threads, herd_dist *dist, herd_bench_result *result);
 
+/* ------------------------------------------------------------------ plots */
+
+/* PNG plots drawn with PLplot (docs/observability.md). width and height in pixels;
+ * 0 picks a size that fits the content (1000 wide, 300 high per panel or 240 + 45 per rank). */
+
+/* Curves from a herd train --metrics file: one panel per entry of the comma-separated
+ * list `metrics` ("loss", "acc", "throughput"; NULL = all three) against the step. */
+herd_status herd_plot_metrics(const char *metrics_path, const char *png_path, const char *metrics,
+                              int width, int height);
+/* Per rank, the mean time per step in each phase (data wait, forward, backward,
+ * exposed communication, optimizer) as stacked horizontal bars, from a --timeline trace. */
+herd_status herd_plot_timeline(const char *trace_path, const char *png_path, int width, int height);
+
 #ifdef __cplusplus
 }
 #endif

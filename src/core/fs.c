@@ -2,6 +2,8 @@
 #include "core/fs.h"
 
 #include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -34,4 +36,39 @@ herd_status herd_make_dirs(const char *dir, const char *flag)
         st = HERD_ERR(HERD_ERR_IO, "'%s' exists but is not a directory; choose another %s", dir, flag);
     free(p);
     return st;
+}
+
+herd_status herd_read_text(const char *path, const char *what, const char *hint, char **out)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return HERD_ERR(HERD_ERR_IO, "cannot open %s '%s': %s; %s", what, path, strerror(errno), hint);
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            cap = cap ? 2 * cap : 8192;
+            char *b = realloc(buf, cap);
+            if (!b) {
+                free(buf);
+                fclose(f);
+                return HERD_NOMEM(cap);
+            }
+            buf = b;
+        }
+        size_t got = fread(buf + len, 1, 4096, f);
+        len += got;
+        if (got < 4096)
+            break;
+    }
+    bool failed = ferror(f);
+    fclose(f);
+    if (failed) {
+        free(buf);
+        return HERD_ERR(HERD_ERR_IO, "error reading %s '%s'", what, path);
+    }
+    buf[len] = '\0';
+    *out = buf;
+    return HERD_OK;
 }

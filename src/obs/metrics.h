@@ -6,15 +6,17 @@
 
 #include "herd/herd.h"
 
-/* One logging point, the same figures for --metrics and --logdir. Averages are
- * running ones over the epoch so far, as the console shows them. */
+/* One logging point, the same figures for --metrics and --logdir: means over the
+ * steps since the previous point ("step") or over the epoch's steps ("epoch"). */
 typedef struct herd_obs_figures {
     bool epoch_end; /* "kind": "epoch", else "step" */
     int epoch;      /* 1-based */
     long step;      /* global step */
     double time_s;  /* since training started */
-    double train_loss, train_acc, lr, samples_per_s;
-    double step_ms, data_wait_ms, forward_ms, backward_ms, comm_wait_ms, optimizer_ms;
+    double train_loss, train_acc; /* per sample, all ranks */
+    double lr;                    /* of the latest step */
+    double samples_per_s;         /* all ranks, training steps only (no evaluation) */
+    double step_ms, data_wait_ms, forward_ms, backward_ms, comm_wait_ms, optimizer_ms; /* rank 0 */
     bool evaluated; /* epoch_end only: test_loss and test_acc hold */
     double test_loss, test_acc;
     double loss_scale; /* mixed precision's dynamic loss scale; 0 when not used (left out) */

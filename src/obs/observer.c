@@ -11,8 +11,16 @@
 #include "obs/metrics.h"
 #include "obs/tensorboard.h"
 
+/* Sums over the steps of a log interval or of an epoch. */
+typedef struct step_sums {
+    double loss_sum, correct, samples;
+    herd_phase_times t;
+    long steps;
+} step_sums;
+
 struct herd_observer {
     const herd_model *m;
+    step_sums interval, epoch;
     herd_tb_writer *tb;
     herd_metrics_file *metrics;
     int log_every, histograms;
@@ -57,19 +65,49 @@ herd_status herd_observer_open(const herd_train_config *cfg, const herd_model *m
     return HERD_OK;
 }
 
-static herd_obs_figures figures(const herd_progress *p)
+static void add_step(step_sums *sum, const herd_obs_step *s)
 {
+    sum->loss_sum += s->loss_sum;
+    sum->correct += s->correct;
+    sum->samples += s->samples;
+    sum->t.data_wait += s->t.data_wait;
+    sum->t.forward += s->t.forward;
+    sum->t.backward += s->t.backward;
+    sum->t.comm_wait += s->t.comm_wait;
+    sum->t.optimizer += s->t.optimizer;
+    sum->t.total += s->t.total;
+    sum->steps++;
+}
+
+/* Means over the summed steps; lr and position from the latest progress. */
+static herd_obs_figures figures(const herd_progress *p, const step_sums *sum)
+{
+    double per_step = sum->steps ? 1e3 / (double)sum->steps : 0; /* ms */
+    double samples = sum->samples > 0 ? sum->samples : 1;
     return (herd_obs_figures){
         .epoch_end = p->epoch_end, .epoch = p->epoch, .step = p->global_step,
-        .time_s = p->elapsed_s, .train_loss = p->loss, .train_acc = p->acc, .lr = p->lr,
-        .samples_per_s = p->samples_per_s, .step_ms = 1e3 * p->phases.total,
-        .data_wait_ms = 1e3 * p->phases.data_wait, .forward_ms = 1e3 * p->phases.forward,
-        .backward_ms = 1e3 * p->phases.backward, .comm_wait_ms = 1e3 * p->phases.comm_wait,
-        .optimizer_ms = 1e3 * p->phases.optimizer, .evaluated = p->epoch_end && p->evaluated,
-        .test_loss = p->test_loss, .test_acc = p->test_acc,
+        .time_s = p->elapsed_s, .train_loss = sum->loss_sum / samples,
+        .train_acc = sum->correct / samples, .lr = p->lr,
+        .samples_per_s = sum->t.total > 0 ? sum->samples / sum->t.total : 0,
+        .step_ms = per_step * sum->t.total, .data_wait_ms = per_step * sum->t.data_wait,
+        .forward_ms = per_step * sum->t.forward, .backward_ms = per_step * sum->t.backward,
+        .comm_wait_ms = per_step * sum->t.comm_wait, .optimizer_ms = per_step * sum->t.optimizer,
+        .evaluated = p->epoch_end && p->evaluated, .test_loss = p->test_loss,
+        .test_acc = p->test_acc,
         /* The loss scaler of mixed precision sets .loss_scale here when it lands
          * (from herd_progress); 0 leaves it out of both files. */
     };
+}
+
+static herd_status log_scalars(herd_observer *o, const herd_obs_figures *f);
+
+static herd_status write_figures(herd_observer *o, const herd_obs_figures *f)
+{
+    if (o->metrics)
+        HERD_TRY(herd_metrics_write(o->metrics, f));
+    if (o->tb)
+        HERD_TRY(log_scalars(o, f));
+    return HERD_OK;
 }
 
 static herd_status log_scalars(herd_observer *o, const herd_obs_figures *f)
@@ -124,16 +162,16 @@ static herd_status log_histograms(herd_observer *o, long step)
     return HERD_OK;
 }
 
-herd_status herd_observer_step(herd_observer *o, const herd_progress *p)
+herd_status herd_observer_step(herd_observer *o, const herd_progress *p, const herd_obs_step *s)
 {
     if (!o)
         return HERD_OK;
+    add_step(&o->interval, s);
+    add_step(&o->epoch, s);
     if (p->global_step % o->log_every == 0) {
-        herd_obs_figures f = figures(p);
-        if (o->metrics)
-            HERD_TRY(herd_metrics_write(o->metrics, &f));
-        if (o->tb)
-            HERD_TRY(log_scalars(o, &f));
+        herd_obs_figures f = figures(p, &o->interval);
+        o->interval = (step_sums){0};
+        HERD_TRY(write_figures(o, &f));
     }
     if (o->histograms > 0 && p->global_step % o->histograms == 0)
         HERD_TRY(log_histograms(o, p->global_step));
@@ -144,14 +182,10 @@ herd_status herd_observer_epoch(herd_observer *o, const herd_progress *p)
 {
     if (!o)
         return HERD_OK;
-    herd_obs_figures f = figures(p);
-    if (o->metrics)
-        HERD_TRY(herd_metrics_write(o->metrics, &f));
-    if (o->tb) {
-        HERD_TRY(log_scalars(o, &f));
-        HERD_TRY(herd_tb_flush(o->tb));
-    }
-    return HERD_OK;
+    herd_obs_figures f = figures(p, &o->epoch);
+    o->epoch = (step_sums){0};
+    HERD_TRY(write_figures(o, &f));
+    return o->tb ? herd_tb_flush(o->tb) : HERD_OK;
 }
 
 herd_status herd_observer_close(herd_observer *o)

@@ -11,9 +11,16 @@ typedef struct herd_observer herd_observer;
  * these or rank is not 0. */
 herd_status herd_observer_open(const herd_train_config *cfg, const herd_model *m, int rank,
                                herd_observer **out);
-/* After every step: logs at each log interval, histograms every cfg->histograms steps. */
-herd_status herd_observer_step(herd_observer *o, const herd_progress *p);
-/* At each epoch end, after evaluation; flushes the event file. */
+/* One step as the loop measured it. */
+typedef struct herd_obs_step {
+    double loss_sum, correct, samples; /* over all ranks */
+    herd_phase_times t;                /* this rank's phases */
+} herd_obs_step;
+
+/* After every step: logs at each log interval (means over the interval's steps),
+ * histograms every cfg->histograms steps. */
+herd_status herd_observer_step(herd_observer *o, const herd_progress *p, const herd_obs_step *s);
+/* At each epoch end, after evaluation (means over the epoch); flushes the event file. */
 herd_status herd_observer_epoch(herd_observer *o, const herd_progress *p);
 /* Flushes and frees (NULL is fine). */
 herd_status herd_observer_close(herd_observer *o);

@@ -285,7 +285,8 @@ static herd_status run_epoch(run *r, int epoch, long first_step, double t_start,
         p.elapsed_s = herd_now() - t_start;
         long left = (long)(cfg->epochs - epoch - 1) * r->steps_per_epoch + (r->steps_per_epoch - step - 1);
         p.eta_s = left * (r->train_time / (double)(r->state.global_step - r->res->steps));
-        HERD_TRY(herd_observer_step(r->obs, &p));
+        herd_obs_step observed = {stats[0], stats[1], stats[2], s.t};
+        HERD_TRY(herd_observer_step(r->obs, &p, &observed));
         if (r->progress && !r->progress(&p, r->user)) {
             r->stop_requested = true;
             want_stop |= r->comm->size == 1; /* alone, nobody needs telling */
