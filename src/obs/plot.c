@@ -16,6 +16,7 @@
 /* ------------------------------------------------------------------ page */
 
 static char plplot_warning[256];
+static int page_width_px, subpage_height_px;
 
 /* PLplot's recoverable errors (plabort) come here instead of stderr. */
 static void keep_warning(PLCHAR_VECTOR msg)
@@ -64,7 +65,27 @@ herd_status herd_plot_begin(const char *png, int width, int height, int n_panels
     plscmap0(r, g, b, PLOT_N_COLORS);
     plssub(1, n_panels);
     plinit();
+    page_width_px = width;
+    subpage_height_px = height / n_panels;
     return HERD_OK;
+}
+
+double herd_plot_text_height(double px)
+{
+    PLFLT def_mm, ht_mm, x0, x1, y0, y1;
+    plgchr(&def_mm, &ht_mm);
+    plgspa(&x0, &x1, &y0, &y1);
+    double px_per_mm = (double)page_width_px / (x1 - x0);
+    double scale = def_mm > 0 && x1 > x0 ? px / (def_mm * px_per_mm) : 1;
+    plschr(0, scale);
+    return scale;
+}
+
+void herd_plot_viewport_px(double left, double right, double bottom, double top)
+{
+    double w = page_width_px, h = subpage_height_px;
+    plvpor(fmin(0.45, left / w), fmax(0.55, 1 - right / w), fmin(0.45, bottom / h),
+           fmax(0.55, 1 - top / h));
 }
 
 herd_status herd_plot_end(const char *png)
@@ -77,6 +98,8 @@ herd_status herd_plot_end(const char *png)
 }
 
 /* ---------------------------------------------------------- metrics file */
+
+#define TEXT_PX 11
 
 typedef struct series {
     double *x, *y;
@@ -203,8 +226,12 @@ static void panel(const series *train, const series *test, double x_max, const c
         hi = log10(hi);
     }
     double pad = hi > lo ? 0.06 * (hi - lo) : (lo != 0 ? 0.1 * fabs(lo) : 1);
+    /* The y label clears the widest tick label (digits of the largest value). */
+    double widest = log_y ? 4.5 : floor(log10(fmax(fabs(lo), fabs(hi)) + 1)) + 2;
+    double label_disp = 1.6 + 0.7 * fmax(widest, 3); /* in text heights */
     pladv(0);
-    plvpor(0.1, 0.96, 0.16, 0.88);
+    double text_scale = herd_plot_text_height(TEXT_PX);
+    herd_plot_viewport_px(TEXT_PX * (label_disp + 1.5), 24, TEXT_PX * 4.6, TEXT_PX * 3.4);
     plwind(0, x_max, lo - pad, hi + pad);
     plcol0(PLOT_GRID);
     plbox("g", 0, 0, log_y ? "g" : "g", 0, 0);
@@ -213,9 +240,7 @@ static void panel(const series *train, const series *test, double x_max, const c
     char y_text[96];
     snprintf(y_text, sizeof y_text, "%s%s", y_label, log_y ? " (log scale)" : "");
     pllab("step", "", title);
-    /* The y label clears the widest tick label (digits of the largest value). */
-    double widest = log_y ? 4.5 : floor(log10(fmax(fabs(lo), fabs(hi)) + 1)) + 2;
-    plmtex("l", 1.6 + 0.7 * fmax(widest, 3), 0.5, 0.5, y_text);
+    plmtex("l", label_disp, 0.5, 0.5, y_text);
     draw_line(train, PLOT_BLUE, log_y, false);
     if (test)
         draw_line(test, PLOT_ORANGE, log_y, true);
@@ -230,8 +255,8 @@ static void panel(const series *train, const series *test, double x_max, const c
     plcol0(PLOT_FG);
     pllegend(&lw, &lh, PL_LEGEND_BACKGROUND | PL_LEGEND_BOUNDING_BOX,
              legend_corner | PL_POSITION_RIGHT | PL_POSITION_INSIDE, 0.01, 0.02, 0.06, PLOT_BG,
-             PLOT_FG, 1, 0, 0, 2, opts, 1.0, 0.8, 1.8, 0, colors, texts, NULL, NULL, NULL,
-             NULL, colors, styles, widths, colors, scales, numbers, symbols);
+             PLOT_FG, 1, 0, 0, 2, opts, 1.0, 0.9 * text_scale, 1.8, 0, colors, texts, NULL, NULL,
+             NULL, NULL, colors, styles, widths, colors, scales, numbers, symbols);
 }
 
 /* Which panels: a comma-separated subset of loss, acc, throughput. */
@@ -285,7 +310,6 @@ herd_status herd_plot_metrics(const char *metrics_path, const char *png_path, co
         st = herd_plot_begin(png_path, width ? width : 1000, height ? height : 300 * n_panels,
                              n_panels);
     if (st == HERD_OK) {
-        plschr(0, n_panels > 2 ? 0.85 : 1.0);
         plsyax(7, 0); /* 12000 samples/s as it is, not 1.2 with an exponent aside */
         if (want[0])
             panel(&train[TRAIN_LOSS], &s[TEST_LOSS], x_max, "Loss", "loss", "train",

@@ -154,12 +154,15 @@ static void draw_bars(const trace_summary *t)
         steps_max = r->steps > steps_max ? r->steps : steps_max;
         label_len = fmax(label_len, r->label[0] ? (double)strlen(r->label) : 7);
     }
-    /* Room on the left for the longest rank label, on the right for the totals. */
-    double left = fmin(0.45, 0.03 + 0.0095 * label_len);
+    /* Margins in pixels: the longest rank label on the left; the totals column
+     * and the legend on the right. */
+    const double text_px = 11, char_px = 0.8 * text_px;
     pladv(0);
-    plschr(0, 0.9);
-    plvpor(left, 0.76, 0.18, 0.88);
-    plwind(0, x_max > 0 ? 1.2 * x_max : 1, -0.6, t->n - 0.4);
+    double text_scale = herd_plot_text_height(text_px);
+    herd_plot_viewport_px(1.5 * text_px + char_px * label_len, 11 * char_px + 230, 4.5 * text_px,
+                          3 * text_px);
+    double y_lo = -0.6, y_hi = t->n - 0.4;
+    plwind(0, x_max > 0 ? 1.03 * x_max : 1, y_lo, y_hi);
     plcol0(PLOT_GRID);
     plbox("g", 0, 0, "", 0, 0);
     for (int i = 0; i < t->n; i++) {
@@ -178,9 +181,9 @@ static void draw_bars(const trace_summary *t)
         if (total > phases)
             fill_box(x, total, y - 0.35, y + 0.35, colors[N_PHASES]);
         char text[32];
-        snprintf(text, sizeof text, " %.2f ms", total);
+        snprintf(text, sizeof text, "%.2f ms", fmax(total, phases));
         plcol0(PLOT_FG);
-        plptex(fmax(total, phases), y, 1, 0, 0, text);
+        plmtex("rv", 0.8, (y - y_lo) / (y_hi - y_lo), 0, text); /* the totals column */
     }
     plcol0(PLOT_FG);
     plslabelfunc(rank_label, (PLPointer)t);
@@ -209,8 +212,8 @@ static void draw_bars(const trace_summary *t)
         legend_texts[k] = texts[k];
     }
     PLFLT lw, lh;
-    pllegend(&lw, &lh, 0, PL_POSITION_RIGHT | PL_POSITION_OUTSIDE, 0.02, 0, 0.04,
-             PLOT_BG, PLOT_FG, 1, N_PHASES + 1, 1, N_PHASES + 1, opts, 0.5, 0.85, 2.0, 0, text_colors,
+    pllegend(&lw, &lh, 0, PL_POSITION_RIGHT | PL_POSITION_INSIDE | PL_POSITION_SUBPAGE, 0.01, 0, 0.03,
+             PLOT_BG, PLOT_FG, 1, N_PHASES + 1, 1, N_PHASES + 1, opts, 0.5, 0.9 * text_scale, 2.0, 0, text_colors,
              legend_texts, box_colors, patterns, scales, widths, NULL, NULL, NULL, NULL, NULL, NULL,
              NULL);
 }
