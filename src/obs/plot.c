@@ -157,10 +157,11 @@ static herd_status read_metrics(const char *path, series *s)
                             &text));
     herd_status st = HERD_OK;
     int line_no = 0, lines = 0;
-    char *save = NULL;
-    for (char *line = strtok_r(text, "\n", &save); line && st == HERD_OK;
-         line = strtok_r(NULL, "\n", &save)) {
+    for (char *line = text, *next; line && *line && st == HERD_OK; line = next) {
         line_no++;
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
         if (strspn(line, " \t\r") == strlen(line))
             continue;
         cJSON *o = cJSON_Parse(line);
@@ -205,7 +206,7 @@ static void draw_line(const series *s, int color, bool log_y, bool markers)
     plwidth(2);
     plline(s->n, s->x, y);
     if (markers)
-        plstring(s->n, s->x, y, "#(728)"); /* a filled circle */
+        plstring(s->n, s->x, y, "#(728)"); /* a Hershey star: the evaluated points */
     plwidth(1);
     free(y);
 }
@@ -234,7 +235,7 @@ static void panel(const series *train, const series *test, double x_max, const c
     herd_plot_viewport_px(TEXT_PX * (label_disp + 1.5), 24, TEXT_PX * 4.6, TEXT_PX * 3.4);
     plwind(0, x_max, lo - pad, hi + pad);
     plcol0(PLOT_GRID);
-    plbox("g", 0, 0, log_y ? "g" : "g", 0, 0);
+    plbox("g", 0, 0, "g", 0, 0);
     plcol0(PLOT_FG);
     plbox("bcnst", 0, 0, log_y ? "bcnstvl" : "bcnstv", 0, 0);
     char y_text[96];
