@@ -37,5 +37,6 @@ int cmd_eval(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_models(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_plot(int argc, char **argv);
 
 #endif

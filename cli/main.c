@@ -17,6 +17,7 @@ static void usage(FILE *out)
             "  bench    benchmarks: 'herd bench train' measures training throughput\n"
             "  models   list the model zoo with parameter counts and FLOPs\n"
             "  run      start a multi-process job through mpirun: herd run -np 4 -- train ...\n"
+            "  plot     PNG curves from a --metrics file, or step times from a --timeline trace\n"
             "\n"
             "  --version  print the version and the libraries this build uses\n"
             "  --help     this text\n");
@@ -47,6 +48,8 @@ int main(int argc, char **argv)
         return cmd_models(argc - 1, argv + 1);
     if (strcmp(cmd, "run") == 0)
         return cmd_run(argc - 1, argv + 1);
+    if (strcmp(cmd, "plot") == 0)
+        return cmd_plot(argc - 1, argv + 1);
     fprintf(stderr, "herd: error: unknown command '%s'; run 'herd --help' for the list\n", cmd);
     return CLI_USAGE;
 }

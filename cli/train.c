@@ -49,7 +49,11 @@ static const char train_help[] =
     "  --comm-timeout S         abort the job after S s in one collective (300)\n"
     "  --train-samples N        use only the first N training samples\n"
     "  --save FILE              write the final weights (safetensors)\n"
-    "  --log-every N            steps between progress lines when not on a terminal (50)\n"
+    "  --log-every N            steps between progress lines when not on a terminal, and\n"
+    "                           between points in --logdir and --metrics (50)\n"
+    "  --logdir DIR             TensorBoard event files (tensorboard --logdir DIR)\n"
+    "  --histograms N           also weight and gradient histograms every N steps\n"
+    "  --metrics FILE           one JSON object per line per log interval and epoch\n"
     "  --quiet                  no progress, only the summary line\n"
     "  --json                   print the summary as a JSON object\n"
     "\n"
@@ -62,7 +66,7 @@ enum {
     OPT_WARMUP, OPT_AUGMENT, OPT_SMOOTH, OPT_THREADS, OPT_SEED, OPT_CKPT, OPT_RESUME, OPT_EVAL,
     OPT_MAX_STEPS, OPT_TRAIN_SAMPLES, OPT_SAVE, OPT_LOG_EVERY, OPT_QUIET, OPT_JSON, OPT_HELP,
     OPT_LR_SCALING, OPT_SYNC_BN, OPT_COMPRESS, OPT_GRAD_ACCUM, OPT_BUCKET_MB, OPT_CHECK_REPLICAS,
-    OPT_STALL_WARNING, OPT_COMM_TIMEOUT, OPT_DEVICE,
+    OPT_STALL_WARNING, OPT_COMM_TIMEOUT, OPT_DEVICE, OPT_LOGDIR, OPT_HISTOGRAMS, OPT_METRICS,
 };
 
 static const struct option train_options[] = {
@@ -104,12 +108,15 @@ static const struct option train_options[] = {
     {"check-replicas", no_argument, 0, OPT_CHECK_REPLICAS},
     {"stall-warning", required_argument, 0, OPT_STALL_WARNING},
     {"comm-timeout", required_argument, 0, OPT_COMM_TIMEOUT},
+    {"logdir", required_argument, 0, OPT_LOGDIR},
+    {"histograms", required_argument, 0, OPT_HISTOGRAMS},
+    {"metrics", required_argument, 0, OPT_METRICS},
     {0, 0, 0, 0},
 };
 
 typedef struct train_args {
     const char *model, *data, *save, *device;
-    long train_samples, log_every;
+    long train_samples;
     bool quiet, json;
     herd_train_config cfg;
     herd_dist_config dist;
@@ -203,7 +210,10 @@ static int parse_train_args(int argc, char **argv, train_args *a)
         case OPT_MAX_STEPS: INT_ARG(1, 1L << 40, c->max_steps, "--max-steps"); break;
         case OPT_TRAIN_SAMPLES: INT_ARG(1, 1L << 40, a->train_samples, "--train-samples"); break;
         case OPT_SAVE: a->save = optarg; break;
-        case OPT_LOG_EVERY: INT_ARG(1, 1L << 30, a->log_every, "--log-every"); break;
+        case OPT_LOG_EVERY: INT_ARG(1, 1L << 30, c->log_every, "--log-every"); break;
+        case OPT_LOGDIR: c->logdir = optarg; break;
+        case OPT_HISTOGRAMS: INT_ARG(1, 1L << 30, c->histograms, "--histograms"); break;
+        case OPT_METRICS: c->metrics_path = optarg; break;
         case OPT_QUIET: a->quiet = true; break;
         case OPT_JSON: a->json = true; break;
         case OPT_HELP: fputs(train_help, stdout); return CLI_OK;
@@ -241,6 +251,8 @@ static int parse_train_args(int argc, char **argv, train_args *a)
         return cli_usage_error("train", "--schedule step needs --milestones");
     if (c->resume && !c->checkpoint_dir)
         return cli_usage_error("train", "--resume needs --checkpoint-dir");
+    if (c->histograms && !c->logdir)
+        return cli_usage_error("train", "--histograms writes TensorBoard files: add --logdir DIR");
     return -1;
 }
 
@@ -296,7 +308,7 @@ int cmd_train(int argc, char **argv)
                     herd_dist_size(dist), herd_dist_backend(dist), a.cfg.batch_size,
                     a.cfg.batch_size * a.cfg.grad_accum * herd_dist_size(dist));
     }
-    herd_console_progress progress = {.stream = stderr, .log_every = (int)a.log_every};
+    herd_console_progress progress = {.stream = stderr, .log_every = a.cfg.log_every};
     herd_train_result res;
     st = herd_train(m, train, test, &a.cfg, a.quiet ? NULL : rank0_progress, &progress, &res);
     if (st != HERD_OK) {

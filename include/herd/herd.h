@@ -177,6 +177,12 @@ typedef struct herd_train_config {
     int grad_accum;        /* micro-batches per step; communicate on the last (1) */
     double bucket_mb;      /* gradient bucket size in MiB (25; the first bucket is 1) */
     bool check_replicas;   /* hash parameters after every step and abort if replicas differ */
+
+    /* Observability, written by rank 0 (docs/observability.md). */
+    const char *logdir;       /* TensorBoard event files in this directory (NULL = none) */
+    int histograms;           /* weight and gradient histograms every N steps into logdir (0 = none) */
+    const char *metrics_path; /* one JSON object per line per log interval and epoch (NULL = none) */
+    int log_every;            /* steps between logged points (0 = 50) */
 } herd_train_config;
 
 void herd_train_config_default(herd_train_config *cfg);
@@ -258,6 +264,19 @@ typedef struct herd_bench_result {
 /* dist: NULL for one process. Every rank gets the same result. */
 herd_status herd_bench_train(herd_model *m, herd_dataset *ds, int batch_size, int steps,
                              int warmup, int threads, herd_dist *dist, herd_bench_result *result);
+
+/* ------------------------------------------------------------------ plots */
+
+/* PNG plots drawn with PLplot (docs/observability.md). width and height in pixels;
+ * 0 picks a size that fits the content (1000 wide, 300 high per panel or 240 + 45 per rank). */
+
+/* Curves from a herd train --metrics file: one panel per entry of the comma-separated
+ * list `metrics` ("loss", "acc", "throughput"; NULL = all three) against the step. */
+herd_status herd_plot_metrics(const char *metrics_path, const char *png_path, const char *metrics,
+                              int width, int height);
+/* Per rank, the mean time per step in each phase (data wait, forward, backward,
+ * exposed communication, optimizer) as stacked horizontal bars, from a --timeline trace. */
+herd_status herd_plot_timeline(const char *trace_path, const char *png_path, int width, int height);
 
 #ifdef __cplusplus
 }

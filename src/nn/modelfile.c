@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/fs.h"
 #include "nn/model.h"
 
 /* Blanks out comments in place, keeping offsets so parse errors point at the right line. */
@@ -251,42 +252,6 @@ done:
     return st;
 }
 
-/* Reads a whole text file. */
-static herd_status read_text(const char *path, char **out)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return HERD_ERR(HERD_ERR_IO, "cannot open model file '%s': %m; give a zoo name (herd models) "
-                        "or the path of a model file", path);
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4096 + 1 > cap) {
-            cap = cap ? 2 * cap : 8192;
-            char *b = realloc(buf, cap);
-            if (!b) {
-                free(buf);
-                fclose(f);
-                return HERD_NOMEM(cap);
-            }
-            buf = b;
-        }
-        size_t got = fread(buf + len, 1, 4096, f);
-        len += got;
-        if (got < 4096)
-            break;
-    }
-    bool failed = ferror(f);
-    fclose(f);
-    if (failed) {
-        free(buf);
-        return HERD_ERR(HERD_ERR_IO, "error reading model file '%s'", path);
-    }
-    buf[len] = '\0';
-    *out = buf;
-    return HERD_OK;
-}
-
 /* The "name" field of a model file, if any. */
 static void model_name_from_text(const char *text, const char *fallback, char *name, size_t len)
 {
@@ -312,7 +277,8 @@ herd_status herd_model_parse(const char *name_or_path, int classes, herd_layer_s
         return herd_model_parse_text(zoo, name_or_path, classes, specs, n_specs);
     }
     char *text = NULL;
-    HERD_TRY(read_text(name_or_path, &text));
+    HERD_TRY(herd_read_text(name_or_path, "model file",
+                            "give a zoo name (herd models) or the path of a model file", &text));
     model_name_from_text(text, name_or_path, model_name, name_len);
     herd_status st = herd_model_parse_text(text, name_or_path, classes, specs, n_specs);
     free(text);

@@ -39,4 +39,8 @@ void herd_train_config_default(herd_train_config *cfg)
     cfg->grad_accum = 1;
     cfg->bucket_mb = 25.0;
     cfg->check_replicas = false;
+    cfg->logdir = NULL;
+    cfg->histograms = 0;
+    cfg->metrics_path = NULL;
+    cfg->log_every = 0; /* 50 */
 }

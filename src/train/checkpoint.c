@@ -16,41 +16,13 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/fs.h"
 #include "core/safetensors.h"
 #include "nn/weights.h"
 
 #define CKPT_KEEP 2
 
 static const char *kind_name(herd_optimizer_kind k) { return k == HERD_OPT_ADAMW ? "adamw" : "sgd"; }
-
-/* mkdir -p: each missing component in turn. */
-static herd_status make_dirs(const char *dir)
-{
-    char *p = strdup(dir);
-    if (!p)
-        return HERD_NOMEM(strlen(dir) + 1);
-    herd_status st = HERD_OK;
-    for (char *s = p + 1;; s++) {
-        if (*s != '/' && *s != '\0')
-            continue;
-        char c = *s;
-        *s = '\0';
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-            st = HERD_ERR(HERD_ERR_IO, "cannot create checkpoint directory '%s': %s; check the path and permissions",
-                          p, strerror(errno));
-            break;
-        }
-        *s = c;
-        if (c == '\0')
-            break;
-    }
-    struct stat sb;
-    if (st == HERD_OK && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)))
-        st = HERD_ERR(HERD_ERR_IO, "checkpoint path '%s' exists but is not a directory; choose another --checkpoint-dir",
-                      dir);
-    free(p);
-    return st;
-}
 
 static char *path_join(const char *dir, const char *base, const char *suffix)
 {
@@ -146,7 +118,7 @@ herd_status herd_checkpoint_save(const char *dir, const herd_model *m, herd_opti
                         "yet (the optimizer state is not staged through the host)", m->be->name);
     if (st->global_step < 0)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "checkpoint_save: global_step %ld is negative", st->global_step);
-    HERD_TRY(make_dirs(dir));
+    HERD_TRY(herd_make_dirs(dir, "--checkpoint-dir"));
 
     char base[48];
     snprintf(base, sizeof base, "ckpt-%ld", st->global_step);

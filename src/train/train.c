@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "dist/replica.h"
 #include "dist/signature.h"
+#include "obs/observer.h"
 #include "train/checkpoint.h"
 #include "train/step.h"
 
@@ -27,6 +28,7 @@ typedef struct run {
     double train_time;    /* seconds in training steps (excludes evaluation) */
     double train_samples; /* over all ranks */
     bool stop_requested;  /* a progress callback asked to stop */
+    herd_observer *obs;   /* --logdir / --metrics (rank 0; NULL when not asked) */
 } run;
 
 static herd_status validate(const herd_train_config *c)
@@ -283,6 +285,8 @@ static herd_status run_epoch(run *r, int epoch, long first_step, double t_start,
         p.elapsed_s = herd_now() - t_start;
         long left = (long)(cfg->epochs - epoch - 1) * r->steps_per_epoch + (r->steps_per_epoch - step - 1);
         p.eta_s = left * (r->train_time / (double)(r->state.global_step - r->res->steps));
+        herd_obs_step observed = {stats[0], stats[1], stats[2], s.t};
+        HERD_TRY(herd_observer_step(r->obs, &p, &observed));
         if (r->progress && !r->progress(&p, r->user)) {
             r->stop_requested = true;
             want_stop |= r->comm->size == 1; /* alone, nobody needs telling */
@@ -311,6 +315,7 @@ static herd_status run_epoch(run *r, int epoch, long first_step, double t_start,
         activity(r, "writing a checkpoint");
         HERD_TRY(herd_checkpoint_save(cfg->checkpoint_dir, r->m, r->opt, &r->state));
     }
+    HERD_TRY(herd_observer_epoch(r->obs, &p));
     if (r->progress)
         r->progress(&p, r->user);
     return HERD_OK;
@@ -339,6 +344,7 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg)
     long batches = herd_loader_batches_per_epoch(r->loader);
     r->steps_per_epoch = (batches + cfg->grad_accum - 1) / cfg->grad_accum;
     HERD_TRY(herd_optimizer_create(cfg, r->m, &r->opt));
+    HERD_TRY(herd_observer_open(cfg, r->m, r->comm->rank, &r->obs));
     HERD_TRY(herd_step_plan_init(&r->plan, r->m, r->comm, cfg->bucket_mb,
                                  (herd_wire_type)cfg->compress, cfg->sync_bn));
     r->state = (herd_train_state){.seed = cfg->seed, .batch_size = cfg->batch_size};
@@ -406,6 +412,9 @@ herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
         r.comm = own;
     }
     herd_status st = train_run(&r, cfg);
+    herd_status obs_st = herd_observer_close(r.obs); /* flushes the last records */
+    if (st == HERD_OK)
+        st = obs_st;
     herd_step_plan_free(&r.plan, m);
     herd_optimizer_free(r.opt);
     herd_loader_free(r.loader);

@@ -1,0 +1,83 @@
+/* --metrics FILE: one JSON object per line (cJSON), per logging interval and per epoch. */
+#include "obs/metrics.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+struct herd_metrics_file {
+    FILE *f;
+    char *path;
+};
+
+herd_status herd_metrics_open(const char *path, bool append, herd_metrics_file **out)
+{
+    *out = NULL;
+    if (!path || !*path)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "--metrics needs a file name");
+    herd_metrics_file *m = calloc(1, sizeof *m);
+    if (!m || !(m->path = strdup(path))) {
+        free(m);
+        return HERD_NOMEM(strlen(path) + sizeof *m);
+    }
+    if (!(m->f = fopen(path, append ? "a" : "w"))) {
+        herd_status st = HERD_ERR(HERD_ERR_IO, "cannot create the metrics file '%s': %s; check "
+                                  "--metrics", path, strerror(errno));
+        free(m->path);
+        free(m);
+        return st;
+    }
+    *out = m;
+    return HERD_OK;
+}
+
+herd_status herd_metrics_write(herd_metrics_file *m, const herd_obs_figures *f)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return HERD_NOMEM(sizeof(cJSON));
+    cJSON_AddStringToObject(o, "kind", f->epoch_end ? "epoch" : "step");
+    cJSON_AddNumberToObject(o, "epoch", f->epoch);
+    cJSON_AddNumberToObject(o, "step", (double)f->step);
+    const struct { const char *key; double value; } nums[] = {
+        {"time_s", f->time_s}, {"train_loss", f->train_loss}, {"train_acc", f->train_acc},
+        {"lr", f->lr}, {"samples_per_s", f->samples_per_s}, {"step_ms", f->step_ms},
+        {"data_wait_ms", f->data_wait_ms}, {"forward_ms", f->forward_ms},
+        {"backward_ms", f->backward_ms}, {"comm_wait_ms", f->comm_wait_ms},
+        {"optimizer_ms", f->optimizer_ms},
+    };
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
+        cJSON_AddNumberToObject(o, nums[i].key, nums[i].value);
+    if (f->epoch_end && f->evaluated) {
+        cJSON_AddNumberToObject(o, "test_loss", f->test_loss);
+        cJSON_AddNumberToObject(o, "test_acc", f->test_acc);
+    }
+    if (f->loss_scale > 0)
+        cJSON_AddNumberToObject(o, "loss_scale", f->loss_scale);
+    char *line = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!line)
+        return HERD_NOMEM(1024);
+    bool ok = fprintf(m->f, "%s\n", line) >= 0 && fflush(m->f) == 0;
+    free(line);
+    if (!ok)
+        return HERD_ERR(HERD_ERR_IO, "cannot write the metrics file '%s': %s; check the disk space",
+                        m->path, strerror(errno));
+    return HERD_OK;
+}
+
+herd_status herd_metrics_close(herd_metrics_file *m)
+{
+    if (!m)
+        return HERD_OK;
+    herd_status st = HERD_OK;
+    if (fclose(m->f) != 0)
+        st = HERD_ERR(HERD_ERR_IO, "cannot close the metrics file '%s': %s", m->path, strerror(errno));
+    free(m->path);
+    free(m);
+    return st;
+}

@@ -1,0 +1,28 @@
+/* What the training loop reports beyond the progress callback: TensorBoard event
+ * files (--logdir, --histograms) and the metrics file (--metrics). Rank 0 only. */
+#ifndef HERD_OBS_OBSERVER_H
+#define HERD_OBS_OBSERVER_H
+
+#include "herd/herd.h"
+
+typedef struct herd_observer herd_observer;
+
+/* *out stays NULL (and every call below does nothing) when cfg asks for none of
+ * these or rank is not 0. */
+herd_status herd_observer_open(const herd_train_config *cfg, const herd_model *m, int rank,
+                               herd_observer **out);
+/* One step as the loop measured it. */
+typedef struct herd_obs_step {
+    double loss_sum, correct, samples; /* over all ranks */
+    herd_phase_times t;                /* this rank's phases */
+} herd_obs_step;
+
+/* After every step: logs at each log interval (means over the interval's steps),
+ * histograms every cfg->histograms steps. */
+herd_status herd_observer_step(herd_observer *o, const herd_progress *p, const herd_obs_step *s);
+/* At each epoch end, after evaluation (means over the epoch); flushes the event file. */
+herd_status herd_observer_epoch(herd_observer *o, const herd_progress *p);
+/* Flushes and frees (NULL is fine). */
+herd_status herd_observer_close(herd_observer *o);
+
+#endif
