@@ -65,8 +65,8 @@ static void print_table(const bench_allreduce_config *cfg, const bench_allreduce
 
 static void print_fusion(const bench_allreduce_config *cfg, const bench_allreduce_result *r)
 {
-    size_t elem = herd_wire_type_size(cfg->type);
-    unsigned long long tensor = (cfg->min_bytes / elem ? cfg->min_bytes / elem : 1) * elem;
+    unsigned long long tensor =
+        bench_allreduce_count(cfg->type, cfg->min_bytes) * herd_wire_type_size(cfg->type);
     int k = cfg->fused_tensors;
     printf("# herd bench allreduce --fused-tensors: %d rank(s) on %d host(s), communicator %s, "
            "%d tensors of %llu B (%s), %d steps after %d warm-up\n",

@@ -33,6 +33,12 @@ bool bench_parse_type(const char *name, herd_wire_type *out)
     return false;
 }
 
+uint64_t bench_allreduce_count(herd_wire_type type, uint64_t bytes)
+{
+    uint64_t count = bytes / herd_wire_type_size(type);
+    return count ? count : 1;
+}
+
 double bench_allreduce_bus_factor(int ranks) { return 2.0 * (ranks - 1) / ranks; }
 
 /* ------------------------------------------------------------ verification */
@@ -230,7 +236,6 @@ static herd_status run_size(herd_comm *c, const bench_allreduce_config *cfg, voi
 static herd_status run_sweep(herd_comm *c, const bench_allreduce_config *cfg, void *buf,
                              bench_allreduce_result *out)
 {
-    size_t elem = herd_wire_type_size(cfg->type);
     int cap = 0;
     for (uint64_t b = cfg->min_bytes; b <= cfg->max_bytes; b *= (uint64_t)cfg->factor) {
         cap++;
@@ -243,7 +248,7 @@ static herd_status run_sweep(herd_comm *c, const bench_allreduce_config *cfg, vo
     double sum = 0, ref_sum = 0;
     uint64_t bytes = cfg->min_bytes;
     for (int i = 0; i < cap; i++, bytes *= (uint64_t)cfg->factor) {
-        uint64_t count = bytes / elem ? bytes / elem : 1; /* whole elements, at least one */
+        uint64_t count = bench_allreduce_count(cfg->type, bytes);
         bench_allreduce_row *row = &out->rows[out->n_rows];
         HERD_TRY(run_size(c, cfg, buf, count, row));
         out->n_rows++;
@@ -259,8 +264,7 @@ static herd_status run_sweep(herd_comm *c, const bench_allreduce_config *cfg, vo
 static herd_status run_fused(herd_comm *c, const bench_allreduce_config *cfg, void *buf,
                              bench_allreduce_result *out)
 {
-    size_t elem = herd_wire_type_size(cfg->type);
-    uint64_t count = cfg->min_bytes / elem ? cfg->min_bytes / elem : 1;
+    uint64_t count = bench_allreduce_count(cfg->type, cfg->min_bytes);
     int k = cfg->fused_tensors;
     int64_t wrong = 0;
     double seconds = 0;
@@ -310,9 +314,9 @@ herd_status bench_allreduce(herd_comm *c, const bench_allreduce_config *cfg,
     out->ref_avg_busbw_gbps = -1;
     HERD_TRY(count_hosts(c, &out->hosts));
     size_t elem = herd_wire_type_size(cfg->type);
-    uint64_t bytes = cfg->fused_tensors > 0 ? (cfg->min_bytes / elem + !(cfg->min_bytes / elem)) *
-                                                  elem * (uint64_t)cfg->fused_tensors
-                                            : cfg->max_bytes + elem;
+    uint64_t bytes = cfg->fused_tensors > 0
+                         ? bench_allreduce_count(cfg->type, cfg->min_bytes) * elem * (uint64_t)cfg->fused_tensors
+                         : bench_allreduce_count(cfg->type, cfg->max_bytes) * elem;
     void *buf = herd_aligned_alloc(bytes);
     if (!buf)
         return HERD_ERR(HERD_ERR_NOMEM,
@@ -372,9 +376,8 @@ herd_status bench_allreduce_write_json(const bench_allreduce_config *cfg,
     if (cfg->fused_tensors > 0) {
         cJSON *f = cJSON_AddObjectToObject(root, "fusion");
         cJSON_AddNumberToObject(f, "tensors", cfg->fused_tensors);
-        size_t elem = herd_wire_type_size(cfg->type);
-        uint64_t count = cfg->min_bytes / elem ? cfg->min_bytes / elem : 1;
-        cJSON_AddNumberToObject(f, "tensor_bytes", (double)(count * elem));
+        uint64_t count = bench_allreduce_count(cfg->type, cfg->min_bytes);
+        cJSON_AddNumberToObject(f, "tensor_bytes", (double)(count * herd_wire_type_size(cfg->type)));
         cJSON_AddNumberToObject(f, "unfused_time_us", r->unfused_us);
         cJSON_AddNumberToObject(f, "fused_time_us", r->fused_us);
         cJSON_AddNumberToObject(f, "speedup", r->unfused_us / r->fused_us);

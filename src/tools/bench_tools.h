@@ -51,6 +51,8 @@ herd_status bench_allreduce_write_json(const bench_allreduce_config *cfg,
                                        const bench_allreduce_result *r, const char *path);
 const char *bench_type_name(herd_wire_type t); /* "float", "half", "bfloat16" */
 bool bench_parse_type(const char *name, herd_wire_type *out);
+/* Elements of the type in `bytes`: whole elements, at least one. */
+uint64_t bench_allreduce_count(herd_wire_type type, uint64_t bytes);
 /* Busbw over algbw for n ranks: 2(n-1)/n, as nccl-tests defines it for allreduce. */
 double bench_allreduce_bus_factor(int ranks);
 
