@@ -117,11 +117,18 @@ static int bench_train(int argc, char **argv)
 int cmd_bench(int argc, char **argv)
 {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        printf("usage: herd bench <what> [options]\n\n  train    training throughput (herd bench train --help)\n");
+        printf("usage: herd bench <what> [options]\n\n"
+               "  train      training throughput (herd bench train --help)\n"
+               "  allreduce  allreduce time and bandwidth per size, verified (nccl-tests style)\n"
+               "  p2p        bandwidth and latency between every pair of ranks and of GPUs\n");
         return argc < 2 ? CLI_USAGE : CLI_OK;
     }
     if (strcmp(argv[1], "train") == 0)
         return bench_train(argc - 1, argv + 1);
-    fprintf(stderr, "herd: error: unknown benchmark '%s'; try 'herd bench train'\n", argv[1]);
+    if (strcmp(argv[1], "allreduce") == 0)
+        return cmd_bench_allreduce(argc - 1, argv + 1);
+    if (strcmp(argv[1], "p2p") == 0)
+        return cmd_bench_p2p(argc - 1, argv + 1);
+    fprintf(stderr, "herd: error: unknown benchmark '%s'; try train, allreduce or p2p\n", argv[1]);
     return CLI_USAGE;
 }

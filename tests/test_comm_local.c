@@ -41,6 +41,31 @@ static void test_local_collectives(void **state)
     herd_comm_destroy(c);
 }
 
+static void test_local_typed_and_p2p(void **state)
+{
+    (void)state;
+    herd_comm *c;
+    assert_herd_ok(herd_comm_create_backend("local", NULL, &c));
+    uint16_t h[3] = {0x3c00, 0x4000, 0x4200}; /* 1, 2, 3 in half: a sum over one rank */
+    assert_herd_ok(c->ops->allreduce_typed_start(c, h, 3, HERD_WIRE_FP16, "h"));
+    assert_herd_ok(c->ops->wait_all(c));
+    assert_true(h[0] == 0x3c00 && h[1] == 0x4000 && h[2] == 0x4200);
+
+    char out[4] = "xyz", in[4] = "";
+    assert_herd_ok(c->ops->sendrecv_start(c, out, sizeof out, 0, in, sizeof in, 0));
+    assert_herd_ok(c->ops->wait_all(c));
+    assert_string_equal(in, "xyz");
+    assert_int_equal(c->ops->sendrecv_start(c, out, 4, 1, NULL, 0, -1), HERD_ERR_INVALID_ARG);
+    assert_int_equal(c->ops->sendrecv_start(c, out, 4, 0, NULL, 0, -1), HERD_ERR_INVALID_ARG);
+    assert_null(c->ops->time_reference_allreduce); /* nothing to compare with */
+    herd_comm_destroy(c);
+
+    assert_int_equal(herd_comm_create_backend("nccl", NULL, &c), HERD_ERR_UNSUPPORTED);
+    assert_null(c);
+    assert_non_null(strstr(herd_last_error(), "--backend mpi"));
+    assert_int_equal(herd_comm_create_backend("gloo", NULL, &c), HERD_ERR_INVALID_ARG);
+}
+
 static void test_default_without_launcher(void **state)
 {
     (void)state;
@@ -88,6 +113,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_local_collectives),
+        cmocka_unit_test(test_local_typed_and_p2p),
         cmocka_unit_test(test_default_without_launcher),
         cmocka_unit_test(test_launched_without_mpi_build),
     };

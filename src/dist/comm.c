@@ -44,3 +44,19 @@ void herd_comm_destroy(herd_comm *c)
     if (c)
         c->ops->destroy(c);
 }
+
+herd_status herd_comm_create_backend(const char *name, const herd_comm_config *cfg, herd_comm **out)
+{
+    *out = NULL;
+    if (!name || strcmp(name, "auto") == 0)
+        return herd_comm_create_default(cfg, out);
+    if (strcmp(name, "local") == 0)
+        return herd_comm_local_create(out);
+    if (strcmp(name, "mpi") == 0)
+        return herd_comm_mpi_create(cfg, out);
+    if (strcmp(name, "nccl") == 0)
+        return HERD_ERR(HERD_ERR_UNSUPPORTED,
+                        "the nccl communicator is not available in this build yet; use --backend mpi");
+    return HERD_ERR(HERD_ERR_INVALID_ARG, "unknown communicator '%s'; expected auto, local, mpi or nccl",
+                    name);
+}

@@ -29,6 +29,8 @@ typedef enum herd_wire_type {
     HERD_WIRE_BF16,     /* cast to bfloat16 */
 } herd_wire_type;
 
+static inline size_t herd_wire_type_size(herd_wire_type t) { return t == HERD_WIRE_FP32 ? 4 : 2; }
+
 typedef struct herd_comm_config {
     double stall_warning_s; /* a collective pending this long prints who has not arrived (60) */
     double timeout_s;       /* ...and this long aborts the whole job, non-zero exit (300) */
@@ -46,6 +48,23 @@ typedef struct herd_comm_ops {
                                    herd_wire_type wire, const char *tag);
     /* Blocks until every started reduction has completed. */
     herd_status (*wait_all)(herd_comm *c);
+
+    /* The operations below may be NULL: not supported by this communicator. */
+
+    /* Like allreduce_start, but buf already holds n elements of `type` (float, IEEE
+     * half or bfloat16), summed in that type: no cast, no scale. */
+    herd_status (*allreduce_typed_start)(herd_comm *c, void *buf, size_t n, herd_wire_type type,
+                                         const char *tag);
+    /* Point to point, for the link benchmarks: sends send_bytes of sendbuf to rank
+     * dest and receives recv_bytes into recvbuf from rank src, both at once; a rank
+     * of -1 skips that side. Asynchronous like allreduce_start (complete at wait_all). */
+    herd_status (*sendrecv_start)(herd_comm *c, const void *sendbuf, size_t send_bytes, int dest,
+                                  void *recvbuf, size_t recv_bytes, int src);
+    /* The engine's own blocking allreduce (MPI_Allreduce) called directly, `iters`
+     * times back to back in place on buf, bypassing herd's queue: the reference that
+     * herd's overhead is measured against. *seconds: the time on this rank. */
+    herd_status (*time_reference_allreduce)(herd_comm *c, void *buf, size_t n,
+                                            herd_wire_type type, int iters, double *seconds);
 
     /* Blocking collectives for set-up and metrics (small). */
     herd_status (*broadcast)(herd_comm *c, void *buf, size_t bytes, int root);
@@ -73,6 +92,9 @@ struct herd_comm {
 herd_status herd_comm_local_create(herd_comm **out);
 /* MPI (MPI_COMM_WORLD). HERD_ERR_UNSUPPORTED when herd was built without MPI. */
 herd_status herd_comm_mpi_create(const herd_comm_config *cfg, herd_comm **out);
+/* By name: "auto" (or NULL: herd_comm_create_default), "local", "mpi"; "nccl" is
+ * not wired yet (HERD_ERR_UNSUPPORTED). */
+herd_status herd_comm_create_backend(const char *name, const herd_comm_config *cfg, herd_comm **out);
 /* True when this process was started by an MPI launcher (mpirun, srun). */
 bool herd_comm_launched_by_mpi(void);
 /* MPI when launched by an MPI launcher and built with MPI, otherwise local. */

@@ -28,6 +28,33 @@ static herd_status local_wait_all(herd_comm *c)
     return HERD_OK;
 }
 
+static herd_status local_allreduce_typed_start(herd_comm *c, void *buf, size_t n,
+                                               herd_wire_type type, const char *tag)
+{
+    (void)c, (void)type, (void)tag;
+    if (n && !buf)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "allreduce_typed_start: NULL buffer for %zu elements", n);
+    return HERD_OK; /* the sum over one rank is the value itself */
+}
+
+/* The only peer is this process: a send to itself is what it receives. */
+static herd_status local_sendrecv_start(herd_comm *c, const void *sendbuf, size_t send_bytes,
+                                        int dest, void *recvbuf, size_t recv_bytes, int src)
+{
+    (void)c;
+    if (dest > 0 || src > 0 || dest < -1 || src < -1)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "sendrecv: peers %d and %d but the job has one rank",
+                        dest, src);
+    if ((dest == 0) != (src == 0) || (dest == 0 && send_bytes != recv_bytes))
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "sendrecv: a one-rank job can only send to itself what it receives "
+                        "(sending %zu bytes to %d, receiving %zu from %d)",
+                        send_bytes, dest, recv_bytes, src);
+    if (dest == 0 && send_bytes && sendbuf != recvbuf)
+        memmove(recvbuf, sendbuf, send_bytes);
+    return HERD_OK;
+}
+
 static herd_status local_broadcast(herd_comm *c, void *buf, size_t bytes, int root)
 {
     (void)c, (void)buf, (void)bytes;
@@ -72,6 +99,9 @@ static const herd_comm_ops local_ops = {
     .destroy = local_destroy,
     .allreduce_start = local_allreduce_start,
     .wait_all = local_wait_all,
+    .allreduce_typed_start = local_allreduce_typed_start,
+    .sendrecv_start = local_sendrecv_start,
+    .time_reference_allreduce = NULL, /* one process: no engine to compare with */
     .broadcast = local_broadcast,
     .allreduce_f64 = local_allreduce_f64,
     .allgather = local_allgather,

@@ -83,31 +83,67 @@ static void enqueue(comm_mpi *m, mpi_op *op) /* under mu */
     pthread_cond_signal(&m->work_cv);
 }
 
-static herd_status mpi_allreduce_start(herd_comm *c, float *buf, size_t n, float scale,
-                                       herd_wire_type wire, const char *tag)
+/* Queues a filled-in asynchronous op; wait_all completes it. */
+static herd_status enqueue_async(comm_mpi *m, const mpi_op *proto)
 {
-    comm_mpi *m = c->impl;
-    if (n && !buf)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "rank %d on host %s: allreduce_start: NULL buffer",
-                        c->rank, c->host);
-    if (wire != HERD_WIRE_FP32 && wire != HERD_WIRE_FP16 && wire != HERD_WIRE_BF16)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "rank %d on host %s: unknown wire type %d", c->rank,
-                        c->host, (int)wire);
     pthread_mutex_lock(&m->mu);
     mpi_op *op = take_op(m);
     if (!op) {
         pthread_mutex_unlock(&m->mu);
         return HERD_NOMEM(sizeof *op);
     }
-    op->kind = MPI_OP_ALLREDUCE;
-    op->buf = buf;
-    op->n = n;
-    op->scale = scale;
-    op->wire = wire;
-    snprintf(op->tag, sizeof op->tag, "%s", tag ? tag : "");
+    *op = *proto;
     enqueue(m, op);
     pthread_mutex_unlock(&m->mu);
     return HERD_OK;
+}
+
+static herd_status check_wire(const herd_comm *c, herd_wire_type wire)
+{
+    if (wire != HERD_WIRE_FP32 && wire != HERD_WIRE_FP16 && wire != HERD_WIRE_BF16)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "rank %d on host %s: unknown wire type %d", c->rank,
+                        c->host, (int)wire);
+    return HERD_OK;
+}
+
+static herd_status mpi_allreduce_start(herd_comm *c, float *buf, size_t n, float scale,
+                                       herd_wire_type wire, const char *tag)
+{
+    if (n && !buf)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "rank %d on host %s: allreduce_start: NULL buffer",
+                        c->rank, c->host);
+    HERD_TRY(check_wire(c, wire));
+    mpi_op op = {.kind = MPI_OP_ALLREDUCE, .buf = buf, .n = n, .scale = scale, .wire = wire};
+    snprintf(op.tag, sizeof op.tag, "%s", tag ? tag : "");
+    return enqueue_async(c->impl, &op);
+}
+
+static herd_status mpi_allreduce_typed_start(herd_comm *c, void *buf, size_t n,
+                                             herd_wire_type type, const char *tag)
+{
+    if (n && !buf)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "rank %d on host %s: allreduce_typed_start: NULL buffer", c->rank, c->host);
+    HERD_TRY(check_wire(c, type));
+    mpi_op op = {.kind = MPI_OP_ALLREDUCE_TYPED, .data = buf, .n = n, .wire = type};
+    snprintf(op.tag, sizeof op.tag, "%s", tag ? tag : "");
+    return enqueue_async(c->impl, &op);
+}
+
+static herd_status mpi_sendrecv_start(herd_comm *c, const void *sendbuf, size_t send_bytes,
+                                      int dest, void *recvbuf, size_t recv_bytes, int src)
+{
+    if (dest < -1 || dest >= c->size || src < -1 || src >= c->size || send_bytes > INT_MAX ||
+        recv_bytes > INT_MAX || (dest >= 0 && send_bytes && !sendbuf) ||
+        (src >= 0 && recv_bytes && !recvbuf))
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "rank %d on host %s: sendrecv of %zu bytes to rank %d and %zu bytes from "
+                        "rank %d (job of %d ranks; at most %d bytes, buffers not NULL)",
+                        c->rank, c->host, send_bytes, dest, recv_bytes, src, c->size, INT_MAX);
+    return enqueue_async(c->impl, &(mpi_op){.kind = MPI_OP_SENDRECV, .src = sendbuf,
+                                            .bytes = send_bytes, .dest = dest, .data = recvbuf,
+                                            .recv_bytes = recv_bytes, .source = src,
+                                            .tag = "sendrecv"});
 }
 
 static herd_status mpi_wait_all(herd_comm *c)
@@ -169,6 +205,19 @@ static herd_status mpi_allgather(herd_comm *c, const void *mine, void *all, size
                         c->rank, c->host, bytes);
     return run_blocking(c->impl, &(mpi_op){.kind = MPI_OP_ALLGATHER, .src = mine, .data = all,
                                            .bytes = bytes, .tag = "allgather"});
+}
+
+static herd_status mpi_time_reference_allreduce(herd_comm *c, void *buf, size_t n,
+                                                herd_wire_type type, int iters, double *seconds)
+{
+    if ((n && !buf) || iters < 0 || !seconds)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "rank %d on host %s: time_reference_allreduce of %zu elements, %d times",
+                        c->rank, c->host, n, iters);
+    HERD_TRY(check_wire(c, type));
+    return run_blocking(c->impl, &(mpi_op){.kind = MPI_OP_REFERENCE_ALLREDUCE, .data = buf, .n = n,
+                                           .wire = type, .count = iters, .seconds = seconds,
+                                           .tag = "reference allreduce"});
 }
 
 static herd_status mpi_barrier(herd_comm *c)
@@ -266,6 +315,9 @@ static const herd_comm_ops mpi_ops = {
     .destroy = mpi_destroy,
     .allreduce_start = mpi_allreduce_start,
     .wait_all = mpi_wait_all,
+    .allreduce_typed_start = mpi_allreduce_typed_start,
+    .sendrecv_start = mpi_sendrecv_start,
+    .time_reference_allreduce = mpi_time_reference_allreduce,
     .broadcast = mpi_broadcast,
     .allreduce_f64 = mpi_allreduce_f64,
     .allgather = mpi_allgather,

@@ -20,6 +20,9 @@ typedef enum mpi_op_kind {
     MPI_OP_ALLREDUCE_F64,
     MPI_OP_ALLGATHER,
     MPI_OP_BARRIER,
+    MPI_OP_ALLREDUCE_TYPED,     /* asynchronous, a half/bf16/float buffer as it is */
+    MPI_OP_SENDRECV,            /* asynchronous point to point */
+    MPI_OP_REFERENCE_ALLREDUCE, /* blocking MPI_Allreduce, timed, for the benchmark */
 } mpi_op_kind;
 
 typedef struct mpi_op {
@@ -36,6 +39,10 @@ typedef struct mpi_op {
     const void *src;
     size_t bytes;
     int root, count;
+    /* sendrecv: src (bytes) goes to dest, data (recv_bytes) comes from source */
+    int dest, source;
+    size_t recv_bytes;
+    double *seconds; /* reference allreduce: where the thread writes the time */
     char tag[48];
     bool done;      /* set by the thread; the caller of a blocking op waits for it */
     char error[384]; /* "" or what failed, for the waiting caller */
@@ -100,6 +107,11 @@ typedef struct comm_mpi {
 } comm_mpi;
 
 void *comm_mpi_thread_main(void *arg);
+/* Operations whose caller does not wait for them (completed by wait_all). */
+static inline bool comm_mpi_op_is_async(mpi_op_kind k)
+{
+    return k == MPI_OP_ALLREDUCE || k == MPI_OP_ALLREDUCE_TYPED || k == MPI_OP_SENDRECV;
+}
 /* Sets MPI_ERRORS_RETURN-style failures into an "rank R on host H: ..." message. */
 void comm_mpi_describe_error(comm_mpi *m, int mpi_err, const char *what, char *out, size_t cap);
 /* "allreduce 'bucket 3', 1.0 MiB" */

@@ -26,8 +26,13 @@
 
 void comm_mpi_describe_op(const mpi_op *op, char *out, size_t cap)
 {
-    static const char *kinds[] = {"allreduce", "broadcast", "allreduce_f64", "allgather", "barrier"};
-    size_t bytes = op->kind == MPI_OP_ALLREDUCE ? op->n * sizeof(float) : op->bytes;
+    static const char *kinds[] = {"allreduce", "broadcast", "allreduce_f64", "allgather", "barrier",
+                                  "allreduce", "sendrecv", "reference allreduce"};
+    size_t bytes = op->bytes;
+    if (op->kind == MPI_OP_ALLREDUCE)
+        bytes = op->n * sizeof(float);
+    else if (op->kind == MPI_OP_ALLREDUCE_TYPED || op->kind == MPI_OP_REFERENCE_ALLREDUCE)
+        bytes = op->n * herd_wire_type_size(op->wire);
     double mib = (double)bytes / (1024.0 * 1024.0);
     if (mib >= 0.1)
         snprintf(out, cap, "%s '%s', %.1f MiB", kinds[op->kind], op->tag, mib);
@@ -71,6 +76,58 @@ static int wait_request(comm_mpi *m, MPI_Request *req)
     }
 }
 
+static MPI_Datatype wire_datatype(const comm_mpi *m, herd_wire_type wire)
+{
+    return wire == HERD_WIRE_FP32 ? MPI_FLOAT : m->half_type;
+}
+
+static MPI_Op wire_sum(const comm_mpi *m, herd_wire_type wire)
+{
+    return wire == HERD_WIRE_FP32 ? MPI_SUM : wire == HERD_WIRE_FP16 ? m->fp16_sum : m->bf16_sum;
+}
+
+/* In-place sum of a buffer already in its wire type, in int-sized pieces: with
+ * MPI_Iallreduce polled like every op, or (reference) MPI_Allreduce as a user
+ * calls it, blocking this thread. */
+static int reduce_typed(comm_mpi *m, const mpi_op *op, bool blocking)
+{
+    size_t elem = herd_wire_type_size(op->wire);
+    int rc = MPI_SUCCESS;
+    for (size_t off = 0; off < op->n && rc == MPI_SUCCESS; off += MAX_CHUNK) {
+        int n = (int)(op->n - off < MAX_CHUNK ? op->n - off : MAX_CHUNK);
+        void *x = (char *)op->data + off * elem;
+        if (blocking) {
+            rc = MPI_Allreduce(MPI_IN_PLACE, x, n, wire_datatype(m, op->wire),
+                               wire_sum(m, op->wire), m->world);
+        } else {
+            MPI_Request req;
+            rc = MPI_Iallreduce(MPI_IN_PLACE, x, n, wire_datatype(m, op->wire),
+                                wire_sum(m, op->wire), m->world, &req);
+            if (rc == MPI_SUCCESS)
+                rc = wait_request(m, &req);
+        }
+    }
+    return rc;
+}
+
+/* Tag of herd's point-to-point messages (collectives never match them). */
+#define P2P_TAG 1
+
+static int send_recv(comm_mpi *m, const mpi_op *op)
+{
+    MPI_Request recv = MPI_REQUEST_NULL, send = MPI_REQUEST_NULL;
+    int rc = MPI_SUCCESS;
+    if (op->source >= 0)
+        rc = MPI_Irecv(op->data, (int)op->recv_bytes, MPI_BYTE, op->source, P2P_TAG, m->world, &recv);
+    if (rc == MPI_SUCCESS && op->dest >= 0)
+        rc = MPI_Isend(op->src, (int)op->bytes, MPI_BYTE, op->dest, P2P_TAG, m->world, &send);
+    if (rc == MPI_SUCCESS) /* a null request completes at once */
+        rc = wait_request(m, &recv);
+    if (rc == MPI_SUCCESS)
+        rc = wait_request(m, &send);
+    return rc;
+}
+
 static int reduce_chunk(comm_mpi *m, const mpi_op *op, float *x, size_t n, char *err, size_t cap)
 {
     MPI_Request req;
@@ -101,8 +158,8 @@ static int reduce_chunk(comm_mpi *m, const mpi_op *op, float *x, size_t n, char 
         else
             for (size_t i = 0; i < n; i++)
                 s[i] = herd_float_to_bf16(x[i]);
-        rc = MPI_Iallreduce(MPI_IN_PLACE, s, (int)n, m->half_type, fp16 ? m->fp16_sum : m->bf16_sum,
-                            m->world, &req);
+        rc = MPI_Iallreduce(MPI_IN_PLACE, s, (int)n, m->half_type, wire_sum(m, op->wire), m->world,
+                            &req);
         if (rc == MPI_SUCCESS)
             rc = wait_request(m, &req);
         if (rc == MPI_SUCCESS) {
@@ -131,6 +188,22 @@ static void run_op(comm_mpi *m, mpi_op *op, char *err, size_t cap)
             rc = reduce_chunk(m, op, op->buf + off, n, err, cap);
         }
         return;
+    case MPI_OP_ALLREDUCE_TYPED:
+        what = "MPI_Iallreduce";
+        rc = reduce_typed(m, op, false);
+        break;
+    case MPI_OP_REFERENCE_ALLREDUCE: {
+        what = "MPI_Allreduce";
+        double start = MPI_Wtime();
+        for (int i = 0; i < op->count && rc == MPI_SUCCESS; i++)
+            rc = reduce_typed(m, op, true);
+        *op->seconds = MPI_Wtime() - start;
+        break;
+    }
+    case MPI_OP_SENDRECV:
+        what = "MPI_Isend/MPI_Irecv";
+        rc = send_recv(m, op);
+        break;
     case MPI_OP_BROADCAST:
         what = "MPI_Ibcast";
         rc = MPI_Ibcast(op->data, (int)op->bytes, MPI_BYTE, op->root, m->world, &req);
@@ -174,7 +247,7 @@ static void run_head(comm_mpi *m, mpi_op *op)
     if (!m->head)
         m->tail = NULL;
     m->completed = op->seq;
-    if (op->kind == MPI_OP_ALLREDUCE) {
+    if (comm_mpi_op_is_async(op->kind)) {
         if (err[0] && !m->async_error[0]) /* the first failure is the informative one */
             snprintf(m->async_error, sizeof m->async_error, "%s", err);
         op->next = m->free_ops;
@@ -183,7 +256,11 @@ static void run_head(comm_mpi *m, mpi_op *op)
         snprintf(op->error, sizeof op->error, "%s", err);
         op->done = true;
     }
-    pthread_cond_broadcast(&m->done_cv);
+    /* Wake the waiters only when one can proceed: the owner of a blocking op, or
+     * wait_all once the queue is empty. Waking wait_all after every queued op costs
+     * a context switch each, which with few cores delays the next reduction. */
+    if (!comm_mpi_op_is_async(op->kind) || !m->head)
+        pthread_cond_broadcast(&m->done_cv);
     pthread_mutex_unlock(&m->mu);
 }
 

@@ -1,0 +1,169 @@
+/* The communication benchmarks on the single-process communicator: every size
+ * verified, the corruption hook caught in every type, fusion, the JSON shape that
+ * herd predict reads, and the point-to-point matrices of a group of one. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "tools/bench_tools.h"
+
+static herd_comm *local(void)
+{
+    herd_comm *c = NULL;
+    assert_herd_ok(herd_comm_local_create(&c));
+    return c;
+}
+
+static bench_allreduce_config sweep(herd_wire_type type)
+{
+    return (bench_allreduce_config){.min_bytes = 8, .max_bytes = 4096, .factor = 4, .iters = 2,
+                                    .warmup = 1, .type = type};
+}
+
+static void test_sweep_verifies_every_size(void **state)
+{
+    (void)state;
+    herd_comm *c = local();
+    const herd_wire_type types[] = {HERD_WIRE_FP32, HERD_WIRE_FP16, HERD_WIRE_BF16};
+    for (int t = 0; t < 3; t++) {
+        bench_allreduce_config cfg = sweep(types[t]);
+        bench_allreduce_result r;
+        assert_herd_ok(bench_allreduce(c, &cfg, &r));
+        assert_int_equal(r.n_rows, 5); /* 8, 32, 128, 512, 2048; 8192 is past 4096 */
+        assert_int_equal(r.ranks, 1);
+        assert_int_equal(r.hosts, 1);
+        assert_string_equal(r.backend, "local");
+        assert_int_equal(r.wrong, 0);
+        size_t elem = types[t] == HERD_WIRE_FP32 ? 4 : 2;
+        for (int i = 0; i < r.n_rows; i++) {
+            assert_int_equal(r.rows[i].count * elem, r.rows[i].bytes);
+            assert_true(r.rows[i].busbw_gbps == 0); /* one rank: 2(n-1)/n = 0 */
+            assert_true(r.rows[i].ref_time_us < 0); /* not asked for */
+        }
+        assert_int_equal(r.rows[4].bytes, 2048);
+
+        cfg.corrupt = true; /* one flipped element per size must be seen */
+        bench_allreduce_result_free(&r);
+        assert_herd_ok(bench_allreduce(c, &cfg, &r));
+        assert_int_equal(r.wrong, r.n_rows);
+        for (int i = 0; i < r.n_rows; i++)
+            assert_int_equal(r.rows[i].wrong, 1);
+        bench_allreduce_result_free(&r);
+    }
+    herd_comm_destroy(c);
+}
+
+static void test_fusion_and_refusals(void **state)
+{
+    (void)state;
+    herd_comm *c = local();
+    bench_allreduce_config cfg = sweep(HERD_WIRE_BF16);
+    cfg.fused_tensors = 10;
+    cfg.min_bytes = 64;
+    bench_allreduce_result r;
+    assert_herd_ok(bench_allreduce(c, &cfg, &r));
+    assert_int_equal(r.n_rows, 0);
+    assert_int_equal(r.wrong, 0);
+    assert_true(r.unfused_us >= 0 && r.fused_us >= 0);
+    bench_allreduce_result_free(&r);
+
+    cfg = sweep(HERD_WIRE_FP32);
+    cfg.compare_reference = true; /* one process has no MPI_Allreduce */
+    assert_int_equal(bench_allreduce(c, &cfg, &r), HERD_ERR_UNSUPPORTED);
+    assert_non_null(strstr(herd_last_error(), "mpirun"));
+    cfg = sweep(HERD_WIRE_FP32);
+    cfg.max_bytes = 4;
+    assert_int_equal(bench_allreduce(c, &cfg, &r), HERD_ERR_INVALID_ARG);
+    herd_comm_destroy(c);
+
+    assert_true(bench_allreduce_bus_factor(1) == 0);
+    assert_true(bench_allreduce_bus_factor(2) == 1);
+    assert_true(bench_allreduce_bus_factor(4) == 1.5);
+    herd_wire_type t;
+    assert_true(bench_parse_type("bfloat16", &t) && t == HERD_WIRE_BF16);
+    assert_true(bench_parse_type("half", &t) && t == HERD_WIRE_FP16);
+    assert_false(bench_parse_type("double", &t));
+}
+
+static void test_json_shape(void **state)
+{
+    (void)state;
+    herd_comm *c = local();
+    bench_allreduce_config cfg = sweep(HERD_WIRE_FP16);
+    bench_allreduce_result r;
+    assert_herd_ok(bench_allreduce(c, &cfg, &r));
+    char *dir = tu_tempdir();
+    char path[512];
+    snprintf(path, sizeof path, "%s/ar.json", dir);
+    assert_herd_ok(bench_allreduce_write_json(&cfg, &r, path));
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    char text[16384];
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[len] = '\0';
+    cJSON *root = cJSON_Parse(text);
+    assert_non_null(root);
+    assert_string_equal(cJSON_GetObjectItem(root, "collective")->valuestring, "allreduce");
+    assert_string_equal(cJSON_GetObjectItem(root, "backend")->valuestring, "local");
+    assert_string_equal(cJSON_GetObjectItem(root, "dtype")->valuestring, "half");
+    assert_int_equal(cJSON_GetObjectItem(root, "ranks")->valueint, 1);
+    assert_int_equal(cJSON_GetObjectItem(root, "hosts")->valueint, 1);
+    assert_int_equal(cJSON_GetObjectItem(root, "iters")->valueint, 2);
+    assert_true(cJSON_IsNumber(cJSON_GetObjectItem(root, "avg_busbw_gbps")));
+    cJSON *rows = cJSON_GetObjectItem(root, "results");
+    assert_int_equal(cJSON_GetArraySize(rows), r.n_rows);
+    static const char *fields[] = {"bytes", "count", "time_us", "algbw_gbps", "busbw_gbps", "wrong"};
+    for (int i = 0; i < r.n_rows; i++) {
+        cJSON *row = cJSON_GetArrayItem(rows, i);
+        for (size_t k = 0; k < sizeof fields / sizeof *fields; k++)
+            assert_true(cJSON_IsNumber(cJSON_GetObjectItem(row, fields[k])));
+        assert_string_equal(cJSON_GetObjectItem(row, "type")->valuestring, "half");
+        assert_true(cJSON_GetObjectItem(row, "bytes")->valuedouble == (double)r.rows[i].bytes);
+        assert_null(cJSON_GetObjectItem(row, "mpi_time_us")); /* only with --compare-mpi */
+    }
+    cJSON_Delete(root);
+    snprintf(path, sizeof path, "%s/missing/ar.json", dir);
+    assert_int_equal(bench_allreduce_write_json(&cfg, &r, path), HERD_ERR_IO);
+    tu_rmtree(dir);
+    free(dir);
+    bench_allreduce_result_free(&r);
+    herd_comm_destroy(c);
+}
+
+static void test_p2p_one_rank_and_gpus(void **state)
+{
+    (void)state;
+    herd_comm *c = local();
+    bench_p2p_config cfg = {.bw_bytes = 1024, .bw_reps = 2, .lat_bytes = 8, .lat_reps = 2};
+    bench_p2p_matrices m;
+    assert_herd_ok(bench_p2p_ranks(c, &cfg, &m));
+    assert_int_equal(m.n, 1);
+    assert_true(isnan(m.uni_gbps[0]) && isnan(m.bi_gbps[0]) && isnan(m.lat_us[0]));
+    bench_p2p_matrices_free(&m);
+    cfg.bw_reps = 0;
+    assert_int_equal(bench_p2p_ranks(c, &cfg, &m), HERD_ERR_INVALID_ARG);
+    herd_comm_destroy(c);
+
+    int gpus = -1;
+    char why[160] = "";
+    herd_status st = bench_p2p_gpu_count(&gpus, why, sizeof why);
+    assert_true(st == HERD_OK || st == HERD_ERR_UNSUPPORTED);
+    assert_true(gpus >= 0);
+    if (gpus == 0) /* the CLI prints why the GPU matrices are skipped */
+        assert_true(why[0] != '\0');
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sweep_verifies_every_size),
+        cmocka_unit_test(test_fusion_and_refusals),
+        cmocka_unit_test(test_json_shape),
+        cmocka_unit_test(test_p2p_one_rank_and_gpus),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
