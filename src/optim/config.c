@@ -39,4 +39,7 @@ void herd_train_config_default(herd_train_config *cfg)
     cfg->grad_accum = 1;
     cfg->bucket_mb = 25.0;
     cfg->check_replicas = false;
+    cfg->dynamic_loss_scale = false;
+    cfg->loss_scale_init = 65536.0f; /* 2^16, as torch.cuda.amp.GradScaler */
+    cfg->loss_scale_window = 2000;
 }
