@@ -1,10 +1,12 @@
-/* --gpu-memory-limit's accounting (the rules the CUDA caching allocator follows),
- * checked without a GPU: what fits, what fits once the cache is given back, what
- * never fits, and an error message that names the sizes. */
+/* The GPU options' CPU-side logic: --gpu-memory-limit's accounting (the rules the CUDA
+ * caching allocator follows: what fits, what fits once the cache is given back, what
+ * never fits, an error naming the sizes), the peak-FLOP/s table, precision names,
+ * and the CPU backend refusing what it cannot do. */
 #include <string.h>
 
 #include "testutil.h"
 
+#include "backend/backend.h"
 #include "backend/mem_budget.h"
 
 #define MiB (1024u * 1024u)
@@ -78,9 +80,50 @@ static void test_messages(void **state)
     expect_in(herd_last_error(), (const char *const[]){"no --gpu-memory-limit", NULL});
 }
 
+static void test_peak_table(void **state)
+{
+    (void)state;
+    /* H100 SXM: 132 SMs at 1.98 GHz -> 66.9 TFLOP/s fp32, 535 tf32, 1070 bf16 dense. */
+    assert_true(132 * 1.98e9 * herd_peak_flops_per_clock_sm(9, 0, HERD_PRECISION_FP32) / 1e12 > 66.8);
+    assert_true(herd_peak_flops_per_clock_sm(9, 0, HERD_PRECISION_TF32) == 2048);
+    assert_true(herd_peak_flops_per_clock_sm(9, 0, HERD_PRECISION_BF16) == 4096);
+    assert_true(herd_peak_flops_per_clock_sm(8, 0, HERD_PRECISION_FP16) == 2048);
+    assert_true(herd_peak_flops_per_clock_sm(7, 0, HERD_PRECISION_TF32) == 0); /* no TF32 on V100 */
+    assert_true(herd_peak_flops_per_clock_sm(7, 0, HERD_PRECISION_BF16) == 0);
+    assert_true(herd_peak_flops_per_clock_sm(8, 6, HERD_PRECISION_FP32) == 0); /* not listed */
+}
+
+static void test_precision_and_cpu_refusals(void **state)
+{
+    (void)state;
+    herd_precision p;
+    for (int i = HERD_PRECISION_FP32; i <= HERD_PRECISION_FP16; i++) {
+        assert_herd_ok(herd_precision_parse(herd_precision_name((herd_precision)i), &p));
+        assert_int_equal(p, i);
+    }
+    assert_int_equal(herd_precision_parse("fp8", &p), HERD_ERR_INVALID_ARG);
+    herd_model *m;
+    assert_herd_ok(herd_model_create_shape("mlp", 1, 8, 8, 4, &m));
+    assert_string_equal(herd_model_device(m), "cpu");
+    assert_herd_ok(herd_model_set_precision(m, HERD_PRECISION_FP32));
+    for (int i = HERD_PRECISION_TF32; i <= HERD_PRECISION_FP16; i++) {
+        assert_int_equal(herd_model_set_precision(m, (herd_precision)i), HERD_ERR_UNSUPPORTED);
+        assert_non_null(strstr(herd_last_error(), "fp32 only"));
+        assert_int_equal(herd_model_precision(m), HERD_PRECISION_FP32); /* unchanged */
+    }
+    herd_model_free(m);
+    assert_int_equal(herd_device_set_memory_limit("cpu", 1 << 30), HERD_ERR_UNSUPPORTED);
+    assert_int_equal(herd_device_set_memory_limit("tpu", 1 << 30), HERD_ERR_INVALID_ARG);
+    /* With no GPU visible the default is the CPU, whatever the build. */
+    if (!herd_backend_cuda_visible())
+        assert_string_equal(herd_default_device(), "cpu");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_peak_table),
+        cmocka_unit_test(test_precision_and_cpu_refusals),
         cmocka_unit_test(test_no_limit),
         cmocka_unit_test(test_limit),
         cmocka_unit_test(test_messages),
