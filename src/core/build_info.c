@@ -19,7 +19,7 @@
 #define VERSION_CAP 64
 #endif
 
-static char build_info[512];
+static char build_info[768];
 static pthread_once_t build_info_once = PTHREAD_ONCE_INIT;
 
 static void compose_build_info(void)
