@@ -1,6 +1,7 @@
 /* The resnet50 zoo model: torchvision's parameter count, the documented FLOPs and
  * one real training step on the CPU at ImageNet size. */
 #include <math.h>
+#include <stdio.h>
 
 #include "testutil.h"
 
@@ -14,6 +15,8 @@ static void test_size_and_flops(void **state)
     /* Convolutions and fc are 4.09 G multiply-adds (8.18 GFLOP at 2 per multiply-add);
      * batch norm, ReLU, pooling and the residual adds bring it to about 8.2 GFLOP. */
     double gflop = herd_model_flops_per_sample(m) / 1e9;
+    printf("resnet50: %zu parameters, %.4f GFLOP per sample (forward)\n",
+           herd_model_param_count(m), gflop);
     if (gflop < 8.15 || gflop > 8.30)
         fail_msg("resnet50 forward FLOPs per sample %.4f G, expected about 8.2 G", gflop);
     herd_model_free(m);

@@ -11,6 +11,7 @@
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/cuda.h"
 
@@ -141,6 +142,7 @@ static herd_status nccl_setup(herd_comm *c, herd_comm *host, nccl_impl *k)
     HERD_CUDA(cudaEventCreateWithFlags(&k->comm_done, cudaEventDisableTiming),
               "creating an event");
     ncclUniqueId id;
+    memset(&id, 0, sizeof id); /* only rank 0's is used; the others' travel uninitialised otherwise */
     herd_status st = HERD_OK;
     if (host->rank == 0) {
         ncclResult_t r = ncclGetUniqueId(&id);
