@@ -119,8 +119,11 @@ class HerdNet(nn.Module):
                 module = BatchNorm2d(in_shape[0])
             elif kind == "maxpool":
                 c, h, w = in_shape
-                extra = layer["kernel"]
-                out_shape = (c, h // extra, w // extra)
+                k = layer["kernel"]
+                stride = layer.get("stride", k)
+                pad = layer.get("pad", 0)
+                extra = (k, stride, pad)
+                out_shape = (c, (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1)
             elif kind == "flatten":
                 out_shape = (int(torch.tensor(in_shape).prod()),)
             elif kind == "global_avgpool":
@@ -152,7 +155,7 @@ class HerdNet(nn.Module):
             elif kind == "relu":
                 y = F.relu(a)
             elif kind == "maxpool":
-                y = F.max_pool2d(a, extra, extra)
+                y = F.max_pool2d(a, extra[0], extra[1], extra[2])
             elif kind == "flatten":
                 y = torch.flatten(a, 1)  # C,H,W order, as herd
             elif kind == "global_avgpool":

@@ -14,9 +14,18 @@ permutation and --batch-size samples per step; samples_per_s counts all ranks:
 
     model=lenet5 framework=torch-ddp ranks=2 threads=1 batch=128 samples_per_s=... step_ms=...
 
+With --device cuda it measures one GPU the way `herd bench train --device cuda`
+does, on synthetic data already on the GPU (resnet20 on 3x32x32 with 10 classes,
+resnet50 on 3x224x224 with 1000, or --shape), optionally channels_last, with TF32
+(--precision tf32) or autocast (bf16, fp16 with a GradScaler):
+
+    model=resnet50 framework=torch device=cuda precision=tf32 batch=256 samples_per_s=...
+
 Usage: /usr/bin/python3 bench/torch_reference.py [--models mlp,lenet5,resnet20]
        [--threads 1] [--batch-size 128] [--steps 50] [--warmup 5] [--json] [--ddp N]
        /usr/bin/python3 bench/torch_reference.py --time-to-acc [--target 0.89]
+       python3 bench/torch_reference.py --device cuda [--models resnet20,resnet50]
+       [--precision fp32|tf32|bf16|fp16] [--channels-last] [--batch-size 256]
 """
 import argparse
 import gzip
@@ -245,6 +254,68 @@ def time_to_acc(model, x_train, y_train, x_test, y_test, args):
     return result
 
 
+# Input shape and classes per model in --device cuda mode (ImageNet size for resnet50).
+CUDA_SHAPES = {"resnet50": ((3, 224, 224), 1000)}
+CUDA_DEFAULT_SHAPE = ((3, 32, 32), 10)
+
+
+def bench_cuda(model, args):
+    """Training throughput on one GPU: synthetic batches generated on the device,
+    SGD as bench(), timed between CUDA events after warm-up."""
+    dev = torch.device("cuda")
+    tf32 = args.precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cudnn.benchmark = True
+    if args.shape:
+        c, h, w, classes = (int(v) for v in args.shape.split(","))
+        shape = (c, h, w)
+    else:
+        shape, classes = CUDA_SHAPES.get(model, CUDA_DEFAULT_SHAPE)
+    torch.manual_seed(args.seed)
+    net = herd_torch_models.build(model, shape, classes).to(dev)
+    fmt = torch.channels_last if args.channels_last else torch.contiguous_format
+    net = net.to(memory_format=fmt)
+    net.train()
+    opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=0.9, weight_decay=5e-4)
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
+    scaler = torch.amp.GradScaler("cuda", enabled=args.precision == "fp16")
+    gen = torch.Generator(device=dev).manual_seed(args.seed)
+    # A few distinct batches, cycled: data loading is not what this measures.
+    xs = [torch.randn((args.batch_size,) + shape, device=dev, generator=gen)
+          .contiguous(memory_format=fmt) for _ in range(4)]
+    ys = [torch.randint(0, classes, (args.batch_size,), device=dev, generator=gen)
+          for _ in range(4)]
+
+    def step(i):
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=half or torch.float32, enabled=half is not None):
+            loss = F.cross_entropy(net(xs[i % 4]), ys[i % 4])
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss
+
+    for i in range(args.warmup):
+        step(i)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for i in range(args.steps):
+        loss = step(i)
+    end.record()
+    end.synchronize()
+    dt = start.elapsed_time(end) / 1000.0
+    return {
+        "model": model, "framework": "torch", "device": "cuda",
+        "gpu": torch.cuda.get_device_name(dev), "precision": args.precision,
+        "channels_last": args.channels_last, "batch": args.batch_size,
+        "samples_per_s": round(args.steps * args.batch_size / dt, 1),
+        "step_ms": round(1000 * dt / args.steps, 3), "steps": args.steps,
+        "warmup": args.warmup, "loss": round(loss.item(), 4), "torch": torch.__version__,
+    }
+
+
 def emit(result, as_json):
     if as_json:
         print(json.dumps(result), flush=True)
@@ -271,7 +342,23 @@ def main():
     p.add_argument("--epochs", type=int, default=10, help="epoch limit for --time-to-acc")
     p.add_argument("--ddp", type=int, default=0, metavar="N",
                    help="N processes with DistributedDataParallel (gloo) on this machine")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="cuda: one GPU, synthetic data on the device (default models "
+                        "resnet20,resnet50)")
+    p.add_argument("--precision", choices=["fp32", "tf32", "bf16", "fp16"], default="fp32",
+                   help="cuda: TF32 matmuls/convolutions, or autocast to bf16/fp16")
+    p.add_argument("--channels-last", action="store_true", help="cuda: NHWC memory format")
+    p.add_argument("--shape", default=None, metavar="C,H,W,CLASSES",
+                   help="cuda: input shape and classes for every model")
     args = p.parse_args()
+    if args.device == "cuda":
+        if args.ddp or args.time_to_acc:
+            p.error("--device cuda measures one GPU; drop --ddp / --time-to-acc")
+        for m in (args.models or "resnet20,resnet50").split(","):
+            emit(bench_cuda(m, args), args.json)
+        return
+    if args.precision != "fp32" or args.channels_last:
+        p.error("--precision and --channels-last are for --device cuda")
     if args.ddp:
         if args.time_to_acc:
             p.error("--time-to-acc runs one process; drop --ddp")

@@ -18,9 +18,14 @@ static const char bench_help[] =
     "  --steps N            timed steps (default 50)\n"
     "  --warmup N           untimed steps first (default 5)\n"
     "  --threads N          compute threads (default 1)\n"
-    "  --device cpu|cuda    where to train (default cpu; cuda is one GPU, one process, fp32,\n"
-    "                       and will become the default when a GPU is present)\n"
-    "  --json               print the summary as a JSON object\n";
+    "  --device cpu|cuda    where to train (default: cuda when a GPU is visible, else cpu)\n"
+    "  --precision P        fp32 (default) or tf32 (cuda only)\n"
+    "  --gpu-memory-limit SIZE  cap herd's GPU memory, e.g. 20G (cuda only)\n"
+    "  --json               print the summary as a JSON object\n"
+    "\n"
+    "gflops is the achieved training arithmetic: 3 x the model's forward FLOPs per sample\n"
+    "(herd models) x samples/s. On a GPU, tflops is the same figure per rank and\n"
+    "peak_tflops the device's peak at this precision (docs/performance.md; 0 = unknown).\n";
 
 static int bench_train(int argc, char **argv)
 {
@@ -28,9 +33,13 @@ static int bench_train(int argc, char **argv)
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"batch-size", required_argument, 0, 'b'}, {"steps", required_argument, 0, 's'},
         {"warmup", required_argument, 0, 'w'}, {"threads", required_argument, 0, 't'},
-        {"json", no_argument, 0, 'j'}, {"device", required_argument, 0, 'D'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+        {"json", no_argument, 0, 'j'}, {"device", required_argument, 0, 'D'},
+        {"precision", required_argument, 0, 'P'}, {"gpu-memory-limit", required_argument, 0, 'G'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
-    const char *model = NULL, *data = "fashion-mnist", *device = "cpu";
+    const char *model = NULL, *data = "fashion-mnist", *device = NULL;
+    herd_precision precision = HERD_PRECISION_FP32;
+    uint64_t gpu_memory_limit = 0;
     long batch = 128, steps = 50, warmup = 5, threads = 1;
     bool json = false;
     int opt;
@@ -47,6 +56,16 @@ static int bench_train(int argc, char **argv)
         case 't': dst = &threads, lo = 0; break;
         case 'j': json = true; break;
         case 'D': device = optarg; break;
+        case 'P':
+            if (herd_precision_parse(optarg, &precision) != HERD_OK)
+                return cli_usage_error("bench train", "--precision is fp32, tf32, bf16 or fp16, "
+                                       "got '%s'", optarg);
+            break;
+        case 'G':
+            if (!cli_parse_size(optarg, 1 << 20, UINT64_MAX, &gpu_memory_limit))
+                return cli_usage_error("bench train", "--gpu-memory-limit takes a size of at "
+                                       "least 1M like 512M or 20G, got '%s'", optarg);
+            break;
         case 'h': fputs(bench_help, stdout); return CLI_OK;
         default: return cli_usage_error("bench train", "unknown or incomplete option");
         }
@@ -57,25 +76,41 @@ static int bench_train(int argc, char **argv)
         return cli_usage_error("bench train", "unexpected argument '%s'", argv[optind]);
     if (!model)
         return cli_usage_error("bench train", "--model is required");
+    int rc = cli_resolve_device("bench train", &device, gpu_memory_limit);
+    if (rc >= 0)
+        return rc;
     herd_dataset *ds = NULL;
     herd_model *m = NULL;
     herd_dist *dist = NULL;
     herd_bench_result r;
     herd_status st;
-    int rc = CLI_FAIL;
+    rc = CLI_FAIL;
     if ((st = herd_dist_init(NULL, &dist)) != HERD_OK)
         return cli_fail(st, "cannot join the distributed job");
     bool rank0 = herd_dist_rank(dist) == 0;
-    if (strcmp(device, "cpu") != 0 && herd_dist_size(dist) > 1)
-        cli_usage_error("bench train", "--device %s runs as one process for now", device);
+    if ((st = cli_prepare_device(dist, device, gpu_memory_limit)) != HERD_OK)
+        cli_fail(st, "cannot use the device");
     else if ((st = herd_dataset_open(data, HERD_SPLIT_TRAIN, &ds)) != HERD_OK)
         cli_fail(st, "cannot open the data");
     else if ((st = herd_model_create_device(model, ds, device, &m)) != HERD_OK)
         cli_fail(st, "cannot build the model");
+    else if ((st = herd_model_set_precision(m, precision)) != HERD_OK)
+        cli_fail(st, "--precision");
     else if ((st = herd_bench_train(m, ds, (int)batch, (int)steps, (int)warmup, (int)threads, dist, &r)) != HERD_OK)
         cli_fail(st, "benchmark failed");
     else {
         double gflops = 3.0 * herd_model_flops_per_sample(m) * r.samples_per_s / 1e9;
+        bool gpu = strcmp(herd_model_device(m), "cpu") != 0;
+        double tflops = gflops / 1e3 / r.ranks; /* per device */
+        if (!json && rank0 && gpu) {
+            char peak[96] = "peak unknown for this GPU";
+            if (r.peak_tflops > 0)
+                snprintf(peak, sizeof peak, "%.0f%% of its %.1f TFLOP/s %s peak",
+                         100 * tflops / r.peak_tflops, r.peak_tflops,
+                         herd_precision_name(precision));
+            fprintf(stderr, "%s (%s): %.2f TFLOP/s per GPU achieved, %s\n", r.device_name,
+                    herd_precision_name(precision), tflops, peak);
+        }
         if (!json && rank0)
             fprintf(stderr,
                     "%s: %d rank(s) x batch %d, %d thread(s), %ld steps: %.2f ms/step (data wait "
@@ -96,6 +131,12 @@ static int bench_train(int argc, char **argv)
         cli_summary_num(&s, "comm_wait_ms", 1e3 * r.phases.comm_wait, 3);
         cli_summary_num(&s, "optimizer_ms", 1e3 * r.phases.optimizer, 3);
         cli_summary_num(&s, "gflops", gflops, 1);
+        cli_summary_str(&s, "device", herd_model_device(m));
+        cli_summary_str(&s, "precision", herd_precision_name(precision));
+        if (gpu) {
+            cli_summary_num(&s, "tflops", tflops, 2);
+            cli_summary_num(&s, "peak_tflops", r.peak_tflops, 1);
+        }
         cli_summary_num(&s, "ranks", r.ranks, 0);
         if (r.ranks > 1) {
             cli_summary_num(&s, "single_rank_samples_per_s", r.single_rank_samples_per_s, 1);

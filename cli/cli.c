@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
@@ -102,4 +103,33 @@ void cli_summary_print(const cli_summary *s, bool json)
     }
     printf(json ? "}\n" : "\n");
     fflush(stdout);
+}
+
+int cli_resolve_device(const char *cmd, const char **device, uint64_t gpu_memory_limit)
+{
+    if (!*device)
+        *device = herd_default_device();
+    if (gpu_memory_limit && strcmp(*device, "cuda") != 0)
+        return cli_usage_error(cmd, "--gpu-memory-limit is for GPUs, but the device is %s "
+                               "(use --device cuda)", *device);
+    return -1;
+}
+
+herd_status cli_prepare_device(herd_dist *dist, const char *device, uint64_t gpu_memory_limit)
+{
+    herd_status st = herd_dist_bind_device(dist, device);
+    if (st == HERD_OK && gpu_memory_limit)
+        st = herd_device_set_memory_limit(device, gpu_memory_limit);
+    return st;
+}
+
+void cli_print_device(const herd_model *m, int ranks)
+{
+    const char *device = herd_model_device(m);
+    fprintf(stderr, "herd: device %s, precision %s\n", device,
+            herd_precision_name(herd_model_precision(m)));
+    if (ranks > 1 && strcmp(device, "cpu") != 0)
+        fprintf(stderr, herd_have_nccl() ? "herd: gradients reduced by NCCL between the GPUs\n"
+                                         : "herd: NCCL not built in: gradients reduced by MPI "
+                                           "through host memory\n");
 }

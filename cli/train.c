@@ -30,8 +30,13 @@ static const char train_help[] =
     "  --augment                random crop (padding 4) and horizontal flip\n"
     "  --label-smoothing X      (default 0)\n"
     "  --threads N              compute threads (default: all cores)\n"
-    "  --device cpu|cuda        where to train (default cpu; cuda is one GPU, one process,\n"
-    "                           fp32 for now, and will become the default when a GPU is present)\n"
+    "  --device cpu|cuda        where to train (default: cuda when a GPU is visible, else cpu);\n"
+    "                           with several ranks each rank uses the GPU of its local rank\n"
+    "  --precision P            fp32 (default) or tf32 (cuda only; bf16/fp16 not available yet)\n"
+    "  --gpu-memory-limit SIZE  cap herd's GPU memory, e.g. 20G (cuda only)\n"
+    "  --loss-scale dynamic     dynamic loss scaling: skip steps with inf/NaN gradients\n"
+    "  --loss-scale-init X      initial loss scale (default 65536)\n"
+    "  --loss-scale-window N    clean steps before the scale doubles (default 2000)\n"
     "  --seed N                 initialisation, shuffling, augmentation (default 42)\n"
     "  --checkpoint-dir DIR     save weights and training state every epoch\n"
     "  --resume                 continue from the latest checkpoint in --checkpoint-dir\n"
@@ -67,6 +72,8 @@ enum {
     OPT_MAX_STEPS, OPT_TRAIN_SAMPLES, OPT_SAVE, OPT_LOG_EVERY, OPT_QUIET, OPT_JSON, OPT_HELP,
     OPT_LR_SCALING, OPT_SYNC_BN, OPT_COMPRESS, OPT_GRAD_ACCUM, OPT_BUCKET_MB, OPT_CHECK_REPLICAS,
     OPT_STALL_WARNING, OPT_COMM_TIMEOUT, OPT_DEVICE, OPT_LOGDIR, OPT_HISTOGRAMS, OPT_METRICS,
+    OPT_PRECISION, OPT_GPU_MEM, OPT_LOSS_SCALE,
+    OPT_LOSS_SCALE_INIT, OPT_LOSS_SCALE_WINDOW,
 };
 
 static const struct option train_options[] = {
@@ -89,6 +96,11 @@ static const struct option train_options[] = {
     {"label-smoothing", required_argument, 0, OPT_SMOOTH},
     {"threads", required_argument, 0, OPT_THREADS},
     {"device", required_argument, 0, OPT_DEVICE},
+    {"precision", required_argument, 0, OPT_PRECISION},
+    {"gpu-memory-limit", required_argument, 0, OPT_GPU_MEM},
+    {"loss-scale", required_argument, 0, OPT_LOSS_SCALE},
+    {"loss-scale-init", required_argument, 0, OPT_LOSS_SCALE_INIT},
+    {"loss-scale-window", required_argument, 0, OPT_LOSS_SCALE_WINDOW},
     {"seed", required_argument, 0, OPT_SEED},
     {"checkpoint-dir", required_argument, 0, OPT_CKPT},
     {"resume", no_argument, 0, OPT_RESUME},
@@ -118,6 +130,8 @@ typedef struct train_args {
     const char *model, *data, *save, *device;
     long train_samples;
     bool quiet, json;
+    herd_precision precision;
+    uint64_t gpu_memory_limit;
     herd_train_config cfg;
     herd_dist_config dist;
 } train_args;
@@ -203,6 +217,26 @@ static int parse_train_args(int argc, char **argv, train_args *a)
         case OPT_SMOOTH: FLOAT_ARG(0, 0.999, c->label_smoothing, "--label-smoothing"); break;
         case OPT_THREADS: INT_ARG(0, 4096, c->threads, "--threads"); break;
         case OPT_DEVICE: a->device = optarg; break;
+        case OPT_PRECISION:
+            if (herd_precision_parse(optarg, &a->precision) != HERD_OK)
+                return cli_usage_error("train", "--precision is fp32, tf32, bf16 or fp16, got '%s'",
+                                       optarg);
+            break;
+        case OPT_GPU_MEM:
+            if (!cli_parse_size(optarg, 1 << 20, UINT64_MAX, &a->gpu_memory_limit))
+                return cli_usage_error("train", "--gpu-memory-limit takes a size of at least 1M "
+                                       "like 512M or 20G, got '%s'", optarg);
+            break;
+        case OPT_LOSS_SCALE:
+            if (strcmp(optarg, "dynamic") == 0)
+                c->dynamic_loss_scale = true;
+            else if (strcmp(optarg, "none") == 0)
+                c->dynamic_loss_scale = false;
+            else
+                return cli_usage_error("train", "--loss-scale is dynamic or none, got '%s'", optarg);
+            break;
+        case OPT_LOSS_SCALE_INIT: FLOAT_ARG(1, 1e38, c->loss_scale_init, "--loss-scale-init"); break;
+        case OPT_LOSS_SCALE_WINDOW: INT_ARG(1, 1 << 30, c->loss_scale_window, "--loss-scale-window"); break;
         case OPT_SEED: INT_ARG(0, 0x7fffffffL, c->seed, "--seed"); break;
         case OPT_CKPT: c->checkpoint_dir = optarg; break;
         case OPT_RESUME: c->resume = true; break;
@@ -253,7 +287,7 @@ static int parse_train_args(int argc, char **argv, train_args *a)
         return cli_usage_error("train", "--resume needs --checkpoint-dir");
     if (c->histograms && !c->logdir)
         return cli_usage_error("train", "--histograms writes TensorBoard files: add --logdir DIR");
-    return -1;
+    return cli_resolve_device("train", &a->device, a->gpu_memory_limit);
 }
 
 /* Prints the progress of rank 0 only. */
@@ -279,6 +313,10 @@ int cmd_train(int argc, char **argv)
     }
     a.cfg.dist = dist;
     bool rank0 = herd_dist_rank(dist) == 0;
+    if ((st = cli_prepare_device(dist, a.device, a.gpu_memory_limit)) != HERD_OK) {
+        cli_fail(st, "cannot use the device");
+        goto done;
+    }
     if ((st = herd_dataset_open(a.data, HERD_SPLIT_TRAIN, &train)) != HERD_OK) {
         cli_fail(st, "cannot open the training data");
         goto done;
@@ -299,10 +337,15 @@ int cmd_train(int argc, char **argv)
         cli_fail(st, "cannot initialise the model");
         goto done;
     }
+    if ((st = herd_model_set_precision(m, a.precision)) != HERD_OK) {
+        cli_fail(st, "--precision");
+        goto done;
+    }
     if (!a.quiet && rank0) {
         fprintf(stderr, "herd: training %s (%zu parameters) on %s: %zu train / %zu test samples\n",
                 herd_model_name(m), herd_model_param_count(m), a.data, herd_dataset_size(train),
                 herd_dataset_size(test));
+        cli_print_device(m, herd_dist_size(dist));
         if (herd_dist_size(dist) > 1)
             fprintf(stderr, "herd: %d ranks (%s), %d samples per rank per step, global batch %d\n",
                     herd_dist_size(dist), herd_dist_backend(dist), a.cfg.batch_size,
@@ -330,6 +373,12 @@ int cmd_train(int argc, char **argv)
     cli_summary_num(&s, "samples_per_s", res.samples_per_s, 1);
     cli_summary_num(&s, "wall_s", res.wall_s, 1);
     cli_summary_num(&s, "ranks", herd_dist_size(dist), 0);
+    cli_summary_str(&s, "device", herd_model_device(m));
+    cli_summary_str(&s, "precision", herd_precision_name(herd_model_precision(m)));
+    if (a.cfg.dynamic_loss_scale) {
+        cli_summary_num(&s, "loss_scale", res.loss_scale, 0);
+        cli_summary_num(&s, "skipped_steps", (double)res.skipped_steps, 0);
+    }
     if (rank0)
         cli_summary_print(&s, a.json);
     rc = CLI_OK;

@@ -1,7 +1,8 @@
 # CUDA backend detection. HERD_CUDA=AUTO builds it when nvcc, the CUDA toolkit and
 # cuDNN are found; ON makes a missing piece an error; OFF (or nothing found) builds
-# exactly the CPU-only library. NCCL is detected for the version string and for the
-# multi-GPU work to come; it is not linked yet.
+# exactly the CPU-only library. HERD_NCCL=AUTO links NCCL for multi-GPU gradient
+# reductions when it is found (and MPI, which bootstraps it, is built in); ON makes
+# it required; OFF reduces GPU gradients with MPI through host memory.
 set(HERD_WITH_CUDA OFF)
 set(HERD_WITH_CUDNN OFF)
 set(HERD_WITH_NCCL OFF)
@@ -45,7 +46,15 @@ else()
       else()
         set(HERD_WITH_CUDA ON)
         set(HERD_WITH_CUDNN ON)
-        if(HERD_NCCL_INCLUDE AND HERD_NCCL_LIB)
+        if(HERD_NCCL STREQUAL "OFF")
+          message(STATUS "herd: NCCL off (HERD_NCCL=OFF): GPU gradients go through MPI and host memory")
+        elseif(NOT HERD_NCCL_INCLUDE OR NOT HERD_NCCL_LIB OR NOT HERD_WITH_MPI)
+          if(HERD_NCCL STREQUAL "ON")
+            message(FATAL_ERROR "herd: HERD_NCCL=ON but NCCL (nccl.h, libnccl) or MPI (which "
+                                "bootstraps it) was not found; install them or use -DHERD_NCCL=AUTO")
+          endif()
+          message(STATUS "herd: built without NCCL (needs nccl.h, libnccl and MPI)")
+        else()
           set(HERD_WITH_NCCL ON)
         endif()
       endif()
@@ -68,6 +77,9 @@ if(HERD_WITH_CUDA)
   # checked against the CPU one at fp32 tolerances.
   add_compile_options("$<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings;-Xcompiler=-Wall,-Wextra>")
   set(HERD_CUDA_LIBS CUDA::cudart CUDA::cublas ${HERD_CUDNN_LIB})
+  if(HERD_WITH_NCCL)
+    list(APPEND HERD_CUDA_LIBS ${HERD_NCCL_LIB})
+  endif()
   message(STATUS "herd: CUDA backend (CUDA ${CUDAToolkit_VERSION}, cuDNN ${HERD_CUDNN_LIB}, "
                  "NCCL ${HERD_WITH_NCCL}; architectures ${CMAKE_CUDA_ARCHITECTURES})")
 endif()

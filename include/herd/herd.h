@@ -95,6 +95,36 @@ void herd_model_free(herd_model *m);
  * resets buffers (batch-norm running mean 0, variance 1). Models start seeded with 0. */
 herd_status herd_model_init_params(herd_model *m, uint64_t seed);
 
+/* Arithmetic of a model's training and evaluation. fp32 everywhere; tf32 (CUDA:
+ * cuBLAS and cuDNN may use TF32 tensor cores, inputs rounded to a 10-bit mantissa,
+ * fp32 accumulation). bf16 and fp16 compute are refused for now. The CPU backend
+ * computes in fp32 only and refuses the others (HERD_ERR_UNSUPPORTED); nothing falls
+ * back silently. On CUDA the setting is process-wide and applied again at the start
+ * of herd_train / herd_bench_train, so models of one process take turns. */
+typedef enum {
+    HERD_PRECISION_FP32 = 0,
+    HERD_PRECISION_TF32,
+    HERD_PRECISION_BF16,
+    HERD_PRECISION_FP16,
+} herd_precision;
+
+/* "fp32", "tf32", "bf16", "fp16". */
+const char *herd_precision_name(herd_precision p);
+herd_status herd_precision_parse(const char *name, herd_precision *out);
+herd_status herd_model_set_precision(herd_model *m, herd_precision p);
+herd_precision herd_model_precision(const herd_model *m);
+
+/* Names the device a model lives on ("cpu", "cuda"). */
+const char *herd_model_device(const herd_model *m);
+/* The device used when none is named: "cuda" when herd was built with CUDA and a GPU
+ * is visible, "cpu" otherwise. Does not initialise the GPU. */
+const char *herd_default_device(void);
+/* Caps the device memory herd holds on `device` (its caching allocator never keeps
+ * more, cached blocks included; 0 = no cap). Only "cuda" has one: "cpu" fails with
+ * HERD_ERR_UNSUPPORTED. Allocations beyond the cap fail with HERD_ERR_NOMEM naming
+ * the request, the cap and the GPU's free memory. */
+herd_status herd_device_set_memory_limit(const char *device, uint64_t bytes);
+
 size_t herd_model_param_count(const herd_model *m);
 /* Forward multiply-adds x2 per sample (the usual "FLOPs" of a model card). */
 double herd_model_flops_per_sample(const herd_model *m);
@@ -133,6 +163,13 @@ int herd_dist_rank(const herd_dist *d);
 int herd_dist_size(const herd_dist *d);
 int herd_dist_local_rank(const herd_dist *d);
 const char *herd_dist_backend(const herd_dist *d); /* "local" or "mpi" */
+/* Whether this build reduces GPU gradients with NCCL; without it, multi-rank GPU
+ * training reduces them with MPI through host memory. */
+bool herd_have_nccl(void);
+/* Before creating models on `device` in a job of several ranks: "cuda" gives each rank
+ * the GPU of its local rank (and fails when a host has more ranks than GPUs); "cpu"
+ * and groups of one need nothing. */
+herd_status herd_dist_bind_device(herd_dist *d, const char *device);
 /* Ends every process of the job with exit code `code` (use after a fatal error on one rank). */
 void herd_dist_abort(herd_dist *d, int code, const char *msg);
 void herd_dist_free(herd_dist *d);
@@ -183,6 +220,13 @@ typedef struct herd_train_config {
     int histograms;           /* weight and gradient histograms every N steps into logdir (0 = none) */
     const char *metrics_path; /* one JSON object per line per log interval and epoch (NULL = none) */
     int log_every;            /* steps between logged points (0 = 50) */
+    /* Dynamic loss scaling (for fp16; works at any precision): the loss is multiplied
+     * by the scale before backward, gradients are unscaled and checked for inf/NaN;
+     * a step with any is skipped and the scale halved, and it doubles after
+     * loss_scale_window clean steps. */
+    bool dynamic_loss_scale;
+    float loss_scale_init;  /* 65536 */
+    int loss_scale_window;  /* 2000 */
 } herd_train_config;
 
 void herd_train_config_default(herd_train_config *cfg);
@@ -207,6 +251,8 @@ typedef struct herd_progress {
     bool epoch_end;               /* true once per epoch, after evaluation */
     double test_loss, test_acc;   /* valid when epoch_end and evaluated */
     bool evaluated;
+    double loss_scale;            /* dynamic loss scale after this step (0 = not scaling) */
+    long skipped_steps;           /* steps skipped for inf/NaN gradients so far */
 } herd_progress;
 
 /* Called after every step and at each epoch end, on every rank. Return false to stop
@@ -233,6 +279,8 @@ typedef struct herd_train_result {
     double samples_per_s;          /* training throughput, excluding evaluation */
     double wall_s;
     herd_phase_times phases;       /* mean per step */
+    double loss_scale;             /* final dynamic loss scale (0 = not scaling) */
+    long skipped_steps;            /* steps skipped for inf/NaN gradients */
 } herd_train_result;
 
 herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
@@ -259,6 +307,10 @@ typedef struct herd_bench_result {
      * run, giving the single-rank figure that weak scaling is measured against. */
     double single_rank_samples_per_s;
     double scaling_efficiency; /* samples_per_s / (ranks x single_rank_samples_per_s) */
+    /* GPU models: the device and its peak FLOP/s at the model's precision (SMs x clock
+     * x FLOPs per clock per SM, docs/performance.md); 0 = unknown or not a GPU. */
+    char device_name[64];
+    double peak_tflops;
 } herd_bench_result;
 
 /* dist: NULL for one process. Every rank gets the same result. */

@@ -1,5 +1,7 @@
 #include "backend/backend.h"
 
+#include <string.h>
+
 #include "core/error.h"
 
 /* PyTorch's output size: floor((in + 2*pad - k) / stride) + 1. */
@@ -65,6 +67,15 @@ const herd_backend *herd_backend_cuda(void)
 }
 
 void herd_backend_cuda_shutdown(void) {}
+
+bool herd_backend_cuda_visible(void) { return false; }
+
+herd_status herd_backend_cuda_bind(int local_rank, int local_size)
+{
+    (void)local_rank, (void)local_size;
+    herd_backend_cuda(); /* sets the message */
+    return HERD_ERR_UNSUPPORTED;
+}
 #endif
 
 herd_status herd_gemm_check(bool trans_a, bool trans_b, int m, int n, int k, const float *a,
@@ -112,4 +123,54 @@ herd_status herd_bn_check_count(int64_t count)
                         "batch); use a larger batch",
                         (long long)count);
     return HERD_OK;
+}
+
+const char *herd_precision_name(herd_precision p)
+{
+    switch (p) {
+    case HERD_PRECISION_FP32: return "fp32";
+    case HERD_PRECISION_TF32: return "tf32";
+    case HERD_PRECISION_BF16: return "bf16";
+    case HERD_PRECISION_FP16: return "fp16";
+    }
+    return "unknown";
+}
+
+herd_status herd_precision_parse(const char *name, herd_precision *out)
+{
+    static const herd_precision all[] = {HERD_PRECISION_FP32, HERD_PRECISION_TF32,
+                                         HERD_PRECISION_BF16, HERD_PRECISION_FP16};
+    for (size_t i = 0; name && i < sizeof all / sizeof all[0]; i++)
+        if (strcmp(name, herd_precision_name(all[i])) == 0) {
+            *out = all[i];
+            return HERD_OK;
+        }
+    return HERD_ERR(HERD_ERR_INVALID_ARG, "unknown precision '%s' (use fp32, tf32, bf16 or fp16)",
+                    name ? name : "(null)");
+}
+
+/* Dense (no sparsity) FLOPs per clock per SM, one multiply-add = 2, from NVIDIA's
+ * architecture whitepapers: fp32 on the CUDA cores, the others on tensor cores with
+ * fp32 accumulation. Keep in step with the table in docs/performance.md. */
+double herd_peak_flops_per_clock_sm(int cc_major, int cc_minor, herd_precision p)
+{
+    static const struct {
+        int major, minor;
+        double fp32, tf32, half; /* half: fp16 and bf16 alike */
+    } table[] = {
+        {7, 0, 128, 0, 1024},    /* V100: 64 FP32 cores, 8 tensor cores; no TF32/BF16 */
+        {8, 0, 128, 1024, 2048}, /* A100 */
+        {9, 0, 256, 2048, 4096}, /* H100, H200 */
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        if (table[i].major != cc_major || table[i].minor != cc_minor)
+            continue;
+        switch (p) {
+        case HERD_PRECISION_FP32: return table[i].fp32;
+        case HERD_PRECISION_TF32: return table[i].tf32;
+        case HERD_PRECISION_BF16: return cc_major >= 8 ? table[i].half : 0;
+        case HERD_PRECISION_FP16: return table[i].half;
+        }
+    }
+    return 0;
 }

@@ -62,6 +62,8 @@ typedef struct herd_adamw_args {
     long step; /* 1-based, for bias correction */
 } herd_adamw_args;
 
+struct herd_device_info;
+
 typedef struct herd_backend {
     const char *name;
     bool (*supports_op)(herd_op op);
@@ -169,7 +171,34 @@ typedef struct herd_backend {
                               const herd_sgd_args *a);
     herd_status (*adamw_update)(size_t n, float *w, const float *g, float *m, float *v,
                                 const herd_adamw_args *a);
+
+    /* x *= factor over n values and, when found_inf is not NULL, *found_inf = whether
+     * any result is inf or NaN (a host value; on a GPU this waits for the stream).
+     * Loss scaling unscales gradients with factor 1/scale and checks them in one pass,
+     * and scales the loss gradient up with factor = scale and no check. */
+    herd_status (*grad_unscale_check)(size_t n, float *x, float factor, bool *found_inf);
+
+    /* The arithmetic of gemm and convolutions from now on (herd_precision). Backends
+     * refuse what they cannot do, with a message saying so. */
+    herd_status (*set_precision)(herd_precision p);
+    /* Device memory: cap what the backend's allocator holds (0 = none), and describe
+     * the device for peak-FLOP/s figures. NULL for the CPU backend. */
+    herd_status (*set_memory_limit)(uint64_t bytes);
+    herd_status (*device_info)(struct herd_device_info *out);
 } herd_backend;
+
+/* A GPU as the bench reports it. */
+typedef struct herd_device_info {
+    char name[64];
+    int cc_major, cc_minor; /* compute capability */
+    int sms;                /* streaming multiprocessors */
+    double clock_ghz;       /* the SMs' maximum clock */
+    uint64_t memory_bytes;
+} herd_device_info;
+
+/* Dense FLOPs per clock per SM for a compute capability at a precision (the peak
+ * table of docs/performance.md); 0 when the architecture is not in the table. */
+double herd_peak_flops_per_clock_sm(int cc_major, int cc_minor, herd_precision p);
 
 const herd_backend *herd_backend_cpu(void);
 /* The GPU backend on the current CUDA device. NULL, with herd_last_error() saying
@@ -181,6 +210,12 @@ const herd_backend *herd_backend_cuda(void);
  * what the caller still holds. Buffers and plans the caller got must be freed first;
  * herd_backend_cuda() afterwards returns NULL. A no-op without CUDA. */
 void herd_backend_cuda_shutdown(void);
+/* Whether a CUDA GPU is visible to this build, without initialising the backend. */
+bool herd_backend_cuda_visible(void);
+/* One GPU per rank: makes GPU local_rank the device herd_backend_cuda() will use.
+ * Must come before the backend's first use; fails when the host has fewer visible
+ * GPUs than local_size ranks. */
+herd_status herd_backend_cuda_bind(int local_rank, int local_size);
 
 /* Validates a row-major gemm call (sizes, leading dimensions, pointers) for every
  * backend; *empty is set when there is nothing to compute (m or n is 0). */

@@ -5,6 +5,7 @@
 #include "herd/herd.h"
 
 #if HERD_HAVE_CUDA
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #endif
@@ -18,7 +19,7 @@
 #define VERSION_CAP 64
 #endif
 
-static char build_info[512];
+static char build_info[768];
 static pthread_once_t build_info_once = PTHREAD_ONCE_INIT;
 
 static void compose_build_info(void)
@@ -30,23 +31,30 @@ static void compose_build_info(void)
     if (MPI_Get_library_version(mpi, &len) == MPI_SUCCESS)
         mpi[strcspn(mpi, ",\n")] = '\0'; /* "Open MPI v4.1.4", without the package details */
 #endif
-    char cuda[128] = "CUDA: none";
+    char cuda[160] = "cuda: not built";
 #if HERD_HAVE_CUDA
-    /* The CUDA runtime and cuDNN actually loaded (they may differ from the headers);
-     * NCCL is not linked yet, so its version is the headers'. */
-    int rt = 0;
+    /* The CUDA runtime, cuBLAS and cuDNN actually loaded (they may differ from the
+     * headers); none of these calls needs a GPU. */
+    int rt = 0, blas_major = 0, blas_minor = 0, blas_patch = 0;
     cudaRuntimeGetVersion(&rt);
+    cublasGetProperty(MAJOR_VERSION, &blas_major);
+    cublasGetProperty(MINOR_VERSION, &blas_minor);
+    cublasGetProperty(PATCH_LEVEL, &blas_patch);
     size_t dnn = cudnnGetVersion();
+    snprintf(cuda, sizeof cuda, "cuda: CUDA %d.%d, cuBLAS %d.%d.%d, cuDNN %zu.%zu.%zu", rt / 1000,
+             rt % 1000 / 10, blas_major, blas_minor, blas_patch, dnn / 10000, dnn / 100 % 100,
+             dnn % 100);
+#endif
     char nccl[32] = "NCCL: none";
 #if HERD_HAVE_NCCL
-    snprintf(nccl, sizeof nccl, "NCCL %d.%d.%d", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
-#endif
-    snprintf(cuda, sizeof cuda, "cuda backend: CUDA %d.%d, cuDNN %zu.%zu.%zu, %s", rt / 1000,
-             rt % 1000 / 10, dnn / 10000, dnn / 100 % 100, dnn % 100, nccl);
+    int nv = 0;
+    ncclGetVersion(&nv); /* the library loaded: major*10000 + minor*100 + patch */
+    snprintf(nccl, sizeof nccl, "NCCL %d.%d.%d", nv / 10000, nv / 100 % 100, nv % 100);
 #endif
     snprintf(build_info, sizeof build_info,
-             "herd " HERD_VERSION " (cpu backend: oneDNN " HERD_DNNL_VERSION ", OpenMP; %s; MPI: %s)",
-             cuda, mpi);
+             "herd " HERD_VERSION " (backends: cpu: oneDNN " HERD_DNNL_VERSION
+             " (convolutions and BLAS: dnnl_sgemm), OpenMP; %s; MPI: %s; %s)",
+             cuda, mpi, nccl);
 }
 
 const char *herd_build_info(void)

@@ -101,4 +101,30 @@ bool herd_comm_launched_by_mpi(void);
 herd_status herd_comm_create_default(const herd_comm_config *cfg, herd_comm **out);
 void herd_comm_destroy(herd_comm *c);
 
+/* Gradients in device memory (comm_device.c, comm_nccl.c). Each wraps `host` (not
+ * owned; it must outlive the wrapper): allreduce_start / wait_all take buffers of
+ * backend `be`, every other call goes to `host` with host memory as before.
+ *   nccl:   NCCL on the ranks of host (bootstrapped through it), one GPU per rank;
+ *           reductions run on a communication stream that waits for the gradients'
+ *           producers, and wait_all orders the compute stream after them (the host
+ *           does not block). HERD_ERR_UNSUPPORTED when built without NCCL.
+ *   staged: copies each buffer to host memory, reduces it with `host`, and copies it
+ *           back in wait_all (any backend; MPI through host memory for a GPU).
+ *   device: nccl for the cuda backend when built with NCCL, else staged. */
+struct herd_backend;
+herd_status herd_comm_nccl_create(herd_comm *host, herd_comm **out);
+herd_status herd_comm_staged_create(herd_comm *host, const struct herd_backend *be,
+                                    herd_comm **out);
+herd_status herd_comm_device_create(herd_comm *host, const struct herd_backend *be,
+                                    herd_comm **out);
+/* Broadcast of a buffer in be's memory (through the host for a device backend). */
+herd_status herd_comm_broadcast_buffer(herd_comm *c, const struct herd_backend *be, void *buf,
+                                       size_t bytes, int root);
+/* The wrappers' common part: a comm with host's identity and own's operations, where
+ * every operation own leaves NULL forwards to host. own->destroy frees impl and then
+ * the comm itself (one free(c)). NULL when out of memory. */
+herd_comm *herd_comm_wrap(herd_comm *host, const herd_comm_ops *own, void *impl);
+herd_comm *herd_comm_wrapped(const herd_comm *c); /* host */
+void *herd_comm_wrapper_impl(const herd_comm *c);
+
 #endif

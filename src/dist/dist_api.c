@@ -1,4 +1,7 @@
 /* The public herd_dist_* API: thin wrappers over the communicator (herd_dist is herd_comm). */
+#include <string.h>
+
+#include "backend/backend.h"
 #include "core/error.h"
 #include "dist/comm.h"
 
@@ -32,3 +35,10 @@ void herd_dist_abort(herd_dist *d, int code, const char *msg)
 }
 
 void herd_dist_free(herd_dist *d) { herd_comm_destroy(d); }
+
+herd_status herd_dist_bind_device(herd_dist *d, const char *device)
+{
+    if (!d || d->size == 1 || !device || strcmp(device, "cuda") != 0)
+        return HERD_OK;
+    return herd_backend_cuda_bind(d->local_rank, d->local_size);
+}

@@ -8,6 +8,7 @@
 struct herd_model {
     char name[64];
     const herd_backend *be;
+    herd_precision precision; /* applied to be at the start of training and benchmarks */
     int in_c, in_h, in_w, classes;
 
     herd_layer *layers;

@@ -181,3 +181,30 @@ herd_status herd_model_tensor_info(const herd_model *m, size_t i, const char **n
         *data = (v->is_buffer ? m->buffers : m->params) + v->offset;
     return HERD_OK;
 }
+
+herd_status herd_model_set_precision(herd_model *m, herd_precision p)
+{
+    if (!m)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "herd_model_set_precision: NULL model");
+    if (p < HERD_PRECISION_FP32 || p > HERD_PRECISION_FP16)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "precision %d is not a herd_precision", (int)p);
+    HERD_TRY(m->be->set_precision(p)); /* refuses what the device cannot do */
+    m->precision = p;
+    return HERD_OK;
+}
+
+herd_precision herd_model_precision(const herd_model *m) { return m->precision; }
+
+const char *herd_model_device(const herd_model *m) { return m->be->name; }
+
+const char *herd_default_device(void) { return herd_backend_cuda_visible() ? "cuda" : "cpu"; }
+
+herd_status herd_device_set_memory_limit(const char *device, uint64_t bytes)
+{
+    const herd_backend *be;
+    HERD_TRY(backend_for(device, &be));
+    if (!be->set_memory_limit)
+        return HERD_ERR(HERD_ERR_UNSUPPORTED,
+                        "device %s has no memory limit (it is for GPUs: --device cuda)", be->name);
+    return be->set_memory_limit(bytes);
+}

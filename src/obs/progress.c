@@ -16,6 +16,14 @@ static void format_duration(double s, char *buf, size_t len)
         snprintf(buf, len, "%lds", t);
 }
 
+/* "  loss scale 32768 (2 skipped)" while dynamic loss scaling is on, else nothing. */
+static void loss_scale_text(const herd_progress *p, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    if (p->loss_scale > 0)
+        snprintf(buf, len, "  loss scale %.10g (%ld skipped)", p->loss_scale, p->skipped_steps);
+}
+
 static void epoch_line(FILE *out, const herd_progress *p)
 {
     char el[32];
@@ -26,7 +34,9 @@ static void epoch_line(FILE *out, const herd_progress *p)
     fprintf(out, "epoch %d/%d  loss %.4f  acc %.2f%%", p->epoch, p->epochs, p->loss, 100 * p->acc);
     if (p->evaluated)
         fprintf(out, "  test_loss %.4f  test_acc %.2f%%", p->test_loss, 100 * p->test_acc);
-    fprintf(out, "  lr %.4g  %.0f samples/s  elapsed %s\n", p->lr, p->samples_per_s, el);
+    char scale[64];
+    loss_scale_text(p, scale, sizeof scale);
+    fprintf(out, "  lr %.4g%s  %.0f samples/s  elapsed %s\n", p->lr, scale, p->samples_per_s, el);
 }
 
 bool herd_console_progress_fn(const herd_progress *p, void *user)
@@ -62,9 +72,11 @@ bool herd_console_progress_fn(const herd_progress *p, void *user)
     }
     int every = c->log_every > 0 ? c->log_every : 50;
     if (p->step % every == 0 || p->step == p->steps_per_epoch) {
-        fprintf(out, "epoch %d/%d step %ld/%ld  loss %.4f  acc %.2f%%  lr %.4g  %.0f samples/s  ETA %s\n",
+        char scale[64];
+        loss_scale_text(p, scale, sizeof scale);
+        fprintf(out, "epoch %d/%d step %ld/%ld  loss %.4f  acc %.2f%%  lr %.4g%s  %.0f samples/s  ETA %s\n",
                 p->epoch, p->epochs, p->step, p->steps_per_epoch, p->loss, 100 * p->acc, p->lr,
-                p->samples_per_s, eta);
+                scale, p->samples_per_s, eta);
         fflush(out);
     }
     return true;

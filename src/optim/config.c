@@ -43,4 +43,7 @@ void herd_train_config_default(herd_train_config *cfg)
     cfg->histograms = 0;
     cfg->metrics_path = NULL;
     cfg->log_every = 0; /* 50 */
+    cfg->dynamic_loss_scale = false;
+    cfg->loss_scale_init = 65536.0f; /* 2^16, as torch.cuda.amp.GradScaler */
+    cfg->loss_scale_window = 2000;
 }

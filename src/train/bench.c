@@ -1,6 +1,7 @@
 /* Training throughput: the real training step on real (or synthetic) batches from
  * the real loader, timed after warm-up steps. Under MPI, rank 0 first runs alone
  * for the single-rank baseline, then all ranks train together (weak scaling). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,11 +77,16 @@ herd_status herd_bench_train(herd_model *m, herd_dataset *ds, int batch_size, in
     if (!m || !ds || !res || batch_size <= 0 || steps <= 0 || warmup < 0)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bench needs a model, data, batch size > 0, "
                         "steps > 0 and warmup >= 0");
-    herd_comm *local = NULL;
+    herd_comm *local = NULL, *device_comm = NULL;
     HERD_TRY(herd_comm_local_create(&local));
     herd_comm *comm = dist ? dist : local;
-    herd_status st = HERD_OK;
-    if (herd_dataset_size(ds) < (size_t)batch_size * (size_t)comm->size)
+    herd_status st = m->be->set_precision(m->precision); /* process-wide on a GPU */
+    /* Gradients in GPU memory cross ranks through NCCL or host-staged MPI. */
+    if (st == HERD_OK && !m->be->host_memory && comm->size > 1)
+        st = herd_comm_device_create(comm, m->be, &device_comm);
+    if (device_comm)
+        comm = device_comm;
+    if (st == HERD_OK && herd_dataset_size(ds) < (size_t)batch_size * (size_t)comm->size)
         st = HERD_ERR(HERD_ERR_INVALID_ARG, "the data has %zu samples, fewer than one batch of %d "
                       "per rank", herd_dataset_size(ds), batch_size);
     if (st == HERD_OK)
@@ -94,9 +100,11 @@ herd_status herd_bench_train(herd_model *m, herd_dataset *ds, int batch_size, in
         herd_status b = comm->ops->broadcast(comm, &alone, sizeof alone, 0);
         st = st != HERD_OK ? st : b;
         if (st == HERD_OK) /* replicas start equal: rank 0 trained alone */
-            st = comm->ops->broadcast(comm, m->params, m->n_param_floats * sizeof(float), 0);
+            st = herd_comm_broadcast_buffer(comm, m->be, m->params,
+                                            m->n_param_floats * sizeof(float), 0);
         if (st == HERD_OK)
-            st = comm->ops->broadcast(comm, m->buffers, m->n_buffer_floats * sizeof(float), 0);
+            st = herd_comm_broadcast_buffer(comm, m->be, m->buffers,
+                                            m->n_buffer_floats * sizeof(float), 0);
     }
     if (st == HERD_OK)
         st = run_steps(m, ds, batch_size, steps, warmup, comm, &all);
@@ -113,14 +121,26 @@ herd_status herd_bench_train(herd_model *m, herd_dataset *ds, int batch_size, in
         if (st == HERD_OK)
             st = c->ops->broadcast(c, &all, sizeof all, 0); /* report rank 0's phases everywhere */
     }
+    if (st == HERD_OK && m->be->device_info) {
+        herd_device_info info;
+        st = m->be->device_info(&info);
+        if (st == HERD_OK) {
+            snprintf(res->device_name, sizeof res->device_name, "%s", info.name);
+            res->peak_tflops = info.sms * info.clock_ghz * 1e9 *
+                               herd_peak_flops_per_clock_sm(info.cc_major, info.cc_minor,
+                                                            m->precision) / 1e12;
+        }
+    }
+    int ranks = comm->size;
+    herd_comm_destroy(device_comm);
     herd_comm_destroy(local);
     HERD_TRY(st);
     res->steps = steps;
     res->batch_size = batch_size;
     res->threads = threads;
-    res->ranks = comm->size;
+    res->ranks = ranks;
     res->step_s = slowest / steps;
-    res->samples_per_s = (double)steps * batch_size * comm->size / slowest;
+    res->samples_per_s = (double)steps * batch_size * ranks / slowest;
     res->phases = all.sum;
     res->phases.data_wait /= steps;
     res->phases.forward /= steps;
@@ -128,9 +148,9 @@ herd_status herd_bench_train(herd_model *m, herd_dataset *ds, int batch_size, in
     res->phases.comm_wait /= steps;
     res->phases.optimizer /= steps;
     res->phases.total = res->step_s;
-    if (comm->size > 1) {
+    if (ranks > 1) {
         res->single_rank_samples_per_s = (double)steps * batch_size / alone.elapsed;
-        res->scaling_efficiency = res->samples_per_s / (comm->size * res->single_rank_samples_per_s);
+        res->scaling_efficiency = res->samples_per_s / (ranks * res->single_rank_samples_per_s);
     } else {
         res->single_rank_samples_per_s = res->samples_per_s;
         res->scaling_efficiency = 1.0;

@@ -85,6 +85,8 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
     long correct = 0;
     HERD_TRY(m->be->softmax_xent(b->n, m->classes, logits, b->labels, label_smoothing, p->dlogits,
                                  &loss_sum, &correct));
+    if (p->scaler)
+        HERD_TRY(herd_loss_scaler_scale(p->scaler, m->be, p->dlogits, (size_t)b->n * m->classes));
     s->loss_sum += loss_sum;
     s->correct += correct;
     s->samples += b->n;
@@ -110,7 +112,13 @@ herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p,
     double t0 = herd_now();
     HERD_TRY(p->comm->ops->wait_all(p->comm));
     double t1 = herd_now();
-    HERD_TRY(herd_optimizer_step(o, m, lr));
+    /* After the reduction every rank holds the same gradients, so every rank makes the
+     * same skip decision without another collective. */
+    if (p->scaler)
+        HERD_TRY(herd_loss_scaler_unscale(p->scaler, m->be, m->grads, m->n_param_floats,
+                                          &s->skipped));
+    if (!s->skipped)
+        HERD_TRY(herd_optimizer_step(o, m, lr));
     s->t.comm_wait += t1 - t0;
     s->t.optimizer += herd_now() - t1;
     return HERD_OK;

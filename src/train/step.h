@@ -6,6 +6,7 @@
 #include "data/dataset.h"
 #include "dist/buckets.h"
 #include "nn/model.h"
+#include "optim/loss_scale.h"
 #include "optim/optim.h"
 
 /* How gradients of a step are combined across micro-batches and ranks. */
@@ -21,12 +22,14 @@ typedef struct herd_step_plan {
     float *x_dev;
     int32_t *labels_dev;
     int input_capacity;
+    herd_loss_scaler *scaler; /* dynamic loss scaling, NULL = none */
 } herd_step_plan;
 
 typedef struct herd_step_stats {
     double loss_sum; /* summed per-sample loss */
     long correct;
     long samples;
+    bool skipped;       /* the loss scaler found inf/NaN gradients: no update */
     herd_phase_times t; /* data_wait is filled by the caller */
 } herd_step_stats;
 
@@ -39,7 +42,8 @@ void herd_step_plan_free(herd_step_plan *p, herd_model *m);
  * reductions during backward. Adds to *s. */
 herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *b, int micro,
                             int n_micro, float label_smoothing, uint64_t seed, herd_step_stats *s);
-/* Waits for the reductions (exposed communication) and updates the weights. */
+/* Waits for the reductions (exposed communication) and updates the weights (with a
+ * loss scaler: unscales first, and skips the update when gradients overflowed). */
 herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p, float lr,
                             herd_step_stats *s);
 

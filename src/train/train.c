@@ -19,6 +19,8 @@ typedef struct run {
     herd_progress_fn progress;
     void *user;
     herd_comm *comm;
+    herd_comm *device_comm; /* gradients in GPU memory across ranks (owned), or NULL */
+    herd_loss_scaler scaler;
     herd_loader *loader;
     herd_optimizer *opt;
     herd_step_plan plan;
@@ -60,6 +62,12 @@ static herd_status validate(const herd_train_config *c)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "compress is 0 (none), 1 (fp16) or 2 (bf16)");
     if (!(c->bucket_mb > 0))
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bucket size must be positive, got %g MiB", c->bucket_mb);
+    if (c->dynamic_loss_scale && (!(c->loss_scale_init >= 1.0f) || !isfinite(c->loss_scale_init) ||
+                                  c->loss_scale_window < 1))
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "loss scaling needs an initial scale >= 1 (got %g) and a window >= 1 step "
+                        "(got %d)",
+                        (double)c->loss_scale_init, c->loss_scale_window);
     return HERD_OK;
 }
 
@@ -102,7 +110,12 @@ static herd_status check_signature(run *r)
     herd_signature_add(&s, "augment", "%d", c->augment);
     herd_signature_add(&s, "sync_bn", "%d", c->sync_bn);
     herd_signature_add(&s, "compress", "%d", c->compress);
-    herd_signature_add(&s, "precision", "%s", "fp32");
+    herd_signature_add(&s, "precision", "%s", herd_precision_name(r->m->precision));
+    if (c->dynamic_loss_scale)
+        herd_signature_add(&s, "loss_scale", "dynamic %.9g/%d", c->loss_scale_init,
+                           c->loss_scale_window);
+    else
+        herd_signature_add(&s, "loss_scale", "none");
     herd_signature_add(&s, "resume", "%d", c->resume);
     return herd_signature_check(r->comm, &s);
 }
@@ -114,12 +127,12 @@ static herd_status broadcast_state(run *r)
     if (c->size == 1)
         return HERD_OK;
     herd_model *m = r->m;
-    HERD_TRY(c->ops->broadcast(c, m->params, m->n_param_floats * sizeof(float), 0));
-    HERD_TRY(c->ops->broadcast(c, m->buffers, m->n_buffer_floats * sizeof(float), 0));
+    HERD_TRY(herd_comm_broadcast_buffer(c, m->be, m->params, m->n_param_floats * sizeof(float), 0));
+    HERD_TRY(herd_comm_broadcast_buffer(c, m->be, m->buffers, m->n_buffer_floats * sizeof(float), 0));
     for (int i = 0; i < herd_optimizer_state_count(r->opt); i++) {
         size_t n;
         float *buf = herd_optimizer_state(r->opt, i, NULL, &n);
-        HERD_TRY(c->ops->broadcast(c, buf, n * sizeof(float), 0));
+        HERD_TRY(herd_comm_broadcast_buffer(c, m->be, buf, n * sizeof(float), 0));
     }
     long steps = herd_optimizer_steps(r->opt);
     HERD_TRY(c->ops->broadcast(c, &steps, sizeof steps, 0));
@@ -268,6 +281,8 @@ static herd_status run_epoch(run *r, int epoch, long first_step, double t_start,
         r->train_time += s.t.total;
         r->state.global_step++;
         p.step = step + 1;
+        p.loss_scale = cfg->dynamic_loss_scale ? r->scaler.scale : 0.0;
+        p.skipped_steps = r->scaler.skipped;
         p.global_step = r->state.global_step;
         p.lr = herd_lr_at(cfg, r->state.global_step - 1, r->steps_per_epoch);
         memset(&p.phases, 0, sizeof p.phases);
@@ -326,14 +341,22 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg)
     resolve_config(r, user_cfg);
     const herd_train_config *cfg = &r->cfg;
     /* A device model moves data only at the edges; the paths that still touch
-     * parameters or gradients on the host (reductions across ranks or micro-batches,
-     * replica checks, optimizer-state checkpoints) are refused rather than crash. */
+     * parameters or gradients on the host (reductions across micro-batches, synchronised
+     * batch norm, replica checks, optimizer-state checkpoints) are refused rather than
+     * crash. Gradients across ranks go through a device communicator (NCCL, or MPI
+     * staged through host memory). */
     if (!r->m->be->host_memory &&
-        (r->comm->size > 1 || cfg->grad_accum > 1 || cfg->check_replicas || cfg->checkpoint_dir))
+        (cfg->grad_accum > 1 || cfg->check_replicas || cfg->checkpoint_dir ||
+         (cfg->sync_bn && r->comm->size > 1)))
         return HERD_ERR(HERD_ERR_UNSUPPORTED,
-                        "training on '%s' is one process without gradient accumulation, replica "
-                        "checks or checkpoints for now", r->m->be->name);
+                        "training on '%s' does not support gradient accumulation, --sync-bn, "
+                        "replica checks or checkpoints yet", r->m->be->name);
+    HERD_TRY(r->m->be->set_precision(r->m->precision)); /* process-wide on a GPU: ours again */
     HERD_TRY(check_signature(r));
+    if (!r->m->be->host_memory && r->comm->size > 1) {
+        HERD_TRY(herd_comm_device_create(r->comm, r->m->be, &r->device_comm));
+        r->comm = r->device_comm;
+    }
     HERD_TRY(r->m->be->set_threads(cfg->threads));
     herd_loader_config lc = {
         .batch_size = cfg->batch_size, .shuffle = true, .augment = cfg->augment,
@@ -347,6 +370,10 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg)
     HERD_TRY(herd_observer_open(cfg, r->m, r->comm->rank, &r->obs));
     HERD_TRY(herd_step_plan_init(&r->plan, r->m, r->comm, cfg->bucket_mb,
                                  (herd_wire_type)cfg->compress, cfg->sync_bn));
+    if (cfg->dynamic_loss_scale) {
+        HERD_TRY(herd_loss_scaler_init(&r->scaler, cfg->loss_scale_init, cfg->loss_scale_window));
+        r->plan.scaler = &r->scaler;
+    }
     r->state = (herd_train_state){.seed = cfg->seed, .batch_size = cfg->batch_size};
     if (cfg->resume)
         HERD_TRY(resume(r));
@@ -365,6 +392,8 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg)
     r->res->steps = r->state.global_step;
     r->res->wall_s = herd_now() - t_start;
     r->res->samples_per_s = r->train_time > 0 ? r->train_samples / r->train_time : 0;
+    r->res->loss_scale = cfg->dynamic_loss_scale ? r->scaler.scale : 0.0;
+    r->res->skipped_steps = r->scaler.skipped;
     if (steps_run > 0) {
         herd_phase_times mean = {0};
         add_phases(&mean, &r->res->phases, 1.0 / (double)steps_run);
@@ -418,6 +447,7 @@ herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
     herd_step_plan_free(&r.plan, m);
     herd_optimizer_free(r.opt);
     herd_loader_free(r.loader);
+    herd_comm_destroy(r.device_comm);
     herd_comm_destroy(own);
     return st;
 }

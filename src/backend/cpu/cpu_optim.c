@@ -102,3 +102,23 @@ herd_status herd_cpu_adamw_update(size_t n, float *w, const float *g, float *m, 
     }
     return HERD_OK;
 }
+
+herd_status herd_cpu_grad_unscale_check(size_t n, float *x, float factor, bool *found_inf)
+{
+    if (n && !x)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "grad_unscale_check: NULL buffer for %zu values", n);
+    const ptrdiff_t len = (ptrdiff_t)n;
+    int bad = 0;
+    /* inf * factor stays inf and NaN stays NaN, so checking the results is checking
+     * the inputs too; x - x is 0 exactly for finite x and NaN otherwise, which keeps
+     * the loop a vectorisable reduction. */
+#pragma omp parallel for reduction(| : bad) if (n >= HERD_OPTIM_PAR_MIN)
+    for (ptrdiff_t i = 0; i < len; i++) {
+        float v = x[i] * factor;
+        x[i] = v;
+        bad |= (v - v) != 0.0f;
+    }
+    if (found_inf)
+        *found_inf = bad != 0;
+    return HERD_OK;
+}

@@ -23,6 +23,7 @@ typedef struct herd_cuda_ctx {
     cudaStream_t stream;
     cublasHandle_t cublas;
     cudnnHandle_t cudnn;
+    bool tf32; /* --precision tf32: convolutions and gemm may use TF32 tensor cores */
 } herd_cuda_ctx;
 
 /* The context made by herd_backend_cuda(); valid once it returned non-NULL. */
@@ -33,11 +34,13 @@ void *herd_cuda_alloc(size_t bytes);
 void herd_cuda_free(void *p);
 /* Frees the cached blocks and the scratch buffers (shutdown). */
 void herd_cuda_alloc_release(void);
+/* Caps the bytes the allocator holds, cached blocks included (0 = no cap). */
+herd_status herd_cuda_set_memory_limit(uint64_t bytes);
 
 /* Grow-only device scratch owned by the backend, one buffer per slot; ops use it for
  * small per-call temporaries so the training step never calls cudaMalloc. Safe to
  * reuse across ops because everything runs in order on one stream. */
-enum { HERD_CUDA_SCRATCH_LOSS, HERD_CUDA_SCRATCH_BN, HERD_CUDA_SCRATCH_COUNT };
+enum { HERD_CUDA_SCRATCH_LOSS, HERD_CUDA_SCRATCH_BN, HERD_CUDA_SCRATCH_FLAG, HERD_CUDA_SCRATCH_COUNT };
 herd_status herd_cuda_scratch(int slot, size_t bytes, void **p);
 /* Pinned host memory for results that come back to the host (loss sums). */
 herd_status herd_cuda_host_scratch(size_t bytes, void **p);
@@ -165,6 +168,15 @@ herd_status herd_cuda_sgd_update(size_t n, float *w, const float *g, float *mome
                                  const herd_sgd_args *a);
 herd_status herd_cuda_adamw_update(size_t n, float *w, const float *g, float *m, float *v,
                                    const herd_adamw_args *a);
+herd_status herd_cuda_grad_unscale_check(size_t n, float *x, float factor, bool *found_inf);
+
+/* cuda_cast.cu: on a caller's stream (the NCCL communicator's). y = half(x * scale),
+ * x = float(y), x *= scale; bf16 picks bfloat16 over IEEE half. */
+herd_status herd_cuda_cast_to_16(size_t n, const float *x, float scale, bool bf16, void *y,
+                                 cudaStream_t st);
+herd_status herd_cuda_cast_from_16(size_t n, const void *x, bool bf16, float *y,
+                                   cudaStream_t st);
+herd_status herd_cuda_scale_on(size_t n, float *x, float scale, cudaStream_t st);
 
 #ifdef __cplusplus
 }

@@ -2,11 +2,13 @@
  * tens of microseconds, so freed blocks go to a free list per size class and are
  * handed out again; after the first training step every buffer comes from a list.
  * Classes: 512 bytes, then four per power of two (at most 25% slack). Reuse is safe
- * without events because all work runs in order on the backend's one stream. */
+ * without events because all work runs in order on the backend's one stream.
+ * --gpu-memory-limit caps what is held, cached blocks included (mem_budget.c). */
 #include <pthread.h>
 #include <stdlib.h>
 
 #include "backend/cuda/cuda.h"
+#include "backend/mem_budget.h"
 
 #define MIN_BYTES 512
 #define NCLASSES 256
@@ -14,6 +16,7 @@
 
 typedef struct block {
     void *ptr;
+    size_t bytes;
     int cls;
     struct block *next;
 } block;
@@ -22,6 +25,7 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static block *g_free[NCLASSES];         /* cached blocks by class */
 static block *g_live[LIVE_BUCKETS];     /* handed-out blocks by pointer hash */
 static block *g_spare;                  /* unused list nodes */
+static herd_mem_budget g_budget;
 
 /* Class index and its byte size for a request. */
 static int size_class(size_t bytes, size_t *cls_bytes)
@@ -58,9 +62,64 @@ static void release_cached(void)
             block *b = g_free[c];
             g_free[c] = b->next;
             cudaFree(b->ptr);
+            herd_mem_budget_returned(&g_budget, b->bytes);
             b->next = g_spare;
             g_spare = b;
         }
+}
+
+/* The driver's view for error messages. */
+static void device_memory(uint64_t *free_b, uint64_t *total_b)
+{
+    size_t f = 0, t = 0;
+    cudaMemGetInfo(&f, &t);
+    *free_b = f;
+    *total_b = t;
+}
+
+/* A new block from the driver within the cap; NULL with the error set. Caller holds the lock. */
+static block *obtain(size_t cls_bytes, int cls)
+{
+    uint64_t free_b, total_b;
+    herd_mem_verdict v = herd_mem_budget_check(&g_budget, cls_bytes);
+    if (v == HERD_MEM_FITS_AFTER_RELEASE) {
+        release_cached();
+        v = herd_mem_budget_check(&g_budget, cls_bytes);
+    }
+    if (v != HERD_MEM_FITS) {
+        device_memory(&free_b, &total_b);
+        herd_mem_budget_error(&g_budget, cls_bytes, true, free_b, total_b);
+        return NULL;
+    }
+    block *b = node();
+    if (!b) {
+        HERD_NOMEM(sizeof *b);
+        return NULL;
+    }
+    void *p = NULL;
+    cudaError_t ce = cudaMalloc(&p, cls_bytes);
+    if (ce == cudaErrorMemoryAllocation) {
+        cudaGetLastError(); /* clear the error before retrying */
+        release_cached();   /* memory may be held in classes this request cannot use */
+        ce = cudaMalloc(&p, cls_bytes);
+    }
+    if (ce != cudaSuccess) {
+        cudaGetLastError();
+        b->next = g_spare;
+        g_spare = b;
+        device_memory(&free_b, &total_b);
+        if (ce == cudaErrorMemoryAllocation)
+            herd_mem_budget_error(&g_budget, cls_bytes, false, free_b, total_b);
+        else
+            HERD_ERR(HERD_ERR_INTERNAL, "CUDA: allocating %zu bytes failed: %s%s", cls_bytes,
+                     cudaGetErrorString(ce), HERD_CUDA_HINT);
+        return NULL;
+    }
+    herd_mem_budget_obtained(&g_budget, cls_bytes);
+    b->ptr = p;
+    b->bytes = cls_bytes;
+    b->cls = cls;
+    return b;
 }
 
 void *herd_cuda_alloc(size_t bytes)
@@ -75,32 +134,10 @@ void *herd_cuda_alloc(size_t bytes)
     block *b = g_free[cls];
     if (b) {
         g_free[cls] = b->next;
-    } else {
-        b = node();
-        void *p = NULL;
-        cudaError_t ce = b ? cudaMalloc(&p, cls_bytes) : cudaErrorMemoryAllocation;
-        if (ce == cudaErrorMemoryAllocation && b) {
-            cudaGetLastError(); /* clear the sticky-free error before retrying */
-            release_cached();
-            ce = cudaMalloc(&p, cls_bytes);
-        }
-        if (ce != cudaSuccess) {
-            cudaGetLastError();
-            size_t free_b = 0, total_b = 0;
-            cudaMemGetInfo(&free_b, &total_b);
-            if (b) {
-                b->next = g_spare;
-                g_spare = b;
-            }
-            pthread_mutex_unlock(&g_lock);
-            HERD_ERR(HERD_ERR_NOMEM,
-                     "out of GPU memory allocating %zu bytes (%s; %zu of %zu MiB free); try a "
-                     "smaller batch size",
-                     cls_bytes, cudaGetErrorString(ce), free_b >> 20, total_b >> 20);
-            return NULL;
-        }
-        b->ptr = p;
-        b->cls = cls;
+        herd_mem_budget_handed_out(&g_budget, b->bytes);
+    } else if (!(b = obtain(cls_bytes, cls))) {
+        pthread_mutex_unlock(&g_lock);
+        return NULL;
     }
     size_t h = hash_ptr(b->ptr);
     b->next = g_live[h];
@@ -130,10 +167,29 @@ void herd_cuda_free(void *p)
         *link = b->next;
         b->next = g_free[b->cls];
         g_free[b->cls] = b;
+        herd_mem_budget_cached(&g_budget, b->bytes);
     }
     pthread_mutex_unlock(&g_lock);
     /* A pointer this allocator never returned is ignored rather than passed to
      * cudaFree: freeing foreign memory would corrupt another owner. */
+}
+
+herd_status herd_cuda_set_memory_limit(uint64_t bytes)
+{
+    pthread_mutex_lock(&g_lock);
+    uint64_t in_use = g_budget.held - g_budget.cached;
+    if (bytes && in_use > bytes) {
+        pthread_mutex_unlock(&g_lock);
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "--gpu-memory-limit %.1f MiB is below the %.1f MiB herd already uses on "
+                        "the GPU; set the limit before creating models, or raise it",
+                        bytes / 1048576.0, in_use / 1048576.0);
+    }
+    g_budget.limit = bytes;
+    if (bytes && g_budget.held > bytes)
+        release_cached();
+    pthread_mutex_unlock(&g_lock);
+    return HERD_OK;
 }
 
 /* ---- backend-owned scratch */

@@ -9,6 +9,7 @@
 static herd_cuda_ctx g_ctx;
 static char g_init_error[400];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static int g_bound_device = -1; /* herd_backend_cuda_bind's choice, -1 = the current device */
 
 const herd_cuda_ctx *herd_cuda_ctx_get(void) { return &g_ctx; }
 
@@ -27,6 +28,8 @@ static void init(void)
         INIT_FAIL("no CUDA device is visible (%s); check nvidia-smi and CUDA_VISIBLE_DEVICES, "
                   "or use the cpu backend",
                   ce != cudaSuccess ? cudaGetErrorString(ce) : "0 devices");
+    if (g_bound_device >= 0 && (ce = cudaSetDevice(g_bound_device)) != cudaSuccess)
+        INIT_FAIL("cudaSetDevice(%d) failed: %s", g_bound_device, cudaGetErrorString(ce));
     if ((ce = cudaGetDevice(&g_ctx.device)) != cudaSuccess)
         INIT_FAIL("cudaGetDevice failed: %s", cudaGetErrorString(ce));
     /* Same major version or the cuDNN API this was compiled against may be missing. */
@@ -61,6 +64,72 @@ static herd_status cuda_set_threads(int threads)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "threads must be >= 0 (0 = all cores), got %d",
                         threads);
     return HERD_OK; /* host threads play no part in GPU ops */
+}
+
+static herd_status cuda_set_precision(herd_precision p)
+{
+    if (p == HERD_PRECISION_BF16 || p == HERD_PRECISION_FP16)
+        return HERD_ERR(HERD_ERR_UNSUPPORTED,
+                        "--precision %s (half-precision compute with fp32 master weights) is not "
+                        "available yet on the cuda backend; use --precision tf32 or fp32",
+                        herd_precision_name(p));
+    bool tf32 = p == HERD_PRECISION_TF32;
+    /* cuBLAS: TF32 tensor cores for cublasSgemm, or none at all (the default mode
+     * does not use TF32). Convolutions pick up g_ctx.tf32 when they next run. */
+    HERD_CUBLAS(cublasSetMathMode(g_ctx.cublas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                     : CUBLAS_DEFAULT_MATH),
+                "setting the math mode");
+    g_ctx.tf32 = tf32;
+    return HERD_OK;
+}
+
+static herd_status cuda_device_info(herd_device_info *out)
+{
+    struct cudaDeviceProp prop;
+    HERD_CUDA(cudaGetDeviceProperties(&prop, g_ctx.device), "reading the device properties");
+    int khz = 0;
+    /* cudaDeviceProp lost its clockRate field in CUDA 13; the attribute stays. */
+    HERD_CUDA(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, g_ctx.device),
+              "reading the SM clock");
+    snprintf(out->name, sizeof out->name, "%.*s", (int)sizeof out->name - 1, prop.name);
+    out->cc_major = prop.major;
+    out->cc_minor = prop.minor;
+    out->sms = prop.multiProcessorCount;
+    out->clock_ghz = khz / 1e6;
+    out->memory_bytes = prop.totalGlobalMem;
+    return HERD_OK;
+}
+
+bool herd_backend_cuda_visible(void)
+{
+    int count = 0;
+    return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+herd_status herd_backend_cuda_bind(int local_rank, int local_size)
+{
+    int count = 0;
+    cudaError_t ce = cudaGetDeviceCount(&count);
+    if (ce != cudaSuccess || count == 0)
+        return HERD_ERR(HERD_ERR_UNSUPPORTED,
+                        "no CUDA device is visible (%s); check nvidia-smi and "
+                        "CUDA_VISIBLE_DEVICES, or use --device cpu",
+                        ce != cudaSuccess ? cudaGetErrorString(ce) : "0 devices");
+    if (local_size > count)
+        return HERD_ERR(HERD_ERR_UNSUPPORTED,
+                        "%d ranks on this host but only %d GPU(s) visible: herd uses one GPU per "
+                        "rank; start at most %d ranks per host (mpirun --map-by ppr:%d:node)",
+                        local_size, count, count, count);
+    if (local_rank < 0 || local_rank >= count)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "local rank %d has no GPU (%d visible)", local_rank,
+                        count);
+    if (g_ctx.stream && g_ctx.device != local_rank)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "the cuda backend already runs on GPU %d; bind rank %d's GPU before "
+                        "creating any model",
+                        g_ctx.device, local_rank);
+    g_bound_device = local_rank;
+    return HERD_OK;
 }
 
 static const herd_backend cuda_backend = {
@@ -103,6 +172,10 @@ static const herd_backend cuda_backend = {
     .softmax_xent = herd_cuda_softmax_xent,
     .sgd_update = herd_cuda_sgd_update,
     .adamw_update = herd_cuda_adamw_update,
+    .grad_unscale_check = herd_cuda_grad_unscale_check,
+    .set_precision = cuda_set_precision,
+    .set_memory_limit = herd_cuda_set_memory_limit,
+    .device_info = cuda_device_info,
 };
 
 static bool g_shut_down;

@@ -1,7 +1,10 @@
 /* 2-D convolution through cuDNN. A plan holds the descriptors, the algorithms picked
  * once (cuDNN's heuristics, v7 API) for forward, backward data and backward filter,
  * and one workspace big enough for all three, so running a layer allocates nothing.
- * Math is plain fp32 (CUDNN_FMA_MATH, no TF32) to match the CPU backend. */
+ * Math is plain fp32 (CUDNN_FMA_MATH, no TF32) to match the CPU backend, unless
+ * --precision tf32 (herd_cuda_ctx.tf32): then CUDNN_TENSOR_OP_MATH lets cuDNN use
+ * TF32 tensor cores, and each direction runs with the math type of the algorithm
+ * picked for it. A plan re-picks when the precision changed since it was built. */
 #include <stdlib.h>
 
 #include "backend/cuda/cuda.h"
@@ -17,6 +20,8 @@ struct herd_conv_plan {
     cudnnConvolutionFwdAlgo_t fwd_algo;
     cudnnConvolutionBwdDataAlgo_t bwd_data_algo;
     cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo;
+    bool tf32; /* the precision the algorithms were picked for */
+    cudnnMathType_t fwd_math, bwd_data_math, bwd_filter_math;
     void *workspace;
     size_t workspace_bytes;
 };
@@ -41,7 +46,7 @@ void herd_cuda_conv2d_plan_free(herd_conv_plan *p)
 
 /* The first heuristic choice that succeeded and fits the cap. cuDNN lists them best
  * first; the workspace size comes back with each. */
-#define PICK(kind, results, count, algo_out, ws_out, what)                               \
+#define PICK(kind, results, count, algo_out, ws_out, math_out, what)                     \
     do {                                                                                 \
         int found_ = 0;                                                                  \
         for (int i_ = 0; i_ < (count) && !found_; i_++)                                  \
@@ -49,6 +54,7 @@ void herd_cuda_conv2d_plan_free(herd_conv_plan *p)
                 (results)[i_].memory <= WORKSPACE_CAP) {                                 \
                 *(algo_out) = (results)[i_].algo;                                        \
                 *(ws_out) = (results)[i_].memory;                                        \
+                *(math_out) = (results)[i_].mathType;                                    \
                 found_ = 1;                                                              \
             }                                                                            \
         if (!found_)                                                                     \
@@ -59,10 +65,11 @@ void herd_cuda_conv2d_plan_free(herd_conv_plan *p)
                             d->stride, d->pad, WORKSPACE_CAP >> 20);                     \
     } while (0)
 
+static herd_status pick_algos(herd_conv_plan *p);
+
 static herd_status build(herd_conv_plan *p)
 {
     const herd_conv_desc *d = &p->d;
-    cudnnHandle_t h = herd_cuda_ctx_get()->cudnn;
     HERD_CUDNN(cudnnCreateTensorDescriptor(&p->x), "tensor descriptor");
     HERD_CUDNN(cudnnCreateTensorDescriptor(&p->y), "tensor descriptor");
     HERD_CUDNN(cudnnCreateTensorDescriptor(&p->bias), "tensor descriptor");
@@ -84,8 +91,6 @@ static herd_status build(herd_conv_plan *p)
     HERD_CUDNN(cudnnSetConvolution2dDescriptor(p->conv, d->pad, d->pad, d->stride, d->stride, 1,
                                                1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
                "convolution descriptor");
-    HERD_CUDNN(cudnnSetConvolutionMathType(p->conv, CUDNN_FMA_MATH), "convolution math type");
-
     int n_out, c_out, h_out, w_out;
     HERD_CUDNN(cudnnGetConvolution2dForwardOutputDim(p->conv, p->x, p->w, &n_out, &c_out, &h_out,
                                                      &w_out),
@@ -94,7 +99,17 @@ static herd_status build(herd_conv_plan *p)
         return HERD_ERR(HERD_ERR_INTERNAL,
                         "cuDNN computes a %dx%dx%dx%d output where herd expects %dx%dx%dx%d",
                         n_out, c_out, h_out, w_out, d->n, d->c_out, d->h_out, d->w_out);
+    return pick_algos(p);
+}
 
+/* Algorithms (and workspace) for the current precision. */
+static herd_status pick_algos(herd_conv_plan *p)
+{
+    const herd_conv_desc *d = &p->d;
+    cudnnHandle_t h = herd_cuda_ctx_get()->cudnn;
+    p->tf32 = herd_cuda_ctx_get()->tf32;
+    HERD_CUDNN(cudnnSetConvolutionMathType(p->conv, p->tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
+               "convolution math type");
     int count = 0;
     size_t ws_f = 0, ws_d = 0, ws_w = 0;
     cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
@@ -102,23 +117,29 @@ static herd_status build(herd_conv_plan *p)
                                                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count,
                                                       fwd),
                "forward algorithm choice");
-    PICK(fwd, fwd, count, &p->fwd_algo, &ws_f, "forward");
+    PICK(fwd, fwd, count, &p->fwd_algo, &ws_f, &p->fwd_math, "forward");
     cudnnConvolutionBwdDataAlgoPerf_t bd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     HERD_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->w, p->y, p->conv, p->x,
                                                            CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
                                                            &count, bd),
                "backward data algorithm choice");
-    PICK(bd, bd, count, &p->bwd_data_algo, &ws_d, "backward-data");
+    PICK(bd, bd, count, &p->bwd_data_algo, &ws_d, &p->bwd_data_math, "backward-data");
     cudnnConvolutionBwdFilterAlgoPerf_t bf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     HERD_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
                    h, p->x, p->y, p->conv, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count,
                    bf),
                "backward filter algorithm choice");
-    PICK(bf, bf, count, &p->bwd_filter_algo, &ws_w, "backward-filter");
+    PICK(bf, bf, count, &p->bwd_filter_algo, &ws_w, &p->bwd_filter_math, "backward-filter");
+    if (!p->tf32) /* fp32 stays FMA whatever the heuristics report */
+        p->fwd_math = p->bwd_data_math = p->bwd_filter_math = CUDNN_FMA_MATH;
 
     size_t ws = ws_f > ws_d ? ws_f : ws_d;
     ws = ws > ws_w ? ws : ws_w;
-    if (ws > 0) {
+    if (ws > p->workspace_bytes) {
+        /* Safe to drop the old one at once: all work is in order on one stream. */
+        herd_cuda_free(p->workspace);
+        p->workspace = NULL;
+        p->workspace_bytes = 0;
         if (!(p->workspace = herd_cuda_alloc(ws)))
             return HERD_ERR_NOMEM;
         p->workspace_bytes = ws;
@@ -126,6 +147,22 @@ static herd_status build(herd_conv_plan *p)
     return HERD_OK;
 }
 
+/* Before a cuDNN call: re-pick after a precision change, and set the direction's
+ * math type (the descriptor is shared by the three directions). */
+enum { FWD, BWD_DATA, BWD_FILTER };
+
+static herd_status prepare(herd_conv_plan *p, int direction)
+{
+    if (p->tf32 != herd_cuda_ctx_get()->tf32)
+        HERD_TRY(pick_algos(p));
+    if (!p->tf32)
+        return HERD_OK; /* FMA_MATH, set when the algorithms were picked */
+    cudnnMathType_t math = direction == FWD        ? p->fwd_math
+                           : direction == BWD_DATA ? p->bwd_data_math
+                                                   : p->bwd_filter_math;
+    HERD_CUDNN(cudnnSetConvolutionMathType(p->conv, math), "convolution math type");
+    return HERD_OK;
+}
 herd_status herd_cuda_conv2d_plan(const herd_conv_desc *d, herd_conv_plan **plan)
 {
     if (!d || !plan)
@@ -153,6 +190,7 @@ herd_status herd_cuda_conv2d_fwd(herd_conv_plan *p, const float *x, const float 
         return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_fwd: NULL argument");
     if (p->d.bias && !b)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_fwd: the layer has a bias but b is NULL");
+    HERD_TRY(prepare(p, FWD));
     cudnnHandle_t h = herd_cuda_ctx_get()->cudnn;
     const float one = 1.0f, zero = 0.0f;
     HERD_CUDNN(cudnnConvolutionForward(h, &one, p->x, x, p->w, w, p->conv, p->fwd_algo,
@@ -168,6 +206,7 @@ herd_status herd_cuda_conv2d_bwd_data(herd_conv_plan *p, const float *dy, const 
 {
     if (!p || !dy || !w || !dx)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_bwd_data: NULL argument");
+    HERD_TRY(prepare(p, BWD_DATA));
     const float one = 1.0f, zero = 0.0f;
     HERD_CUDNN(cudnnConvolutionBackwardData(herd_cuda_ctx_get()->cudnn, &one, p->w, w, p->y, dy,
                                             p->conv, p->bwd_data_algo, p->workspace,
@@ -186,6 +225,7 @@ herd_status herd_cuda_conv2d_bwd_weights(herd_conv_plan *p, const float *x, cons
                         (double)beta);
     if (!dw || (p->d.bias && !db))
         return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_bwd_weights: NULL gradient");
+    HERD_TRY(prepare(p, BWD_FILTER));
     cudnnHandle_t h = herd_cuda_ctx_get()->cudnn;
     const float one = 1.0f;
     /* cuDNN's beta blends into the existing gradient: exactly accumulation. */

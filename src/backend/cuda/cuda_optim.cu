@@ -36,6 +36,21 @@ __global__ void k_adamw(size_t n, float *w, const float *g, float *m, float *v, 
     }
 }
 
+/* x *= factor; any non-finite result sets *flag (a plain store: every writer
+ * writes 1, so the race is benign). */
+__global__ void k_unscale_check(size_t n, float *x, float factor, int *flag)
+{
+    bool bad = false;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float v = x[i] * factor;
+        x[i] = v;
+        bad |= !isfinite(v);
+    }
+    if (bad && flag)
+        *flag = 1;
+}
+
 /* ---- launchers */
 
 extern "C" herd_status herd_cuda_sgd_update(size_t n, float *w, const float *g,
@@ -80,5 +95,35 @@ extern "C" herd_status herd_cuda_adamw_update(size_t n, float *w, const float *g
         n, w, g, m, v, a->beta1, a->beta2, a->eps, 1.0f - a->lr * a->weight_decay,
         (float)((double)a->lr / bc1), (float)(1.0 / sqrt(bc2)));
     HERD_CUDA_LAUNCHED("k_adamw");
+    return HERD_OK;
+}
+
+extern "C" herd_status herd_cuda_grad_unscale_check(size_t n, float *x, float factor,
+                                                    bool *found_inf)
+{
+    if (n && !x)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "grad_unscale_check: NULL buffer for %zu values",
+                        n);
+    cudaStream_t st = herd_cuda_ctx_get()->stream;
+    int *flag = NULL;
+    if (found_inf) {
+        void *p;
+        HERD_TRY(herd_cuda_scratch(HERD_CUDA_SCRATCH_FLAG, sizeof(int), &p));
+        flag = (int *)p;
+        HERD_CUDA(cudaMemsetAsync(flag, 0, sizeof(int), st), "clearing the overflow flag");
+    }
+    if (n) {
+        k_unscale_check<<<herd_cuda_blocks(n), HERD_CUDA_THREADS, 0, st>>>(n, x, factor, flag);
+        HERD_CUDA_LAUNCHED("k_unscale_check");
+    }
+    if (!found_inf)
+        return HERD_OK;
+    /* The skip decision is made on the host: one 4-byte copy per step. */
+    void *host;
+    HERD_TRY(herd_cuda_host_scratch(sizeof(int), &host));
+    HERD_CUDA(cudaMemcpyAsync(host, flag, sizeof(int), cudaMemcpyDeviceToHost, st),
+              "overflow flag copy");
+    HERD_CUDA(cudaStreamSynchronize(st), "grad_unscale_check");
+    *found_inf = *(const int *)host != 0;
     return HERD_OK;
 }

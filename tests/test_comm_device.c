@@ -1,0 +1,91 @@
+/* Communicators for gradients in device memory, checked on the CPU: the staged
+ * communicator (device -> host copy, host reduction, copy back in wait_all) over the
+ * single-process communicator and the CPU backend, the forwarding of host
+ * collectives, the buffer broadcast, and NCCL's refusal without a GPU. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#include "backend/backend.h"
+#include "dist/comm.h"
+
+static void test_staged_reduction(void **state)
+{
+    (void)state;
+    herd_comm *local, *c;
+    assert_herd_ok(herd_comm_local_create(&local));
+    assert_herd_ok(herd_comm_staged_create(local, herd_backend_cpu(), &c));
+    assert_int_equal(c->rank, 0);
+    assert_int_equal(c->size, 1);
+    assert_string_equal(c->ops->name, "mpi-staged");
+    float grads[10];
+    for (int i = 0; i < 10; i++)
+        grads[i] = (float)i;
+    /* Two buckets, as backward starts them. */
+    assert_herd_ok(c->ops->allreduce_start(c, grads + 6, 4, 0.5f, HERD_WIRE_FP32, "bucket 0"));
+    assert_herd_ok(c->ops->allreduce_start(c, grads, 6, 0.5f, HERD_WIRE_FP32, "bucket 1"));
+    /* The reduction works on the host copy: the "device" buffer changes only in wait. */
+    assert_true(grads[9] == 9.0f);
+    /* A buffer already in flight is refused rather than reduced twice. */
+    assert_int_not_equal(c->ops->allreduce_start(c, grads, 6, 0.5f, HERD_WIRE_FP32, "again"),
+                         HERD_OK);
+    assert_herd_ok(c->ops->wait_all(c));
+    for (int i = 0; i < 10; i++)
+        assert_true(grads[i] == 0.5f * (float)i);
+    /* The next step reuses the host copies. */
+    assert_herd_ok(c->ops->allreduce_start(c, grads, 6, 2.0f, HERD_WIRE_FP32, "bucket 1"));
+    assert_herd_ok(c->ops->wait_all(c));
+    assert_true(grads[5] == 5.0f);
+    assert_true(grads[6] == 3.0f);
+
+    /* Host collectives go to the wrapped communicator. */
+    double v[2] = {1.5, 2.5};
+    assert_herd_ok(c->ops->allreduce_f64(c, v, 2));
+    assert_true(v[0] == 1.5 && v[1] == 2.5);
+    int mine = 7, all = 0;
+    assert_herd_ok(c->ops->allgather(c, &mine, &all, sizeof mine));
+    assert_int_equal(all, 7);
+    assert_herd_ok(c->ops->barrier(c));
+    assert_int_not_equal(c->ops->broadcast(c, v, sizeof v, 1), HERD_OK); /* no rank 1 */
+    assert_true(herd_comm_wrapped(c) == local);
+    c->ops->set_activity(c, "testing");
+
+    assert_herd_ok(herd_comm_broadcast_buffer(c, herd_backend_cpu(), grads, sizeof grads, 0));
+    assert_true(grads[6] == 3.0f);
+    herd_comm_destroy(c);
+    herd_comm_destroy(local);
+}
+
+static void test_device_choice(void **state)
+{
+    (void)state;
+    herd_comm *local, *c;
+    assert_herd_ok(herd_comm_local_create(&local));
+    /* A host-memory backend has no GPU to hand to NCCL: staged. */
+    assert_herd_ok(herd_comm_device_create(local, herd_backend_cpu(), &c));
+    assert_string_equal(c->ops->name, "mpi-staged");
+    herd_comm_destroy(c);
+    herd_status st = herd_comm_nccl_create(local, &c);
+    if (herd_have_nccl() && herd_backend_cuda_visible()) {
+        /* A GPU host: a communicator of one rank comes up. */
+        assert_herd_ok(st);
+        assert_string_equal(c->ops->name, "nccl");
+        herd_comm_destroy(c);
+    } else {
+        /* NCCL needs a GPU and a build with NCCL: a clear refusal, nothing created. */
+        assert_int_equal(st, HERD_ERR_UNSUPPORTED);
+        assert_null(c);
+        assert_true(strstr(herd_last_error(), "NCCL") != NULL);
+    }
+    herd_comm_destroy(local);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_staged_reduction),
+        cmocka_unit_test(test_device_choice),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
