@@ -94,8 +94,7 @@ static herd_obs_figures figures(const herd_progress *p, const step_sums *sum)
         .comm_wait_ms = per_step * sum->t.comm_wait, .optimizer_ms = per_step * sum->t.optimizer,
         .evaluated = p->epoch_end && p->evaluated, .test_loss = p->test_loss,
         .test_acc = p->test_acc,
-        /* The loss scaler of mixed precision sets .loss_scale here when it lands
-         * (from herd_progress); 0 leaves it out of both files. */
+        .loss_scale = p->loss_scale, /* 0 when not scaling: left out of both files */
     };
 }
 
