@@ -37,5 +37,8 @@ int cmd_eval(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_models(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_topo(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
+int cmd_predict(int argc, char **argv);
 
 #endif
