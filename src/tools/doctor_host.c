@@ -11,12 +11,11 @@
 
 #include "tools/doctor.h"
 
-/* Follows symlinks of a path under the root (Debian's mpirun is an alternatives link
- * to mpirun.openmpi or mpirun.mpich); returns the final file's name. */
-static void resolve_name(const herd_doctor_env *e, const char *path, char *name, size_t cap)
+/* Follows the symlinks of a path under the root, absolute targets included (Debian's
+ * mpirun is an alternatives link to mpirun.openmpi or mpirun.mpich). */
+static void resolve_links(const herd_doctor_env *e, const char *path, char cur[PATH_MAX])
 {
-    char cur[PATH_MAX];
-    snprintf(cur, sizeof cur, "%s", path);
+    snprintf(cur, PATH_MAX, "%s", path);
     for (int hop = 0; hop < 8; hop++) {
         char full[PATH_MAX + 64], target[PATH_MAX];
         doc_path(e, cur, full, sizeof full);
@@ -24,33 +23,27 @@ static void resolve_name(const herd_doctor_env *e, const char *path, char *name,
         if (n <= 0)
             break;
         target[n] = '\0';
-        if (target[0] == '/') {
-            snprintf(cur, sizeof cur, "%s", target);
-        } else { /* relative to the link's directory */
-            char *slash = strrchr(cur, '/');
-            size_t dir = slash ? (size_t)(slash - cur) + 1 : 0;
-            char joined[PATH_MAX];
-            if (snprintf(joined, sizeof joined, "%.*s%s", (int)dir, cur, target) >= (int)sizeof joined)
-                break;
-            memcpy(cur, joined, sizeof cur);
-        }
+        char joined[PATH_MAX];
+        const char *slash = strrchr(cur, '/');
+        int dir = target[0] == '/' || !slash ? 0 : (int)(slash - cur) + 1; /* relative to the link */
+        if (snprintf(joined, sizeof joined, "%.*s%s", dir, cur, target) >= (int)sizeof joined)
+            break;
+        memcpy(cur, joined, PATH_MAX);
     }
-    const char *slash = strrchr(cur, '/');
-    name[0] = '\0';
-    doc_append(name, cap, "", slash ? slash + 1 : cur);
 }
 
 void check_mpi(const herd_doctor_env *e, herd_check *c)
 {
     const char *path = doc_getenv(e, "PATH");
-    char found[PATH_MAX] = "";
+    char found[PATH_MAX] = "", resolved[PATH_MAX] = "";
     for (const char *p = path; p && *p && !found[0];) {
         size_t n = strcspn(p, ":");
         char candidate[PATH_MAX], full[PATH_MAX + 64];
         snprintf(candidate, sizeof candidate, "%.*s/mpirun", (int)n, p);
-        doc_path(e, candidate, full, sizeof full);
+        resolve_links(e, candidate, resolved);
+        doc_path(e, resolved, full, sizeof full);
         if (n > 0 && p[0] == '/' && access(full, X_OK) == 0)
-            snprintf(found, sizeof found, "%s", candidate);
+            memcpy(found, candidate, sizeof found);
         p += n + (p[n] == ':');
     }
     if (!e->mpi_library) {
@@ -65,8 +58,8 @@ void check_mpi(const herd_doctor_env *e, herd_check *c)
                 "in PATH: herd run cannot start jobs", e->mpi_library);
         return;
     }
-    char name[256];
-    resolve_name(e, found, name, sizeof name);
+    const char *slash = strrchr(resolved, '/');
+    const char *name = slash ? slash + 1 : resolved;
     bool lib_open = strstr(e->mpi_library, "Open MPI") != NULL;
     bool lib_mpich = strstr(e->mpi_library, "MPICH") || strstr(e->mpi_library, "Intel");
     bool run_mpich = strstr(name, "mpich") || strstr(name, "hydra") || strstr(name, "mpiexec.");
@@ -115,8 +108,9 @@ void check_network(const herd_doctor_env *e, herd_check *c)
 }
 
 typedef struct xid_scan {
-    int count;
-    char codes[128], last[200];
+    int count, n_codes;
+    int codes[16]; /* distinct, in order of appearance */
+    char last[200];
 } xid_scan;
 
 static void scan_line(xid_scan *x, const char *line)
@@ -128,10 +122,12 @@ static void scan_line(xid_scan *x, const char *line)
     snprintf(x->last, sizeof x->last, "%s", xid);
     /* "NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus." */
     const char *colon = strstr(xid, "): ");
-    char item[16];
-    snprintf(item, sizeof item, "%s%d", x->codes[0] ? "," : "", colon ? atoi(colon + 3) : -1);
-    if (!strstr(x->codes, item) && strlen(x->codes) + strlen(item) + 1 < sizeof x->codes)
-        strcat(x->codes, item);
+    int code = colon ? atoi(colon + 3) : -1;
+    for (int i = 0; i < x->n_codes; i++)
+        if (x->codes[i] == code)
+            return;
+    if (x->n_codes < 16)
+        x->codes[x->n_codes++] = code;
 }
 
 /* Scans the kernel log, /dev/kmsg: one record per read(), EAGAIN at the end (a plain
@@ -186,10 +182,15 @@ void check_xid(const herd_doctor_env *e, herd_check *c)
                 denied ? " (reading the kernel log needs root or kernel.dmesg_restrict=0; try "
                          "'sudo dmesg | grep -i xid')" : "");
     } else if (x.count) {
+        char codes[128] = "", item[16];
+        for (int i = 0; i < x.n_codes; i++) {
+            snprintf(item, sizeof item, "%d", x.codes[i]);
+            doc_append(codes, sizeof codes, ",", item);
+        }
         doc_set(c, HERD_CHECK_FAIL, "look the codes up in NVIDIA's Xid table (docs.nvidia.com/deploy/"
                 "xid-errors); 48, 63, 64, 79, 94 and 95 usually need a GPU reset or service; check "
                 "nvidia-smi -q", "%d Xid error(s) in the kernel log since boot (codes %s); the last: %s",
-                x.count, x.codes, x.last);
+                x.count, codes, x.last);
     } else {
         doc_set(c, HERD_CHECK_PASS, NULL, "no NVIDIA Xid errors in the kernel log");
     }
