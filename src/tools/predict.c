@@ -69,8 +69,11 @@ herd_status herd_alpha_beta_fit_json(const char *json, herd_alpha_beta *out)
                           "fix the transport before predicting with it", wrong->valuedouble, b->valuedouble);
             break;
         }
-        if (points == 256)
+        if (points == 256) {
+            st = HERD_ERR(HERD_ERR_FORMAT, "more than 256 results; predict fits at most 256 "
+                          "message sizes (run the benchmark over fewer sizes)");
             break;
+        }
         double x = b->valuedouble, y = t->valuedouble * 1e-6, w = 1.0 / (y * y);
         xs[points] = x, ys[points++] = y;
         s += w, sx += w * x, sy += w * y, sxx += w * x * x, sxy += w * x * y;

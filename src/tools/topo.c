@@ -179,6 +179,12 @@ herd_status herd_topo_discover(herd_topo **out)
     }
     /* Bridges and the PCI devices that matter (GPUs, NICs, storage), not every function. */
     hwloc_topology_set_io_types_filter(hw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    /* hwloc's Linux component reads the PCI tree from sysfs itself. Its libpciaccess
+     * plugin ("pci") adds only device names from pci.ids and leaks at exit (the sanitizer build
+     * fails on it); the OpenCL and GL plugins start vendor runtimes for nothing. */
+    hwloc_topology_set_components(hw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "pci");
+    hwloc_topology_set_components(hw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "opencl");
+    hwloc_topology_set_components(hw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "gl");
     if (hwloc_topology_load(hw) != 0) {
         hwloc_topology_destroy(hw);
         free(t);

@@ -113,14 +113,15 @@ herd_status herd_bench_train(herd_model *m, herd_dataset *ds, int batch_size, in
         if (st == HERD_OK)
             st = c->ops->broadcast(c, &all, sizeof all, 0); /* report rank 0's phases everywhere */
     }
+    int ranks = comm->size; /* comm may be local, freed here */
     herd_comm_destroy(local);
     HERD_TRY(st);
     res->steps = steps;
     res->batch_size = batch_size;
     res->threads = threads;
-    res->ranks = comm->size;
+    res->ranks = ranks;
     res->step_s = slowest / steps;
-    res->samples_per_s = (double)steps * batch_size * comm->size / slowest;
+    res->samples_per_s = (double)steps * batch_size * ranks / slowest;
     res->phases = all.sum;
     res->phases.data_wait /= steps;
     res->phases.forward /= steps;
@@ -128,9 +129,9 @@ herd_status herd_bench_train(herd_model *m, herd_dataset *ds, int batch_size, in
     res->phases.comm_wait /= steps;
     res->phases.optimizer /= steps;
     res->phases.total = res->step_s;
-    if (comm->size > 1) {
+    if (ranks > 1) {
         res->single_rank_samples_per_s = (double)steps * batch_size / alone.elapsed;
-        res->scaling_efficiency = res->samples_per_s / (comm->size * res->single_rank_samples_per_s);
+        res->scaling_efficiency = res->samples_per_s / (ranks * res->single_rank_samples_per_s);
     } else {
         res->single_rank_samples_per_s = res->samples_per_s;
         res->scaling_efficiency = 1.0;
