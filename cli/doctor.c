@@ -18,11 +18,24 @@ static const char doctor_help[] =
     "systemd RemoveIPC, NCCL/Open MPI settings that switch transports off, NVIDIA driver\n"
     "against herd's CUDA version, nvidia_uvm, GPUs per host, the MPI library and launcher,\n"
     "network interfaces, and GPU Xid errors in the kernel log. Needs no root.\n"
-    "Exit status: 0 when no check fails (warnings allowed), 1 when any fails.\n"
+    "Under mpirun or srun, the first rank of each host prints (ranks per host from the\n"
+    "launcher). Exit status: 0 when no check fails (warnings allowed), 1 when any fails.\n"
     "\n"
     "  --json              one JSON object instead of the table\n"
     "  --ranks-per-host N  compare GPUs with N ranks (default: the launcher's environment)\n"
     "  --root DIR          read /proc, /sys, /etc and /dev under DIR (for tests)\n";
+
+/* Under a launcher every rank runs the checks; one per host prints them. */
+static bool first_on_host(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v)
+            return atoi(v) == 0;
+    }
+    return true;
+}
 
 int cmd_doctor(int argc, char **argv)
 {
@@ -56,7 +69,8 @@ int cmd_doctor(int argc, char **argv)
     int count[4] = {0};
     for (int i = 0; i < n; i++)
         count[checks[i].status]++;
-    if (json) {
+    bool print = first_on_host(); /* every rank's exit status still counts */
+    if (print && json) {
         cJSON *o = cJSON_CreateObject(), *list = cJSON_AddArrayToObject(o, "checks");
         for (int i = 0; i < n; i++) {
             cJSON *c = cJSON_CreateObject();
@@ -75,7 +89,7 @@ int cmd_doctor(int argc, char **argv)
             printf("%s\n", text);
         free(text);
         cJSON_Delete(o);
-    } else {
+    } else if (print) {
         for (int i = 0; i < n; i++) {
             printf("%-4s  %-20s %s\n", herd_check_status_name(checks[i].status), checks[i].name,
                    checks[i].detail);
