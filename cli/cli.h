@@ -48,5 +48,8 @@ int cmd_bench_p2p(int argc, char **argv);
 int cmd_models(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
+int cmd_topo(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
+int cmd_predict(int argc, char **argv);
 
 #endif

@@ -18,6 +18,9 @@ static void usage(FILE *out)
             "  models   list the model zoo with parameter counts and FLOPs\n"
             "  run      start a multi-process job through mpirun: herd run -np 4 -- train ...\n"
             "  plot     PNG curves from a --metrics file, or step times from a --timeline trace\n"
+            "  topo     this machine's cores, NUMA nodes, PCI devices, GPUs and their links\n"
+            "  doctor   check the machine for what breaks or slows down training (pass/warn/fail)\n"
+            "  predict  predict step time and scaling efficiency for 1..N workers\n"
             "\n"
             "  --version  print the version and the libraries this build uses\n"
             "  --help     this text\n");
@@ -50,6 +53,12 @@ int main(int argc, char **argv)
         return cmd_run(argc - 1, argv + 1);
     if (strcmp(cmd, "plot") == 0)
         return cmd_plot(argc - 1, argv + 1);
+    if (strcmp(cmd, "topo") == 0)
+        return cmd_topo(argc - 1, argv + 1);
+    if (strcmp(cmd, "doctor") == 0)
+        return cmd_doctor(argc - 1, argv + 1);
+    if (strcmp(cmd, "predict") == 0)
+        return cmd_predict(argc - 1, argv + 1);
     fprintf(stderr, "herd: error: unknown command '%s'; run 'herd --help' for the list\n", cmd);
     return CLI_USAGE;
 }

@@ -131,7 +131,7 @@ herd_status herd_bench_train(herd_model *m, herd_dataset *ds, int batch_size, in
                                                             m->precision) / 1e12;
         }
     }
-    int ranks = comm->size;
+    int ranks = comm->size; /* comm may be local or the device communicator, freed here */
     herd_comm_destroy(device_comm);
     herd_comm_destroy(local);
     HERD_TRY(st);

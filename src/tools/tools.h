@@ -1,0 +1,217 @@
+/*
+ * The cluster tools behind `herd topo`, `herd doctor` and `herd predict`. The
+ * library discovers, checks and computes; the CLI (cli/topo.c, cli/doctor.c,
+ * cli/predict.c) prints. Internal: not part of the public API.
+ */
+#ifndef HERD_TOOLS_TOOLS_H
+#define HERD_TOOLS_TOOLS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dist/comm.h"
+#include "herd/herd.h"
+
+/* ------------------------------------------------------------- topo: links */
+
+/* The link between two GPUs, in the legend of `nvidia-smi topo -m`. */
+typedef enum herd_link_kind {
+    HERD_LINK_SELF,    /* X: the same GPU */
+    HERD_LINK_NVLINK,  /* NV#: a bonded set of # NVLinks */
+    HERD_LINK_PIX,     /* at most a single PCIe bridge (one switch) */
+    HERD_LINK_PXB,     /* several PCIe bridges, no host bridge */
+    HERD_LINK_PHB,     /* through a PCIe host bridge (the CPU) */
+    HERD_LINK_NODE,    /* between host bridges within one NUMA node */
+    HERD_LINK_SYS,     /* across the interconnect between NUMA nodes (QPI/UPI, xGMI) */
+    HERD_LINK_UNKNOWN, /* neither hwloc nor NVML could say */
+} herd_link_kind;
+
+typedef struct herd_link {
+    herd_link_kind kind;
+    int nvlinks; /* for HERD_LINK_NVLINK */
+} herd_link;
+
+#define HERD_PCI_MAX_DEPTH 16
+
+/* Where a PCI device sits: its NUMA node, its host bridge, and the PCI bridges from
+ * the host bridge down to the device (outermost first). Ids only need to be unique
+ * per object (topo.c uses hwloc's gp_index). */
+typedef struct herd_pci_locus {
+    int numa; /* -1 when unknown */
+    uint64_t host_bridge;
+    int n_bridges;
+    uint64_t bridges[HERD_PCI_MAX_DEPTH];
+    uint64_t device;
+} herd_pci_locus;
+
+/* The link between two devices from their places in the PCI tree and the number of
+ * NVLinks joining them (0 for none). Pure: unit-tested on fabricated trees. */
+herd_link herd_link_classify(const herd_pci_locus *a, const herd_pci_locus *b, int nvlinks);
+/* The same from NVML's nvmlGpuTopologyLevel_t (0 internal, 10 single, 20 multiple,
+ * 30 host bridge, 40 node, 50 system), for GPUs hwloc does not see. */
+herd_link herd_link_from_nvml_level(int level, int nvlinks);
+/* "X", "NV4", "PIX", ... ("?" for unknown). */
+const char *herd_link_name(herd_link l, char buf[8]);
+
+typedef struct herd_pci_addr {
+    unsigned domain, bus, dev, func;
+} herd_pci_addr;
+
+/* Parses "00000000:3B:00.0" (NVML), "0000:3b:00.0" (CUDA, sysfs) or "3b:00.0". */
+bool herd_pci_parse(const char *s, herd_pci_addr *out);
+/* The sysfs spelling, "0000:3b:00.0". */
+void herd_pci_format(herd_pci_addr a, char buf[16]);
+
+/* ------------------------------------------------------- topo: the machine */
+
+typedef struct herd_topo_numa {
+    int os_index;
+    char cpus[64]; /* "0-15,32-47" */
+    uint64_t bytes;
+} herd_topo_numa;
+
+typedef struct herd_topo_pcidev {
+    char bus_id[16];
+    char kind[24]; /* "gpu", "network", "storage", "bridge", "other" */
+    char name[96];
+    int numa;
+} herd_topo_pcidev;
+
+typedef struct herd_topo_nic {
+    char name[32];  /* eth0, ib0, mlx5_0 */
+    char kind[24];  /* "network" or "openfabrics" (an RDMA device) */
+    char bus_id[16];
+    int numa;
+} herd_topo_nic;
+
+typedef struct herd_topo_gpu {
+    int cuda_index; /* -1 when herd is built without CUDA */
+    int nvml_index;
+    char name[96];
+    char bus_id[16];
+    int numa;       /* -1 when unknown */
+    char cpus[64];  /* the cores nearest to it */
+    bool in_pci_tree; /* hwloc saw it: its links come from the PCI tree */
+    herd_pci_locus locus;
+} herd_topo_gpu;
+
+typedef struct herd_topo {
+    char host[64];
+    char cpu_model[96];
+    int packages, numa_count, cores, pus;
+    herd_topo_numa *numa;
+    herd_topo_pcidev *pci;
+    int n_pci;
+    herd_topo_nic *nics;
+    int n_nics;
+    herd_topo_gpu *gpus;
+    int n_gpus;
+    herd_link *links;  /* n_gpus x n_gpus */
+    signed char *p2p;  /* n_gpus x n_gpus: 1 peer access, 0 none, -1 unknown */
+    char link_source[48];
+    char driver[32];   /* NVIDIA driver version, "" without one */
+    char gpu_note[256]; /* why no GPUs are listed, or what could not be read */
+    void *hw;          /* the hwloc topology */
+} herd_topo;
+
+herd_status herd_topo_discover(herd_topo **out);
+void herd_topo_free(herd_topo *t);
+
+/* Where one rank of a job runs. */
+typedef struct herd_rank_place {
+    int rank, local_rank;
+    char host[64];
+    char cpus[64]; /* the cores it is bound to ("0-1"), all of them when unbound */
+    int gpu;       /* its GPU (the local rank's), -1 when none */
+    char gpu_bus_id[16];
+} herd_rank_place;
+
+/* Gathers every rank's place (a collective: every rank calls it). out: c->size entries. */
+herd_status herd_topo_rank_places(herd_comm *c, const herd_topo *t, herd_rank_place **out);
+
+/* -------------------------------------------------------------- NVML (dlopen) */
+
+typedef struct herd_nvml herd_nvml;
+/* Loads libnvidia-ml.so.1 and initialises it. NULL with why[] set when there is no
+ * driver: the binary runs the same on machines without one. */
+herd_nvml *herd_nvml_open(char *why, size_t cap);
+void herd_nvml_close(herd_nvml *n);
+/* The CUDA version the driver supports (12020 for 12.2), 0 when unknown. */
+int herd_nvml_cuda_driver_version(herd_nvml *n);
+/* Fills t->gpus, t->links' NVLink counts, t->p2p and t->driver from NVML. */
+herd_status herd_nvml_fill_gpus(herd_nvml *n, herd_topo *t);
+
+/* ------------------------------------------------------------------- doctor */
+
+typedef enum herd_check_status {
+    HERD_CHECK_PASS,
+    HERD_CHECK_WARN,
+    HERD_CHECK_FAIL,
+    HERD_CHECK_SKIP, /* could not check, or does not apply: detail says why */
+} herd_check_status;
+
+typedef struct herd_check {
+    const char *name;
+    herd_check_status status;
+    char detail[512];
+    char fix[384];
+} herd_check;
+
+/* What the checks look at. Every file path is read under root; the environment is
+ * envp; the rest can be replaced by tests. herd_doctor_env_default fills it for
+ * this machine. */
+typedef struct herd_doctor_env {
+    const char *root;  /* "/" */
+    char **envp;
+    /* Total bytes of the file system at path; -errno on failure. */
+    int (*fs_bytes)(const char *path, uint64_t *bytes);
+    /* Soft limit of an RLIMIT_ resource; UINT64_MAX means unlimited. */
+    int (*rlimit)(int resource, uint64_t *soft);
+    int cuda_driver_version;  /* from NVML: 12020 for 12.2; 0 unknown / no driver */
+    int cuda_runtime_version; /* from the build: 0 when built without CUDA */
+    const char *mpi_library;  /* MPI library version from the build, NULL without MPI */
+    int ranks_per_host;       /* 0: take it from the launcher's environment */
+} herd_doctor_env;
+
+void herd_doctor_env_default(herd_doctor_env *env, char **envp);
+
+#define HERD_DOCTOR_MAX_CHECKS 16
+/* Runs every check; returns how many it wrote into out (at most HERD_DOCTOR_MAX_CHECKS). */
+int herd_doctor_run(const herd_doctor_env *env, herd_check *out);
+const char *herd_check_status_name(herd_check_status s); /* "pass", "warn", "fail", "skip" */
+
+/* ------------------------------------------------------------------ predict */
+
+/* Per-message latency alpha (seconds) and per-byte time beta (seconds/byte) of one link. */
+typedef struct herd_alpha_beta {
+    double alpha_s, beta_s_per_byte;
+    int ranks;  /* the rank count of the fitted benchmark (0 when given directly) */
+    int points; /* results used */
+    double max_rel_residual; /* worst |fit - measured| / measured over them */
+} herd_alpha_beta;
+
+/* Least-squares fit of the ring allreduce time 2(n-1)a + 2(n-1)/n B b to the results
+ * of `herd bench allreduce -J FILE`. */
+herd_status herd_alpha_beta_fit_file(const char *path, herd_alpha_beta *out);
+herd_status herd_alpha_beta_fit_json(const char *json, herd_alpha_beta *out);
+
+double herd_ring_allreduce_s(const herd_alpha_beta *ab, int n, double bytes);
+double herd_tree_allreduce_s(const herd_alpha_beta *ab, int n, double bytes);
+
+typedef struct herd_predict_row {
+    int workers;
+    double ring_s, tree_s, comm_s; /* comm_s: the faster of the two */
+    double step_s, efficiency;                 /* communication after backward */
+    double step_overlap_s, efficiency_overlap; /* communication overlapping backward */
+} herd_predict_row;
+
+/* rows[i] for i + 1 workers, i < workers. step_s and backward_s: one worker's step
+ * and the part of it that communication can hide behind. */
+herd_status herd_predict_scaling(const herd_alpha_beta *ab, double grad_bytes, double step_s,
+                                 double backward_s, int workers, herd_predict_row *rows);
+/* The largest worker count whose efficiency stays >= threshold (0 when none). */
+int herd_predict_max_workers(const herd_predict_row *rows, int workers, double threshold,
+                             bool overlap);
+
+#endif
