@@ -253,6 +253,7 @@ static void mpi_abort(herd_comm *c, int code, const char *msg)
 
 static void free_mpi_objects(comm_mpi *m)
 {
+    comm_mpi_algo_fini(m);
     comm_mpi_stall_free(m);
     if (m->fp16_sum != MPI_OP_NULL)
         MPI_Op_free(&m->fp16_sum);
@@ -363,6 +364,7 @@ static herd_status set_up(comm_mpi *m)
     MPI_CHECK(MPI_Op_create(fp16_sum, 1, &m->fp16_sum), "MPI_Op_create");
     MPI_CHECK(MPI_Op_create(bf16_sum, 1, &m->bf16_sum), "MPI_Op_create");
 #undef MPI_CHECK
+    comm_mpi_algo_init(m);
     if (comm_mpi_stall_init(m) != 0)
         return HERD_NOMEM((size_t)c->size * sizeof(mpi_rank_status));
     pthread_mutex_init(&m->mu, NULL);

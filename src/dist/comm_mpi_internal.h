@@ -104,7 +104,17 @@ typedef struct comm_mpi {
     uint16_t *stage;  /* fp16/bf16 wire buffer, grown to the largest slice, then reused */
     size_t stage_cap;
     mpi_stall stall;
+
+    /* libnbc's allreduce algorithm per size (comm_mpi_algo.c) */
+    bool algo_tool_open, algo_enabled;
+    MPI_T_cvar_handle algo_handle;
+    int algo_current;
 } comm_mpi;
+
+void comm_mpi_algo_init(comm_mpi *m);
+/* Before every MPI_Iallreduce of this many bytes, on the communication thread. */
+void comm_mpi_algo_pick(comm_mpi *m, size_t bytes);
+void comm_mpi_algo_fini(comm_mpi *m);
 
 void *comm_mpi_thread_main(void *arg);
 /* Operations whose caller does not wait for them (completed by wait_all). */

@@ -101,6 +101,7 @@ static int reduce_typed(comm_mpi *m, const mpi_op *op, bool blocking)
                                wire_sum(m, op->wire), m->world);
         } else {
             MPI_Request req;
+            comm_mpi_algo_pick(m, (size_t)n * elem);
             rc = MPI_Iallreduce(MPI_IN_PLACE, x, n, wire_datatype(m, op->wire),
                                 wire_sum(m, op->wire), m->world, &req);
             if (rc == MPI_SUCCESS)
@@ -133,6 +134,7 @@ static int reduce_chunk(comm_mpi *m, const mpi_op *op, float *x, size_t n, char 
     MPI_Request req;
     int rc;
     if (op->wire == HERD_WIRE_FP32) {
+        comm_mpi_algo_pick(m, n * sizeof *x);
         rc = MPI_Iallreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, m->world, &req);
         if (rc == MPI_SUCCESS)
             rc = wait_request(m, &req);
@@ -158,6 +160,7 @@ static int reduce_chunk(comm_mpi *m, const mpi_op *op, float *x, size_t n, char 
         else
             for (size_t i = 0; i < n; i++)
                 s[i] = herd_float_to_bf16(x[i]);
+        comm_mpi_algo_pick(m, n * sizeof *s);
         rc = MPI_Iallreduce(MPI_IN_PLACE, s, (int)n, m->half_type, wire_sum(m, op->wire), m->world,
                             &req);
         if (rc == MPI_SUCCESS)
@@ -210,6 +213,7 @@ static void run_op(comm_mpi *m, mpi_op *op, char *err, size_t cap)
         break;
     case MPI_OP_ALLREDUCE_F64:
         what = "MPI_Iallreduce";
+        comm_mpi_algo_pick(m, (size_t)op->count * sizeof(double));
         rc = MPI_Iallreduce(MPI_IN_PLACE, op->data, op->count, MPI_DOUBLE, MPI_SUM, m->world, &req);
         break;
     case MPI_OP_ALLGATHER: {
