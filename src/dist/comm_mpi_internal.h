@@ -20,6 +20,8 @@ typedef enum mpi_op_kind {
     MPI_OP_ALLREDUCE_F64,
     MPI_OP_ALLGATHER,
     MPI_OP_BARRIER,
+    MPI_OP_GATHER,
+    MPI_OP_CLOCK_SAMPLES,
 } mpi_op_kind;
 
 typedef struct mpi_op {
@@ -36,6 +38,8 @@ typedef struct mpi_op {
     const void *src;
     size_t bytes;
     int root, count;
+    const int *counts, *displs; /* gather, on root: bytes from each rank and where they go */
+    double launched;        /* allreduce with a timeline: when backward handed it over */
     char tag[48];
     bool done;      /* set by the thread; the caller of a blocking op waits for it */
     char error[384]; /* "" or what failed, for the waiting caller */
