@@ -20,6 +20,8 @@ static const char bench_help[] =
     "  --threads N          compute threads (default 1)\n"
     "  --device cpu|cuda    where to train (default cpu; cuda is one GPU, one process, fp32,\n"
     "                       and will become the default when a GPU is present)\n"
+    "  --timeline FILE      trace the steps of all ranks (Chrome trace JSON, see\n"
+    "                       'herd train --help'); with several ranks, not rank 0's solo baseline\n"
     "  --json               print the summary as a JSON object\n";
 
 static int bench_train(int argc, char **argv)
@@ -28,9 +30,10 @@ static int bench_train(int argc, char **argv)
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"batch-size", required_argument, 0, 'b'}, {"steps", required_argument, 0, 's'},
         {"warmup", required_argument, 0, 'w'}, {"threads", required_argument, 0, 't'},
-        {"json", no_argument, 0, 'j'}, {"device", required_argument, 0, 'D'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+        {"json", no_argument, 0, 'j'}, {"device", required_argument, 0, 'D'}, {"timeline", required_argument, 0, 'T'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
-    const char *model = NULL, *data = "fashion-mnist", *device = "cpu";
+    const char *model = NULL, *data = "fashion-mnist", *device = "cpu", *timeline = NULL;
     long batch = 128, steps = 50, warmup = 5, threads = 1;
     bool json = false;
     int opt;
@@ -47,6 +50,7 @@ static int bench_train(int argc, char **argv)
         case 't': dst = &threads, lo = 0; break;
         case 'j': json = true; break;
         case 'D': device = optarg; break;
+        case 'T': timeline = optarg; break;
         case 'h': fputs(bench_help, stdout); return CLI_OK;
         default: return cli_usage_error("bench train", "unknown or incomplete option");
         }
@@ -72,7 +76,11 @@ static int bench_train(int argc, char **argv)
         cli_fail(st, "cannot open the data");
     else if ((st = herd_model_create_device(model, ds, device, &m)) != HERD_OK)
         cli_fail(st, "cannot build the model");
-    else if ((st = herd_bench_train(m, ds, (int)batch, (int)steps, (int)warmup, (int)threads, dist, &r)) != HERD_OK)
+    else if ((st = herd_bench_run(m, ds,
+                                  &(herd_bench_config){.batch_size = (int)batch, .steps = (int)steps,
+                                                       .warmup = (int)warmup, .threads = (int)threads,
+                                                       .dist = dist, .timeline_path = timeline},
+                                  &r)) != HERD_OK)
         cli_fail(st, "benchmark failed");
     else {
         double gflops = 3.0 * herd_model_flops_per_sample(m) * r.samples_per_s / 1e9;

@@ -50,6 +50,8 @@ static const char train_help[] =
     "  --train-samples N        use only the first N training samples\n"
     "  --save FILE              write the final weights (safetensors)\n"
     "  --log-every N            steps between progress lines when not on a terminal (50)\n"
+    "  --timeline FILE          write a trace of every rank's steps, phases, layers and\n"
+    "                           reductions (Chrome trace JSON: open in ui.perfetto.dev)\n"
     "  --quiet                  no progress, only the summary line\n"
     "  --json                   print the summary as a JSON object\n"
     "\n"
@@ -62,7 +64,7 @@ enum {
     OPT_WARMUP, OPT_AUGMENT, OPT_SMOOTH, OPT_THREADS, OPT_SEED, OPT_CKPT, OPT_RESUME, OPT_EVAL,
     OPT_MAX_STEPS, OPT_TRAIN_SAMPLES, OPT_SAVE, OPT_LOG_EVERY, OPT_QUIET, OPT_JSON, OPT_HELP,
     OPT_LR_SCALING, OPT_SYNC_BN, OPT_COMPRESS, OPT_GRAD_ACCUM, OPT_BUCKET_MB, OPT_CHECK_REPLICAS,
-    OPT_STALL_WARNING, OPT_COMM_TIMEOUT, OPT_DEVICE,
+    OPT_STALL_WARNING, OPT_COMM_TIMEOUT, OPT_DEVICE, OPT_TIMELINE,
 };
 
 static const struct option train_options[] = {
@@ -104,6 +106,7 @@ static const struct option train_options[] = {
     {"check-replicas", no_argument, 0, OPT_CHECK_REPLICAS},
     {"stall-warning", required_argument, 0, OPT_STALL_WARNING},
     {"comm-timeout", required_argument, 0, OPT_COMM_TIMEOUT},
+    {"timeline", required_argument, 0, OPT_TIMELINE},
     {0, 0, 0, 0},
 };
 
@@ -228,6 +231,7 @@ static int parse_train_args(int argc, char **argv, train_args *a)
         case OPT_CHECK_REPLICAS: c->check_replicas = true; break;
         case OPT_STALL_WARNING: FLOAT_ARG(0.1, 1e6, a->dist.stall_warning_s, "--stall-warning"); break;
         case OPT_COMM_TIMEOUT: FLOAT_ARG(0.1, 1e6, a->dist.timeout_s, "--comm-timeout"); break;
+        case OPT_TIMELINE: c->timeline_path = optarg; break;
         default: return cli_usage_error("train", "unknown or incomplete option");
         }
     }

@@ -6,6 +6,7 @@
 #include "data/dataset.h"
 #include "dist/buckets.h"
 #include "nn/model.h"
+#include "obs/timeline.h"
 #include "optim/optim.h"
 
 /* How gradients of a step are combined across micro-batches and ranks. */
@@ -21,6 +22,7 @@ typedef struct herd_step_plan {
     float *x_dev;
     int32_t *labels_dev;
     int input_capacity;
+    herd_timeline *timeline; /* --timeline: phases and layers become events (NULL: off) */
 } herd_step_plan;
 
 typedef struct herd_step_stats {
