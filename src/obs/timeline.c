@@ -139,9 +139,13 @@ void herd_clock_offset(const double *rounds, int n, double *offset, double *rtt)
 double herd_clock_map_apply(const herd_clock_map *m, double t)
 {
     double span = m->until - m->since;
-    double f = span > 0 ? (t - m->offset_since - m->since) / span : 1;
-    f = f < 0 ? 0 : f > 1 ? 1 : f;
-    return t - (m->offset_since + f * (m->offset_until - m->offset_since));
+    if (!(span > 0) || t - m->offset_since <= m->since)
+        return t - m->offset_since;
+    if (t - m->offset_until >= m->until)
+        return t - m->offset_until;
+    /* Solves t0 = t - offset(t0) with the offset linear in rank-0 time t0. */
+    double k = (m->offset_until - m->offset_since) / span;
+    return (t - m->offset_since + k * m->since) / (1 + k);
 }
 
 /* Collective: a new offset measurement for every rank (kept on rank 0). */
