@@ -336,13 +336,14 @@ static herd_status open_all(herd_timeline *tl, const char *path, size_t events_p
     st = st != HERD_OK ? st : agreed;
     if (st == HERD_OK)
         st = c->ops->allgather(c, c->host, hosts, sizeof c->host);
+    /* ts 0 before the exchange: a rank it releases early may record at once. */
+    tl->origin = herd_now();
     if (st == HERD_OK)
         st = measure_clocks(tl);
     if (st == HERD_OK && c->rank == 0) {
         tl->sync_prev = tl->sync_now;
         memcpy(tl->offset_first, tl->offset_now, n * sizeof(double));
         memcpy(tl->offset_prev, tl->offset_now, n * sizeof(double));
-        tl->origin = herd_now();
         write_header(tl, hosts);
     }
     free(hosts);
