@@ -113,6 +113,28 @@ static void test_write_events(void **state)
     free(text);
 }
 
+/* With drift, ts - queued_us must still be the launch time on rank 0's clock. */
+static void test_queued_on_rank0_clock(void **state)
+{
+    (void)state;
+    herd_tl_event ev = {.t0 = 50.5, .t1 = 50.6, .queued = 0.5, .a = 8, .b = 1,
+                        .kind = HERD_TL_ALLREDUCE, .label = "bucket 0"};
+    herd_clock_map map = {.since = 0, .until = 100, .offset_since = 0, .offset_until = 1};
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    long written = 0;
+    herd_timeline_write_events(f, &ev, 1, 1, &map, 0, &written);
+    fclose(f);
+    cJSON *o = cJSON_Parse(text);
+    assert_non_null(o);
+    double launch_us = num(o, "ts") - num(field(o, "args"), "queued_us");
+    assert_true(fabs(launch_us - 1e6 * herd_clock_map_apply(&map, 50.0)) < 0.01);
+    assert_true(fabs(num(o, "ts") - 1e6 * herd_clock_map_apply(&map, 50.5)) < 0.01);
+    cJSON_Delete(o);
+    free(text);
+}
+
 static char *read_all(const char *path)
 {
     FILE *f = fopen(path, "rb");
@@ -218,6 +240,7 @@ int main(void)
         cmocka_unit_test(test_offset_from_shortest_round),
         cmocka_unit_test(test_clock_map_interpolates_drift),
         cmocka_unit_test(test_write_events),
+        cmocka_unit_test(test_queued_on_rank0_clock),
         cmocka_unit_test(test_local_trace),
         cmocka_unit_test(test_unwritable_path),
     };

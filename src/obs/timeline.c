@@ -214,7 +214,9 @@ void herd_timeline_write_events(FILE *f, const herd_tl_event *ev, size_t n, int 
         } else if (e->kind == HERD_TL_ALLREDUCE) {
             cJSON_AddNumberToObject(args, "bytes", (double)e->a);
             cJSON_AddNumberToObject(args, "step", (double)e->b);
-            cJSON_AddNumberToObject(args, "queued_us", micros(e->queued));
+            /* On rank 0's clock like ts, so ts - queued_us is the launch there too. */
+            double launched = herd_clock_map_apply(map, e->t0 - e->queued);
+            cJSON_AddNumberToObject(args, "queued_us", micros(t0 - launched));
         }
         emit(f, o, written);
     }
