@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What --timeline costs: `herd bench train` without and with --timeline, interleaved
-# (so drift in machine load affects both alike), on 1 rank and under
-# `mpirun -np 2`, keeping each side's best step time.
+# (alternating which runs first, so drift in machine load affects both alike), on
+# 1 rank and under `mpirun -np 2`, keeping each side's best step time.
 #
 #   bench/timeline_overhead.sh [--models mlp,lenet5,resnet20] [--steps 50]
 #                              [--warmup 5] [--repeats 3] [--ranks 1,2]
@@ -45,9 +45,14 @@ printf '%-10s %5s %12s %12s %9s\n' model ranks off_ms on_ms overhead
 for np in ${ranks//,/ }; do
   for model in ${models//,/ }; do
     : >"$tmp/off"; : >"$tmp/on"
-    for _ in $(seq "$repeats"); do
-      step_ms "$np" "$model" >>"$tmp/off"
-      step_ms "$np" "$model" --timeline "$tmp/t.json" >>"$tmp/on"
+    for i in $(seq "$repeats"); do # alternate which goes first
+      if [ $((i % 2)) -eq 1 ]; then
+        step_ms "$np" "$model" >>"$tmp/off"
+        step_ms "$np" "$model" --timeline "$tmp/t.json" >>"$tmp/on"
+      else
+        step_ms "$np" "$model" --timeline "$tmp/t.json" >>"$tmp/on"
+        step_ms "$np" "$model" >>"$tmp/off"
+      fi
     done
     off=$(best <"$tmp/off"); on=$(best <"$tmp/on")
     printf '%-10s %5s %12s %12s %8.2f%%\n' "$model" "$np" "$off" "$on" \
