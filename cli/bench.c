@@ -21,6 +21,8 @@ static const char bench_help[] =
     "  --device cpu|cuda    where to train (default: cuda when a GPU is visible, else cpu)\n"
     "  --precision P        fp32 (default) or tf32 (cuda only)\n"
     "  --gpu-memory-limit SIZE  cap herd's GPU memory, e.g. 20G (cuda only)\n"
+    "  --timeline FILE      trace the steps of all ranks (Chrome trace JSON, see\n"
+    "                       'herd train --help'); with several ranks, not rank 0's solo baseline\n"
     "  --json               print the summary as a JSON object\n"
     "\n"
     "gflops is the achieved training arithmetic: 3 x the model's forward FLOPs per sample\n"
@@ -35,11 +37,13 @@ static int bench_train(int argc, char **argv)
         {"warmup", required_argument, 0, 'w'}, {"threads", required_argument, 0, 't'},
         {"json", no_argument, 0, 'j'}, {"device", required_argument, 0, 'D'},
         {"precision", required_argument, 0, 'P'}, {"gpu-memory-limit", required_argument, 0, 'G'},
+        {"timeline", required_argument, 0, 'T'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     const char *model = NULL, *data = "fashion-mnist", *device = NULL;
     herd_precision precision = HERD_PRECISION_FP32;
     uint64_t gpu_memory_limit = 0;
+    const char *timeline = NULL;
     long batch = 128, steps = 50, warmup = 5, threads = 1;
     bool json = false;
     int opt;
@@ -66,6 +70,7 @@ static int bench_train(int argc, char **argv)
                 return cli_usage_error("bench train", "--gpu-memory-limit takes a size of at "
                                        "least 1M like 512M or 20G, got '%s'", optarg);
             break;
+        case 'T': timeline = optarg; break;
         case 'h': fputs(bench_help, stdout); return CLI_OK;
         default: return cli_usage_error("bench train", "unknown or incomplete option");
         }
@@ -96,7 +101,11 @@ static int bench_train(int argc, char **argv)
         cli_fail(st, "cannot build the model");
     else if ((st = herd_model_set_precision(m, precision)) != HERD_OK)
         cli_fail(st, "--precision");
-    else if ((st = herd_bench_train(m, ds, (int)batch, (int)steps, (int)warmup, (int)threads, dist, &r)) != HERD_OK)
+    else if ((st = herd_bench_run(m, ds,
+                                  &(herd_bench_config){.batch_size = (int)batch, .steps = (int)steps,
+                                                       .warmup = (int)warmup, .threads = (int)threads,
+                                                       .dist = dist, .timeline_path = timeline},
+                                  &r)) != HERD_OK)
         cli_fail(st, "benchmark failed");
     else {
         double gflops = 3.0 * herd_model_flops_per_sample(m) * r.samples_per_s / 1e9;

@@ -59,6 +59,9 @@ static const char train_help[] =
     "  --logdir DIR             TensorBoard event files (tensorboard --logdir DIR)\n"
     "  --histograms N           also weight and gradient histograms every N steps\n"
     "  --metrics FILE           one JSON object per line per log interval and epoch\n"
+    "  --log-every N            steps between progress lines when not on a terminal (50)\n"
+    "  --timeline FILE          write a trace of every rank's steps, phases, layers and\n"
+    "                           reductions (Chrome trace JSON: open in ui.perfetto.dev)\n"
     "  --quiet                  no progress, only the summary line\n"
     "  --json                   print the summary as a JSON object\n"
     "\n"
@@ -73,7 +76,7 @@ enum {
     OPT_LR_SCALING, OPT_SYNC_BN, OPT_COMPRESS, OPT_GRAD_ACCUM, OPT_BUCKET_MB, OPT_CHECK_REPLICAS,
     OPT_STALL_WARNING, OPT_COMM_TIMEOUT, OPT_DEVICE, OPT_LOGDIR, OPT_HISTOGRAMS, OPT_METRICS,
     OPT_PRECISION, OPT_GPU_MEM, OPT_LOSS_SCALE,
-    OPT_LOSS_SCALE_INIT, OPT_LOSS_SCALE_WINDOW,
+    OPT_LOSS_SCALE_INIT, OPT_LOSS_SCALE_WINDOW, OPT_TIMELINE,
 };
 
 static const struct option train_options[] = {
@@ -123,6 +126,7 @@ static const struct option train_options[] = {
     {"logdir", required_argument, 0, OPT_LOGDIR},
     {"histograms", required_argument, 0, OPT_HISTOGRAMS},
     {"metrics", required_argument, 0, OPT_METRICS},
+    {"timeline", required_argument, 0, OPT_TIMELINE},
     {0, 0, 0, 0},
 };
 
@@ -272,6 +276,7 @@ static int parse_train_args(int argc, char **argv, train_args *a)
         case OPT_CHECK_REPLICAS: c->check_replicas = true; break;
         case OPT_STALL_WARNING: FLOAT_ARG(0.1, 1e6, a->dist.stall_warning_s, "--stall-warning"); break;
         case OPT_COMM_TIMEOUT: FLOAT_ARG(0.1, 1e6, a->dist.timeout_s, "--comm-timeout"); break;
+        case OPT_TIMELINE: c->timeline_path = optarg; break;
         default: return cli_usage_error("train", "unknown or incomplete option");
         }
     }

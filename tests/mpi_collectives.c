@@ -92,6 +92,38 @@ static void check_blocking(herd_comm *c)
              c->local_rank, c->local_size, below, same);
 }
 
+/* The timeline's ops: a gather of different sizes per rank, and ping-pongs whose
+ * times, on one host's shared monotonic clock, must follow cause and effect. */
+static void check_timeline_ops(herd_comm *c)
+{
+    size_t bytes_of[8], total = 0;
+    for (int r = 0; r < c->size; r++)
+        total += bytes_of[r] = (size_t)(3 * r + 1);
+    unsigned char mine[32], all[256];
+    for (size_t i = 0; i < bytes_of[c->rank]; i++)
+        mine[i] = (unsigned char)(c->rank * 16 + (int)i);
+    memset(all, 0xff, sizeof all);
+    MT_OK(c->ops->gather(c, mine, bytes_of[c->rank], all, bytes_of, 0));
+    if (c->rank == 0) {
+        size_t at = 0;
+        for (int r = 0; r < c->size; r++)
+            for (size_t i = 0; i < bytes_of[r]; i++, at++)
+                MT_CHECK(all[at] == (unsigned char)(r * 16 + (int)i), "gather: rank %d byte %zu", r, i);
+        MT_CHECK(at == total && all[total] == 0xff, "gather wrote past %zu bytes", total);
+    }
+
+    enum { ROUNDS = 4 };
+    double samples[8 * ROUNDS * 4];
+    MT_OK(c->ops->clock_samples(c, ROUNDS, samples));
+    for (int r = 1; c->rank == 0 && r < c->size; r++)
+        for (int i = 0; i < ROUNDS; i++) {
+            const double *t = samples + ((size_t)r * ROUNDS + (size_t)i) * 4;
+            MT_CHECK(t[0] > 0 && t[0] <= t[1] && t[1] <= t[2] && t[2] <= t[3],
+                     "rank %d round %d: times %.9f %.9f %.9f %.9f out of order", r, i, t[0], t[1],
+                     t[2], t[3]);
+        }
+}
+
 static double process_cpu_s(void)
 {
     struct timespec ts;
@@ -142,6 +174,7 @@ int main(void)
     check_wire(c, HERD_WIRE_BF16, 0.5f);
     check_wire(c, HERD_WIRE_FP16, 1.0f / (float)c->size);
     check_blocking(c);
+    check_timeline_ops(c);
     measure_overlap(c);
     int rank = c->rank;
     herd_comm_destroy(c);

@@ -37,6 +37,14 @@ static void test_local_collectives(void **state)
     assert_herd_ok(c->ops->allgather(c, &mine, &all, sizeof mine));
     assert_int_equal(all, 42);
     assert_herd_ok(c->ops->barrier(c));
+    char gathered[4] = "";
+    assert_herd_ok(c->ops->gather(c, "xyz", 4, gathered, (size_t[]){4}, 0));
+    assert_string_equal(gathered, "xyz");
+    assert_int_equal(c->ops->gather(c, "xyz", 4, gathered, (size_t[]){3}, 0), HERD_ERR_INVALID_ARG);
+    double samples[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    assert_herd_ok(c->ops->clock_samples(c, 2, samples)); /* no peer: rank 0's rows are zero */
+    for (int i = 0; i < 8; i++)
+        assert_true(samples[i] == 0);
     c->ops->set_activity(c, "epoch 1 step 3: forward");
     herd_comm_destroy(c);
 }

@@ -227,6 +227,9 @@ typedef struct herd_train_config {
     bool dynamic_loss_scale;
     float loss_scale_init;  /* 65536 */
     int loss_scale_window;  /* 2000 */
+    /* Chrome trace-event JSON of every rank's steps, phases, layers and reductions,
+     * merged and written by rank 0 (docs/observability.md). NULL = off. */
+    const char *timeline_path;
 } herd_train_config;
 
 void herd_train_config_default(herd_train_config *cfg);
@@ -313,7 +316,20 @@ typedef struct herd_bench_result {
     double peak_tflops;
 } herd_bench_result;
 
-/* dist: NULL for one process. Every rank gets the same result. */
+typedef struct herd_bench_config {
+    int batch_size;            /* per rank (128) */
+    int steps;                 /* timed steps (50) */
+    int warmup;                /* untimed steps first (5) */
+    int threads;               /* compute threads (1; 0 = all cores) */
+    herd_dist *dist;           /* NULL = one process */
+    const char *timeline_path; /* trace of the steps all ranks run together (NULL = off) */
+} herd_bench_config;
+
+void herd_bench_config_default(herd_bench_config *cfg);
+/* Every rank gets the same result. */
+herd_status herd_bench_run(herd_model *m, herd_dataset *ds, const herd_bench_config *cfg,
+                           herd_bench_result *result);
+/* herd_bench_run with those fields and no timeline. dist: NULL for one process. */
 herd_status herd_bench_train(herd_model *m, herd_dataset *ds, int batch_size, int steps,
                              int warmup, int threads, herd_dist *dist, herd_bench_result *result);
 

@@ -71,6 +71,16 @@ typedef struct herd_comm_ops {
     herd_status (*allreduce_f64)(herd_comm *c, double *vals, int n); /* in-place sum */
     herd_status (*allgather)(herd_comm *c, const void *mine, void *all, size_t bytes);
     herd_status (*barrier)(herd_comm *c);
+    /* Variable-size gather to root: rank r's `bytes` land in root's `all` at offset
+     * bytes_of[0] + ... + bytes_of[r-1] (bytes_of and all are read on root only). */
+    herd_status (*gather)(herd_comm *c, const void *mine, size_t bytes, void *all,
+                          const size_t *bytes_of, int root);
+    /* Clock comparison (the timeline's offsets): rank 0 runs `rounds` ping-pongs with
+     * every other rank in turn. On rank 0, samples[(r * rounds + i) * 4 + k] is round i
+     * with rank r: rank 0's send time, r's receive and reply times, rank 0's receive
+     * time (herd_now() of each side); rank 0's own rows are zero. Other ranks' samples
+     * are left untouched. */
+    herd_status (*clock_samples)(herd_comm *c, int rounds, double *samples);
 
     /* Records what this rank is doing, for the stall inspector's report
      * ("epoch 3 step 120: backward"). */
@@ -86,6 +96,9 @@ struct herd_comm {
     char host[64];
     herd_comm_config cfg;
     void *impl;
+    /* Set while a --timeline trace is recorded: the communicator adds each gradient
+     * reduction to it (set and cleared by the training thread with nothing pending). */
+    struct herd_timeline *timeline;
 };
 
 /* Single process: every collective is the identity. */

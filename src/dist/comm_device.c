@@ -58,6 +58,19 @@ static herd_status fwd_barrier(herd_comm *c)
     return h->ops->barrier(h);
 }
 
+static herd_status fwd_gather(herd_comm *c, const void *mine, size_t bytes, void *all,
+                              const size_t *bytes_of, int root)
+{
+    herd_comm *h = host_of(c);
+    return h->ops->gather(h, mine, bytes, all, bytes_of, root);
+}
+
+static herd_status fwd_clock_samples(herd_comm *c, int rounds, double *samples)
+{
+    herd_comm *h = host_of(c);
+    return h->ops->clock_samples(h, rounds, samples);
+}
+
 static void fwd_set_activity(herd_comm *c, const char *what)
 {
     herd_comm *h = host_of(c);
@@ -87,6 +100,8 @@ herd_comm *herd_comm_wrap(herd_comm *host, const herd_comm_ops *own, void *impl)
     FORWARD(allreduce_f64);
     FORWARD(allgather);
     FORWARD(barrier);
+    FORWARD(gather);
+    FORWARD(clock_samples);
     FORWARD(set_activity);
     FORWARD(abort);
 #undef FORWARD

@@ -30,6 +30,7 @@ herd_status herd_comm_mpi_create(const herd_comm_config *cfg, herd_comm **out)
 #include "core/clock.h"
 #include "core/half.h"
 #include "dist/comm_mpi_internal.h"
+#include "obs/timeline.h"
 
 #define DEFAULT_STALL_WARNING_S 60.0
 #define DEFAULT_TIMEOUT_S 300.0
@@ -113,7 +114,8 @@ static herd_status mpi_allreduce_start(herd_comm *c, float *buf, size_t n, float
         return HERD_ERR(HERD_ERR_INVALID_ARG, "rank %d on host %s: allreduce_start: NULL buffer",
                         c->rank, c->host);
     HERD_TRY(check_wire(c, wire));
-    mpi_op op = {.kind = MPI_OP_ALLREDUCE, .buf = buf, .n = n, .scale = scale, .wire = wire};
+    mpi_op op = {.kind = MPI_OP_ALLREDUCE, .buf = buf, .n = n, .scale = scale, .wire = wire,
+                 .launched = c->timeline ? herd_now() : 0};
     snprintf(op.tag, sizeof op.tag, "%s", tag ? tag : "");
     return enqueue_async(c->impl, &op);
 }
@@ -225,6 +227,52 @@ static herd_status mpi_barrier(herd_comm *c)
     return run_blocking(c->impl, &(mpi_op){.kind = MPI_OP_BARRIER, .tag = "barrier"});
 }
 
+static herd_status mpi_gather(herd_comm *c, const void *mine, size_t bytes, void *all,
+                              const size_t *bytes_of, int root)
+{
+    if (root < 0 || root >= c->size || bytes > INT_MAX)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "rank %d on host %s: gather of %zu bytes to root %d (job of %d ranks)",
+                        c->rank, c->host, bytes, root, c->size);
+    int *counts = NULL;
+    if (c->rank == root) { /* MPI counts are int: the whole gather must fit */
+        counts = herd_xcalloc(2 * (size_t)c->size, sizeof *counts);
+        if (!counts)
+            return HERD_ERR_NOMEM;
+        size_t total = 0;
+        for (int r = 0; r < c->size; r++) {
+            counts[r] = (int)bytes_of[r];
+            counts[c->size + r] = (int)total;
+            total += bytes_of[r];
+            if (bytes_of[r] > INT_MAX || total > INT_MAX) {
+                free(counts);
+                return HERD_ERR(HERD_ERR_INVALID_ARG,
+                                "rank %d on host %s: a gather of more than 2 GiB (%zu bytes so "
+                                "far) is beyond one MPI call; send it in parts",
+                                c->rank, c->host, total);
+            }
+        }
+    }
+    herd_status st = run_blocking(c->impl, &(mpi_op){.kind = MPI_OP_GATHER, .src = mine,
+                                                     .data = all, .bytes = bytes, .root = root,
+                                                     .counts = counts,
+                                                     .displs = counts ? counts + c->size : NULL,
+                                                     .tag = "gather"});
+    free(counts);
+    return st;
+}
+
+static herd_status mpi_clock_samples(herd_comm *c, int rounds, double *samples)
+{
+    if (rounds < 1)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "rank %d on host %s: %d clock rounds", c->rank,
+                        c->host, rounds);
+    if (c->rank == 0)
+        memset(samples, 0, (size_t)rounds * 4 * sizeof *samples);
+    return run_blocking(c->impl, &(mpi_op){.kind = MPI_OP_CLOCK_SAMPLES, .data = samples,
+                                           .count = rounds, .tag = "clock samples"});
+}
+
 static void mpi_set_activity(herd_comm *c, const char *what)
 {
     comm_mpi *m = c->impl;
@@ -323,6 +371,8 @@ static const herd_comm_ops mpi_ops = {
     .allreduce_f64 = mpi_allreduce_f64,
     .allgather = mpi_allgather,
     .barrier = mpi_barrier,
+    .gather = mpi_gather,
+    .clock_samples = mpi_clock_samples,
     .set_activity = mpi_set_activity,
     .abort = mpi_abort,
 };

@@ -23,6 +23,8 @@ typedef enum mpi_op_kind {
     MPI_OP_ALLREDUCE_TYPED,     /* asynchronous, a half/bf16/float buffer as it is */
     MPI_OP_SENDRECV,            /* asynchronous point to point */
     MPI_OP_REFERENCE_ALLREDUCE, /* blocking MPI_Allreduce, timed, for the benchmark */
+    MPI_OP_GATHER,
+    MPI_OP_CLOCK_SAMPLES,
 } mpi_op_kind;
 
 typedef struct mpi_op {
@@ -43,6 +45,8 @@ typedef struct mpi_op {
     int dest, source;
     size_t recv_bytes;
     double *seconds; /* reference allreduce: where the thread writes the time */
+    const int *counts, *displs; /* gather, on root: bytes from each rank and where they go */
+    double launched;        /* allreduce with a timeline: when backward handed it over */
     char tag[48];
     bool done;      /* set by the thread; the caller of a blocking op waits for it */
     char error[384]; /* "" or what failed, for the waiting caller */

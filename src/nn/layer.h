@@ -49,6 +49,8 @@ typedef struct herd_run_ctx {
      * (gradient buckets start their reductions here). NULL: no hook. */
     herd_status (*after_backward)(void *user, int layer);
     void *hook_user;
+    /* --timeline: every layer's forward and backward become events. NULL: off. */
+    struct herd_timeline *timeline;
 } herd_run_ctx;
 
 typedef struct herd_layer_ops {

@@ -14,9 +14,10 @@ typedef struct bench_phase {
     herd_phase_times sum;
 } bench_phase;
 
-/* warmup + steps training steps on comm's ranks; times the last `steps`. */
+/* warmup + steps training steps on comm's ranks; times the last `steps`. With a
+ * timeline, every step (warm-up included) is traced. */
 static herd_status run_steps(herd_model *m, herd_dataset *ds, int batch_size, int steps, int warmup,
-                             herd_comm *comm, bench_phase *out)
+                             herd_comm *comm, herd_timeline *tl, bench_phase *out)
 {
     herd_train_config cfg;
     herd_train_config_default(&cfg);
@@ -33,6 +34,7 @@ static herd_status run_steps(herd_model *m, herd_dataset *ds, int batch_size, in
     herd_status st = herd_optimizer_create(&cfg, m, &opt);
     if (st == HERD_OK)
         st = herd_step_plan_init(&plan, m, comm, cfg.bucket_mb, HERD_WIRE_FP32, false);
+    plan.timeline = tl;
     int epoch = 0, done = 0;
     if (st == HERD_OK)
         st = herd_loader_start_epoch(loader, epoch, 0);
@@ -42,6 +44,7 @@ static herd_status run_steps(herd_model *m, herd_dataset *ds, int batch_size, in
         bool has;
         if (done == warmup)
             t_begin = herd_now();
+        double t0 = herd_now();
         st = herd_loader_next(loader, &b, &has);
         if (st != HERD_OK)
             break;
@@ -49,10 +52,16 @@ static herd_status run_steps(herd_model *m, herd_dataset *ds, int batch_size, in
             st = herd_loader_start_epoch(loader, ++epoch, 0);
             continue;
         }
+        if (tl) {
+            herd_timeline_begin_step(tl, epoch + 1, done + 1);
+            herd_timeline_add(tl, HERD_TL_DATA_WAIT, NULL, t0, herd_now());
+        }
         herd_step_stats s = {0};
         st = herd_micro_step(m, &plan, &b, 0, 1, 0.0f, (uint64_t)done, &s);
         if (st == HERD_OK)
             st = herd_apply_step(m, opt, &plan, cfg.lr, &s);
+        if (tl)
+            herd_timeline_add(tl, HERD_TL_STEP, NULL, t0, herd_now());
         if (done >= warmup) {
             s.t.data_wait = b.wait_s;
             out->sum.data_wait += s.t.data_wait;
@@ -71,12 +80,51 @@ static herd_status run_steps(herd_model *m, herd_dataset *ds, int batch_size, in
     return st;
 }
 
+/* The run of all ranks, traced when asked: the communicator records its reductions
+ * while the timeline is open. */
+static herd_status run_traced(herd_model *m, herd_dataset *ds, const herd_bench_config *cfg,
+                              herd_comm *comm, bench_phase *out)
+{
+    if (!cfg->timeline_path)
+        return run_steps(m, ds, cfg->batch_size, cfg->steps, cfg->warmup, comm, NULL, out);
+    herd_timeline *tl;
+    size_t per_step = 2 * (size_t)m->n_layers + 8;
+    HERD_TRY(herd_timeline_open(cfg->timeline_path, comm, per_step, &tl));
+    comm->timeline = tl;
+    herd_status st = run_steps(m, ds, cfg->batch_size, cfg->steps, cfg->warmup, comm, tl, out);
+    if (st != HERD_OK)
+        (void)comm->ops->wait_all(comm); /* the comm thread may still record */
+    comm->timeline = NULL;
+    if (st != HERD_OK) {
+        herd_timeline_free(tl);
+        return st;
+    }
+    return herd_timeline_close(tl);
+}
+
+void herd_bench_config_default(herd_bench_config *cfg)
+{
+    if (cfg)
+        *cfg = (herd_bench_config){.batch_size = 128, .steps = 50, .warmup = 5, .threads = 1};
+}
+
 herd_status herd_bench_train(herd_model *m, herd_dataset *ds, int batch_size, int steps,
                              int warmup, int threads, herd_dist *dist, herd_bench_result *res)
 {
-    if (!m || !ds || !res || batch_size <= 0 || steps <= 0 || warmup < 0)
+    herd_bench_config cfg = {.batch_size = batch_size, .steps = steps, .warmup = warmup,
+                             .threads = threads, .dist = dist};
+    return herd_bench_run(m, ds, &cfg, res);
+}
+
+herd_status herd_bench_run(herd_model *m, herd_dataset *ds, const herd_bench_config *cfg,
+                           herd_bench_result *res)
+{
+    if (!m || !ds || !cfg || !res || cfg->batch_size <= 0 || cfg->steps <= 0 || cfg->warmup < 0)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bench needs a model, data, batch size > 0, "
                         "steps > 0 and warmup >= 0");
+    int batch_size = cfg->batch_size, steps = cfg->steps, warmup = cfg->warmup;
+    int threads = cfg->threads;
+    herd_dist *dist = cfg->dist;
     herd_comm *local = NULL, *device_comm = NULL;
     HERD_TRY(herd_comm_local_create(&local));
     herd_comm *comm = dist ? dist : local;
@@ -96,7 +144,7 @@ herd_status herd_bench_train(herd_model *m, herd_dataset *ds, int batch_size, in
     if (st == HERD_OK && comm->size > 1) {
         /* Baseline on the same machine in the same run: rank 0 alone, the rest idle. */
         if (comm->rank == 0)
-            st = run_steps(m, ds, batch_size, steps, warmup, local, &alone);
+            st = run_steps(m, ds, batch_size, steps, warmup, local, NULL, &alone);
         herd_status b = comm->ops->broadcast(comm, &alone, sizeof alone, 0);
         st = st != HERD_OK ? st : b;
         if (st == HERD_OK) /* replicas start equal: rank 0 trained alone */
@@ -107,7 +155,7 @@ herd_status herd_bench_train(herd_model *m, herd_dataset *ds, int batch_size, in
                                             m->n_buffer_floats * sizeof(float), 0);
     }
     if (st == HERD_OK)
-        st = run_steps(m, ds, batch_size, steps, warmup, comm, &all);
+        st = run_traced(m, ds, cfg, comm, &all);
     /* The job is as fast as its slowest rank. */
     double slowest = all.elapsed;
     if (st == HERD_OK && comm->size > 1) {

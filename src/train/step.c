@@ -77,6 +77,7 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
     HERD_TRY(herd_model_reshape(m, b->n));
     herd_run_ctx ctx = herd_model_ctx(m, true, seed);
     ctx.grad_beta = micro > 0 ? 1.0f : 0.0f;
+    ctx.timeline = p->timeline;
     if (p->sync_bn && p->comm->size > 1)
         ctx.bn_comm = p->comm;
     const float *logits;
@@ -101,8 +102,13 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
         ctx.hook_user = p;
     }
     HERD_TRY(herd_model_backward(m, &ctx, b->x, p->dlogits));
+    double t2 = herd_now();
     s->t.forward += t1 - t0;
-    s->t.backward += herd_now() - t1;
+    s->t.backward += t2 - t1;
+    if (p->timeline) {
+        herd_timeline_add(p->timeline, HERD_TL_FORWARD, NULL, t0, t1);
+        herd_timeline_add(p->timeline, HERD_TL_BACKWARD, NULL, t1, t2);
+    }
     return HERD_OK;
 }
 
@@ -119,8 +125,13 @@ herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p,
                                           &s->skipped));
     if (!s->skipped)
         HERD_TRY(herd_optimizer_step(o, m, lr));
+    double t2 = herd_now();
     s->t.comm_wait += t1 - t0;
-    s->t.optimizer += herd_now() - t1;
+    s->t.optimizer += t2 - t1;
+    if (p->timeline) {
+        herd_timeline_add(p->timeline, HERD_TL_COMM_WAIT, NULL, t0, t1);
+        herd_timeline_add(p->timeline, HERD_TL_OPTIMIZER, NULL, t1, t2);
+    }
     return HERD_OK;
 }
 

@@ -7,6 +7,7 @@
 #include "dist/buckets.h"
 #include "nn/model.h"
 #include "optim/loss_scale.h"
+#include "obs/timeline.h"
 #include "optim/optim.h"
 
 /* How gradients of a step are combined across micro-batches and ranks. */
@@ -23,6 +24,7 @@ typedef struct herd_step_plan {
     int32_t *labels_dev;
     int input_capacity;
     herd_loss_scaler *scaler; /* dynamic loss scaling, NULL = none */
+    herd_timeline *timeline; /* --timeline: phases and layers become events (NULL: off) */
 } herd_step_plan;
 
 typedef struct herd_step_stats {

@@ -24,6 +24,7 @@ typedef struct run {
     herd_loader *loader;
     herd_optimizer *opt;
     herd_step_plan plan;
+    herd_timeline *timeline; /* --timeline, else NULL */
     herd_train_state state;
     herd_train_result *res;
     long steps_per_epoch;
@@ -188,7 +189,10 @@ static herd_status average_buffers(run *r)
 static herd_status evaluate(run *r, herd_progress *p)
 {
     herd_eval_result ev;
+    double t0 = herd_now();
     HERD_TRY(herd_eval_dataset(r->m, r->test, r->cfg.batch_size, r->comm, &ev));
+    if (r->timeline)
+        herd_timeline_add(r->timeline, HERD_TL_EVALUATE, NULL, t0, herd_now());
     p->evaluated = true;
     p->test_loss = r->res->test_loss = ev.loss;
     p->test_acc = r->res->test_acc = ev.acc;
@@ -203,6 +207,43 @@ static void add_phases(herd_phase_times *sum, const herd_phase_times *t, double 
     sum->comm_wait += k * t->comm_wait;
     sum->optimizer += k * t->optimizer;
     sum->total += k * t->total;
+}
+
+static herd_status save_checkpoint(run *r)
+{
+    double t0 = herd_now();
+    HERD_TRY(herd_checkpoint_save(r->cfg.checkpoint_dir, r->m, r->opt, &r->state));
+    if (r->timeline)
+        herd_timeline_add(r->timeline, HERD_TL_CHECKPOINT, NULL, t0, herd_now());
+    return HERD_OK;
+}
+
+/* Collective: the trace starts; the communicator records its reductions into it. */
+static herd_status start_timeline(run *r)
+{
+    size_t per_step = (size_t)r->cfg.grad_accum * (2 * (size_t)r->m->n_layers + 3) + 4;
+    HERD_TRY(herd_timeline_open(r->cfg.timeline_path, r->comm, per_step, &r->timeline));
+    r->plan.timeline = r->timeline;
+    r->comm->timeline = r->timeline;
+    return HERD_OK;
+}
+
+/* Collective: merges the last events and finishes the file. After a failure
+ * (completed = false) it only waits out pending reductions and frees the trace. */
+static herd_status stop_timeline(run *r, bool completed)
+{
+    herd_timeline *tl = r->timeline;
+    if (!tl)
+        return HERD_OK;
+    if (!completed)
+        (void)r->comm->ops->wait_all(r->comm); /* the comm thread may still record */
+    r->comm->timeline = NULL;
+    r->plan.timeline = r->timeline = NULL;
+    if (!completed) {
+        herd_timeline_free(tl);
+        return HERD_OK;
+    }
+    return herd_timeline_close(tl);
 }
 
 /* Tells the stall inspector what this rank is doing, with its position in training. */
@@ -230,11 +271,16 @@ static herd_status train_step(run *r, herd_step_stats *s, bool *has)
     if (!*has)
         return HERD_OK;
     int n_micro = left < cfg->grad_accum ? (int)left : cfg->grad_accum;
+    if (r->timeline)
+        herd_timeline_begin_step(r->timeline, r->state.epoch + 1, r->state.global_step + 1);
     double t0 = herd_now();
     for (int micro = 0; micro < n_micro; micro++) {
         herd_batch b;
         activity(r, "waiting for the data loader");
+        double t_data = r->timeline ? herd_now() : 0;
         HERD_TRY(herd_loader_next(r->loader, &b, has));
+        if (r->timeline)
+            herd_timeline_add(r->timeline, HERD_TL_DATA_WAIT, NULL, t_data, herd_now());
         if (!*has)
             return HERD_ERR(HERD_ERR_INTERNAL, "the loader ended the epoch %ld batches early",
                             left - micro);
@@ -245,7 +291,10 @@ static herd_status train_step(run *r, herd_step_stats *s, bool *has)
     }
     activity(r, "waiting for gradient reductions");
     HERD_TRY(herd_apply_step(r->m, r->opt, &r->plan, lr, s));
-    s->t.total = herd_now() - t0;
+    double t1 = herd_now();
+    s->t.total = t1 - t0;
+    if (r->timeline)
+        herd_timeline_add(r->timeline, HERD_TL_STEP, NULL, t0, t1);
     /* Per-rank batch-norm statistics differ by design (only --sync-bn shares them). */
     size_t buffers = cfg->sync_bn ? r->m->n_buffer_floats : 0;
     if (cfg->check_replicas)
@@ -328,7 +377,11 @@ static herd_status run_epoch(run *r, int epoch, long first_step, double t_start,
         HERD_TRY(evaluate(r, &p));
     if (cfg->checkpoint_dir && complete && r->comm->rank == 0) {
         activity(r, "writing a checkpoint");
-        HERD_TRY(herd_checkpoint_save(cfg->checkpoint_dir, r->m, r->opt, &r->state));
+        HERD_TRY(save_checkpoint(r));
+    }
+    if (r->timeline) { /* each epoch, so a long run's trace survives and memory stays bounded */
+        activity(r, "merging the timeline");
+        HERD_TRY(herd_timeline_flush(r->timeline));
     }
     HERD_TRY(herd_observer_epoch(r->obs, &p));
     if (r->progress)
@@ -378,6 +431,8 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg)
     if (cfg->resume)
         HERD_TRY(resume(r));
     HERD_TRY(broadcast_state(r));
+    if (cfg->timeline_path)
+        HERD_TRY(start_timeline(r));
     r->res->steps = r->state.global_step; /* steps before this run (resume) */
     double t_start = herd_now();
     bool stop = false;
@@ -402,8 +457,8 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg)
     HERD_TRY(average_buffers(r));
     bool saved_at_epoch_end = r->state.global_step == (long)r->state.epoch * r->steps_per_epoch;
     if (cfg->checkpoint_dir && steps_run > 0 && !saved_at_epoch_end && r->comm->rank == 0)
-        HERD_TRY(herd_checkpoint_save(cfg->checkpoint_dir, r->m, r->opt, &r->state));
-    return HERD_OK;
+        HERD_TRY(save_checkpoint(r));
+    return stop_timeline(r, true);
 }
 
 herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
@@ -444,6 +499,7 @@ herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
     herd_status obs_st = herd_observer_close(r.obs); /* flushes the last records */
     if (st == HERD_OK)
         st = obs_st;
+    stop_timeline(&r, false); /* after a failure: nothing written, nothing leaked */
     herd_step_plan_free(&r.plan, m);
     herd_optimizer_free(r.opt);
     herd_loader_free(r.loader);

@@ -1,0 +1,96 @@
+/*
+ * --timeline: a Chrome trace-event JSON file (Perfetto, chrome://tracing) of what
+ * every rank did, step by step. Each rank records fixed-size events into buffers of
+ * its own — one written only by the training thread (steps, phases, layers,
+ * checkpoint, evaluation), one only by the communication thread (reductions) — so
+ * recording takes no lock and formats nothing. At every flush (each epoch and at the
+ * end, collectively) the events travel to rank 0, which maps them onto its own clock
+ * with offsets measured by ping-pong and appends them to the file.
+ *
+ * The file: {"traceEvents":[...],"displayTimeUnit":"ms","otherData":{...}}; see
+ * docs/observability.md ("Timeline") for every event and field.
+ */
+#ifndef HERD_OBS_TIMELINE_H
+#define HERD_OBS_TIMELINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dist/comm.h"
+
+typedef struct herd_timeline herd_timeline;
+
+typedef enum herd_tl_kind {
+    HERD_TL_STEP,       /* cat "step", a whole optimizer step */
+    HERD_TL_DATA_WAIT,  /* cat "phase" ... */
+    HERD_TL_FORWARD,
+    HERD_TL_BACKWARD,
+    HERD_TL_COMM_WAIT,
+    HERD_TL_OPTIMIZER,
+    HERD_TL_FWD_LAYER,  /* cat "layer": "fwd <layer>" */
+    HERD_TL_BWD_LAYER,  /* "bwd <layer>" */
+    HERD_TL_ALLREDUCE,  /* cat "comm" on the communication track: "allreduce <tag>" */
+    HERD_TL_CHECKPOINT, /* cat "io" */
+    HERD_TL_EVALUATE,   /* cat "eval" */
+    HERD_TL_KINDS
+} herd_tl_kind;
+
+/* One recorded event. Plain bytes (no pointers): it travels to rank 0 as it is. */
+typedef struct herd_tl_event {
+    double t0, t1;  /* herd_now() of the recording rank */
+    double queued;  /* allreduce: seconds between launch by backward and its start */
+    int64_t a, b;   /* step: epoch, step; allreduce: bytes on the wire, step */
+    uint8_t kind;   /* herd_tl_kind */
+    char label[39]; /* layer name or reduction tag (after the kind's prefix) */
+} herd_tl_event;
+
+/* Collective: rank 0 creates `path` and every rank measures its clock against rank
+ * 0's. events_per_step sizes the buffers (they grow if needed). */
+herd_status herd_timeline_open(const char *path, herd_comm *comm, size_t events_per_step,
+                               herd_timeline **out);
+/* Collective: moves every rank's events into the file and re-measures the clocks
+ * (drift between two measurements is corrected linearly). Call with no reduction
+ * pending. Fails on every rank when some rank lost events (out of memory). */
+herd_status herd_timeline_flush(herd_timeline *tl);
+/* Collective: flushes, finishes the file and frees tl; every rank gets rank 0's
+ * outcome of writing the file. */
+herd_status herd_timeline_close(herd_timeline *tl);
+/* Frees tl without writing (after a failure); the file is left unfinished. */
+void herd_timeline_free(herd_timeline *tl);
+
+/* Training thread: the step the next events belong to (epoch and step 1-based). */
+void herd_timeline_begin_step(herd_timeline *tl, int epoch, long step);
+/* Training thread: an event of any kind but HERD_TL_ALLREDUCE. label: the layer
+ * name for layer events, otherwise NULL. */
+void herd_timeline_add(herd_timeline *tl, herd_tl_kind kind, const char *label, double t0,
+                       double t1);
+/* Communication thread: a reduction launched at `launched`, run from t0 to t1. */
+void herd_timeline_comm(herd_timeline *tl, const char *tag, double launched, double t0,
+                        double t1, size_t bytes);
+
+/* ---- the parts below are exposed for the unit tests ---- */
+
+/* NTP-style offset of a peer's clock to ours from ping-pong rounds, each
+ * {our send, their receive, their reply, our receive}: the round with the shortest
+ * round trip decides (its one-way delays are the most nearly equal). Returns the
+ * offset (their clock minus ours) and that round trip, in seconds. */
+void herd_clock_offset(const double *rounds, int n, double *offset, double *rtt);
+
+/* A rank's clock offsets at two measurements (rank 0 times `since` and `until`);
+ * drift in between is taken as linear. */
+typedef struct herd_clock_map {
+    double since, until;
+    double offset_since, offset_until;
+} herd_clock_map;
+
+/* The rank-0 time of that rank's clock reading t. */
+double herd_clock_map_apply(const herd_clock_map *m, double t);
+
+/* Writes events of rank `pid` as trace-event objects, ts in µs since rank 0's
+ * `origin`; *written counts objects already in the array (for the commas). */
+void herd_timeline_write_events(FILE *f, const herd_tl_event *ev, size_t n, int pid,
+                                const herd_clock_map *map, double origin, long *written);
+
+#endif

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# --timeline: the trace of one process and of a 2-rank job (herd train and herd bench
+# train) is the documented Chrome trace, with every rank's events nested as they
+# happened (checked by tests/check_timeline.py); an unwritable path fails on every rank.
+set -u
+herd="$1"
+here=$(cd "$(dirname "$0")" && pwd)
+command -v python3 >/dev/null || { echo "skipped: no python3"; exit 0; }
+export OMP_NUM_THREADS=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+check() {
+  local name=$1; shift
+  if "$@"; then echo "ok: $name"; else echo "FAIL: $name"; fails=$((fails + 1)); fi
+}
+timeline() { python3 "$here/check_timeline.py" "$@"; }
+# 500 samples: batch 128 on one rank or 64 on two gives 4 steps per epoch, so
+# --max-steps 5 ends inside epoch 2 and the trace is merged twice.
+common=(--model mlp --data synthetic:1,12,12,4,500 --threads 1 --eval-every 1 --max-steps 5 --quiet)
+
+"$herd" train "${common[@]}" --batch-size 128 --checkpoint-dir "$tmp/ck1" \
+  --timeline "$tmp/one.json" >"$tmp/out" 2>"$tmp/err"
+check "one process: training with --timeline exits 0" test $? -eq 0
+check "one process: the trace nests and has evaluation and checkpoints" \
+  timeline "$tmp/one.json" --ranks 1 --steps 5 --eval --checkpoint
+
+"$herd" train "${common[@]}" --timeline "$tmp/missing/dir/t.json" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "unwritable --timeline: exit 1" test $rc -eq 1
+check "unwritable --timeline: the message names the file" grep -q "missing/dir/t.json" "$tmp/err"
+
+if command -v mpirun >/dev/null && ! "$herd" --version | grep -q "MPI: none"; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  mpirun=(timeout 120 mpirun --oversubscribe --bind-to none)
+
+  "${mpirun[@]}" -np 2 "$herd" train "${common[@]}" --batch-size 64 --checkpoint-dir "$tmp/ck2" \
+    --timeline "$tmp/two.json" >"$tmp/out" 2>"$tmp/err"
+  check "2 ranks: training with --timeline exits 0" test $? -eq 0
+  check "2 ranks: both ranks' events nest, buckets overlap across ranks" \
+    timeline "$tmp/two.json" --ranks 2 --steps 5 --comm --eval --checkpoint
+
+  "${mpirun[@]}" -np 2 "$herd" train "${common[@]}" --batch-size 32 --grad-accum 2 \
+    --bucket-mb 0.05 --timeline "$tmp/accum.json" >"$tmp/out" 2>"$tmp/err"
+  check "2 ranks, 2 micro-batches and small buckets: the trace nests" \
+    timeline "$tmp/accum.json" --ranks 2 --steps 5 --comm --eval
+
+  "${mpirun[@]}" -np 2 "$herd" bench train --model mlp --data synthetic:1,12,12,4,500 \
+    --batch-size 32 --steps 3 --warmup 1 --timeline "$tmp/bench.json" >"$tmp/out" 2>"$tmp/err"
+  check "2-rank bench with --timeline exits 0" test $? -eq 0
+  check "2-rank bench: warm-up and timed steps traced" \
+    timeline "$tmp/bench.json" --ranks 2 --steps 4 --comm
+
+  start=$(date +%s)
+  "${mpirun[@]}" -np 2 "$herd" train "${common[@]}" --timeline "$tmp/missing/dir/t.json" \
+    >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  check "2 ranks, unwritable --timeline: non-zero exit, no hang (rc=$rc)" \
+    test $rc -ne 0 -a $rc -ne 124 -a $(( $(date +%s) - start )) -le 30
+  check "2 ranks, unwritable --timeline: the message names the file" \
+    grep -q "missing/dir/t.json" "$tmp/err"
+else
+  echo "skipped the MPI part: no mpirun or herd built without MPI"
+fi
+
+[ "$fails" -eq 0 ] && echo "cli_timeline: all checks passed" || echo "cli_timeline: $fails check(s) failed"
+exit $((fails > 0))
