@@ -4,18 +4,11 @@
 # JSON, that a corrupted reduction is caught (non-zero exit, #wrong > 0), the fusion
 # speed-up line and the p2p matrices. Every mpirun runs under timeout.
 set -u
-herd="$1"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-check() {
-  local name=$1; shift
-  if "$@"; then echo "ok: $name"; else echo "FAIL: $name"; fails=$((fails + 1)); fi
-}
+. "$(dirname "$0")/testlib.sh"
 # Rows of the table (lines that start with a size) and their #wrong column (7th).
 rows() { grep -E '^ +[0-9]+ +[0-9]+ +(float|half|bfloat16) ' "$1"; }
 all_right() { test "$(rows "$1" | wc -l)" -ge 1 && rows "$1" | awk '$7 != 0 { bad = 1 } END { exit bad }'; }
-json_ok() {
+json_has_fields() {
   python3 - "$1" "$2" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -41,7 +34,7 @@ check "1 process: header names the columns" \
   grep -q 'size(B) *count *type *time(us) *algbw(GB/s) *busbw(GB/s) *#wrong' "$tmp/out"
 check "1 process: explains busbw = 0" grep -q "busbw = algbw x 2(n-1)/n is 0" "$tmp/out"
 check "1 process: #wrong = 0 on every row" all_right "$tmp/out"
-check "1 process: JSON has the fields" json_ok "$tmp/one.json" 1
+check "1 process: JSON has the fields" json_has_fields "$tmp/one.json" 1
 "$herd" bench allreduce "${small[@]}" --compare-mpi >"$tmp/out" 2>"$tmp/err"
 check "1 process: --compare-mpi says there is no MPI to compare with" \
   bash -c "test $? -ne 0 && grep -q 'mpirun' '$tmp/err'"
@@ -76,7 +69,7 @@ for np in "${nps[@]}"; do
   check "np $np --compare-mpi: the MPI columns and the ratio on the average line" \
     bash -c "grep -q 'mpi_time(us) *mpi_busbw *herd/mpi' '$tmp/out.float' && \
              grep -q 'MPI_Allreduce: .* herd/MPI' '$tmp/out.float'"
-  check "np $np: JSON parses and has the fields" json_ok "$tmp/ar.json" "$np"
+  check "np $np: JSON parses and has the fields" json_has_fields "$tmp/ar.json" "$np"
 
   HERD_TEST_CORRUPT_ALLREDUCE=1 "${mpirun[@]}" -np "$np" "$herd" bench allreduce "${small[@]}" \
     >"$tmp/out" 2>"$tmp/err"
@@ -106,5 +99,4 @@ for np in "${nps[@]}"; do
   check "np $np p2p: GPU part skipped or measured" grep -qE "^GPUs .*(skipped: no GPU|visible)" "$tmp/out"
 done
 
-[ "$fails" -eq 0 ] && echo "cli_bench_tools: all checks passed" || echo "cli_bench_tools: $fails check(s) failed"
-exit $((fails > 0))
+finish

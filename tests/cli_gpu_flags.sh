@@ -2,14 +2,7 @@
 # The GPU training flags from the CLI on any machine: what the CPU refuses (and how),
 # dynamic loss scaling on the CPU, the summary's device and precision, --version.
 set -u
-herd="$1"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-check() { # check NAME CONDITION...
-  local name=$1; shift
-  if "$@"; then echo "ok: $name"; else echo "FAIL: $name"; fails=$((fails + 1)); fi
-}
+. "$(dirname "$0")/testlib.sh"
 data="synthetic:1,12,12,4,256"
 train() { "$herd" train --model mlp --data "$data" --epochs 1 --batch-size 32 --threads 1 --device cpu "$@"; }
 
@@ -43,5 +36,4 @@ check "the header names the device" grep -q "herd: device cpu, precision fp32" "
 train --loss-scale sometimes >/dev/null 2>&1
 check "--loss-scale takes dynamic or none" test $? -eq 2
 
-[ "$fails" -eq 0 ] && echo "cli_gpu_flags: all checks passed" || echo "cli_gpu_flags: $fails check(s) failed"
-exit $((fails > 0))
+finish

@@ -3,18 +3,11 @@
 # batch, the configuration mismatch check, a killed rank, and the bench's scaling
 # figures. Every mpirun runs under timeout, so a hang fails the test instead of CI.
 set -u
-herd="$1"
+. "$(dirname "$0")/testlib.sh"
 command -v mpirun >/dev/null || { echo "skipped: no mpirun"; exit 0; }
 "$herd" --version | grep -q "MPI: none" && { echo "skipped: herd built without MPI"; exit 0; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 mpirun=(mpirun --oversubscribe --bind-to none)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-check() {
-  local name=$1; shift
-  if "$@"; then echo "ok: $name"; else echo "FAIL: $name"; fails=$((fails + 1)); fi
-}
 # 500 samples, 2 ranks x 64: the last step's 116 samples are split 58 + 58.
 data="synthetic:1,12,12,4,500"
 common=(--model mlp --data "$data" --threads 1 --eval-every 1)
@@ -75,5 +68,4 @@ check "bench under mpirun exits 0" test $? -eq 0
 check "bench reports scaling and exposed communication" \
   bash -c "grep -q 'scaling_efficiency=' '$tmp/out' && grep -q 'comm_wait_ms=' '$tmp/out' && grep -q 'ranks=2' '$tmp/out'"
 
-[ "$fails" -eq 0 ] && echo "cli_mpi_train: all checks passed" || echo "cli_mpi_train: $fails check(s) failed"
-exit $((fails > 0))
+finish

@@ -2,15 +2,7 @@
 # herd train --logdir/--metrics/--histograms and herd plot through the CLI: the
 # files appear, the plots are PNGs of the asked size, and usage errors exit 2.
 set -u
-herd="$1"
-here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-check() { # check NAME CONDITION...
-  local name=$1; shift
-  if "$@"; then echo "ok: $name"; else echo "FAIL: $name"; fails=$((fails + 1)); fi
-}
+. "$(dirname "$0")/testlib.sh"
 png_size() { # width x height from the IHDR chunk
   od -An -tu1 -j16 -N8 "$1" | awk '{ printf "%dx%d", $1*16777216+$2*65536+$3*256+$4, $5*16777216+$6*65536+$7*256+$8 }'
 }
@@ -39,4 +31,4 @@ check "unknown --metric exits 1 and names it" bash -c "test $? -eq 1 && grep -q 
 "$herd" train --model mlp --data "$data" --epochs 1 --histograms 5 2>"$tmp/err"
 check "--histograms without --logdir exits 2" bash -c "test $? -eq 2 && grep -q -- --logdir '$tmp/err'"
 
-[ $fails -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
+finish

@@ -3,14 +3,7 @@
 # multi-host jobs, thread counts, root flags, usage errors; then one real launch
 # when mpirun is installed.
 set -u
-herd="$1"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-check() { # check NAME CONDITION...
-  local name=$1; shift
-  if "$@"; then echo "ok: $name"; else echo "FAIL: $name"; fails=$((fails + 1)); fi
-}
+. "$(dirname "$0")/testlib.sh"
 has() { grep -q -e "$1" "$tmp/err"; }  # the launch line contains $1
 hasnt() { ! grep -q -e "$1" "$tmp/err"; }
 dry() { "$herd" run --dry-run "$@" >"$tmp/out" 2>"$tmp/err"; }
@@ -108,5 +101,4 @@ else
   echo "skip: mpirun not installed; no real launch"
 fi
 
-[ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"
-exit $((fails > 0))
+finish

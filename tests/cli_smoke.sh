@@ -2,14 +2,7 @@
 # Drives the herd CLI end to end on small synthetic data: every subcommand, the
 # summary line, --json, checkpoints and eval, and the error paths' exit codes.
 set -u
-herd="$1"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-check() { # check NAME CONDITION...
-  local name=$1; shift
-  if "$@"; then echo "ok: $name"; else echo "FAIL: $name"; fails=$((fails + 1)); fi
-}
+. "$(dirname "$0")/testlib.sh"
 data="synthetic:1,12,12,4,512"
 
 "$herd" --version >"$tmp/version" 2>&1
@@ -59,5 +52,4 @@ check "truncated weights: exit 1 naming the file" bash -c "test $? -eq 1 && grep
 "$herd" frobnicate >/dev/null 2>&1
 check "unknown command exits 2" test $? -eq 2
 
-[ "$fails" -eq 0 ] && echo "cli_smoke: all checks passed" || echo "cli_smoke: $fails check(s) failed"
-exit $((fails > 0))
+finish

@@ -3,17 +3,9 @@
 # train) is the documented Chrome trace, with every rank's events nested as they
 # happened (checked by tests/check_timeline.py); an unwritable path fails on every rank.
 set -u
-herd="$1"
-here=$(cd "$(dirname "$0")" && pwd)
+. "$(dirname "$0")/testlib.sh"
 command -v python3 >/dev/null || { echo "skipped: no python3"; exit 0; }
 export OMP_NUM_THREADS=1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-check() {
-  local name=$1; shift
-  if "$@"; then echo "ok: $name"; else echo "FAIL: $name"; fails=$((fails + 1)); fi
-}
 timeline() { python3 "$here/check_timeline.py" "$@"; }
 # 500 samples: batch 128 on one rank or 64 on two gives 4 steps per epoch, so
 # --max-steps 5 ends inside epoch 2 and the trace is merged twice.
@@ -63,5 +55,4 @@ else
   echo "skipped the MPI part: no mpirun or herd built without MPI"
 fi
 
-[ "$fails" -eq 0 ] && echo "cli_timeline: all checks passed" || echo "cli_timeline: $fails check(s) failed"
-exit $((fails > 0))
+finish

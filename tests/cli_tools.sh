@@ -3,16 +3,7 @@
 # mpirun -np 2 and 3), herd doctor (table, JSON, exit status) and herd predict (given
 # link, fitted link, measured step). Every mpirun runs under timeout.
 set -u
-herd="$1"
-here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-check() {
-  local name=$1; shift
-  if "$@"; then echo "ok: $name"; else echo "FAIL: $name"; fails=$((fails + 1)); fi
-}
-json_ok() { python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$1" 2>/dev/null; }
+. "$(dirname "$0")/testlib.sh"
 json_true() { python3 -c "import json, sys; d = json.load(open(sys.argv[1])); sys.exit(0 if ($2) else 1)" "$1"; }
 
 # ---- topo
@@ -80,5 +71,4 @@ check "predict without a link is a usage error" test $? -eq 2
 check "predict with a missing bench file fails and says how to make it" \
   bash -c 'test $0 -eq 1 && grep -q "herd bench allreduce -J" "$1"' $? "$tmp/err"
 
-[ $fails -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
-echo "all checks passed"
+finish
