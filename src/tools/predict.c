@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/fs.h"
 #include "tools/tools.h"
 
 double herd_ring_allreduce_s(const herd_alpha_beta *ab, int n, double bytes)
@@ -106,29 +107,9 @@ herd_status herd_alpha_beta_fit_json(const char *json, herd_alpha_beta *out)
 
 herd_status herd_alpha_beta_fit_file(const char *path, herd_alpha_beta *out)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return HERD_ERR(HERD_ERR_IO, "cannot open %s: %s; write it with herd bench allreduce -J %s",
-                        path, strerror(errno), path);
-    char *text = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4096 + 1 > cap) {
-            char *grown = realloc(text, cap = 2 * cap + 4096 + 1);
-            if (!grown) {
-                free(text);
-                fclose(f);
-                return HERD_NOMEM(cap);
-            }
-            text = grown;
-        }
-        size_t r = fread(text + len, 1, 4096, f);
-        len += r;
-        if (r < 4096)
-            break;
-    }
-    fclose(f);
-    text[len] = '\0';
+    char *text = NULL, hint[512];
+    snprintf(hint, sizeof hint, "write it with herd bench allreduce -J %s", path);
+    HERD_TRY(herd_read_text(path, "allreduce results", hint, &text));
     herd_status st = herd_alpha_beta_fit_json(text, out);
     free(text);
     if (st != HERD_OK) {
