@@ -23,6 +23,7 @@
  * to under 1 ms per step). Poll flat out for this long, which covers a gradient
  * bucket's reduction; only a collective waiting on a late rank goes on to sleep. */
 #define SPIN_SECONDS 0.005
+#define IDLE_POLL_S 20e-6
 /* Slices larger than this go to MPI in pieces (MPI counts are int). */
 #define MAX_CHUNK ((size_t)1 << 28)
 
@@ -355,6 +356,11 @@ void *comm_mpi_thread_main(void *arg)
 {
     comm_mpi *m = arg;
     for (;;) {
+        /* Briefly poll for the next op before sleeping: reductions arrive in bursts
+         * (buckets in backward), and a wake-up costs tens of microseconds. */
+        double poll_until = herd_now() + IDLE_POLL_S;
+        while (!__atomic_load_n(&m->head, __ATOMIC_ACQUIRE) && herd_now() < poll_until)
+            sched_yield();
         pthread_mutex_lock(&m->mu);
         if (!m->head && !m->shutdown && !m->abort_requested) {
             /* Idle: wake now and then to answer the stall inspector. */
