@@ -79,7 +79,7 @@ static void enqueue(comm_mpi *m, mpi_op *op) /* under mu */
     if (m->tail)
         m->tail->next = op;
     else
-        m->head = op;
+        __atomic_store_n(&m->head, op, __ATOMIC_RELEASE); /* the idle thread polls it unlocked */
     m->tail = op;
     pthread_cond_signal(&m->work_cv);
 }

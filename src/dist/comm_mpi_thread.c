@@ -331,7 +331,7 @@ static void run_head(comm_mpi *m, mpi_op *op)
     }
 
     pthread_mutex_lock(&m->mu);
-    m->head = op->next;
+    __atomic_store_n(&m->head, op->next, __ATOMIC_RELEASE);
     if (!m->head)
         m->tail = NULL;
     m->completed = op->seq;
