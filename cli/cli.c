@@ -1,5 +1,7 @@
 #include "cli.h"
 
+#include <cjson/cJSON.h>
+
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -132,4 +134,13 @@ void cli_print_device(const herd_model *m, int ranks)
         fprintf(stderr, herd_have_nccl() ? "herd: gradients reduced by NCCL between the GPUs\n"
                                          : "herd: NCCL not built in: gradients reduced by MPI "
                                            "through host memory\n");
+}
+
+void cli_print_json(cJSON *doc)
+{
+    char *text = cJSON_Print(doc);
+    if (text)
+        printf("%s\n", text);
+    free(text);
+    cJSON_Delete(doc);
 }

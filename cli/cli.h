@@ -40,6 +40,10 @@ void cli_summary_str(cli_summary *s, const char *key, const char *value);
 void cli_summary_num(cli_summary *s, const char *key, double value, int decimals);
 void cli_summary_print(const cli_summary *s, bool json);
 
+/* Prints a cJSON document (indented) on stdout and frees it. */
+struct cJSON;
+void cli_print_json(struct cJSON *doc);
+
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

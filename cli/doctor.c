@@ -84,11 +84,7 @@ int cmd_doctor(int argc, char **argv)
         cJSON_AddNumberToObject(o, "warnings", count[HERD_CHECK_WARN]);
         cJSON_AddNumberToObject(o, "failures", count[HERD_CHECK_FAIL]);
         cJSON_AddNumberToObject(o, "not_checked", count[HERD_CHECK_SKIP]);
-        char *text = cJSON_Print(o);
-        if (text)
-            printf("%s\n", text);
-        free(text);
-        cJSON_Delete(o);
+        cli_print_json(o);
     } else if (print) {
         for (int i = 0; i < n; i++) {
             printf("%-4s  %-20s %s\n", herd_check_status_name(checks[i].status), checks[i].name,

@@ -140,11 +140,7 @@ static void print_json(const predict_args *a, const herd_alpha_beta *ab, double 
         cJSON_AddNumberToObject(r, "efficiency_overlap", rows[i].efficiency_overlap);
         cJSON_AddItemToArray(list, r);
     }
-    char *text = cJSON_Print(o);
-    if (text)
-        printf("%s\n", text);
-    free(text);
-    cJSON_Delete(o);
+    cli_print_json(o);
 }
 
 int cmd_predict(int argc, char **argv)

@@ -183,11 +183,7 @@ static void print_json(const herd_topo *t, const herd_rank_place *ranks, int n_r
         cJSON_AddStringToObject(d, "gpu_bus_id", ranks[r].gpu_bus_id);
         cJSON_AddItemToArray(rs, d);
     }
-    char *text = cJSON_Print(o);
-    if (text)
-        printf("%s\n", text);
-    free(text);
-    cJSON_Delete(o);
+    cli_print_json(o);
 }
 
 int cmd_topo(int argc, char **argv)
