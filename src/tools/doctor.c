@@ -30,6 +30,20 @@ void doc_path(const herd_doctor_env *e, const char *path, char *out, size_t cap)
     snprintf(out, cap, "%.*s%s", (int)n, root, path);
 }
 
+int doc_count_entries(const herd_doctor_env *e, const char *path)
+{
+    char full[4096];
+    doc_path(e, path, full, sizeof full);
+    DIR *d = opendir(full);
+    if (!d)
+        return -errno;
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d));)
+        n += de->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
 long doc_read(const herd_doctor_env *e, const char *path, char *buf, size_t cap)
 {
     char full[4096];
@@ -182,17 +196,13 @@ static bool has_token(const char *line, const char *token)
 void check_iommu(const herd_doctor_env *e, herd_check *c)
 {
     char path[4096], cmdline[4096] = "";
-    doc_path(e, "/sys/class/iommu", path, sizeof path);
-    DIR *d = opendir(path);
-    int units = 0;
-    if (!d && errno != ENOENT) {
-        doc_set(c, HERD_CHECK_SKIP, NULL, "could not check: %s: %s", path, strerror(errno));
+    int units = doc_count_entries(e, "/sys/class/iommu");
+    if (units < 0 && units != -ENOENT) {
+        doc_path(e, "/sys/class/iommu", path, sizeof path);
+        doc_set(c, HERD_CHECK_SKIP, NULL, "could not check: %s: %s", path, strerror(-units));
         return;
     }
-    for (struct dirent *de; d && (de = readdir(d));)
-        units += de->d_name[0] != '.';
-    if (d)
-        closedir(d);
+    units = units < 0 ? 0 : units;
     long len = doc_read(e, "/proc/cmdline", cmdline, sizeof cmdline);
     bool passthrough = len > 0 && (has_token(cmdline, "iommu=pt") || has_token(cmdline, "intel_iommu=off") ||
                                    has_token(cmdline, "amd_iommu=off"));
@@ -252,15 +262,10 @@ void check_memlock(const herd_doctor_env *e, herd_check *c)
         doc_set(c, HERD_CHECK_SKIP, NULL, "could not check: getrlimit: %s", strerror(-rc));
         return;
     }
-    char lim[32], path[4096];
+    char lim[32];
     format_limit(soft, lim, sizeof lim);
-    doc_path(e, "/sys/class/infiniband", path, sizeof path);
-    int rdma = 0;
-    DIR *d = opendir(path);
-    for (struct dirent *de; d && (de = readdir(d));)
-        rdma += de->d_name[0] != '.';
-    if (d)
-        closedir(d);
+    int rdma = doc_count_entries(e, "/sys/class/infiniband");
+    rdma = rdma < 0 ? 0 : rdma;
     const char *fix = "raise it: ulimit -l unlimited, '* - memlock unlimited' in "
                       "/etc/security/limits.conf, LimitMEMLOCK=infinity for systemd services, "
                       "docker run --ulimit memlock=-1";

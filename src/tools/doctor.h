@@ -9,6 +9,8 @@
 
 /* path under env->root (path is absolute: "/proc/cmdline"). */
 void doc_path(const herd_doctor_env *e, const char *path, char *out, size_t cap);
+/* Entries other than . and .. of a directory under the root, or -errno. */
+int doc_count_entries(const herd_doctor_env *e, const char *path);
 /* Reads at most cap-1 bytes of a file under the root, NUL-terminated; returns the length
  * or -errno. */
 long doc_read(const herd_doctor_env *e, const char *path, char *buf, size_t cap);

@@ -153,14 +153,8 @@ static int launcher_ranks_per_host(const herd_doctor_env *e)
 
 void check_gpus_per_host(const herd_doctor_env *e, herd_check *c)
 {
-    char path[4096];
-    doc_path(e, "/proc/driver/nvidia/gpus", path, sizeof path);
-    int gpus = 0;
-    DIR *d = opendir(path);
-    for (struct dirent *de; d && (de = readdir(d));)
-        gpus += de->d_name[0] != '.';
-    if (d)
-        closedir(d);
+    int gpus = doc_count_entries(e, "/proc/driver/nvidia/gpus");
+    gpus = gpus < 0 ? 0 : gpus;
     const char *cvd = doc_getenv(e, "CUDA_VISIBLE_DEVICES");
     int visible = gpus;
     if (cvd) { /* a list of indices or UUIDs; empty or -1 hides every GPU */
