@@ -84,19 +84,24 @@ static void enqueue(comm_mpi *m, mpi_op *op) /* under mu */
     pthread_cond_signal(&m->work_cv);
 }
 
+/* Under mu: a free op filled from proto and queued; NULL when out of memory. */
+static mpi_op *enqueue_copy(comm_mpi *m, const mpi_op *proto)
+{
+    mpi_op *op = take_op(m);
+    if (op) {
+        *op = *proto;
+        enqueue(m, op);
+    }
+    return op;
+}
+
 /* Queues a filled-in asynchronous op; wait_all completes it. */
 static herd_status enqueue_async(comm_mpi *m, const mpi_op *proto)
 {
     pthread_mutex_lock(&m->mu);
-    mpi_op *op = take_op(m);
-    if (!op) {
-        pthread_mutex_unlock(&m->mu);
-        return HERD_NOMEM(sizeof *op);
-    }
-    *op = *proto;
-    enqueue(m, op);
+    mpi_op *op = enqueue_copy(m, proto);
     pthread_mutex_unlock(&m->mu);
-    return HERD_OK;
+    return op ? HERD_OK : HERD_NOMEM(sizeof *op);
 }
 
 static herd_status check_wire(const herd_comm *c, herd_wire_type wire)
@@ -165,13 +170,11 @@ static herd_status mpi_wait_all(herd_comm *c)
 static herd_status run_blocking(comm_mpi *m, const mpi_op *proto)
 {
     pthread_mutex_lock(&m->mu);
-    mpi_op *op = take_op(m);
+    mpi_op *op = enqueue_copy(m, proto);
     if (!op) {
         pthread_mutex_unlock(&m->mu);
         return HERD_NOMEM(sizeof *op);
     }
-    *op = *proto;
-    enqueue(m, op);
     while (!op->done)
         pthread_cond_wait(&m->done_cv, &m->mu);
     char err[sizeof op->error];
