@@ -24,7 +24,7 @@ void herd_step_plan_free(herd_step_plan *p, herd_model *m)
     p->dlogits = NULL;
     p->x_dev = NULL;
     p->labels_dev = NULL;
-    p->input_capacity = 0;
+    p->input_capacity = p->dlogits_capacity = 0;
 }
 
 /* The batch as the backend sees it: the loader's host batch for the CPU, otherwise
