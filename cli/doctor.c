@@ -52,7 +52,7 @@ int cmd_doctor(int argc, char **argv)
     while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (opt) {
         case 'j': json = true; break;
-        case 'r': env.root = optarg; break;
+        case 'r': env.root = optarg, env.probe_cma = NULL; break;
         case 'n':
             if (!cli_parse_int(optarg, 1, 1 << 16, &ranks))
                 return cli_usage_error("doctor", "--ranks-per-host wants an integer >= 1, got '%s'", optarg);

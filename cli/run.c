@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "tools/tools.h"
 
 static const char run_help[] =
     "usage: herd run -np N [options] -- COMMAND [ARGS...]\n"
@@ -25,6 +26,8 @@ static const char run_help[] =
     "                            machine's cores / ranks per host, at least 1)\n"
     "  -x VAR[=VALUE]            export an environment variable to every rank (repeatable)\n"
     "  --mca KEY VALUE           Open MPI parameter, e.g. --mca btl_tcp_if_include eth0\n"
+    "                            (herd adds btl_vader_single_copy_mechanism none where\n"
+    "                            a probe finds CMA slower than copying; this overrides it)\n"
     "  --mpirun PATH             the launcher binary (default: mpirun from PATH)\n"
     "  --report-bindings         ask mpirun to print each rank's cores\n"
     "  --dry-run                 print the mpirun command and exit\n"
@@ -229,6 +232,36 @@ static bool exports(char **xvars, int nx, const char *name)
     return false;
 }
 
+/* Open MPI copies large messages between local ranks with CMA by default; where CMA
+ * reads at under half memcpy's speed, copying through shared memory is cheaper (see
+ * src/tools/shm_probe.c). Measured here, said aloud, and never over the user's own
+ * setting. Remote hosts are assumed to behave like this one. */
+static void choose_single_copy(argvec *a, char **mca, int nmca, char **xvars, int nx, long per_host)
+{
+    static const char *const names[] = {"btl_vader_single_copy_mechanism",
+                                        "btl_sm_single_copy_mechanism"};
+    if (per_host < 2)
+        return;
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        char var[64];
+        snprintf(var, sizeof var, "OMPI_MCA_%s", names[k]);
+        if (getenv(var) || exports(xvars, nx, var))
+            return;
+        for (int i = 0; i < nmca; i += 2)
+            if (strcmp(mca[i], names[k]) == 0)
+                return;
+    }
+    herd_cma_probe p;
+    if (herd_probe_cma(&p) < 0 || !p.cma_slower)
+        return;
+    push(a, "--mca");
+    push(a, names[0]);
+    push(a, "none");
+    fprintf(stderr, "herd: note: CMA reads another process's memory at %.1f GB/s here against "
+                    "memcpy's %.1f GB/s, so local ranks copy through shared memory instead "
+                    "(keep CMA with --mca %s cma)\n", p.cma_gbps, p.memcpy_gbps, names[0]);
+}
+
 /* xvars and mca have argc slots each (the -x and --mca values). */
 static int run_with(int argc, char **argv, char **xvars, char **mca)
 {
@@ -370,6 +403,7 @@ static int run_with(int argc, char **argv, char **xvars, char **mca)
         push(&a, mca[k]);
         push(&a, mca[k + 1]);
     }
+    choose_single_copy(&a, mca, nmca, xvars, nx, per_host);
     /* Thread pools of libraries that size themselves from the environment (OpenMP,
      * OpenBLAS) would otherwise each take every core of the host. */
     long env_t = user_t ? user_t : t;

@@ -60,6 +60,14 @@ check "user's OMP_NUM_THREADS wins" bash -c "grep -q 'OMP_NUM_THREADS=7' '$tmp/e
 check "--mca passthrough" has "--mca btl_tcp_if_include eth0 "
 check "models gets no --threads" hasnt "models --threads"
 
+# The shared-memory single-copy choice is probed per host; the user's own setting wins.
+dry -np 2 --mca btl_vader_single_copy_mechanism cma -- models
+check "user's single-copy setting kept, not overridden" bash -c "[ \$(grep -o 'single_copy_mechanism' '$tmp/err' | wc -l) -eq 1 ] && grep -q 'single_copy_mechanism cma ' '$tmp/err'"
+OMPI_MCA_btl_vader_single_copy_mechanism=cma dry -np 2 -- models
+check "single-copy from the environment: nothing added" hasnt "single_copy_mechanism"
+dry -np 1 -- models
+check "one rank: no single-copy choice" hasnt "single_copy_mechanism"
+
 dry -np 2 --mpirun /opt/mpi/bin/mpirun -- models
 check "--mpirun chooses the launcher" grep -q "^herd: launching: /opt/mpi/bin/mpirun " "$tmp/err"
 

@@ -302,6 +302,53 @@ static void test_mpi(void **state)
     assert_non_null(strstr(f->c.fix, "update-alternatives"));
 }
 
+static herd_cma_probe fake_probe;
+static int fake_probe_rc;
+
+static int fake_probe_cma(herd_cma_probe *out)
+{
+    *out = fake_probe;
+    return fake_probe_rc;
+}
+
+static void test_single_copy(void **state)
+{
+    fixture *f = *state;
+    f->env.mpi_library = "MPICH Version: 4.0";
+    f->env.probe_cma = fake_probe_cma;
+    EXPECT(f, check_single_copy, HERD_CHECK_SKIP, "Open MPI's shared-memory transport");
+    f->env.mpi_library = "Open MPI v4.1.4";
+    f->env.probe_cma = NULL;
+    EXPECT(f, check_single_copy, HERD_CHECK_SKIP, "--root");
+    f->env.probe_cma = fake_probe_cma;
+    fake_probe_rc = -EPERM;
+    EXPECT(f, check_single_copy, HERD_CHECK_SKIP, "process_vm_readv fails");
+    fake_probe_rc = 0;
+    fake_probe = (herd_cma_probe){.cma_gbps = 14, .memcpy_gbps = 47, .cma_slower = true};
+    EXPECT(f, check_single_copy, HERD_CHECK_WARN, "14.0 GB/s against memcpy's 47.0 GB/s");
+    assert_non_null(strstr(f->c.fix, "OMPI_MCA_btl_vader_single_copy_mechanism=none"));
+    f->envp[0] = "OMPI_MCA_btl_vader_single_copy_mechanism=none";
+    EXPECT(f, check_single_copy, HERD_CHECK_PASS, "as suits this host");
+    fake_probe = (herd_cma_probe){.cma_gbps = 40, .memcpy_gbps = 47, .cma_slower = false};
+    EXPECT(f, check_single_copy, HERD_CHECK_WARN, "switched off (none)");
+    f->envp[0] = "OMPI_MCA_btl_sm_single_copy_mechanism=cma";
+    EXPECT(f, check_single_copy, HERD_CHECK_PASS, "single-copy transfers pay here");
+}
+
+/* The real probe on this machine: a measurement, or the reason it cannot run. */
+static void test_probe_cma_live(void **state)
+{
+    (void)state;
+    herd_cma_probe p;
+    int rc = herd_probe_cma(&p);
+    if (rc < 0) {
+        assert_true(rc == -EPERM || rc == -ENOSYS || rc == -EFAULT || rc == -ESRCH);
+        return;
+    }
+    assert_true(p.cma_gbps > 0 && p.memcpy_gbps > 0);
+    assert_int_equal(p.cma_slower, p.cma_gbps < 0.5 * p.memcpy_gbps);
+}
+
 static void test_network(void **state)
 {
     fixture *f = *state;
@@ -346,7 +393,7 @@ static void test_run_all(void **state)
     fixture *f = *state;
     herd_check checks[HERD_DOCTOR_MAX_CHECKS];
     int n = herd_doctor_run(&f->env, checks);
-    assert_int_equal(n, 13);
+    assert_int_equal(n, 14);
     for (int i = 0; i < n; i++) {
         assert_true(checks[i].detail[0] != '\0');
         for (int j = 0; j < i; j++)
@@ -369,6 +416,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_nvidia_uvm, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gpus_per_host, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mpi, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_single_copy, setup, teardown),
+        cmocka_unit_test(test_probe_cma_live),
         cmocka_unit_test_setup_teardown(test_network, setup, teardown),
         cmocka_unit_test_setup_teardown(test_xid, setup, teardown),
         cmocka_unit_test_setup_teardown(test_xid_unreadable, setup, teardown),

@@ -125,6 +125,7 @@ void herd_doctor_env_default(herd_doctor_env *env, char **envp)
     env->envp = envp;
     env->fs_bytes = real_fs_bytes;
     env->rlimit = real_rlimit;
+    env->probe_cma = herd_probe_cma;
     char why[256];
     herd_nvml *n = herd_nvml_open(why, sizeof why);
     env->cuda_driver_version = herd_nvml_cuda_driver_version(n);
@@ -166,6 +167,7 @@ int herd_doctor_run(const herd_doctor_env *env, herd_check *out)
         {"stack_limit", check_stack},
         {"systemd_remove_ipc", check_remove_ipc},
         {"transport_settings", check_transports},
+        {"shm_single_copy", check_single_copy},
         {"cuda_driver_runtime", check_cuda_versions},
         {"nvidia_uvm", check_nvidia_uvm},
         {"gpus_per_host", check_gpus_per_host},

@@ -29,6 +29,7 @@ void check_memlock(const herd_doctor_env *e, herd_check *c);
 void check_stack(const herd_doctor_env *e, herd_check *c);
 void check_remove_ipc(const herd_doctor_env *e, herd_check *c);
 void check_transports(const herd_doctor_env *e, herd_check *c);
+void check_single_copy(const herd_doctor_env *e, herd_check *c);
 void check_cuda_versions(const herd_doctor_env *e, herd_check *c);
 void check_nvidia_uvm(const herd_doctor_env *e, herd_check *c);
 void check_gpus_per_host(const herd_doctor_env *e, herd_check *c);

@@ -195,3 +195,45 @@ void check_xid(const herd_doctor_env *e, herd_check *c)
         doc_set(c, HERD_CHECK_PASS, NULL, "no NVIDIA Xid errors in the kernel log");
     }
 }
+
+/* Open MPI's shared-memory transport reads large messages with CMA by default; where
+ * CMA is slow, copy-in/copy-out halves a local allreduce (see shm_probe.c). */
+void check_single_copy(const herd_doctor_env *e, herd_check *c)
+{
+    if (!e->mpi_library || !strstr(e->mpi_library, "Open MPI")) {
+        doc_set(c, HERD_CHECK_SKIP, NULL, "applies to Open MPI's shared-memory transport; herd "
+                "uses %s", e->mpi_library ? e->mpi_library : "no MPI");
+        return;
+    }
+    if (!e->probe_cma) {
+        doc_set(c, HERD_CHECK_SKIP, NULL, "not measured: it times this host's memory, not the "
+                "--root tree's");
+        return;
+    }
+    const char *set = doc_getenv(e, "OMPI_MCA_btl_vader_single_copy_mechanism");
+    if (!set)
+        set = doc_getenv(e, "OMPI_MCA_btl_sm_single_copy_mechanism");
+    herd_cma_probe p;
+    int rc = e->probe_cma(&p);
+    if (rc < 0) {
+        doc_set(c, HERD_CHECK_SKIP, NULL, "process_vm_readv fails here (%s), so Open MPI "
+                "copies through shared memory anyway", strerror(-rc));
+        return;
+    }
+    bool none = set && strcmp(set, "none") == 0;
+    if (p.cma_slower && !none)
+        doc_set(c, HERD_CHECK_WARN, "export OMPI_MCA_btl_vader_single_copy_mechanism=none (herd "
+                "run does this by itself); compare with herd bench allreduce",
+                "CMA reads another process's memory at %.1f GB/s against memcpy's %.1f GB/s: "
+                "Open MPI's single-copy transfers (%s) are slower here than copying in and out "
+                "of shared memory", p.cma_gbps, p.memcpy_gbps, set ? set : "its default, cma");
+    else if (none && !p.cma_slower)
+        doc_set(c, HERD_CHECK_WARN, "unset it unless herd bench allreduce measures it faster",
+                "single copy is switched off (none) though CMA reads at %.1f GB/s against "
+                "memcpy's %.1f GB/s: large local messages take two copies instead of one",
+                p.cma_gbps, p.memcpy_gbps);
+    else
+        doc_set(c, HERD_CHECK_PASS, NULL, "CMA %.1f GB/s, memcpy %.1f GB/s: %s", p.cma_gbps,
+                p.memcpy_gbps, none ? "single copy is off (none), as suits this host"
+                                    : "single-copy transfers pay here");
+}

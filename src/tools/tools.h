@@ -142,6 +142,19 @@ int herd_nvml_cuda_driver_version(herd_nvml *n);
 /* Fills t->gpus, t->links' NVLink counts, t->p2p and t->driver from NVML. */
 herd_status herd_nvml_fill_gpus(herd_nvml *n, herd_topo *t);
 
+/* ------------------------------------------------------- shared-memory probe */
+
+/* Cross-memory attach against memcpy, 4 MiB read in 512 KiB pieces (shm_probe.c). */
+typedef struct herd_cma_probe {
+    double cma_gbps, memcpy_gbps;
+    /* CMA below half of memcpy: Open MPI's copy-in/copy-out moves a byte for less. */
+    bool cma_slower;
+} herd_cma_probe;
+
+/* Forks a peer and reads its memory with process_vm_readv; 0, or -errno when CMA
+ * cannot be used here (EPERM: ptrace restrictions). Takes a few milliseconds. */
+int herd_probe_cma(herd_cma_probe *out);
+
 /* ------------------------------------------------------------------- doctor */
 
 typedef enum herd_check_status {
@@ -172,6 +185,8 @@ typedef struct herd_doctor_env {
     int cuda_runtime_version; /* from the build: 0 when built without CUDA */
     const char *mpi_library;  /* MPI library version from the build, NULL without MPI */
     int ranks_per_host;       /* 0: take it from the launcher's environment */
+    /* herd_probe_cma, or a test's stand-in; NULL skips the measurement (--root). */
+    int (*probe_cma)(herd_cma_probe *out);
 } herd_doctor_env;
 
 void herd_doctor_env_default(herd_doctor_env *env, char **envp);
