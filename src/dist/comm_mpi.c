@@ -295,7 +295,7 @@ static void mpi_abort(herd_comm *c, int code, const char *msg)
     pthread_mutex_lock(&m->mu);
     m->abort_code = code;
     snprintf(m->abort_msg, sizeof m->abort_msg, "%s", msg ? msg : "abort");
-    m->abort_requested = true;
+    __atomic_store_n(&m->abort_requested, true, __ATOMIC_RELEASE);
     pthread_cond_signal(&m->work_cv);
     pthread_mutex_unlock(&m->mu);
     for (;;)

@@ -4,9 +4,9 @@
  * herd reduces gradients with MPI_Iallreduce (the stall inspector needs a request it
  * can poll). Open MPI's libnbc picks a binomial tree for every in-place call and for
  * fewer than 4 ranks, whatever the size: on 2 ranks here that is 2-2.5x slower than
- * the blocking MPI_Allreduce from 256 KiB up. Its recursive-halving
- * (Rabenseifner) schedule matches the blocking call for small and medium buffers and
- * its ring for large ones (docs/performance.md). The choice is libnbc's control
+ * the blocking MPI_Allreduce from 256 KiB up. Its recursive doubling matches the
+ * blocking call for small buffers, recursive halving (Rabenseifner) for medium ones
+ * and its ring for large ones (docs/performance.md). The choice is libnbc's control
  * variable coll_libnbc_iallreduce_algorithm, which it reads at every call, so herd
  * sets it through the MPI tool interface (MPI_T) before each reduction.
  *
@@ -17,9 +17,16 @@
 
 #include "dist/comm_mpi_internal.h"
 
-enum { NBC_RING = 1, NBC_RABENSEIFNER = 3 };
+enum { NBC_RING = 1, NBC_RABENSEIFNER = 3, NBC_RECURSIVE_DOUBLING = 4 };
 /* From here up ring wins over recursive halving on 2 ranks over shared memory. */
 #define RING_FROM_BYTES (4u << 20)
+/* Below this recursive doubling (log p rounds, the whole buffer each) beats recursive
+ * halving (2 log p rounds, less data): measured up to 64 KiB on 2 ranks, where both
+ * move the same bytes. With more ranks doubling moves log p times the buffer; with
+ * shared memory's ~1.5 us per message and ~10 GB/s the α-β crossover falls near
+ * 32-60 KiB for 4-16 ranks, so the smaller bound. */
+#define DOUBLING_BELOW_BYTES_2_RANKS (128u << 10)
+#define DOUBLING_BELOW_BYTES (32u << 10)
 
 void comm_mpi_algo_init(comm_mpi *m)
 {
@@ -46,7 +53,10 @@ void comm_mpi_algo_pick(comm_mpi *m, size_t bytes)
 {
     if (!m->algo_enabled)
         return;
-    int want = bytes >= RING_FROM_BYTES ? NBC_RING : NBC_RABENSEIFNER;
+    size_t doubling_below = m->c->size == 2 ? DOUBLING_BELOW_BYTES_2_RANKS : DOUBLING_BELOW_BYTES;
+    int want = bytes >= RING_FROM_BYTES   ? NBC_RING
+               : bytes < doubling_below ? NBC_RECURSIVE_DOUBLING
+                                        : NBC_RABENSEIFNER;
     if (want == m->algo_current)
         return;
     if (MPI_T_cvar_write(m->algo_handle, &want) == MPI_SUCCESS)

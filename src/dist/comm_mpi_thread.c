@@ -24,6 +24,7 @@
  * bucket's reduction; only a collective waiting on a late rank goes on to sleep. */
 #define SPIN_SECONDS 0.005
 #define IDLE_POLL_S 20e-6
+#define POLLS_PER_CHECK 16
 /* Slices larger than this go to MPI in pieces (MPI counts are int). */
 #define MAX_CHUNK ((size_t)1 << 28)
 
@@ -46,6 +47,9 @@ void comm_mpi_describe_op(const mpi_op *op, char *out, size_t cap)
 
 static void check_abort_request(comm_mpi *m)
 {
+    /* Called at every poll: the common case must not take the lock. */
+    if (!__atomic_load_n(&m->abort_requested, __ATOMIC_ACQUIRE))
+        return;
     pthread_mutex_lock(&m->mu);
     bool requested = m->abort_requested;
     int code = m->abort_code;
@@ -66,11 +70,15 @@ static void sleep_s(double s)
 static int wait_request(comm_mpi *m, MPI_Request *req)
 {
     double sleep = 1e-6, spin_until = herd_now() + SPIN_SECONDS;
-    for (;;) {
+    for (unsigned polls = 1;; polls++) {
         int done = 0;
         int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS || done)
             return rc;
+        /* Between MPI_Tests only what must be: a fragment that arrives waits for the
+         * next test, so the clocks are read every POLLS_PER_CHECK tests. */
+        if (polls % POLLS_PER_CHECK)
+            continue;
         comm_mpi_stall_poll(m);
         check_abort_request(m);
         if (m->poll_sleep_max_s > 0 && herd_now() > spin_until) {
