@@ -82,7 +82,7 @@ if [ "$ranks" -gt 1 ]; then
                    bench train $(herd_args "$m") 2>/dev/null) \
            && [ "$(grep -c 'samples_per_s=' <<<"$out")" = 1 ] \
            && line=$(grep 'samples_per_s=' <<<"$out") \
-           && { r=$(kv ranks "$line"); [ -z "$r" ] || [ "$r" = "$ranks" ]; }; then
+           && { job_ranks=$(kv ranks "$line"); [ -z "$job_ranks" ] || [ "$job_ranks" = "$ranks" ]; }; then
           echo "herd $ranks ranks  $m: $line" >&2
           sps=$(kv samples_per_s "$line")
           if [ "$(best "${hn[$m]}" "$sps")" = "$sps" ]; then
