@@ -19,7 +19,8 @@ static const char help[] =
     "  -n, --iters N           timed reductions per size (default 20)\n"
     "  -w, --warmup_iters N    untimed reductions first (default 5)\n"
     "  -d, --datatype TYPE     float, half or bfloat16 (default float)\n"
-    "      --backend NAME      mpi or nccl (default: mpi under mpirun, one process otherwise)\n"
+    "      --backend NAME      mpi or nccl (default: mpi under mpirun, one process otherwise);\n"
+    "                          nccl reduces GPU memory, local rank i on GPU i\n"
     "      --compare-mpi       also time MPI_Allreduce called directly on the same buffers\n"
     "      --fused-tensors K   K reductions of -b bytes (default 4K) each against one of\n"
     "                          the K tensors packed together: what tensor fusion buys\n"
@@ -134,8 +135,8 @@ int cmd_bench_allreduce(int argc, char **argv)
     const char *corrupt = getenv("HERD_TEST_CORRUPT_ALLREDUCE");
     cfg.corrupt = corrupt && strcmp(corrupt, "1") == 0;
 
-    herd_comm *c = NULL;
-    herd_status st = herd_comm_create_backend(backend, NULL, &c);
+    herd_comm *c = NULL, *host = NULL;
+    herd_status st = bench_comm_open(backend, &c, &host);
     if (st != HERD_OK)
         return cli_fail(st, "cannot create the communicator");
     bench_allreduce_result r;
@@ -144,7 +145,7 @@ int cmd_bench_allreduce(int argc, char **argv)
         rc = cli_fail(st, "allreduce benchmark failed");
         if (c->size > 1) /* the other ranks would wait for this one forever */
             c->ops->abort(c, rc, "herd bench allreduce failed on this rank; stopping the job");
-        herd_comm_destroy(c);
+        bench_comm_close(c, host);
         return rc;
     }
     if (c->rank == 0) {
@@ -163,6 +164,6 @@ int cmd_bench_allreduce(int argc, char **argv)
         rc = CLI_FAIL;
     }
     bench_allreduce_result_free(&r);
-    herd_comm_destroy(c);
+    bench_comm_close(c, host);
     return rc;
 }

@@ -23,7 +23,8 @@ static const char help[] =
     "  -n, --iters N          messages per bandwidth measurement (default 20)\n"
     "      --lat-bytes SIZE   latency message size (default 8)\n"
     "      --lat-iters N      round trips (copies for GPUs) per latency figure (default 200)\n"
-    "      --backend NAME     mpi or nccl (default: mpi under mpirun, one process otherwise)\n";
+    "      --backend NAME     mpi or local (default: mpi under mpirun, one process otherwise);\n"
+    "                         GPUs are measured with cudaMemcpyPeer whatever the backend\n";
 
 static void print_matrix(const char *title, const char *who, const double *m, int n, int decimals)
 {

@@ -38,8 +38,14 @@ check "1 process: JSON has the fields" json_has_fields "$tmp/one.json" 1
 "$herd" bench allreduce "${small[@]}" --compare-mpi >"$tmp/out" 2>"$tmp/err"
 check "1 process: --compare-mpi says there is no MPI to compare with" \
   bash -c "test $? -ne 0 && grep -q 'mpirun' '$tmp/err'"
-"$herd" bench allreduce --backend nccl >"$tmp/out" 2>"$tmp/err"
-check "--backend nccl: refused with a reason" bash -c "test $? -ne 0 && grep -q 'nccl' '$tmp/err'"
+"$herd" bench allreduce --backend nccl -b 8 -e 64K -f 8 -n 2 -w 1 >"$tmp/out" 2>"$tmp/err"
+if [ $? -eq 0 ]; then # a GPU and NCCL: one rank on GPU 0
+  check "--backend nccl: #wrong = 0 on every row" all_right "$tmp/out"
+  check "--backend nccl: the communicator is nccl" grep -q "communicator nccl" "$tmp/out"
+else
+  check "--backend nccl without a GPU or NCCL: the reason" grep -qiE "CUDA|GPU|NCCL" "$tmp/err"
+  echo "skipped: no GPU (bench allreduce --backend nccl)"
+fi
 "$herd" bench p2p -b 4K -n 2 --lat-iters 4 >"$tmp/out" 2>"$tmp/err"
 check "1 process: p2p exits 0 with a 1x1 matrix" \
   bash -c "test $? -eq 0 && grep -A2 '^Unidirectional' '$tmp/out' | grep -qE '^ +0 +- *$'"

@@ -56,7 +56,9 @@ herd_status herd_comm_create_backend(const char *name, const herd_comm_config *c
         return herd_comm_mpi_create(cfg, out);
     if (strcmp(name, "nccl") == 0)
         return HERD_ERR(HERD_ERR_UNSUPPORTED,
-                        "the nccl communicator is not available in this build yet; use --backend mpi");
+                        "the nccl communicator reduces GPU memory and is built over an MPI one: "
+                        "it serves herd bench allreduce --backend nccl and herd train --device "
+                        "cuda; use --backend mpi here");
     return HERD_ERR(HERD_ERR_INVALID_ARG, "unknown communicator '%s'; expected auto, local, mpi or nccl",
                     name);
 }

@@ -1,6 +1,6 @@
 /*
  * Communicators: a table of functions, one implementation per engine —
- * single-process (comm_local.c), MPI (comm_mpi.c), NCCL later. herd never writes
+ * single-process (comm_local.c), MPI (comm_mpi.c), NCCL (comm_nccl.c). herd never writes
  * a transport of its own; MPI carries everything between processes and machines.
  *
  * Gradient reductions are asynchronous: allreduce_start hands a slice of the
@@ -48,8 +48,14 @@ typedef struct herd_comm_ops {
                                    herd_wire_type wire, const char *tag);
     /* Blocks until every started reduction has completed. */
     herd_status (*wait_all)(herd_comm *c);
+    /* True when the buffers of the reductions above are GPU memory (NCCL). */
+    bool device_memory;
 
     /* The operations below may be NULL: not supported by this communicator. */
+
+    /* Blocks the host until every started reduction's result is in memory. NULL when
+     * wait_all already does (host memory); NCCL's wait_all only orders later GPU work. */
+    herd_status (*sync)(herd_comm *c);
 
     /* Like allreduce_start, but buf already holds n elements of `type` (float, IEEE
      * half or bfloat16), summed in that type: no cast, no scale. */

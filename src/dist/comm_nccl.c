@@ -53,6 +53,16 @@ static herd_status wire_room(nccl_impl *k, size_t n)
     return HERD_OK;
 }
 
+/* The communication stream waits for what the compute stream has queued so far. */
+static herd_status order_after_compute(nccl_impl *k)
+{
+    HERD_CUDA(cudaEventRecord(k->compute_ready, herd_cuda_ctx_get()->stream),
+              "recording the gradients' event");
+    HERD_CUDA(cudaStreamWaitEvent(k->stream, k->compute_ready, 0),
+              "ordering the reduction after backward");
+    return HERD_OK;
+}
+
 static herd_status nccl_allreduce_start(herd_comm *c, float *buf, size_t n, float scale,
                                         herd_wire_type wire, const char *tag)
 {
@@ -64,10 +74,7 @@ static herd_status nccl_allreduce_start(herd_comm *c, float *buf, size_t n, floa
         return HERD_ERR(HERD_ERR_INVALID_ARG, "allreduce_start: NULL buffer for %zu elements", n);
     if (wire != HERD_WIRE_FP32)
         HERD_TRY(wire_room(k, n)); /* before the event: its zeroing is compute-stream work */
-    cudaStream_t compute = herd_cuda_ctx_get()->stream;
-    HERD_CUDA(cudaEventRecord(k->compute_ready, compute), "recording the gradients' event");
-    HERD_CUDA(cudaStreamWaitEvent(k->stream, k->compute_ready, 0),
-              "ordering the reduction after backward");
+    HERD_TRY(order_after_compute(k));
     if (wire == HERD_WIRE_FP32) {
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0)
         if (scale * (float)c->size == 1.0f) {
@@ -105,6 +112,32 @@ static herd_status nccl_wait_all(herd_comm *c)
     return HERD_OK;
 }
 
+/* In-place sum of a buffer already in its type (the allreduce benchmark's). */
+static herd_status nccl_allreduce_typed_start(herd_comm *c, void *buf, size_t n,
+                                              herd_wire_type type, const char *tag)
+{
+    (void)tag;
+    nccl_impl *k = impl_of(c);
+    if (n == 0)
+        return HERD_OK;
+    if (!buf)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "allreduce_typed_start: NULL buffer for %zu elements", n);
+    ncclDataType_t t = type == HERD_WIRE_FP16   ? ncclFloat16
+                       : type == HERD_WIRE_BF16 ? ncclBfloat16
+                                                : ncclFloat32;
+    HERD_TRY(order_after_compute(k));
+    HERD_NCCL(ncclAllReduce(buf, buf, n, t, ncclSum, k->comm, k->stream), "ncclAllReduce");
+    return HERD_OK;
+}
+
+static herd_status nccl_sync(herd_comm *c)
+{
+    nccl_impl *k = impl_of(c);
+    HERD_TRY(nccl_wait_all(c));
+    HERD_CUDA(cudaStreamSynchronize(k->stream), "waiting for the reductions");
+    return HERD_OK;
+}
+
 static void nccl_destroy(herd_comm *c)
 {
     nccl_impl *k = impl_of(c);
@@ -127,7 +160,11 @@ static const herd_comm_ops nccl_ops = {
     .name = "nccl",
     .destroy = nccl_destroy,
     .allreduce_start = nccl_allreduce_start,
-    .wait_all = nccl_wait_all, /* the rest: the MPI communicator's, for host memory */
+    .wait_all = nccl_wait_all,
+    .device_memory = true,
+    .sync = nccl_sync,
+    .allreduce_typed_start = nccl_allreduce_typed_start,
+    /* the collectives for set-up and metrics: the MPI communicator's, in host memory */
 };
 
 static herd_status nccl_setup(herd_comm *c, herd_comm *host, nccl_impl *k)

@@ -115,18 +115,28 @@ static herd_status total_wrong(herd_comm *c, int64_t mine, int64_t *total)
     return HERD_OK;
 }
 
+/* Waits until every queued reduction's result is in memory, the GPU's included. */
+static herd_status finish(herd_comm *c)
+{
+    HERD_TRY(c->ops->wait_all(c));
+    return c->ops->sync ? c->ops->sync(c) : HERD_OK;
+}
+
 /* Fills, reduces as `pieces` equal reductions, checks every element. */
-static herd_status verify(herd_comm *c, const bench_allreduce_config *cfg, void *buf,
+static herd_status verify(herd_comm *c, const bench_allreduce_config *cfg, bench_mem *m,
                           uint64_t count, int pieces, int64_t *wrong)
 {
-    fill(buf, count * (uint64_t)pieces, c, cfg->type);
+    uint64_t total = count * (uint64_t)pieces;
     size_t elem = herd_wire_type_size(cfg->type);
+    fill(m->host, total, c, cfg->type);
+    HERD_TRY(bench_mem_upload(m, total * elem));
     for (int p = 0; p < pieces; p++)
-        HERD_TRY(c->ops->allreduce_typed_start(c, (char *)buf + (size_t)p * count * elem, count,
-                                               cfg->type, "bench verify"));
-    HERD_TRY(c->ops->wait_all(c));
-    maybe_corrupt(buf, count * (uint64_t)pieces, c, cfg);
-    return total_wrong(c, count_wrong(buf, count * (uint64_t)pieces, c, cfg->type), wrong);
+        HERD_TRY(c->ops->allreduce_typed_start(c, (char *)bench_mem_target(m) + (size_t)p * count * elem,
+                                               count, cfg->type, "bench verify"));
+    HERD_TRY(finish(c));
+    HERD_TRY(bench_mem_download(m, total * elem));
+    maybe_corrupt(m->host, total, c, cfg);
+    return total_wrong(c, count_wrong(m->host, total, c, cfg->type), wrong);
 }
 
 /* ------------------------------------------------------------------ timing */
@@ -157,7 +167,7 @@ static herd_status time_steps(herd_comm *c, const bench_allreduce_config *cfg, v
         for (int p = 0; p < pieces; p++)
             HERD_TRY(c->ops->allreduce_typed_start(c, (char *)buf + (size_t)p * count * elem, count,
                                                    cfg->type, "bench"));
-        HERD_TRY(c->ops->wait_all(c));
+        HERD_TRY(finish(c));
     }
     HERD_TRY(slowest(c, herd_now() - start, seconds));
     *seconds /= steps > 0 ? steps : 1;
@@ -172,7 +182,7 @@ static herd_status time_queued(herd_comm *c, const bench_allreduce_config *cfg, 
     double start = herd_now();
     for (int i = 0; i < iters; i++)
         HERD_TRY(c->ops->allreduce_typed_start(c, buf, count, cfg->type, "bench"));
-    HERD_TRY(c->ops->wait_all(c));
+    HERD_TRY(finish(c));
     HERD_TRY(slowest(c, herd_now() - start, seconds));
     *seconds /= iters;
     return HERD_OK;
@@ -211,13 +221,14 @@ static herd_status count_hosts(herd_comm *c, int *hosts)
     return st;
 }
 
-static herd_status run_size(herd_comm *c, const bench_allreduce_config *cfg, void *buf,
+static herd_status run_size(herd_comm *c, const bench_allreduce_config *cfg, bench_mem *m,
                             uint64_t count, bench_allreduce_row *row)
 {
     double bus = bench_allreduce_bus_factor(c->size), seconds = 0;
+    void *buf = bench_mem_target(m);
     row->count = count;
     row->bytes = count * herd_wire_type_size(cfg->type);
-    HERD_TRY(verify(c, cfg, buf, count, 1, &row->wrong));
+    HERD_TRY(verify(c, cfg, m, count, 1, &row->wrong));
     if (cfg->warmup > 0)
         HERD_TRY(time_queued(c, cfg, buf, count, cfg->warmup, &seconds));
     HERD_TRY(time_queued(c, cfg, buf, count, cfg->iters, &seconds));
@@ -233,7 +244,7 @@ static herd_status run_size(herd_comm *c, const bench_allreduce_config *cfg, voi
     return HERD_OK;
 }
 
-static herd_status run_sweep(herd_comm *c, const bench_allreduce_config *cfg, void *buf,
+static herd_status run_sweep(herd_comm *c, const bench_allreduce_config *cfg, bench_mem *m,
                              bench_allreduce_result *out)
 {
     int cap = 0;
@@ -250,7 +261,7 @@ static herd_status run_sweep(herd_comm *c, const bench_allreduce_config *cfg, vo
     for (int i = 0; i < cap; i++, bytes *= (uint64_t)cfg->factor) {
         uint64_t count = bench_allreduce_count(cfg->type, bytes);
         bench_allreduce_row *row = &out->rows[out->n_rows];
-        HERD_TRY(run_size(c, cfg, buf, count, row));
+        HERD_TRY(run_size(c, cfg, m, count, row));
         out->n_rows++;
         out->wrong += row->wrong;
         sum += row->busbw_gbps;
@@ -261,16 +272,17 @@ static herd_status run_sweep(herd_comm *c, const bench_allreduce_config *cfg, vo
     return HERD_OK;
 }
 
-static herd_status run_fused(herd_comm *c, const bench_allreduce_config *cfg, void *buf,
+static herd_status run_fused(herd_comm *c, const bench_allreduce_config *cfg, bench_mem *m,
                              bench_allreduce_result *out)
 {
+    void *buf = bench_mem_target(m);
     uint64_t count = bench_allreduce_count(cfg->type, cfg->min_bytes);
     int k = cfg->fused_tensors;
     int64_t wrong = 0;
     double seconds = 0;
-    HERD_TRY(verify(c, cfg, buf, count, k, &wrong));
+    HERD_TRY(verify(c, cfg, m, count, k, &wrong));
     out->wrong += wrong;
-    HERD_TRY(verify(c, cfg, buf, count * (uint64_t)k, 1, &wrong));
+    HERD_TRY(verify(c, cfg, m, count * (uint64_t)k, 1, &wrong));
     out->wrong += wrong;
     if (cfg->warmup > 0) {
         HERD_TRY(time_steps(c, cfg, buf, count, k, cfg->warmup, &seconds));
@@ -296,6 +308,11 @@ static herd_status check_config(const herd_comm *c, const bench_allreduce_config
         return HERD_ERR(HERD_ERR_UNSUPPORTED,
                         "the %s communicator cannot reduce %s buffers; try --backend mpi",
                         c->ops->name, bench_type_name(cfg->type));
+    if (cfg->compare_reference && c->ops->device_memory)
+        return HERD_ERR(HERD_ERR_UNSUPPORTED,
+                        "--compare-mpi times MPI_Allreduce on host buffers; the %s communicator "
+                        "reduces GPU memory: compare with a separate --backend mpi run",
+                        c->ops->name);
     if (cfg->compare_reference && !c->ops->time_reference_allreduce)
         return HERD_ERR(HERD_ERR_UNSUPPORTED,
                         "the %s communicator has no MPI_Allreduce to compare with (one process); "
@@ -317,13 +334,11 @@ herd_status bench_allreduce(herd_comm *c, const bench_allreduce_config *cfg,
     uint64_t bytes = cfg->fused_tensors > 0
                          ? bench_allreduce_count(cfg->type, cfg->min_bytes) * elem * (uint64_t)cfg->fused_tensors
                          : bench_allreduce_count(cfg->type, cfg->max_bytes) * elem;
-    void *buf = herd_aligned_alloc(bytes);
-    if (!buf)
-        return HERD_ERR(HERD_ERR_NOMEM,
-                        "allreduce benchmark: cannot allocate %llu bytes; try a smaller maximum size (-e)",
-                        (unsigned long long)bytes);
-    herd_status st = cfg->fused_tensors > 0 ? run_fused(c, cfg, buf, out) : run_sweep(c, cfg, buf, out);
-    herd_aligned_free(buf);
+    bench_mem m;
+    herd_status st = bench_mem_alloc(&m, bytes, c->ops->device_memory);
+    if (st == HERD_OK)
+        st = cfg->fused_tensors > 0 ? run_fused(c, cfg, &m, out) : run_sweep(c, cfg, &m, out);
+    bench_mem_free(&m);
     if (st != HERD_OK)
         bench_allreduce_result_free(out);
     return st;

@@ -12,6 +12,26 @@
 
 #include "dist/comm.h"
 
+/* ------------------------------------------------ communicator and buffers */
+
+/* "auto", "local", "mpi" or "nccl". NCCL wraps an MPI communicator (*host) and binds
+ * local rank i to GPU i; *host is NULL otherwise. Close both with bench_comm_close. */
+herd_status bench_comm_open(const char *backend, herd_comm **comm, herd_comm **host);
+void bench_comm_close(herd_comm *comm, herd_comm *host);
+
+/* A benchmark buffer: host memory, plus a GPU copy when the communicator reduces GPU
+ * memory. Results are filled and checked on the host side. */
+typedef struct bench_mem {
+    void *host, *dev;
+    size_t bytes;
+} bench_mem;
+
+herd_status bench_mem_alloc(bench_mem *m, size_t bytes, bool device);
+void bench_mem_free(bench_mem *m);
+herd_status bench_mem_upload(bench_mem *m, size_t bytes);   /* host -> GPU (no-op without one) */
+herd_status bench_mem_download(bench_mem *m, size_t bytes); /* GPU -> host */
+static inline void *bench_mem_target(const bench_mem *m) { return m->dev ? m->dev : m->host; }
+
 /* ------------------------------------------------------------ allreduce */
 
 typedef struct bench_allreduce_config {
