@@ -4,9 +4,9 @@
  * message either with one CMA read by the receiver (btl_vader_single_copy_mechanism
  * = cma, its default) or by copying it into a shared segment and out again (none).
  * Per byte that is one CMA read against two memcpys, so CMA only pays while it runs
- * at more than half memcpy's speed. On some virtual machines it runs at a third
- * (measured on herd's 2-core VM: 14 against 47 GB/s, and MPI_Allreduce of 2.6 MB
- * took twice as long with CMA).
+ * at more than half memcpy's speed. On some virtual machines it runs at a quarter
+ * (measured on herd's 2-core VM: 10-15 against 54-58 GB/s, and MPI_Allreduce of 2.6 MB
+ * took 1.7-1.8 times as long with CMA).
  */
 #include <errno.h>
 #include <signal.h>
