@@ -72,6 +72,12 @@ for np in "${nps[@]}"; do
                test \$(grep -cE '^ +8 +[0-9]+ +$type ' '$tmp/out') -eq 1"
     check "np $np $type: #wrong = 0 on every row" all_right "$tmp/out"
   done
+  # Sizes on both sides of herd's per-size algorithm choice (recursive doubling below
+  # 128 KiB on 2 ranks and 32 KiB on more, recursive halving above; ring from 4 MiB is
+  # covered by mpi_collectives' 16 MiB).
+  "${mpirun[@]}" -np "$np" "$herd" bench allreduce -b 16K -e 512K -f 4 -n 2 -w 1 >"$tmp/out" 2>"$tmp/err"
+  check "np $np 16K-256K: exits 0 with 3 rows" bash -c "test $? -eq 0 && test \$(grep -cE '^ +[0-9]+ +[0-9]+ +float ' '$tmp/out') -eq 3"
+  check "np $np 16K-256K: #wrong = 0" all_right "$tmp/out"
   check "np $np --compare-mpi: the MPI columns and the ratio on the average line" \
     bash -c "grep -q 'mpi_time(us) *mpi_busbw *herd/mpi' '$tmp/out.float' && \
              grep -q 'MPI_Allreduce: .* herd/MPI' '$tmp/out.float'"
