@@ -59,7 +59,6 @@ static const char train_help[] =
     "  --logdir DIR             TensorBoard event files (tensorboard --logdir DIR)\n"
     "  --histograms N           also weight and gradient histograms every N steps\n"
     "  --metrics FILE           one JSON object per line per log interval and epoch\n"
-    "  --log-every N            steps between progress lines when not on a terminal (50)\n"
     "  --timeline FILE          write a trace of every rank's steps, phases, layers and\n"
     "                           reductions (Chrome trace JSON: open in ui.perfetto.dev)\n"
     "  --quiet                  no progress, only the summary line\n"
