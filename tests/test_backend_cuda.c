@@ -584,38 +584,9 @@ static void test_no_cuda(void **state)
     skip();
 }
 
-/* Loss scaling's one pass: scale, then whether anything is inf or NaN. */
-static void test_grad_unscale_check(void **state)
-{
-    (void)state;
-    NEED_GPU();
-    const size_t n = 300001;
-    float *x = randv(n, 90);
-    float *gx = upf(x, n);
-    bool found = true;
-    assert_herd_ok(cpu->grad_unscale_check(n, x, 0.125f, &found));
-    assert_false(found);
-    assert_herd_ok(gpu->grad_unscale_check(n, gx, 0.125f, &found));
-    assert_false(found);
-    check("grad_unscale_check x 1/8", gx, x, n, 0.0); /* a power of two: exact */
-    const float bad[] = {INFINITY, -INFINITY, NAN, 3e38f};
-    for (int i = 0; i < 4; i++) {
-        cudaMemcpy(gx + (i + 1) * 1000, &bad[i], sizeof(float), cudaMemcpyHostToDevice);
-        assert_herd_ok(gpu->grad_unscale_check(n, gx, 2.0f, &found)); /* 3e38 x 2 overflows */
-        assert_true(found);
-        cudaMemcpy(gx + (i + 1) * 1000, &x[0], sizeof(float), cudaMemcpyHostToDevice);
-    }
-    assert_herd_ok(gpu->grad_unscale_check(n, gx, 1.0f, NULL)); /* no flag: no wait */
-    assert_herd_ok(gpu->grad_unscale_check(0, NULL, 1.0f, &found));
-    assert_false(found);
-    gpu->free(gx);
-    free(x);
-}
-
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_grad_unscale_check),cmocka_unit_test(test_no_cuda)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_no_cuda)};
     return cmocka_run_group_tests(tests, NULL, NULL) == 0 ? SKIP_CODE : 1;
 }
 
