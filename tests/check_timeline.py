@@ -33,6 +33,14 @@ def end(e):
     return e["ts"] + e["dur"]
 
 
+def exit_if_problems(file):
+    if problems:
+        print(f"{file}: {len(problems)} problem(s):")
+        for p in problems:
+            print("  " + p)
+        sys.exit(1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("file")
@@ -60,13 +68,16 @@ def main():
     events = doc["traceEvents"]
     meta = [e for e in events if e.get("ph") == "M"]
     x = [e for e in events if e.get("ph") == "X"]
+    incomplete = False
     for e in x:
-        for key in ("name", "cat", "ts", "dur", "pid", "tid", "args"):
-            if key not in e:
-                problem(f"event without '{key}': {e}")
-                return
-        if e["dur"] < 0 or e["ts"] < -clock_tol:
+        missing = [key for key in ("name", "cat", "ts", "dur", "pid", "tid", "args") if key not in e]
+        if missing:
+            problem(f"event without {missing}: {e}")
+            incomplete = True
+        elif e["dur"] < 0 or e["ts"] < -clock_tol:
             problem(f"negative time: {e}")
+    if incomplete:  # the checks below read every key
+        exit_if_problems(a.file)
 
     names = {(e["pid"], e["name"], e.get("tid")): e["args"] for e in meta}
     by_rank = defaultdict(list)
@@ -95,11 +106,7 @@ def main():
                 problem(f"step {step}: '{name}' ends on one rank before it starts on another "
                         f"(clock offsets wrong?): {[(e['pid'], e['ts'], end(e)) for e in evs]}")
 
-    if problems:
-        print(f"{a.file}: {len(problems)} problem(s):")
-        for p in problems:
-            print("  " + p)
-        sys.exit(1)
+    exit_if_problems(a.file)
     print(f"{a.file}: ok ({len(x)} events, {a.ranks} rank(s), {a.steps} steps)")
 
 
