@@ -9,7 +9,7 @@
 
 #include "testutil.h"
 
-#include "backend/cpu/cpu.h"
+#include "backend/backend.h"
 #include "core/safetensors.h"
 #include "nn/model.h"
 #include "optim/optim.h"
@@ -44,7 +44,7 @@ static tmodel *tmodel_new(uint64_t seed)
     t->m.views = t->views;
     t->m.cap_views = 5;
     snprintf(t->m.name, sizeof t->m.name, "tiny");
-    t->m.be = tu_optim_backend();
+    t->m.be = herd_backend_cpu();
     add_view(t, "conv1.weight", 4, (int64_t[]){2, 1, 3, 3}, 0, 0);
     add_view(t, "bn1.weight", 1, (int64_t[]){2}, 0, 1);
     add_view(t, "bn1.running_mean", 1, (int64_t[]){2}, 1, 0);

@@ -44,7 +44,7 @@ static tmodel *tmodel_new(void)
     t->m.views = t->views;
     t->m.cap_views = 6;
     snprintf(t->m.name, sizeof t->m.name, "tiny");
-    t->m.be = tu_optim_backend();
+    t->m.be = herd_backend_cpu();
     add_view(t, "fc1.weight", 2, (int64_t[]){4, 5}, 0, 0, &po, &bo);
     add_view(t, "fc1.bias", 1, (int64_t[]){4}, 0, 1, &po, &bo);
     add_view(t, "bn.running_mean", 1, (int64_t[]){3}, 1, 0, &po, &bo);
@@ -295,7 +295,7 @@ static void test_optimizer_bad_config(void **s)
     assert_int_equal(herd_optimizer_create(&c, &t->m, &o), HERD_ERR_INVALID_ARG);
     assert_null(o);
     assert_non_null(strstr(herd_last_error(), "momentum"));
-    herd_backend nokernel = *tu_optim_backend();
+    herd_backend nokernel = *herd_backend_cpu();
     nokernel.adamw_update = NULL;
     t->m.be = &nokernel;
     c = sgd_cfg(0.9f, false, 0, false);

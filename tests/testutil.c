@@ -7,7 +7,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend/cpu/cpu.h"
 #include "core/rng.h"
 
 char *tu_tempdir(void)
@@ -61,20 +60,4 @@ int tu_sanitized(void)
 {
     const char *s = getenv("HERD_SANITIZED");
     return s && *s == '1';
-}
-
-static void *host_alloc(size_t bytes) { return calloc(1, bytes ? bytes : 1); }
-static void host_free(void *p) { free(p); }
-
-const struct herd_backend *tu_optim_backend(void)
-{
-    static const herd_backend be = {
-        .name = "test-host",
-        .host_memory = true,
-        .alloc = host_alloc,
-        .free = host_free,
-        .sgd_update = herd_cpu_sgd_update,
-        .adamw_update = herd_cpu_adamw_update,
-    };
-    return &be;
 }

@@ -27,11 +27,6 @@ char *tu_write_file(const char *dir, const char *name, const void *data, size_t 
 double tu_max_rel_err(const float *a, const float *b, size_t n);
 /* Fills with uniform values in [lo, hi) from a fixed seed. */
 void tu_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t seed);
-/* A host-memory backend with only what optimizers and checkpoints touch (alloc,
- * free and the CPU optimizer kernels), for tests that build a model by hand. */
-struct herd_backend;
-const struct herd_backend *tu_optim_backend(void);
-
 /* True when the tests run under the sanitizer build (HERD_SANITIZED=1): long tests shrink. */
 int tu_sanitized(void);
 
