@@ -99,13 +99,9 @@ static void test_json_shape(void **state)
     char path[512];
     snprintf(path, sizeof path, "%s/ar.json", dir);
     assert_herd_ok(bench_allreduce_write_json(&cfg, &r, path));
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    char text[16384];
-    size_t len = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[len] = '\0';
+    char *text = tu_read_file(path, NULL);
     cJSON *root = cJSON_Parse(text);
+    free(text);
     assert_non_null(root);
     assert_string_equal(cJSON_GetObjectItem(root, "collective")->valuestring, "allreduce");
     assert_string_equal(cJSON_GetObjectItem(root, "backend")->valuestring, "local");

@@ -27,14 +27,8 @@ static int paeth(int a, int b, int c)
 /* Decodes an 8-bit RGB/RGBA, non-interlaced PNG (what cairo writes). */
 static image read_png(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    size_t len = (size_t)ftell(f);
-    rewind(f);
-    uint8_t *buf = malloc(len);
-    assert_int_equal(fread(buf, 1, len, f), len);
-    fclose(f);
+    size_t len;
+    uint8_t *buf = (uint8_t *)tu_read_file(path, &len);
     assert_memory_equal(buf, "\x89PNG\r\n\x1a\n", 8);
     assert_memory_equal(buf + 12, "IHDR", 4);
     image im = {.width = be32(buf + 16), .height = be32(buf + 20)};

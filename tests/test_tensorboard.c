@@ -14,19 +14,6 @@
 #include "obs/tfrecord.h"
 #include "testutil.h"
 
-static void *read_all(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    *len = (size_t)ftell(f);
-    rewind(f);
-    void *buf = malloc(*len + 1);
-    assert_int_equal(fread(buf, 1, *len, f), *len);
-    fclose(f);
-    return buf;
-}
-
 /* The one events.out.tfevents.* file in dir (malloc'd path). */
 static char *find_event_file(const char *dir)
 {
@@ -164,7 +151,7 @@ static void test_truncated_files_read_to_last_whole_record(void **state)
     char *dir = tu_tempdir();
     char *path = write_sample(dir);
     size_t len;
-    uint8_t *bytes = read_all(path, &len);
+    uint8_t *bytes = (uint8_t *)tu_read_file(path, &len);
     size_t ends[16];
     int n_records = 0;
     for (size_t off = 0; off < len; n_records++) {
@@ -199,7 +186,7 @@ static void test_corrupt_crc_is_reported(void **state)
     char *dir = tu_tempdir();
     char *path = write_sample(dir);
     size_t len;
-    uint8_t *bytes = read_all(path, &len);
+    uint8_t *bytes = (uint8_t *)tu_read_file(path, &len);
     uint64_t first = 0;
     for (int i = 0; i < 8; i++)
         first |= (uint64_t)bytes[i] << (8 * i);
@@ -333,9 +320,7 @@ static void check_event_file(const char *logdir, const logged *l, const herd_mod
 
 static void check_metrics_file(const char *path, const logged *l)
 {
-    size_t len;
-    char *text = read_all(path, &len);
-    text[len] = '\0';
+    char *text = tu_read_file(path, NULL);
     const char *keys[] = {"kind", "epoch", "step", "time_s", "train_loss", "train_acc", "lr",
                           "samples_per_s", "step_ms", "data_wait_ms", "forward_ms", "backward_ms",
                           "comm_wait_ms", "optimizer_ms"};

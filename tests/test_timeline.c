@@ -135,20 +135,6 @@ static void test_queued_on_rank0_clock(void **state)
     free(text);
 }
 
-static char *read_all(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *s = malloc((size_t)n + 1);
-    assert_int_equal(fread(s, 1, (size_t)n, f), (size_t)n);
-    s[n] = '\0';
-    fclose(f);
-    return s;
-}
-
 /* More events than the buffers first hold, over two flushes: none lost, all nested. */
 static void test_local_trace(void **state)
 {
@@ -178,7 +164,7 @@ static void test_local_trace(void **state)
     assert_herd_ok(herd_timeline_close(tl));
     herd_comm_destroy(c);
 
-    char *text = read_all(path);
+    char *text = tu_read_file(path, NULL);
     cJSON *doc = cJSON_Parse(text);
     if (!doc)
         fail_msg("not JSON: %.300s", text);

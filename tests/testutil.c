@@ -37,6 +37,25 @@ char *tu_write_file(const char *dir, const char *name, const void *data, size_t 
     return path;
 }
 
+char *tu_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        fail_msg("cannot open %s", path);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    long n = ftell(f);
+    assert_true(n >= 0);
+    rewind(f);
+    char *text = malloc((size_t)n + 1);
+    assert_non_null(text);
+    assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    text[n] = '\0';
+    if (len)
+        *len = (size_t)n;
+    return text;
+}
+
 double tu_max_rel_err(const float *a, const float *b, size_t n)
 {
     double worst = 0;

@@ -23,6 +23,8 @@ char *tu_tempdir(void);
 void tu_rmtree(const char *dir);
 /* Writes bytes to dir/name; returns the malloc'd path. */
 char *tu_write_file(const char *dir, const char *name, const void *data, size_t len);
+/* The whole file, malloc'd and NUL-terminated; its length in *len unless len is NULL. */
+char *tu_read_file(const char *path, size_t *len);
 /* Largest |a-b| / max(1, |b|) over n elements. */
 double tu_max_rel_err(const float *a, const float *b, size_t n);
 /* Fills with uniform values in [lo, hi) from a fixed seed. */
