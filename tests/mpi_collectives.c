@@ -176,10 +176,6 @@ int main(void)
     check_blocking(c);
     check_timeline_ops(c);
     measure_overlap(c);
-    int rank = c->rank;
     herd_comm_destroy(c);
-    if (mt_failures)
-        return 1;
-    printf("rank %d: all checks passed\n", rank);
-    return 0;
+    return mt_finish("all checks passed");
 }

@@ -31,6 +31,15 @@ static int mt_rank, mt_failures;
         }                                                                                  \
     } while (0)
 
+/* main's last word: exit status 1 when any check failed, else "rank N: <summary>". */
+static inline int mt_finish(const char *summary)
+{
+    if (mt_failures)
+        return 1;
+    printf("rank %d: %s\n", mt_rank, summary);
+    return 0;
+}
+
 /* Keeps this thread busy (standing in for backward) for `seconds`. */
 static double mt_compute(double seconds)
 {
