@@ -11,13 +11,6 @@
 
 static const herd_backend *be;
 
-static float *randv(size_t n, uint64_t seed)
-{
-    float *x = malloc((n ? n : 1) * sizeof *x);
-    tu_fill_uniform(x, n, -1.0f, 1.0f, seed);
-    return x;
-}
-
 static int setup(void **state)
 {
     (void)state;
@@ -34,8 +27,8 @@ static void test_gemm(void **state)
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++)
             for (int beta = 0; beta < 2; beta++) {
-                float *a = randv((size_t)m * k, 1), *b = randv((size_t)k * n, 2);
-                float *c = randv((size_t)m * n, 3), *ref = malloc(sizeof(float) * m * n);
+                float *a = tu_randv((size_t)m * k, 1), *b = tu_randv((size_t)k * n, 2);
+                float *c = tu_randv((size_t)m * n, 3), *ref = malloc(sizeof(float) * m * n);
                 int lda = ta ? m : k, ldb = tb ? k : n;
                 for (int i = 0; i < m; i++)
                     for (int j = 0; j < n; j++) {
@@ -58,7 +51,7 @@ static void test_bias_ops(void **state)
 {
     (void)state;
     const int rows = 5, cols = 7;
-    float *y = randv(rows * cols, 4), *bias = randv(cols, 5), *y0 = malloc(sizeof(float) * rows * cols);
+    float *y = tu_randv(rows * cols, 4), *bias = tu_randv(cols, 5), *y0 = malloc(sizeof(float) * rows * cols);
     memcpy(y0, y, sizeof(float) * rows * cols);
     assert_herd_ok(be->bias_add(rows, cols, y, bias));
     for (int i = 0; i < rows * cols; i++)
@@ -84,9 +77,9 @@ static void conv_case(herd_conv_desc d)
     assert_herd_ok(herd_conv_desc_finish(&d));
     size_t nx = (size_t)d.n * d.c_in * d.h_in * d.w_in, nw = (size_t)d.c_out * d.c_in * d.kh * d.kw;
     size_t ny = (size_t)d.n * d.c_out * d.h_out * d.w_out;
-    float *x = randv(nx, 10), *w = randv(nw, 11), *b = randv(d.c_out, 12), *dy = randv(ny, 13);
+    float *x = tu_randv(nx, 10), *w = tu_randv(nw, 11), *b = tu_randv(d.c_out, 12), *dy = tu_randv(ny, 13);
     float *y = calloc(ny, 4), *yr = calloc(ny, 4), *dx = calloc(nx, 4), *dxr = calloc(nx, 4);
-    float *dw = randv(nw, 14), *dwr = calloc(nw, 4), *db = randv(d.c_out, 15),
+    float *dw = tu_randv(nw, 14), *dwr = calloc(nw, 4), *db = tu_randv(d.c_out, 15),
           *dbr = calloc(d.c_out, 4);
     double *dxa = calloc(nx, sizeof(double)), *dwa = calloc(nw, sizeof(double));
     for (int n = 0; n < d.n; n++)
@@ -186,7 +179,7 @@ static void pool_case(herd_pool_desc d)
 {
     assert_herd_ok(herd_pool_desc_finish(&d));
     size_t nx = (size_t)d.n * d.c * d.h_in * d.w_in, ny = (size_t)d.n * d.c * d.h_out * d.w_out;
-    float *x = randv(nx, 20), *dy = randv(ny, 21), *y = calloc(ny, 4), *yr = calloc(ny, 4);
+    float *x = tu_randv(nx, 20), *dy = tu_randv(ny, 21), *y = calloc(ny, 4), *yr = calloc(ny, 4);
     float *dx = calloc(nx, 4), *dxr = calloc(nx, 4);
     for (int nc = 0; nc < d.n * d.c; nc++)
         for (int oh = 0; oh < d.h_out; oh++)
@@ -237,7 +230,7 @@ static void test_global_avgpool(void **state)
 {
     (void)state;
     const int n = 3, c = 4, hw = 10;
-    float *x = randv(n * c * hw, 30), y[12], ref[12], dy[12], *dx = malloc(sizeof(float) * n * c * hw);
+    float *x = tu_randv(n * c * hw, 30), y[12], ref[12], dy[12], *dx = malloc(sizeof(float) * n * c * hw);
     for (int r = 0; r < n * c; r++) {
         double s = 0;
         for (int i = 0; i < hw; i++)
@@ -287,7 +280,7 @@ static void test_batchnorm(void **state)
     const int n = 4, c = 3, hw = 5;
     const size_t nx = (size_t)n * c * hw;
     const float eps = 1e-5f, mom = 0.1f;
-    float *x = randv(nx, 40), *r = randv(nx, 41), *y = calloc(nx, 4), *dx = calloc(nx, 4);
+    float *x = tu_randv(nx, 40), *r = tu_randv(nx, 41), *y = calloc(nx, 4), *dx = calloc(nx, 4);
     float gamma[3] = {0.5f, 1.5f, -1.0f}, beta[3] = {0.1f, -0.2f, 0.3f};
     float mean[3], invstd[3], rmean[3] = {0.5f, 0.5f, 0.5f}, rvar[3] = {2, 2, 2};
     for (size_t i = 0; i < nx; i++)
@@ -363,7 +356,7 @@ static void test_elementwise(void **state)
 {
     (void)state;
     const size_t n = 100003; /* above the threading threshold, odd for vector tails */
-    float *a = randv(n, 50), *b = randv(n, 51), *y = calloc(n, 4), *dx = calloc(n, 4);
+    float *a = tu_randv(n, 50), *b = tu_randv(n, 51), *y = calloc(n, 4), *dx = calloc(n, 4);
     assert_herd_ok(be->relu_fwd(n, a, y));
     for (size_t i = 0; i < n; i++)
         assert_true(y[i] == (a[i] > 0 ? a[i] : 0));
@@ -393,7 +386,7 @@ static void test_dropout(void **state)
     (void)state;
     const size_t n = 200000;
     const float p = 0.3f;
-    float *x = randv(n, 60), *y = calloc(n, 4), *mask = calloc(n, 4), *mask2 = calloc(n, 4);
+    float *x = tu_randv(n, 60), *y = calloc(n, 4), *mask = calloc(n, 4), *mask2 = calloc(n, 4);
     assert_herd_ok(be->dropout_fwd(n, x, y, mask, p, 1234));
     size_t zeros = 0;
     double kept_sum = 0;
@@ -441,7 +434,7 @@ static void test_softmax_xent(void **state)
 {
     (void)state;
     const int n = 6, k = 5;
-    float *z = randv(n * k, 70), dz[30];
+    float *z = tu_randv(n * k, 70), dz[30];
     int32_t lab[6] = {0, 4, 2, 2, 1, 3};
     double zd[30];
     for (int i = 0; i < n * k; i++)

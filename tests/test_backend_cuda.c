@@ -29,13 +29,6 @@ static int skipped;
         }                                                                            \
     } while (0)
 
-static float *randv(size_t n, uint64_t seed)
-{
-    float *x = malloc((n ? n : 1) * sizeof *x);
-    tu_fill_uniform(x, n, -1.0f, 1.0f, seed);
-    return x;
-}
-
 /* Device copy of a host array (bytes). */
 static void *up(const void *h, size_t bytes)
 {
@@ -133,7 +126,7 @@ static void test_alloc(void **state)
 static void gemm_case(int m, int n, int k, int ta, int tb, float beta)
 {
     int lda = ta ? m : k, ldb = tb ? k : n;
-    float *a = randv((size_t)m * k, 1), *b = randv((size_t)k * n, 2), *c = randv((size_t)m * n, 3);
+    float *a = tu_randv((size_t)m * k, 1), *b = tu_randv((size_t)k * n, 2), *c = tu_randv((size_t)m * n, 3);
     float *da = upf(a, (size_t)m * k), *db = upf(b, (size_t)k * n), *dc = upf(c, (size_t)m * n);
     assert_herd_ok(cpu->gemm(ta, tb, m, n, k, 0.5f, a, lda, b, ldb, beta, c, n));
     assert_herd_ok(gpu->gemm(ta, tb, m, n, k, 0.5f, da, lda, db, ldb, beta, dc, n));
@@ -165,7 +158,7 @@ static void test_bias_ops(void **state)
     NEED_GPU();
     const int rows = 37, cols = 70;
     size_t n = (size_t)rows * cols;
-    float *y = randv(n, 4), *bias = randv(cols, 5), *db = randv(cols, 6);
+    float *y = tu_randv(n, 4), *bias = tu_randv(cols, 5), *db = tu_randv(cols, 6);
     float *dy = upf(y, n), *dbias = upf(bias, cols), *ddb = upf(db, cols);
     assert_herd_ok(cpu->bias_add(rows, cols, y, bias));
     assert_herd_ok(gpu->bias_add(rows, cols, dy, dbias));
@@ -186,8 +179,8 @@ static void conv_case(herd_conv_desc d)
     assert_herd_ok(herd_conv_desc_finish(&d));
     size_t nx = (size_t)d.n * d.c_in * d.h_in * d.w_in, nw = (size_t)d.c_out * d.c_in * d.kh * d.kw;
     size_t ny = (size_t)d.n * d.c_out * d.h_out * d.w_out;
-    float *x = randv(nx, 10), *w = randv(nw, 11), *b = randv(d.c_out, 12), *dy = randv(ny, 13);
-    float *y = calloc(ny, 4), *dx = calloc(nx, 4), *dw = randv(nw, 14), *db = randv(d.c_out, 15);
+    float *x = tu_randv(nx, 10), *w = tu_randv(nw, 11), *b = tu_randv(d.c_out, 12), *dy = tu_randv(ny, 13);
+    float *y = calloc(ny, 4), *dx = calloc(nx, 4), *dw = tu_randv(nw, 14), *db = tu_randv(d.c_out, 15);
     float *gx = upf(x, nx), *gw = upf(w, nw), *gb = upf(b, d.c_out), *gdy = upf(dy, ny);
     float *gy = upf(y, ny), *gdx = upf(dx, nx), *gdw = upf(dw, nw), *gdb = upf(db, d.c_out);
     herd_conv_plan *pc, *pg;
@@ -242,7 +235,7 @@ static void pool_case(herd_pool_desc d)
 {
     assert_herd_ok(herd_pool_desc_finish(&d));
     size_t nx = (size_t)d.n * d.c * d.h_in * d.w_in, ny = (size_t)d.n * d.c * d.h_out * d.w_out;
-    float *x = randv(nx, 20), *dy = randv(ny, 21), *y = calloc(ny, 4), *dx = calloc(nx, 4);
+    float *x = tu_randv(nx, 20), *dy = tu_randv(ny, 21), *y = calloc(ny, 4), *dx = calloc(nx, 4);
     float *gx = upf(x, nx), *gdy = upf(dy, ny), *gy = upf(y, ny), *gdx = upf(dx, nx);
     herd_pool_plan *pc, *pg;
     assert_herd_ok(cpu->pool_plan(&d, &pc));
@@ -281,7 +274,7 @@ static void test_global_avgpool(void **state)
     NEED_GPU();
     const int n = 5, c = 7, hw = 49;
     size_t nx = (size_t)n * c * hw;
-    float *x = randv(nx, 30), *dy = randv((size_t)n * c, 31), *y = calloc((size_t)n * c, 4),
+    float *x = tu_randv(nx, 30), *dy = tu_randv((size_t)n * c, 31), *y = calloc((size_t)n * c, 4),
           *dx = calloc(nx, 4);
     float *gx = upf(x, nx), *gdy = upf(dy, (size_t)n * c), *gy = upf(y, (size_t)n * c),
           *gdx = upf(dx, nx);
@@ -304,14 +297,14 @@ static void bn_case(int n, int c, int hw)
     printf(" batchnorm n%d c%d hw%d\n", n, c, hw);
     const size_t nx = (size_t)n * c * hw;
     const int64_t count = (int64_t)n * hw;
-    float *x = randv(nx, 40), *dy = randv(nx, 41), *gamma = randv(c, 42), *beta = randv(c, 43);
+    float *x = tu_randv(nx, 40), *dy = tu_randv(nx, 41), *gamma = tu_randv(c, 42), *beta = tu_randv(c, 43);
     for (size_t i = 0; i < nx; i++)
         x[i] = 3.0f + 2.0f * x[i]; /* an offset mean, as real activations have */
-    float *rm = randv(c, 44), *rv = randv(c, 45);
+    float *rm = tu_randv(c, 44), *rv = tu_randv(c, 45);
     for (int i = 0; i < c; i++)
         rv[i] = 1.0f + 0.5f * rv[i];
     float *y = calloc(nx, 4), *dx = calloc(nx, 4), *sm = calloc(c, 4), *si = calloc(c, 4);
-    float *dg = randv(c, 46), *dbt = randv(c, 47);
+    float *dg = tu_randv(c, 46), *dbt = tu_randv(c, 47);
     float *gx = upf(x, nx), *gdy = upf(dy, nx), *ggamma = upf(gamma, c), *gbeta = upf(beta, c);
     float *grm = upf(rm, c), *grv = upf(rv, c), *gy = upf(y, nx), *gdx = upf(dx, nx);
     float *gsm = upf(sm, c), *gsi = upf(si, c), *gdg = upf(dg, c), *gdbt = upf(dbt, c);
@@ -391,7 +384,7 @@ static void test_elementwise(void **state)
     (void)state;
     NEED_GPU();
     const size_t n = 100003; /* not a multiple of any block size */
-    float *a = randv(n, 50), *b = randv(n, 51), *y = calloc(n, 4), *y2 = calloc(n, 4);
+    float *a = tu_randv(n, 50), *b = tu_randv(n, 51), *y = calloc(n, 4), *y2 = calloc(n, 4);
     float *ga = upf(a, n), *gb = upf(b, n), *gy = upf(y, n), *gy2 = upf(y2, n);
     assert_herd_ok(cpu->relu_fwd(n, a, y));
     assert_herd_ok(gpu->relu_fwd(n, ga, gy));
@@ -425,7 +418,7 @@ static void test_dropout(void **state)
     (void)state;
     NEED_GPU();
     const size_t n = 3 * 4096 + 77;
-    float *x = randv(n, 60), *y = calloc(n, 4), *m = calloc(n, 4);
+    float *x = tu_randv(n, 60), *y = calloc(n, 4), *m = calloc(n, 4);
     float *gx = upf(x, n), *gy = upf(y, n), *gm = upf(m, n);
     const float ps[] = {0.0f, 0.3f, 1.0f};
     for (int i = 0; i < 3; i++) {
@@ -444,7 +437,7 @@ static void test_dropout(void **state)
 
 static void xent_case(int n, int classes, float smoothing)
 {
-    float *z = randv((size_t)n * classes, 70), *d = calloc((size_t)n * classes, 4);
+    float *z = tu_randv((size_t)n * classes, 70), *d = calloc((size_t)n * classes, 4);
     for (size_t i = 0; i < (size_t)n * classes; i++)
         z[i] *= 4.0f;
     int32_t *labels = malloc(n * sizeof *labels);
@@ -492,7 +485,7 @@ static void test_optim(void **state)
     (void)state;
     NEED_GPU();
     const size_t n = 50001;
-    float *w = randv(n, 80), *g = randv(n, 81), *m = randv(n, 82), *v = randv(n, 83);
+    float *w = tu_randv(n, 80), *g = tu_randv(n, 81), *m = tu_randv(n, 82), *v = tu_randv(n, 83);
     for (size_t i = 0; i < n; i++)
         v[i] = fabsf(v[i]);
     float *gw = upf(w, n), *gg = upf(g, n), *gm = upf(m, n), *gv = upf(v, n);
@@ -530,7 +523,7 @@ static void test_grad_unscale_check(void **state)
     (void)state;
     NEED_GPU();
     const size_t n = 300001;
-    float *x = randv(n, 90);
+    float *x = tu_randv(n, 90);
     float *gx = upf(x, n);
     bool found = true;
     assert_herd_ok(cpu->grad_unscale_check(n, x, 0.125f, &found));

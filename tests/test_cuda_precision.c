@@ -18,13 +18,6 @@
 
 static const herd_backend *cpu, *gpu;
 
-static float *randv(size_t n, uint64_t seed)
-{
-    float *x = malloc(n * sizeof *x);
-    tu_fill_uniform(x, n, -1.0f, 1.0f, seed);
-    return x;
-}
-
 static float *up(const float *h, size_t n)
 {
     float *d = gpu->alloc(n * sizeof *d);
@@ -45,7 +38,7 @@ static double err_vs(const float *dev, const float *ref, size_t n)
 static double gemm_err(void)
 {
     const int m = 192, n = 160, k = 1024;
-    float *a = randv((size_t)m * k, 1), *b = randv((size_t)k * n, 2), *c = calloc((size_t)m * n, 4);
+    float *a = tu_randv((size_t)m * k, 1), *b = tu_randv((size_t)k * n, 2), *c = calloc((size_t)m * n, 4);
     float *da = up(a, (size_t)m * k), *db = up(b, (size_t)k * n), *dc = up(c, (size_t)m * n);
     assert_herd_ok(cpu->gemm(false, false, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n));
     assert_herd_ok(gpu->gemm(false, false, m, n, k, 1.0f, da, k, db, n, 0.0f, dc, n));
@@ -61,7 +54,7 @@ static double conv_err(herd_conv_plan *pg, herd_conv_plan *pc, const herd_conv_d
 {
     size_t nx = (size_t)d->n * d->c_in * d->h_in * d->w_in, nw = (size_t)d->c_out * d->c_in * 9;
     size_t ny = (size_t)d->n * d->c_out * d->h_out * d->w_out;
-    float *x = randv(nx, 3), *w = randv(nw, 4), *y = calloc(ny, 4);
+    float *x = tu_randv(nx, 3), *w = tu_randv(nw, 4), *y = calloc(ny, 4);
     float *gx = up(x, nx), *gw = up(w, nw), *gy = up(y, ny);
     assert_herd_ok(cpu->conv2d_fwd(pc, x, w, NULL, y));
     assert_herd_ok(gpu->conv2d_fwd(pg, gx, gw, NULL, gy));

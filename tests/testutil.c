@@ -75,6 +75,14 @@ void tu_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t seed)
         x[i] = lo + (hi - lo) * herd_rng_uniform(&r);
 }
 
+float *tu_randv(size_t n, uint64_t seed)
+{
+    float *x = malloc((n ? n : 1) * sizeof *x);
+    assert_non_null(x);
+    tu_fill_uniform(x, n, -1.0f, 1.0f, seed);
+    return x;
+}
+
 int tu_sanitized(void)
 {
     const char *s = getenv("HERD_SANITIZED");

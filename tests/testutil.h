@@ -29,6 +29,8 @@ char *tu_read_file(const char *path, size_t *len);
 double tu_max_rel_err(const float *a, const float *b, size_t n);
 /* Fills with uniform values in [lo, hi) from a fixed seed. */
 void tu_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t seed);
+/* n uniform values in [-1, 1) from seed, malloc'd (n = 0 gives a valid pointer). */
+float *tu_randv(size_t n, uint64_t seed);
 /* True when the tests run under the sanitizer build (HERD_SANITIZED=1): long tests shrink. */
 int tu_sanitized(void);
 
