@@ -67,16 +67,20 @@ export OMP_NUM_THREADS=\$SLURM_CPUS_PER_TASK OPENBLAS_NUM_THREADS=\$SLURM_CPUS_P
 srun --mpi=pmix "$herd" train --model lenet5 --epochs 1 --threads "\$SLURM_CPUS_PER_TASK" \
      --checkpoint-dir "\$SLURM_SUBMIT_DIR/ckpt"
 EOF
-job=$(sbatch --parsable --wait job.sh)
+job=$(timeout 600 sbatch --parsable --wait job.sh)
 check "sbatch: the training job ends 0" test $? -eq 0
 check "sbatch: 2 ranks, one summary, rank 0's checkpoint" bash -c \
   "grep -q 'ranks=2' slurm-$job.out && [ \$(grep -c '^model=lenet5' slurm-$job.out) -eq 1 ] && test -e ckpt/latest"
 
-timeout 120 srun --mpi=pmix -n 2 "$herd" train --model lenet5 --epochs 5 --threads 1 >kill.out 2>&1 &
-for _ in $(seq 1 50); do [ "$(pgrep -x herd | wc -l)" -ge 2 ] && break; sleep 0.2; done
+# A seed no other herd on the host uses marks this step's ranks; the pattern wants the
+# herd binary first, so it matches neither srun nor timeout.
+train=(train --model lenet5 --epochs 5 --threads 1 --seed 90417)
+ranks="^$herd ${train[*]}\$"
+timeout 120 srun --mpi=pmix -n 2 "$herd" "${train[@]}" >kill.out 2>&1 &
+for _ in $(seq 1 50); do [ "$(pgrep -cf "$ranks")" -ge 2 ] && break; sleep 0.2; done
 sleep 2
 start=$(date +%s)
-kill -9 "$(pgrep -x herd | tail -n 1)"
+kill -9 "$(pgrep -f "$ranks" | tail -n 1)"
 wait $!
 rc=$?
 took=$(($(date +%s) - start))
