@@ -4,8 +4,8 @@
  * a transport of its own; MPI carries everything between processes and machines.
  *
  * Gradient reductions are asynchronous: allreduce_start hands a slice of the
- * contiguous gradient buffer to the communicator, which reduces it in place (sum,
- * then scaled by `scale`) while the caller computes; wait blocks until every
+ * contiguous gradient buffer to the communicator, which reduces it in place (the
+ * sum, scaled by `scale`) while the caller computes; wait blocks until every
  * started reduction is complete. The MPI communicator runs them on a dedicated
  * thread so they progress during backward (Open MPI does not progress
  * non-blocking collectives by itself).
@@ -42,8 +42,10 @@ typedef struct herd_comm_ops {
     const char *name; /* "local", "mpi" */
     void (*destroy)(herd_comm *c);
 
-    /* Starts an in-place sum of buf[0..n) over all ranks, then multiplies by scale
-     * (1/size for averaging). Returns at once; buf must stay untouched until wait. */
+    /* Starts an in-place sum of buf[0..n) over all ranks, multiplied by scale (1/size
+     * for averaging): an fp32 wire sums, then scales; a 16-bit wire scales each rank's
+     * values before the cast and sums the scaled values, so a sum cannot overflow
+     * where the mean would not. Returns at once; buf must stay untouched until wait. */
     herd_status (*allreduce_start)(herd_comm *c, float *buf, size_t n, float scale,
                                    herd_wire_type wire, const char *tag);
     /* Blocks until every started reduction has completed. */

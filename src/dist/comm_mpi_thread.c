@@ -166,12 +166,14 @@ static int reduce_chunk(comm_mpi *m, const mpi_op *op, float *x, size_t n, char 
         }
         uint16_t *s = m->stage;
         bool fp16 = op->wire == HERD_WIRE_FP16;
+        /* Scaled before the cast, as NCCL does, so that the sum of the ranks' 16-bit
+         * values cannot overflow where the mean would not. */
         if (fp16)
             for (size_t i = 0; i < n; i++)
-                s[i] = herd_float_to_half(x[i]);
+                s[i] = herd_float_to_half(x[i] * op->scale);
         else
             for (size_t i = 0; i < n; i++)
-                s[i] = herd_float_to_bf16(x[i]);
+                s[i] = herd_float_to_bf16(x[i] * op->scale);
         comm_mpi_algo_pick(m, n * sizeof *s);
         rc = MPI_Iallreduce(MPI_IN_PLACE, s, (int)n, m->half_type, wire_sum(m, op->wire), m->world,
                             &req);
@@ -180,10 +182,10 @@ static int reduce_chunk(comm_mpi *m, const mpi_op *op, float *x, size_t n, char 
         if (rc == MPI_SUCCESS) {
             if (fp16)
                 for (size_t i = 0; i < n; i++)
-                    x[i] = herd_half_to_float(s[i]) * op->scale;
+                    x[i] = herd_half_to_float(s[i]);
             else
                 for (size_t i = 0; i < n; i++)
-                    x[i] = herd_bf16_to_float(s[i]) * op->scale;
+                    x[i] = herd_bf16_to_float(s[i]);
         }
     }
     if (rc != MPI_SUCCESS)
