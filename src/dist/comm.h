@@ -142,8 +142,10 @@ herd_status herd_comm_device_create(herd_comm *host, const struct herd_backend *
 herd_status herd_comm_broadcast_buffer(herd_comm *c, const struct herd_backend *be, void *buf,
                                        size_t bytes, int root);
 /* The wrappers' common part: a comm with host's identity and own's operations, where
- * every operation own leaves NULL forwards to host. own->destroy frees impl and then
- * the comm itself (one free(c)). NULL when out of memory. */
+ * the blocking collectives, set_activity and abort forward to host when own leaves
+ * them NULL. own must define allreduce_start and wait_all (the device-memory
+ * reductions are what a wrapper is for). own->destroy frees impl and then the comm
+ * itself (one free(c)). NULL when out of memory. */
 herd_comm *herd_comm_wrap(herd_comm *host, const herd_comm_ops *own, void *impl);
 herd_comm *herd_comm_wrapped(const herd_comm *c); /* host */
 void *herd_comm_wrapper_impl(const herd_comm *c);
