@@ -113,8 +113,9 @@ struct herd_comm {
 herd_status herd_comm_local_create(herd_comm **out);
 /* MPI (MPI_COMM_WORLD). HERD_ERR_UNSUPPORTED when herd was built without MPI. */
 herd_status herd_comm_mpi_create(const herd_comm_config *cfg, herd_comm **out);
-/* By name: "auto" (or NULL: herd_comm_create_default), "local", "mpi"; "nccl" is
- * not wired yet (HERD_ERR_UNSUPPORTED). */
+/* By name: "auto" (or NULL: herd_comm_create_default), "local", "mpi". "nccl" gives
+ * HERD_ERR_UNSUPPORTED here: it reduces GPU memory over an MPI communicator, so it is
+ * made with herd_comm_nccl_create / herd_comm_device_create below. */
 herd_status herd_comm_create_backend(const char *name, const herd_comm_config *cfg, herd_comm **out);
 /* True when this process was started by an MPI launcher (mpirun, srun). */
 bool herd_comm_launched_by_mpi(void);
