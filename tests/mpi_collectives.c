@@ -34,22 +34,37 @@ static void check_wire(herd_comm *c, herd_wire_type wire, float scale)
 {
     const size_t n = 4099;
     float *g = malloc(n * sizeof *g);
-    /* Values a little off the wire grid (rounded away on conversion), whose exact
-     * sums are on it, so every order of summation gives the same result. */
+    /* Values that, once scaled (before the cast), lie a little off the wire grid
+     * (rounded away on conversion) and whose exact sums are on it, so every order of
+     * summation gives the same result. */
     for (size_t i = 0; i < n; i++)
-        g[i] = ((float)(i % 16) - 8.0f + 0.5f * (float)c->rank) * (1.0f + 0x1p-12f);
+        g[i] = ((float)(i % 16) - 8.0f + 0.5f * (float)c->rank) / scale * (1.0f + 0x1p-12f);
     MT_OK(c->ops->allreduce_start(c, g, n, scale, wire, "wire"));
     MT_OK(c->ops->wait_all(c));
     int bad = 0;
     for (size_t i = 0; i < n && bad < 5; i++) {
         float sum = (float)c->size * ((float)(i % 16) - 8.0f) + 0.25f * (float)(c->size * (c->size - 1));
-        if (g[i] != sum * scale) {
-            MT_CHECK(g[i] == sum * scale, "wire %d element %zu: %.9g, want %.9g", (int)wire, i, g[i],
-                     sum * scale);
+        if (g[i] != sum) {
+            MT_CHECK(g[i] == sum, "wire %d element %zu: %.9g, want %.9g", (int)wire, i, g[i], sum);
             bad++;
         }
     }
     free(g);
+}
+
+/* A mean within fp16's range survives the fp16 wire even where the ranks' sum would
+ * overflow it (65504): each rank's values are scaled before the cast. */
+static void check_wire_headroom(herd_comm *c)
+{
+    float g[] = {40000.0f, -40000.0f, 60000.0f, 1.0f};
+    const size_t n = sizeof g / sizeof *g;
+    float want[sizeof g / sizeof *g];
+    memcpy(want, g, sizeof g);
+    MT_OK(c->ops->allreduce_start(c, g, n, 1.0f / (float)c->size, HERD_WIRE_FP16, "headroom"));
+    MT_OK(c->ops->wait_all(c));
+    for (size_t i = 0; i < n; i++) /* within fp16's rounding of each rank's share */
+        MT_CHECK(isfinite(g[i]) && fabsf(g[i] - want[i]) <= fabsf(want[i]) * 0x1p-9f,
+                 "fp16 mean of %g: %g", want[i], g[i]);
 }
 
 static void check_blocking(herd_comm *c)
@@ -173,6 +188,7 @@ int main(void)
     check_wire(c, HERD_WIRE_FP16, 1.0f);
     check_wire(c, HERD_WIRE_BF16, 0.5f);
     check_wire(c, HERD_WIRE_FP16, 1.0f / (float)c->size);
+    check_wire_headroom(c);
     check_blocking(c);
     check_timeline_ops(c);
     measure_overlap(c);

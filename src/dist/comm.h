@@ -4,8 +4,8 @@
  * a transport of its own; MPI carries everything between processes and machines.
  *
  * Gradient reductions are asynchronous: allreduce_start hands a slice of the
- * contiguous gradient buffer to the communicator, which reduces it in place (sum,
- * then scaled by `scale`) while the caller computes; wait blocks until every
+ * contiguous gradient buffer to the communicator, which reduces it in place (the
+ * sum, scaled by `scale`) while the caller computes; wait blocks until every
  * started reduction is complete. The MPI communicator runs them on a dedicated
  * thread so they progress during backward (Open MPI does not progress
  * non-blocking collectives by itself).
@@ -42,8 +42,10 @@ typedef struct herd_comm_ops {
     const char *name; /* "local", "mpi" */
     void (*destroy)(herd_comm *c);
 
-    /* Starts an in-place sum of buf[0..n) over all ranks, then multiplies by scale
-     * (1/size for averaging). Returns at once; buf must stay untouched until wait. */
+    /* Starts an in-place sum of buf[0..n) over all ranks, multiplied by scale (1/size
+     * for averaging): an fp32 wire sums, then scales; a 16-bit wire scales each rank's
+     * values before the cast and sums the scaled values, so a sum cannot overflow
+     * where the mean would not. Returns at once; buf must stay untouched until wait. */
     herd_status (*allreduce_start)(herd_comm *c, float *buf, size_t n, float scale,
                                    herd_wire_type wire, const char *tag);
     /* Blocks until every started reduction has completed. */
@@ -111,8 +113,9 @@ struct herd_comm {
 herd_status herd_comm_local_create(herd_comm **out);
 /* MPI (MPI_COMM_WORLD). HERD_ERR_UNSUPPORTED when herd was built without MPI. */
 herd_status herd_comm_mpi_create(const herd_comm_config *cfg, herd_comm **out);
-/* By name: "auto" (or NULL: herd_comm_create_default), "local", "mpi"; "nccl" is
- * not wired yet (HERD_ERR_UNSUPPORTED). */
+/* By name: "auto" (or NULL: herd_comm_create_default), "local", "mpi". "nccl" gives
+ * HERD_ERR_UNSUPPORTED here: it reduces GPU memory over an MPI communicator, so it is
+ * made with herd_comm_nccl_create / herd_comm_device_create below. */
 herd_status herd_comm_create_backend(const char *name, const herd_comm_config *cfg, herd_comm **out);
 /* True when this process was started by an MPI launcher (mpirun, srun). */
 bool herd_comm_launched_by_mpi(void);
@@ -140,8 +143,10 @@ herd_status herd_comm_device_create(herd_comm *host, const struct herd_backend *
 herd_status herd_comm_broadcast_buffer(herd_comm *c, const struct herd_backend *be, void *buf,
                                        size_t bytes, int root);
 /* The wrappers' common part: a comm with host's identity and own's operations, where
- * every operation own leaves NULL forwards to host. own->destroy frees impl and then
- * the comm itself (one free(c)). NULL when out of memory. */
+ * the blocking collectives, set_activity and abort forward to host when own leaves
+ * them NULL. own must define allreduce_start and wait_all (the device-memory
+ * reductions are what a wrapper is for). own->destroy frees impl and then the comm
+ * itself (one free(c)). NULL when out of memory. */
 herd_comm *herd_comm_wrap(herd_comm *host, const herd_comm_ops *own, void *impl);
 herd_comm *herd_comm_wrapped(const herd_comm *c); /* host */
 void *herd_comm_wrapper_impl(const herd_comm *c);

@@ -21,19 +21,6 @@ herd_comm *herd_comm_wrapped(const herd_comm *c) { return ((const wrapper *)c->i
 
 void *herd_comm_wrapper_impl(const herd_comm *c) { return ((const wrapper *)c->impl)->impl; }
 
-static herd_status fwd_allreduce_start(herd_comm *c, float *buf, size_t n, float scale,
-                                       herd_wire_type wire, const char *tag)
-{
-    herd_comm *h = host_of(c);
-    return h->ops->allreduce_start(h, buf, n, scale, wire, tag);
-}
-
-static herd_status fwd_wait_all(herd_comm *c)
-{
-    herd_comm *h = host_of(c);
-    return h->ops->wait_all(h);
-}
-
 static herd_status fwd_broadcast(herd_comm *c, void *buf, size_t bytes, int root)
 {
     herd_comm *h = host_of(c);
@@ -94,8 +81,6 @@ herd_comm *herd_comm_wrap(herd_comm *host, const herd_comm_ops *own, void *impl)
     w->impl = impl;
     w->ops = *own;
 #define FORWARD(op) w->ops.op = w->ops.op ? w->ops.op : fwd_##op
-    FORWARD(allreduce_start);
-    FORWARD(wait_all);
     FORWARD(broadcast);
     FORWARD(allreduce_f64);
     FORWARD(allgather);

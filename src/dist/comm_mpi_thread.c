@@ -98,29 +98,14 @@ static MPI_Op wire_sum(const comm_mpi *m, herd_wire_type wire)
     return wire == HERD_WIRE_FP32 ? MPI_SUM : wire == HERD_WIRE_FP16 ? m->fp16_sum : m->bf16_sum;
 }
 
-/* In-place sum of a buffer already in its wire type, in int-sized pieces: with
- * MPI_Iallreduce polled like every op, or (reference) MPI_Allreduce as a user
- * calls it, blocking this thread. */
-static int reduce_typed(comm_mpi *m, const mpi_op *op, bool blocking)
+/* One in-place MPI_Iallreduce of n elements in their wire type, polled to completion. */
+static int iallreduce_wire(comm_mpi *m, void *x, int n, herd_wire_type wire)
 {
-    size_t elem = herd_wire_type_size(op->wire);
-    int rc = MPI_SUCCESS;
-    for (size_t off = 0; off < op->n && rc == MPI_SUCCESS; off += MAX_CHUNK) {
-        int n = (int)(op->n - off < MAX_CHUNK ? op->n - off : MAX_CHUNK);
-        void *x = (char *)op->data + off * elem;
-        if (blocking) {
-            rc = MPI_Allreduce(MPI_IN_PLACE, x, n, wire_datatype(m, op->wire),
-                               wire_sum(m, op->wire), m->world);
-        } else {
-            MPI_Request req;
-            comm_mpi_algo_pick(m, (size_t)n * elem);
-            rc = MPI_Iallreduce(MPI_IN_PLACE, x, n, wire_datatype(m, op->wire),
-                                wire_sum(m, op->wire), m->world, &req);
-            if (rc == MPI_SUCCESS)
-                rc = wait_request(m, &req);
-        }
-    }
-    return rc;
+    MPI_Request req;
+    comm_mpi_algo_pick(m, (size_t)n * herd_wire_type_size(wire));
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, x, n, wire_datatype(m, wire), wire_sum(m, wire), m->world,
+                            &req);
+    return rc == MPI_SUCCESS ? wait_request(m, &req) : rc;
 }
 
 /* Tag of herd's point-to-point messages (collectives never match them). */
@@ -141,53 +126,69 @@ static int send_recv(comm_mpi *m, const mpi_op *op)
     return rc;
 }
 
-static int reduce_chunk(comm_mpi *m, const mpi_op *op, float *x, size_t n, char *err, size_t cap)
+/* A float slice summed on its wire. Like NCCL, a 16-bit wire carries each rank's
+ * values already scaled, so that the sum of the ranks cannot overflow where the mean
+ * would not; fp32 is scaled after the sum. */
+static int reduce_floats(comm_mpi *m, const mpi_op *op, float *x, int n, char *err, size_t cap)
 {
-    MPI_Request req;
-    int rc;
     if (op->wire == HERD_WIRE_FP32) {
-        comm_mpi_algo_pick(m, n * sizeof *x);
-        rc = MPI_Iallreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, m->world, &req);
-        if (rc == MPI_SUCCESS)
-            rc = wait_request(m, &req);
+        int rc = iallreduce_wire(m, x, n, HERD_WIRE_FP32);
         if (rc == MPI_SUCCESS && op->scale != 1.0f)
-            for (size_t i = 0; i < n; i++)
+            for (int i = 0; i < n; i++)
                 x[i] *= op->scale;
-    } else {
-        if (n > m->stage_cap) { /* grows to the largest slice once, then is reused */
-            uint16_t *grown = realloc(m->stage, n * sizeof *grown);
-            if (!grown) {
-                snprintf(err, cap, "rank %d on host %s: out of memory for a %zu-byte wire buffer",
-                         m->c->rank, m->c->host, n * sizeof *grown);
-                return MPI_ERR_NO_MEM;
-            }
-            m->stage = grown;
-            m->stage_cap = n;
-        }
-        uint16_t *s = m->stage;
-        bool fp16 = op->wire == HERD_WIRE_FP16;
-        if (fp16)
-            for (size_t i = 0; i < n; i++)
-                s[i] = herd_float_to_half(x[i]);
-        else
-            for (size_t i = 0; i < n; i++)
-                s[i] = herd_float_to_bf16(x[i]);
-        comm_mpi_algo_pick(m, n * sizeof *s);
-        rc = MPI_Iallreduce(MPI_IN_PLACE, s, (int)n, m->half_type, wire_sum(m, op->wire), m->world,
-                            &req);
-        if (rc == MPI_SUCCESS)
-            rc = wait_request(m, &req);
-        if (rc == MPI_SUCCESS) {
-            if (fp16)
-                for (size_t i = 0; i < n; i++)
-                    x[i] = herd_half_to_float(s[i]) * op->scale;
-            else
-                for (size_t i = 0; i < n; i++)
-                    x[i] = herd_bf16_to_float(s[i]) * op->scale;
-        }
+        return rc;
     }
-    if (rc != MPI_SUCCESS)
-        comm_mpi_describe_error(m, rc, "MPI_Iallreduce", err, cap);
+    if ((size_t)n > m->stage_cap) { /* grows to the largest slice once, then is reused */
+        uint16_t *grown = realloc(m->stage, (size_t)n * sizeof *grown);
+        if (!grown) {
+            snprintf(err, cap, "rank %d on host %s: out of memory for a %zu-byte wire buffer",
+                     m->c->rank, m->c->host, (size_t)n * sizeof *grown);
+            return MPI_ERR_NO_MEM;
+        }
+        m->stage = grown;
+        m->stage_cap = (size_t)n;
+    }
+    uint16_t *s = m->stage;
+    float scale = op->scale;
+    bool fp16 = op->wire == HERD_WIRE_FP16;
+    if (fp16)
+        for (int i = 0; i < n; i++)
+            s[i] = herd_float_to_half(x[i] * scale);
+    else
+        for (int i = 0; i < n; i++)
+            s[i] = herd_float_to_bf16(x[i] * scale);
+    int rc = iallreduce_wire(m, s, n, op->wire);
+    if (rc == MPI_SUCCESS) {
+        if (fp16)
+            for (int i = 0; i < n; i++)
+                x[i] = herd_half_to_float(s[i]);
+        else
+            for (int i = 0; i < n; i++)
+                x[i] = herd_bf16_to_float(s[i]);
+    }
+    return rc;
+}
+
+/* An allreduce op in int-sized pieces (MPI counts are int): a float slice on its
+ * wire, or a buffer already in its wire type summed as it is, polled like every op
+ * or (blocking: the reference) with MPI_Allreduce as a user calls it. */
+static int reduce_pieces(comm_mpi *m, const mpi_op *op, bool blocking, char *err, size_t cap)
+{
+    bool floats = op->kind == MPI_OP_ALLREDUCE;
+    size_t elem = floats ? sizeof(float) : herd_wire_type_size(op->wire);
+    char *base = floats ? (char *)op->buf : op->data;
+    int rc = MPI_SUCCESS;
+    for (size_t off = 0; off < op->n && rc == MPI_SUCCESS; off += MAX_CHUNK) {
+        int n = (int)(op->n - off < MAX_CHUNK ? op->n - off : MAX_CHUNK);
+        void *x = base + off * elem;
+        if (floats)
+            rc = reduce_floats(m, op, x, n, err, cap);
+        else if (blocking)
+            rc = MPI_Allreduce(MPI_IN_PLACE, x, n, wire_datatype(m, op->wire),
+                               wire_sum(m, op->wire), m->world);
+        else
+            rc = iallreduce_wire(m, x, n, op->wire);
+    }
     return rc;
 }
 
@@ -258,20 +259,15 @@ static void run_op(comm_mpi *m, mpi_op *op, char *err, size_t cap)
     const char *what = "";
     switch (op->kind) {
     case MPI_OP_ALLREDUCE:
-        for (size_t off = 0; off < op->n && rc == MPI_SUCCESS; off += MAX_CHUNK) {
-            size_t n = op->n - off < MAX_CHUNK ? op->n - off : MAX_CHUNK;
-            rc = reduce_chunk(m, op, op->buf + off, n, err, cap);
-        }
-        return;
     case MPI_OP_ALLREDUCE_TYPED:
         what = "MPI_Iallreduce";
-        rc = reduce_typed(m, op, false);
+        rc = reduce_pieces(m, op, false, err, cap);
         break;
     case MPI_OP_REFERENCE_ALLREDUCE: {
         what = "MPI_Allreduce";
         double start = MPI_Wtime();
         for (int i = 0; i < op->count && rc == MPI_SUCCESS; i++)
-            rc = reduce_typed(m, op, true);
+            rc = reduce_pieces(m, op, true, err, cap);
         *op->seconds = MPI_Wtime() - start;
         break;
     }
@@ -318,7 +314,7 @@ static void run_op(comm_mpi *m, mpi_op *op, char *err, size_t cap)
     }
     if (rc == MPI_SUCCESS)
         rc = wait_request(m, &req);
-    if (rc != MPI_SUCCESS)
+    if (rc != MPI_SUCCESS && !err[0]) /* an op that said what failed keeps its own words */
         comm_mpi_describe_error(m, rc, what, err, cap);
 }
 
@@ -333,7 +329,7 @@ static void run_head(comm_mpi *m, mpi_op *op)
     m->current = NULL;
     /* Recorded before the op is retired: wait_all then orders it before the reader. */
     if (op->kind == MPI_OP_ALLREDUCE && m->c->timeline) {
-        size_t wire_bytes = op->n * (op->wire == HERD_WIRE_FP32 ? sizeof(float) : sizeof(uint16_t));
+        size_t wire_bytes = op->n * herd_wire_type_size(op->wire);
         herd_timeline_comm(m->c->timeline, op->tag, op->launched, m->current_start, herd_now(),
                            wire_bytes);
     }

@@ -128,6 +128,25 @@ herd_status herd_model_build(herd_model *m, const herd_layer_spec *specs, int n,
     return herd_model_init_params(m, seed);
 }
 
+herd_status herd_model_stage(const herd_model *m, bool download, float **params, float **buffers)
+{
+    size_t pb = m->n_param_floats * sizeof(float), bb = m->n_buffer_floats * sizeof(float);
+    *params = herd_xcalloc(1, pb ? pb : 1);
+    *buffers = herd_xcalloc(1, bb ? bb : 1);
+    if (!*params || !*buffers)
+        return HERD_NOMEM(pb + bb);
+    if (!download)
+        return HERD_OK;
+    HERD_TRY(m->be->memcpy_d2h(*params, m->params, pb));
+    return m->be->memcpy_d2h(*buffers, m->buffers, bb);
+}
+
+herd_status herd_model_unstage(const herd_model *m, const float *params, const float *buffers)
+{
+    HERD_TRY(m->be->memcpy_h2d(m->params, params, m->n_param_floats * sizeof(float)));
+    return m->be->memcpy_h2d(m->buffers, buffers, m->n_buffer_floats * sizeof(float));
+}
+
 static void free_activations(herd_model *m)
 {
     if (!m->acts)

@@ -46,6 +46,14 @@ herd_status herd_model_forward(herd_model *m, const herd_run_ctx *ctx, const flo
 /* dlogits: gradient of the loss w.r.t. the logits; fills m->grads. */
 herd_status herd_model_backward(herd_model *m, const herd_run_ctx *ctx, const float *x,
                                 const float *dlogits);
+/* Host copies of a device model's parameters and buffers, for code that works on
+ * host pointers (layer initialisation, weight files): zeroed, or holding the model's
+ * values when download. The caller frees both, also after an error. */
+herd_status herd_model_stage(const herd_model *m, bool download, float **params,
+                             float **buffers);
+/* Uploads staged copies into the model's parameters and buffers. */
+herd_status herd_model_unstage(const herd_model *m, const float *params, const float *buffers);
+
 /* A run context bound to the model's buffers. */
 herd_run_ctx herd_model_ctx(const herd_model *m, bool training, uint64_t seed);
 

@@ -37,18 +37,8 @@ herd_status herd_weights_write(const herd_model *m, const char *path, const char
         return HERD_ERR_NOMEM;
     /* A device model is written from one host copy of its parameters and buffers. */
     bool staged = !m->be->host_memory;
-    size_t pb = m->n_param_floats * sizeof(float), bb = m->n_buffer_floats * sizeof(float);
     float *hp = NULL, *hb = NULL;
-    herd_status st = HERD_OK;
-    if (staged) {
-        hp = herd_xcalloc(1, pb ? pb : 1);
-        hb = herd_xcalloc(1, bb ? bb : 1);
-        st = hp && hb ? HERD_OK : HERD_NOMEM(pb + bb);
-        if (st == HERD_OK)
-            st = m->be->memcpy_d2h(hp, m->params, pb);
-        if (st == HERD_OK)
-            st = m->be->memcpy_d2h(hb, m->buffers, bb);
-    }
+    herd_status st = staged ? herd_model_stage(m, true, &hp, &hb) : HERD_OK;
     for (int i = 0; i < m->n_views; i++) {
         const herd_tensor_view *v = &m->views[i];
         e[i].name = v->name;
@@ -119,7 +109,7 @@ herd_status herd_weights_apply(herd_model *m, const herd_st_file *f)
         const float *src = herd_st_find(f, v->name, NULL, NULL);
         if (!src || v->numel == 0)
             continue;
-        if (m->be->host_memory)
+        if (m->be->host_memory) /* such a backend need not have memcpy_h2d (backend.h) */
             memcpy(view_data(m, v), src, v->numel * sizeof(float));
         else
             HERD_TRY(m->be->memcpy_h2d(view_data(m, v), src, v->numel * sizeof(float)));

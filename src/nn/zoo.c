@@ -132,17 +132,14 @@ herd_status herd_model_init_params(herd_model *m, uint64_t seed)
     /* Layers initialise through host pointers (the same random draws on every
      * backend), so a device model initialises zeroed host copies, swapped in for the
      * duration, and uploads them. */
-    size_t pb = m->n_param_floats * sizeof(float), bb = m->n_buffer_floats * sizeof(float);
-    float *hp = herd_xcalloc(1, pb ? pb : 1), *hb = herd_xcalloc(1, bb ? bb : 1);
-    herd_status st = hp && hb ? HERD_OK : HERD_NOMEM(pb + bb);
+    float *hp, *hb;
+    herd_status st = herd_model_stage(m, false, &hp, &hb);
     if (st == HERD_OK) {
         float *dp = m->params, *db = m->buffers;
         m->params = hp, m->buffers = hb;
         init_layers(m, seed);
         m->params = dp, m->buffers = db;
-        st = be->memcpy_h2d(dp, hp, pb);
-        if (st == HERD_OK)
-            st = be->memcpy_h2d(db, hb, bb);
+        st = herd_model_unstage(m, hp, hb);
     }
     free(hp);
     free(hb);

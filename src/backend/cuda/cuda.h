@@ -169,14 +169,15 @@ herd_status herd_cuda_sgd_update(size_t n, float *w, const float *g, float *mome
 herd_status herd_cuda_adamw_update(size_t n, float *w, const float *g, float *m, float *v,
                                    const herd_adamw_args *a);
 herd_status herd_cuda_grad_unscale_check(size_t n, float *x, float factor, bool *found_inf);
+/* x *= scale on a caller's stream (the NCCL communicator's). */
+herd_status herd_cuda_scale_on(size_t n, float *x, float scale, cudaStream_t st);
 
 /* cuda_cast.cu: on a caller's stream (the NCCL communicator's). y = half(x * scale),
- * x = float(y), x *= scale; bf16 picks bfloat16 over IEEE half. */
+ * x = float(y); bf16 picks bfloat16 over IEEE half. */
 herd_status herd_cuda_cast_to_16(size_t n, const float *x, float scale, bool bf16, void *y,
                                  cudaStream_t st);
 herd_status herd_cuda_cast_from_16(size_t n, const void *x, bool bf16, float *y,
                                    cudaStream_t st);
-herd_status herd_cuda_scale_on(size_t n, float *x, float scale, cudaStream_t st);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,6 @@
-/* Gradient wire formats for the NCCL communicator: fp32 <-> fp16 / bf16 casts and a
- * scale, launched on the caller's stream (the communication stream, not the
- * backend's). Round to nearest even, as the CPU casts in core/half.h. */
+/* Gradient wire formats for the NCCL communicator: fp32 <-> fp16 / bf16 casts,
+ * launched on the caller's stream (the communication stream, not the backend's).
+ * Round to nearest even, as the CPU casts in core/half.h. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -34,13 +34,6 @@ __global__ void k_from_bf16(size_t n, const __nv_bfloat16 *x, float *y)
         y[i] = __bfloat162float(x[i]);
 }
 
-__global__ void k_scale(size_t n, float *x, float scale)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        x[i] *= scale;
-}
-
 extern "C" herd_status herd_cuda_cast_to_16(size_t n, const float *x, float scale, bool bf16,
                                             void *y, cudaStream_t st)
 {
@@ -66,14 +59,5 @@ extern "C" herd_status herd_cuda_cast_from_16(size_t n, const void *x, bool bf16
     else
         k_from_half<<<herd_cuda_blocks(n), HERD_CUDA_THREADS, 0, st>>>(n, (const __half *)x, y);
     HERD_CUDA_LAUNCHED("k_from_half / k_from_bf16");
-    return HERD_OK;
-}
-
-extern "C" herd_status herd_cuda_scale_on(size_t n, float *x, float scale, cudaStream_t st)
-{
-    if (n == 0 || scale == 1.0f)
-        return HERD_OK;
-    k_scale<<<herd_cuda_blocks(n), HERD_CUDA_THREADS, 0, st>>>(n, x, scale);
-    HERD_CUDA_LAUNCHED("k_scale");
     return HERD_OK;
 }

@@ -220,9 +220,7 @@ herd_status herd_cuda_conv2d_bwd_weights(herd_conv_plan *p, const float *x, cons
 {
     if (!p || !x || !dy)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_bwd_weights: NULL argument");
-    if (beta != 0.0f && beta != 1.0f)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_bwd_weights: beta must be 0 or 1, got %g",
-                        (double)beta);
+    HERD_TRY(herd_check_grad_beta("conv2d_bwd_weights", beta));
     if (!dw || (p->d.bias && !db))
         return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_bwd_weights: NULL gradient");
     HERD_TRY(prepare(p, BWD_FILTER));

@@ -68,9 +68,7 @@ extern "C" herd_status herd_cuda_bias_grad(int rows, int cols, const float *dy, 
     if (rows < 0 || cols < 0 || (cols > 0 && !db) || ((size_t)rows * cols > 0 && !dy))
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bias_grad: bad arguments (rows=%d cols=%d)", rows,
                         cols);
-    if (beta != 0.0f && beta != 1.0f)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "bias_grad: beta must be 0 or 1, got %g",
-                        (double)beta);
+    HERD_TRY(herd_check_grad_beta("bias_grad", beta));
     if (cols == 0)
         return HERD_OK;
     k_bias_grad<<<(cols + 31) / 32, dim3(32, 8), 0, herd_cuda_ctx_get()->stream>>>(rows, cols, dy,

@@ -53,6 +53,16 @@ __global__ void k_unscale_check(size_t n, float *x, float factor, int *flag)
 
 /* ---- launchers */
 
+/* x *= factor on stream st; with flag, a non-finite result sets *flag. */
+static herd_status launch_scale(size_t n, float *x, float factor, int *flag, cudaStream_t st)
+{
+    if (n == 0)
+        return HERD_OK;
+    k_unscale_check<<<herd_cuda_blocks(n), HERD_CUDA_THREADS, 0, st>>>(n, x, factor, flag);
+    HERD_CUDA_LAUNCHED("k_unscale_check");
+    return HERD_OK;
+}
+
 extern "C" herd_status herd_cuda_sgd_update(size_t n, float *w, const float *g,
                                             float *momentum_buf, const herd_sgd_args *a)
 {
@@ -112,10 +122,7 @@ extern "C" herd_status herd_cuda_grad_unscale_check(size_t n, float *x, float fa
         flag = (int *)p;
         HERD_CUDA(cudaMemsetAsync(flag, 0, sizeof(int), st), "clearing the overflow flag");
     }
-    if (n) {
-        k_unscale_check<<<herd_cuda_blocks(n), HERD_CUDA_THREADS, 0, st>>>(n, x, factor, flag);
-        HERD_CUDA_LAUNCHED("k_unscale_check");
-    }
+    HERD_TRY(launch_scale(n, x, factor, flag, st));
     if (!found_inf)
         return HERD_OK;
     /* The skip decision is made on the host: one 4-byte copy per step. */
@@ -126,4 +133,9 @@ extern "C" herd_status herd_cuda_grad_unscale_check(size_t n, float *x, float fa
     HERD_CUDA(cudaStreamSynchronize(st), "grad_unscale_check");
     *found_inf = *(const int *)host != 0;
     return HERD_OK;
+}
+
+extern "C" herd_status herd_cuda_scale_on(size_t n, float *x, float scale, cudaStream_t st)
+{
+    return scale == 1.0f ? HERD_OK : launch_scale(n, x, scale, NULL, st);
 }
