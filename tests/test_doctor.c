@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/build_info.h"
 #include "testutil.h"
 #include "tools/doctor.h"
 
@@ -387,6 +388,28 @@ static void test_xid_unreadable(void **state)
     EXPECT(f, check_xid, HERD_CHECK_SKIP, "could not check: /dev/kmsg: Is a directory");
 }
 
+/* The defaults name the MPI library alone, as --version does: not what follows it there
+ * (it once carried "; NCCL ..." along). */
+static void test_env_default_mpi(void **state)
+{
+    (void)state;
+    herd_doctor_env env;
+    herd_doctor_env_default(&env, NULL);
+    const char *mpi = herd_mpi_library_version();
+    if (!mpi) {
+        assert_null(env.mpi_library);
+        assert_non_null(strstr(herd_build_info(), "MPI: none;"));
+        return;
+    }
+    assert_string_equal(env.mpi_library, mpi);
+    assert_null(strstr(mpi, "NCCL"));
+    assert_null(strpbrk(mpi, ";)"));
+    const char *named = strstr(herd_build_info(), "MPI: ");
+    assert_non_null(named);
+    assert_memory_equal(named + 5, mpi, strlen(mpi));
+    assert_int_equal(named[5 + strlen(mpi)], ';');
+}
+
 /* The whole run on an empty tree: every check reports, none crashes, names are unique. */
 static void test_run_all(void **state)
 {
@@ -421,6 +444,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_network, setup, teardown),
         cmocka_unit_test_setup_teardown(test_xid, setup, teardown),
         cmocka_unit_test_setup_teardown(test_xid_unreadable, setup, teardown),
+        cmocka_unit_test(test_env_default_mpi),
         cmocka_unit_test_setup_teardown(test_run_all, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

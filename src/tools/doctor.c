@@ -19,6 +19,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "core/build_info.h"
 #include "tools/doctor.h"
 
 void doc_path(const herd_doctor_env *e, const char *path, char *out, size_t cap)
@@ -133,14 +134,7 @@ void herd_doctor_env_default(herd_doctor_env *env, char **envp)
 #if HERD_HAVE_CUDA
     env->cuda_runtime_version = CUDART_VERSION; /* the toolkit herd was built with */
 #endif
-    /* The MPI library actually loaded, as --version names it: "... MPI: Open MPI v4.1.4)". */
-    static char mpi[128];
-    const char *m = strstr(herd_build_info(), "MPI: ");
-    if (m && strncmp(m + 5, "none", 4) != 0) {
-        snprintf(mpi, sizeof mpi, "%s", m + 5);
-        mpi[strcspn(mpi, ")")] = '\0';
-        env->mpi_library = mpi;
-    }
+    env->mpi_library = herd_mpi_library_version(); /* the library loaded, as --version names it */
 }
 
 const char *herd_check_status_name(herd_check_status s)
