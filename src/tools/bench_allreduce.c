@@ -141,20 +141,6 @@ static herd_status verify(herd_comm *c, const bench_allreduce_config *cfg, bench
 
 /* ------------------------------------------------------------------ timing */
 
-/* A collective's time is its slowest rank's. */
-static herd_status slowest(herd_comm *c, double mine, double *out)
-{
-    double *all = herd_xcalloc((size_t)c->size, sizeof *all);
-    if (!all)
-        return HERD_ERR_NOMEM;
-    herd_status st = c->ops->allgather(c, &mine, all, sizeof mine);
-    *out = mine;
-    for (int r = 0; st == HERD_OK && r < c->size; r++)
-        *out = all[r] > *out ? all[r] : *out;
-    free(all);
-    return st;
-}
-
 /* `steps` times: `pieces` reductions of `count` elements started, then waited for.
  * Returns the slowest rank's seconds per step. */
 static herd_status time_steps(herd_comm *c, const bench_allreduce_config *cfg, void *buf,
@@ -169,7 +155,8 @@ static herd_status time_steps(herd_comm *c, const bench_allreduce_config *cfg, v
                                                    cfg->type, "bench"));
         HERD_TRY(finish(c));
     }
-    HERD_TRY(slowest(c, herd_now() - start, seconds));
+    *seconds = herd_now() - start;
+    HERD_TRY(herd_comm_max_f64(c, seconds)); /* a collective's time is its slowest rank's */
     *seconds /= steps > 0 ? steps : 1;
     return HERD_OK;
 }
@@ -183,7 +170,8 @@ static herd_status time_queued(herd_comm *c, const bench_allreduce_config *cfg, 
     for (int i = 0; i < iters; i++)
         HERD_TRY(c->ops->allreduce_typed_start(c, buf, count, cfg->type, "bench"));
     HERD_TRY(finish(c));
-    HERD_TRY(slowest(c, herd_now() - start, seconds));
+    *seconds = herd_now() - start;
+    HERD_TRY(herd_comm_max_f64(c, seconds));
     *seconds /= iters;
     return HERD_OK;
 }
@@ -196,7 +184,8 @@ static herd_status time_reference(herd_comm *c, const bench_allreduce_config *cf
         HERD_TRY(c->ops->time_reference_allreduce(c, buf, count, cfg->type, cfg->warmup, &t));
     HERD_TRY(c->ops->barrier(c));
     HERD_TRY(c->ops->time_reference_allreduce(c, buf, count, cfg->type, cfg->iters, &t));
-    HERD_TRY(slowest(c, t, seconds));
+    *seconds = t;
+    HERD_TRY(herd_comm_max_f64(c, seconds));
     *seconds /= cfg->iters;
     return HERD_OK;
 }
