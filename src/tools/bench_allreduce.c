@@ -192,22 +192,13 @@ static herd_status time_reference(herd_comm *c, const bench_allreduce_config *cf
 
 /* ------------------------------------------------------------------- runs */
 
+/* Each host has one local rank 0 (ranks sharing memory: MPI_COMM_TYPE_SHARED). */
 static herd_status count_hosts(herd_comm *c, int *hosts)
 {
-    char *names = herd_xcalloc((size_t)c->size, sizeof c->host);
-    if (!names)
-        return HERD_ERR_NOMEM;
-    herd_status st = c->ops->allgather(c, c->host, names, sizeof c->host);
-    *hosts = 0;
-    for (int r = 0; st == HERD_OK && r < c->size; r++) {
-        bool seen = false;
-        for (int q = 0; q < r && !seen; q++)
-            seen = strncmp(names + (size_t)q * sizeof c->host, names + (size_t)r * sizeof c->host,
-                           sizeof c->host) == 0;
-        *hosts += !seen;
-    }
-    free(names);
-    return st;
+    double first_on_host = c->local_rank == 0;
+    HERD_TRY(c->ops->allreduce_f64(c, &first_on_host, 1));
+    *hosts = (int)first_on_host;
+    return HERD_OK;
 }
 
 static herd_status run_size(herd_comm *c, const bench_allreduce_config *cfg, bench_mem *m,
