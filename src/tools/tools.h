@@ -92,7 +92,6 @@ typedef struct herd_topo_gpu {
     char bus_id[16];
     int numa;       /* -1 when unknown */
     char cpus[64];  /* the cores nearest to it */
-    bool in_pci_tree; /* hwloc saw it: its links come from the PCI tree */
     herd_pci_locus locus;
 } herd_topo_gpu;
 
