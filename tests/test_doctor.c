@@ -274,6 +274,23 @@ static void test_gpus_per_host(void **state)
     EXPECT(f, check_gpus_per_host, HERD_CHECK_SKIP, "no NVIDIA GPU visible");
 }
 
+/* Which rank of a host prints (local rank 0), and how many ranks the host runs. */
+static void test_local_ranks(void **state)
+{
+    fixture *f = *state;
+    int rank = -1, size = -1;
+    herd_doctor_local_ranks(&f->env, &rank, &size);
+    assert_true(rank == 0 && size == 0); /* not launched: the one rank prints */
+    f->envp[0] = "SLURM_LOCALID=3";
+    f->envp[1] = "SLURM_NTASKS_PER_NODE=4";
+    herd_doctor_local_ranks(&f->env, &rank, &size);
+    assert_true(rank == 3 && size == 4);
+    f->envp[2] = "OMPI_COMM_WORLD_LOCAL_RANK=0"; /* Open MPI's variables come first */
+    f->envp[3] = "OMPI_COMM_WORLD_LOCAL_SIZE=2";
+    herd_doctor_local_ranks(&f->env, &rank, &size);
+    assert_true(rank == 0 && size == 2);
+}
+
 static void put_exec(fixture *f, const char *rel)
 {
     put_text(f, rel, "#!/bin/sh\n");
@@ -438,6 +455,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cuda_versions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nvidia_uvm, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gpus_per_host, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_local_ranks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mpi, setup, teardown),
         cmocka_unit_test_setup_teardown(test_single_copy, setup, teardown),
         cmocka_unit_test(test_probe_cma_live),

@@ -80,6 +80,27 @@ const char *doc_getenv(const herd_doctor_env *e, const char *name)
     return NULL;
 }
 
+/* The first of vars that is set (to a number > 0 when positive), as a number; 0 if none. */
+static int launcher_number(const herd_doctor_env *e, const char *const vars[3], bool positive)
+{
+    for (int i = 0; i < 3; i++) {
+        const char *v = doc_getenv(e, vars[i]);
+        if (v && *v && (!positive || atoi(v) > 0))
+            return atoi(v);
+    }
+    return 0;
+}
+
+void herd_doctor_local_ranks(const herd_doctor_env *env, int *local_rank, int *local_size)
+{
+    static const char *const ranks[3] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                         "SLURM_LOCALID"};
+    static const char *const sizes[3] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                                         "SLURM_NTASKS_PER_NODE"};
+    *local_rank = launcher_number(env, ranks, false);
+    *local_size = launcher_number(env, sizes, true);
+}
+
 void doc_append(char *buf, size_t cap, const char *sep, const char *s)
 {
     size_t used = strnlen(buf, cap);

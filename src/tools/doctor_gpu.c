@@ -138,19 +138,6 @@ void check_nvidia_uvm(const herd_doctor_env *e, herd_check *c)
         doc_set(c, HERD_CHECK_PASS, NULL, "nvidia and nvidia_uvm are loaded");
 }
 
-/* Ranks this host runs, from the launcher's environment (0 when not launched). */
-static int launcher_ranks_per_host(const herd_doctor_env *e)
-{
-    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
-                                       "SLURM_NTASKS_PER_NODE"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        const char *v = doc_getenv(e, vars[i]);
-        if (v && atoi(v) > 0)
-            return atoi(v);
-    }
-    return 0;
-}
-
 void check_gpus_per_host(const herd_doctor_env *e, herd_check *c)
 {
     int gpus = doc_count_entries(e, "/proc/driver/nvidia/gpus");
@@ -163,7 +150,9 @@ void check_gpus_per_host(const herd_doctor_env *e, herd_check *c)
             listed += *p == ',';
         visible = listed < gpus ? listed : gpus;
     }
-    int ranks = e->ranks_per_host > 0 ? e->ranks_per_host : launcher_ranks_per_host(e);
+    int local_rank, ranks = e->ranks_per_host;
+    if (ranks <= 0)
+        herd_doctor_local_ranks(e, &local_rank, &ranks);
     char seen[96];
     snprintf(seen, sizeof seen, "%d GPU(s) visible%s", visible, cvd ? " (CUDA_VISIBLE_DEVICES)" : "");
     if (visible == 0)
