@@ -134,6 +134,7 @@ static void test_acs(void **state)
 {
     fixture *f = *state;
     EXPECT(f, check_acs, HERD_CHECK_SKIP, "could not check");
+    assert_non_null(strstr(f->c.detail, "/sys/bus/pci/devices: No such file or directory"));
     put_config(f, "0000:3b:00.0", false, -1, 4096); /* a GPU, not a bridge */
     EXPECT(f, check_acs, HERD_CHECK_PASS, "no PCI-to-PCI bridges");
     put_config(f, "0000:00:01.0", true, 0x11, 4096); /* source validation + upstream forwarding */
@@ -223,6 +224,9 @@ static void test_transports(void **state)
     EXPECT(f, check_transports, HERD_CHECK_PASS, "no NCCL_*");
     put_text(f, "etc/nccl.conf", "# site settings\nNCCL_IB_DISABLE=1\nNCCL_SOCKET_IFNAME=eth0\n");
     EXPECT(f, check_transports, HERD_CHECK_WARN, "NCCL_IB_DISABLE (/etc/nccl.conf)");
+    f->envp[1] = "NCCL_P2P_DISABLE=1"; /* findings in order, one separator between them */
+    EXPECT(f, check_transports, HERD_CHECK_WARN,
+           "switched off: NCCL_P2P_DISABLE (environment); NCCL_IB_DISABLE (/etc/nccl.conf); traffic");
 }
 
 static void test_cuda_versions(void **state)
@@ -371,6 +375,7 @@ static void test_network(void **state)
 {
     fixture *f = *state;
     EXPECT(f, check_network, HERD_CHECK_SKIP, "could not check");
+    assert_non_null(strstr(f->c.detail, "/sys/class/net: No such file or directory"));
     put_text(f, "sys/class/net/lo/operstate", "unknown\n");
     put_text(f, "sys/class/net/eth0/operstate", "down\n");
     EXPECT(f, check_network, HERD_CHECK_WARN, "down: eth0");

@@ -31,11 +31,22 @@ void doc_path(const herd_doctor_env *e, const char *path, char *out, size_t cap)
     snprintf(out, cap, "%.*s%s", (int)n, root, path);
 }
 
-int doc_count_entries(const herd_doctor_env *e, const char *path)
+DIR *doc_opendir(const herd_doctor_env *e, const char *path, herd_check *c)
 {
     char full[4096];
     doc_path(e, path, full, sizeof full);
     DIR *d = opendir(full);
+    if (!d && c) {
+        int err = errno;
+        doc_set(c, HERD_CHECK_SKIP, NULL, "could not check: %s: %s", full, strerror(err));
+        errno = err;
+    }
+    return d;
+}
+
+int doc_count_entries(const herd_doctor_env *e, const char *path)
+{
+    DIR *d = doc_opendir(e, path, NULL);
     if (!d)
         return -errno;
     int n = 0;
