@@ -2,7 +2,6 @@
 #include <cjson/cJSON.h>
 #include <getopt.h>
 #include <stdio.h>
-#include <stdlib.h>
 
 #include "cli.h"
 #include "tools/tools.h"
@@ -24,18 +23,6 @@ static const char doctor_help[] =
     "  --json              one JSON object instead of the table\n"
     "  --ranks-per-host N  compare GPUs with N ranks (default: the launcher's environment)\n"
     "  --root DIR          read /proc, /sys, /etc and /dev under DIR (for tests)\n";
-
-/* Under a launcher every rank runs the checks; one per host prints them. */
-static bool first_on_host(void)
-{
-    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && *v)
-            return atoi(v) == 0;
-    }
-    return true;
-}
 
 int cmd_doctor(int argc, char **argv)
 {
@@ -69,7 +56,11 @@ int cmd_doctor(int argc, char **argv)
     int count[4] = {0};
     for (int i = 0; i < n; i++)
         count[checks[i].status]++;
-    bool print = first_on_host(); /* every rank's exit status still counts */
+    /* Under a launcher every rank runs the checks; one per host prints them (every
+     * rank's exit status still counts). */
+    int local_rank, local_size;
+    herd_doctor_local_ranks(&env, &local_rank, &local_size);
+    bool print = local_rank == 0;
     if (print && json) {
         cJSON *o = cJSON_CreateObject(), *list = cJSON_AddArrayToObject(o, "checks");
         for (int i = 0; i < n; i++) {

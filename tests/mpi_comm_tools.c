@@ -1,6 +1,7 @@
 /* The MPI communicator's operations for the benchmarks, on 2 or 3 ranks: sums of
  * half/bf16/float buffers as they are, point-to-point messages (a ring, one-sided,
- * large enough for rendezvous), and the timed MPI_Allreduce reference. */
+ * large enough for rendezvous), the timed MPI_Allreduce reference, and the largest
+ * value over the ranks. */
 #include <string.h>
 
 #include "core/half.h"
@@ -82,6 +83,16 @@ static void check_sendrecv(herd_comm *c)
     free(in);
 }
 
+/* The benchmarks' "slowest rank": every rank gets the largest value, wherever it is. */
+static void check_max(herd_comm *c)
+{
+    for (int top = 0; top < c->size; top++) {
+        double v = c->rank == top ? 7.5 : -(double)c->rank;
+        MT_OK(herd_comm_max_f64(c, &v));
+        MT_CHECK(v == 7.5, "max with rank %d on top: %g", top, v);
+    }
+}
+
 int main(void)
 {
     herd_comm *c;
@@ -95,6 +106,7 @@ int main(void)
         check_typed(c, types[t], true);
     }
     check_sendrecv(c);
+    check_max(c);
     herd_comm_destroy(c);
     return mt_finish("all checks passed");
 }

@@ -1,6 +1,6 @@
 /* The communication benchmarks on the single-process communicator: every size
  * verified, the corruption hook caught in every type, fusion, the JSON shape that
- * herd predict reads, and the point-to-point matrices of a group of one. */
+ * herd predict reads, the point-to-point matrices of a group of one, and the buffers. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -153,6 +153,31 @@ static void test_p2p_one_rank_and_gpus(void **state)
         assert_true(why[0] != '\0');
 }
 
+/* Host buffers always; GPU buffers through the cuda backend, or the reason there are none. */
+static void test_mem(void **state)
+{
+    (void)state;
+    bench_mem m;
+    assert_herd_ok(bench_mem_alloc(&m, 64, false));
+    assert_true(m.host && !m.dev && bench_mem_target(&m) == m.host);
+    assert_herd_ok(bench_mem_upload(&m, 64));
+    bench_mem_free(&m);
+    herd_status st = bench_mem_alloc(&m, 64, true);
+    if (st != HERD_OK) { /* built without CUDA, or no GPU */
+        assert_int_equal(st, HERD_ERR_UNSUPPORTED);
+        assert_non_null(strstr(herd_last_error(), "cuda backend"));
+        assert_null(m.host);
+        return;
+    }
+    assert_true(m.dev && bench_mem_target(&m) == m.dev);
+    memset(m.host, 0x5a, 64);
+    assert_herd_ok(bench_mem_upload(&m, 64));
+    memset(m.host, 0, 64);
+    assert_herd_ok(bench_mem_download(&m, 64));
+    assert_int_equal(((unsigned char *)m.host)[63], 0x5a);
+    bench_mem_free(&m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -160,6 +185,7 @@ int main(void)
         cmocka_unit_test(test_fusion_and_refusals),
         cmocka_unit_test(test_json_shape),
         cmocka_unit_test(test_p2p_one_rank_and_gpus),
+        cmocka_unit_test(test_mem),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

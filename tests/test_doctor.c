@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/build_info.h"
 #include "testutil.h"
 #include "tools/doctor.h"
 
@@ -133,6 +134,7 @@ static void test_acs(void **state)
 {
     fixture *f = *state;
     EXPECT(f, check_acs, HERD_CHECK_SKIP, "could not check");
+    assert_non_null(strstr(f->c.detail, "/sys/bus/pci/devices: No such file or directory"));
     put_config(f, "0000:3b:00.0", false, -1, 4096); /* a GPU, not a bridge */
     EXPECT(f, check_acs, HERD_CHECK_PASS, "no PCI-to-PCI bridges");
     put_config(f, "0000:00:01.0", true, 0x11, 4096); /* source validation + upstream forwarding */
@@ -222,6 +224,9 @@ static void test_transports(void **state)
     EXPECT(f, check_transports, HERD_CHECK_PASS, "no NCCL_*");
     put_text(f, "etc/nccl.conf", "# site settings\nNCCL_IB_DISABLE=1\nNCCL_SOCKET_IFNAME=eth0\n");
     EXPECT(f, check_transports, HERD_CHECK_WARN, "NCCL_IB_DISABLE (/etc/nccl.conf)");
+    f->envp[1] = "NCCL_P2P_DISABLE=1"; /* findings in order, one separator between them */
+    EXPECT(f, check_transports, HERD_CHECK_WARN,
+           "switched off: NCCL_P2P_DISABLE (environment); NCCL_IB_DISABLE (/etc/nccl.conf); traffic");
 }
 
 static void test_cuda_versions(void **state)
@@ -271,6 +276,23 @@ static void test_gpus_per_host(void **state)
     EXPECT(f, check_gpus_per_host, HERD_CHECK_FAIL, "1 GPU(s) visible (CUDA_VISIBLE_DEVICES)");
     f->envp[1] = "CUDA_VISIBLE_DEVICES=";
     EXPECT(f, check_gpus_per_host, HERD_CHECK_SKIP, "no NVIDIA GPU visible");
+}
+
+/* Which rank of a host prints (local rank 0), and how many ranks the host runs. */
+static void test_local_ranks(void **state)
+{
+    fixture *f = *state;
+    int rank = -1, size = -1;
+    herd_doctor_local_ranks(&f->env, &rank, &size);
+    assert_true(rank == 0 && size == 0); /* not launched: the one rank prints */
+    f->envp[0] = "SLURM_LOCALID=3";
+    f->envp[1] = "SLURM_NTASKS_PER_NODE=4";
+    herd_doctor_local_ranks(&f->env, &rank, &size);
+    assert_true(rank == 3 && size == 4);
+    f->envp[2] = "OMPI_COMM_WORLD_LOCAL_RANK=0"; /* Open MPI's variables come first */
+    f->envp[3] = "OMPI_COMM_WORLD_LOCAL_SIZE=2";
+    herd_doctor_local_ranks(&f->env, &rank, &size);
+    assert_true(rank == 0 && size == 2);
 }
 
 static void put_exec(fixture *f, const char *rel)
@@ -353,6 +375,7 @@ static void test_network(void **state)
 {
     fixture *f = *state;
     EXPECT(f, check_network, HERD_CHECK_SKIP, "could not check");
+    assert_non_null(strstr(f->c.detail, "/sys/class/net: No such file or directory"));
     put_text(f, "sys/class/net/lo/operstate", "unknown\n");
     put_text(f, "sys/class/net/eth0/operstate", "down\n");
     EXPECT(f, check_network, HERD_CHECK_WARN, "down: eth0");
@@ -387,6 +410,28 @@ static void test_xid_unreadable(void **state)
     EXPECT(f, check_xid, HERD_CHECK_SKIP, "could not check: /dev/kmsg: Is a directory");
 }
 
+/* The defaults name the MPI library alone, as --version does: not what follows it there
+ * (it once carried "; NCCL ..." along). */
+static void test_env_default_mpi(void **state)
+{
+    (void)state;
+    herd_doctor_env env;
+    herd_doctor_env_default(&env, NULL);
+    const char *mpi = herd_mpi_library_version();
+    if (!mpi) {
+        assert_null(env.mpi_library);
+        assert_non_null(strstr(herd_build_info(), "MPI: none;"));
+        return;
+    }
+    assert_string_equal(env.mpi_library, mpi);
+    assert_null(strstr(mpi, "NCCL"));
+    assert_null(strpbrk(mpi, ";)"));
+    const char *named = strstr(herd_build_info(), "MPI: ");
+    assert_non_null(named);
+    assert_memory_equal(named + 5, mpi, strlen(mpi));
+    assert_int_equal(named[5 + strlen(mpi)], ';');
+}
+
 /* The whole run on an empty tree: every check reports, none crashes, names are unique. */
 static void test_run_all(void **state)
 {
@@ -415,12 +460,14 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cuda_versions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nvidia_uvm, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gpus_per_host, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_local_ranks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mpi, setup, teardown),
         cmocka_unit_test_setup_teardown(test_single_copy, setup, teardown),
         cmocka_unit_test(test_probe_cma_live),
         cmocka_unit_test_setup_teardown(test_network, setup, teardown),
         cmocka_unit_test_setup_teardown(test_xid, setup, teardown),
         cmocka_unit_test_setup_teardown(test_xid_unreadable, setup, teardown),
+        cmocka_unit_test(test_env_default_mpi),
         cmocka_unit_test_setup_teardown(test_run_all, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/build_info.h"
 #include "herd/herd.h"
 
 #if HERD_HAVE_CUDA
@@ -20,16 +21,17 @@
 #endif
 
 static char build_info[768];
+static char mpi_library[VERSION_CAP] = "none"; /* kept apart: herd doctor names it alone */
 static pthread_once_t build_info_once = PTHREAD_ONCE_INIT;
 
 static void compose_build_info(void)
 {
-    char mpi[VERSION_CAP] = "none";
 #if HERD_HAVE_MPI
-    /* Callable before MPI_Init; the library actually loaded, not the headers'. */
+    /* Callable before MPI_Init; the library actually loaded, not the headers'. Cut to
+     * "Open MPI v4.1.4", without the package details. */
     int len = 0;
-    if (MPI_Get_library_version(mpi, &len) == MPI_SUCCESS)
-        mpi[strcspn(mpi, ",\n")] = '\0'; /* "Open MPI v4.1.4", without the package details */
+    if (MPI_Get_library_version(mpi_library, &len) == MPI_SUCCESS)
+        mpi_library[strcspn(mpi_library, ",\n")] = '\0';
 #endif
     char cuda[160] = "cuda: not built";
 #if HERD_HAVE_CUDA
@@ -54,11 +56,21 @@ static void compose_build_info(void)
     snprintf(build_info, sizeof build_info,
              "herd " HERD_VERSION " (backends: cpu: oneDNN " HERD_DNNL_VERSION
              " (convolutions and BLAS: dnnl_sgemm), OpenMP; %s; MPI: %s; %s)",
-             cuda, mpi, nccl);
+             cuda, mpi_library, nccl);
 }
 
 const char *herd_build_info(void)
 {
     pthread_once(&build_info_once, compose_build_info);
     return build_info;
+}
+
+const char *herd_mpi_library_version(void)
+{
+#if HERD_HAVE_MPI
+    pthread_once(&build_info_once, compose_build_info);
+    return mpi_library;
+#else
+    return NULL;
+#endif
 }

@@ -45,6 +45,19 @@ void herd_comm_destroy(herd_comm *c)
         c->ops->destroy(c);
 }
 
+herd_status herd_comm_max_f64(herd_comm *c, double *v)
+{
+    /* The communicators offer a sum only: gather one value per rank, keep the largest. */
+    double *all = herd_xcalloc((size_t)c->size, sizeof *all);
+    if (!all)
+        return HERD_ERR_NOMEM;
+    herd_status st = c->ops->allgather(c, v, all, sizeof *v);
+    for (int r = 0; st == HERD_OK && r < c->size; r++)
+        *v = all[r] > *v ? all[r] : *v;
+    free(all);
+    return st;
+}
+
 herd_status herd_comm_create_backend(const char *name, const herd_comm_config *cfg, herd_comm **out)
 {
     *out = NULL;

@@ -122,6 +122,8 @@ bool herd_comm_launched_by_mpi(void);
 /* MPI when launched by an MPI launcher and built with MPI, otherwise local. */
 herd_status herd_comm_create_default(const herd_comm_config *cfg, herd_comm **out);
 void herd_comm_destroy(herd_comm *c);
+/* *v becomes its largest value over the ranks (a collective's time is its slowest rank's). */
+herd_status herd_comm_max_f64(herd_comm *c, double *v);
 
 /* Gradients in device memory (comm_device.c, comm_nccl.c). Each wraps `host` (not
  * owned; it must outlive the wrapper): allreduce_start / wait_all take buffers of

@@ -141,20 +141,6 @@ static herd_status verify(herd_comm *c, const bench_allreduce_config *cfg, bench
 
 /* ------------------------------------------------------------------ timing */
 
-/* A collective's time is its slowest rank's. */
-static herd_status slowest(herd_comm *c, double mine, double *out)
-{
-    double *all = herd_xcalloc((size_t)c->size, sizeof *all);
-    if (!all)
-        return HERD_ERR_NOMEM;
-    herd_status st = c->ops->allgather(c, &mine, all, sizeof mine);
-    *out = mine;
-    for (int r = 0; st == HERD_OK && r < c->size; r++)
-        *out = all[r] > *out ? all[r] : *out;
-    free(all);
-    return st;
-}
-
 /* `steps` times: `pieces` reductions of `count` elements started, then waited for.
  * Returns the slowest rank's seconds per step. */
 static herd_status time_steps(herd_comm *c, const bench_allreduce_config *cfg, void *buf,
@@ -169,7 +155,8 @@ static herd_status time_steps(herd_comm *c, const bench_allreduce_config *cfg, v
                                                    cfg->type, "bench"));
         HERD_TRY(finish(c));
     }
-    HERD_TRY(slowest(c, herd_now() - start, seconds));
+    *seconds = herd_now() - start;
+    HERD_TRY(herd_comm_max_f64(c, seconds)); /* a collective's time is its slowest rank's */
     *seconds /= steps > 0 ? steps : 1;
     return HERD_OK;
 }
@@ -183,7 +170,8 @@ static herd_status time_queued(herd_comm *c, const bench_allreduce_config *cfg, 
     for (int i = 0; i < iters; i++)
         HERD_TRY(c->ops->allreduce_typed_start(c, buf, count, cfg->type, "bench"));
     HERD_TRY(finish(c));
-    HERD_TRY(slowest(c, herd_now() - start, seconds));
+    *seconds = herd_now() - start;
+    HERD_TRY(herd_comm_max_f64(c, seconds));
     *seconds /= iters;
     return HERD_OK;
 }
@@ -196,29 +184,21 @@ static herd_status time_reference(herd_comm *c, const bench_allreduce_config *cf
         HERD_TRY(c->ops->time_reference_allreduce(c, buf, count, cfg->type, cfg->warmup, &t));
     HERD_TRY(c->ops->barrier(c));
     HERD_TRY(c->ops->time_reference_allreduce(c, buf, count, cfg->type, cfg->iters, &t));
-    HERD_TRY(slowest(c, t, seconds));
+    *seconds = t;
+    HERD_TRY(herd_comm_max_f64(c, seconds));
     *seconds /= cfg->iters;
     return HERD_OK;
 }
 
 /* ------------------------------------------------------------------- runs */
 
+/* Each host has one local rank 0 (ranks sharing memory: MPI_COMM_TYPE_SHARED). */
 static herd_status count_hosts(herd_comm *c, int *hosts)
 {
-    char *names = herd_xcalloc((size_t)c->size, sizeof c->host);
-    if (!names)
-        return HERD_ERR_NOMEM;
-    herd_status st = c->ops->allgather(c, c->host, names, sizeof c->host);
-    *hosts = 0;
-    for (int r = 0; st == HERD_OK && r < c->size; r++) {
-        bool seen = false;
-        for (int q = 0; q < r && !seen; q++)
-            seen = strncmp(names + (size_t)q * sizeof c->host, names + (size_t)r * sizeof c->host,
-                           sizeof c->host) == 0;
-        *hosts += !seen;
-    }
-    free(names);
-    return st;
+    double first_on_host = c->local_rank == 0;
+    HERD_TRY(c->ops->allreduce_f64(c, &first_on_host, 1));
+    *hosts = (int)first_on_host;
+    return HERD_OK;
 }
 
 static herd_status run_size(herd_comm *c, const bench_allreduce_config *cfg, bench_mem *m,

@@ -9,10 +9,6 @@
 #include "core/error.h"
 #include "tools/bench_tools.h"
 
-#if HERD_HAVE_CUDA
-#include "backend/cuda/cuda.h"
-#endif
-
 static herd_status no_host_memory(size_t bytes)
 {
     return HERD_ERR(HERD_ERR_NOMEM, "benchmark: cannot allocate %zu bytes; try a smaller maximum "
@@ -28,7 +24,7 @@ herd_status bench_comm_open(const char *backend, herd_comm **comm, herd_comm **h
         return herd_comm_nccl_create(NULL, comm); /* says how to build it in */
     HERD_TRY(herd_comm_create_backend("auto", NULL, host));
     /* Local rank i drives GPU i, as in training. */
-    herd_status st = herd_backend_cuda_bind((*host)->local_rank, (*host)->local_size);
+    herd_status st = herd_dist_bind_device(*host, "cuda");
     if (st == HERD_OK)
         st = herd_comm_nccl_create(*host, comm);
     if (st != HERD_OK) {
@@ -44,15 +40,14 @@ void bench_comm_close(herd_comm *comm, herd_comm *host)
     herd_comm_destroy(host);
 }
 
-#if HERD_HAVE_CUDA
-
 herd_status bench_mem_alloc(bench_mem *m, size_t bytes, bool device)
 {
     memset(m, 0, sizeof *m);
-    m->bytes = bytes;
+    if (device && !(m->gpu = herd_backend_cuda())) /* says why: not built, no GPU */
+        return HERD_ERR_UNSUPPORTED;
     if (!(m->host = herd_aligned_alloc(bytes)))
         return no_host_memory(bytes);
-    if (device && !(m->dev = herd_cuda_alloc(bytes))) {
+    if (m->gpu && !(m->dev = m->gpu->alloc(bytes))) {
         bench_mem_free(m);
         return HERD_ERR(HERD_ERR_NOMEM, "cannot allocate %zu bytes of GPU memory; try a smaller "
                         "maximum size (-e)", bytes);
@@ -63,47 +58,17 @@ herd_status bench_mem_alloc(bench_mem *m, size_t bytes, bool device)
 void bench_mem_free(bench_mem *m)
 {
     herd_aligned_free(m->host);
-    herd_cuda_free(m->dev);
+    if (m->dev)
+        m->gpu->free(m->dev);
     memset(m, 0, sizeof *m);
 }
 
 herd_status bench_mem_upload(bench_mem *m, size_t bytes)
 {
-    return m->dev ? herd_cuda_memcpy_h2d(m->dev, m->host, bytes) : HERD_OK;
+    return m->dev ? m->gpu->memcpy_h2d(m->dev, m->host, bytes) : HERD_OK;
 }
 
 herd_status bench_mem_download(bench_mem *m, size_t bytes)
 {
-    return m->dev ? herd_cuda_memcpy_d2h(m->host, m->dev, bytes) : HERD_OK;
+    return m->dev ? m->gpu->memcpy_d2h(m->host, m->dev, bytes) : HERD_OK;
 }
-
-#else /* host memory only */
-
-herd_status bench_mem_alloc(bench_mem *m, size_t bytes, bool device)
-{
-    memset(m, 0, sizeof *m);
-    m->bytes = bytes;
-    if (device)
-        return HERD_ERR(HERD_ERR_UNSUPPORTED, "herd was built without CUDA: no GPU buffers");
-    return (m->host = herd_aligned_alloc(bytes)) ? HERD_OK : no_host_memory(bytes);
-}
-
-void bench_mem_free(bench_mem *m)
-{
-    herd_aligned_free(m->host);
-    memset(m, 0, sizeof *m);
-}
-
-herd_status bench_mem_upload(bench_mem *m, size_t bytes)
-{
-    (void)m, (void)bytes;
-    return HERD_OK;
-}
-
-herd_status bench_mem_download(bench_mem *m, size_t bytes)
-{
-    (void)m, (void)bytes;
-    return HERD_OK;
-}
-
-#endif

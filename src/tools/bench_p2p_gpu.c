@@ -44,12 +44,7 @@ herd_status bench_p2p_gpu_can_access(int i, int j, bool *yes)
 #include <math.h>
 #include <stdlib.h>
 
-#define CUDA_TRY(call)                                                                   \
-    do {                                                                                 \
-        cudaError_t ce_ = (call);                                                        \
-        if (ce_ != cudaSuccess)                                                          \
-            return HERD_ERR(HERD_ERR_INTERNAL, "%s failed: %s", #call, cudaGetErrorString(ce_)); \
-    } while (0)
+#include "backend/cuda/cuda.h"
 
 herd_status bench_p2p_gpu_count(int *count, char *why, size_t cap)
 {
@@ -70,7 +65,7 @@ herd_status bench_p2p_gpu_can_access(int i, int j, bool *yes)
     int can = 0;
     *yes = false;
     if (i != j)
-        CUDA_TRY(cudaDeviceCanAccessPeer(&can, i, j));
+        HERD_CUDA(cudaDeviceCanAccessPeer(&can, i, j), "querying peer access");
     *yes = i == j || can;
     return HERD_OK;
 }
@@ -83,13 +78,13 @@ typedef struct gpu {
 
 static herd_status gpu_open(int d, size_t bytes, gpu *g)
 {
-    CUDA_TRY(cudaSetDevice(d));
-    CUDA_TRY(cudaMalloc(&g->src, bytes));
-    CUDA_TRY(cudaMalloc(&g->dst, bytes));
-    CUDA_TRY(cudaMemset(g->src, 1, bytes));
-    CUDA_TRY(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
-    CUDA_TRY(cudaEventCreate(&g->start));
-    CUDA_TRY(cudaEventCreate(&g->stop));
+    HERD_CUDA(cudaSetDevice(d), "selecting a GPU");
+    HERD_CUDA(cudaMalloc(&g->src, bytes), "allocating a copy source");
+    HERD_CUDA(cudaMalloc(&g->dst, bytes), "allocating a copy destination");
+    HERD_CUDA(cudaMemset(g->src, 1, bytes), "filling a copy source");
+    HERD_CUDA(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking), "creating a stream");
+    HERD_CUDA(cudaEventCreate(&g->start), "creating an event");
+    HERD_CUDA(cudaEventCreate(&g->stop), "creating an event");
     return HERD_OK;
 }
 
@@ -113,7 +108,7 @@ static herd_status set_peer(int i, int j, bool on)
 {
     for (int k = 0; k < 2; k++) {
         int from = k ? j : i, to = k ? i : j;
-        CUDA_TRY(cudaSetDevice(from));
+        HERD_CUDA(cudaSetDevice(from), "selecting a GPU");
         cudaError_t ce = on ? cudaDeviceEnablePeerAccess(to, 0) : cudaDeviceDisablePeerAccess(to);
         if (ce == cudaErrorPeerAccessAlreadyEnabled || ce == cudaErrorPeerAccessNotEnabled)
             cudaGetLastError();
@@ -130,22 +125,23 @@ static herd_status set_peer(int i, int j, bool on)
 static herd_status time_copies(gpu *g, int i, int j, size_t bytes, int reps, bool both_ways,
                                float *ms)
 {
-    CUDA_TRY(cudaSetDevice(i));
-    CUDA_TRY(cudaEventRecord(g[i].start, g[i].stream));
+    HERD_CUDA(cudaSetDevice(i), "selecting a GPU");
+    HERD_CUDA(cudaEventRecord(g[i].start, g[i].stream), "recording the start event");
     for (int r = 0; r < reps; r++)
-        CUDA_TRY(cudaMemcpyPeerAsync(g[j].dst, j, g[i].src, i, bytes, g[i].stream));
+        HERD_CUDA(cudaMemcpyPeerAsync(g[j].dst, j, g[i].src, i, bytes, g[i].stream), "a peer copy");
     if (both_ways) {
-        CUDA_TRY(cudaSetDevice(j));
-        CUDA_TRY(cudaStreamWaitEvent(g[j].stream, g[i].start, 0));
+        HERD_CUDA(cudaSetDevice(j), "selecting a GPU");
+        HERD_CUDA(cudaStreamWaitEvent(g[j].stream, g[i].start, 0), "ordering the return copies");
         for (int r = 0; r < reps; r++)
-            CUDA_TRY(cudaMemcpyPeerAsync(g[i].dst, i, g[j].src, j, bytes, g[j].stream));
-        CUDA_TRY(cudaEventRecord(g[j].stop, g[j].stream));
-        CUDA_TRY(cudaSetDevice(i));
-        CUDA_TRY(cudaStreamWaitEvent(g[i].stream, g[j].stop, 0));
+            HERD_CUDA(cudaMemcpyPeerAsync(g[i].dst, i, g[j].src, j, bytes, g[j].stream),
+                      "a peer copy");
+        HERD_CUDA(cudaEventRecord(g[j].stop, g[j].stream), "recording the stop event");
+        HERD_CUDA(cudaSetDevice(i), "selecting a GPU");
+        HERD_CUDA(cudaStreamWaitEvent(g[i].stream, g[j].stop, 0), "waiting for the return copies");
     }
-    CUDA_TRY(cudaEventRecord(g[i].stop, g[i].stream));
-    CUDA_TRY(cudaEventSynchronize(g[i].stop));
-    CUDA_TRY(cudaEventElapsedTime(ms, g[i].start, g[i].stop));
+    HERD_CUDA(cudaEventRecord(g[i].stop, g[i].stream), "recording the stop event");
+    HERD_CUDA(cudaEventSynchronize(g[i].stop), "waiting for the copies");
+    HERD_CUDA(cudaEventElapsedTime(ms, g[i].start, g[i].stop), "reading the copy time");
     return HERD_OK;
 }
 

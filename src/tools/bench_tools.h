@@ -23,7 +23,7 @@ void bench_comm_close(herd_comm *comm, herd_comm *host);
  * memory. Results are filled and checked on the host side. */
 typedef struct bench_mem {
     void *host, *dev;
-    size_t bytes;
+    const struct herd_backend *gpu; /* dev's backend (cuda); NULL for host memory only */
 } bench_mem;
 
 herd_status bench_mem_alloc(bench_mem *m, size_t bytes, bool device);

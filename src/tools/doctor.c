@@ -19,6 +19,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "core/build_info.h"
 #include "tools/doctor.h"
 
 void doc_path(const herd_doctor_env *e, const char *path, char *out, size_t cap)
@@ -30,11 +31,22 @@ void doc_path(const herd_doctor_env *e, const char *path, char *out, size_t cap)
     snprintf(out, cap, "%.*s%s", (int)n, root, path);
 }
 
-int doc_count_entries(const herd_doctor_env *e, const char *path)
+DIR *doc_opendir(const herd_doctor_env *e, const char *path, herd_check *c)
 {
     char full[4096];
     doc_path(e, path, full, sizeof full);
     DIR *d = opendir(full);
+    if (!d && c) {
+        int err = errno;
+        doc_set(c, HERD_CHECK_SKIP, NULL, "could not check: %s: %s", full, strerror(err));
+        errno = err;
+    }
+    return d;
+}
+
+int doc_count_entries(const herd_doctor_env *e, const char *path)
+{
+    DIR *d = doc_opendir(e, path, NULL);
     if (!d)
         return -errno;
     int n = 0;
@@ -77,6 +89,27 @@ const char *doc_getenv(const herd_doctor_env *e, const char *name)
         if (strncmp(*v, name, n) == 0 && (*v)[n] == '=')
             return *v + n + 1;
     return NULL;
+}
+
+/* The first of vars that is set (to a number > 0 when positive), as a number; 0 if none. */
+static int launcher_number(const herd_doctor_env *e, const char *const vars[3], bool positive)
+{
+    for (int i = 0; i < 3; i++) {
+        const char *v = doc_getenv(e, vars[i]);
+        if (v && *v && (!positive || atoi(v) > 0))
+            return atoi(v);
+    }
+    return 0;
+}
+
+void herd_doctor_local_ranks(const herd_doctor_env *env, int *local_rank, int *local_size)
+{
+    static const char *const ranks[3] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                         "SLURM_LOCALID"};
+    static const char *const sizes[3] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                                         "SLURM_NTASKS_PER_NODE"};
+    *local_rank = launcher_number(env, ranks, false);
+    *local_size = launcher_number(env, sizes, true);
 }
 
 void doc_append(char *buf, size_t cap, const char *sep, const char *s)
@@ -133,14 +166,7 @@ void herd_doctor_env_default(herd_doctor_env *env, char **envp)
 #if HERD_HAVE_CUDA
     env->cuda_runtime_version = CUDART_VERSION; /* the toolkit herd was built with */
 #endif
-    /* The MPI library actually loaded, as --version names it: "... MPI: Open MPI v4.1.4)". */
-    static char mpi[128];
-    const char *m = strstr(herd_build_info(), "MPI: ");
-    if (m && strncmp(m + 5, "none", 4) != 0) {
-        snprintf(mpi, sizeof mpi, "%s", m + 5);
-        mpi[strcspn(mpi, ")")] = '\0';
-        env->mpi_library = mpi;
-    }
+    env->mpi_library = herd_mpi_library_version(); /* the library loaded, as --version names it */
 }
 
 const char *herd_check_status_name(herd_check_status s)

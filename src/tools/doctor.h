@@ -2,6 +2,7 @@
 #ifndef HERD_TOOLS_DOCTOR_H
 #define HERD_TOOLS_DOCTOR_H
 
+#include <dirent.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -9,6 +10,9 @@
 
 /* path under env->root (path is absolute: "/proc/cmdline"). */
 void doc_path(const herd_doctor_env *e, const char *path, char *out, size_t cap);
+/* Opens a directory under the root; NULL with errno set on failure, and then c (when
+ * not NULL) is marked "could not check: PATH: reason". */
+DIR *doc_opendir(const herd_doctor_env *e, const char *path, herd_check *c);
 /* Entries other than . and .. of a directory under the root, or -errno. */
 int doc_count_entries(const herd_doctor_env *e, const char *path);
 /* Reads at most cap-1 bytes of a file under the root, NUL-terminated; returns the length

@@ -10,11 +10,12 @@
 
 static bool truthy(const char *v) { return v && *v && strcmp(v, "0") != 0; }
 
+/* Adds one finding, "; " between findings. */
 static void append(char *buf, size_t cap, const char *fmt, const char *a, const char *b)
 {
-    size_t n = strlen(buf);
-    if (n < cap)
-        snprintf(buf + n, cap - n, fmt, n ? "; " : "", a, b);
+    char item[256];
+    snprintf(item, sizeof item, fmt, a, b);
+    doc_append(buf, cap, "; ", item);
 }
 
 /* NCCL_* variables that switch a transport off, from the environment or nccl.conf. */
@@ -23,9 +24,9 @@ static void nccl_findings(const char *name, const char *value, const char *where
     static const char *const disabling[] = {"NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE"};
     for (size_t i = 0; i < sizeof disabling / sizeof disabling[0]; i++)
         if (strcmp(name, disabling[i]) == 0 && truthy(value))
-            append(out, cap, "%s%s (%s)", name, where);
+            append(out, cap, "%s (%s)", name, where);
     if (strcmp(name, "NCCL_P2P_LEVEL") == 0 && value && strcmp(value, "LOC") == 0)
-        append(out, cap, "%s%s=LOC (%s)", name, where);
+        append(out, cap, "%s=LOC (%s)", name, where);
 }
 
 /* Open MPI's btl list: "^vader" excludes, "self,tcp" includes only what it names. */
@@ -67,7 +68,7 @@ void check_transports(const herd_doctor_env *e, herd_check *c)
     }
     const char *btl = doc_getenv(e, "OMPI_MCA_btl");
     if (btl_drops_shared_memory(btl))
-        append(found, sizeof found, "%sOMPI_MCA_btl=%s%s (no shared-memory transport)", btl, "");
+        append(found, sizeof found, "OMPI_MCA_btl=%s%s (no shared-memory transport)", btl, "");
     if (found[0])
         doc_set(c, HERD_CHECK_WARN, "unset these unless you are working around a known problem "
                 "(a broken P2P path, a missing RDMA stack)", "transports switched off: %s; traffic "
@@ -138,19 +139,6 @@ void check_nvidia_uvm(const herd_doctor_env *e, herd_check *c)
         doc_set(c, HERD_CHECK_PASS, NULL, "nvidia and nvidia_uvm are loaded");
 }
 
-/* Ranks this host runs, from the launcher's environment (0 when not launched). */
-static int launcher_ranks_per_host(const herd_doctor_env *e)
-{
-    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
-                                       "SLURM_NTASKS_PER_NODE"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        const char *v = doc_getenv(e, vars[i]);
-        if (v && atoi(v) > 0)
-            return atoi(v);
-    }
-    return 0;
-}
-
 void check_gpus_per_host(const herd_doctor_env *e, herd_check *c)
 {
     int gpus = doc_count_entries(e, "/proc/driver/nvidia/gpus");
@@ -163,7 +151,9 @@ void check_gpus_per_host(const herd_doctor_env *e, herd_check *c)
             listed += *p == ',';
         visible = listed < gpus ? listed : gpus;
     }
-    int ranks = e->ranks_per_host > 0 ? e->ranks_per_host : launcher_ranks_per_host(e);
+    int local_rank, ranks = e->ranks_per_host;
+    if (ranks <= 0)
+        herd_doctor_local_ranks(e, &local_rank, &ranks);
     char seen[96];
     snprintf(seen, sizeof seen, "%d GPU(s) visible%s", visible, cvd ? " (CUDA_VISIBLE_DEVICES)" : "");
     if (visible == 0)

@@ -74,13 +74,9 @@ void check_mpi(const herd_doctor_env *e, herd_check *c)
 
 void check_network(const herd_doctor_env *e, herd_check *c)
 {
-    char path[4096];
-    doc_path(e, "/sys/class/net", path, sizeof path);
-    DIR *d = opendir(path);
-    if (!d) {
-        doc_set(c, HERD_CHECK_SKIP, NULL, "could not check: %s: %s", path, strerror(errno));
+    DIR *d = doc_opendir(e, "/sys/class/net", c);
+    if (!d)
         return;
-    }
     char up[256] = "", down[256] = "";
     int n_up = 0;
     for (struct dirent *de; (de = readdir(d));) {

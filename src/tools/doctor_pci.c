@@ -1,7 +1,6 @@
 /* herd doctor: PCIe Access Control Services on bridges, read from sysfs config space
  * (setpci may not be installed, and needs root anyway). */
 #include <dirent.h>
-#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -37,13 +36,9 @@ static long acs_control(const unsigned char *cfg, long len)
 
 void check_acs(const herd_doctor_env *e, herd_check *c)
 {
-    char path[4096];
-    doc_path(e, "/sys/bus/pci/devices", path, sizeof path);
-    DIR *d = opendir(path);
-    if (!d) {
-        doc_set(c, HERD_CHECK_SKIP, NULL, "could not check: %s: %s", path, strerror(errno));
+    DIR *d = doc_opendir(e, "/sys/bus/pci/devices", c);
+    if (!d)
         return;
-    }
     int bridges = 0, unreadable = 0, redirecting = 0;
     char listed[160] = "";
     for (struct dirent *de; (de = readdir(d));) {

@@ -92,7 +92,6 @@ typedef struct herd_topo_gpu {
     char bus_id[16];
     int numa;       /* -1 when unknown */
     char cpus[64];  /* the cores nearest to it */
-    bool in_pci_tree; /* hwloc saw it: its links come from the PCI tree */
     herd_pci_locus locus;
 } herd_topo_gpu;
 
@@ -190,6 +189,9 @@ typedef struct herd_doctor_env {
 } herd_doctor_env;
 
 void herd_doctor_env_default(herd_doctor_env *env, char **envp);
+/* This rank's place on its host from the launcher's variables in env->envp (Open MPI,
+ * MPICH's Hydra, Slurm): *local_rank 0 when not launched, *local_size 0 when unknown. */
+void herd_doctor_local_ranks(const herd_doctor_env *env, int *local_rank, int *local_size);
 
 #define HERD_DOCTOR_MAX_CHECKS 16
 /* Runs every check; returns how many it wrote into out (at most HERD_DOCTOR_MAX_CHECKS). */

@@ -147,7 +147,6 @@ static void place_gpus(hwloc_topology_t hw, herd_topo *t)
                             : NULL;
         if (!o)
             continue;
-        gpu->in_pci_tree = true;
         gpu->numa = numa_of(hw, o);
         cpus_near(hw, o, gpu->cpus, sizeof gpu->cpus);
         pci_locus(hw, o, &gpu->locus);

@@ -159,15 +159,9 @@ herd_status herd_bench_run(herd_model *m, herd_dataset *ds, const herd_bench_con
     /* The job is as fast as its slowest rank. */
     double slowest = all.elapsed;
     if (st == HERD_OK && comm->size > 1) {
-        double v[1] = {all.elapsed};
-        herd_comm *c = comm;
-        double *gathered = herd_xcalloc((size_t)c->size, sizeof(double));
-        st = gathered ? c->ops->allgather(c, v, gathered, sizeof(double)) : HERD_ERR_NOMEM;
-        for (int r = 0; st == HERD_OK && r < c->size; r++)
-            slowest = gathered[r] > slowest ? gathered[r] : slowest;
-        free(gathered);
-        if (st == HERD_OK)
-            st = c->ops->broadcast(c, &all, sizeof all, 0); /* report rank 0's phases everywhere */
+        st = herd_comm_max_f64(comm, &slowest);
+        if (st == HERD_OK) /* report rank 0's phases everywhere */
+            st = comm->ops->broadcast(comm, &all, sizeof all, 0);
     }
     if (st == HERD_OK && m->be->device_info) {
         herd_device_info info;
