@@ -280,10 +280,21 @@ static void write_trailer(herd_timeline *tl)
 
 /* ------------------------------------------------------------- lifecycle */
 
+/* Stops the communicator recording into tl. */
+static void detach(herd_timeline *tl)
+{
+    if (tl->comm->timeline == tl)
+        herd_comm_set_timeline(tl->comm, NULL);
+}
+
 void herd_timeline_free(herd_timeline *tl)
 {
     if (!tl)
         return;
+    if (tl->comm->timeline == tl) { /* after a failure the comm thread may still record */
+        (void)tl->comm->ops->wait_all(tl->comm);
+        detach(tl);
+    }
     if (tl->out)
         fclose(tl->out);
     free(tl->path);
@@ -367,6 +378,7 @@ herd_status herd_timeline_open(const char *path, herd_comm *comm, size_t events_
         herd_timeline_free(tl);
         return st;
     }
+    herd_comm_set_timeline(comm, tl);
     *out = tl;
     return HERD_OK;
 }
@@ -435,6 +447,7 @@ herd_status herd_timeline_flush(herd_timeline *tl)
 herd_status herd_timeline_close(herd_timeline *tl)
 {
     herd_status st = herd_timeline_flush(tl);
+    detach(tl); /* nothing is pending: the last reductions are in the file */
     herd_status wrote = HERD_OK;
     if (tl->out) {
         write_trailer(tl);

@@ -90,11 +90,7 @@ static herd_status run_traced(herd_model *m, herd_dataset *ds, const herd_bench_
     herd_timeline *tl;
     size_t per_step = 2 * (size_t)m->n_layers + 8;
     HERD_TRY(herd_timeline_open(cfg->timeline_path, comm, per_step, &tl));
-    comm->timeline = tl;
     herd_status st = run_steps(m, ds, cfg->batch_size, cfg->steps, cfg->warmup, comm, tl, out);
-    if (st != HERD_OK)
-        (void)comm->ops->wait_all(comm); /* the comm thread may still record */
-    comm->timeline = NULL;
     if (st != HERD_OK) {
         herd_timeline_free(tl);
         return st;

@@ -224,21 +224,17 @@ static herd_status start_timeline(run *r)
     size_t per_step = (size_t)r->cfg.grad_accum * (2 * (size_t)r->m->n_layers + 3) + 4;
     HERD_TRY(herd_timeline_open(r->cfg.timeline_path, r->comm, per_step, &r->timeline));
     r->plan.timeline = r->timeline;
-    r->comm->timeline = r->timeline;
     return HERD_OK;
 }
 
 /* Collective: merges the last events and finishes the file. After a failure
- * (completed = false) it only waits out pending reductions and frees the trace. */
+ * (completed = false) it only frees the trace. */
 static herd_status stop_timeline(run *r, bool completed)
 {
     herd_timeline *tl = r->timeline;
+    r->plan.timeline = r->timeline = NULL;
     if (!tl)
         return HERD_OK;
-    if (!completed)
-        (void)r->comm->ops->wait_all(r->comm); /* the comm thread may still record */
-    r->comm->timeline = NULL;
-    r->plan.timeline = r->timeline = NULL;
     if (!completed) {
         herd_timeline_free(tl);
         return HERD_OK;
