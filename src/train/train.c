@@ -118,6 +118,8 @@ static herd_status check_signature(run *r)
     else
         herd_signature_add(&s, "loss_scale", "none");
     herd_signature_add(&s, "resume", "%d", c->resume);
+    /* The trace's flushes are collective: a rank without it would leave the others waiting. */
+    herd_signature_add(&s, "timeline", "%d", c->timeline_path != NULL);
     return herd_signature_check(r->comm, &s);
 }
 
