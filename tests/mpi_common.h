@@ -32,7 +32,7 @@ static int mt_rank, mt_failures;
     } while (0)
 
 /* Keeps this thread busy (standing in for backward) for `seconds`. */
-static double mt_compute(double seconds)
+static inline double mt_compute(double seconds)
 {
     volatile double acc = 0;
     double end = herd_now() + seconds;
