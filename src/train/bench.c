@@ -52,9 +52,10 @@ static herd_status run_steps(herd_model *m, herd_dataset *ds, int batch_size, in
             st = herd_loader_start_epoch(loader, ++epoch, 0);
             continue;
         }
-        if (tl) {
+        if (tl) { /* the loader's own measure of the wait, as in the phases below */
+            double t = herd_now();
             herd_timeline_begin_step(tl, epoch + 1, done + 1);
-            herd_timeline_add(tl, HERD_TL_DATA_WAIT, NULL, t0, herd_now());
+            herd_timeline_add(tl, HERD_TL_DATA_WAIT, NULL, t - b.wait_s, t);
         }
         herd_step_stats s = {0};
         st = herd_micro_step(m, &plan, &b, 0, 1, 0.0f, (uint64_t)done, &s);
