@@ -7,6 +7,7 @@
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "obs/observer.h"
 #include "train/step.h"
 
 typedef struct bench_phase {
@@ -65,11 +66,7 @@ static herd_status run_steps(herd_model *m, herd_dataset *ds, int batch_size, in
             herd_timeline_add(tl, HERD_TL_STEP, NULL, t0, herd_now());
         if (done >= warmup) {
             s.t.data_wait = b.wait_s;
-            out->sum.data_wait += s.t.data_wait;
-            out->sum.forward += s.t.forward;
-            out->sum.backward += s.t.backward;
-            out->sum.comm_wait += s.t.comm_wait;
-            out->sum.optimizer += s.t.optimizer;
+            herd_phases_add(&out->sum, &s.t, 1.0); /* sum.total unused: the step time is elapsed */
         }
         done++;
     }
