@@ -4,7 +4,6 @@
  * buffer broadcast that makes replicas start equal, and a timeline opened on the
  * wrapper recording the reductions the wrapped MPI communicator runs. */
 #include <string.h>
-#include <unistd.h>
 
 #include "mpi_common.h"
 
@@ -34,15 +33,8 @@ int main(void)
     mt_rank = mpi->rank;
     MT_OK(herd_comm_staged_create(mpi, herd_backend_cpu(), &c));
     MT_CHECK(c->rank == mpi->rank && c->size == mpi->size, "identity %d/%d", c->rank, c->size);
-    /* One file name for all ranks (rank 0 writes it). */
-    char trace[64] = "";
-    if (c->rank == 0) {
-        snprintf(trace, sizeof trace, "/tmp/herd_mpi_staged_XXXXXX");
-        int fd = mkstemp(trace);
-        MT_CHECK(fd >= 0, "mkstemp");
-        close(fd);
-    }
-    MT_OK(c->ops->broadcast(c, trace, sizeof trace, 0));
+    char trace[64]; /* rank 0 writes it */
+    mt_shared_tempfile(c, trace);
     herd_timeline *tl;
     MT_OK(herd_timeline_open(trace, c, 8, &tl));
     MT_CHECK(c->timeline == tl && mpi->timeline == tl, "the trace is attached to the wrapped comm");
@@ -92,8 +84,5 @@ int main(void)
     int rank = c->rank;
     herd_comm_destroy(c);
     herd_comm_destroy(mpi);
-    if (mt_failures)
-        return 1;
-    printf("rank %d: all checks passed\n", rank);
-    return 0;
+    return mt_result(rank);
 }

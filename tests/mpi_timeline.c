@@ -3,7 +3,6 @@
  * once rather than at the communication timeout, and learns who failed; afterwards
  * the ranks are still in step and a trace opens and closes. */
 #include <string.h>
-#include <unistd.h>
 
 #include "mpi_common.h"
 
@@ -35,14 +34,8 @@ int main(void)
     herd_comm *c;
     MT_OK(herd_comm_create_default(&(herd_comm_config){0}, &c));
     mt_rank = c->rank;
-    char path[64] = "";
-    if (c->rank == 0) {
-        snprintf(path, sizeof path, "/tmp/herd_mpi_timeline_XXXXXX");
-        int fd = mkstemp(path);
-        MT_CHECK(fd >= 0, "mkstemp");
-        close(fd);
-    }
-    MT_OK(c->ops->broadcast(c, path, sizeof path, 0));
+    char path[64];
+    mt_shared_tempfile(c, path);
 
     check_all_fail(c, "/nonexistent-dir/t.json", false, c->rank == 0,
                    "rank 0 failed: cannot create");
@@ -62,8 +55,5 @@ int main(void)
         unlink(path);
     int rank = c->rank;
     herd_comm_destroy(c);
-    if (mt_failures)
-        return 1;
-    printf("rank %d: all checks passed\n", rank);
-    return 0;
+    return mt_result(rank);
 }
