@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Data-parallel training through the CLI under mpirun: a 2-rank run, an uneven last
-# batch, the configuration mismatch check, a killed rank, and the bench's scaling
+# batch, the configuration mismatch checks, a killed rank, and the bench's scaling
 # figures. Every mpirun runs under timeout, so a hang fails the test instead of CI.
 set -u
 . "$(dirname "$0")/testlib.sh"
@@ -40,6 +40,13 @@ took=$(( $(date +%s) - start ))
 check "mismatched flags: non-zero exit" test $rc -ne 0 -a $rc -ne 124
 check "mismatched flags: ended within 10 s (took ${took}s)" test "$took" -le 10
 check "mismatched flags: names the rank and the field" grep -q "rank 1 has batch_size=64" "$tmp/err"
+
+# The timeline is collective: on one rank only it is refused at start, not a hang.
+timeout 60 "${mpirun[@]}" -np 1 "$herd" train "${common[@]}" --timeline "$tmp/trace.json" : \
+  -np 1 "$herd" train "${common[@]}" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "--timeline on rank 0 only: non-zero exit, no hang" test $rc -ne 0 -a $rc -ne 124
+check "--timeline on rank 0 only: names the rank and the field" grep -q "rank 1 has timeline=0" "$tmp/err"
 
 # A rank killed with SIGKILL mid-training ends the whole job, non-zero, within 30 s.
 timeout 120 "${mpirun[@]}" -np 2 "$herd" train --model lenet5 --data synthetic:1,28,28,10,20000 \

@@ -5,6 +5,8 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "core/clock.h"
 #include "dist/comm.h"
@@ -41,7 +43,7 @@ static inline int mt_finish(const char *summary)
 }
 
 /* Keeps this thread busy (standing in for backward) for `seconds`. */
-static double mt_compute(double seconds)
+static inline double mt_compute(double seconds)
 {
     volatile double acc = 0;
     double end = herd_now() + seconds;
@@ -49,6 +51,19 @@ static double mt_compute(double seconds)
         for (int i = 0; i < 2000; i++)
             acc = acc * 0.999 + i;
     return acc;
+}
+
+/* One new temporary file's name, made by rank 0, on every rank (path: 64 bytes). */
+static inline void mt_shared_tempfile(herd_comm *c, char path[64])
+{
+    memset(path, 0, 64);
+    if (c->rank == 0) {
+        snprintf(path, 64, "/tmp/herd_mpi_test_XXXXXX");
+        int fd = mkstemp(path);
+        MT_CHECK(fd >= 0, "mkstemp");
+        close(fd);
+    }
+    MT_OK(c->ops->broadcast(c, path, 64, 0));
 }
 
 #endif

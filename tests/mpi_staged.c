@@ -1,12 +1,30 @@
 /* The staged communicator (gradients reduced through host memory, what multi-rank
  * GPU training uses without NCCL) over MPI on 2 or 3 ranks, with the CPU backend as
- * the "device": exact sums and averages of several buckets, the fp16 wire, and the
- * buffer broadcast that makes replicas start equal. */
+ * the "device": exact sums and averages of several buckets, the fp16 wire, the
+ * buffer broadcast that makes replicas start equal, and a timeline opened on the
+ * wrapper recording the reductions the wrapped MPI communicator runs. */
 #include <string.h>
 
 #include "mpi_common.h"
 
 #include "backend/backend.h"
+#include "obs/timeline.h"
+
+/* Rank 0: the trace's reduction events of rank r (lines of the communication track). */
+static int comm_events_of(const char *path, int r)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char line[1024], track[32];
+    snprintf(track, sizeof track, "\"pid\":%d,\"tid\":1,", r);
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, "\"cat\":\"comm\"") && strstr(line, "\"name\":\"allreduce bucket ") &&
+             strstr(line, track);
+    fclose(f);
+    return n;
+}
 
 int main(void)
 {
@@ -15,6 +33,11 @@ int main(void)
     mt_rank = mpi->rank;
     MT_OK(herd_comm_staged_create(mpi, herd_backend_cpu(), &c));
     MT_CHECK(c->rank == mpi->rank && c->size == mpi->size, "identity %d/%d", c->rank, c->size);
+    char trace[64]; /* rank 0 writes it */
+    mt_shared_tempfile(c, trace);
+    herd_timeline *tl;
+    MT_OK(herd_timeline_open(trace, c, 8, &tl));
+    MT_CHECK(c->timeline == tl && mpi->timeline == tl, "the trace is attached to the wrapped comm");
     const size_t n = 100003, cut = 40000;
     float *g = malloc(n * sizeof *g);
     for (int step = 0; step < 2; step++) { /* the second step reuses the host copies */
@@ -36,6 +59,15 @@ int main(void)
                 bad++;
             }
         }
+    }
+    MT_OK(herd_timeline_close(tl));
+    MT_CHECK(c->timeline == NULL && mpi->timeline == NULL, "the trace is detached at close");
+    if (c->rank == 0) {
+        /* 2 steps of 2 buckets on every rank's communication track. */
+        for (int r = 0; r < c->size; r++)
+            MT_CHECK(comm_events_of(trace, r) == 4, "rank %d: %d reductions in the trace, want 4", r,
+                     comm_events_of(trace, r));
+        unlink(trace);
     }
     for (size_t i = 0; i < 1000; i++)
         g[i] = c->rank == 0 ? (float)i : -1.0f;

@@ -50,6 +50,16 @@ static void test_staged_reduction(void **state)
     assert_int_not_equal(c->ops->broadcast(c, v, sizeof v, 1), HERD_OK); /* no rank 1 */
     assert_true(herd_comm_wrapped(c) == local);
     c->ops->set_activity(c, "testing");
+    /* A trace attached to the wrapper reaches the host, which runs the reductions
+     * (nothing records into it here: the local communicator traces nothing). */
+    struct herd_timeline *trace = (struct herd_timeline *)&all;
+    herd_comm_set_timeline(c, trace);
+    assert_true(c->timeline == trace && local->timeline == trace);
+    herd_comm_set_timeline(c, NULL);
+    assert_true(c->timeline == NULL && local->timeline == NULL);
+    herd_comm_set_timeline(local, trace); /* not a wrapper: only itself */
+    assert_true(local->timeline == trace && c->timeline == NULL);
+    herd_comm_set_timeline(local, NULL);
 
     assert_herd_ok(herd_comm_broadcast_buffer(c, herd_backend_cpu(), grads, sizeof grads, 0));
     assert_true(grads[6] == 3.0f);

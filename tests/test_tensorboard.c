@@ -219,14 +219,15 @@ static void test_corrupt_crc_is_reported(void **state)
 /* ------------------------------------------------- a training run's files */
 
 /* What the progress callback saw: the mean loss of each 4 steps (all batches are
- * full, so the mean of the steps' losses is the mean per sample), each epoch's. */
+ * full, so the mean of the steps' losses is the mean per sample), each epoch's loss,
+ * throughput and mean step time. */
 typedef struct logged {
     long steps[64];
     double loss[64], lr[64];
     int n;
     double loss_sum; /* of the steps since the last logged one */
     int epochs;
-    double epoch_loss[8], test_acc[8];
+    double epoch_loss[8], test_acc[8], epoch_samples_per_s[8], epoch_step_ms[8];
 } logged;
 
 static bool record(const herd_progress *p, void *user)
@@ -234,6 +235,8 @@ static bool record(const herd_progress *p, void *user)
     logged *l = user;
     if (p->epoch_end) {
         l->epoch_loss[l->epochs] = p->loss;
+        l->epoch_samples_per_s[l->epochs] = p->epoch_samples_per_s;
+        l->epoch_step_ms[l->epochs] = 1e3 * p->phases.total;
         l->test_acc[l->epochs++] = p->evaluated ? p->test_acc : -1;
         return true;
     }
@@ -350,6 +353,13 @@ static void check_metrics_file(const char *path, const logged *l)
             assert_float_equal(cJSON_GetNumberValue(cJSON_GetObjectItem(o, "test_acc")),
                                l->test_acc[epochs], 1e-12);
             assert_true(cJSON_HasObjectItem(o, "test_loss"));
+            /* the epoch's own throughput (not the run's so far) and mean step */
+            double sps = cJSON_GetNumberValue(cJSON_GetObjectItem(o, "samples_per_s"));
+            assert_true(l->epoch_samples_per_s[epochs] > 0);
+            assert_float_equal(sps, l->epoch_samples_per_s[epochs],
+                               1e-12 * l->epoch_samples_per_s[epochs]);
+            assert_float_equal(cJSON_GetNumberValue(cJSON_GetObjectItem(o, "step_ms")),
+                               l->epoch_step_ms[epochs], 1e-12 * l->epoch_step_ms[epochs]);
             epochs++;
         }
         cJSON_Delete(o);

@@ -247,7 +247,8 @@ typedef struct herd_progress {
     double loss, acc;             /* running averages over this epoch */
     double step_loss;             /* mean loss of the last step's batch */
     double lr;
-    double samples_per_s;
+    double samples_per_s;         /* over the run's training steps so far */
+    double epoch_samples_per_s;   /* over this epoch's steps so far */
     double elapsed_s, eta_s;
     herd_phase_times phases;      /* running average per step */
     int rank, world;              /* this process and the group size (callbacks run on every rank) */

@@ -152,5 +152,8 @@ herd_status herd_comm_broadcast_buffer(herd_comm *c, const struct herd_backend *
 herd_comm *herd_comm_wrap(herd_comm *host, const herd_comm_ops *own, void *impl);
 herd_comm *herd_comm_wrapped(const herd_comm *c); /* host */
 void *herd_comm_wrapper_impl(const herd_comm *c);
+/* Attaches a --timeline trace to c (NULL detaches), and to the host c wraps if it is a
+ * wrapper: the communicator that runs a reduction records it. Call with nothing pending. */
+void herd_comm_set_timeline(herd_comm *c, struct herd_timeline *tl);
 
 #endif

@@ -21,6 +21,22 @@ herd_comm *herd_comm_wrapped(const herd_comm *c) { return ((const wrapper *)c->i
 
 void *herd_comm_wrapper_impl(const herd_comm *c) { return ((const wrapper *)c->impl)->impl; }
 
+/* A wrapper's operation table lives inside the wrapper (herd_comm_wrap); every other
+ * communicator points at a static table. */
+static bool is_wrapper(const herd_comm *c)
+{
+    return c->impl && c->ops == &((const wrapper *)c->impl)->ops;
+}
+
+void herd_comm_set_timeline(herd_comm *c, struct herd_timeline *tl)
+{
+    c->timeline = tl;
+    /* The wrapper holds a copy of the host's fields: the host records the reductions
+     * it runs from its own. */
+    if (is_wrapper(c))
+        herd_comm_set_timeline(herd_comm_wrapped(c), tl);
+}
+
 static herd_status fwd_broadcast(herd_comm *c, void *buf, size_t bytes, int root)
 {
     herd_comm *h = host_of(c);

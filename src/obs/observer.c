@@ -11,7 +11,7 @@
 #include "obs/metrics.h"
 #include "obs/tensorboard.h"
 
-/* Sums over the steps of a log interval or of an epoch. */
+/* Sums over the steps of a log interval. */
 typedef struct step_sums {
     double loss_sum, correct, samples;
     herd_phase_times t;
@@ -20,7 +20,7 @@ typedef struct step_sums {
 
 struct herd_observer {
     const herd_model *m;
-    step_sums interval, epoch;
+    step_sums interval;
     herd_tb_writer *tb;
     herd_metrics_file *metrics;
     int log_every, histograms;
@@ -65,37 +65,51 @@ herd_status herd_observer_open(const herd_train_config *cfg, const herd_model *m
     return HERD_OK;
 }
 
+void herd_phases_add(herd_phase_times *sum, const herd_phase_times *t, double k)
+{
+    sum->data_wait += k * t->data_wait;
+    sum->forward += k * t->forward;
+    sum->backward += k * t->backward;
+    sum->comm_wait += k * t->comm_wait;
+    sum->optimizer += k * t->optimizer;
+    sum->total += k * t->total;
+}
+
 static void add_step(step_sums *sum, const herd_obs_step *s)
 {
     sum->loss_sum += s->loss_sum;
     sum->correct += s->correct;
     sum->samples += s->samples;
-    sum->t.data_wait += s->t.data_wait;
-    sum->t.forward += s->t.forward;
-    sum->t.backward += s->t.backward;
-    sum->t.comm_wait += s->t.comm_wait;
-    sum->t.optimizer += s->t.optimizer;
-    sum->t.total += s->t.total;
+    herd_phases_add(&sum->t, &s->t, 1.0);
     sum->steps++;
 }
 
-/* Means over the summed steps; lr and position from the latest progress. */
-static herd_obs_figures figures(const herd_progress *p, const step_sums *sum)
+/* lr, position and evaluation from the latest progress; the rest measured over the
+ * interval or epoch (phases: means per step). */
+static herd_obs_figures figures(const herd_progress *p, double loss, double acc,
+                                double samples_per_s, const herd_phase_times *mean)
 {
-    double per_step = sum->steps ? 1e3 / (double)sum->steps : 0; /* ms */
-    double samples = sum->samples > 0 ? sum->samples : 1;
     return (herd_obs_figures){
         .epoch_end = p->epoch_end, .epoch = p->epoch, .step = p->global_step,
-        .time_s = p->elapsed_s, .train_loss = sum->loss_sum / samples,
-        .train_acc = sum->correct / samples, .lr = p->lr,
-        .samples_per_s = sum->t.total > 0 ? sum->samples / sum->t.total : 0,
-        .step_ms = per_step * sum->t.total, .data_wait_ms = per_step * sum->t.data_wait,
-        .forward_ms = per_step * sum->t.forward, .backward_ms = per_step * sum->t.backward,
-        .comm_wait_ms = per_step * sum->t.comm_wait, .optimizer_ms = per_step * sum->t.optimizer,
+        .time_s = p->elapsed_s, .train_loss = loss, .train_acc = acc, .lr = p->lr,
+        .samples_per_s = samples_per_s, .step_ms = 1e3 * mean->total,
+        .data_wait_ms = 1e3 * mean->data_wait, .forward_ms = 1e3 * mean->forward,
+        .backward_ms = 1e3 * mean->backward, .comm_wait_ms = 1e3 * mean->comm_wait,
+        .optimizer_ms = 1e3 * mean->optimizer,
         .evaluated = p->epoch_end && p->evaluated, .test_loss = p->test_loss,
         .test_acc = p->test_acc,
         .loss_scale = p->loss_scale, /* 0 when not scaling: left out of both files */
     };
+}
+
+/* Means over the interval's steps. */
+static herd_obs_figures interval_figures(const herd_progress *p, const step_sums *sum)
+{
+    herd_phase_times mean = {0};
+    herd_phases_add(&mean, &sum->t, sum->steps ? 1.0 / (double)sum->steps : 0);
+    double samples = sum->samples > 0 ? sum->samples : 1;
+    return figures(p, sum->loss_sum / samples, sum->correct / samples,
+                   sum->t.total > 0 ? sum->samples / sum->t.total : 0, &mean);
 }
 
 static herd_status log_scalars(herd_observer *o, const herd_obs_figures *f);
@@ -166,9 +180,8 @@ herd_status herd_observer_step(herd_observer *o, const herd_progress *p, const h
     if (!o)
         return HERD_OK;
     add_step(&o->interval, s);
-    add_step(&o->epoch, s);
     if (p->global_step % o->log_every == 0) {
-        herd_obs_figures f = figures(p, &o->interval);
+        herd_obs_figures f = interval_figures(p, &o->interval);
         o->interval = (step_sums){0};
         HERD_TRY(write_figures(o, &f));
     }
@@ -181,8 +194,7 @@ herd_status herd_observer_epoch(herd_observer *o, const herd_progress *p)
 {
     if (!o)
         return HERD_OK;
-    herd_obs_figures f = figures(p, &o->epoch);
-    o->epoch = (step_sums){0};
+    herd_obs_figures f = figures(p, p->loss, p->acc, p->epoch_samples_per_s, &p->phases);
     HERD_TRY(write_figures(o, &f));
     return o->tb ? herd_tb_flush(o->tb) : HERD_OK;
 }

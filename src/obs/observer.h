@@ -11,6 +11,9 @@ typedef struct herd_observer herd_observer;
  * these or rank is not 0. */
 herd_status herd_observer_open(const herd_train_config *cfg, const herd_model *m, int rank,
                                herd_observer **out);
+/* sum += k * t, phase by phase (sums over steps, and means with k = 1 / steps). */
+void herd_phases_add(herd_phase_times *sum, const herd_phase_times *t, double k);
+
 /* One step as the loop measured it. */
 typedef struct herd_obs_step {
     double loss_sum, correct, samples; /* over all ranks */
@@ -20,7 +23,8 @@ typedef struct herd_obs_step {
 /* After every step: logs at each log interval (means over the interval's steps),
  * histograms every cfg->histograms steps. */
 herd_status herd_observer_step(herd_observer *o, const herd_progress *p, const herd_obs_step *s);
-/* At each epoch end, after evaluation (means over the epoch); flushes the event file. */
+/* At each epoch end, after evaluation: the epoch's figures as p has them (means
+ * over the epoch); flushes the event file. */
 herd_status herd_observer_epoch(herd_observer *o, const herd_progress *p);
 /* Flushes and frees (NULL is fine). */
 herd_status herd_observer_close(herd_observer *o);

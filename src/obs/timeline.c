@@ -38,6 +38,11 @@ struct herd_timeline {
     double *rtt; /* per rank: the longest of the round trips that decided an offset */
     long written;
     long dropped; /* over all ranks so far */
+    /* Scratch of the flush's collectives, allocated at open: a rank failing to allocate
+     * right before a collective would leave the others waiting in it. */
+    double *clock_samples; /* CLOCK_ROUNDS * 4 per rank */
+    int64_t *counts;       /* 4 per rank */
+    size_t *bytes_of;      /* 1 per rank */
 };
 
 static const struct {
@@ -152,10 +157,7 @@ double herd_clock_map_apply(const herd_clock_map *m, double t)
 static herd_status measure_clocks(herd_timeline *tl)
 {
     herd_comm *c = tl->comm;
-    size_t n = (size_t)c->size * CLOCK_ROUNDS * 4;
-    double *samples = herd_xcalloc(n, sizeof *samples);
-    if (!samples)
-        return HERD_ERR_NOMEM;
+    double *samples = tl->clock_samples;
     herd_status st = c->ops->clock_samples(c, CLOCK_ROUNDS, samples);
     if (st == HERD_OK && c->rank == 0) {
         tl->sync_prev = tl->sync_now;
@@ -168,7 +170,6 @@ static herd_status measure_clocks(herd_timeline *tl)
             tl->rtt[r] = rtt > tl->rtt[r] ? rtt : tl->rtt[r];
         }
     }
-    free(samples);
     return st;
 }
 
@@ -280,10 +281,21 @@ static void write_trailer(herd_timeline *tl)
 
 /* ------------------------------------------------------------- lifecycle */
 
+/* Stops the communicator recording into tl. */
+static void detach(herd_timeline *tl)
+{
+    if (tl->comm->timeline == tl)
+        herd_comm_set_timeline(tl->comm, NULL);
+}
+
 void herd_timeline_free(herd_timeline *tl)
 {
     if (!tl)
         return;
+    if (tl->comm->timeline == tl) { /* after a failure the comm thread may still record */
+        (void)tl->comm->ops->wait_all(tl->comm);
+        detach(tl);
+    }
     if (tl->out)
         fclose(tl->out);
     free(tl->path);
@@ -293,22 +305,43 @@ void herd_timeline_free(herd_timeline *tl)
     free(tl->offset_prev);
     free(tl->offset_now);
     free(tl->rtt);
+    free(tl->clock_samples);
+    free(tl->counts);
+    free(tl->bytes_of);
     free(tl);
 }
 
-/* Rank 0's outcome, shared so that every rank fails (or not) together. */
+/* Every rank's outcome combined, so that all fail (or not) together. A rank that
+ * failed keeps its own error; the others get rank 0's message when rank 0 failed (it
+ * writes the file), otherwise that of the one rank that failed, or a count. */
 static herd_status agree(herd_timeline *tl, herd_status st)
 {
     herd_comm *c = tl->comm;
     if (c->size == 1)
         return st;
-    struct { long status; char msg[512]; } outcome = {st, ""};
-    if (c->rank == 0 && st != HERD_OK)
-        snprintf(outcome.msg, sizeof outcome.msg, "%s", herd_last_error());
-    HERD_TRY(c->ops->broadcast(c, &outcome, sizeof outcome, 0));
-    if (outcome.status == HERD_OK || c->rank == 0)
-        return (herd_status)outcome.status;
-    return HERD_ERR((herd_status)outcome.status, "rank 0: %s", outcome.msg);
+    bool failed = st != HERD_OK;
+    /* failed ranks, their statuses and numbers summed (exact for one), rank 0's status */
+    double v[4] = {failed, failed ? st : 0, failed ? c->rank : 0, c->rank == 0 ? st : 0};
+    HERD_TRY(c->ops->allreduce_f64(c, v, 4));
+    if (v[0] == 0)
+        return HERD_OK;
+    int teller = v[3] != HERD_OK ? 0 : v[0] == 1 ? (int)v[2] : -1;
+    herd_status status = (herd_status)(v[3] != HERD_OK ? v[3] : v[1]);
+    char msg[512] = "";
+    herd_status told = HERD_OK;
+    if (teller >= 0) {
+        if (c->rank == teller)
+            snprintf(msg, sizeof msg, "%s", herd_last_error());
+        told = c->ops->broadcast(c, msg, sizeof msg, teller);
+    }
+    if (failed)
+        return st;
+    if (told != HERD_OK)
+        return told;
+    if (teller < 0)
+        return HERD_ERR(HERD_ERR_INTERNAL, "the timeline failed on %d ranks; see their errors",
+                        (int)v[0]);
+    return HERD_ERR(status, "rank %d failed: %s", teller, msg);
 }
 
 static herd_status open_all(herd_timeline *tl, const char *path, size_t events_per_step)
@@ -320,6 +353,9 @@ static herd_status open_all(herd_timeline *tl, const char *path, size_t events_p
     tl->offset_prev = herd_xcalloc(n, sizeof(double));
     tl->offset_now = herd_xcalloc(n, sizeof(double));
     tl->rtt = herd_xcalloc(n, sizeof(double));
+    tl->clock_samples = herd_xcalloc(n * CLOCK_ROUNDS * 4, sizeof(double));
+    tl->counts = herd_xcalloc(n * 4, sizeof(int64_t));
+    tl->bytes_of = herd_xcalloc(n, sizeof(size_t));
     char *hosts = herd_xcalloc(n, sizeof c->host);
     size_t cap = (events_per_step ? events_per_step : 16) * STEPS_PER_BUFFER;
     tl->compute.ev = herd_xcalloc(cap, sizeof(herd_tl_event));
@@ -328,12 +364,13 @@ static herd_status open_all(herd_timeline *tl, const char *path, size_t events_p
     tl->comm_track.cap = cap / 4 + 16;
     herd_status st = HERD_OK;
     if (!tl->path || !tl->offset_first || !tl->offset_prev || !tl->offset_now || !tl->rtt ||
-        !hosts || !tl->compute.ev || !tl->comm_track.ev)
+        !tl->clock_samples || !tl->counts || !tl->bytes_of || !hosts || !tl->compute.ev ||
+        !tl->comm_track.ev)
         st = HERD_ERR_NOMEM;
     if (st == HERD_OK && c->rank == 0 && !(tl->out = fopen(path, "w")))
         st = HERD_ERR(HERD_ERR_IO, "cannot create the timeline '%s': %s; check the directory "
                       "exists and is writable", path, strerror(errno));
-    /* Every rank learns rank 0's outcome before the collectives below. */
+    /* Every rank learns whether any failed before the collectives below. */
     herd_status agreed = agree(tl, st);
     st = st != HERD_OK ? st : agreed;
     if (st == HERD_OK)
@@ -367,6 +404,7 @@ herd_status herd_timeline_open(const char *path, herd_comm *comm, size_t events_
         herd_timeline_free(tl);
         return st;
     }
+    herd_comm_set_timeline(comm, tl);
     *out = tl;
     return HERD_OK;
 }
@@ -376,12 +414,12 @@ herd_status herd_timeline_open(const char *path, herd_comm *comm, size_t events_
 static herd_status merge_track(herd_timeline *tl, tl_buffer *b, const int64_t *n_of, int stride)
 {
     herd_comm *c = tl->comm;
-    size_t *bytes_of = herd_xcalloc((size_t)c->size, sizeof *bytes_of), total = 0;
+    size_t *bytes_of = tl->bytes_of, total = 0;
     herd_tl_event *all = NULL;
-    herd_status st = bytes_of ? HERD_OK : HERD_ERR_NOMEM;
-    for (int r = 0; st == HERD_OK && r < c->size; r++)
+    herd_status st = HERD_OK;
+    for (int r = 0; r < c->size; r++)
         total += bytes_of[r] = (size_t)n_of[stride * r] * sizeof(herd_tl_event);
-    if (st == HERD_OK && c->rank == 0 && total && !(all = malloc(total)))
+    if (c->rank == 0 && total && !(all = malloc(total)))
         st = HERD_NOMEM(total);
     /* MPI's gather cannot shrink once started: all ranks first learn that rank 0 has room. */
     herd_status agreed = agree(tl, st);
@@ -398,7 +436,6 @@ static herd_status merge_track(herd_timeline *tl, tl_buffer *b, const int64_t *n
         }
     }
     free(all);
-    free(bytes_of);
     b->n = 0;
     return st;
 }
@@ -409,9 +446,7 @@ herd_status herd_timeline_flush(herd_timeline *tl)
     HERD_TRY(measure_clocks(tl));
     int64_t mine[4] = {(int64_t)tl->compute.n, (int64_t)tl->comm_track.n, tl->compute.dropped,
                        tl->comm_track.dropped};
-    int64_t *counts = herd_xcalloc((size_t)c->size, sizeof mine);
-    if (!counts)
-        return HERD_ERR_NOMEM;
+    int64_t *counts = tl->counts;
     herd_status st = c->ops->allgather(c, mine, counts, sizeof mine);
     if (st == HERD_OK)
         st = merge_track(tl, &tl->compute, counts, 4);
@@ -420,7 +455,6 @@ herd_status herd_timeline_flush(herd_timeline *tl)
     long dropped = 0;
     for (int r = 0; st == HERD_OK && r < c->size; r++)
         dropped += (long)(counts[4 * r + 2] + counts[4 * r + 3]);
-    free(counts);
     tl->compute.dropped = tl->comm_track.dropped = 0;
     tl->dropped += dropped;
     if (tl->out)
@@ -435,6 +469,7 @@ herd_status herd_timeline_flush(herd_timeline *tl)
 herd_status herd_timeline_close(herd_timeline *tl)
 {
     herd_status st = herd_timeline_flush(tl);
+    detach(tl); /* nothing is pending: the last reductions are in the file */
     herd_status wrote = HERD_OK;
     if (tl->out) {
         write_trailer(tl);

@@ -47,7 +47,8 @@ typedef struct herd_tl_event {
 } herd_tl_event;
 
 /* Collective: rank 0 creates `path` and every rank measures its clock against rank
- * 0's. events_per_step sizes the buffers (they grow if needed). */
+ * 0's; then comm records its reductions into the trace (herd_comm_set_timeline)
+ * until close or free. events_per_step sizes the buffers (they grow if needed). */
 herd_status herd_timeline_open(const char *path, herd_comm *comm, size_t events_per_step,
                                herd_timeline **out);
 /* Collective: moves every rank's events into the file and re-measures the clocks
@@ -57,7 +58,8 @@ herd_status herd_timeline_flush(herd_timeline *tl);
 /* Collective: flushes, finishes the file and frees tl; every rank gets rank 0's
  * outcome of writing the file. */
 herd_status herd_timeline_close(herd_timeline *tl);
-/* Frees tl without writing (after a failure); the file is left unfinished. */
+/* Frees tl without writing (after a failure): first waits out the communicator's
+ * pending reductions, which may still record. The file is left unfinished. */
 void herd_timeline_free(herd_timeline *tl);
 
 /* Training thread: the step the next events belong to (epoch and step 1-based). */

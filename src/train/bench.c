@@ -7,6 +7,7 @@
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "obs/observer.h"
 #include "train/step.h"
 
 typedef struct bench_phase {
@@ -52,9 +53,10 @@ static herd_status run_steps(herd_model *m, herd_dataset *ds, int batch_size, in
             st = herd_loader_start_epoch(loader, ++epoch, 0);
             continue;
         }
-        if (tl) {
+        if (tl) { /* the loader's own measure of the wait, as in the phases below */
+            double t = herd_now();
             herd_timeline_begin_step(tl, epoch + 1, done + 1);
-            herd_timeline_add(tl, HERD_TL_DATA_WAIT, NULL, t0, herd_now());
+            herd_timeline_add(tl, HERD_TL_DATA_WAIT, NULL, t - b.wait_s, t);
         }
         herd_step_stats s = {0};
         st = herd_micro_step(m, &plan, &b, 0, 1, 0.0f, (uint64_t)done, &s);
@@ -64,11 +66,7 @@ static herd_status run_steps(herd_model *m, herd_dataset *ds, int batch_size, in
             herd_timeline_add(tl, HERD_TL_STEP, NULL, t0, herd_now());
         if (done >= warmup) {
             s.t.data_wait = b.wait_s;
-            out->sum.data_wait += s.t.data_wait;
-            out->sum.forward += s.t.forward;
-            out->sum.backward += s.t.backward;
-            out->sum.comm_wait += s.t.comm_wait;
-            out->sum.optimizer += s.t.optimizer;
+            herd_phases_add(&out->sum, &s.t, 1.0); /* sum.total unused: the step time is elapsed */
         }
         done++;
     }
@@ -90,11 +88,7 @@ static herd_status run_traced(herd_model *m, herd_dataset *ds, const herd_bench_
     herd_timeline *tl;
     size_t per_step = 2 * (size_t)m->n_layers + 8;
     HERD_TRY(herd_timeline_open(cfg->timeline_path, comm, per_step, &tl));
-    comm->timeline = tl;
     herd_status st = run_steps(m, ds, cfg->batch_size, cfg->steps, cfg->warmup, comm, tl, out);
-    if (st != HERD_OK)
-        (void)comm->ops->wait_all(comm); /* the comm thread may still record */
-    comm->timeline = NULL;
     if (st != HERD_OK) {
         herd_timeline_free(tl);
         return st;

@@ -118,6 +118,8 @@ static herd_status check_signature(run *r)
     else
         herd_signature_add(&s, "loss_scale", "none");
     herd_signature_add(&s, "resume", "%d", c->resume);
+    /* The trace's flushes are collective: a rank without it would leave the others waiting. */
+    herd_signature_add(&s, "timeline", "%d", c->timeline_path != NULL);
     return herd_signature_check(r->comm, &s);
 }
 
@@ -199,16 +201,6 @@ static herd_status evaluate(run *r, herd_progress *p)
     return HERD_OK;
 }
 
-static void add_phases(herd_phase_times *sum, const herd_phase_times *t, double k)
-{
-    sum->data_wait += k * t->data_wait;
-    sum->forward += k * t->forward;
-    sum->backward += k * t->backward;
-    sum->comm_wait += k * t->comm_wait;
-    sum->optimizer += k * t->optimizer;
-    sum->total += k * t->total;
-}
-
 static herd_status save_checkpoint(run *r)
 {
     double t0 = herd_now();
@@ -224,21 +216,17 @@ static herd_status start_timeline(run *r)
     size_t per_step = (size_t)r->cfg.grad_accum * (2 * (size_t)r->m->n_layers + 3) + 4;
     HERD_TRY(herd_timeline_open(r->cfg.timeline_path, r->comm, per_step, &r->timeline));
     r->plan.timeline = r->timeline;
-    r->comm->timeline = r->timeline;
     return HERD_OK;
 }
 
 /* Collective: merges the last events and finishes the file. After a failure
- * (completed = false) it only waits out pending reductions and frees the trace. */
+ * (completed = false) it only frees the trace. */
 static herd_status stop_timeline(run *r, bool completed)
 {
     herd_timeline *tl = r->timeline;
+    r->plan.timeline = r->timeline = NULL;
     if (!tl)
         return HERD_OK;
-    if (!completed)
-        (void)r->comm->ops->wait_all(r->comm); /* the comm thread may still record */
-    r->comm->timeline = NULL;
-    r->plan.timeline = r->timeline = NULL;
     if (!completed) {
         herd_timeline_free(tl);
         return HERD_OK;
@@ -277,14 +265,15 @@ static herd_status train_step(run *r, herd_step_stats *s, bool *has)
     for (int micro = 0; micro < n_micro; micro++) {
         herd_batch b;
         activity(r, "waiting for the data loader");
-        double t_data = r->timeline ? herd_now() : 0;
         HERD_TRY(herd_loader_next(r->loader, &b, has));
-        if (r->timeline)
-            herd_timeline_add(r->timeline, HERD_TL_DATA_WAIT, NULL, t_data, herd_now());
         if (!*has)
             return HERD_ERR(HERD_ERR_INTERNAL, "the loader ended the epoch %ld batches early",
                             left - micro);
         s->t.data_wait += b.wait_s;
+        if (r->timeline) { /* the loader's own measure: the trace agrees with the metrics */
+            double t = herd_now();
+            herd_timeline_add(r->timeline, HERD_TL_DATA_WAIT, NULL, t - b.wait_s, t);
+        }
         activity(r, "forward and backward");
         HERD_TRY(herd_micro_step(r->m, &r->plan, &b, micro, n_micro, cfg->label_smoothing,
                                  herd_mix64(seed, (uint64_t)micro), s));
@@ -326,7 +315,7 @@ static herd_status run_epoch(run *r, int epoch, long first_step, double t_start,
         bool at_max = cfg->max_steps > 0 && r->state.global_step + 1 >= cfg->max_steps;
         double stats[4] = {s.loss_sum, (double)s.correct, (double)s.samples,
                            r->stop_requested || at_max};
-        add_phases(&sum, &s.t, 1.0);
+        herd_phases_add(&sum, &s.t, 1.0);
         r->train_time += s.t.total;
         r->state.global_step++;
         p.step = step + 1;
@@ -335,7 +324,7 @@ static herd_status run_epoch(run *r, int epoch, long first_step, double t_start,
         p.global_step = r->state.global_step;
         p.lr = herd_lr_at(cfg, r->state.global_step - 1, r->steps_per_epoch);
         memset(&p.phases, 0, sizeof p.phases);
-        add_phases(&p.phases, &sum, 1.0 / (double)(step + 1 - first_step));
+        herd_phases_add(&p.phases, &sum, 1.0 / (double)(step + 1 - first_step));
         if (r->comm->size > 1)
             HERD_TRY(r->comm->ops->allreduce_f64(r->comm, stats, 4));
         bool want_stop = stats[3] > 0;
@@ -346,6 +335,7 @@ static herd_status run_epoch(run *r, int epoch, long first_step, double t_start,
         p.loss = totals[0] / totals[2];
         p.acc = totals[1] / totals[2];
         p.samples_per_s = r->train_samples / r->train_time;
+        p.epoch_samples_per_s = sum.total > 0 ? totals[2] / sum.total : 0;
         p.elapsed_s = herd_now() - t_start;
         long left = (long)(cfg->epochs - epoch - 1) * r->steps_per_epoch + (r->steps_per_epoch - step - 1);
         p.eta_s = left * (r->train_time / (double)(r->state.global_step - r->res->steps));
@@ -363,7 +353,7 @@ static herd_status run_epoch(run *r, int epoch, long first_step, double t_start,
     }
     r->res->train_loss = totals[2] > 0 ? totals[0] / totals[2] : 0;
     r->res->train_acc = totals[2] > 0 ? totals[1] / totals[2] : 0;
-    add_phases(&r->res->phases, &sum, 1.0);
+    herd_phases_add(&r->res->phases, &sum, 1.0);
     bool complete = step >= r->steps_per_epoch;
     if (complete)
         r->state.epoch = epoch + 1; /* a stop mid-epoch resumes inside it (see resume) */
@@ -451,7 +441,7 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg)
     r->res->skipped_steps = r->scaler.skipped;
     if (steps_run > 0) {
         herd_phase_times mean = {0};
-        add_phases(&mean, &r->res->phases, 1.0 / (double)steps_run);
+        herd_phases_add(&mean, &r->res->phases, 1.0 / (double)steps_run);
         r->res->phases = mean;
     }
     HERD_TRY(average_buffers(r));
