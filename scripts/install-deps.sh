@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config
-  libdnnl-dev libcjson-dev zlib1g-dev libcmocka-dev
+  libdnnl-dev ocl-icd-opencl-dev libcjson-dev zlib1g-dev libcmocka-dev
   openmpi-bin libopenmpi-dev libhwloc-dev
   libprotobuf-c-dev protobuf-c-compiler libplplot-dev plplot-driver-cairo
   dataset-fashion-mnist
