@@ -13,13 +13,17 @@
 # half is skipped when it fails (e.g. herd built without MPI).
 #
 # Environment: HERD (default build/herd), PYTHON (default /usr/bin/python3, which
-# has PyTorch). Prints a plain table, then a markdown section for docs/performance.md.
+# has PyTorch). First prints what the reference runs on and the machine's 1-thread
+# GEMM limit measured in this run (bench/lib.sh); every samples/s figure is also given
+# as a fraction of that limit (3 x forward FLOPs x samples/s / (limit x cores)).
+# Prints a plain table, then a markdown section for docs/performance.md.
 # With several repeats the best run of each is reported (least disturbed by noise).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 herd=${HERD:-$root/build/herd}
-python=${PYTHON:-/usr/bin/python3}
+# shellcheck source=bench/lib.sh
+. "$root/bench/lib.sh"
 models=mlp,lenet5,resnet20
 threads=1
 batch=128
@@ -37,7 +41,7 @@ while [ $# -gt 0 ]; do
     --warmup) warmup=$2; shift 2 ;;
     --repeats) repeats=$2; shift 2 ;;
     --ranks) ranks=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench_train.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -50,15 +54,21 @@ best() {
   else awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 >= b + 0) ? a : b }'; fi
 }
 
+ratio() {
+  if [ "$1" = - ] || [ "$2" = - ]; then echo -; else awk -v h="$1" -v t="$2" 'BEGIN { printf "%.2f", h / t }'; fi
+}
+
 if ! [[ $ranks =~ ^[0-9]+$ ]] || [ "$ranks" -lt 1 ]; then
   echo "bench_train.sh: --ranks needs an integer >= 1" >&2; exit 2
 fi
 
-have_herd=1
 if [ ! -x "$herd" ]; then
-  echo "note: $herd not found (build herd first); herd column skipped" >&2
-  have_herd=0
+  echo "bench_train.sh: $herd not found: build herd first (make build)" >&2; exit 1
 fi
+have_herd=1
+bench_reference_setup
+bench_gemm_limits
+cores=$((ranks * threads))
 
 if [ "$ranks" -gt 1 ]; then
   declare -A h1 hn t1 tn heff teff hcomm
@@ -116,21 +126,30 @@ if [ "$ranks" -gt 1 ]; then
     # Same-run figures, so computed here; herd's own figure is used only when ours cannot be.
     e=$(eff "${hn[$m]}" "${h1[$m]}"); [ "$e" != - ] && heff[$m]=$e
   done
-  printf '%-10s %12s %12s %9s %12s %12s %9s %10s\n' model herd_1 "herd_$ranks" herd_eff torch_1 "ddp_$ranks" torch_eff comm_wait
+  printf '%-10s %12s %12s %9s %12s %12s %9s %10s %11s\n' model herd_1 "herd_$ranks" herd_eff torch_1 \
+    "ddp_$ranks" torch_eff comm_wait herd/ddp
   for m in "${model_list[@]}"; do
-    printf '%-10s %12s %12s %9s %12s %12s %9s %10s\n' "$m" "${h1[$m]}" "${hn[$m]}" "${heff[$m]}" \
-      "${t1[$m]}" "${tn[$m]}" "$(eff "${tn[$m]}" "${t1[$m]}")" "${hcomm[$m]}"
+    printf '%-10s %12s %12s %9s %12s %12s %9s %10s %11s\n' "$m" "${h1[$m]}" "${hn[$m]}" "${heff[$m]}" \
+      "${t1[$m]}" "${tn[$m]}" "$(eff "${tn[$m]}" "${t1[$m]}")" "${hcomm[$m]}" "$(ratio "${hn[$m]}" "${tn[$m]}")"
+  done
+  echo "fraction of the GEMM limit ($GEMM_LIMIT GFLOP/s per core; 1 rank: $threads core(s), $ranks ranks: $cores):"
+  for m in "${model_list[@]}"; do
+    echo "  $m: herd_1 $(frac "${h1[$m]}" "$m" "$threads") herd_$ranks $(frac "${hn[$m]}" "$m" "$cores")" \
+         "torch_1 $(frac "${t1[$m]}" "$m" "$threads") ddp_$ranks $(frac "${tn[$m]}" "$m" "$cores")"
   done
   echo
   echo "<!-- markdown for docs/performance.md -->"
   echo "### Weak scaling, $ranks ranks x $threads thread(s), batch $batch per rank"
   echo
-  echo "Fashion-MNIST, $steps timed steps after $warmup warm-up steps, best of $repeats; samples/s of the whole job; $(date -u +%Y-%m-%d)."
+  echo "Fashion-MNIST, $steps timed steps after $warmup warm-up steps, best of $repeats; samples/s of the whole job"
+  echo "(in brackets: fraction of the 1-thread GEMM limit, $GEMM_LIMIT GFLOP/s per core, times the cores used); $(date -u +%Y-%m-%d)."
   echo
-  echo "| model | herd 1 rank | herd $ranks ranks | herd efficiency | PyTorch 1 | PyTorch DDP $ranks | PyTorch efficiency |"
-  echo "|---|---:|---:|---:|---:|---:|---:|"
+  echo "| model | herd 1 rank | herd $ranks ranks | herd efficiency | PyTorch 1 | PyTorch DDP $ranks | PyTorch efficiency | herd / DDP |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|"
   for m in "${model_list[@]}"; do
-    echo "| $m | ${h1[$m]} | ${hn[$m]} | ${heff[$m]} | ${t1[$m]} | ${tn[$m]} | $(eff "${tn[$m]}" "${t1[$m]}") |"
+    echo "| $m | ${h1[$m]} ($(frac "${h1[$m]}" "$m" "$threads")) | ${hn[$m]} ($(frac "${hn[$m]}" "$m" "$cores")) | ${heff[$m]}" \
+         "| ${t1[$m]} ($(frac "${t1[$m]}" "$m" "$threads")) | ${tn[$m]} ($(frac "${tn[$m]}" "$m" "$cores"))" \
+         "| $(eff "${tn[$m]}" "${t1[$m]}") | $(ratio "${hn[$m]}" "${tn[$m]}") |"
   done
   exit 0
 fi
@@ -162,14 +181,11 @@ for ((r = 1; r <= repeats; r++)); do
   done
 done
 
-ratio() {
-  if [ "$1" = - ] || [ "$2" = - ]; then echo -; else awk -v h="$1" -v t="$2" 'BEGIN { printf "%.2f", h / t }'; fi
-}
 
-printf '%-10s %16s %16s %8s\n' model herd_samples/s torch_samples/s ratio
+printf '%-10s %16s %10s %16s %10s %8s\n' model herd_samples/s herd_frac torch_samples/s torch_frac ratio
 for m in "${model_list[@]}"; do
-  printf '%-10s %16s %16s %8s\n' "$m" "${herd_sps[$m]}" "${torch_sps[$m]}" \
-    "$(ratio "${herd_sps[$m]}" "${torch_sps[$m]}")"
+  printf '%-10s %16s %10s %16s %10s %8s\n' "$m" "${herd_sps[$m]}" "$(frac "${herd_sps[$m]}" "$m" "$threads")" \
+    "${torch_sps[$m]}" "$(frac "${torch_sps[$m]}" "$m" "$threads")" "$(ratio "${herd_sps[$m]}" "${torch_sps[$m]}")"
 done
 
 torch_version=$("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo '?')
@@ -179,10 +195,13 @@ echo "<!-- markdown for docs/performance.md -->"
 echo "### Training throughput, batch $batch, $threads thread(s)"
 echo
 echo "Fashion-MNIST, $steps timed steps after $warmup warm-up steps, best of $repeats;"
-echo "PyTorch $torch_version; ${cpu:-unknown CPU}; $(date -u +%Y-%m-%d)."
+echo "PyTorch $torch_version on OpenMP OpenBLAS (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-auto}); ${cpu:-unknown CPU}; $(date -u +%Y-%m-%d)."
+echo "1-thread fp32 GEMM limit in this run: herd (dnnl_sgemm) $GEMM_HERD, PyTorch (OpenBLAS) $GEMM_TORCH GFLOP/s;"
+echo "fraction = 3 x forward FLOPs x samples/s / ($GEMM_LIMIT GFLOP/s x $threads)."
 echo
-echo "| model | herd samples/s | PyTorch samples/s | herd / PyTorch |"
-echo "|---|---:|---:|---:|"
+echo "| model | herd samples/s | fraction of limit | PyTorch samples/s | fraction of limit | herd / PyTorch |"
+echo "|---|---:|---:|---:|---:|---:|"
 for m in "${model_list[@]}"; do
-  echo "| $m | ${herd_sps[$m]} | ${torch_sps[$m]} | $(ratio "${herd_sps[$m]}" "${torch_sps[$m]}") |"
+  echo "| $m | ${herd_sps[$m]} | $(frac "${herd_sps[$m]}" "$m" "$threads") | ${torch_sps[$m]}" \
+       "| $(frac "${torch_sps[$m]}" "$m" "$threads") | $(ratio "${herd_sps[$m]}" "${torch_sps[$m]}") |"
 done

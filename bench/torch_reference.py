@@ -24,6 +24,7 @@ resnet50 on 3x224x224 with 1000, or --shape), optionally channels_last, with TF3
 Usage: /usr/bin/python3 bench/torch_reference.py [--models mlp,lenet5,resnet20]
        [--threads 1] [--batch-size 128] [--steps 50] [--warmup 5] [--json] [--ddp N]
        /usr/bin/python3 bench/torch_reference.py --time-to-acc [--target 0.89]
+       /usr/bin/python3 bench/torch_reference.py --time-to-acc --ddp 2 $(make -s print-run-flags)
        python3 bench/torch_reference.py --device cuda [--models resnet20,resnet50]
        [--precision fp32|tf32|bf16|fp16] [--channels-last] [--batch-size 256]
 """
@@ -137,66 +138,18 @@ def _free_port():
         return sock.getsockname()[1]
 
 
-def _ddp_worker(rank, world, port, args, out_queue):
-    """One DDP rank: same model and SGD step as bench(), wrapped in
-    DistributedDataParallel; rank r takes every world-th index of the shared
-    per-epoch permutation (what DistributedSampler does)."""
+def _ddp_entry(rank, world, port, body, args, out_queue):
+    """One DDP rank: bound to cores of its own (as `herd run` binds herd's ranks), a gloo
+    process group, then body(rank, world, args, out_queue)."""
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
-    cores = os.cpu_count() or 1
-    if world * args.threads <= cores:
-        # Each rank on cores of its own, as `herd run` binds herd's ranks.
+    if world * args.threads <= (os.cpu_count() or 1):
         os.sched_setaffinity(0, range(rank * args.threads, (rank + 1) * args.threads))
     torch.set_num_threads(args.threads)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    keep = []
     try:
-        x_train, y_train = load_fashion_mnist(args.data_dir, "train")
-        for model in (args.models or "mlp,lenet5,resnet20").split(","):
-            torch.manual_seed(args.seed)
-            net = DDP(herd_torch_models.build(model))  # broadcasts rank 0's weights
-            keep.append(net)
-            net.train()
-            opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=0.9, weight_decay=5e-4)
-            gen = torch.Generator().manual_seed(args.seed)  # same permutation on every rank
-            n = len(x_train)
-
-            def shard_batches():
-                while True:
-                    mine = torch.randperm(n, generator=gen)[rank::world]
-                    for i in range(0, len(mine) - args.batch_size + 1, args.batch_size):
-                        yield mine[i:i + args.batch_size]
-
-            def step(idx):
-                opt.zero_grad(set_to_none=True)
-                loss = F.cross_entropy(net(x_train[idx]), y_train[idx])
-                loss.backward()  # gradients averaged over ranks here
-                opt.step()
-                return loss
-
-            it = shard_batches()
-            for _ in range(args.warmup):
-                step(next(it))
-            dist.barrier()
-            t0 = time.perf_counter()
-            for _ in range(args.steps):
-                loss = step(next(it))
-            loss = loss.item()
-            dist.barrier()
-            # The job is as fast as its slowest rank.
-            dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-            dist.all_reduce(dt, op=dist.ReduceOp.MAX)
-            dt = dt.item()
-            if rank == 0:
-                out_queue.put({
-                    "model": model, "framework": "torch-ddp", "ranks": world,
-                    "threads": args.threads, "batch": args.batch_size,
-                    "samples_per_s": round(world * args.steps * args.batch_size / dt, 1),
-                    "step_ms": round(1000 * dt / args.steps, 3), "steps": args.steps,
-                    "warmup": args.warmup, "loss": round(loss, 4), "torch": torch.__version__,
-                })
+        body(rank, world, args, out_queue)
     finally:
         dist.destroy_process_group()
         # Tearing down a DDP module (its reducer) at times spins forever in torch
@@ -206,15 +159,69 @@ def _ddp_worker(rank, world, port, args, out_queue):
         os._exit(0)
 
 
-def run_ddp(args):
+def run_ddp(args, body):
     import torch.multiprocessing as mp
     # Loopback: gloo otherwise picks the interface the hostname resolves to.
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
-    mp.spawn(_ddp_worker, args=(args.ddp, _free_port(), args, queue), nprocs=args.ddp, join=True)
+    mp.spawn(_ddp_entry, args=(args.ddp, _free_port(), body, args, queue), nprocs=args.ddp, join=True)
     while not queue.empty():
         emit(queue.get(), args.json)
+
+
+def _ddp_throughput(rank, world, args, out_queue):
+    """Same model and SGD step as bench(), wrapped in DistributedDataParallel; rank r
+    takes every world-th index of the shared per-epoch permutation (what
+    DistributedSampler does)."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    keep = []  # the DDP modules live until the process ends (see _ddp_entry)
+    x_train, y_train = load_fashion_mnist(args.data_dir, "train")
+    for model in (args.models or "mlp,lenet5,resnet20").split(","):
+        torch.manual_seed(args.seed)
+        net = DDP(herd_torch_models.build(model))  # broadcasts rank 0's weights
+        keep.append(net)
+        net.train()
+        opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=0.9, weight_decay=5e-4)
+        gen = torch.Generator().manual_seed(args.seed)  # same permutation on every rank
+        n = len(x_train)
+
+        def shard_batches():
+            while True:
+                mine = torch.randperm(n, generator=gen)[rank::world]
+                for i in range(0, len(mine) - args.batch_size + 1, args.batch_size):
+                    yield mine[i:i + args.batch_size]
+
+        def step(idx):
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(net(x_train[idx]), y_train[idx])
+            loss.backward()  # gradients averaged over ranks here
+            opt.step()
+            return loss
+
+        it = shard_batches()
+        for _ in range(args.warmup):
+            step(next(it))
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            loss = step(next(it))
+        loss = loss.item()
+        dist.barrier()
+        # The job is as fast as its slowest rank.
+        dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+        dist.all_reduce(dt, op=dist.ReduceOp.MAX)
+        dt = dt.item()
+        if rank == 0:
+            out_queue.put({
+                "model": model, "framework": "torch-ddp", "ranks": world,
+                "threads": args.threads, "batch": args.batch_size,
+                "samples_per_s": round(world * args.steps * args.batch_size / dt, 1),
+                "step_ms": round(1000 * dt / args.steps, 3), "steps": args.steps,
+                "warmup": args.warmup, "loss": round(loss, 4), "torch": torch.__version__,
+            })
 
 
 def evaluate(net, x, y, batch_size=1000):
@@ -225,6 +232,88 @@ def evaluate(net, x, y, batch_size=1000):
             correct += (net(x[i:i + batch_size]).argmax(1) == y[i:i + batch_size]).sum().item()
     net.train()
     return correct / len(x)
+
+
+def recipe_lr(args, steps_per_epoch, world):
+    """herd's learning rate per step (src/optim/schedule.c): --lr, times global batch / 256
+    with --lr-scaling linear; linear warmup over --warmup-epochs (step 0 already at
+    lr / warm); then constant, or cosine annealed to 0 at the last step + 1."""
+    import math
+    base = args.lr * (args.batch_size * world / 256.0 if args.lr_scaling == "linear" else 1.0)
+    warm = round(args.warmup_epochs * steps_per_epoch)
+    total = args.epochs * steps_per_epoch - warm
+
+    def factor(step):
+        if step < warm:
+            return (step + 1) / warm
+        if args.schedule == "cosine" and total > 0:
+            return 0.5 * (1.0 + math.cos(math.pi * min(step - warm, total) / total))
+        return 1.0
+    return base, factor
+
+
+def recipe_optimizer(net, args, lr):
+    """SGD as herd's: weight decay as L2 on weights only (biases and batch-norm
+    parameters are not decayed), momentum, Nesterov."""
+    decay = [p for p in net.parameters() if p.dim() > 1]
+    rest = [p for p in net.parameters() if p.dim() <= 1]
+    return torch.optim.SGD([{"params": decay, "weight_decay": args.weight_decay},
+                            {"params": rest, "weight_decay": 0.0}],
+                           lr=lr, momentum=args.momentum, nesterov=args.nesterov)
+
+
+def _ddp_time_to_acc(rank, world, args, out_queue):
+    """Time to accuracy with DDP and herd's `make run` recipe: every epoch one shared
+    permutation, rank r takes every world-th sample padded by wrapping (as
+    DistributedSampler), batches of --batch-size with the last partial one kept, the
+    lr stepped per step; the test split evaluated across ranks after every epoch."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    keep = []
+    x_train, y_train = load_fashion_mnist(args.data_dir, "train")
+    x_test, y_test = load_fashion_mnist(args.data_dir, "test")
+    model = (args.models or "lenet5").split(",")[0]
+    torch.manual_seed(args.seed)
+    net = DDP(herd_torch_models.build(model))
+    keep.append(net)
+    n = len(x_train)
+    per_rank = -(-n // world)
+    steps_per_epoch = -(-per_rank // args.batch_size)
+    base, factor = recipe_lr(args, steps_per_epoch, world)
+    opt = recipe_optimizer(net, args, base)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+    gen = torch.Generator().manual_seed(args.seed)
+    test_idx = torch.arange(rank, len(x_test), world)
+    result = {"model": model, "framework": "torch-ddp", "ranks": world, "threads": args.threads,
+              "batch": args.batch_size, "target": args.target, "reached": False}
+    dist.barrier()
+    t0 = time.perf_counter()
+    for epoch in range(1, args.epochs + 1):
+        perm = torch.randperm(n, generator=gen)
+        mine = torch.cat([perm, perm[:per_rank * world - n]])[rank::world]
+        net.train()
+        for i in range(0, per_rank, args.batch_size):
+            idx = mine[i:i + args.batch_size]
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(net(x_train[idx]), y_train[idx]).backward()
+            opt.step()
+            sched.step()
+        net.eval()
+        with torch.no_grad():
+            correct = torch.tensor([(net.module(x_test[test_idx]).argmax(1) == y_test[test_idx]).sum().item()],
+                                   dtype=torch.float64)
+        dist.all_reduce(correct)
+        acc = correct.item() / len(x_test)
+        wall = time.perf_counter() - t0
+        if rank == 0:
+            print("epoch=%d test_acc=%.4f wall_s=%.2f" % (epoch, acc, wall), file=sys.stderr, flush=True)
+            if not result["reached"]:
+                result.update(epochs=epoch, test_acc=round(acc, 4), wall_s=round(wall, 2))
+                result["reached"] = acc >= args.target
+            result.update(final_epoch=epoch, final_test_acc=round(acc, 4), final_wall_s=round(wall, 2))
+    if rank == 0:
+        out_queue.put(result)
 
 
 def time_to_acc(model, x_train, y_train, x_test, y_test, args):
@@ -340,6 +429,16 @@ def main():
                    help="train lenet5 (or --models) until test accuracy >= --target")
     p.add_argument("--target", type=float, default=0.89)
     p.add_argument("--epochs", type=int, default=10, help="epoch limit for --time-to-acc")
+    p.add_argument("--model", dest="models", help="alias of --models (herd's flag)")
+    p.add_argument("--data", default="fashion-mnist", choices=["fashion-mnist"],
+                   help="herd's flag; only fashion-mnist")
+    # herd's recipe flags (--time-to-acc --ddp N follows them exactly, as `make run` sets them)
+    p.add_argument("--lr-scaling", choices=["none", "linear"], default="none")
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--nesterov", action="store_true")
+    p.add_argument("--weight-decay", type=float, default=5e-4)
+    p.add_argument("--schedule", choices=["constant", "cosine"], default="constant")
+    p.add_argument("--warmup-epochs", type=float, default=0.0)
     p.add_argument("--ddp", type=int, default=0, metavar="N",
                    help="N processes with DistributedDataParallel (gloo) on this machine")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
@@ -360,11 +459,9 @@ def main():
     if args.precision != "fp32" or args.channels_last:
         p.error("--precision and --channels-last are for --device cuda")
     if args.ddp:
-        if args.time_to_acc:
-            p.error("--time-to-acc runs one process; drop --ddp")
         if args.ddp < 1:
             p.error("--ddp needs N >= 1")
-        run_ddp(args)
+        run_ddp(args, _ddp_time_to_acc if args.time_to_acc else _ddp_throughput)
         return
 
     torch.set_num_threads(args.threads)

@@ -11,8 +11,12 @@ packages=(
   dataset-fashion-mnist
 )
 # The PyTorch reference and the kernel micro-benchmarks (bench/, tests/make_fixtures.py)
-# are optional: HERD_WITH_TORCH=1.
-if [ "${HERD_WITH_TORCH:-0}" = 1 ]; then packages+=(python3-torch python3-numpy libopenblas-dev); fi
+# are optional: HERD_WITH_TORCH=1. PyTorch runs its GEMMs on the OpenMP OpenBLAS, which
+# follows its thread count (the reference BLAS makes it ~15x slower); threadpoolctl
+# reports which BLAS and kernel it runs.
+if [ "${HERD_WITH_TORCH:-0}" = 1 ]; then
+  packages+=(python3-torch python3-numpy python3-threadpoolctl libopenblas0-openmp libopenblas-openmp-dev)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

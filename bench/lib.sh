@@ -1,0 +1,81 @@
+# Shared by the benchmark scripts (sourced): the PyTorch reference set up as a careful
+# user would, and the machine's fp32 limit measured in the same run.
+#
+# bench_reference_setup: PyTorch's GEMMs run on Debian's OpenBLAS. With the reference
+#   BLAS (which `apt-get --no-install-recommends` can leave as libblas.so.3) PyTorch's
+#   linear layers run ~15x slower, so that setup is refused. Debian's pthread OpenBLAS
+#   ignores torch.set_num_threads; the OpenMP one (libopenblas0-openmp) follows it. When
+#   the auto-detected OpenBLAS kernel lacks AVX-512 on a CPU that has it (older OpenBLAS
+#   builds do not know newer CPUs), OPENBLAS_CORETYPE selects the AVX-512 kernel. Prints
+#   what the reference runs on.
+# bench_gemm_limits: 1-thread GEMM GFLOP/s of herd's GEMM (dnnl_sgemm, bench/gemm_limit.c)
+#   and of the reference's (torch.mm on OpenBLAS), N = 1024; sets GEMM_HERD, GEMM_TORCH and
+#   GEMM_LIMIT (the larger: the best the machine reached today).
+# frac ACHIEVED_GFLOPS CORES: achieved ÷ (GEMM_LIMIT × CORES), two decimals.
+
+bench_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+python=${PYTHON:-/usr/bin/python3}
+
+bench_reference_setup() {
+  local info kernel
+  info=$("$python" - <<'EOF'
+import torch, threadpoolctl
+blas = [i for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+for i in blas:
+    print("blas=%s version=%s threading=%s kernel=%s file=%s" % (
+        i["internal_api"], i.get("version"), i.get("threading_layer"), i.get("architecture"), i["filepath"]))
+if not blas:
+    print("blas=unknown")
+print("torch=%s" % torch.__version__)
+EOF
+) || { echo "bench: PyTorch or threadpoolctl missing: HERD_WITH_TORCH=1 bash scripts/install-deps.sh" >&2; return 1; }
+  if ! grep -q '^blas=openblas .*threading=openmp' <<<"$info"; then
+    echo "bench: PyTorch does not run on OpenMP OpenBLAS here:" >&2
+    echo "$info" >&2
+    echo "bench: install libopenblas0-openmp (HERD_WITH_TORCH=1 bash scripts/install-deps.sh) and select it:" \
+         "update-alternatives --config libblas.so.3-x86_64-linux-gnu" >&2
+    return 1
+  fi
+  kernel=$(sed -n 's/^blas=openblas .*kernel=\([^ ]*\).*/\1/p' <<<"$info" | head -n 1)
+  if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo \
+     && ! grep -qiE '^(skylakex|cooperlake|sapphirerapids)$' <<<"$kernel"; then
+    export OPENBLAS_CORETYPE=SkylakeX
+    echo "reference: OpenBLAS auto-detected the $kernel kernel on an AVX-512 CPU; OPENBLAS_CORETYPE=SkylakeX"
+    info=$(OPENBLAS_CORETYPE=SkylakeX "$python" -c 'import threadpoolctl
+for i in threadpoolctl.threadpool_info():
+    print("blas=%s version=%s threading=%s kernel=%s file=%s" % (i["internal_api"], i.get("version"),
+          i.get("threading_layer"), i.get("architecture"), i["filepath"]))' | grep '^blas=openblas')
+  fi
+  echo "reference: $(tr '\n' ' ' <<<"$info")OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-auto}"
+  echo "machine: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores, $(date -u '+%Y-%m-%d %H:%M UTC')"
+}
+
+bench_gemm_limits() {
+  local exe
+  exe=$(mktemp)
+  cc -O2 "$bench_root/bench/gemm_limit.c" -ldnnl -o "$exe" || { rm -f "$exe"; return 1; }
+  GEMM_HERD=$(OMP_NUM_THREADS=1 "$exe" 1024 20 | sed -n 's/.*gflops=//p')
+  rm -f "$exe"
+  GEMM_TORCH=$(OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$python" -c '
+import time, torch
+torch.set_num_threads(1)
+a = torch.rand(1024, 1024); b = torch.rand(1024, 1024)
+best = 1e30
+for r in range(23):
+    t = time.perf_counter(); torch.mm(a, b); dt = time.perf_counter() - t
+    if r >= 3: best = min(best, dt)
+print("%.1f" % (2 * 1024 ** 3 / best * 1e-9))')
+  GEMM_LIMIT=$(awk -v a="$GEMM_HERD" -v b="$GEMM_TORCH" 'BEGIN { print (a + 0 >= b + 0) ? a : b }')
+  echo "gemm_limit: 1-thread fp32 GEMM 1024^3 (best of 20): herd dnnl_sgemm $GEMM_HERD GFLOP/s," \
+       "PyTorch torch.mm (OpenBLAS) $GEMM_TORCH GFLOP/s; limit $GEMM_LIMIT GFLOP/s per core"
+}
+
+# Forward MFLOPs per sample of a zoo model, from `herd models`.
+model_mflops() { "$herd" models | awk -v m="$1" '$1 == m { print $3 }'; }
+
+# frac SAMPLES_PER_S MODEL CORES: 3 × forward FLOPs × samples/s ÷ (GEMM_LIMIT × CORES).
+frac() {
+  if [ "$1" = - ] || [ -z "${GEMM_LIMIT:-}" ]; then echo -; return; fi
+  awk -v s="$1" -v f="$(model_mflops "$2")" -v l="$GEMM_LIMIT" -v c="$3" \
+    'BEGIN { if (f == "" || l <= 0) print "-"; else printf "%.2f", 3 * f * 1e6 * s / (l * 1e9 * c) }'
+}
