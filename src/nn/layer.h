@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "core/trace.h"
 #include "dist/comm.h"
 
 typedef struct herd_model herd_model;
@@ -50,7 +51,7 @@ typedef struct herd_run_ctx {
     herd_status (*after_backward)(void *user, int layer);
     void *hook_user;
     /* --timeline: every layer's forward and backward become events. NULL: off. */
-    struct herd_timeline *timeline;
+    const herd_trace_sink *trace;
 } herd_run_ctx;
 
 typedef struct herd_layer_ops {

@@ -77,7 +77,7 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
     HERD_TRY(herd_model_reshape(m, b->n));
     herd_run_ctx ctx = herd_model_ctx(m, true, seed);
     ctx.grad_beta = micro > 0 ? 1.0f : 0.0f;
-    ctx.timeline = p->timeline;
+    ctx.trace = herd_timeline_sink(p->timeline);
     if (p->sync_bn && p->comm->size > 1)
         ctx.bn_comm = p->comm;
     const float *logits;
