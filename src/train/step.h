@@ -39,6 +39,9 @@ herd_status herd_step_plan_init(herd_step_plan *p, herd_model *m, herd_comm *com
                                 double bucket_mb, herd_wire_type wire, bool sync_bn);
 void herd_step_plan_free(herd_step_plan *p, herd_model *m);
 
+/* Synchronised batch norm's group: the sums are allreduce_f64 over c's ranks. */
+herd_group_sum herd_group_of_comm(herd_comm *c);
+
 /* Forward and backward of micro-batch `micro` of `n_micro` in a step: gradients
  * accumulate over the micro-batches, and on the last one the buckets start their
  * reductions during backward. Adds to *s. */
