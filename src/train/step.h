@@ -4,11 +4,11 @@
 #define HERD_TRAIN_STEP_H
 
 #include "data/dataset.h"
-#include "dist/buckets.h"
 #include "nn/model.h"
 #include "optim/loss_scale.h"
 #include "obs/timeline.h"
 #include "optim/optim.h"
+#include "train/buckets.h"
 
 /* How gradients of a step are combined across micro-batches and ranks. */
 typedef struct herd_step_plan {
