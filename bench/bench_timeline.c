@@ -1,5 +1,6 @@
 /* What recording one --timeline event costs the training thread: a layer event as
- * model.c records it (two clock reads and an append), best of 10 runs of 100k events.
+ * model.c records it (two clock reads, a call through the trace sink and an append),
+ * best of 10 runs of 100k events.
  * Multiplied by the events of a step (2 per layer + 7) it bounds the timeline's
  * overhead independently of machine noise.
  * Build: gcc -O2 -Iinclude -Isrc bench/bench_timeline.c build/libherd.a -ldnnl -lcjson -lz \
