@@ -23,7 +23,7 @@ static void check_all_fail(herd_comm *c, const char *path, bool out_of_memory, b
     herd_timeline *tl = NULL;
     herd_status st = herd_timeline_open(path, c, out_of_memory ? HUGE_STEP : 8, &tl);
     MT_CHECK(st != HERD_OK && tl == NULL, "open succeeded (%s)", want);
-    MT_CHECK(c->timeline == NULL, "a failed trace stays detached");
+    MT_CHECK(c->trace == NULL, "a failed trace stays detached");
     if (!fails_here)
         MT_CHECK(strstr(herd_last_error(), want) != NULL, "message '%s' lacks '%s'",
                  herd_last_error(), want);

@@ -52,14 +52,14 @@ static void test_staged_reduction(void **state)
     c->ops->set_activity(c, "testing");
     /* A trace attached to the wrapper reaches the host, which runs the reductions
      * (nothing records into it here: the local communicator traces nothing). */
-    struct herd_timeline *trace = (struct herd_timeline *)&all;
-    herd_comm_set_timeline(c, trace);
-    assert_true(c->timeline == trace && local->timeline == trace);
-    herd_comm_set_timeline(c, NULL);
-    assert_true(c->timeline == NULL && local->timeline == NULL);
-    herd_comm_set_timeline(local, trace); /* not a wrapper: only itself */
-    assert_true(local->timeline == trace && c->timeline == NULL);
-    herd_comm_set_timeline(local, NULL);
+    const herd_trace_sink *trace = &(herd_trace_sink){.ctx = &all};
+    herd_comm_set_trace(c, trace);
+    assert_true(c->trace == trace && local->trace == trace);
+    herd_comm_set_trace(c, NULL);
+    assert_true(c->trace == NULL && local->trace == NULL);
+    herd_comm_set_trace(local, trace); /* not a wrapper: only itself */
+    assert_true(local->trace == trace && c->trace == NULL);
+    herd_comm_set_trace(local, NULL);
 
     assert_herd_ok(herd_comm_broadcast_buffer(c, herd_backend_cpu(), grads, sizeof grads, 0));
     assert_true(grads[6] == 3.0f);

@@ -11,6 +11,7 @@
 
 #include "nn/model.h"
 #include "testutil.h"
+#include "train/step.h"
 
 #define TOL 1e-5
 
@@ -194,7 +195,7 @@ static herd_status run_steps(herd_model *m, herd_comm *comm, const float *x, con
     float dlogits[N * CLASSES];
     for (int s = 0; s < STEPS; s++) {
         herd_run_ctx ctx = herd_model_ctx(m, true, 1);
-        ctx.bn_comm = comm;
+        ctx.bn_group = herd_group_of_comm(comm);
         const float *logits;
         TRY(herd_model_forward(m, &ctx, x, &logits));
         double loss;
@@ -231,7 +232,7 @@ static void test_layer_threads(void **state)
     tu_fill_uniform(x, N * per, -1, 1, 21);
     int32_t labels[N] = {0, 4, 2, 1, 3, 3};
 
-    /* One process, the whole batch; with bn_comm of one rank (local statistics). */
+    /* One process, the whole batch; with a group of one rank (local statistics). */
     herd_model *ref = make_model();
     fake_world one = {.size = 1};
     pthread_barrier_init(&one.bar, NULL, 1);

@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/trace.h"
 #include "herd/herd.h"
 
 typedef enum herd_wire_type {
@@ -106,7 +107,7 @@ struct herd_comm {
     void *impl;
     /* Set while a --timeline trace is recorded: the communicator adds each gradient
      * reduction to it (set and cleared by the training thread with nothing pending). */
-    struct herd_timeline *timeline;
+    const herd_trace_sink *trace;
 };
 
 /* Single process: every collective is the identity. */
@@ -152,8 +153,8 @@ herd_status herd_comm_broadcast_buffer(herd_comm *c, const struct herd_backend *
 herd_comm *herd_comm_wrap(herd_comm *host, const herd_comm_ops *own, void *impl);
 herd_comm *herd_comm_wrapped(const herd_comm *c); /* host */
 void *herd_comm_wrapper_impl(const herd_comm *c);
-/* Attaches a --timeline trace to c (NULL detaches), and to the host c wraps if it is a
+/* Attaches a trace sink to c (NULL detaches), and to the host c wraps if it is a
  * wrapper: the communicator that runs a reduction records it. Call with nothing pending. */
-void herd_comm_set_timeline(herd_comm *c, struct herd_timeline *tl);
+void herd_comm_set_trace(herd_comm *c, const herd_trace_sink *trace);
 
 #endif

@@ -28,13 +28,13 @@ static bool is_wrapper(const herd_comm *c)
     return c->impl && c->ops == &((const wrapper *)c->impl)->ops;
 }
 
-void herd_comm_set_timeline(herd_comm *c, struct herd_timeline *tl)
+void herd_comm_set_trace(herd_comm *c, const herd_trace_sink *trace)
 {
-    c->timeline = tl;
+    c->trace = trace;
     /* The wrapper holds a copy of the host's fields: the host records the reductions
      * it runs from its own. */
     if (is_wrapper(c))
-        herd_comm_set_timeline(herd_comm_wrapped(c), tl);
+        herd_comm_set_trace(herd_comm_wrapped(c), trace);
 }
 
 static herd_status fwd_broadcast(herd_comm *c, void *buf, size_t bytes, int root)

@@ -30,7 +30,6 @@ herd_status herd_comm_mpi_create(const herd_comm_config *cfg, herd_comm **out)
 #include "core/clock.h"
 #include "core/half.h"
 #include "dist/comm_mpi_internal.h"
-#include "obs/timeline.h"
 
 #define DEFAULT_STALL_WARNING_S 60.0
 #define DEFAULT_TIMEOUT_S 300.0
@@ -120,7 +119,7 @@ static herd_status mpi_allreduce_start(herd_comm *c, float *buf, size_t n, float
                         c->rank, c->host);
     HERD_TRY(check_wire(c, wire));
     mpi_op op = {.kind = MPI_OP_ALLREDUCE, .buf = buf, .n = n, .scale = scale, .wire = wire,
-                 .launched = c->timeline ? herd_now() : 0};
+                 .launched = herd_trace_start(c->trace)};
     snprintf(op.tag, sizeof op.tag, "%s", tag ? tag : "");
     return enqueue_async(c->impl, &op);
 }

@@ -15,7 +15,6 @@
 #include "core/clock.h"
 #include "core/half.h"
 #include "dist/comm_mpi_internal.h"
-#include "obs/timeline.h"
 
 /* Open MPI moves a shared-memory collective forward only inside MPI calls, one
  * fragment per poll, so a sleep between polls stretches a 1 MiB reduction from
@@ -328,10 +327,10 @@ static void run_head(comm_mpi *m, mpi_op *op)
     run_op(m, op, err, sizeof err);
     m->current = NULL;
     /* Recorded before the op is retired: wait_all then orders it before the reader. */
-    if (op->kind == MPI_OP_ALLREDUCE && m->c->timeline) {
+    const herd_trace_sink *trace = m->c->trace;
+    if (op->kind == MPI_OP_ALLREDUCE && trace) {
         size_t wire_bytes = op->n * herd_wire_type_size(op->wire);
-        herd_timeline_comm(m->c->timeline, op->tag, op->launched, m->current_start, herd_now(),
-                           wire_bytes);
+        trace->comm(trace->ctx, op->tag, op->launched, m->current_start, herd_now(), wire_bytes);
     }
 
     pthread_mutex_lock(&m->mu);

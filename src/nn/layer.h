@@ -12,10 +12,19 @@
 #include "backend/backend.h"
 #include "core/rng.h"
 #include "core/tensor.h"
-#include "dist/comm.h"
+#include "core/trace.h"
 
 typedef struct herd_model herd_model;
 typedef struct herd_layer herd_layer;
+
+/* Synchronised batch norm's exchange, so that nn needs no communicator: sum_f64 adds
+ * vals[0..n) in place over the `ranks` ranks of a group (train builds one from its
+ * communicator). Every rank of the group calls it in the same order. */
+typedef struct herd_group_sum {
+    herd_status (*sum_f64)(void *group, double *vals, int n);
+    void *group;
+    int ranks;
+} herd_group_sum;
 
 #define HERD_MAX_INPUTS 2
 
@@ -43,14 +52,14 @@ typedef struct herd_run_ctx {
     float *buffers;  /* model->buffers */
     float grad_beta; /* 0: overwrite parameter gradients, 1: accumulate */
     /* Synchronised batch norm: statistics over the batches of all ranks of this
-     * communicator. NULL (or one rank): each process uses its own batch. */
-    herd_comm *bn_comm;
+     * group. Zero (or one rank): each process uses its own batch. */
+    herd_group_sum bn_group;
     /* Called after each layer's backward, once its parameter gradients are final
      * (gradient buckets start their reductions here). NULL: no hook. */
     herd_status (*after_backward)(void *user, int layer);
     void *hook_user;
     /* --timeline: every layer's forward and backward become events. NULL: off. */
-    struct herd_timeline *timeline;
+    const herd_trace_sink *trace;
 } herd_run_ctx;
 
 typedef struct herd_layer_ops {

@@ -6,9 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/clock.h"
 #include "core/error.h"
-#include "obs/timeline.h"
 
 int herd_model_add_tensor(herd_model *m, herd_layer *l, const char *suffix, int ndim,
                           const int64_t *shape, int is_buffer, int no_decay)
@@ -224,10 +222,9 @@ herd_status herd_model_forward(herd_model *m, const herd_run_ctx *ctx, const flo
         const float *in[HERD_MAX_INPUTS] = {0};
         for (int k = 0; k < l->spec.n_inputs; k++)
             in[k] = layer_input(m, x, l->spec.inputs[k]);
-        double t0 = ctx->timeline ? herd_now() : 0;
+        double t0 = herd_trace_start(ctx->trace);
         HERD_TRY(l->ops->forward(l, ctx, in, m->acts[i]));
-        if (ctx->timeline)
-            herd_timeline_add(ctx->timeline, HERD_TL_FWD_LAYER, l->spec.name, t0, herd_now());
+        herd_trace_end(ctx->trace, HERD_TL_FWD_LAYER, l->spec.name, t0);
     }
     *logits = m->acts[m->n_layers - 1];
     return HERD_OK;
@@ -257,10 +254,9 @@ herd_status herd_model_backward(herd_model *m, const herd_run_ctx *ctx, const fl
             din[k] = via_scratch[k] ? m->scratch + k * m->scratch_floats : m->dacts[src];
         }
         const float *dy = i == last ? dlogits : m->dacts[i];
-        double t0 = ctx->timeline ? herd_now() : 0;
+        double t0 = herd_trace_start(ctx->trace);
         st = l->ops->backward(l, ctx, in, m->acts[i], dy, din);
-        if (ctx->timeline)
-            herd_timeline_add(ctx->timeline, HERD_TL_BWD_LAYER, l->spec.name, t0, herd_now());
+        herd_trace_end(ctx->trace, HERD_TL_BWD_LAYER, l->spec.name, t0);
         if (st == HERD_OK && ctx->after_backward)
             st = ctx->after_backward(ctx->hook_user, i);
         for (int k = 0; k < l->spec.n_inputs && st == HERD_OK; k++) {

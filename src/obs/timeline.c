@@ -25,6 +25,7 @@ typedef struct tl_buffer {
 
 struct herd_timeline {
     herd_comm *comm;
+    herd_trace_sink sink; /* ctx: this timeline */
     FILE *out;            /* rank 0 */
     char *path;
     tl_buffer compute;    /* written by the training thread only */
@@ -124,6 +125,19 @@ void herd_timeline_comm(herd_timeline *tl, const char *tag, double launched, dou
     e->kind = HERD_TL_ALLREDUCE;
     copy_label(e->label, sizeof e->label, tag);
 }
+
+static void sink_complete(void *tl, herd_tl_kind kind, const char *label, double t0, double t1)
+{
+    herd_timeline_add(tl, kind, label, t0, t1);
+}
+
+static void sink_comm(void *tl, const char *tag, double launched, double t0, double t1,
+                      size_t bytes)
+{
+    herd_timeline_comm(tl, tag, launched, t0, t1, bytes);
+}
+
+const herd_trace_sink *herd_timeline_sink(herd_timeline *tl) { return tl ? &tl->sink : NULL; }
 
 /* --------------------------------------------------------------- clocks */
 
@@ -284,15 +298,15 @@ static void write_trailer(herd_timeline *tl)
 /* Stops the communicator recording into tl. */
 static void detach(herd_timeline *tl)
 {
-    if (tl->comm->timeline == tl)
-        herd_comm_set_timeline(tl->comm, NULL);
+    if (tl->comm->trace == &tl->sink)
+        herd_comm_set_trace(tl->comm, NULL);
 }
 
 void herd_timeline_free(herd_timeline *tl)
 {
     if (!tl)
         return;
-    if (tl->comm->timeline == tl) { /* after a failure the comm thread may still record */
+    if (tl->comm->trace == &tl->sink) { /* after a failure the comm thread may still record */
         (void)tl->comm->ops->wait_all(tl->comm);
         detach(tl);
     }
@@ -399,12 +413,13 @@ herd_status herd_timeline_open(const char *path, herd_comm *comm, size_t events_
     if (!tl)
         return HERD_ERR_NOMEM;
     tl->comm = comm;
+    tl->sink = (herd_trace_sink){.ctx = tl, .complete = sink_complete, .comm = sink_comm};
     herd_status st = open_all(tl, path, events_per_step);
     if (st != HERD_OK) {
         herd_timeline_free(tl);
         return st;
     }
-    herd_comm_set_timeline(comm, tl);
+    herd_comm_set_trace(comm, &tl->sink);
     *out = tl;
     return HERD_OK;
 }

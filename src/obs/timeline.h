@@ -18,24 +18,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/trace.h"
 #include "dist/comm.h"
 
 typedef struct herd_timeline herd_timeline;
-
-typedef enum herd_tl_kind {
-    HERD_TL_STEP,       /* cat "step", a whole optimizer step */
-    HERD_TL_DATA_WAIT,  /* cat "phase" ... */
-    HERD_TL_FORWARD,
-    HERD_TL_BACKWARD,
-    HERD_TL_COMM_WAIT,
-    HERD_TL_OPTIMIZER,
-    HERD_TL_FWD_LAYER,  /* cat "layer": "fwd <layer>" */
-    HERD_TL_BWD_LAYER,  /* "bwd <layer>" */
-    HERD_TL_ALLREDUCE,  /* cat "comm" on the communication track: "allreduce <tag>" */
-    HERD_TL_CHECKPOINT, /* cat "io" */
-    HERD_TL_EVALUATE,   /* cat "eval" */
-    HERD_TL_KINDS
-} herd_tl_kind;
 
 /* One recorded event. Plain bytes (no pointers): it travels to rank 0 as it is. */
 typedef struct herd_tl_event {
@@ -47,8 +33,9 @@ typedef struct herd_tl_event {
 } herd_tl_event;
 
 /* Collective: rank 0 creates `path` and every rank measures its clock against rank
- * 0's; then comm records its reductions into the trace (herd_comm_set_timeline)
- * until close or free. events_per_step sizes the buffers (they grow if needed). */
+ * 0's; then comm records its reductions into the trace (herd_comm_set_trace with
+ * the timeline's sink) until close or free. events_per_step sizes the buffers (they
+ * grow if needed). */
 herd_status herd_timeline_open(const char *path, herd_comm *comm, size_t events_per_step,
                                herd_timeline **out);
 /* Collective: moves every rank's events into the file and re-measures the clocks
@@ -61,6 +48,10 @@ herd_status herd_timeline_close(herd_timeline *tl);
 /* Frees tl without writing (after a failure): first waits out the communicator's
  * pending reductions, which may still record. The file is left unfinished. */
 void herd_timeline_free(herd_timeline *tl);
+
+/* The timeline as a trace sink, for the model's run context (herd_run_ctx.trace):
+ * its calls are herd_timeline_add and herd_timeline_comm. NULL for a NULL tl. */
+const herd_trace_sink *herd_timeline_sink(herd_timeline *tl);
 
 /* Training thread: the step the next events belong to (epoch and step 1-based). */
 void herd_timeline_begin_step(herd_timeline *tl, int epoch, long step);

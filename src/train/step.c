@@ -53,6 +53,17 @@ static herd_status batch_to_backend(herd_model *m, float **x_dev, int32_t **labe
     return HERD_OK;
 }
 
+static herd_status comm_sum_f64(void *comm, double *vals, int n)
+{
+    herd_comm *c = comm;
+    return c->ops->allreduce_f64(c, vals, n);
+}
+
+herd_group_sum herd_group_of_comm(herd_comm *c)
+{
+    return (herd_group_sum){.sum_f64 = comm_sum_f64, .group = c, .ranks = c->size};
+}
+
 static herd_status bucket_hook(void *user, int layer)
 {
     herd_step_plan *p = user;
@@ -77,9 +88,9 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
     HERD_TRY(herd_model_reshape(m, b->n));
     herd_run_ctx ctx = herd_model_ctx(m, true, seed);
     ctx.grad_beta = micro > 0 ? 1.0f : 0.0f;
-    ctx.timeline = p->timeline;
+    ctx.trace = herd_timeline_sink(p->timeline);
     if (p->sync_bn && p->comm->size > 1)
-        ctx.bn_comm = p->comm;
+        ctx.bn_group = herd_group_of_comm(p->comm);
     const float *logits;
     HERD_TRY(herd_model_forward(m, &ctx, b->x, &logits));
     double loss_sum = 0;

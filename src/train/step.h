@@ -4,11 +4,11 @@
 #define HERD_TRAIN_STEP_H
 
 #include "data/dataset.h"
-#include "dist/buckets.h"
 #include "nn/model.h"
 #include "optim/loss_scale.h"
 #include "obs/timeline.h"
 #include "optim/optim.h"
+#include "train/buckets.h"
 
 /* How gradients of a step are combined across micro-batches and ranks. */
 typedef struct herd_step_plan {
@@ -38,6 +38,9 @@ typedef struct herd_step_stats {
 herd_status herd_step_plan_init(herd_step_plan *p, herd_model *m, herd_comm *comm,
                                 double bucket_mb, herd_wire_type wire, bool sync_bn);
 void herd_step_plan_free(herd_step_plan *p, herd_model *m);
+
+/* Synchronised batch norm's group: the sums are allreduce_f64 over c's ranks. */
+herd_group_sum herd_group_of_comm(herd_comm *c);
 
 /* Forward and backward of micro-batch `micro` of `n_micro` in a step: gradients
  * accumulate over the micro-batches, and on the last one the buckets start their

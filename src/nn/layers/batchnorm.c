@@ -1,8 +1,8 @@
 /* Batch normalisation over (N, H, W) per channel: batch statistics in training,
- * running statistics in evaluation (PyTorch semantics). With ctx->bn_comm spanning
+ * running statistics in evaluation (PyTorch semantics). With ctx->bn_group spanning
  * more than one rank, training statistics are those of the global batch
  * (synchronised BN, as torch.nn.SyncBatchNorm): the backend's split ops compute
- * per-channel sums, the communicator adds them over ranks, the next op uses them. */
+ * per-channel sums, the group adds them over ranks, the next op uses them. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -64,7 +64,7 @@ static herd_status bn_reshape(herd_layer *l, const herd_backend *be, int batch)
 
 static bool bn_sync(const herd_run_ctx *ctx)
 {
-    return ctx->training && ctx->bn_comm && ctx->bn_comm->size > 1;
+    return ctx->training && ctx->bn_group.sum_f64 && ctx->bn_group.ranks > 1;
 }
 
 /* Forward over the global batch: sum of x (and the local count, so ranks whose
@@ -76,16 +76,16 @@ static herd_status bn_forward_sync(herd_layer *l, const herd_run_ctx *ctx, const
 {
     bn_state *st = l->state;
     const herd_backend *be = ctx->be;
-    herd_comm *comm = ctx->bn_comm;
+    const herd_group_sum *group = &ctx->bn_group;
     herd_shape s = l->in_shape[0];
     int n = l->batch, c = s.c, hw = s.h * s.w;
     double *sum = st->red, *sq = st->red + c + 1;
     HERD_TRY(be->bn_stats(n, c, hw, x, NULL, 0, sum));
     sum[c] = (double)n * hw;
-    HERD_TRY(comm->ops->allreduce_f64(comm, sum, c + 1));
+    HERD_TRY(group->sum_f64(group->group, sum, c + 1));
     int64_t count = llround(sum[c]);
     HERD_TRY(be->bn_stats(n, c, hw, x, sum, count, sq));
-    HERD_TRY(comm->ops->allreduce_f64(comm, sq, c));
+    HERD_TRY(group->sum_f64(group->group, sq, c));
     HERD_TRY(be->bn_apply_train(n, c, hw, x, herd_layer_param(l, ctx, 0),
                                 herd_layer_param(l, ctx, 1), sum, sq, count, y, st->save_mean,
                                 st->save_invstd, herd_layer_param(l, ctx, 2),
@@ -120,7 +120,7 @@ static herd_status bn_backward_sync(herd_layer *l, const herd_run_ctx *ctx, cons
 {
     bn_state *st = l->state;
     const herd_backend *be = ctx->be;
-    herd_comm *comm = ctx->bn_comm;
+    const herd_group_sum *group = &ctx->bn_group;
     herd_shape s = l->in_shape[0];
     int n = l->batch, c = s.c, hw = s.h * s.w;
     double *sum_dy = st->red, *sum_dy_xc = st->red + c;
@@ -131,12 +131,12 @@ static herd_status bn_backward_sync(herd_layer *l, const herd_run_ctx *ctx, cons
      * all of them skip this allreduce together. */
     if (!dx)
         return HERD_OK;
-    if (!comm || comm->size <= 1)
+    if (!group->sum_f64 || group->ranks <= 1)
         return HERD_ERR(HERD_ERR_INVALID_ARG,
                         "batchnorm '%s': forward used synchronised statistics but backward has "
-                        "no multi-rank bn_comm; pass the same run context to both",
+                        "no multi-rank bn_group; pass the same run context to both",
                         l->spec.name);
-    HERD_TRY(comm->ops->allreduce_f64(comm, sum_dy, 2 * c));
+    HERD_TRY(group->sum_f64(group->group, sum_dy, 2 * c));
     return be->bn_bwd_apply(n, c, hw, x, dy, herd_layer_param(l, ctx, 0), st->save_mean,
                             st->save_invstd, sum_dy, sum_dy_xc, st->count, dx);
 }

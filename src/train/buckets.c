@@ -1,4 +1,4 @@
-#include "dist/buckets.h"
+#include "train/buckets.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,8 +4,8 @@
  * gradient lives in one contiguous buffer, a bucket is an offset and a length —
  * the reduction works on the buffer in place, no copies.
  */
-#ifndef HERD_DIST_BUCKETS_H
-#define HERD_DIST_BUCKETS_H
+#ifndef HERD_TRAIN_BUCKETS_H
+#define HERD_TRAIN_BUCKETS_H
 
 #include "dist/comm.h"
 #include "nn/model.h"

@@ -1,0 +1,32 @@
+# herd_private_header_dir(DIR HEADER...): DIR holds symbolic links to the given
+# headers of src/ (paths relative to src/) and to everything they include from src/,
+# laid out as in src/. A target with DIR on its include path can use those headers
+# and no others. Re-run when one of them changes, since its includes may have.
+function(herd_private_header_dir dir)
+  file(REMOVE_RECURSE ${dir})
+  set(todo ${ARGN})
+  set(done "")
+  while(todo)
+    list(POP_FRONT todo header)
+    if(header IN_LIST done)
+      continue()
+    endif()
+    set(path ${CMAKE_SOURCE_DIR}/src/${header})
+    if(NOT EXISTS ${path})
+      message(FATAL_ERROR "herd_private_header_dir: no src/${header}")
+    endif()
+    list(APPEND done ${header})
+    set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${path})
+    get_filename_component(sub ${header} DIRECTORY)
+    file(MAKE_DIRECTORY ${dir}/${sub})
+    file(CREATE_LINK ${path} ${dir}/${header} SYMBOLIC)
+    # Quoted includes that name a file of src/ (the public herd/herd.h is not one).
+    file(STRINGS ${path} lines REGEX "^[ \t]*#[ \t]*include[ \t]*\"")
+    foreach(line ${lines})
+      string(REGEX REPLACE "^[^\"]*\"([^\"]+)\".*$" "\\1" inc "${line}")
+      if(EXISTS ${CMAKE_SOURCE_DIR}/src/${inc})
+        list(APPEND todo ${inc})
+      endif()
+    endforeach()
+  endwhile()
+endfunction()

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The layer graph: which part of herd includes which, from every #include in src/,
+# cli/ and include/. Prints the graph (edges with their include counts) and fails on
+# any include against the allowed direction (README, "Who may include whom"):
+#   cli -> src/train -> src/{optim,obs,tools} -> src/{nn,data,dist} -> src/backend -> src/core
+# with include/herd/herd.h (the public API: types and declarations, only the C
+# library below it) open to every layer, and the CLI reaching src/ only through the
+# tools headers. Usage: check_layers.sh [SOURCE_ROOT]
+set -u
+root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+cd "$root" || exit 1
+
+# layer: the other layers it may include. Reading it as a graph it has no cycle: a
+# layer lists only layers further down.
+allowed='
+herd:
+core: herd
+backend: core herd
+nn: backend core herd
+data: backend core herd
+dist: backend core herd
+optim: nn backend core herd
+obs: nn dist backend core herd
+tools: dist backend core herd
+train: optim obs tools nn data dist backend core herd
+cli: tools herd
+'
+
+# "file target" for every quoted include (and every <x/y.h> naming a layer).
+edges=$(find src cli include -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' | sort |
+  while read -r f; do
+    sed -n -E 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]([^>"]+)[>"].*/\1/p' "$f" |
+      while read -r inc; do echo "$f $inc"; done
+  done)
+[ -n "$edges" ] || { echo "check_layers: no includes found under $root"; exit 1; }
+
+echo "$edges" | awk -v allowed="$allowed" '
+function layer_of_file(f, p) {
+    split(f, p, "/")
+    if (p[1] == "src") return p[2]
+    if (p[1] == "include") return p[2]
+    return p[1]
+}
+BEGIN {
+    n = split(allowed, lines, "\n")
+    for (i = 1; i <= n; i++) {
+        if (lines[i] == "") continue
+        k = split(lines[i], w, /[: ]+/)
+        known[w[1]] = 1
+        for (j = 2; j <= k; j++) if (w[j] != "") ok[w[1], w[j]] = 1
+    }
+}
+{
+    from = layer_of_file($1)
+    inc = $2
+    if (index(inc, "/") == 0) to = from            # a file of its own directory
+    else { split(inc, p, "/"); to = p[1] }
+    if (!(to in known)) next                       # a system or third-party header
+    if (!(from in known)) { printf "check_layers: %s is in no known layer\n", $1; bad++; next }
+    if (from == to) next
+    count[from " -> " to]++
+    if (!((from, to) in ok)) {
+        printf "check_layers: %s includes \"%s\": %s may not include %s\n", $1, inc, from, to
+        bad++
+    }
+}
+END {
+    print "layer graph (includes between layers):"
+    cmd = "sort"
+    for (e in count) printf "  %-20s %d\n", e, count[e] | cmd
+    close(cmd)
+    if (bad) { printf "check_layers: %d include(s) against the allowed direction\n", bad; exit 1 }
+    print "check_layers: every include points the allowed way"
+}'
