@@ -67,7 +67,7 @@ static void print_table(const bench_allreduce_config *cfg, const bench_allreduce
 static void print_fusion(const bench_allreduce_config *cfg, const bench_allreduce_result *r)
 {
     unsigned long long tensor =
-        bench_allreduce_count(cfg->type, cfg->min_bytes) * herd_wire_type_size(cfg->type);
+        bench_allreduce_count(cfg->type, cfg->min_bytes) * bench_type_size(cfg->type);
     int k = cfg->fused_tensors;
     printf("# herd bench allreduce --fused-tensors: %d rank(s) on %d host(s), communicator %s, "
            "%d tensors of %llu B (%s), %d steps after %d warm-up\n",
@@ -91,7 +91,7 @@ int cmd_bench_allreduce(int argc, char **argv)
         {"help", no_argument, 0, 'h'},               {0, 0, 0, 0},
     };
     bench_allreduce_config cfg = {.min_bytes = 8, .max_bytes = 64 << 20, .factor = 2, .iters = 20,
-                                  .warmup = 5, .type = HERD_WIRE_FP32};
+                                  .warmup = 5, .type = BENCH_FLOAT};
     const char *backend = "auto", *json = NULL;
     bool min_given = false;
     long v;
@@ -135,20 +135,21 @@ int cmd_bench_allreduce(int argc, char **argv)
     const char *corrupt = getenv("HERD_TEST_CORRUPT_ALLREDUCE");
     cfg.corrupt = corrupt && strcmp(corrupt, "1") == 0;
 
-    herd_comm *c = NULL, *host = NULL;
-    herd_status st = bench_comm_open(backend, &c, &host);
+    bench_session *s = NULL;
+    herd_status st = bench_session_open(backend, true, &s);
     if (st != HERD_OK)
         return cli_fail(st, "cannot create the communicator");
     bench_allreduce_result r;
     int rc = CLI_OK;
-    if ((st = bench_allreduce(c, &cfg, &r)) != HERD_OK) {
+    if ((st = bench_allreduce(s, &cfg, &r)) != HERD_OK) {
         rc = cli_fail(st, "allreduce benchmark failed");
-        if (c->size > 1) /* the other ranks would wait for this one forever */
-            c->ops->abort(c, rc, "herd bench allreduce failed on this rank; stopping the job");
-        bench_comm_close(c, host);
+        if (bench_session_size(s) > 1) /* the other ranks would wait for this one forever */
+            bench_session_abort(s, rc, "herd bench allreduce failed on this rank; stopping the job");
+        bench_session_close(s);
         return rc;
     }
-    if (c->rank == 0) {
+    bool rank0 = bench_session_rank(s) == 0;
+    if (rank0) {
         if (cfg.fused_tensors > 0)
             print_fusion(&cfg, &r);
         else
@@ -158,12 +159,12 @@ int cmd_bench_allreduce(int argc, char **argv)
             rc = cli_fail(st, "cannot write the JSON results");
     }
     if (r.wrong > 0) {
-        if (c->rank == 0)
+        if (rank0)
             fprintf(stderr, "herd: error: %lld element(s) of the reductions differ from the exact sum\n",
                     (long long)r.wrong);
         rc = CLI_FAIL;
     }
     bench_allreduce_result_free(&r);
-    bench_comm_close(c, host);
+    bench_session_close(s);
     return rc;
 }

@@ -73,19 +73,15 @@ static void print_slowest(const bench_p2p_matrices *m)
     free(sorted);
 }
 
-static int print_hosts(herd_comm *c)
+static int print_hosts(bench_session *s)
 {
-    char *names = calloc((size_t)c->size, sizeof c->host);
-    if (!names)
-        return cli_fail(HERD_ERR_NOMEM, "cannot list the hosts");
-    herd_status st = c->ops->allgather(c, c->host, names, sizeof c->host);
-    if (st != HERD_OK) {
-        free(names);
+    bench_host *hosts = NULL;
+    herd_status st = bench_session_hosts(s, &hosts);
+    if (st != HERD_OK)
         return cli_fail(st, "cannot list the hosts");
-    }
-    for (int r = 0; c->rank == 0 && r < c->size; r++)
-        printf("#   rank %d: %.*s\n", r, (int)sizeof c->host, names + (size_t)r * sizeof c->host);
-    free(names);
+    for (int r = 0; bench_session_rank(s) == 0 && r < bench_session_size(s); r++)
+        printf("#   rank %d: %s\n", r, hosts[r].name);
+    free(hosts);
     return CLI_OK;
 }
 
@@ -167,35 +163,38 @@ int cmd_bench_p2p(int argc, char **argv)
     if (optind < argc)
         return cli_usage_error("bench p2p", "unexpected argument '%s'", argv[optind]);
 
-    herd_comm *c = NULL;
-    herd_status st = herd_comm_create_backend(backend, NULL, &c);
+    bench_session *s = NULL;
+    herd_status st = bench_session_open(backend, false, &s);
     if (st != HERD_OK)
         return cli_fail(st, "cannot create the communicator");
     bench_p2p_matrices m;
     int rc = CLI_OK;
-    if (c->rank == 0)
+    bool rank0 = bench_session_rank(s) == 0;
+    int ranks = bench_session_size(s);
+    if (rank0)
         printf("# herd bench p2p: %d rank(s), communicator %s; bandwidth: %d messages of %zu B, "
                "latency: %d round trips of %zu B\n",
-               c->size, c->ops->name, cfg.bw_reps, cfg.bw_bytes, cfg.lat_reps, cfg.lat_bytes);
-    if ((rc = print_hosts(c)) == CLI_OK && (st = bench_p2p_ranks(c, &cfg, &m)) != HERD_OK)
+               ranks, bench_session_backend(s), cfg.bw_reps, cfg.bw_bytes, cfg.lat_reps,
+               cfg.lat_bytes);
+    if ((rc = print_hosts(s)) == CLI_OK && (st = bench_p2p_ranks(s, &cfg, &m)) != HERD_OK)
         rc = cli_fail(st, "peer-to-peer benchmark between ranks failed");
     if (rc != CLI_OK) {
-        if (c->size > 1) /* the other ranks would wait for this one forever */
-            c->ops->abort(c, rc, "herd bench p2p failed on this rank; stopping the job");
-        herd_comm_destroy(c);
+        if (ranks > 1) /* the other ranks would wait for this one forever */
+            bench_session_abort(s, rc, "herd bench p2p failed on this rank; stopping the job");
+        bench_session_close(s);
         return rc;
     }
-    if (c->rank == 0) {
-        if (c->size == 1)
+    if (rank0) {
+        if (ranks == 1)
             printf("\n# one rank: no pair of ranks to measure (run under mpirun -np N)\n");
         print_matrix("Unidirectional bandwidth between ranks (GB/s)", "rank", m.uni_gbps, m.n, 3);
         print_matrix("Bidirectional bandwidth between ranks (GB/s)", "rank", m.bi_gbps, m.n, 3);
         print_matrix("Latency between ranks (us)", "rank", m.lat_us, m.n, 2);
         print_slowest(&m);
-        rc = gpu_matrices(&cfg, c->host);
+        rc = gpu_matrices(&cfg, bench_session_host(s));
         fflush(stdout);
     }
     bench_p2p_matrices_free(&m);
-    herd_comm_destroy(c);
+    bench_session_close(s);
     return rc;
 }

@@ -75,12 +75,13 @@ static int parse_args(int argc, char **argv, predict_args *a)
         case 's': ok = cli_parse_float(optarg, 1e-6, 1e9, &a->step_ms); break;
         case 'B': ok = cli_parse_float(optarg, 0, 1, &a->backward_fraction); break;
         case 't': ok = cli_parse_float(optarg, 0, 1, &a->threshold); break;
-        case 'c':
-            if (strcmp(optarg, "fp16") == 0 || strcmp(optarg, "bf16") == 0)
-                a->grad_bytes_per_param = 2;
-            else if (strcmp(optarg, "fp32") != 0 && strcmp(optarg, "none") != 0)
+        case 'c': {
+            herd_compress wire = HERD_COMPRESS_NONE; /* "fp32" is accepted as "none" here */
+            if (strcmp(optarg, "fp32") != 0 && herd_compress_parse(optarg, &wire) != HERD_OK)
                 return cli_usage_error("predict", "--compress takes fp16, bf16 or none, got '%s'", optarg);
+            a->grad_bytes_per_param = wire == HERD_COMPRESS_NONE ? 4 : 2;
             break;
+        }
         case 'h': fputs(predict_help, stdout); return -1;
         default: return cli_usage_error("predict", "unknown or incomplete option");
         }

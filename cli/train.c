@@ -261,13 +261,7 @@ static int parse_train_args(int argc, char **argv, train_args *a)
             break;
         case OPT_SYNC_BN: c->sync_bn = true; break;
         case OPT_COMPRESS:
-            if (strcmp(optarg, "fp16") == 0)
-                c->compress = 1;
-            else if (strcmp(optarg, "bf16") == 0)
-                c->compress = 2;
-            else if (strcmp(optarg, "none") == 0)
-                c->compress = 0;
-            else
+            if (herd_compress_parse(optarg, &c->compress) != HERD_OK)
                 return cli_usage_error("train", "--compress is fp16, bf16 or none, got '%s'", optarg);
             break;
         case OPT_GRAD_ACCUM: INT_ARG(1, 4096, c->grad_accum, "--grad-accum"); break;

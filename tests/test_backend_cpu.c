@@ -491,6 +491,71 @@ static void test_table(void **state)
     assert_int_equal(be->conv2d_plan(&bad, &cp), HERD_ERR_INVALID_ARG);
 }
 
+/* A bad call fails with INVALID_ARG and a message containing `what`. */
+static void expect_invalid(herd_status st, const char *what)
+{
+    assert_int_equal(st, HERD_ERR_INVALID_ARG);
+    if (!strstr(herd_last_error(), what))
+        fail_msg("expected '%s' in: %s", what, herd_last_error());
+}
+
+/* The argument checks every backend shares (backend.c), through the CPU table: each
+ * refuses what it should, with the op named, and passes empty calls. */
+static void test_shared_checks(void **state)
+{
+    (void)state;
+    float v[64] = {0}, *x = v, *y = v + 16, *z = v + 32;
+    expect_invalid(be->bias_add(-1, 2, y, x), "bias_add: bad arguments");
+    expect_invalid(be->bias_grad(2, 2, x, y, 0.5f), "bias_grad: beta must be 0 or 1");
+    assert_herd_ok(be->bias_add(0, 0, NULL, NULL));
+
+    herd_conv_plan *cp = (herd_conv_plan *)v;
+    expect_invalid(be->conv2d_plan(NULL, &cp), "conv2d_plan: NULL argument");
+    herd_conv_desc cd = {.n = 1, .c_in = 1, .h_in = 3, .w_in = 3, .c_out = 1, .kh = 2, .kw = 2,
+                         .stride = 1, .bias = true};
+    assert_herd_ok(be->conv2d_plan(&cd, &cp));
+    expect_invalid(be->conv2d_fwd(cp, NULL, x, x, y), "conv2d_fwd: NULL argument");
+    expect_invalid(be->conv2d_fwd(cp, x, x, NULL, y), "has a bias but b is NULL");
+    expect_invalid(be->conv2d_bwd_data(cp, x, x, NULL), "conv2d_bwd_data: NULL argument");
+    expect_invalid(be->conv2d_bwd_weights(cp, x, y, z, z, 2.0f), "beta must be 0 or 1");
+    expect_invalid(be->conv2d_bwd_weights(cp, x, y, z, NULL, 0.0f), "NULL gradient");
+    be->conv2d_plan_free(cp);
+
+    herd_pool_plan *pp = (herd_pool_plan *)v;
+    herd_pool_desc pd = {.n = 1, .c = 1, .h_in = 4, .w_in = 4, .k = 2, .stride = 2, .is_max = true};
+    expect_invalid(be->pool_plan(NULL, &pp), "pool_plan: NULL argument");
+    assert_herd_ok(be->pool_plan(&pd, &pp));
+    expect_invalid(be->pool_fwd(pp, x, NULL, true), "pool_fwd: NULL argument");
+    expect_invalid(be->pool_bwd(pp, x, y), "needs a training forward pass first");
+    be->pool_plan_free(pp);
+    expect_invalid(be->global_avgpool_fwd(0, 1, 4, x, y), "global_avgpool_fwd: bad arguments");
+    expect_invalid(be->global_avgpool_bwd(1, 1, 4, x, NULL), "global_avgpool_bwd: bad arguments");
+
+    expect_invalid(be->bn_fwd_train(1, 2, 1, x, x, x, y, z, z, z, z, 0.1f, 1e-5f),
+                   "more than 1 value per channel");
+    expect_invalid(be->bn_fwd_infer(2, 2, 2, x, NULL, x, y, z, z, 1e-5f), "bn_fwd_infer: NULL array");
+    expect_invalid(be->bn_bwd(2, 0, 2, x, x, x, x, x, y, z, z, 0.0f), "sizes must be positive");
+    expect_invalid(be->bn_bwd(2, 2, 2, x, x, x, x, x, NULL, z, z, 3.0f), "bn_bwd: beta");
+    double d[8] = {0};
+    expect_invalid(be->bn_stats(1, 2, 1, x, d, 1, d + 4), "more than 1 value per channel");
+    assert_herd_ok(be->bn_stats(1, 2, 1, x, NULL, 1, d + 4)); /* the plain sum needs no count */
+    expect_invalid(be->bn_bwd_reduce(2, 2, 2, x, x, x, x, d, NULL, y, z, 0.0f),
+                   "bn_bwd_reduce: NULL array");
+
+    expect_invalid(be->relu_fwd(4, NULL, y), "relu_fwd: NULL array");
+    assert_herd_ok(be->relu_fwd(0, NULL, NULL));
+    expect_invalid(be->dropout_fwd(4, x, y, z, -0.5f, 1), "dropout: p must be in [0, 1]");
+    int32_t labels[2] = {0, 1};
+    expect_invalid(be->softmax_xent(2, 2, x, labels, 2.0f, y, NULL, NULL), "label smoothing");
+
+    herd_sgd_args sgd = {.lr = 0.1f, .momentum = 0.9f};
+    expect_invalid(be->sgd_update(4, x, y, NULL, &sgd), "needs a momentum buffer");
+    assert_herd_ok(be->sgd_update(0, NULL, NULL, NULL, NULL));
+    herd_adamw_args adam = {.lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f};
+    expect_invalid(be->adamw_update(4, x, y, z, z, &adam), "1-based");
+    expect_invalid(be->grad_unscale_check(4, NULL, 1.0f, NULL), "grad_unscale_check: NULL buffer");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -499,7 +564,7 @@ int main(void)
         cmocka_unit_test(test_conv),        cmocka_unit_test(test_pool),
         cmocka_unit_test(test_global_avgpool), cmocka_unit_test(test_batchnorm),
         cmocka_unit_test(test_elementwise), cmocka_unit_test(test_dropout),
-        cmocka_unit_test(test_softmax_xent),
+        cmocka_unit_test(test_softmax_xent), cmocka_unit_test(test_shared_checks),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

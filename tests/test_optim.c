@@ -376,6 +376,27 @@ static void test_config_default(void **s)
     assert_null(c.checkpoint_dir);
     assert_int_equal(c.eval_every, 1);
     assert_int_equal(c.max_steps, 0);
+    assert_int_equal(c.compress, HERD_COMPRESS_NONE);
+}
+
+/* --compress's names both ways, and what is refused. */
+static void test_compress_names(void **s)
+{
+    (void)s;
+    static const char *names[] = {"none", "fp16", "bf16"};
+    static const herd_compress values[] = {HERD_COMPRESS_NONE, HERD_COMPRESS_FP16, HERD_COMPRESS_BF16};
+    for (int i = 0; i < 3; i++) {
+        herd_compress c = (herd_compress)-1;
+        assert_herd_ok(herd_compress_parse(names[i], &c));
+        assert_int_equal(c, values[i]);
+        assert_string_equal(herd_compress_name(values[i]), names[i]);
+    }
+    herd_compress c = HERD_COMPRESS_BF16;
+    assert_int_equal(herd_compress_parse("fp32", &c), HERD_ERR_INVALID_ARG);
+    assert_non_null(strstr(herd_last_error(), "'fp32'"));
+    assert_int_equal(c, HERD_COMPRESS_BF16); /* untouched on failure */
+    assert_int_equal(herd_compress_parse(NULL, &c), HERD_ERR_INVALID_ARG);
+    assert_string_equal(herd_compress_name((herd_compress)7), "unknown");
 }
 
 int main(void)
@@ -393,6 +414,7 @@ int main(void)
         cmocka_unit_test(test_optimizer_bad_config),
         cmocka_unit_test(test_schedules),
         cmocka_unit_test(test_config_default),
+        cmocka_unit_test(test_compress_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

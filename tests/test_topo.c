@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist/comm.h"
 #include "testutil.h"
 #include "tools/tools.h"
 

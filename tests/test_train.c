@@ -151,12 +151,35 @@ static void test_grad_accum_equals_big_batch(void **state)
     herd_model_free(m[1]);
 }
 
+/* A compression outside herd_compress is refused before training, not cast onto the wire. */
+static void test_compress_out_of_range_refused(void **state)
+{
+    (void)state;
+    herd_dataset *ds;
+    herd_model *m;
+    assert_herd_ok(herd_dataset_open("synthetic:1,12,12,4,64", HERD_SPLIT_TRAIN, &ds));
+    assert_herd_ok(herd_model_create("mlp", ds, &m));
+    herd_train_config cfg;
+    herd_train_config_default(&cfg);
+    cfg.epochs = 1;
+    cfg.threads = 1;
+    cfg.compress = (herd_compress)3;
+    herd_train_result res;
+    assert_int_equal(herd_train(m, ds, NULL, &cfg, NULL, NULL, &res), HERD_ERR_INVALID_ARG);
+    assert_non_null(strstr(herd_last_error(), "compress is 0 (none), 1 (fp16) or 2 (bf16)"));
+    cfg.compress = HERD_COMPRESS_BF16; /* one process: accepted, nothing to reduce */
+    assert_herd_ok(herd_train(m, ds, NULL, &cfg, NULL, NULL, &res));
+    herd_model_free(m);
+    herd_dataset_free(ds);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lenet5_learns),
         cmocka_unit_test(test_resume_is_exact),
         cmocka_unit_test(test_grad_accum_equals_big_batch),
+        cmocka_unit_test(test_compress_out_of_range_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

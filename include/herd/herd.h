@@ -179,6 +179,18 @@ void herd_dist_free(herd_dist *d);
 typedef enum { HERD_OPT_SGD = 0, HERD_OPT_ADAMW = 1 } herd_optimizer_kind;
 typedef enum { HERD_SCHED_CONSTANT = 0, HERD_SCHED_STEP = 1, HERD_SCHED_COSINE = 2 } herd_schedule_kind;
 
+/* Gradients on the wire (--compress): as they are, or cast to a 16-bit type for the
+ * allreduce and back. */
+typedef enum {
+    HERD_COMPRESS_NONE = 0, /* fp32 */
+    HERD_COMPRESS_FP16,     /* IEEE half */
+    HERD_COMPRESS_BF16,     /* bfloat16 */
+} herd_compress;
+
+/* "none", "fp16", "bf16". */
+const char *herd_compress_name(herd_compress c);
+herd_status herd_compress_parse(const char *name, herd_compress *out);
+
 #define HERD_MAX_MILESTONES 8
 
 typedef struct herd_train_config {
@@ -210,7 +222,7 @@ typedef struct herd_train_config {
     herd_dist *dist;       /* NULL = this process alone */
     bool lr_scaling;       /* lr = lr * global batch / 256 (Goyal et al.); warmup defaults to 5 epochs */
     bool sync_bn;          /* batch-norm statistics over the global batch */
-    int compress;          /* gradients on the wire: 0 fp32, 1 fp16, 2 bf16 */
+    herd_compress compress; /* gradients on the wire (HERD_COMPRESS_NONE) */
     int grad_accum;        /* micro-batches per step; communicate on the last (1) */
     double bucket_mb;      /* gradient bucket size in MiB (25; the first bucket is 1) */
     bool check_replicas;   /* hash parameters after every step and abort if replicas differ */

@@ -1,3 +1,5 @@
+/* What every backend shares: layer descriptions, the argument checks each op makes
+ * before it computes, precision names and the GPU peak table. */
 #include "backend/backend.h"
 
 #include <string.h>
@@ -78,6 +80,31 @@ herd_status herd_backend_cuda_bind(int local_rank, int local_size)
 }
 #endif
 
+/* ------------------------------------------------------------ argument checks */
+
+herd_status herd_check_set_threads(int threads)
+{
+    if (threads < 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "threads must be >= 0 (0 = all cores), got %d",
+                        threads);
+    return HERD_OK;
+}
+
+herd_status herd_check_arrays(const char *op, const void *const *arrays, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        if (!arrays[i])
+            return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: NULL array", op);
+    return HERD_OK;
+}
+
+herd_status herd_check_grad_beta(const char *op, float beta)
+{
+    if (beta != 0.0f && beta != 1.0f)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: beta must be 0 or 1, got %g", op, (double)beta);
+    return HERD_OK;
+}
+
 herd_status herd_gemm_check(bool trans_a, bool trans_b, int m, int n, int k, const float *a,
                             int lda, const float *b, int ldb, const float *c, int ldc, bool *empty)
 {
@@ -100,14 +127,111 @@ herd_status herd_gemm_check(bool trans_a, bool trans_b, int m, int n, int k, con
     return HERD_OK;
 }
 
-herd_status herd_check_grad_beta(const char *op, float beta)
+herd_status herd_check_bias_add(int rows, int cols, const float *y, const float *bias)
 {
-    if (beta != 0.0f && beta != 1.0f)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: beta must be 0 or 1, got %g", op, (double)beta);
+    if (rows < 0 || cols < 0 || ((size_t)rows * (size_t)cols > 0 && (!y || !bias)))
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "bias_add: bad arguments (rows=%d cols=%d)", rows,
+                        cols);
     return HERD_OK;
 }
 
-herd_status herd_bn_check_sizes(const char *op, int n, int c, int hw)
+herd_status herd_check_bias_grad(int rows, int cols, const float *dy, const float *db, float beta)
+{
+    if (rows < 0 || cols < 0 || (cols > 0 && !db) || ((size_t)rows * (size_t)cols > 0 && !dy))
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "bias_grad: bad arguments (rows=%d cols=%d)", rows,
+                        cols);
+    return herd_check_grad_beta("bias_grad", beta);
+}
+
+/* The finished description every backend's plan begins with. */
+static const herd_conv_desc *conv_desc(const herd_conv_plan *p)
+{
+    return (const herd_conv_desc *)(const void *)p;
+}
+
+static const herd_pool_desc *pool_desc(const herd_pool_plan *p)
+{
+    return (const herd_pool_desc *)(const void *)p;
+}
+
+herd_status herd_check_conv2d_plan(const herd_conv_desc *d, herd_conv_plan **plan,
+                                   herd_conv_desc *fin)
+{
+    if (!d || !plan)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_plan: NULL argument");
+    *plan = NULL;
+    *fin = *d;
+    return herd_conv_desc_finish(fin);
+}
+
+herd_status herd_check_conv2d_fwd(const herd_conv_plan *p, const float *x, const float *w,
+                                  const float *b, const float *y)
+{
+    if (!p || !x || !w || !y)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_fwd: NULL argument");
+    if (conv_desc(p)->bias && !b)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_fwd: the layer has a bias but b is NULL");
+    return HERD_OK;
+}
+
+herd_status herd_check_conv2d_bwd_data(const herd_conv_plan *p, const float *dy, const float *w,
+                                       const float *dx)
+{
+    if (!p || !dy || !w || !dx)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_bwd_data: NULL argument");
+    return HERD_OK;
+}
+
+herd_status herd_check_conv2d_bwd_weights(const herd_conv_plan *p, const float *x,
+                                          const float *dy, const float *dw, const float *db,
+                                          float beta)
+{
+    if (!p || !x || !dy)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_bwd_weights: NULL argument");
+    HERD_TRY(herd_check_grad_beta("conv2d_bwd_weights", beta));
+    if (!dw || (conv_desc(p)->bias && !db))
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_bwd_weights: NULL gradient");
+    return HERD_OK;
+}
+
+herd_status herd_check_pool_plan(const herd_pool_desc *d, herd_pool_plan **plan,
+                                 herd_pool_desc *fin)
+{
+    if (!d || !plan)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "pool_plan: NULL argument");
+    *plan = NULL;
+    *fin = *d;
+    return herd_pool_desc_finish(fin);
+}
+
+herd_status herd_check_pool_fwd(const herd_pool_plan *p, const float *x, const float *y)
+{
+    if (!p || !x || !y)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "pool_fwd: NULL argument");
+    return HERD_OK;
+}
+
+herd_status herd_check_pool_bwd(const herd_pool_plan *p, const float *dy, const float *dx,
+                                bool trained)
+{
+    if (!p || !dy || !dx)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "pool_bwd: NULL argument");
+    if (pool_desc(p)->is_max && !trained)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "max pool backward needs a training forward pass first (the argmax of "
+                        "the last one is kept in the plan)");
+    return HERD_OK;
+}
+
+herd_status herd_check_global_avgpool(const char *op, int n, int c, int hw, const float *in,
+                                      const float *out)
+{
+    if (n <= 0 || c <= 0 || hw <= 0 || !in || !out)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: bad arguments (n=%d c=%d hw=%d)", op, n, c, hw);
+    return HERD_OK;
+}
+
+static herd_status bn_check_sizes(const char *op, int n, int c, int hw)
 {
     if (n <= 0 || c <= 0 || hw <= 0)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: sizes must be positive (n=%d c=%d hw=%d)", op,
@@ -115,13 +239,148 @@ herd_status herd_bn_check_sizes(const char *op, int n, int c, int hw)
     return HERD_OK;
 }
 
-herd_status herd_bn_check_count(int64_t count)
+/* Training statistics need more than one value per channel. */
+static herd_status bn_check_count(int64_t count)
 {
     if (count < 2)
         return HERD_ERR(HERD_ERR_INVALID_ARG,
                         "batchnorm: training needs more than 1 value per channel (%lld in the "
                         "batch); use a larger batch",
                         (long long)count);
+    return HERD_OK;
+}
+
+herd_status herd_check_bn_fwd_train(int n, int c, int hw, const float *x, const float *gamma,
+                                    const float *beta, const float *y, const float *save_mean,
+                                    const float *save_invstd, const float *running_mean,
+                                    const float *running_var)
+{
+    HERD_TRY(bn_check_sizes("bn_fwd_train", n, c, hw));
+    HERD_CHECK_ARRAYS("bn_fwd_train", 1, x, gamma, beta, y, save_mean, save_invstd, running_mean,
+                      running_var);
+    return bn_check_count((int64_t)n * hw);
+}
+
+herd_status herd_check_bn_fwd_infer(int n, int c, int hw, const float *x, const float *gamma,
+                                    const float *beta, const float *y, const float *running_mean,
+                                    const float *running_var)
+{
+    HERD_TRY(bn_check_sizes("bn_fwd_infer", n, c, hw));
+    HERD_CHECK_ARRAYS("bn_fwd_infer", 1, x, gamma, beta, y, running_mean, running_var);
+    return HERD_OK;
+}
+
+herd_status herd_check_bn_bwd(int n, int c, int hw, const float *x, const float *dy,
+                              const float *gamma, const float *save_mean,
+                              const float *save_invstd, const float *dgamma, const float *dbeta,
+                              float beta)
+{
+    HERD_TRY(bn_check_sizes("bn_bwd", n, c, hw));
+    /* dx may be NULL: batch norm reading the model input needs no input gradient. */
+    HERD_CHECK_ARRAYS("bn_bwd", 1, x, dy, gamma, save_mean, save_invstd, dgamma, dbeta);
+    return herd_check_grad_beta("bn_bwd", beta);
+}
+
+herd_status herd_check_bn_stats(int n, int c, int hw, const float *x, const double *sum,
+                                int64_t count, const double *out)
+{
+    HERD_TRY(bn_check_sizes("bn_stats", n, c, hw));
+    HERD_CHECK_ARRAYS("bn_stats", 1, x, out);
+    return sum ? bn_check_count(count) : HERD_OK;
+}
+
+herd_status herd_check_bn_apply_train(int n, int c, int hw, const float *x, const float *gamma,
+                                      const float *beta, const double *sum, const double *sqdev,
+                                      int64_t count, const float *y, const float *save_mean,
+                                      const float *save_invstd, const float *running_mean,
+                                      const float *running_var)
+{
+    HERD_TRY(bn_check_sizes("bn_apply_train", n, c, hw));
+    HERD_CHECK_ARRAYS("bn_apply_train", 1, x, gamma, beta, sum, sqdev, y, save_mean, save_invstd,
+                      running_mean, running_var);
+    return bn_check_count(count);
+}
+
+herd_status herd_check_bn_bwd_reduce(int n, int c, int hw, const float *x, const float *dy,
+                                     const float *save_mean, const float *save_invstd,
+                                     const double *sum_dy, const double *sum_dy_xc,
+                                     const float *dgamma, const float *dbeta, float beta)
+{
+    HERD_TRY(bn_check_sizes("bn_bwd_reduce", n, c, hw));
+    HERD_CHECK_ARRAYS("bn_bwd_reduce", 1, x, dy, save_mean, save_invstd, sum_dy, sum_dy_xc,
+                      dgamma, dbeta);
+    return herd_check_grad_beta("bn_bwd_reduce", beta);
+}
+
+herd_status herd_check_bn_bwd_apply(int n, int c, int hw, const float *x, const float *dy,
+                                    const float *gamma, const float *save_mean,
+                                    const float *save_invstd, const double *sum_dy,
+                                    const double *sum_dy_xc, int64_t count, const float *dx)
+{
+    HERD_TRY(bn_check_sizes("bn_bwd_apply", n, c, hw));
+    HERD_CHECK_ARRAYS("bn_bwd_apply", 1, x, dy, gamma, save_mean, save_invstd, sum_dy, sum_dy_xc,
+                      dx);
+    return bn_check_count(count);
+}
+
+herd_status herd_check_dropout_fwd(size_t n, const float *x, const float *y, const float *mask,
+                                   float p)
+{
+    HERD_CHECK_ARRAYS("dropout_fwd", n, x, y, mask);
+    if (!(p >= 0.0f && p <= 1.0f))
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "dropout: p must be in [0, 1], got %g", (double)p);
+    return HERD_OK;
+}
+
+herd_status herd_check_softmax_xent(int n, int classes, const float *logits,
+                                    const int32_t *labels, float smoothing)
+{
+    if (n <= 0 || classes <= 0 || !logits || !labels)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "softmax_xent: bad arguments (n=%d classes=%d)", n,
+                        classes);
+    if (!(smoothing >= 0.0f && smoothing <= 1.0f))
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "softmax_xent: label smoothing must be in [0, 1], got %g",
+                        (double)smoothing);
+    return HERD_OK;
+}
+
+herd_status herd_check_sgd_update(size_t n, const float *w, const float *g,
+                                  const float *momentum_buf, const herd_sgd_args *a)
+{
+    if (n == 0)
+        return HERD_OK;
+    if (!w || !g || !a)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "sgd_update: weights, gradients and args must not be NULL");
+    if (a->momentum != 0.0f && !momentum_buf)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "sgd_update: momentum %g needs a momentum buffer; allocate one or set "
+                        "momentum 0",
+                        (double)a->momentum);
+    return HERD_OK;
+}
+
+herd_status herd_check_adamw_update(size_t n, const float *w, const float *g, const float *m,
+                                    const float *v, const herd_adamw_args *a)
+{
+    if (n == 0)
+        return HERD_OK;
+    if (!w || !g || !m || !v || !a)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "adamw_update: weights, gradients, moments and args must not be NULL");
+    if (a->step < 1)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "adamw_update: step is %ld but must be 1-based (>= 1) for the bias "
+                        "correction",
+                        a->step);
+    return HERD_OK;
+}
+
+herd_status herd_check_grad_unscale(size_t n, const float *x)
+{
+    if (n && !x)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "grad_unscale_check: NULL buffer for %zu values", n);
     return HERD_OK;
 }
 

@@ -217,15 +217,93 @@ bool herd_backend_cuda_visible(void);
  * GPUs than local_size ranks. */
 herd_status herd_backend_cuda_bind(int local_rank, int local_size);
 
-/* Validates a row-major gemm call (sizes, leading dimensions, pointers) for every
- * backend; *empty is set when there is nothing to compute (m or n is 0). */
+/* ------------------------------------------------------------ argument checks
+ * What every backend checks before an op, written once (backend.c): the rules and
+ * the messages are the same whatever computes the op. Each backend's op calls its
+ * check first and adds only what is its own (the CUDA grid's limits, say). Every
+ * backend's plan structs begin with their finished description (herd_conv_desc d,
+ * herd_pool_desc d), which the plan checks read. */
+
+/* "op: NULL array" when n > 0 and any of the arrays is NULL; returns from the caller. */
+#define HERD_CHECK_ARRAYS(op, n, ...)                                                   \
+    do {                                                                                \
+        const void *herd_arrays_[] = {__VA_ARGS__};                                     \
+        herd_status herd_arrays_st_ = (n) > 0 ? herd_check_arrays(op, herd_arrays_,     \
+                                                    sizeof herd_arrays_ /               \
+                                                        sizeof herd_arrays_[0])         \
+                                              : HERD_OK;                                \
+        if (herd_arrays_st_ != HERD_OK)                                                 \
+            return herd_arrays_st_;                                                     \
+    } while (0)
+herd_status herd_check_arrays(const char *op, const void *const *arrays, size_t count);
+herd_status herd_check_set_threads(int threads); /* 0 = all cores */
+herd_status herd_check_grad_beta(const char *op, float beta); /* beta is 0 or 1 */
+
+/* Validates a row-major gemm call (sizes, leading dimensions, pointers); *empty is
+ * set when there is nothing to compute (m or n is 0). */
 herd_status herd_gemm_check(bool trans_a, bool trans_b, int m, int n, int k, const float *a,
                             int lda, const float *b, int ldb, const float *c, int ldc, bool *empty);
+herd_status herd_check_bias_add(int rows, int cols, const float *y, const float *bias);
+herd_status herd_check_bias_grad(int rows, int cols, const float *dy, const float *db, float beta);
 
-/* Argument checks every backend shares (messages name the op). */
-herd_status herd_check_grad_beta(const char *op, float beta); /* beta is 0 or 1 */
-herd_status herd_bn_check_sizes(const char *op, int n, int c, int hw);
-herd_status herd_bn_check_count(int64_t count); /* training needs > 1 value per channel */
+/* Plans: *plan = NULL, and *fin = the finished description the plan is built from. */
+herd_status herd_check_conv2d_plan(const herd_conv_desc *d, herd_conv_plan **plan,
+                                   herd_conv_desc *fin);
+herd_status herd_check_conv2d_fwd(const herd_conv_plan *p, const float *x, const float *w,
+                                  const float *b, const float *y);
+herd_status herd_check_conv2d_bwd_data(const herd_conv_plan *p, const float *dy, const float *w,
+                                       const float *dx);
+herd_status herd_check_conv2d_bwd_weights(const herd_conv_plan *p, const float *x,
+                                          const float *dy, const float *dw, const float *db,
+                                          float beta);
+herd_status herd_check_pool_plan(const herd_pool_desc *d, herd_pool_plan **plan,
+                                 herd_pool_desc *fin);
+herd_status herd_check_pool_fwd(const herd_pool_plan *p, const float *x, const float *y);
+/* trained: a training forward ran on the plan since it was made (max pool's argmax). */
+herd_status herd_check_pool_bwd(const herd_pool_plan *p, const float *dy, const float *dx,
+                                bool trained);
+/* op: "global_avgpool_fwd" or "global_avgpool_bwd". */
+herd_status herd_check_global_avgpool(const char *op, int n, int c, int hw, const float *in,
+                                      const float *out);
+
+herd_status herd_check_bn_fwd_train(int n, int c, int hw, const float *x, const float *gamma,
+                                    const float *beta, const float *y, const float *save_mean,
+                                    const float *save_invstd, const float *running_mean,
+                                    const float *running_var);
+herd_status herd_check_bn_fwd_infer(int n, int c, int hw, const float *x, const float *gamma,
+                                    const float *beta, const float *y, const float *running_mean,
+                                    const float *running_var);
+herd_status herd_check_bn_bwd(int n, int c, int hw, const float *x, const float *dy,
+                              const float *gamma, const float *save_mean,
+                              const float *save_invstd, const float *dgamma, const float *dbeta,
+                              float beta);
+herd_status herd_check_bn_stats(int n, int c, int hw, const float *x, const double *sum,
+                                int64_t count, const double *out);
+herd_status herd_check_bn_apply_train(int n, int c, int hw, const float *x, const float *gamma,
+                                      const float *beta, const double *sum, const double *sqdev,
+                                      int64_t count, const float *y, const float *save_mean,
+                                      const float *save_invstd, const float *running_mean,
+                                      const float *running_var);
+herd_status herd_check_bn_bwd_reduce(int n, int c, int hw, const float *x, const float *dy,
+                                     const float *save_mean, const float *save_invstd,
+                                     const double *sum_dy, const double *sum_dy_xc,
+                                     const float *dgamma, const float *dbeta, float beta);
+herd_status herd_check_bn_bwd_apply(int n, int c, int hw, const float *x, const float *dy,
+                                    const float *gamma, const float *save_mean,
+                                    const float *save_invstd, const double *sum_dy,
+                                    const double *sum_dy_xc, int64_t count, const float *dx);
+
+herd_status herd_check_dropout_fwd(size_t n, const float *x, const float *y, const float *mask,
+                                   float p);
+/* Everything but the labels' range, which each backend checks where the labels are. */
+herd_status herd_check_softmax_xent(int n, int classes, const float *logits,
+                                    const int32_t *labels, float smoothing);
+/* Both pass with nothing to check when n is 0. */
+herd_status herd_check_sgd_update(size_t n, const float *w, const float *g,
+                                  const float *momentum_buf, const herd_sgd_args *a);
+herd_status herd_check_adamw_update(size_t n, const float *w, const float *g, const float *m,
+                                    const float *v, const herd_adamw_args *a);
+herd_status herd_check_grad_unscale(size_t n, const float *x);
 
 /* Computes h_out/w_out and validates a conv description. */
 herd_status herd_conv_desc_finish(herd_conv_desc *d);

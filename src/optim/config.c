@@ -1,6 +1,8 @@
-/* Default training configuration (the values the CLI documents). */
+/* Default training configuration (the values the CLI documents), and the names of
+ * its enumerations. */
 #include <string.h>
 
+#include "core/error.h"
 #include "herd/herd.h"
 
 void herd_train_config_default(herd_train_config *cfg)
@@ -35,7 +37,7 @@ void herd_train_config_default(herd_train_config *cfg)
     cfg->dist = NULL;
     cfg->lr_scaling = false;
     cfg->sync_bn = false;
-    cfg->compress = 0;
+    cfg->compress = HERD_COMPRESS_NONE;
     cfg->grad_accum = 1;
     cfg->bucket_mb = 25.0;
     cfg->check_replicas = false;
@@ -46,4 +48,26 @@ void herd_train_config_default(herd_train_config *cfg)
     cfg->dynamic_loss_scale = false;
     cfg->loss_scale_init = 65536.0f; /* 2^16, as torch.cuda.amp.GradScaler */
     cfg->loss_scale_window = 2000;
+}
+
+const char *herd_compress_name(herd_compress c)
+{
+    switch (c) {
+    case HERD_COMPRESS_NONE: return "none";
+    case HERD_COMPRESS_FP16: return "fp16";
+    case HERD_COMPRESS_BF16: return "bf16";
+    }
+    return "unknown";
+}
+
+herd_status herd_compress_parse(const char *name, herd_compress *out)
+{
+    static const herd_compress all[] = {HERD_COMPRESS_NONE, HERD_COMPRESS_FP16, HERD_COMPRESS_BF16};
+    for (size_t i = 0; name && i < sizeof all / sizeof all[0]; i++)
+        if (strcmp(name, herd_compress_name(all[i])) == 0) {
+            *out = all[i];
+            return HERD_OK;
+        }
+    return HERD_ERR(HERD_ERR_INVALID_ARG, "unknown compression '%s' (use fp16, bf16 or none)",
+                    name ? name : "(null)");
 }

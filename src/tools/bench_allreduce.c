@@ -12,30 +12,44 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/half.h"
-#include "tools/bench_tools.h"
+#include "tools/bench_internal.h"
 
-const char *bench_type_name(herd_wire_type t)
+static const struct {
+    const char *name;
+    bench_type type;
+} type_names[] = {
+    {"float", BENCH_FLOAT}, {"half", BENCH_HALF}, {"bfloat16", BENCH_BFLOAT16},
+    {"fp32", BENCH_FLOAT},  {"fp16", BENCH_HALF}, {"bf16", BENCH_BFLOAT16},
+};
+
+const char *bench_type_name(bench_type t)
 {
-    return t == HERD_WIRE_FP16 ? "half" : t == HERD_WIRE_BF16 ? "bfloat16" : "float";
+    for (size_t i = 0; i < sizeof type_names / sizeof *type_names; i++)
+        if (type_names[i].type == t)
+            return type_names[i].name;
+    return "?";
 }
 
-bool bench_parse_type(const char *name, herd_wire_type *out)
+bool bench_parse_type(const char *name, bench_type *out)
 {
-    static const struct { const char *name; herd_wire_type type; } names[] = {
-        {"float", HERD_WIRE_FP32}, {"fp32", HERD_WIRE_FP32}, {"half", HERD_WIRE_FP16},
-        {"fp16", HERD_WIRE_FP16},  {"bfloat16", HERD_WIRE_BF16}, {"bf16", HERD_WIRE_BF16},
-    };
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-        if (strcmp(name, names[i].name) == 0) {
-            *out = names[i].type;
+    for (size_t i = 0; i < sizeof type_names / sizeof *type_names; i++)
+        if (strcmp(name, type_names[i].name) == 0) {
+            *out = type_names[i].type;
             return true;
         }
     return false;
 }
 
-uint64_t bench_allreduce_count(herd_wire_type type, uint64_t bytes)
+herd_wire_type bench_wire_type(bench_type t)
 {
-    uint64_t count = bytes / herd_wire_type_size(type);
+    return t == BENCH_HALF ? HERD_WIRE_FP16 : t == BENCH_BFLOAT16 ? HERD_WIRE_BF16 : HERD_WIRE_FP32;
+}
+
+size_t bench_type_size(bench_type t) { return herd_wire_type_size(bench_wire_type(t)); }
+
+uint64_t bench_allreduce_count(bench_type type, uint64_t bytes)
+{
+    uint64_t count = bytes / bench_type_size(type);
     return count ? count : 1;
 }
 
@@ -101,8 +115,9 @@ static void maybe_corrupt(void *buf, uint64_t count, const herd_comm *c,
                           const bench_allreduce_config *cfg)
 {
     if (cfg->corrupt && c->rank == c->size - 1 && count > 0) {
-        float v = load(buf, count / 2, cfg->type);
-        store(buf, count / 2, cfg->type, v == 0 ? 1.0f : -v); /* exact in every type */
+        herd_wire_type t = bench_wire_type(cfg->type);
+        float v = load(buf, count / 2, t);
+        store(buf, count / 2, t, v == 0 ? 1.0f : -v); /* exact in every type */
     }
 }
 
@@ -127,16 +142,17 @@ static herd_status verify(herd_comm *c, const bench_allreduce_config *cfg, bench
                           uint64_t count, int pieces, int64_t *wrong)
 {
     uint64_t total = count * (uint64_t)pieces;
-    size_t elem = herd_wire_type_size(cfg->type);
-    fill(m->host, total, c, cfg->type);
+    herd_wire_type wire = bench_wire_type(cfg->type);
+    size_t elem = herd_wire_type_size(wire);
+    fill(m->host, total, c, wire);
     HERD_TRY(bench_mem_upload(m, total * elem));
     for (int p = 0; p < pieces; p++)
         HERD_TRY(c->ops->allreduce_typed_start(c, (char *)bench_mem_target(m) + (size_t)p * count * elem,
-                                               count, cfg->type, "bench verify"));
+                                               count, wire, "bench verify"));
     HERD_TRY(finish(c));
     HERD_TRY(bench_mem_download(m, total * elem));
     maybe_corrupt(m->host, total, c, cfg);
-    return total_wrong(c, count_wrong(m->host, total, c, cfg->type), wrong);
+    return total_wrong(c, count_wrong(m->host, total, c, wire), wrong);
 }
 
 /* ------------------------------------------------------------------ timing */
@@ -146,13 +162,13 @@ static herd_status verify(herd_comm *c, const bench_allreduce_config *cfg, bench
 static herd_status time_steps(herd_comm *c, const bench_allreduce_config *cfg, void *buf,
                               uint64_t count, int pieces, int steps, double *seconds)
 {
-    size_t elem = herd_wire_type_size(cfg->type);
+    size_t elem = bench_type_size(cfg->type);
     HERD_TRY(c->ops->barrier(c));
     double start = herd_now();
     for (int s = 0; s < steps; s++) {
         for (int p = 0; p < pieces; p++)
             HERD_TRY(c->ops->allreduce_typed_start(c, (char *)buf + (size_t)p * count * elem, count,
-                                                   cfg->type, "bench"));
+                                                   bench_wire_type(cfg->type), "bench"));
         HERD_TRY(finish(c));
     }
     *seconds = herd_now() - start;
@@ -168,7 +184,7 @@ static herd_status time_queued(herd_comm *c, const bench_allreduce_config *cfg, 
     HERD_TRY(c->ops->barrier(c));
     double start = herd_now();
     for (int i = 0; i < iters; i++)
-        HERD_TRY(c->ops->allreduce_typed_start(c, buf, count, cfg->type, "bench"));
+        HERD_TRY(c->ops->allreduce_typed_start(c, buf, count, bench_wire_type(cfg->type), "bench"));
     HERD_TRY(finish(c));
     *seconds = herd_now() - start;
     HERD_TRY(herd_comm_max_f64(c, seconds));
@@ -180,10 +196,11 @@ static herd_status time_reference(herd_comm *c, const bench_allreduce_config *cf
                                   uint64_t count, double *seconds)
 {
     double t = 0;
+    herd_wire_type wire = bench_wire_type(cfg->type);
     if (cfg->warmup > 0)
-        HERD_TRY(c->ops->time_reference_allreduce(c, buf, count, cfg->type, cfg->warmup, &t));
+        HERD_TRY(c->ops->time_reference_allreduce(c, buf, count, wire, cfg->warmup, &t));
     HERD_TRY(c->ops->barrier(c));
-    HERD_TRY(c->ops->time_reference_allreduce(c, buf, count, cfg->type, cfg->iters, &t));
+    HERD_TRY(c->ops->time_reference_allreduce(c, buf, count, wire, cfg->iters, &t));
     *seconds = t;
     HERD_TRY(herd_comm_max_f64(c, seconds));
     *seconds /= cfg->iters;
@@ -207,7 +224,7 @@ static herd_status run_size(herd_comm *c, const bench_allreduce_config *cfg, ben
     double bus = bench_allreduce_bus_factor(c->size), seconds = 0;
     void *buf = bench_mem_target(m);
     row->count = count;
-    row->bytes = count * herd_wire_type_size(cfg->type);
+    row->bytes = count * bench_type_size(cfg->type);
     HERD_TRY(verify(c, cfg, m, count, 1, &row->wrong));
     if (cfg->warmup > 0)
         HERD_TRY(time_queued(c, cfg, buf, count, cfg->warmup, &seconds));
@@ -301,16 +318,17 @@ static herd_status check_config(const herd_comm *c, const bench_allreduce_config
     return HERD_OK;
 }
 
-herd_status bench_allreduce(herd_comm *c, const bench_allreduce_config *cfg,
+herd_status bench_allreduce(bench_session *s, const bench_allreduce_config *cfg,
                             bench_allreduce_result *out)
 {
+    herd_comm *c = bench_session_comm(s);
     memset(out, 0, sizeof *out);
     HERD_TRY(check_config(c, cfg));
     out->backend = c->ops->name;
     out->ranks = c->size;
     out->ref_avg_busbw_gbps = -1;
     HERD_TRY(count_hosts(c, &out->hosts));
-    size_t elem = herd_wire_type_size(cfg->type);
+    size_t elem = bench_type_size(cfg->type);
     uint64_t bytes = cfg->fused_tensors > 0
                          ? bench_allreduce_count(cfg->type, cfg->min_bytes) * elem * (uint64_t)cfg->fused_tensors
                          : bench_allreduce_count(cfg->type, cfg->max_bytes) * elem;
@@ -372,7 +390,7 @@ herd_status bench_allreduce_write_json(const bench_allreduce_config *cfg,
         cJSON *f = cJSON_AddObjectToObject(root, "fusion");
         cJSON_AddNumberToObject(f, "tensors", cfg->fused_tensors);
         uint64_t count = bench_allreduce_count(cfg->type, cfg->min_bytes);
-        cJSON_AddNumberToObject(f, "tensor_bytes", (double)(count * herd_wire_type_size(cfg->type)));
+        cJSON_AddNumberToObject(f, "tensor_bytes", (double)(count * bench_type_size(cfg->type)));
         cJSON_AddNumberToObject(f, "unfused_time_us", r->unfused_us);
         cJSON_AddNumberToObject(f, "fused_time_us", r->fused_us);
         cJSON_AddNumberToObject(f, "speedup", r->unfused_us / r->fused_us);

@@ -14,7 +14,7 @@
 
 #include "core/clock.h"
 #include "core/error.h"
-#include "tools/bench_tools.h"
+#include "tools/bench_internal.h"
 
 herd_status bench_p2p_matrices_alloc(int n, bench_p2p_matrices *m)
 {
@@ -104,8 +104,9 @@ static herd_status measure_pair(herd_comm *c, const bench_p2p_config *cfg, int i
     return HERD_OK;
 }
 
-herd_status bench_p2p_ranks(herd_comm *c, const bench_p2p_config *cfg, bench_p2p_matrices *out)
+herd_status bench_p2p_ranks(bench_session *s, const bench_p2p_config *cfg, bench_p2p_matrices *out)
 {
+    herd_comm *c = bench_session_comm(s);
     memset(out, 0, sizeof *out);
     if (cfg->bw_bytes < 1 || cfg->bw_reps < 1 || cfg->lat_reps < 1 || cfg->lat_bytes < 1)
         return HERD_ERR(HERD_ERR_INVALID_ARG,

@@ -7,7 +7,7 @@
 #include <stdio.h>
 
 #include "core/error.h"
-#include "tools/bench_tools.h"
+#include "tools/bench_internal.h"
 
 #if !HERD_HAVE_CUDA
 

@@ -1,7 +1,10 @@
 /*
- * The communication benchmarks behind `herd bench allreduce` and `herd bench p2p`.
- * They run on herd's own communicators (dist/comm.h), so they measure what
- * training gets. Nothing here prints: the CLI formats the results.
+ * The communication benchmarks behind `herd bench allreduce` and `herd bench p2p`:
+ * everything the CLI sees of them. They run on herd's own communicators, so they
+ * measure what training gets; a bench_session holds that communicator, opaque here,
+ * and offers only what the CLI needs (who this rank is, the host names, abort).
+ * Nothing here prints: the CLI formats the results. The rest of the machinery is in
+ * tools/bench_internal.h, for src/tools and the tests only.
  */
 #ifndef HERD_TOOLS_BENCH_TOOLS_H
 #define HERD_TOOLS_BENCH_TOOLS_H
@@ -10,35 +13,45 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dist/comm.h"
+#include "herd/herd.h"
 
-/* ------------------------------------------------ communicator and buffers */
+/* ------------------------------------------------------------------ session */
 
-/* "auto", "local", "mpi" or "nccl". NCCL wraps an MPI communicator (*host) and binds
- * local rank i to GPU i; *host is NULL otherwise. Close both with bench_comm_close. */
-herd_status bench_comm_open(const char *backend, herd_comm **comm, herd_comm **host);
-void bench_comm_close(herd_comm *comm, herd_comm *host);
+typedef struct bench_session bench_session;
 
-/* A benchmark buffer: host memory, plus a GPU copy when the communicator reduces GPU
- * memory. Results are filled and checked on the host side. */
-typedef struct bench_mem {
-    void *host, *dev;
-    const struct herd_backend *gpu; /* dev's backend (cuda); NULL for host memory only */
-} bench_mem;
+/* backend: "auto", "local" or "mpi"; with gpu_reductions also "nccl", which reduces
+ * GPU memory over an MPI communicator, local rank i on GPU i. Close with
+ * bench_session_close. */
+herd_status bench_session_open(const char *backend, bool gpu_reductions, bench_session **out);
+void bench_session_close(bench_session *s);
+int bench_session_rank(const bench_session *s);
+int bench_session_size(const bench_session *s);
+const char *bench_session_host(const bench_session *s);    /* this rank's host name */
+const char *bench_session_backend(const bench_session *s); /* "local", "mpi", "nccl" */
+/* Ends every process of the job with this exit code (after printing msg): for a rank
+ * that fails while the others wait in a collective. */
+void bench_session_abort(bench_session *s, int code, const char *msg);
 
-herd_status bench_mem_alloc(bench_mem *m, size_t bytes, bool device);
-void bench_mem_free(bench_mem *m);
-herd_status bench_mem_upload(bench_mem *m, size_t bytes);   /* host -> GPU (no-op without one) */
-herd_status bench_mem_download(bench_mem *m, size_t bytes); /* GPU -> host */
-static inline void *bench_mem_target(const bench_mem *m) { return m->dev ? m->dev : m->host; }
+typedef struct bench_host {
+    char name[64];
+} bench_host;
+
+/* Collective: every rank's host name, in rank order (size entries; free() them). */
+herd_status bench_session_hosts(bench_session *s, bench_host **out);
 
 /* ------------------------------------------------------------ allreduce */
+
+typedef enum bench_type { BENCH_FLOAT, BENCH_HALF, BENCH_BFLOAT16 } bench_type;
+
+const char *bench_type_name(bench_type t); /* "float", "half", "bfloat16" */
+bool bench_parse_type(const char *name, bench_type *out);
+size_t bench_type_size(bench_type t); /* bytes per element */
 
 typedef struct bench_allreduce_config {
     uint64_t min_bytes, max_bytes; /* the sweep; the per-tensor size with fused_tensors */
     int factor;                    /* next size = size * factor */
     int iters, warmup;
-    herd_wire_type type;  /* element type of the buffers */
+    bench_type type;        /* element type of the buffers */
     bool compare_reference; /* also time MPI_Allreduce directly on the same buffers */
     int fused_tensors;      /* > 0: compare K separate reductions with one fused one */
     bool corrupt;           /* test hook: one rank flips one reduced element */
@@ -63,18 +76,14 @@ typedef struct bench_allreduce_result {
 } bench_allreduce_result;
 
 /* Collective: every rank calls it with the same config and gets the same result. */
-herd_status bench_allreduce(herd_comm *c, const bench_allreduce_config *cfg,
+herd_status bench_allreduce(bench_session *s, const bench_allreduce_config *cfg,
                             bench_allreduce_result *out);
 void bench_allreduce_result_free(bench_allreduce_result *r);
 /* The JSON that `herd predict --from-bench` reads (see README). */
 herd_status bench_allreduce_write_json(const bench_allreduce_config *cfg,
                                        const bench_allreduce_result *r, const char *path);
-const char *bench_type_name(herd_wire_type t); /* "float", "half", "bfloat16" */
-bool bench_parse_type(const char *name, herd_wire_type *out);
 /* Elements of the type in `bytes`: whole elements, at least one. */
-uint64_t bench_allreduce_count(herd_wire_type type, uint64_t bytes);
-/* Busbw over algbw for n ranks: 2(n-1)/n, as nccl-tests defines it for allreduce. */
-double bench_allreduce_bus_factor(int ranks);
+uint64_t bench_allreduce_count(bench_type type, uint64_t bytes);
 
 /* ------------------------------------------------------------------ p2p */
 
@@ -93,7 +102,7 @@ typedef struct bench_p2p_matrices {
 
 /* Every pair of ranks in turn through the communicator's sendrecv; collective,
  * every rank gets the matrices. */
-herd_status bench_p2p_ranks(herd_comm *c, const bench_p2p_config *cfg, bench_p2p_matrices *out);
+herd_status bench_p2p_ranks(bench_session *s, const bench_p2p_config *cfg, bench_p2p_matrices *out);
 /* The GPUs this process sees: *count 0 when none, with the reason in why;
  * HERD_ERR_UNSUPPORTED when herd was built without CUDA. */
 herd_status bench_p2p_gpu_count(int *count, char *why, size_t cap);
@@ -103,6 +112,5 @@ herd_status bench_p2p_gpus(const bench_p2p_config *cfg, bool peer_access, bench_
 /* Whether GPU i can access GPU j directly (for the printed access matrix). */
 herd_status bench_p2p_gpu_can_access(int i, int j, bool *yes);
 void bench_p2p_matrices_free(bench_p2p_matrices *m);
-herd_status bench_p2p_matrices_alloc(int n, bench_p2p_matrices *m);
 
 #endif

@@ -10,7 +10,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dist/comm.h"
 #include "herd/herd.h"
 
 /* ------------------------------------------------------------- topo: links */
@@ -126,8 +125,9 @@ typedef struct herd_rank_place {
     char gpu_bus_id[16];
 } herd_rank_place;
 
-/* Gathers every rank's place (a collective: every rank calls it). out: c->size entries. */
-herd_status herd_topo_rank_places(herd_comm *c, const herd_topo *t, herd_rank_place **out);
+/* Gathers every rank's place (a collective: every rank calls it). out: one entry per
+ * rank of the group. */
+herd_status herd_topo_rank_places(herd_dist *d, const herd_topo *t, herd_rank_place **out);
 
 /* -------------------------------------------------------------- NVML (dlopen) */
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "dist/comm.h"
 #include "tools/tools.h"
 
 static int numa_of(hwloc_topology_t hw, hwloc_obj_t io)
@@ -225,7 +226,7 @@ void herd_topo_free(herd_topo *t)
     free(t);
 }
 
-herd_status herd_topo_rank_places(herd_comm *c, const herd_topo *t, herd_rank_place **out)
+herd_status herd_topo_rank_places(herd_dist *c, const herd_topo *t, herd_rank_place **out)
 {
     *out = NULL;
     herd_rank_place mine = {.rank = c->rank, .local_rank = c->local_rank, .gpu = -1};

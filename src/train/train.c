@@ -59,7 +59,7 @@ static herd_status validate(const herd_train_config *c)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "at most %d milestones", HERD_MAX_MILESTONES);
     if (c->grad_accum < 1)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "gradient accumulation needs at least 1 micro-batch");
-    if (c->compress < 0 || c->compress > 2)
+    if ((unsigned)c->compress > HERD_COMPRESS_BF16)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "compress is 0 (none), 1 (fp16) or 2 (bf16)");
     if (!(c->bucket_mb > 0))
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bucket size must be positive, got %g MiB", c->bucket_mb);
@@ -110,7 +110,7 @@ static herd_status check_signature(run *r)
     herd_signature_add(&s, "seed", "%llu", (unsigned long long)c->seed);
     herd_signature_add(&s, "augment", "%d", c->augment);
     herd_signature_add(&s, "sync_bn", "%d", c->sync_bn);
-    herd_signature_add(&s, "compress", "%d", c->compress);
+    herd_signature_add(&s, "compress", "%s", herd_compress_name(c->compress));
     herd_signature_add(&s, "precision", "%s", herd_precision_name(r->m->precision));
     if (c->dynamic_loss_scale)
         herd_signature_add(&s, "loss_scale", "dynamic %.9g/%d", c->loss_scale_init,
@@ -379,6 +379,14 @@ static herd_status run_epoch(run *r, int epoch, long first_step, double t_start,
     return HERD_OK;
 }
 
+/* How --compress puts gradients on the wire (validate has refused other values). */
+static herd_wire_type wire_type(herd_compress c)
+{
+    if (c == HERD_COMPRESS_FP16)
+        return HERD_WIRE_FP16;
+    return c == HERD_COMPRESS_BF16 ? HERD_WIRE_BF16 : HERD_WIRE_FP32;
+}
+
 static herd_status train_run(run *r, const herd_train_config *user_cfg)
 {
     resolve_config(r, user_cfg);
@@ -412,7 +420,7 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg)
     HERD_TRY(herd_optimizer_create(cfg, r->m, &r->opt));
     HERD_TRY(herd_observer_open(cfg, r->m, r->comm->rank, &r->obs));
     HERD_TRY(herd_step_plan_init(&r->plan, r->m, r->comm, cfg->bucket_mb,
-                                 (herd_wire_type)cfg->compress, cfg->sync_bn));
+                                 wire_type(cfg->compress), cfg->sync_bn));
     if (cfg->dynamic_loss_scale) {
         HERD_TRY(herd_loss_scaler_init(&r->scaler, cfg->loss_scale_init, cfg->loss_scale_window));
         r->plan.scaler = &r->scaler;

@@ -50,9 +50,7 @@ static void cpu_free(void *p) { herd_aligned_free(p); }
 
 static herd_status cpu_set_threads(int threads)
 {
-    if (threads < 0)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "threads must be >= 0 (0 = all cores), got %d",
-                        threads);
+    HERD_TRY(herd_check_set_threads(threads));
     omp_set_num_threads(threads == 0 ? omp_get_num_procs() : threads);
     return HERD_OK;
 }

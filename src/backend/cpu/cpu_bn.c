@@ -136,12 +136,9 @@ herd_status herd_cpu_bn_fwd_train(int n, int c, int hw, const float *x, const fl
                                   float *save_invstd, float *running_mean, float *running_var,
                                   float momentum, float eps)
 {
-    HERD_TRY(herd_bn_check_sizes("bn_fwd_train", n, c, hw));
-    if (!x || !gamma || !beta || !y || !save_mean || !save_invstd || !running_mean ||
-        !running_var)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_fwd_train: NULL array");
+    HERD_TRY(herd_check_bn_fwd_train(n, c, hw, x, gamma, beta, y, save_mean, save_invstd,
+                                     running_mean, running_var));
     int64_t count = (int64_t)n * hw;
-    HERD_TRY(herd_bn_check_count(count));
     size_t plane = (size_t)c * hw;
 #pragma omp parallel for schedule(static) if ((size_t)count * c >= HERD_CPU_PAR_MIN)
     for (int ch = 0; ch < c; ch++) {
@@ -158,9 +155,7 @@ herd_status herd_cpu_bn_fwd_infer(int n, int c, int hw, const float *x, const fl
                                   const float *beta, float *y, const float *running_mean,
                                   const float *running_var, float eps)
 {
-    HERD_TRY(herd_bn_check_sizes("bn_fwd_infer", n, c, hw));
-    if (!x || !gamma || !beta || !y || !running_mean || !running_var)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_fwd_infer: NULL array");
+    HERD_TRY(herd_check_bn_fwd_infer(n, c, hw, x, gamma, beta, y, running_mean, running_var));
     size_t plane = (size_t)c * hw;
 #pragma omp parallel for collapse(2) schedule(static) if ((size_t)n * plane >= HERD_CPU_PAR_MIN)
     for (int s = 0; s < n; s++)
@@ -179,11 +174,8 @@ herd_status herd_cpu_bn_bwd(int n, int c, int hw, const float *x, const float *d
                             const float *gamma, const float *save_mean, const float *save_invstd,
                             float *dx, float *dgamma, float *dbeta, float beta)
 {
-    HERD_TRY(herd_bn_check_sizes("bn_bwd", n, c, hw));
-    /* dx may be NULL: batch norm reading the model input needs no input gradient. */
-    if (!x || !dy || !gamma || !save_mean || !save_invstd || !dgamma || !dbeta)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_bwd: NULL array");
-    HERD_TRY(herd_check_grad_beta("bn_bwd", beta));
+    HERD_TRY(herd_check_bn_bwd(n, c, hw, x, dy, gamma, save_mean, save_invstd, dgamma, dbeta,
+                               beta));
     size_t plane = (size_t)c * hw;
     int64_t count = (int64_t)n * hw;
 #pragma omp parallel for schedule(static) if ((size_t)count * c >= HERD_CPU_PAR_MIN)
@@ -203,11 +195,7 @@ herd_status herd_cpu_bn_bwd(int n, int c, int hw, const float *x, const float *d
 herd_status herd_cpu_bn_stats(int n, int c, int hw, const float *x, const double *sum,
                               int64_t count, double *out)
 {
-    HERD_TRY(herd_bn_check_sizes("bn_stats", n, c, hw));
-    if (!x || !out)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_stats: NULL array");
-    if (sum)
-        HERD_TRY(herd_bn_check_count(count));
+    HERD_TRY(herd_check_bn_stats(n, c, hw, x, sum, count, out));
     size_t plane = (size_t)c * hw;
 #pragma omp parallel for schedule(static) if ((size_t)n * plane >= HERD_CPU_PAR_MIN)
     for (int ch = 0; ch < c; ch++)
@@ -222,11 +210,8 @@ herd_status herd_cpu_bn_apply_train(int n, int c, int hw, const float *x, const 
                                     float *running_mean, float *running_var, float momentum,
                                     float eps)
 {
-    HERD_TRY(herd_bn_check_sizes("bn_apply_train", n, c, hw));
-    if (!x || !gamma || !beta || !sum || !sqdev || !y || !save_mean || !save_invstd ||
-        !running_mean || !running_var)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_apply_train: NULL array");
-    HERD_TRY(herd_bn_check_count(count));
+    HERD_TRY(herd_check_bn_apply_train(n, c, hw, x, gamma, beta, sum, sqdev, count, y, save_mean,
+                                       save_invstd, running_mean, running_var));
     size_t plane = (size_t)c * hw;
 #pragma omp parallel for schedule(static) if ((size_t)n * plane >= HERD_CPU_PAR_MIN)
     for (int ch = 0; ch < c; ch++)
@@ -241,10 +226,8 @@ herd_status herd_cpu_bn_bwd_reduce(int n, int c, int hw, const float *x, const f
                                    double *sum_dy, double *sum_dy_xc, float *dgamma,
                                    float *dbeta, float beta)
 {
-    HERD_TRY(herd_bn_check_sizes("bn_bwd_reduce", n, c, hw));
-    if (!x || !dy || !save_mean || !save_invstd || !sum_dy || !sum_dy_xc || !dgamma || !dbeta)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_bwd_reduce: NULL array");
-    HERD_TRY(herd_check_grad_beta("bn_bwd_reduce", beta));
+    HERD_TRY(herd_check_bn_bwd_reduce(n, c, hw, x, dy, save_mean, save_invstd, sum_dy, sum_dy_xc,
+                                      dgamma, dbeta, beta));
     size_t plane = (size_t)c * hw;
 #pragma omp parallel for schedule(static) if ((size_t)n * plane >= HERD_CPU_PAR_MIN)
     for (int ch = 0; ch < c; ch++) {
@@ -260,10 +243,8 @@ herd_status herd_cpu_bn_bwd_apply(int n, int c, int hw, const float *x, const fl
                                   const float *save_invstd, const double *sum_dy,
                                   const double *sum_dy_xc, int64_t count, float *dx)
 {
-    HERD_TRY(herd_bn_check_sizes("bn_bwd_apply", n, c, hw));
-    if (!x || !dy || !gamma || !save_mean || !save_invstd || !sum_dy || !sum_dy_xc || !dx)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_bwd_apply: NULL array");
-    HERD_TRY(herd_bn_check_count(count));
+    HERD_TRY(herd_check_bn_bwd_apply(n, c, hw, x, dy, gamma, save_mean, save_invstd, sum_dy,
+                                     sum_dy_xc, count, dx));
     size_t plane = (size_t)c * hw;
 #pragma omp parallel for schedule(static) if ((size_t)n * plane >= HERD_CPU_PAR_MIN)
     for (int ch = 0; ch < c; ch++)

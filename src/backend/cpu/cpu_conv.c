@@ -153,11 +153,8 @@ static herd_status build(herd_conv_plan *p)
 
 herd_status herd_cpu_conv2d_plan(const herd_conv_desc *d, herd_conv_plan **plan)
 {
-    if (!d || !plan)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_plan: NULL argument");
-    *plan = NULL;
-    herd_conv_desc fin = *d;
-    HERD_TRY(herd_conv_desc_finish(&fin));
+    herd_conv_desc fin;
+    HERD_TRY(herd_check_conv2d_plan(d, plan, &fin));
     herd_conv_plan *p = calloc(1, sizeof *p);
     if (!p)
         return HERD_NOMEM(sizeof *p);
@@ -182,8 +179,7 @@ static int add_scratch(const herd_conv_plan *p, dnnl_exec_arg_t *args, int n)
 herd_status herd_cpu_conv2d_fwd(herd_conv_plan *p, const float *x, const float *w,
                                 const float *b, float *y)
 {
-    if (!p)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_fwd: NULL plan");
+    HERD_TRY(herd_check_conv2d_fwd(p, x, w, b, y));
     HERD_TRY(herd_dnnl_port_in(&p->f_src, x, "conv fwd src"));
     HERD_TRY(herd_dnnl_port_in(&p->f_w, w, "conv fwd weights"));
     HERD_TRY(herd_dnnl_port_out(&p->f_dst, y, "conv fwd dst"));
@@ -192,8 +188,6 @@ herd_status herd_cpu_conv2d_fwd(herd_conv_plan *p, const float *x, const float *
                                herd_dnnl_arg(DNNL_ARG_DST, p->f_dst.inner)};
     int n = 3;
     if (p->d.bias) {
-        if (!b)
-            return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_fwd: the layer has a bias but b is NULL");
         HERD_DNNL(dnnl_memory_set_data_handle(p->f_bias, (void *)b), "conv fwd bias");
         args[n++] = herd_dnnl_arg(DNNL_ARG_BIAS, p->f_bias);
     }
@@ -205,8 +199,7 @@ herd_status herd_cpu_conv2d_fwd(herd_conv_plan *p, const float *x, const float *
 herd_status herd_cpu_conv2d_bwd_data(herd_conv_plan *p, const float *dy, const float *w,
                                      float *dx)
 {
-    if (!p)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_bwd_data: NULL plan");
+    HERD_TRY(herd_check_conv2d_bwd_data(p, dy, w, dx));
     HERD_TRY(herd_dnnl_port_in(&p->d_ddst, dy, "conv bwd data diff_dst"));
     HERD_TRY(herd_dnnl_port_in(&p->d_w, w, "conv bwd data weights"));
     HERD_TRY(herd_dnnl_port_out(&p->d_dsrc, dx, "conv bwd data diff_src"));
@@ -227,11 +220,7 @@ static void accumulate(float *dst, const float *src, size_t n)
 herd_status herd_cpu_conv2d_bwd_weights(herd_conv_plan *p, const float *x, const float *dy,
                                         float *dw, float *db, float beta)
 {
-    if (!p)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_bwd_weights: NULL plan");
-    HERD_TRY(herd_check_grad_beta("conv2d_bwd_weights", beta));
-    if (!dw || (p->d.bias && !db))
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_bwd_weights: NULL gradient");
+    HERD_TRY(herd_check_conv2d_bwd_weights(p, x, dy, dw, db, beta));
     bool acc = beta != 0.0f;
     HERD_TRY(herd_dnnl_port_in(&p->w_src, x, "conv bwd weights src"));
     HERD_TRY(herd_dnnl_port_in(&p->w_ddst, dy, "conv bwd weights diff_dst"));

@@ -4,17 +4,9 @@
 #include "core/error.h"
 #include "core/rng.h"
 
-#define CHECK_PTRS(op, n, ...)                                                   \
-    do {                                                                         \
-        const void *ptrs_[] = {__VA_ARGS__};                                     \
-        for (size_t i_ = 0; (n) > 0 && i_ < sizeof ptrs_ / sizeof ptrs_[0]; i_++) \
-            if (!ptrs_[i_])                                                      \
-                return HERD_ERR(HERD_ERR_INVALID_ARG, op ": NULL array");        \
-    } while (0)
-
 herd_status herd_cpu_relu_fwd(size_t n, const float *x, float *y)
 {
-    CHECK_PTRS("relu_fwd", n, x, y);
+    HERD_CHECK_ARRAYS("relu_fwd", n, x, y);
 #pragma omp parallel for simd schedule(static) if (n >= HERD_CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++)
         y[i] = x[i] > 0.0f ? x[i] : 0.0f;
@@ -23,7 +15,7 @@ herd_status herd_cpu_relu_fwd(size_t n, const float *x, float *y)
 
 herd_status herd_cpu_relu_bwd(size_t n, const float *y, const float *dy, float *dx)
 {
-    CHECK_PTRS("relu_bwd", n, y, dy, dx);
+    HERD_CHECK_ARRAYS("relu_bwd", n, y, dy, dx);
 #pragma omp parallel for simd schedule(static) if (n >= HERD_CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++)
         dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
@@ -37,9 +29,7 @@ herd_status herd_cpu_relu_bwd(size_t n, const float *y, const float *dy, float *
 herd_status herd_cpu_dropout_fwd(size_t n, const float *x, float *y, float *mask, float p,
                                  uint64_t seed)
 {
-    CHECK_PTRS("dropout_fwd", n, x, y, mask);
-    if (!(p >= 0.0f && p <= 1.0f))
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "dropout: p must be in [0, 1], got %g", (double)p);
+    HERD_TRY(herd_check_dropout_fwd(n, x, y, mask, p));
     /* p = 1 drops everything (PyTorch returns zeros) instead of scaling by infinity. */
     float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
     size_t chunks = (n + DROPOUT_CHUNK - 1) / DROPOUT_CHUNK;
@@ -58,7 +48,7 @@ herd_status herd_cpu_dropout_fwd(size_t n, const float *x, float *y, float *mask
 
 herd_status herd_cpu_mul(size_t n, const float *a, const float *b, float *y)
 {
-    CHECK_PTRS("mul", n, a, b, y);
+    HERD_CHECK_ARRAYS("mul", n, a, b, y);
 #pragma omp parallel for simd schedule(static) if (n >= HERD_CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++)
         y[i] = a[i] * b[i];
@@ -67,7 +57,7 @@ herd_status herd_cpu_mul(size_t n, const float *a, const float *b, float *y)
 
 herd_status herd_cpu_add(size_t n, const float *a, const float *b, float *y)
 {
-    CHECK_PTRS("add", n, a, b, y);
+    HERD_CHECK_ARRAYS("add", n, a, b, y);
 #pragma omp parallel for simd schedule(static) if (n >= HERD_CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++)
         y[i] = a[i] + b[i];
@@ -76,7 +66,7 @@ herd_status herd_cpu_add(size_t n, const float *a, const float *b, float *y)
 
 herd_status herd_cpu_axpy(size_t n, float alpha, const float *x, float *y)
 {
-    CHECK_PTRS("axpy", n, x, y);
+    HERD_CHECK_ARRAYS("axpy", n, x, y);
 #pragma omp parallel for simd schedule(static) if (n >= HERD_CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++)
         y[i] += alpha * x[i];
@@ -85,7 +75,7 @@ herd_status herd_cpu_axpy(size_t n, float alpha, const float *x, float *y)
 
 herd_status herd_cpu_copy(size_t n, const float *x, float *y)
 {
-    CHECK_PTRS("copy", n, x, y);
+    HERD_CHECK_ARRAYS("copy", n, x, y);
     if (x == y)
         return HERD_OK;
 #pragma omp parallel for simd schedule(static) if (n >= HERD_CPU_PAR_MIN)
@@ -96,7 +86,7 @@ herd_status herd_cpu_copy(size_t n, const float *x, float *y)
 
 herd_status herd_cpu_fill(size_t n, float value, float *y)
 {
-    CHECK_PTRS("fill", n, y);
+    HERD_CHECK_ARRAYS("fill", n, y);
 #pragma omp parallel for simd schedule(static) if (n >= HERD_CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++)
         y[i] = value;

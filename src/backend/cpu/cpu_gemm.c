@@ -23,9 +23,7 @@ herd_status herd_cpu_gemm(bool trans_a, bool trans_b, int m, int n, int k, float
 
 herd_status herd_cpu_bias_add(int rows, int cols, float *y, const float *bias)
 {
-    if (rows < 0 || cols < 0 || (rows * (size_t)cols > 0 && (!y || !bias)))
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "bias_add: bad arguments (rows=%d cols=%d)", rows,
-                        cols);
+    HERD_TRY(herd_check_bias_add(rows, cols, y, bias));
 #pragma omp parallel for schedule(static) if (rows * (size_t)cols >= HERD_CPU_PAR_MIN)
     for (int r = 0; r < rows; r++) {
         float *row = y + (size_t)r * cols;
@@ -37,10 +35,7 @@ herd_status herd_cpu_bias_add(int rows, int cols, float *y, const float *bias)
 
 herd_status herd_cpu_bias_grad(int rows, int cols, const float *dy, float *db, float beta)
 {
-    if (rows < 0 || cols < 0 || (cols > 0 && !db) || (rows * (size_t)cols > 0 && !dy))
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "bias_grad: bad arguments (rows=%d cols=%d)", rows,
-                        cols);
-    HERD_TRY(herd_check_grad_beta("bias_grad", beta));
+    HERD_TRY(herd_check_bias_grad(rows, cols, dy, db, beta));
     /* Column sums, row by row, so the inner loop is contiguous and vectorises. */
     if (beta == 0.0f)
         for (int j = 0; j < cols; j++)

@@ -8,13 +8,7 @@ herd_status herd_cpu_softmax_xent(int n, int classes, const float *logits, const
                                   float smoothing, float *dlogits, double *loss_sum,
                                   long *correct)
 {
-    if (n <= 0 || classes <= 0 || !logits || !labels)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "softmax_xent: bad arguments (n=%d classes=%d)", n,
-                        classes);
-    if (!(smoothing >= 0.0f && smoothing <= 1.0f))
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "softmax_xent: label smoothing must be in [0, 1], got %g",
-                        (double)smoothing);
+    HERD_TRY(herd_check_softmax_xent(n, classes, logits, labels, smoothing));
     for (int i = 0; i < n; i++)
         if (labels[i] < 0 || labels[i] >= classes)
             return HERD_ERR(HERD_ERR_INVALID_ARG,

@@ -11,14 +11,9 @@
 herd_status herd_cpu_sgd_update(size_t n, float *w, const float *g, float *momentum_buf,
                                 const herd_sgd_args *a)
 {
+    HERD_TRY(herd_check_sgd_update(n, w, g, momentum_buf, a));
     if (n == 0)
         return HERD_OK;
-    if (!w || !g || !a)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "sgd_update: weights, gradients and args must not be NULL");
-    if (a->momentum != 0.0f && !momentum_buf)
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "sgd_update: momentum %g needs a momentum buffer; allocate one or set momentum 0",
-                        (double)a->momentum);
 
     const float lr = a->lr, mom = a->momentum;
     /* Coupled decay folds wd*w into the gradient (torch.optim.SGD); decoupled
@@ -67,14 +62,9 @@ herd_status herd_cpu_sgd_update(size_t n, float *w, const float *g, float *momen
 herd_status herd_cpu_adamw_update(size_t n, float *w, const float *g, float *m, float *v,
                                   const herd_adamw_args *a)
 {
+    HERD_TRY(herd_check_adamw_update(n, w, g, m, v, a));
     if (n == 0)
         return HERD_OK;
-    if (!w || !g || !m || !v || !a)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "adamw_update: weights, gradients, moments and args must not be NULL");
-    if (a->step < 1)
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "adamw_update: step is %ld but must be 1-based (>= 1) for the bias correction",
-                        a->step);
 
     /* Bias corrections in double: beta^step underflows gracefully and the
      * per-step constants cost nothing next to the loop. */
@@ -105,8 +95,7 @@ herd_status herd_cpu_adamw_update(size_t n, float *w, const float *g, float *m, 
 
 herd_status herd_cpu_grad_unscale_check(size_t n, float *x, float factor, bool *found_inf)
 {
-    if (n && !x)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "grad_unscale_check: NULL buffer for %zu values", n);
+    HERD_TRY(herd_check_grad_unscale(n, x));
     const ptrdiff_t len = (ptrdiff_t)n;
     int bad = 0;
     /* inf * factor stays inf and NaN stays NaN, so checking the results is checking

@@ -82,11 +82,8 @@ static herd_status build(herd_pool_plan *p)
 
 herd_status herd_cpu_pool_plan(const herd_pool_desc *d, herd_pool_plan **plan)
 {
-    if (!d || !plan)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "pool_plan: NULL argument");
-    *plan = NULL;
-    herd_pool_desc fin = *d;
-    HERD_TRY(herd_pool_desc_finish(&fin));
+    herd_pool_desc fin;
+    HERD_TRY(herd_check_pool_plan(d, plan, &fin));
     herd_pool_plan *p = calloc(1, sizeof *p);
     if (!p)
         return HERD_NOMEM(sizeof *p);
@@ -102,8 +99,7 @@ herd_status herd_cpu_pool_plan(const herd_pool_desc *d, herd_pool_plan **plan)
 
 herd_status herd_cpu_pool_fwd(herd_pool_plan *p, const float *x, float *y, bool training)
 {
-    if (!p || !x || !y)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "pool_fwd: NULL argument");
+    HERD_TRY(herd_check_pool_fwd(p, x, y));
     HERD_DNNL(dnnl_memory_set_data_handle(p->src, (void *)x), "pooling src");
     HERD_DNNL(dnnl_memory_set_data_handle(p->dst, y), "pooling dst");
     /* One training primitive serves both modes; an evaluation pass overwrites the
@@ -122,12 +118,7 @@ herd_status herd_cpu_pool_fwd(herd_pool_plan *p, const float *x, float *y, bool 
 
 herd_status herd_cpu_pool_bwd(herd_pool_plan *p, const float *dy, float *dx)
 {
-    if (!p || !dy || !dx)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "pool_bwd: NULL argument");
-    if (p->d.is_max && !p->have_workspace)
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "max pool backward needs a training forward pass first (the argmax of "
-                        "the last one is kept in the plan)");
+    HERD_TRY(herd_check_pool_bwd(p, dy, dx, p && p->have_workspace));
     HERD_DNNL(dnnl_memory_set_data_handle(p->diff_dst, (void *)dy), "pooling diff_dst");
     HERD_DNNL(dnnl_memory_set_data_handle(p->diff_src, dx), "pooling diff_src");
     dnnl_exec_arg_t args[4] = {herd_dnnl_arg(DNNL_ARG_DIFF_DST, p->diff_dst),
@@ -142,9 +133,7 @@ herd_status herd_cpu_pool_bwd(herd_pool_plan *p, const float *dy, float *dx)
 
 herd_status herd_cpu_global_avgpool_fwd(int n, int c, int hw, const float *x, float *y)
 {
-    if (n <= 0 || c <= 0 || hw <= 0 || !x || !y)
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "global_avgpool_fwd: bad arguments (n=%d c=%d hw=%d)", n, c, hw);
+    HERD_TRY(herd_check_global_avgpool("global_avgpool_fwd", n, c, hw, x, y));
     size_t rows = (size_t)n * c;
     float inv = 1.0f / (float)hw;
 #pragma omp parallel for schedule(static) if (rows * hw >= HERD_CPU_PAR_MIN)
@@ -161,9 +150,7 @@ herd_status herd_cpu_global_avgpool_fwd(int n, int c, int hw, const float *x, fl
 
 herd_status herd_cpu_global_avgpool_bwd(int n, int c, int hw, const float *dy, float *dx)
 {
-    if (n <= 0 || c <= 0 || hw <= 0 || !dy || !dx)
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "global_avgpool_bwd: bad arguments (n=%d c=%d hw=%d)", n, c, hw);
+    HERD_TRY(herd_check_global_avgpool("global_avgpool_bwd", n, c, hw, dy, dx));
     size_t rows = (size_t)n * c;
     float inv = 1.0f / (float)hw;
 #pragma omp parallel for schedule(static) if (rows * hw >= HERD_CPU_PAR_MIN)

@@ -60,9 +60,7 @@ static bool cuda_supports_op(herd_op op) { return op >= 0 && op < HERD_OP_COUNT;
 
 static herd_status cuda_set_threads(int threads)
 {
-    if (threads < 0)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "threads must be >= 0 (0 = all cores), got %d",
-                        threads);
+    HERD_TRY(herd_check_set_threads(threads));
     return HERD_OK; /* host threads play no part in GPU ops */
 }
 

@@ -257,9 +257,9 @@ static herd_status bn_dx(int n, int c, int hw, const float *x, const float *dy,
 
 /* ---- launchers */
 
-static herd_status check_sizes(const char *op, int n, int c, int hw)
+/* After the shared checks (backend.c): what this backend adds. */
+static herd_status check_grid(const char *op, int c)
 {
-    HERD_TRY(herd_bn_check_sizes(op, n, c, hw));
     if (c > 65535) /* channels are the reduction grid's y dimension */
         return HERD_ERR(HERD_ERR_UNSUPPORTED, "%s: %d channels; the CUDA backend supports up to "
                         "65535", op, c);
@@ -272,12 +272,10 @@ extern "C" herd_status herd_cuda_bn_fwd_train(int n, int c, int hw, const float 
                                               float *running_mean, float *running_var,
                                               float momentum, float eps)
 {
-    HERD_TRY(check_sizes("bn_fwd_train", n, c, hw));
-    if (!x || !gamma || !beta || !y || !save_mean || !save_invstd || !running_mean ||
-        !running_var)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_fwd_train: NULL array");
+    HERD_TRY(herd_check_bn_fwd_train(n, c, hw, x, gamma, beta, y, save_mean, save_invstd,
+                                     running_mean, running_var));
+    HERD_TRY(check_grid("bn_fwd_train", c));
     int64_t count = (int64_t)n * hw;
-    HERD_TRY(herd_bn_check_count(count));
     bn_scratch sc;
     HERD_TRY(bn_scratch_get(n, c, hw, &sc));
     double *sum = sc.tot, *sq = sc.tot + c;
@@ -295,9 +293,8 @@ extern "C" herd_status herd_cuda_bn_fwd_infer(int n, int c, int hw, const float 
                                               const float *running_mean,
                                               const float *running_var, float eps)
 {
-    HERD_TRY(check_sizes("bn_fwd_infer", n, c, hw));
-    if (!x || !gamma || !beta || !y || !running_mean || !running_var)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_fwd_infer: NULL array");
+    HERD_TRY(herd_check_bn_fwd_infer(n, c, hw, x, gamma, beta, y, running_mean, running_var));
+    HERD_TRY(check_grid("bn_fwd_infer", c));
     size_t total = (size_t)n * c * hw;
     k_bn_infer<<<herd_cuda_blocks(total), HERD_CUDA_THREADS, 0, stream()>>>(
         total, c, hw, x, gamma, beta, y, running_mean, running_var, eps);
@@ -310,11 +307,9 @@ extern "C" herd_status herd_cuda_bn_bwd(int n, int c, int hw, const float *x, co
                                         const float *save_invstd, float *dx, float *dgamma,
                                         float *dbeta, float beta)
 {
-    HERD_TRY(check_sizes("bn_bwd", n, c, hw));
-    /* dx may be NULL: batch norm reading the model input needs no input gradient. */
-    if (!x || !dy || !gamma || !save_mean || !save_invstd || !dgamma || !dbeta)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_bwd: NULL array");
-    HERD_TRY(herd_check_grad_beta("bn_bwd", beta));
+    HERD_TRY(herd_check_bn_bwd(n, c, hw, x, dy, gamma, save_mean, save_invstd, dgamma, dbeta,
+                               beta));
+    HERD_TRY(check_grid("bn_bwd", c));
     int64_t count = (int64_t)n * hw;
     bn_scratch sc;
     HERD_TRY(bn_scratch_get(n, c, hw, &sc));
@@ -329,11 +324,8 @@ extern "C" herd_status herd_cuda_bn_bwd(int n, int c, int hw, const float *x, co
 extern "C" herd_status herd_cuda_bn_stats(int n, int c, int hw, const float *x, const double *sum,
                                           int64_t count, double *out)
 {
-    HERD_TRY(check_sizes("bn_stats", n, c, hw));
-    if (!x || !out)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_stats: NULL array");
-    if (sum)
-        HERD_TRY(herd_bn_check_count(count));
+    HERD_TRY(herd_check_bn_stats(n, c, hw, x, sum, count, out));
+    HERD_TRY(check_grid("bn_stats", c));
     bn_scratch sc;
     HERD_TRY(bn_scratch_get(n, c, hw, &sc));
     if (sum)
@@ -348,11 +340,9 @@ extern "C" herd_status herd_cuda_bn_apply_train(int n, int c, int hw, const floa
                                                 float *save_invstd, float *running_mean,
                                                 float *running_var, float momentum, float eps)
 {
-    HERD_TRY(check_sizes("bn_apply_train", n, c, hw));
-    if (!x || !gamma || !beta || !sum || !sqdev || !y || !save_mean || !save_invstd ||
-        !running_mean || !running_var)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_apply_train: NULL array");
-    HERD_TRY(herd_bn_check_count(count));
+    HERD_TRY(herd_check_bn_apply_train(n, c, hw, x, gamma, beta, sum, sqdev, count, y, save_mean,
+                                       save_invstd, running_mean, running_var));
+    HERD_TRY(check_grid("bn_apply_train", c));
     bn_scratch sc;
     HERD_TRY(bn_scratch_get(n, c, hw, &sc));
     k_bn_params<<<PER_CHANNEL(c)>>>(c, sum, sqdev, (double)count, gamma, beta, save_mean,
@@ -368,10 +358,9 @@ extern "C" herd_status herd_cuda_bn_bwd_reduce(int n, int c, int hw, const float
                                                double *sum_dy_xc, float *dgamma, float *dbeta,
                                                float beta)
 {
-    HERD_TRY(check_sizes("bn_bwd_reduce", n, c, hw));
-    if (!x || !dy || !save_mean || !save_invstd || !sum_dy || !sum_dy_xc || !dgamma || !dbeta)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_bwd_reduce: NULL array");
-    HERD_TRY(herd_check_grad_beta("bn_bwd_reduce", beta));
+    HERD_TRY(herd_check_bn_bwd_reduce(n, c, hw, x, dy, save_mean, save_invstd, sum_dy, sum_dy_xc,
+                                      dgamma, dbeta, beta));
+    HERD_TRY(check_grid("bn_bwd_reduce", c));
     int64_t count = (int64_t)n * hw;
     bn_scratch sc;
     HERD_TRY(bn_scratch_get(n, c, hw, &sc));
@@ -389,10 +378,9 @@ extern "C" herd_status herd_cuda_bn_bwd_apply(int n, int c, int hw, const float 
                                               const double *sum_dy, const double *sum_dy_xc,
                                               int64_t count, float *dx)
 {
-    HERD_TRY(check_sizes("bn_bwd_apply", n, c, hw));
-    if (!x || !dy || !gamma || !save_mean || !save_invstd || !sum_dy || !sum_dy_xc || !dx)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "bn_bwd_apply: NULL array");
-    HERD_TRY(herd_bn_check_count(count));
+    HERD_TRY(herd_check_bn_bwd_apply(n, c, hw, x, dy, gamma, save_mean, save_invstd, sum_dy,
+                                     sum_dy_xc, count, dx));
+    HERD_TRY(check_grid("bn_bwd_apply", c));
     bn_scratch sc;
     HERD_TRY(bn_scratch_get(n, c, hw, &sc));
     k_bn_bwd_params<<<PER_CHANNEL(c)>>>(c, sum_dy, sum_dy_xc, (double)count, gamma, save_invstd,

@@ -165,11 +165,8 @@ static herd_status prepare(herd_conv_plan *p, int direction)
 }
 herd_status herd_cuda_conv2d_plan(const herd_conv_desc *d, herd_conv_plan **plan)
 {
-    if (!d || !plan)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_plan: NULL argument");
-    *plan = NULL;
-    herd_conv_desc fin = *d;
-    HERD_TRY(herd_conv_desc_finish(&fin));
+    herd_conv_desc fin;
+    HERD_TRY(herd_check_conv2d_plan(d, plan, &fin));
     herd_conv_plan *p = calloc(1, sizeof *p);
     if (!p)
         return HERD_NOMEM(sizeof *p);
@@ -186,10 +183,7 @@ herd_status herd_cuda_conv2d_plan(const herd_conv_desc *d, herd_conv_plan **plan
 herd_status herd_cuda_conv2d_fwd(herd_conv_plan *p, const float *x, const float *w,
                                  const float *b, float *y)
 {
-    if (!p || !x || !w || !y)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_fwd: NULL argument");
-    if (p->d.bias && !b)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_fwd: the layer has a bias but b is NULL");
+    HERD_TRY(herd_check_conv2d_fwd(p, x, w, b, y));
     HERD_TRY(prepare(p, FWD));
     cudnnHandle_t h = herd_cuda_ctx_get()->cudnn;
     const float one = 1.0f, zero = 0.0f;
@@ -204,8 +198,7 @@ herd_status herd_cuda_conv2d_fwd(herd_conv_plan *p, const float *x, const float 
 herd_status herd_cuda_conv2d_bwd_data(herd_conv_plan *p, const float *dy, const float *w,
                                       float *dx)
 {
-    if (!p || !dy || !w || !dx)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_bwd_data: NULL argument");
+    HERD_TRY(herd_check_conv2d_bwd_data(p, dy, w, dx));
     HERD_TRY(prepare(p, BWD_DATA));
     const float one = 1.0f, zero = 0.0f;
     HERD_CUDNN(cudnnConvolutionBackwardData(herd_cuda_ctx_get()->cudnn, &one, p->w, w, p->y, dy,
@@ -218,11 +211,7 @@ herd_status herd_cuda_conv2d_bwd_data(herd_conv_plan *p, const float *dy, const 
 herd_status herd_cuda_conv2d_bwd_weights(herd_conv_plan *p, const float *x, const float *dy,
                                          float *dw, float *db, float beta)
 {
-    if (!p || !x || !dy)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_bwd_weights: NULL argument");
-    HERD_TRY(herd_check_grad_beta("conv2d_bwd_weights", beta));
-    if (!dw || (p->d.bias && !db))
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d_bwd_weights: NULL gradient");
+    HERD_TRY(herd_check_conv2d_bwd_weights(p, x, dy, dw, db, beta));
     HERD_TRY(prepare(p, BWD_FILTER));
     cudnnHandle_t h = herd_cuda_ctx_get()->cudnn;
     const float one = 1.0f;

@@ -64,14 +64,6 @@ __global__ void k_dropout(size_t n, const float *x, float *y, float *mask, float
 
 /* ---- launchers */
 
-#define CHECK_PTRS(op, n, ...)                                                    \
-    do {                                                                          \
-        const void *ptrs_[] = {__VA_ARGS__};                                      \
-        for (size_t i_ = 0; (n) > 0 && i_ < sizeof ptrs_ / sizeof ptrs_[0]; i_++) \
-            if (!ptrs_[i_])                                                       \
-                return HERD_ERR(HERD_ERR_INVALID_ARG, op ": NULL array");         \
-    } while (0)
-
 #define LAUNCH(kernel, n, ...)                                                           \
     do {                                                                                 \
         if ((n) == 0)                                                                    \
@@ -84,43 +76,43 @@ __global__ void k_dropout(size_t n, const float *x, float *y, float *mask, float
 
 extern "C" herd_status herd_cuda_relu_fwd(size_t n, const float *x, float *y)
 {
-    CHECK_PTRS("relu_fwd", n, x, y);
+    HERD_CHECK_ARRAYS("relu_fwd", n, x, y);
     LAUNCH(k_relu_fwd, n, n, x, y);
 }
 
 extern "C" herd_status herd_cuda_relu_bwd(size_t n, const float *y, const float *dy, float *dx)
 {
-    CHECK_PTRS("relu_bwd", n, y, dy, dx);
+    HERD_CHECK_ARRAYS("relu_bwd", n, y, dy, dx);
     LAUNCH(k_relu_bwd, n, n, y, dy, dx);
 }
 
 extern "C" herd_status herd_cuda_mul(size_t n, const float *a, const float *b, float *y)
 {
-    CHECK_PTRS("mul", n, a, b, y);
+    HERD_CHECK_ARRAYS("mul", n, a, b, y);
     LAUNCH(k_mul, n, n, a, b, y);
 }
 
 extern "C" herd_status herd_cuda_add(size_t n, const float *a, const float *b, float *y)
 {
-    CHECK_PTRS("add", n, a, b, y);
+    HERD_CHECK_ARRAYS("add", n, a, b, y);
     LAUNCH(k_add, n, n, a, b, y);
 }
 
 extern "C" herd_status herd_cuda_axpy(size_t n, float alpha, const float *x, float *y)
 {
-    CHECK_PTRS("axpy", n, x, y);
+    HERD_CHECK_ARRAYS("axpy", n, x, y);
     LAUNCH(k_axpy, n, n, alpha, x, y);
 }
 
 extern "C" herd_status herd_cuda_fill(size_t n, float value, float *y)
 {
-    CHECK_PTRS("fill", n, y);
+    HERD_CHECK_ARRAYS("fill", n, y);
     LAUNCH(k_fill, n, n, value, y);
 }
 
 extern "C" herd_status herd_cuda_copy(size_t n, const float *x, float *y)
 {
-    CHECK_PTRS("copy", n, x, y);
+    HERD_CHECK_ARRAYS("copy", n, x, y);
     if (n == 0 || x == y)
         return HERD_OK;
     HERD_CUDA(cudaMemcpyAsync(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice,
@@ -157,9 +149,7 @@ extern "C" herd_status herd_cuda_memcpy_d2h(void *dst, const void *src, size_t b
 extern "C" herd_status herd_cuda_dropout_fwd(size_t n, const float *x, float *y, float *mask,
                                              float p, uint64_t seed)
 {
-    CHECK_PTRS("dropout_fwd", n, x, y, mask);
-    if (!(p >= 0.0f && p <= 1.0f))
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "dropout: p must be in [0, 1], got %g", (double)p);
+    HERD_TRY(herd_check_dropout_fwd(n, x, y, mask, p));
     float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
     size_t chunks = (n + DROPOUT_CHUNK - 1) / DROPOUT_CHUNK;
     LAUNCH(k_dropout, chunks, n, x, y, mask, p, keep_scale, seed);

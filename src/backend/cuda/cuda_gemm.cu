@@ -51,9 +51,7 @@ extern "C" herd_status herd_cuda_gemm(bool trans_a, bool trans_b, int m, int n, 
 extern "C" herd_status herd_cuda_bias_add(int rows, int cols, float *y, const float *bias)
 {
     size_t total = (size_t)(rows > 0 ? rows : 0) * (size_t)(cols > 0 ? cols : 0);
-    if (rows < 0 || cols < 0 || (total > 0 && (!y || !bias)))
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "bias_add: bad arguments (rows=%d cols=%d)", rows,
-                        cols);
+    HERD_TRY(herd_check_bias_add(rows, cols, y, bias));
     if (total == 0)
         return HERD_OK;
     k_bias_add<<<herd_cuda_blocks(total), HERD_CUDA_THREADS, 0, herd_cuda_ctx_get()->stream>>>(
@@ -65,10 +63,7 @@ extern "C" herd_status herd_cuda_bias_add(int rows, int cols, float *y, const fl
 extern "C" herd_status herd_cuda_bias_grad(int rows, int cols, const float *dy, float *db,
                                            float beta)
 {
-    if (rows < 0 || cols < 0 || (cols > 0 && !db) || ((size_t)rows * cols > 0 && !dy))
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "bias_grad: bad arguments (rows=%d cols=%d)", rows,
-                        cols);
-    HERD_TRY(herd_check_grad_beta("bias_grad", beta));
+    HERD_TRY(herd_check_bias_grad(rows, cols, dy, db, beta));
     if (cols == 0)
         return HERD_OK;
     k_bias_grad<<<(cols + 31) / 32, dim3(32, 8), 0, herd_cuda_ctx_get()->stream>>>(rows, cols, dy,

@@ -121,13 +121,7 @@ extern "C" herd_status herd_cuda_softmax_xent(int n, int classes, const float *l
                                               const int32_t *labels, float smoothing,
                                               float *dlogits, double *loss_sum, long *correct)
 {
-    if (n <= 0 || classes <= 0 || !logits || !labels)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "softmax_xent: bad arguments (n=%d classes=%d)", n,
-                        classes);
-    if (!(smoothing >= 0.0f && smoothing <= 1.0f))
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "softmax_xent: label smoothing must be in [0, 1], got %g",
-                        (double)smoothing);
+    HERD_TRY(herd_check_softmax_xent(n, classes, logits, labels, smoothing));
     cudaStream_t st = herd_cuda_ctx_get()->stream;
     /* Scratch: the result struct, then n losses, then n hits. */
     size_t bytes = 64 + (size_t)n * sizeof(double) + (size_t)n * sizeof(int);

@@ -66,16 +66,9 @@ static herd_status launch_scale(size_t n, float *x, float factor, int *flag, cud
 extern "C" herd_status herd_cuda_sgd_update(size_t n, float *w, const float *g,
                                             float *momentum_buf, const herd_sgd_args *a)
 {
+    HERD_TRY(herd_check_sgd_update(n, w, g, momentum_buf, a));
     if (n == 0)
         return HERD_OK;
-    if (!w || !g || !a)
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "sgd_update: weights, gradients and args must not be NULL");
-    if (a->momentum != 0.0f && !momentum_buf)
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "sgd_update: momentum %g needs a momentum buffer; allocate one or set "
-                        "momentum 0",
-                        (double)a->momentum);
     float wd_coupled = a->decoupled ? 0.0f : a->weight_decay;
     float shrink = a->decoupled ? 1.0f - a->lr * a->weight_decay : 1.0f;
     k_sgd<<<herd_cuda_blocks(n), HERD_CUDA_THREADS, 0, herd_cuda_ctx_get()->stream>>>(
@@ -88,16 +81,9 @@ extern "C" herd_status herd_cuda_sgd_update(size_t n, float *w, const float *g,
 extern "C" herd_status herd_cuda_adamw_update(size_t n, float *w, const float *g, float *m,
                                               float *v, const herd_adamw_args *a)
 {
+    HERD_TRY(herd_check_adamw_update(n, w, g, m, v, a));
     if (n == 0)
         return HERD_OK;
-    if (!w || !g || !m || !v || !a)
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "adamw_update: weights, gradients, moments and args must not be NULL");
-    if (a->step < 1)
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "adamw_update: step is %ld but must be 1-based (>= 1) for the bias "
-                        "correction",
-                        a->step);
     /* Per-step constants on the host in double, exactly as the CPU backend. */
     double bc1 = 1.0 - pow((double)a->beta1, (double)a->step);
     double bc2 = 1.0 - pow((double)a->beta2, (double)a->step);
@@ -111,9 +97,7 @@ extern "C" herd_status herd_cuda_adamw_update(size_t n, float *w, const float *g
 extern "C" herd_status herd_cuda_grad_unscale_check(size_t n, float *x, float factor,
                                                     bool *found_inf)
 {
-    if (n && !x)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "grad_unscale_check: NULL buffer for %zu values",
-                        n);
+    HERD_TRY(herd_check_grad_unscale(n, x));
     cudaStream_t st = herd_cuda_ctx_get()->stream;
     int *flag = NULL;
     if (found_inf) {

@@ -124,11 +124,8 @@ extern "C" void herd_cuda_pool_plan_free(herd_pool_plan *p)
 
 extern "C" herd_status herd_cuda_pool_plan(const herd_pool_desc *d, herd_pool_plan **plan)
 {
-    if (!d || !plan)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "pool_plan: NULL argument");
-    *plan = NULL;
-    herd_pool_desc fin = *d;
-    HERD_TRY(herd_pool_desc_finish(&fin));
+    herd_pool_desc fin;
+    HERD_TRY(herd_check_pool_plan(d, plan, &fin));
     herd_pool_plan *p = (herd_pool_plan *)calloc(1, sizeof *p);
     if (!p)
         return HERD_NOMEM(sizeof *p);
@@ -147,8 +144,7 @@ extern "C" herd_status herd_cuda_pool_plan(const herd_pool_desc *d, herd_pool_pl
 extern "C" herd_status herd_cuda_pool_fwd(herd_pool_plan *p, const float *x, float *y,
                                           bool training)
 {
-    if (!p || !x || !y)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "pool_fwd: NULL argument");
+    HERD_TRY(herd_check_pool_fwd(p, x, y));
     const herd_pool_desc *d = &p->d;
     size_t total = (size_t)d->n * d->c * d->h_out * d->w_out;
     /* Evaluation does not touch the argmax, but backward still wants a fresh one. */
@@ -161,12 +157,7 @@ extern "C" herd_status herd_cuda_pool_fwd(herd_pool_plan *p, const float *x, flo
 
 extern "C" herd_status herd_cuda_pool_bwd(herd_pool_plan *p, const float *dy, float *dx)
 {
-    if (!p || !dy || !dx)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "pool_bwd: NULL argument");
-    if (p->d.is_max && !p->have_workspace)
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "max pool backward needs a training forward pass first (the argmax of "
-                        "the last one is kept in the plan)");
+    HERD_TRY(herd_check_pool_bwd(p, dy, dx, p && p->have_workspace));
     const herd_pool_desc *d = &p->d;
     size_t total = (size_t)d->n * d->c * d->h_in * d->w_in;
     k_pool_bwd<<<herd_cuda_blocks(total), HERD_CUDA_THREADS, 0, herd_cuda_ctx_get()->stream>>>(
@@ -178,9 +169,7 @@ extern "C" herd_status herd_cuda_pool_bwd(herd_pool_plan *p, const float *dy, fl
 extern "C" herd_status herd_cuda_global_avgpool_fwd(int n, int c, int hw, const float *x,
                                                     float *y)
 {
-    if (n <= 0 || c <= 0 || hw <= 0 || !x || !y)
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "global_avgpool_fwd: bad arguments (n=%d c=%d hw=%d)", n, c, hw);
+    HERD_TRY(herd_check_global_avgpool("global_avgpool_fwd", n, c, hw, x, y));
     size_t rows = (size_t)n * c;
     k_gap_fwd<<<herd_cuda_blocks(rows * 32), HERD_CUDA_THREADS, 0, herd_cuda_ctx_get()->stream>>>(
         rows, hw, x, y);
@@ -191,9 +180,7 @@ extern "C" herd_status herd_cuda_global_avgpool_fwd(int n, int c, int hw, const 
 extern "C" herd_status herd_cuda_global_avgpool_bwd(int n, int c, int hw, const float *dy,
                                                     float *dx)
 {
-    if (n <= 0 || c <= 0 || hw <= 0 || !dy || !dx)
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "global_avgpool_bwd: bad arguments (n=%d c=%d hw=%d)", n, c, hw);
+    HERD_TRY(herd_check_global_avgpool("global_avgpool_bwd", n, c, hw, dy, dx));
     size_t total = (size_t)n * c * hw;
     k_gap_bwd<<<herd_cuda_blocks(total), HERD_CUDA_THREADS, 0, herd_cuda_ctx_get()->stream>>>(
         total, hw, dy, dx);
