@@ -417,6 +417,10 @@ herd_status herd_safetensors_read(const char *path, herd_st_file **out)
                 if (!cJSON_IsString(kv) || !kv->string)
                     BAD("'%s': __metadata__ value '%s' is not a string" ST_HINT, path,
                         kv->string ? kv->string : "?");
+                for (size_t k = 0; k < f->n_meta; k++)
+                    if (strcmp(f->meta_keys[k], kv->string) == 0)
+                        BAD("'%s': __metadata__ key '%s' appears twice (values '%s' and '%s')"
+                            ST_HINT, path, kv->string, f->meta_values[k], kv->valuestring);
                 f->meta_keys[f->n_meta] = strdup(kv->string);
                 f->meta_values[f->n_meta] = strdup(kv->valuestring);
                 f->n_meta++;
