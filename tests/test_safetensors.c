@@ -135,6 +135,10 @@ static void test_st_header_text(void **s)
     assert_herd_ok(herd_safetensors_read(p, &f));
     herd_st_free(f);
     free(p);
+    const char *unnamed = "{\"\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+    p = craft(dir, "unnamed.safetensors", unnamed, strlen(unnamed), 4);
+    expect_refused(p, "a tensor in the header has an empty name");
+    free(p);
     const char *meta = "{\"__metadata__\":{\"step\":\"10\",\"step\":\"20\"}}";
     p = craft(dir, "meta.safetensors", meta, strlen(meta), 0);
     expect_refused(p, "__metadata__ key 'step' appears twice (values '10' and '20')");

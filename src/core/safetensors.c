@@ -301,6 +301,8 @@ static herd_status parse_tensor(const char *path, const cJSON *item, size_t data
 {
     herd_status st = HERD_OK;
     const char *name = item->string;
+    if (!*name)
+        BAD("'%s': a tensor in the header has an empty name" ST_HINT, path);
     if (!cJSON_IsObject(item))
         BAD("'%s': tensor '%s' in the header is not a JSON object" ST_HINT, path, name);
     const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(item, "dtype");
