@@ -152,7 +152,8 @@ static void test_metrics_plot(void **state)
     char *bad = tu_write_file(dir, "bad.jsonl", "{\"step\":1}\nnot json\n", 20);
     assert_int_equal(herd_plot_metrics(bad, png, NULL, 0, 0), HERD_ERR_FORMAT);
     assert_non_null(strstr(herd_last_error(), "line 2"));
-    char *glued = tu_write_file(dir, "glued.jsonl", "{\"step\":1}{\"step\":2}\n", 23);
+    const char *two = "{\"step\":1}{\"step\":2}\n";
+    char *glued = tu_write_file(dir, "glued.jsonl", two, strlen(two));
     assert_int_equal(herd_plot_metrics(glued, png, NULL, 0, 0), HERD_ERR_FORMAT);
     assert_non_null(strstr(herd_last_error(), "line 1 is not a metrics record"));
     free(glued);
