@@ -12,7 +12,7 @@ static const char train_help[] =
     "Train MODEL (a zoo name from 'herd models' or a model file) and evaluate it.\n"
     "\n"
     "  --model MODEL            zoo name or path of a model file (required)\n"
-    "  --data DATA              fashion-mnist (default), idx:DIR, cifar10:DIR,\n"
+    "  --data DATA              fashion-mnist (default), idx:DIR[,CLASSES], cifar10:DIR,\n"
     "                           synthetic:C,H,W,CLASSES[,N]\n"
     "  --epochs N               passes over the training set (default 10)\n"
     "  --batch-size N           samples per step (default 128)\n"

@@ -138,25 +138,25 @@ static void test_idx_errors(void **state)
     char *good_lab = tu_write_file(dir, "good-labels", lab, ll);
 
     memset(&ds, 0, sizeof ds);
-    expect_error(herd_idx_load("/nonexistent/imgs", good_lab, &ds), HERD_ERR_IO,
+    expect_error(herd_idx_load("/nonexistent/imgs", good_lab, 10, &ds), HERD_ERR_IO,
                  "/nonexistent/imgs", "cannot open");
 
     /* Labels magic in an images file. */
     char *wrong = tu_write_file(dir, "wrong-magic", lab, ll);
-    expect_error(herd_idx_load(wrong, good_lab, &ds), HERD_ERR_FORMAT, "wrong-magic", "magic");
-    expect_error(herd_idx_load(good_img, good_img, &ds), HERD_ERR_FORMAT, "good-images",
+    expect_error(herd_idx_load(wrong, good_lab, 10, &ds), HERD_ERR_FORMAT, "wrong-magic", "magic");
+    expect_error(herd_idx_load(good_img, good_img, 10, &ds), HERD_ERR_FORMAT, "good-images",
                  "0x00000801");
 
     char *cut = tu_write_file(dir, "cut-images", img, il - 5);
-    expect_error(herd_idx_load(cut, good_lab, &ds), HERD_ERR_FORMAT, "cut-images", "truncated");
+    expect_error(herd_idx_load(cut, good_lab, 10, &ds), HERD_ERR_FORMAT, "cut-images", "truncated");
     char msg[128];
     snprintf(msg, sizeof msg, "expected %zu bytes, got %zu", il, il - 5);
     assert_non_null(strstr(herd_last_error(), msg));
 
     char *cut_lab = tu_write_file(dir, "cut-labels", lab, ll - 1);
-    expect_error(herd_idx_load(good_img, cut_lab, &ds), HERD_ERR_FORMAT, "cut-labels", "truncated");
+    expect_error(herd_idx_load(good_img, cut_lab, 10, &ds), HERD_ERR_FORMAT, "cut-labels", "truncated");
     char *header_only = tu_write_file(dir, "tiny", img, 6);
-    expect_error(herd_idx_load(header_only, good_lab, &ds), HERD_ERR_FORMAT, "tiny", "truncated");
+    expect_error(herd_idx_load(header_only, good_lab, 10, &ds), HERD_ERR_FORMAT, "tiny", "truncated");
 
     /* A gzip stream cut in the middle. */
     char *gz = write_gz(dir, "full.gz", img, il);
@@ -165,23 +165,23 @@ static void test_idx_errors(void **state)
     size_t gl = fread(buf, 1, sizeof buf, f);
     fclose(f);
     char *gz_cut = tu_write_file(dir, "cut.gz", buf, gl / 2);
-    expect_error(herd_idx_load(gz_cut, good_lab, &ds), HERD_ERR_FORMAT, "cut.gz", "truncated");
+    expect_error(herd_idx_load(gz_cut, good_lab, 10, &ds), HERD_ERR_FORMAT, "cut.gz", "truncated");
 
     /* Valid gzip header, corrupt deflate data. */
     memset(buf + 10, 0xff, gl > 30 ? 20 : gl - 10);
     char *gz_bad = tu_write_file(dir, "bad.gz", buf, gl);
-    expect_error(herd_idx_load(gz_bad, good_lab, &ds), HERD_ERR_FORMAT, "bad.gz", "gzip");
+    expect_error(herd_idx_load(gz_bad, good_lab, 10, &ds), HERD_ERR_FORMAT, "bad.gz", "gzip");
 
     size_t ll2;
     uint8_t *lab9 = make_idx_labels(9, &ll2);
     char *short_lab = tu_write_file(dir, "nine-labels", lab9, ll2);
-    expect_error(herd_idx_load(good_img, short_lab, &ds), HERD_ERR_FORMAT, "nine-labels", "10 images");
+    expect_error(herd_idx_load(good_img, short_lab, 10, &ds), HERD_ERR_FORMAT, "nine-labels", "10 images");
 
     /* An absurd header must not allocate terabytes. */
     put_be32(img + 4, 0x7fffffff);
     put_be32(img + 8, 4000);
     char *huge = tu_write_file(dir, "huge", img, il);
-    expect_error(herd_idx_load(huge, good_lab, &ds), HERD_ERR_FORMAT, "huge", "implausible");
+    expect_error(herd_idx_load(huge, good_lab, 10, &ds), HERD_ERR_FORMAT, "huge", "implausible");
 
     char spec[256];
     snprintf(spec, sizeof spec, "idx:%s", dir);
@@ -199,6 +199,138 @@ static void test_idx_errors(void **state)
     free(img);
     free(lab);
     free(lab9);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* Writes a file of the parts given, one after another. */
+static char *write_parts(const char *dir, const char *name, const void *a, size_t al, const void *b,
+                         size_t bl)
+{
+    uint8_t *buf = malloc(al + bl + 1);
+    memcpy(buf, a, al);
+    memcpy(buf + al, b, bl);
+    char *p = tu_write_file(dir, name, buf, al + bl);
+    free(buf);
+    return p;
+}
+
+static uint8_t *slurp(const char *path, size_t *len)
+{
+    return (uint8_t *)tu_read_file(path, len);
+}
+
+/* Labels outside the declared class count, and bytes after the declared data. */
+static void test_idx_strict(void **state)
+{
+    (void)state;
+    char *dir = tu_tempdir();
+    char spec[512], msg[512];
+    herd_dataset *out = (herd_dataset *)1;
+    write_idx_pair(dir, "train", 12, false);
+    write_idx_pair(dir, "t10k", 5, false);
+    size_t ll;
+    uint8_t *lab = make_idx_labels(12, &ll);
+
+    /* A training label of 200 used to build a 201-class model. */
+    lab[8 + 3] = 200;
+    free(tu_write_file(dir, "train-labels-idx1-ubyte", lab, ll));
+    snprintf(spec, sizeof spec, "idx:%s", dir);
+    snprintf(msg, sizeof msg, "%s/train-labels-idx1-ubyte: sample 3 has label 200, outside 0..9 "
+             "for 10 classes", dir);
+    expect_error(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &out), HERD_ERR_FORMAT, msg, NULL);
+    assert_null(out);
+    /* Declaring 201 classes accepts it. */
+    snprintf(spec, sizeof spec, "idx:%s,201", dir);
+    assert_herd_ok(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &out));
+    int classes;
+    herd_dataset_shape(out, NULL, NULL, NULL, &classes);
+    assert_int_equal(classes, 201);
+    assert_int_equal(out->labels[3], 200);
+    herd_dataset_free(out);
+    /* The test split is checked at load time too, not blamed on the weights later. */
+    lab[8 + 3] = 3;
+    size_t tl;
+    uint8_t *tlab = make_idx_labels(5, &tl);
+    tlab[8 + 4] = 10;
+    free(tu_write_file(dir, "train-labels-idx1-ubyte", lab, ll));
+    free(tu_write_file(dir, "t10k-labels-idx1-ubyte", tlab, tl));
+    snprintf(spec, sizeof spec, "idx:%s", dir);
+    assert_herd_ok(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &out));
+    herd_dataset_free(out);
+    expect_error(herd_dataset_open(spec, HERD_SPLIT_TEST, &out), HERD_ERR_FORMAT,
+                 "t10k-labels-idx1-ubyte: sample 4 has label 10, outside 0..9", NULL);
+    tlab[8 + 4] = 4;
+    free(tu_write_file(dir, "t10k-labels-idx1-ubyte", tlab, tl));
+    /* Bad class counts. */
+    const char *bad_counts[] = {",1", ",257", ",0", ",99999"};
+    for (size_t i = 0; i < 4; i++) {
+        snprintf(spec, sizeof spec, "idx:%s%s", dir, bad_counts[i]);
+        expect_error(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &out), HERD_ERR_INVALID_ARG,
+                     "the class count after the comma must be in 2..256", NULL);
+    }
+    expect_error(herd_dataset_open("idx:,10", HERD_SPLIT_TRAIN, &out), HERD_ERR_INVALID_ARG,
+                 "follow a directory", NULL);
+    snprintf(spec, sizeof spec, "idx:%s", dir);
+
+    /* Bytes after the data the header declares: raw images, raw labels. */
+    size_t il;
+    uint8_t *img = make_idx_images(12, 4, 3, &il);
+    char *p = write_parts(dir, "train-images-idx3-ubyte", img, il, "junk!", 5);
+    snprintf(msg, sizeof msg, "%s: 5 bytes follow the %zu its header declares", p, il);
+    expect_error(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &out), HERD_ERR_FORMAT, msg, NULL);
+    free(p);
+    free(tu_write_file(dir, "train-images-idx3-ubyte", img, il));
+    p = write_parts(dir, "train-labels-idx1-ubyte", lab, ll, "\0", 1);
+    snprintf(msg, sizeof msg, "%s: 1 bytes follow the %zu its header declares", p, ll);
+    expect_error(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &out), HERD_ERR_FORMAT, msg, NULL);
+    free(p);
+    free(tu_write_file(dir, "train-labels-idx1-ubyte", lab, ll));
+
+    /* gzip: trailing garbage after the stream, and more data inside it than declared. */
+    char *gz = write_gz(dir, "whole.gz", img, il);
+    size_t gl;
+    uint8_t *gzb = slurp(gz, &gl);
+    p = write_parts(dir, "trailing.gz", gzb, gl, "garbage", 7);
+    herd_dataset ds;
+    memset(&ds, 0, sizeof ds);
+    snprintf(msg, sizeof msg, "%s: 7 bytes of trailing data follow the gzip stream (at byte %zu", p, gl);
+    expect_error(herd_idx_load(p, "unread", 10, &ds), HERD_ERR_FORMAT, msg, NULL);
+    free(p);
+    uint8_t *longer = malloc(il + 3);
+    memcpy(longer, img, il);
+    memset(longer + il, 7, 3);
+    p = write_gz(dir, "longer.gz", longer, il + 3);
+    snprintf(msg, sizeof msg, "%s: 3 uncompressed bytes follow the %zu its header declares", p, il);
+    expect_error(herd_idx_load(p, "unread", 10, &ds), HERD_ERR_FORMAT, msg, NULL);
+    free(p);
+    /* The gzip trailer (CRC and size) cut off after all the data. */
+    p = tu_write_file(dir, "no-trailer.gz", gzb, gl - 8);
+    expect_error(herd_idx_load(p, "unread", 10, &ds), HERD_ERR_FORMAT, "no gzip trailer", NULL);
+    free(p);
+    /* Two gzip members back to back are one valid file. */
+    char *first = write_gz(dir, "first.gz", img, 20), *second = write_gz(dir, "second.gz", img + 20, il - 20);
+    size_t l1, l2;
+    uint8_t *b1 = slurp(first, &l1), *b2 = slurp(second, &l2);
+    p = write_parts(dir, "train-images-idx3-ubyte.gz", b1, l1, b2, l2);
+    char *raw = malloc(strlen(dir) + 64);
+    sprintf(raw, "%s/train-images-idx3-ubyte", dir);
+    unlink(raw);
+    assert_herd_ok(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &out));
+    assert_int_equal(out->images[11 * 12 + 5], (11 * 7 + 5) & 255);
+    herd_dataset_free(out);
+    free(raw);
+    free(p);
+    free(first);
+    free(second);
+    free(b1);
+    free(b2);
+    free(longer);
+    free(gzb);
+    free(gz);
+    free(img);
+    free(lab);
+    free(tlab);
     tu_rmtree(dir);
     free(dir);
 }
@@ -636,6 +768,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_idx_raw_and_gzip),
         cmocka_unit_test(test_idx_errors),
+        cmocka_unit_test(test_idx_strict),
         cmocka_unit_test(test_cifar10),
         cmocka_unit_test(test_synthetic),
         cmocka_unit_test(test_loader_covers_and_shuffles),

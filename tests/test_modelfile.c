@@ -1,4 +1,5 @@
 /* Model files: the zoo builds with the documented sizes; bad files get clear errors. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,6 +76,61 @@ static void test_errors(void **state)
     expect_error("// a comment\n/* block\n comment */ {\"layers\": [\n{\"type\": }", "bad.json:4:");
 }
 
+/* Mistakes a lenient parser used to accept: trailing text, keys of another type, sizes
+ * whose product overflowed int. */
+static void test_strict(void **state)
+{
+    (void)state;
+    const char *good = "{\"layers\": [{\"type\": \"flatten\"}, {\"type\": \"linear\", \"out\": \"classes\"}]}";
+    char text[512];
+    snprintf(text, sizeof text, "%s\n  }", good);
+    expect_error(text, "bad.json:2:3: text after the end of the model's JSON object (starting '}')");
+    snprintf(text, sizeof text, "%s {\"layers\": []}", good);
+    expect_error(text, "bad.json:1:");
+    /* Comments and blank lines after the object are fine. */
+    snprintf(text, sizeof text, "%s\n// the end\n/* really */\n\n", good);
+    herd_layer_spec *specs = NULL;
+    int n = 0;
+    assert_herd_ok(herd_model_parse_text(text, "good.json", 10, &specs, &n));
+    assert_int_equal(n, 2);
+    free(specs);
+    /* "linear" mistyped as "relu" used to become a relu, dropping the layer's "out". */
+    expect_error("{\"layers\": [{\"type\": \"flatten\"}, {\"type\": \"relu\", \"name\": \"fc\", \"out\": 10}]}",
+                 "bad.json: layer 1 'fc' (relu): key \"out\" does not apply to a relu layer (it takes "
+                 "no other keys besides type, name and input)");
+    expect_error("{\"layers\": [{\"type\": \"maxpool\", \"kernel\": 2, \"bias\": false}]}",
+                 "layer 0 'maxpool0' (maxpool): key \"bias\" does not apply to a maxpool layer (it "
+                 "takes \"kernel\", \"stride\", \"pad\" besides");
+    expect_error("{\"layers\": [{\"type\": \"dropout\", \"eps\": 0.1}]}", "key \"eps\" does not apply");
+    expect_error("{\"layers\": [{\"type\": \"relu\", \"kernal\": 3}]}",
+                 "layer 0 'relu0' (relu): unknown key \"kernal\"");
+    expect_error("{\"layers\": [{\"type\": \"linear\", \"out\": 10, \"out\": 20}]}",
+                 "layer 0 'linear0' (linear): key \"out\" is given twice");
+    expect_error("{\"name\": \"x\", \"layer\": [], \"layers\": [{\"type\": \"relu\"}]}",
+                 "unknown top-level key \"layer\"");
+    expect_error("[1, 2]", "a model file is a JSON object");
+    snprintf(text, sizeof text, "{\"layers\": [{\"type\": \"relu\"}], %s", good + 1);
+    expect_error(text, "bad.json: top-level key \"layers\" is given twice");
+    /* Out-of-range numbers are refused before any conversion to int. */
+    expect_error("{\"layers\": [{\"type\": \"linear\", \"out\": 1e300}]}", "\"out\" must be an integer");
+    expect_error("{\"layers\": [{\"type\": \"linear\", \"out\": 3000000000}]}", "\"out\" must be an integer");
+    /* C x H x W past int: once "out of memory allocating 18446743850872302712 bytes". */
+    expect_error("{\"layers\": [{\"type\": \"conv2d\", \"name\": \"big\", \"out\": 1048576, \"kernel\": 1, "
+                 "\"pad\": 1024}, {\"type\": \"flatten\"}, {\"type\": \"linear\", \"out\": \"classes\"}]}",
+                 "layer 'big' (conv2d): its output would be 1048576 x 2056 x 2056 elements, over herd's "
+                 "limit of 1073741824 per tensor");
+    expect_error("{\"layers\": [{\"type\": \"conv2d\", \"out\": 64, \"kernel\": 1, \"pad\": 1024},"
+                 "{\"type\": \"flatten\", \"name\": \"flat\"}, {\"type\": \"linear\", \"name\": \"fc\", \"out\": 1048576},"
+                 "{\"type\": \"linear\", \"out\": \"classes\"}]}",
+                 "layer 'fc' (linear): its weight would be 1048576 x 270536704 elements");
+    expect_error("{\"layers\": [{\"type\": \"conv2d\", \"name\": \"wide\", \"out\": 1048576, \"kernel\": 1024, "
+                 "\"pad\": 1000}]}",
+                 "layer 'wide' (conv2d): its weight would be 1048576 x 1 x 1024 x 1024 elements");
+    herd_model *m = NULL;
+    assert_int_equal(herd_model_create_shape("mlp", 65536, 65536, 65536, 10, &m), HERD_ERR_INVALID_ARG);
+    assert_non_null(strstr(herd_last_error(), "at most 1073741824 values per sample"));
+}
+
 static void test_model_file_on_disk(void **state)
 {
     (void)state;
@@ -99,6 +155,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_zoo_sizes),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_strict),
         cmocka_unit_test(test_model_file_on_disk),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

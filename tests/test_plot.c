@@ -152,6 +152,11 @@ static void test_metrics_plot(void **state)
     char *bad = tu_write_file(dir, "bad.jsonl", "{\"step\":1}\nnot json\n", 20);
     assert_int_equal(herd_plot_metrics(bad, png, NULL, 0, 0), HERD_ERR_FORMAT);
     assert_non_null(strstr(herd_last_error(), "line 2"));
+    const char *two = "{\"step\":1}{\"step\":2}\n";
+    char *glued = tu_write_file(dir, "glued.jsonl", two, strlen(two));
+    assert_int_equal(herd_plot_metrics(glued, png, NULL, 0, 0), HERD_ERR_FORMAT);
+    assert_non_null(strstr(herd_last_error(), "line 1 is not a metrics record"));
+    free(glued);
     char missing[512];
     snprintf(missing, sizeof missing, "%s/none.jsonl", dir);
     assert_int_equal(herd_plot_metrics(missing, png, NULL, 0, 0), HERD_ERR_IO);
@@ -200,6 +205,10 @@ static void test_timeline_plot(void **state)
     assert_non_null(strstr(herd_last_error(), "step"));
     char *not_trace = tu_write_file(dir, "u.json", "[1,", 3);
     assert_int_equal(herd_plot_timeline(not_trace, png, 0, 0), HERD_ERR_FORMAT);
+    char *trailing = tu_write_file(dir, "v.json", "[] []", 5); /* a second trace appended */
+    assert_int_equal(herd_plot_timeline(trailing, png, 0, 0), HERD_ERR_FORMAT);
+    assert_non_null(strstr(herd_last_error(), "is not a Chrome trace"));
+    free(trailing);
     free(no_steps);
     free(not_trace);
     tu_rmtree(dir);

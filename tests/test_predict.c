@@ -78,6 +78,8 @@ static void test_fit_errors(void **state)
     assert_int_equal(herd_alpha_beta_fit_json(bcast, &ab), HERD_ERR_FORMAT);
     assert_non_null(strstr(herd_last_error(), "broadcast"));
     assert_int_equal(herd_alpha_beta_fit_json("ranks: 2", &ab), HERD_ERR_FORMAT);
+    assert_int_equal(herd_alpha_beta_fit_json("{\"ranks\":2} {\"ranks\":4}", &ab), HERD_ERR_FORMAT);
+    assert_non_null(strstr(herd_last_error(), "not JSON (near '{\"ranks\":4}')"));
     const char *no_time = "{\"collective\":\"allreduce\",\"ranks\":2,\"results\":[{\"bytes\":8}]}";
     assert_int_equal(herd_alpha_beta_fit_json(no_time, &ab), HERD_ERR_FORMAT);
     assert_int_equal(herd_alpha_beta_fit_file("/nonexistent/bench.json", &ab), HERD_ERR_IO);

@@ -286,10 +286,13 @@ static herd_status read_all(const char *path, unsigned char **buf, size_t *len)
     return HERD_OK;
 }
 
+/* By begin, then end, so an empty tensor sorts before a non-empty one at the same offset. */
 static int cmp_begin(const void *a, const void *b)
 {
     const st_tensor *x = *(const st_tensor *const *)a, *y = *(const st_tensor *const *)b;
-    return (x->begin > y->begin) - (x->begin < y->begin);
+    if (x->begin != y->begin)
+        return (x->begin > y->begin) - (x->begin < y->begin);
+    return (x->end > y->end) - (x->end < y->end);
 }
 
 #define BAD(...) do { st = HERD_ERR(HERD_ERR_FORMAT, __VA_ARGS__); goto out; } while (0)
@@ -298,6 +301,8 @@ static herd_status parse_tensor(const char *path, const cJSON *item, size_t data
 {
     herd_status st = HERD_OK;
     const char *name = item->string;
+    if (!*name)
+        BAD("'%s': a tensor in the header has an empty name" ST_HINT, path);
     if (!cJSON_IsObject(item))
         BAD("'%s': tensor '%s' in the header is not a JSON object" ST_HINT, path, name);
     const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(item, "dtype");
@@ -330,7 +335,8 @@ static herd_status parse_tensor(const char *path, const cJSON *item, size_t data
         BAD("'%s': tensor '%s' has data_offsets [%llu, %llu] outside the %zu bytes of data" ST_HINT, path,
             name, (unsigned long long)b, (unsigned long long)e, data_len);
     if (e - b != numel * sizeof(float))
-        BAD("'%s': tensor '%s' spans %llu bytes but its shape needs %zu" ST_HINT, path, name,
+        BAD("'%s': tensor '%s' has data_offsets [%llu, %llu] spanning %llu bytes but its F32 shape "
+            "needs %zu" ST_HINT, path, name, (unsigned long long)b, (unsigned long long)e,
             (unsigned long long)(e - b), numel * sizeof(float));
     t->begin = (size_t)b;
     t->end = (size_t)e;
@@ -369,9 +375,16 @@ herd_status herd_safetensors_read(const char *path, herd_st_file **out)
     if (hlen > ST_MAX_HEADER)
         BAD("'%s': the header is %llu bytes, over the %u-byte limit" ST_HINT, path,
             (unsigned long long)hlen, ST_MAX_HEADER);
-    root = cJSON_ParseWithLength((const char *)buf + 8, (size_t)hlen);
+    const char *header = (const char *)buf + 8, *json_end = NULL;
+    root = cJSON_ParseWithLengthOpts(header, (size_t)hlen, &json_end, 0);
     if (!cJSON_IsObject(root))
-        BAD("'%s': the header is not a valid JSON object" ST_HINT, path);
+        BAD("'%s': the header (bytes 8..%llu) is not a valid JSON object" ST_HINT, path,
+            (unsigned long long)hlen + 8);
+    /* Only padding (writers use spaces; JSON whitespace is as harmless) may follow the JSON. */
+    for (const char *p = json_end; p < header + hlen; p++)
+        if (!strchr(" \t\r\n", *p) || !*p)
+            BAD("'%s': file byte %zu (0x%02x) follows the header's JSON object; only whitespace may"
+                ST_HINT, path, (size_t)(p - (const char *)buf), (unsigned char)*p);
     size_t data_len = len - 8 - (size_t)hlen;
     const unsigned char *data = buf + 8 + hlen;
 
@@ -406,6 +419,10 @@ herd_status herd_safetensors_read(const char *path, herd_st_file **out)
                 if (!cJSON_IsString(kv) || !kv->string)
                     BAD("'%s': __metadata__ value '%s' is not a string" ST_HINT, path,
                         kv->string ? kv->string : "?");
+                for (size_t k = 0; k < f->n_meta; k++)
+                    if (strcmp(f->meta_keys[k], kv->string) == 0)
+                        BAD("'%s': __metadata__ key '%s' appears twice (values '%s' and '%s')"
+                            ST_HINT, path, kv->string, f->meta_values[k], kv->valuestring);
                 f->meta_keys[f->n_meta] = strdup(kv->string);
                 f->meta_values[f->n_meta] = strdup(kv->valuestring);
                 f->n_meta++;
@@ -426,7 +443,9 @@ herd_status herd_safetensors_read(const char *path, herd_st_file **out)
             goto out;
     }
 
-    /* Byte ranges must not overlap: sort by start and compare neighbours. */
+    /* The format requires the byte ranges to tile the data section exactly (no holes, no
+     * overlaps): a header length that is off, or inserted bytes, would otherwise load every
+     * tensor shifted. Sort by start and walk the ranges end to end. */
     order = calloc(f->n ? f->n : 1, sizeof *order);
     if (!order) {
         st = HERD_NOMEM(f->n * sizeof *order);
@@ -435,10 +454,23 @@ herd_status herd_safetensors_read(const char *path, herd_st_file **out)
     for (size_t i = 0; i < f->n; i++)
         order[i] = &f->t[i];
     qsort(order, f->n, sizeof *order, cmp_begin);
-    for (size_t i = 1; i < f->n; i++)
-        if (order[i]->begin < order[i - 1]->end)
-            BAD("'%s': tensors '%s' and '%s' overlap in the data section" ST_HINT, path,
-                order[i - 1]->name, order[i]->name);
+    size_t covered = 0;
+    for (size_t i = 0; i < f->n; i++) {
+        const st_tensor *t = order[i];
+        if (t->begin < covered)
+            BAD("'%s': tensors '%s' [%zu, %zu] and '%s' [%zu, %zu] overlap in the data section" ST_HINT,
+                path, order[i - 1]->name, order[i - 1]->begin, order[i - 1]->end, t->name, t->begin,
+                t->end);
+        if (t->begin > covered)
+            BAD("'%s': tensor '%s' begins at data byte %zu but %s ends at %zu: %zu bytes belong to no "
+                "tensor" ST_HINT, path, t->name, t->begin,
+                i ? "the tensor before it" : "the header", covered, t->begin - covered);
+        covered = t->end;
+    }
+    if (covered != data_len)
+        BAD("'%s': the tensors end at data byte %zu%s%s%s but the data section has %zu bytes: %zu "
+            "bytes belong to no tensor" ST_HINT, path, covered, f->n ? " (tensor '" : "",
+            f->n ? order[f->n - 1]->name : "", f->n ? "')" : "", data_len, data_len - covered);
 
     /* Copies give each tensor aligned float storage whatever the header length. */
     for (size_t i = 0; i < f->n; i++) {

@@ -3,7 +3,7 @@
  * Normalisation statistics always describe the TRAIN split, so train and test are
  * normalised identically (as in the usual PyTorch recipes):
  *   fashion-mnist  the published constants 0.2860 / 0.3530;
- *   idx:DIR        computed from DIR's train images (when opening the test split the train
+ *   idx:DIR[,CLASSES]  computed from DIR's train images (when opening the test split the train
  *                  images file is read once for this; if it is absent, the test split's own);
  *   cifar10:DIR    the published CIFAR-10 per-channel constants;
  *   synthetic      0.5 / 0.25 (roughly what the generator produces). */
@@ -18,6 +18,9 @@
 #include "data/dataset.h"
 
 #define FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+/* IDX files carry no class count: MNIST-style data sets have 10 unless the spec says. */
+#define IDX_DEFAULT_CLASSES 10
+#define IDX_MAX_CLASSES 256 /* labels are bytes */
 
 void herd_pixel_stats(const uint8_t *images, size_t n, int c, size_t hw, float *mean, float *std)
 {
@@ -58,7 +61,7 @@ static herd_status find_idx_file(const char *dir, const char *base, char *out, s
 }
 
 static herd_status open_idx_dir(const char *dir, herd_split split, bool known_fashion,
-                                herd_dataset *ds)
+                                int classes, herd_dataset *ds)
 {
     const char *prefix = split == HERD_SPLIT_TEST ? "t10k" : "train";
     char base[64], images[4096], labels[4096];
@@ -66,7 +69,7 @@ static herd_status open_idx_dir(const char *dir, herd_split split, bool known_fa
     HERD_TRY(find_idx_file(dir, base, images, sizeof images));
     snprintf(base, sizeof base, "%s-labels-idx1-ubyte", prefix);
     HERD_TRY(find_idx_file(dir, base, labels, sizeof labels));
-    HERD_TRY(herd_idx_load(images, labels, ds));
+    HERD_TRY(herd_idx_load(images, labels, classes, ds));
     if (known_fashion) {
         ds->mean[0] = 0.2860f;
         ds->std[0] = 0.3530f;
@@ -80,16 +83,34 @@ static herd_status open_idx_dir(const char *dir, herd_split split, bool known_fa
     return HERD_OK;
 }
 
+/* "DIR" or "DIR,CLASSES": a last comma followed only by digits gives the class count
+ * (any other comma belongs to the directory's name). */
+static herd_status open_idx_spec(const char *args, herd_split split, herd_dataset *ds)
+{
+    const char *comma = strrchr(args, ',');
+    size_t digits = comma ? strspn(comma + 1, "0123456789") : 0;
+    if (!comma || digits == 0 || comma[1 + digits] != '\0')
+        return open_idx_dir(args, split, false, IDX_DEFAULT_CLASSES, ds);
+    long classes = digits > 3 ? IDX_MAX_CLASSES + 1 : strtol(comma + 1, NULL, 10);
+    if (classes < 2 || classes > IDX_MAX_CLASSES || comma == args)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "idx:%s: the class count after the comma must be "
+                        "in 2..%d and follow a directory (format idx:DIR[,CLASSES])", args,
+                        IDX_MAX_CLASSES);
+    char dir[sizeof ds->spec];
+    snprintf(dir, sizeof dir, "%.*s", (int)(comma - args), args);
+    return open_idx_dir(dir, split, false, (int)classes, ds);
+}
+
 static herd_status open_spec(const char *spec, herd_split split, herd_dataset *ds)
 {
     if (strcmp(spec, "fashion-mnist") == 0) {
         if (access(FASHION_MNIST_DIR, F_OK) != 0)
             return HERD_ERR(HERD_ERR_IO, "fashion-mnist: %s not found; install the Debian package "
                             "dataset-fashion-mnist (scripts/install-deps.sh)", FASHION_MNIST_DIR);
-        return open_idx_dir(FASHION_MNIST_DIR, split, true, ds);
+        return open_idx_dir(FASHION_MNIST_DIR, split, true, IDX_DEFAULT_CLASSES, ds);
     }
     if (strncmp(spec, "idx:", 4) == 0 && spec[4])
-        return open_idx_dir(spec + 4, split, false, ds);
+        return open_idx_spec(spec + 4, split, ds);
     if (strncmp(spec, "cifar10:", 8) == 0 && spec[8]) {
         static const float mean[3] = {0.4914f, 0.4822f, 0.4465f};
         static const float std[3] = {0.2470f, 0.2435f, 0.2616f};
@@ -106,7 +127,7 @@ static herd_status open_spec(const char *spec, herd_split split, herd_dataset *d
         }
         return HERD_OK;
     }
-    return HERD_ERR(HERD_ERR_INVALID_ARG, "unknown dataset '%s'; use fashion-mnist, idx:DIR, "
+    return HERD_ERR(HERD_ERR_INVALID_ARG, "unknown dataset '%s'; use fashion-mnist, idx:DIR[,CLASSES], "
                     "cifar10:DIR or synthetic:C,H,W,CLASSES[,N]", spec);
 }
 

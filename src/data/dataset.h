@@ -18,8 +18,10 @@ struct herd_dataset {
     float mean[3], std[3]; /* per-channel normalisation applied by the loader (on [0,1] pixels) */
 };
 
-/* Format readers (src/data/idx.c, cifar10.c, synthetic.c). Errors name the file and the problem. */
-herd_status herd_idx_load(const char *images_path, const char *labels_path, herd_dataset *ds);
+/* Format readers (src/data/idx.c, cifar10.c, synthetic.c). Errors name the file and the problem.
+ * Every label must lie in [0, classes), the data set's declared class count. */
+herd_status herd_idx_load(const char *images_path, const char *labels_path, int classes,
+                          herd_dataset *ds);
 herd_status herd_cifar10_load(const char *dir, herd_split split, herd_dataset *ds);
 herd_status herd_synthetic_make(const char *args, herd_split split, herd_dataset *ds);
 /* Per-channel mean/std on [0,1] pixels of an idx3 images file (normalising a test split

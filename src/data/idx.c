@@ -17,68 +17,147 @@
 #define IDX_MAX_COUNT 0x7fffffffu /* the loader's permutations are uint32 */
 #define IDX_MAX_BYTES ((size_t)8 << 30)
 
+/* A raw or gzip IDX file. gzip is inflated here rather than through gzread, which skips
+ * whatever follows the last gzip member without a word. */
 typedef struct idx_file {
     const char *path;
-    gzFile gz;
+    FILE *f;
     bool compressed;
-    size_t consumed; /* uncompressed bytes read so far, for the truncation message */
+    bool z_live;     /* inflateInit2 succeeded: inflateEnd is due */
+    bool z_ended;    /* the last gzip member ended; any input left over is trailing data */
+    z_stream z;
+    unsigned char *in; /* compressed input buffer */
+    size_t consumed;   /* uncompressed bytes read so far, for the truncation message */
 } idx_file;
+
+#define IDX_IN_BUF (1u << 17)
 
 static herd_status idx_open(idx_file *f, const char *path)
 {
     memset(f, 0, sizeof *f);
     f->path = path;
-    FILE *probe = fopen(path, "rb");
-    if (!probe)
+    f->f = fopen(path, "rb");
+    if (!f->f)
         return HERD_ERR(HERD_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    unsigned char magic[2] = {0, 0};
-    size_t got = fread(magic, 1, 2, probe);
-    fclose(probe);
-    f->compressed = got == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
-    /* zlib reads raw files transparently, so one code path serves both. */
-    f->gz = gzopen(path, "rb");
-    if (!f->gz)
-        return HERD_ERR(HERD_ERR_IO, "%s: cannot open: %s", path, strerror(errno ? errno : ENOMEM));
-    gzbuffer(f->gz, 1u << 17);
-    return HERD_OK;
+    int b0 = getc(f->f), b1 = getc(f->f);
+    f->compressed = b0 == 0x1f && b1 == 0x8b;
+    rewind(f->f);
+    if (!f->compressed)
+        return HERD_OK;
+    f->in = malloc(IDX_IN_BUF);
+    f->z_live = f->in && inflateInit2(&f->z, 16 + MAX_WBITS) == Z_OK; /* 16: gzip wrapper only */
+    return f->z_live ? HERD_OK : HERD_NOMEM(IDX_IN_BUF);
 }
 
 static void idx_close(idx_file *f)
 {
-    if (f->gz)
-        gzclose_r(f->gz);
-    f->gz = NULL;
+    if (f->z_live)
+        inflateEnd(&f->z);
+    if (f->f)
+        fclose(f->f);
+    free(f->in);
+    memset(f, 0, sizeof *f);
+}
+
+/* Refills the compressed input when it is empty; false at the end of the file. */
+static herd_status idx_fill(idx_file *f, bool *more)
+{
+    if (f->z.avail_in == 0) {
+        size_t n = fread(f->in, 1, IDX_IN_BUF, f->f);
+        if (n == 0 && ferror(f->f))
+            return HERD_ERR(HERD_ERR_IO, "%s: read failed: %s", f->path, strerror(errno));
+        f->z.next_in = f->in;
+        f->z.avail_in = (uInt)n;
+    }
+    *more = f->z.avail_in > 0;
+    return HERD_OK;
+}
+
+/* Inflates up to len bytes into p; *got is less than len only at the end of the data. */
+static herd_status idx_inflate(idx_file *f, unsigned char *p, size_t len, size_t *got)
+{
+    f->z.next_out = p;
+    f->z.avail_out = (uInt)len;
+    while (f->z.avail_out > 0 && !f->z_ended) {
+        bool more = false;
+        HERD_TRY(idx_fill(f, &more));
+        if (!more)
+            break; /* the stream stopped before its end: truncated */
+        int r = inflate(&f->z, Z_NO_FLUSH);
+        if (r == Z_STREAM_END) {
+            /* gzip allows several members back to back; anything else is trailing data. */
+            HERD_TRY(idx_fill(f, &more));
+            if (more && f->z.avail_in >= 2 && f->z.next_in[0] == 0x1f && f->z.next_in[1] == 0x8b)
+                inflateReset(&f->z);
+            else
+                f->z_ended = true;
+        } else if (r != Z_OK && r != Z_BUF_ERROR) {
+            return HERD_ERR(HERD_ERR_FORMAT, "%s: unreadable gzip data (zlib: %s); re-download it",
+                            f->path, f->z.msg ? f->z.msg : zError(r));
+        }
+    }
+    *got = len - f->z.avail_out;
+    return HERD_OK;
 }
 
 /* Reads exactly len bytes; `expected_total` is the file's full expected size for the message. */
 static herd_status idx_read(idx_file *f, void *buf, size_t len, size_t expected_total)
 {
     unsigned char *p = buf;
-    size_t done = 0;
-    while (done < len) {
-        size_t chunk = len - done;
-        if (chunk > (1u << 30))
-            chunk = 1u << 30;
-        int r = gzread(f->gz, p + done, (unsigned)chunk);
-        if (r > 0) {
-            done += (size_t)r;
-            continue;
+    size_t done = 0, got = 1;
+    while (done < len && got > 0) {
+        size_t chunk = len - done < (1u << 30) ? len - done : (1u << 30); /* zlib counts in uInt */
+        if (f->compressed) {
+            HERD_TRY(idx_inflate(f, p + done, chunk, &got));
+        } else {
+            got = fread(p + done, 1, chunk, f->f);
+            if (got < chunk && ferror(f->f))
+                return HERD_ERR(HERD_ERR_IO, "%s: read failed: %s", f->path, strerror(errno));
         }
-        int zerr = Z_OK;
-        const char *zmsg = gzerror(f->gz, &zerr);
-        f->consumed += done;
-        /* Z_BUF_ERROR is zlib's "unexpected end of file": a cut-off gzip stream. */
-        if (r == 0 || zerr == Z_BUF_ERROR)
-            return HERD_ERR(HERD_ERR_FORMAT,
-                            "%s: truncated file: expected %zu bytes%s, got %zu; re-download it",
-                            f->path, expected_total, f->compressed ? " (uncompressed)" : "",
-                            f->consumed);
-        if (zerr == Z_ERRNO)
-            return HERD_ERR(HERD_ERR_IO, "%s: read failed: %s", f->path, strerror(errno));
-        return HERD_ERR(HERD_ERR_FORMAT, "%s: unreadable gzip data (zlib: %s); re-download it",
-                        f->path, zmsg ? zmsg : "unknown error");
+        done += got;
+        f->consumed += got;
     }
-    f->consumed += done;
+    if (done < len)
+        return HERD_ERR(HERD_ERR_FORMAT,
+                        "%s: truncated file: expected %zu bytes%s, got %zu; re-download it",
+                        f->path, expected_total, f->compressed ? " (uncompressed)" : "",
+                        f->consumed);
+    return HERD_OK;
+}
+
+/* After the data its header declares, the file must end: extra bytes mean the header or
+ * the file is wrong, and guessing which would load wrong samples. */
+static herd_status idx_expect_end(idx_file *f)
+{
+    unsigned char extra[4096];
+    size_t n = 0, more = 0;
+    if (!f->compressed) {
+        while ((n = fread(extra, 1, sizeof extra, f->f)) > 0)
+            more += n;
+        if (more)
+            return HERD_ERR(HERD_ERR_FORMAT, "%s: %zu bytes follow the %zu its header declares; the "
+                            "header's counts or the file are wrong: re-download it",
+                            f->path, more, f->consumed);
+        return HERD_OK;
+    }
+    do {
+        HERD_TRY(idx_inflate(f, extra, sizeof extra, &n));
+        more += n;
+    } while (n == sizeof extra);
+    if (more)
+        return HERD_ERR(HERD_ERR_FORMAT, "%s: %zu uncompressed bytes follow the %zu its header "
+                        "declares; the header's counts or the file are wrong: re-download it",
+                        f->path, more, f->consumed);
+    if (!f->z_ended)
+        return HERD_ERR(HERD_ERR_FORMAT, "%s: the gzip stream is cut off after its data (no gzip "
+                        "trailer); re-download it", f->path);
+    size_t trailing = f->z.avail_in;
+    while ((n = fread(extra, 1, sizeof extra, f->f)) > 0)
+        trailing += n;
+    if (trailing)
+        return HERD_ERR(HERD_ERR_FORMAT, "%s: %zu bytes of trailing data follow the gzip stream "
+                        "(at byte %ld of the file); re-download it", f->path, trailing,
+                        ftell(f->f) - (long)trailing);
     return HERD_OK;
 }
 
@@ -109,9 +188,10 @@ static herd_status idx_read_images(const char *path, size_t *n, int *rows, int *
                                    uint8_t **pixels)
 {
     idx_file f;
-    HERD_TRY(idx_open(&f, path));
     uint32_t d[3] = {0, 0, 0};
-    herd_status st = idx_header(&f, IDX_MAGIC_IMAGES, 3, d, "images");
+    herd_status st = idx_open(&f, path);
+    if (st == HERD_OK)
+        st = idx_header(&f, IDX_MAGIC_IMAGES, 3, d, "images");
     if (st != HERD_OK)
         goto done;
     if (d[0] == 0 || d[0] > IDX_MAX_COUNT || d[1] == 0 || d[1] > IDX_MAX_SIDE || d[2] == 0 ||
@@ -134,6 +214,8 @@ static herd_status idx_read_images(const char *path, size_t *n, int *rows, int *
         goto done;
     }
     st = idx_read(&f, buf, bytes, 16 + bytes);
+    if (st == HERD_OK)
+        st = idx_expect_end(&f);
     if (st != HERD_OK) {
         free(buf);
         goto done;
@@ -150,9 +232,10 @@ done:
 static herd_status idx_read_labels(const char *path, size_t *n, uint8_t **labels)
 {
     idx_file f;
-    HERD_TRY(idx_open(&f, path));
     uint32_t count = 0;
-    herd_status st = idx_header(&f, IDX_MAGIC_LABELS, 1, &count, "labels");
+    herd_status st = idx_open(&f, path);
+    if (st == HERD_OK)
+        st = idx_header(&f, IDX_MAGIC_LABELS, 1, &count, "labels");
     if (st != HERD_OK)
         goto done;
     if (count == 0 || count > IDX_MAX_COUNT) {
@@ -165,6 +248,8 @@ static herd_status idx_read_labels(const char *path, size_t *n, uint8_t **labels
         goto done;
     }
     st = idx_read(&f, buf, count, 8 + (size_t)count);
+    if (st == HERD_OK)
+        st = idx_expect_end(&f);
     if (st != HERD_OK) {
         free(buf);
         goto done;
@@ -176,7 +261,8 @@ done:
     return st;
 }
 
-herd_status herd_idx_load(const char *images_path, const char *labels_path, herd_dataset *ds)
+herd_status herd_idx_load(const char *images_path, const char *labels_path, int classes,
+                          herd_dataset *ds)
 {
     size_t n_img = 0, n_lab = 0;
     int rows = 0, cols = 0;
@@ -199,20 +285,27 @@ herd_status herd_idx_load(const char *images_path, const char *labels_path, herd
         free(raw_labels);
         return HERD_ERR_NOMEM;
     }
-    /* Labels are bytes, so they cannot exceed 255; classes is the largest seen plus one,
-     * at least 10 so a small test split still matches its 10-class train split. */
-    int max_label = 0;
+    /* The class count is declared, not inferred: a stray label must not grow the model. */
     for (size_t i = 0; i < n_lab; i++) {
+        if (raw_labels[i] >= classes) {
+            herd_status bad = HERD_ERR(HERD_ERR_FORMAT,
+                                       "%s: sample %zu has label %d, outside 0..%d for %d classes; "
+                                       "fix the file, or declare the class count with "
+                                       "idx:DIR,CLASSES", labels_path, i, raw_labels[i],
+                                       classes - 1, classes);
+            free(pixels);
+            free(raw_labels);
+            free(labels);
+            return bad;
+        }
         labels[i] = raw_labels[i];
-        if (labels[i] > max_label)
-            max_label = labels[i];
     }
     free(raw_labels);
     ds->n = n_img;
     ds->c = 1;
     ds->h = rows;
     ds->w = cols;
-    ds->classes = max_label + 1 > 10 ? max_label + 1 : 10;
+    ds->classes = classes;
     ds->images = pixels;
     ds->labels = labels;
     return HERD_OK;

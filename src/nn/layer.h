@@ -65,6 +65,9 @@ typedef struct herd_run_ctx {
 typedef struct herd_layer_ops {
     const char *type;
     int n_inputs; /* 1, or 2 for add */
+    /* Model-file keys it takes besides type, name, input and inputs; NULL-terminated.
+     * The parser refuses any other key, so a mistyped type cannot silently drop settings. */
+    const char *const *keys;
     /* Checks the spec against the input shape(s) l->in_shape, sets l->out_shape
      * (per sample: n is ignored) and declares parameters with herd_model_add_tensor. */
     herd_status (*setup)(herd_layer *l, herd_model *m);
@@ -96,6 +99,14 @@ struct herd_layer {
 float *herd_layer_param(const herd_layer *l, const herd_run_ctx *ctx, int k);
 float *herd_layer_grad(const herd_layer *l, const herd_run_ctx *ctx, int k);
 const herd_tensor_view *herd_layer_view(const herd_layer *l, const herd_model *m, int k);
+
+/* The most elements a per-sample activation or a parameter tensor may have (2^30, 4 GiB of
+ * floats): larger sizes are mistakes, and every smaller one fits the backends' int counts. */
+#define HERD_LAYER_MAX_ELEMS ((int64_t)1 << 30)
+/* The product of ndim sizes into *out (if not NULL); an error naming the layer and `what`
+ * ("output", "weight") when a size is not positive or the product passes the limit. */
+herd_status herd_layer_checked_size(const herd_layer *l, const char *what, int ndim,
+                                    const int64_t *dims, int64_t *out);
 
 /* The registry of layer types. */
 const herd_layer_ops *herd_layer_ops_find(const char *type);

@@ -95,6 +95,8 @@ static herd_status setup_layers(herd_model *m, const herd_layer_spec *specs, int
                             "the input is too small for this model",
                             l->spec.name, l->spec.type, l->in_shape[0].c, l->in_shape[0].h,
                             l->in_shape[0].w);
+        herd_shape o = l->out_shape;
+        HERD_TRY(herd_layer_checked_size(l, "output", 3, (int64_t[]){o.c, o.h, o.w}, NULL));
     }
     herd_shape out = m->layers[n - 1].out_shape;
     if (herd_shape_per_sample(out) != (size_t)m->classes)

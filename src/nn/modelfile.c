@@ -59,8 +59,58 @@ static void line_col(const char *text, const char *at, int *line, int *col)
     }
 }
 
-static const char *const known_keys[] = {"type", "name", "input", "inputs", "out", "kernel",
-                                         "stride", "pad", "bias", "p", "eps", "momentum", NULL};
+/* Keys every layer takes; the rest come from its type's ops->keys. */
+static const char *const wiring_keys[] = {"type", "name", "input", "inputs", NULL};
+
+static bool in_list(const char *const *list, const char *key)
+{
+    for (; *list; list++)
+        if (strcmp(*list, key) == 0)
+            return true;
+    return false;
+}
+
+/* A key given twice in the object (cJSON keeps both and reads the first), or NULL. */
+static const char *duplicate_key(const cJSON *obj)
+{
+    for (const cJSON *it = obj->child; it; it = it->next)
+        for (const cJSON *prev = obj->child; prev != it; prev = prev->next)
+            if (strcmp(prev->string, it->string) == 0)
+                return it->string;
+    return NULL;
+}
+
+/* Every key of a layer object must apply to its type, once: a "linear" mistyped as "relu"
+ * must not silently become a layer without its "out". */
+static herd_status check_keys(const cJSON *obj, const herd_layer_ops *ops, int i, const char *lname,
+                              const char *origin)
+{
+    const char *twice = duplicate_key(obj);
+    if (twice)
+        return HERD_ERR(HERD_ERR_FORMAT, "%s: layer %d '%s' (%s): key \"%s\" is given twice",
+                        origin, i, lname, ops->type, twice);
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        if (in_list(wiring_keys, it->string) || in_list(ops->keys, it->string))
+            continue;
+        const char *const *types = herd_layer_type_names();
+        bool known = false;
+        for (const char *const *t = types; *t && !known; t++)
+            known = in_list(herd_layer_ops_find(*t)->keys, it->string);
+        char takes[128] = "";
+        for (const char *const *k = ops->keys; *k; k++)
+            snprintf(takes + strlen(takes), sizeof takes - strlen(takes), "%s\"%s\"",
+                     k == ops->keys ? "" : ", ", *k);
+        if (!known)
+            return HERD_ERR(HERD_ERR_FORMAT, "%s: layer %d '%s' (%s): unknown key \"%s\"",
+                            origin, i, lname, ops->type, it->string);
+        return HERD_ERR(HERD_ERR_FORMAT,
+                        "%s: layer %d '%s' (%s): key \"%s\" does not apply to a %s layer (it takes "
+                        "%s besides type, name and input); check the layer's \"type\"",
+                        origin, i, lname, ops->type, it->string, ops->type,
+                        *takes ? takes : "no other keys");
+    }
+    return HERD_OK;
+}
 
 static herd_status int_field(const cJSON *obj, const char *key, int lo, int hi, int *out,
                              const char *origin, const char *lname)
@@ -68,8 +118,9 @@ static herd_status int_field(const cJSON *obj, const char *key, int lo, int hi, 
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!v)
         return HERD_OK;
-    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble ||
-        v->valuedouble < lo || v->valuedouble > hi)
+    /* The range test comes first: converting an out-of-range double to int is undefined. */
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi) ||
+        v->valuedouble != (double)(int)v->valuedouble)
         return HERD_ERR(HERD_ERR_FORMAT, "%s: layer '%s': \"%s\" must be an integer in [%d, %d]",
                         origin, lname, key, lo, hi);
     *out = v->valueint;
@@ -149,7 +200,8 @@ static herd_status parse_layer(const cJSON *obj, herd_layer_spec *specs, int i, 
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(obj, "type");
     if (!cJSON_IsString(type))
         return HERD_ERR(HERD_ERR_FORMAT, "%s: layer %d has no \"type\"", origin, i);
-    if (!herd_layer_ops_find(type->valuestring)) {
+    const herd_layer_ops *ops = herd_layer_ops_find(type->valuestring);
+    if (!ops) {
         char list[256] = "";
         for (const char *const *t = herd_layer_type_names(); *t; t++)
             snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", t == herd_layer_type_names() ? "" : ", ", *t);
@@ -169,14 +221,7 @@ static herd_status parse_layer(const cJSON *obj, herd_layer_spec *specs, int i, 
     if (find_layer(specs, i, s->name) >= -1)
         return HERD_ERR(HERD_ERR_FORMAT, "%s: layer name '%s' is used twice (or is reserved)",
                         origin, s->name);
-    for (const cJSON *it = obj->child; it; it = it->next) {
-        bool known = false;
-        for (const char *const *k = known_keys; *k; k++)
-            known |= strcmp(it->string, *k) == 0;
-        if (!known)
-            return HERD_ERR(HERD_ERR_FORMAT, "%s: layer '%s': unknown key \"%s\"", origin, s->name,
-                            it->string);
-    }
+    HERD_TRY(check_keys(obj, ops, i, s->name, origin));
     bool is_pool = strstr(s->type, "pool") != NULL;
     s->stride = 0;
     s->bias = true;
@@ -222,6 +267,33 @@ herd_status herd_model_parse_text(const char *text, const char *origin, int clas
         line_col(copy, cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() : copy, &line, &col);
         st = HERD_ERR(HERD_ERR_FORMAT, "%s:%d:%d: invalid JSON in model file", origin, line, col);
         goto done;
+    }
+    end += strspn(end, " \t\r\n");
+    if (*end) {
+        int line, col, shown = (int)strcspn(end, "\r\n");
+        line_col(copy, end, &line, &col);
+        st = HERD_ERR(HERD_ERR_FORMAT, "%s:%d:%d: text after the end of the model's JSON object "
+                      "(starting '%.*s'); remove it or merge it into the object", origin, line, col,
+                      shown < 16 ? shown : 16, end);
+        goto done;
+    }
+    if (!cJSON_IsObject(root)) {
+        st = HERD_ERR(HERD_ERR_FORMAT, "%s: a model file is a JSON object with a \"layers\" list",
+                      origin);
+        goto done;
+    }
+    if (duplicate_key(root)) {
+        st = HERD_ERR(HERD_ERR_FORMAT, "%s: top-level key \"%s\" is given twice", origin,
+                      duplicate_key(root));
+        goto done;
+    }
+    for (const cJSON *it = root->child; it; it = it->next) {
+        static const char *const top_keys[] = {"name", "description", "layers", NULL};
+        if (!in_list(top_keys, it->string)) {
+            st = HERD_ERR(HERD_ERR_FORMAT, "%s: unknown top-level key \"%s\" (a model file has "
+                          "\"name\", \"description\" and \"layers\")", origin, it->string);
+            goto done;
+        }
     }
     const cJSON *layers = cJSON_GetObjectItemCaseSensitive(root, "layers");
     int n = cJSON_IsArray(layers) ? cJSON_GetArraySize(layers) : 0;

@@ -63,9 +63,12 @@ static herd_status backend_for(const char *device, const herd_backend **be)
 static herd_status create_on(const char *name_or_path, int c, int h, int w, int classes,
                              const herd_backend *be, herd_model **out)
 {
-    if (!name_or_path || c <= 0 || h <= 0 || w <= 0 || classes <= 0)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "model input shape %dx%dx%d with %d classes is invalid",
-                        c, h, w, classes);
+    if (!name_or_path || c <= 0 || h <= 0 || w <= 0 || classes <= 0 ||
+        (int64_t)c * h > HERD_LAYER_MAX_ELEMS / w)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "model input shape %dx%dx%d with %d classes is invalid (sizes must be "
+                        "positive, at most %lld values per sample)",
+                        c, h, w, classes, (long long)HERD_LAYER_MAX_ELEMS);
     herd_layer_spec *specs = NULL;
     int n = 0;
     herd_model *m = herd_xcalloc(1, sizeof *m);

@@ -164,7 +164,7 @@ static herd_status read_metrics(const char *path, series *s)
             *next++ = '\0';
         if (strspn(line, " \t\r") == strlen(line))
             continue;
-        cJSON *o = cJSON_Parse(line);
+        cJSON *o = cJSON_ParseWithOpts(line, NULL, 1); /* 1: one record per line, nothing after */
         if (!o || !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "step")))
             st = HERD_ERR(HERD_ERR_FORMAT, "'%s' line %d is not a metrics record (a JSON object "
                           "with \"step\"); give the file written by herd train --metrics",

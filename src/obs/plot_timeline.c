@@ -89,7 +89,7 @@ static herd_status read_trace(const char *path, trace_summary *t)
 {
     char *text;
     HERD_TRY(herd_read_text(path, "trace", "give the file written by herd train --timeline", &text));
-    cJSON *root = cJSON_Parse(text);
+    cJSON *root = cJSON_ParseWithOpts(text, NULL, 1); /* 1: nothing but whitespace may follow */
     free(text);
     /* Chrome's format is {"traceEvents": [...]} or, in its short form, the bare array. */
     const cJSON *events = cJSON_IsArray(root) ? root : cJSON_GetObjectItemCaseSensitive(root, "traceEvents");

@@ -33,7 +33,7 @@ double herd_tree_allreduce_s(const herd_alpha_beta *ab, int n, double bytes)
 
 herd_status herd_alpha_beta_fit_json(const char *json, herd_alpha_beta *out)
 {
-    cJSON *root = cJSON_Parse(json);
+    cJSON *root = cJSON_ParseWithOpts(json, NULL, 1); /* 1: nothing but whitespace may follow */
     if (!root)
         return HERD_ERR(HERD_ERR_FORMAT, "not JSON (near '%.20s'); expected the output of "
                         "'herd bench allreduce -J FILE'", cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() : "");

@@ -36,7 +36,10 @@ static herd_status add_backward(herd_layer *l, const herd_run_ctx *ctx, const fl
 
 static double add_flops(const herd_layer *l) { return (double)herd_shape_per_sample(l->out_shape); }
 
+static const char *const add_keys[] = {NULL};
+
 const herd_layer_ops herd_layer_add = {
     .type = "add", .n_inputs = 2, .setup = add_setup, .forward = add_forward,
     .backward = add_backward, .flops = add_flops,
+    .keys = add_keys,
 };

@@ -169,8 +169,11 @@ static void bn_destroy(herd_layer *l, const herd_backend *be)
 
 static double bn_flops(const herd_layer *l) { return 2.0 * herd_shape_per_sample(l->in_shape[0]); }
 
+static const char *const batchnorm_keys[] = {"eps", "momentum", NULL};
+
 const herd_layer_ops herd_layer_batchnorm = {
     .type = "batchnorm", .n_inputs = 1, .setup = bn_setup, .init_params = bn_init,
     .reshape = bn_reshape, .forward = bn_forward, .backward = bn_backward, .destroy = bn_destroy,
     .flops = bn_flops,
+    .keys = batchnorm_keys,
 };

@@ -16,6 +16,8 @@ static herd_status conv_setup(herd_layer *l, herd_model *m)
     if (s->out <= 0 || s->kernel <= 0)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "conv2d layer '%s' needs \"out\" and \"kernel\"",
                         s->name);
+    int64_t wshape[4] = {s->out, in.c, s->kernel, s->kernel};
+    HERD_TRY(herd_layer_checked_size(l, "weight", 4, wshape, NULL));
     conv_state *st = herd_xcalloc(1, sizeof *st);
     if (!st)
         return HERD_ERR_NOMEM;
@@ -27,13 +29,13 @@ static herd_status conv_setup(herd_layer *l, herd_model *m)
     herd_status rc = herd_conv_desc_finish(&st->desc);
     if (rc != HERD_OK)
         return HERD_ERR(rc, "conv2d layer '%s': %s", s->name, herd_last_error());
-    int64_t wshape[4] = {s->out, in.c, s->kernel, s->kernel};
     int64_t bshape[1] = {s->out};
     herd_model_add_tensor(m, l, "weight", 4, wshape, 0, 0);
     if (s->bias)
         herd_model_add_tensor(m, l, "bias", 1, bshape, 0, 1);
     l->out_shape = (herd_shape){1, s->out, st->desc.h_out, st->desc.w_out};
-    return HERD_OK;
+    return herd_layer_checked_size(l, "output", 3,
+                                   (int64_t[]){s->out, st->desc.h_out, st->desc.w_out}, NULL);
 }
 
 static void conv_init(herd_layer *l, herd_model *m, herd_rng *rng)
@@ -92,8 +94,11 @@ static double conv_flops(const herd_layer *l)
            s->kernel;
 }
 
+static const char *const conv2d_keys[] = {"out", "kernel", "stride", "pad", "bias", NULL};
+
 const herd_layer_ops herd_layer_conv2d = {
     .type = "conv2d", .n_inputs = 1, .setup = conv_setup, .init_params = conv_init,
     .reshape = conv_reshape, .forward = conv_forward, .backward = conv_backward,
     .destroy = conv_destroy, .flops = conv_flops,
+    .keys = conv2d_keys,
 };

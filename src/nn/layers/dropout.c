@@ -63,7 +63,10 @@ static void dropout_destroy(herd_layer *l, const herd_backend *be)
     l->state = NULL;
 }
 
+static const char *const dropout_keys[] = {"p", NULL};
+
 const herd_layer_ops herd_layer_dropout = {
     .type = "dropout", .n_inputs = 1, .setup = dropout_setup, .reshape = dropout_reshape,
     .forward = dropout_forward, .backward = dropout_backward, .destroy = dropout_destroy,
+    .keys = dropout_keys,
 };

@@ -5,7 +5,10 @@
 static herd_status flatten_setup(herd_layer *l, herd_model *m)
 {
     (void)m;
-    l->out_shape = (herd_shape){1, (int)herd_shape_per_sample(l->in_shape[0]), 1, 1};
+    herd_shape in = l->in_shape[0];
+    int64_t n;
+    HERD_TRY(herd_layer_checked_size(l, "output", 3, (int64_t[]){in.c, in.h, in.w}, &n));
+    l->out_shape = (herd_shape){1, (int)n, 1, 1};
     return HERD_OK;
 }
 
@@ -23,7 +26,10 @@ static herd_status flatten_backward(herd_layer *l, const herd_run_ctx *ctx,
     return dx[0] ? ctx->be->copy(herd_shape_numel(l->out_shape), dy, dx[0]) : HERD_OK;
 }
 
+static const char *const flatten_keys[] = {NULL};
+
 const herd_layer_ops herd_layer_flatten = {
     .type = "flatten", .n_inputs = 1, .setup = flatten_setup, .forward = flatten_forward,
     .backward = flatten_backward,
+    .keys = flatten_keys,
 };

@@ -25,7 +25,10 @@ static herd_status gap_backward(herd_layer *l, const herd_run_ctx *ctx, const fl
 
 static double gap_flops(const herd_layer *l) { return (double)herd_shape_per_sample(l->in_shape[0]); }
 
+static const char *const global_avgpool_keys[] = {NULL};
+
 const herd_layer_ops herd_layer_global_avgpool = {
     .type = "global_avgpool", .n_inputs = 1, .setup = gap_setup, .forward = gap_forward,
     .backward = gap_backward, .flops = gap_flops,
+    .keys = global_avgpool_keys,
 };

@@ -12,6 +12,7 @@ static herd_status linear_setup(herd_layer *l, herd_model *m)
     if (l->spec.out <= 0)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "linear layer '%s' needs \"out\" > 0", l->spec.name);
     int64_t wshape[2] = {l->spec.out, in.c};
+    HERD_TRY(herd_layer_checked_size(l, "weight", 2, wshape, NULL));
     int64_t bshape[1] = {l->spec.out};
     herd_model_add_tensor(m, l, "weight", 2, wshape, 0, 0);
     if (l->spec.bias)
@@ -58,7 +59,10 @@ static herd_status linear_backward(herd_layer *l, const herd_run_ctx *ctx, const
 
 static double linear_flops(const herd_layer *l) { return 2.0 * l->in_shape[0].c * l->spec.out; }
 
+static const char *const linear_keys[] = {"out", "bias", NULL};
+
 const herd_layer_ops herd_layer_linear = {
     .type = "linear", .n_inputs = 1, .setup = linear_setup, .init_params = linear_init,
     .forward = linear_forward, .backward = linear_backward, .flops = linear_flops,
+    .keys = linear_keys,
 };

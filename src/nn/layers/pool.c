@@ -70,14 +70,18 @@ static double pool_flops(const herd_layer *l)
     return (double)herd_shape_per_sample(l->out_shape) * l->spec.kernel * l->spec.kernel;
 }
 
+static const char *const pool_keys[] = {"kernel", "stride", "pad", NULL};
+
 const herd_layer_ops herd_layer_maxpool = {
     .type = "maxpool", .n_inputs = 1, .setup = pool_setup, .reshape = pool_reshape,
     .forward = pool_forward, .backward = pool_backward, .destroy = pool_destroy,
     .flops = pool_flops,
+    .keys = pool_keys,
 };
 
 const herd_layer_ops herd_layer_avgpool = {
     .type = "avgpool", .n_inputs = 1, .setup = pool_setup, .reshape = pool_reshape,
     .forward = pool_forward, .backward = pool_backward, .destroy = pool_destroy,
     .flops = pool_flops,
+    .keys = pool_keys,
 };

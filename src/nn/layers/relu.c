@@ -23,7 +23,10 @@ static herd_status relu_backward(herd_layer *l, const herd_run_ctx *ctx, const f
 
 static double relu_flops(const herd_layer *l) { return (double)herd_shape_per_sample(l->out_shape); }
 
+static const char *const relu_keys[] = {NULL};
+
 const herd_layer_ops herd_layer_relu = {
     .type = "relu", .n_inputs = 1, .setup = relu_setup, .forward = relu_forward,
     .backward = relu_backward, .flops = relu_flops,
+    .keys = relu_keys,
 };

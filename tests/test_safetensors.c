@@ -1,0 +1,163 @@
+/* safetensors files that are well formed JSON but do not describe their data exactly:
+ * the tensors must tile the data section, so a shifted header or inserted bytes are
+ * refused instead of loading every tensor shifted. (Round trips and basic corruption
+ * are in test_checkpoint.c.) */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#include "core/safetensors.h"
+
+/* Writes the 8-byte length `hlen_field`, the header text, then `data_len` zero bytes. */
+static char *craft(const char *dir, const char *name, const char *header, uint64_t hlen_field,
+                   size_t data_len)
+{
+    size_t hl = strlen(header);
+    unsigned char *b = calloc(1, 8 + hl + data_len);
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)(hlen_field >> (8 * i));
+    memcpy(b + 8, header, hl);
+    char *p = tu_write_file(dir, name, b, 8 + hl + data_len);
+    free(b);
+    return p;
+}
+
+/* Expects a format error naming the file and containing `needle`. */
+static void expect_refused(const char *path, const char *needle)
+{
+    herd_st_file *f = (herd_st_file *)1;
+    herd_status st = herd_safetensors_read(path, &f);
+    if (st != HERD_ERR_FORMAT)
+        fail_msg("%s: expected a format error, got %s: %s", path, herd_status_name(st),
+                 herd_last_error());
+    assert_null(f);
+    if (!strstr(herd_last_error(), path) || !strstr(herd_last_error(), needle))
+        fail_msg("%s: expected the path and '%s' in: %s", path, needle, herd_last_error());
+}
+
+#define TWO_TENSORS(a_begin, a_end, b_begin, b_end)                                             \
+    "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[" #a_begin "," #a_end "]},"      \
+    "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[" #b_begin "," #b_end "]}}"
+
+static void test_st_tiling(void **s)
+{
+    (void)s;
+    char *dir = tu_tempdir();
+    const char *good = TWO_TENSORS(0, 8, 8, 16);
+    char *p = craft(dir, "good.safetensors", good, strlen(good), 16);
+    herd_st_file *f = NULL;
+    assert_herd_ok(herd_safetensors_read(p, &f));
+    herd_st_free(f);
+    free(p);
+
+    p = craft(dir, "hole-first.safetensors", TWO_TENSORS(4, 12, 12, 20), strlen(TWO_TENSORS(4, 12, 12, 20)), 20);
+    expect_refused(p, "tensor 'a' begins at data byte 4 but the header ends at 0: 4 bytes belong to no tensor");
+    free(p);
+    p = craft(dir, "hole-middle.safetensors", TWO_TENSORS(0, 8, 12, 20), strlen(TWO_TENSORS(0, 8, 12, 20)), 20);
+    expect_refused(p, "tensor 'b' begins at data byte 12 but the tensor before it ends at 8");
+    free(p);
+    p = craft(dir, "overlap.safetensors", TWO_TENSORS(0, 8, 4, 12), strlen(TWO_TENSORS(0, 8, 4, 12)), 12);
+    expect_refused(p, "tensors 'a' [0, 8] and 'b' [4, 12] overlap");
+    free(p);
+    /* Bytes after the last tensor. */
+    p = craft(dir, "inserted.safetensors", good, strlen(good), 17);
+    expect_refused(p, "the tensors end at data byte 16 (tensor 'b') but the data section has 17 bytes: "
+                      "1 bytes belong to no tensor");
+    free(p);
+    /* No tensors but data. */
+    p = craft(dir, "empty.safetensors", "{}", 2, 4);
+    expect_refused(p, "the tensors end at data byte 0 but the data section has 4 bytes");
+    free(p);
+    /* Empty tensors sit anywhere on the tiling. */
+    const char *with_empty = "{\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]},"
+                             "\"z\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,8]},"
+                             "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
+    p = craft(dir, "with-empty.safetensors", with_empty, strlen(with_empty), 16);
+    assert_herd_ok(herd_safetensors_read(p, &f));
+    assert_int_equal(herd_st_count(f), 3);
+    herd_st_free(f);
+    free(p);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* The reported bug: a header length one short (or one long) of what the writer wrote. */
+static void test_st_shifted_header(void **s)
+{
+    (void)s;
+    char *dir = tu_tempdir();
+    float a[4] = {1, 2, 3, 4};
+    herd_st_entry e[] = {{.name = "w", .ndim = 1, .shape = {4}, .data = a}};
+    char *path = tu_write_file(dir, "w.safetensors", "", 0);
+    assert_herd_ok(herd_safetensors_write(path, e, 1, NULL, NULL, 0));
+    size_t len;
+    unsigned char *raw = (unsigned char *)tu_read_file(path, &len);
+    uint64_t hlen = raw[0] | (uint64_t)raw[1] << 8;
+    /* The writer pads the JSON with spaces, so one byte less still parses. */
+    assert_int_equal(raw[8 + hlen - 1], ' ');
+    raw[0] = (unsigned char)(hlen - 1);
+    char *p = tu_write_file(dir, "short.safetensors", raw, len);
+    expect_refused(p, "the tensors end at data byte 16 (tensor 'w') but the data section has 17 bytes");
+    free(p);
+    /* One byte inserted after the header. */
+    unsigned char *ins = malloc(len + 1);
+    raw[0] = (unsigned char)hlen;
+    memcpy(ins, raw, 8 + hlen);
+    ins[8 + hlen] = 0x42;
+    memcpy(ins + 9 + hlen, raw + 8 + hlen, len - 8 - hlen);
+    p = tu_write_file(dir, "inserted.safetensors", ins, len + 1);
+    expect_refused(p, "but the data section has 17 bytes");
+    free(p);
+    free(ins);
+    free(raw);
+    free(path);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+static void test_st_header_text(void **s)
+{
+    (void)s;
+    char *dir = tu_tempdir();
+    const char *junk = "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}} x";
+    char *p = craft(dir, "junk.safetensors", junk, strlen(junk), 4);
+    expect_refused(p, "file byte 63 (0x78) follows the header's JSON object");
+    free(p);
+    const char *nul = "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}\0";
+    p = craft(dir, "nul.safetensors", nul, strlen(nul) + 1, 5); /* a zero byte ends the header */
+    expect_refused(p, "(0x00) follows the header's JSON object");
+    free(p);
+    const char *ws = "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}} \n ";
+    p = craft(dir, "ws.safetensors", ws, strlen(ws), 4);
+    herd_st_file *f = NULL;
+    assert_herd_ok(herd_safetensors_read(p, &f));
+    herd_st_free(f);
+    free(p);
+    const char *unnamed = "{\"\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+    p = craft(dir, "unnamed.safetensors", unnamed, strlen(unnamed), 4);
+    expect_refused(p, "a tensor in the header has an empty name");
+    free(p);
+    const char *meta = "{\"__metadata__\":{\"step\":\"10\",\"step\":\"20\"}}";
+    p = craft(dir, "meta.safetensors", meta, strlen(meta), 0);
+    expect_refused(p, "__metadata__ key 'step' appears twice (values '10' and '20')");
+    free(p);
+    /* Sizes: the shape's bytes, with the offsets named. */
+    const char *size = "{\"w\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,16]}}";
+    p = craft(dir, "size.safetensors", size, strlen(size), 16);
+    expect_refused(p, "tensor 'w' has data_offsets [0, 16] spanning 16 bytes but its F32 shape needs 12");
+    free(p);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_st_tiling),
+        cmocka_unit_test(test_st_shifted_header),
+        cmocka_unit_test(test_st_header_text),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
