@@ -18,7 +18,7 @@ check "topo --json: cores, a NUMA node, one rank, a links row per GPU" json_true
   'd["cores"] >= 1 and len(d["numa_nodes"]) >= 1 and len(d["ranks"]) == 1 and len(d["links"]) == len(d["gpus"]) and (d["gpus"] or d["gpu_note"])'
 check "topo rejects unknown flags with exit 2" bash -c '"$1" topo --bogus 2>/dev/null; test $? -eq 2' _ "$herd"
 
-if command -v mpirun >/dev/null && ! "$herd" --version | grep -q "MPI: none"; then
+if have_mpi; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
   timeout 60 mpirun --oversubscribe --bind-to none -np 2 "$herd" topo --json >"$tmp/mpi.json" 2>"$tmp/err"
   check "mpirun -np 2 herd topo --json exits 0" test $? -eq 0
@@ -31,7 +31,7 @@ if command -v mpirun >/dev/null && ! "$herd" --version | grep -q "MPI: none"; th
     test "$(awk '/^ranks \(/ {on = 1; next} on && $1 ~ /^[0-9]+$/ {n++} END {print n + 0}' "$tmp/mpi")" -eq 3
   check "-np 3: rank 2 is local rank 2" grep -qE "^  2 +[^ ]+ +2 " "$tmp/mpi"
 else
-  echo "skipped: the mpirun cases (no mpirun, or herd built without MPI)"
+  skipped_part "herd topo under mpirun -np 2 and 3 (no mpirun, or herd built without MPI)"
 fi
 
 # ---- doctor
