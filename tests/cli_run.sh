@@ -106,7 +106,7 @@ if command -v mpirun >/dev/null; then
   check "real launch: both ranks printed the zoo" test "$(grep -c '^lenet5 ' "$tmp/out")" -eq 2
   [ $rc -ne 0 ] && cat "$tmp/err"
 else
-  echo "skip: mpirun not installed; no real launch"
+  skipped_part "the real 2-rank launch (mpirun not installed)"
 fi
 
 finish

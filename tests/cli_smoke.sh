@@ -10,7 +10,7 @@ check "--version names the backend" grep -q "oneDNN" "$tmp/version"
 "$herd" --help >/dev/null; check "--help exits 0" test $? -eq 0
 for sub in train eval models "bench train"; do
   $herd $sub --help >"$tmp/help" 2>&1
-  check "$sub --help" test -s "$tmp/help"
+  check "$sub --help exits 0 with a usage text" bash -c "test $? -eq 0 && grep -q '^usage: herd $sub' '$tmp/help'"
 done
 
 "$herd" models >"$tmp/models"
@@ -29,13 +29,14 @@ check "checkpoint written" test -s "$tmp/ckpt/latest"
 check "final weights written" test -s "$tmp/final.safetensors"
 
 "$herd" train --model mlp --data "$data" --epochs 1 --quiet --json --threads 1 >"$tmp/json.out" 2>&1
-check "--json prints one JSON object" grep -q '^{"model": "mlp".*"test_acc": ' "$tmp/json.out"
+check "--json exits 0 and prints one JSON object" \
+  bash -c "test $? -eq 0 && test \$(wc -l <'$tmp/json.out') -eq 1 && grep -q '^{\"model\": \"mlp\".*\"test_acc\": ' '$tmp/json.out'"
 
 "$herd" eval --model mlp --data "$data" --checkpoint "$tmp/final.safetensors" >"$tmp/eval.out" 2>&1
-check "eval reproduces the final test accuracy" grep -q "acc=$acc" "$tmp/eval.out"
+check "eval reproduces the final test accuracy ($acc)" grep -qE "^model=mlp split=test .* acc=$acc\$" "$tmp/eval.out"
 
 "$herd" bench train --model lenet5 --data synthetic:1,28,28,10,512 --steps 3 --warmup 1 >"$tmp/bench.out" 2>&1
-check "bench train prints samples_per_s=" grep -q "samples_per_s=" "$tmp/bench.out"
+check "bench train exits 0 and prints samples_per_s=" bash -c "test $? -eq 0 && grep -q 'samples_per_s=' '$tmp/bench.out'"
 
 "$herd" train --model nosuchmodel --data "$data" >/dev/null 2>"$tmp/err"
 rc=$?
@@ -45,7 +46,7 @@ check "errors start with 'herd: error:'" grep -q "^herd: error:" "$tmp/err"
 check "bad flag value exits 2" test $? -eq 2
 check "bad flag value says what is wrong" grep -q -- "--epochs must be" "$tmp/err"
 "$herd" train --model mlp --data idx:/nonexistent >/dev/null 2>"$tmp/err"
-check "missing data exits 1 naming the path" bash -c "grep -q '/nonexistent' '$tmp/err'"
+check "missing data exits 1 naming the path" bash -c "test $? -eq 1 && grep -q '^herd: error: .*/nonexistent' '$tmp/err'"
 head -c 100 "$tmp/final.safetensors" >"$tmp/trunc.safetensors"
 "$herd" eval --model mlp --data "$data" --checkpoint "$tmp/trunc.safetensors" >/dev/null 2>"$tmp/err"
 check "truncated weights: exit 1 naming the file" bash -c "test $? -eq 1 && grep -q trunc.safetensors '$tmp/err'"

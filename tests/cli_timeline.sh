@@ -4,7 +4,7 @@
 # happened (checked by tests/check_timeline.py); an unwritable path fails on every rank.
 set -u
 . "$(dirname "$0")/testlib.sh"
-command -v python3 >/dev/null || { echo "skipped: no python3"; exit 0; }
+command -v python3 >/dev/null || skip_all "no python3 to run tests/check_timeline.py"
 export OMP_NUM_THREADS=1
 timeline() { python3 "$here/check_timeline.py" "$@"; }
 # 500 samples: batch 128 on one rank or 64 on two gives 4 steps per epoch, so
@@ -22,7 +22,7 @@ rc=$?
 check "unwritable --timeline: exit 1" test $rc -eq 1
 check "unwritable --timeline: the message names the file" grep -q "missing/dir/t.json" "$tmp/err"
 
-if command -v mpirun >/dev/null && ! "$herd" --version | grep -q "MPI: none"; then
+if have_mpi; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   mpirun=(timeout 120 mpirun --oversubscribe --bind-to none)
 
@@ -52,7 +52,7 @@ if command -v mpirun >/dev/null && ! "$herd" --version | grep -q "MPI: none"; th
   check "2 ranks, unwritable --timeline: the message names the file" \
     grep -q "missing/dir/t.json" "$tmp/err"
 else
-  echo "skipped the MPI part: no mpirun or herd built without MPI"
+  skipped_part "the 2-rank traces (no mpirun, or herd built without MPI)"
 fi
 
 finish

@@ -105,7 +105,7 @@ static void test_launched_without_mpi_build(void **state)
 {
     (void)state;
 #if HERD_HAVE_MPI
-    skip();
+    tu_skip("checks the build without MPI; this build has MPI");
 #else
     setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
     herd_comm *c = NULL;
@@ -125,5 +125,5 @@ int main(void)
         cmocka_unit_test(test_default_without_launcher),
         cmocka_unit_test(test_launched_without_mpi_build),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run(tests, NULL, NULL);
 }

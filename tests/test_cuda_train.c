@@ -2,7 +2,8 @@
  * on both, parameters compared after a few SGD steps; initialisation and a save /
  * load round trip through the host must match exactly. Without a GPU (or CUDA in
  * the build) the only check is that asking for one fails clearly; the program then
- * exits 77, which ctest counts as skipped. */
+ * exits 77, which ctest counts as skipped. A GPU that is there but fails to
+ * initialise fails the test. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,6 @@
 
 #include "nn/model.h"
 
-#define SKIP_CODE 77
 #define DATA "synthetic:1,28,28,10,256"
 
 /* Host copy of a model's parameters, whichever backend holds them. */
@@ -109,15 +109,21 @@ int main(void)
     herd_dataset_free(ds);
     if (st != HERD_OK) {
         /* No silent fallback: the request fails, says why, and builds nothing. */
-        int ok = st == HERD_ERR_UNSUPPORTED && m == NULL && strstr(herd_last_error(), "cuda") != NULL;
-        printf("no GPU: %s\n", herd_last_error());
-        return ok ? SKIP_CODE : 1;
+        char why[512];
+        snprintf(why, sizeof why, "%s", herd_last_error());
+        if (st != HERD_ERR_UNSUPPORTED || m != NULL || !strstr(why, "cuda")) {
+            printf("FAILED: --device cuda failed without saying it is the GPU: %s\n", why);
+            return 1;
+        }
+        tu_cuda_or_exit(); /* exits: 77 without a GPU, 1 when one is there but broken */
+        printf("FAILED: the GPU works but a model could not be created on it: %s\n", why);
+        return 1;
     }
     herd_model_free(m);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpu_matches_cpu),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    int rc = tu_run(tests, NULL, NULL);
     herd_backend_cuda_shutdown();
     return rc;
 }

@@ -738,7 +738,8 @@ static void test_fashion_mnist(void **state)
 {
     (void)state;
     if (access("/usr/share/datasets/fashion-mnist", F_OK) != 0)
-        skip();
+        tu_skip("needs Fashion-MNIST (/usr/share/datasets/fashion-mnist): apt-get install "
+                "dataset-fashion-mnist");
     herd_dataset *train, *test;
     assert_herd_ok(herd_dataset_open("fashion-mnist", HERD_SPLIT_TRAIN, &train));
     assert_herd_ok(herd_dataset_open("fashion-mnist", HERD_SPLIT_TEST, &test));
@@ -777,5 +778,5 @@ int main(void)
         cmocka_unit_test(test_loader_augment_and_normalise),
         cmocka_unit_test(test_fashion_mnist),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run(tests, NULL, NULL);
 }

@@ -39,7 +39,8 @@ static void test_lenet5_learns(void **state)
 {
     (void)state;
     if (access(FASHION, R_OK) != 0)
-        skip();
+        tu_skip_essential("needs Fashion-MNIST (%s): apt-get install dataset-fashion-mnist",
+                          FASHION);
     herd_dataset *train, *test;
     open_subset(tu_sanitized() ? 20000 : 30000, 10000, &train, &test);
     herd_model *m;
@@ -90,7 +91,8 @@ static void test_resume_is_exact(void **state)
 {
     (void)state;
     if (access(FASHION, R_OK) != 0)
-        skip();
+        tu_skip_essential("needs Fashion-MNIST (%s): apt-get install dataset-fashion-mnist",
+                          FASHION);
     char *dir_a = tu_tempdir(), *dir_b = tu_tempdir(), *dir_c = tu_tempdir();
     loss_log full = {0}, part = {0}, rest = {0};
     herd_train_result r;
@@ -181,5 +183,5 @@ int main(void)
         cmocka_unit_test(test_grad_accum_equals_big_batch),
         cmocka_unit_test(test_compress_out_of_range_refused),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run(tests, NULL, NULL);
 }

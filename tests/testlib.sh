@@ -1,19 +1,51 @@
 # Sourced by every tests/cli_*.sh script: the herd binary from $1, a temporary
 # directory removed on exit, `check NAME COMMAND...` counting failures, JSON helpers,
-# and `finish`, which reports and exits non-zero when any check failed.
+# the skips, and `finish`, which reports and exits non-zero when any check failed.
+# A script that cannot test its point here calls `skip_all WHY` (exit 77, ctest's
+# SKIP_RETURN_CODE); one that can test only part calls `skipped_part WHAT` for the rest,
+# and finish names it.
 herd="$1"
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
+skips=()
 check() { # check NAME COMMAND...: the check passes when COMMAND succeeds
   local name=$1; shift
   if "$@"; then echo "ok: $name"; else echo "FAIL: $name"; fails=$((fails + 1)); fi
 }
 json_ok() { python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$1" 2>/dev/null; }
+skip_all() { # skip_all WHY: nothing this script is for can run here
+  echo "SKIPPED: $(basename "$0" .sh): $1"
+  exit 77
+}
+skipped_part() { # skipped_part WHAT: a part not run here, named again by finish
+  echo "skipped: $1"
+  skips+=("$1")
+}
+# Whether herd can launch MPI jobs here: mpirun installed and herd built with MPI.
+have_mpi() { command -v mpirun >/dev/null && ! "$herd" --version | grep -q "MPI: none"; }
+# Whether the NVIDIA driver lists a GPU the CUDA runtime should see (when
+# CUDA_VISIBLE_DEVICES is set, the user chose what is visible).
+gpu_present() {
+  [ -z "${CUDA_VISIBLE_DEVICES+set}" ] && [ -n "$(ls -A /proc/driver/nvidia/gpus 2>/dev/null)" ]
+}
+# no_gpu_refusal RC STDERR: a GPU command failed with exit 1 and herd's exact refusal
+# for a build without CUDA or NCCL, or for no visible GPU on a machine that has none.
+# Any other failure (a GPU present, a crash, another message) is not a refusal.
+no_gpu_refusal() {
+  [ "$1" -eq 1 ] || return 1
+  grep -qE '^herd: error: .*herd was built without (CUDA|NCCL);' "$2" && return 0
+  grep -qE '^herd: error: .*cuda backend: no CUDA device is visible \(' "$2" && ! gpu_present
+}
 finish() {
-  local name
+  local name part
   name=$(basename "$0" .sh)
-  [ "$fails" -eq 0 ] && echo "$name: all checks passed" || echo "$name: $fails check(s) failed"
+  for part in "${skips[@]}"; do echo "$name: skipped part: $part"; done
+  if [ "$fails" -eq 0 ]; then
+    echo "$name: all checks passed${skips[*]:+ (${#skips[@]} part(s) skipped, named above)}"
+  else
+    echo "$name: $fails check(s) failed"
+  fi
   exit $((fails > 0))
 }

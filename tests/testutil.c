@@ -1,7 +1,9 @@
 #include "testutil.h"
 
+#include <dirent.h>
 #include <ftw.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,4 +89,75 @@ int tu_sanitized(void)
 {
     const char *s = getenv("HERD_SANITIZED");
     return s && *s == '1';
+}
+
+static struct {
+    int count;
+    bool essential;
+    char names[1024];
+} g_skips;
+
+void tu_note_skip(const char *test, bool essential, const char *fmt, ...)
+{
+    char why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    printf("skipped: %s: %s\n", test, why);
+    g_skips.count++;
+    g_skips.essential |= essential;
+    size_t used = strlen(g_skips.names);
+    snprintf(g_skips.names + used, sizeof g_skips.names - used, "%s%s", used ? ", " : "", test);
+}
+
+int tu_exit_status(int failed, size_t n_tests)
+{
+    if (failed)
+        return 1;
+    if (g_skips.count == 0)
+        return 0;
+    bool all = (size_t)g_skips.count >= n_tests;
+    printf("%s: %d of %zu test(s) skipped (%s)%s\n", all || g_skips.essential ? "SKIPPED" : "partly skipped",
+           g_skips.count, n_tests, g_skips.names,
+           all || g_skips.essential ? "" : "; the others passed");
+    return all || g_skips.essential ? TU_SKIP_CODE : 0;
+}
+
+#if HERD_HAVE_CUDA
+/* Whether the NVIDIA kernel driver lists a GPU the CUDA runtime should see: when
+ * CUDA_VISIBLE_DEVICES is set, the user chose what is visible and the runtime's word
+ * stands. */
+static bool driver_lists_gpu(void)
+{
+    if (getenv("CUDA_VISIBLE_DEVICES"))
+        return false;
+    DIR *d = opendir("/proc/driver/nvidia/gpus");
+    if (!d)
+        return false;
+    bool found = false;
+    for (struct dirent *e; !found && (e = readdir(d));)
+        found = e->d_name[0] != '.';
+    closedir(d);
+    return found;
+}
+#endif
+
+const herd_backend *tu_cuda_or_exit(void)
+{
+    const herd_backend *gpu = herd_backend_cuda();
+    if (gpu)
+        return gpu;
+#if HERD_HAVE_CUDA
+    bool present = herd_backend_cuda_visible() || driver_lists_gpu();
+#else
+    bool present = false; /* nothing to test: the build has no GPU code */
+#endif
+    if (!present) {
+        printf("SKIPPED: no GPU to test on (%s)\n", herd_last_error());
+        exit(TU_SKIP_CODE);
+    }
+    printf("FAILED: a GPU is present but the CUDA backend did not initialise: %s\n",
+           herd_last_error());
+    exit(1);
 }

@@ -3,12 +3,14 @@
 #define HERD_TESTUTIL_H
 
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
 #include "herd/herd.h"
+#include "backend/backend.h"
 
 /* Fails the test with herd_last_error() when st is not HERD_OK. */
 #define assert_herd_ok(expr)                                                                  \
@@ -33,5 +35,37 @@ void tu_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t seed);
 float *tu_randv(size_t n, uint64_t seed);
 /* True when the tests run under the sanitizer build (HERD_SANITIZED=1): long tests shrink. */
 int tu_sanitized(void);
+
+/* ctest's SKIP_RETURN_CODE (tests/CMakeLists.txt): the test could not run here. */
+#define TU_SKIP_CODE 77
+
+/* Skips the running cmocka test, printing "skipped: <test>: <why>" and remembering it for
+ * tu_run. A skip marked essential is the point of the program: tu_run then exits 77
+ * even when the other tests ran. */
+void tu_note_skip(const char *test, bool essential, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define tu_skip(...)                                                                          \
+    do {                                                                                      \
+        tu_note_skip(__func__, false, __VA_ARGS__);                                           \
+        skip();                                                                               \
+    } while (0)
+#define tu_skip_essential(...)                                                                \
+    do {                                                                                      \
+        tu_note_skip(__func__, true, __VA_ARGS__);                                            \
+        skip();                                                                               \
+    } while (0)
+
+/* Runs a cmocka group and gives main's exit status: 1 when a test failed, 77 when every
+ * test (or an essential part) was skipped, else 0, after naming what was skipped. */
+#define tu_run(tests, setup, teardown)                                                        \
+    tu_exit_status(cmocka_run_group_tests(tests, setup, teardown),                            \
+                   sizeof(tests) / sizeof((tests)[0]))
+int tu_exit_status(int failed, size_t n_tests);
+
+/* The CUDA backend for a GPU test, or the end of the program: exit 77 when there is no
+ * GPU to test on (herd built without CUDA, or neither the CUDA runtime nor the NVIDIA
+ * driver sees a GPU); exit 1 when a GPU is there but the backend fails to initialise,
+ * which is a failure, not a skip. */
+const herd_backend *tu_cuda_or_exit(void);
 
 #endif
