@@ -364,7 +364,9 @@ static void check_round_trip(herd_optimizer_kind kind)
     tmodel *a = tmodel_new(1);
     herd_optimizer *oa = make_opt(a, kind);
     train_steps(a, oa, 3, 10);
-    herd_train_state st = {.epoch = 1, .global_step = 3, .seed = 0xfedcba9876543210ull, .batch_size = 32};
+    herd_train_state st = {.epoch = 1, .global_step = 3, .seed = 0xfedcba9876543210ull, .batch_size = 32,
+                           .ranks = 2, .grad_accum = 3, .train_samples = 1000, .epoch_samples = 192,
+                           .epoch_loss_sum = 0.1 + 0.2, .epoch_correct = 17};
     assert_herd_ok(herd_checkpoint_save(ck, &a->m, oa, &st));
 
     tmodel *b = tmodel_new(2);
@@ -377,6 +379,13 @@ static void check_round_trip(herd_optimizer_kind kind)
     assert_int_equal(got.global_step, 3);
     assert_true(got.seed == st.seed);
     assert_int_equal(got.batch_size, 32);
+    assert_int_equal(got.ranks, 2);
+    assert_int_equal(got.grad_accum, 3);
+    assert_int_equal(got.train_samples, 1000);
+    assert_int_equal(got.epoch_samples, 192);
+    assert_true(got.epoch_loss_sum == 0.1 + 0.2); /* bit for bit: the resumed epoch's sums go on */
+    assert_true(got.epoch_correct == 17);
+    assert_false(got.legacy);
     assert_int_equal(herd_optimizer_steps(ob), 3);
     assert_memory_equal(a->m.params, b->m.params, a->m.n_param_floats * sizeof(float));
     assert_memory_equal(a->m.buffers, b->m.buffers, a->m.n_buffer_floats * sizeof(float));
@@ -427,7 +436,8 @@ static void test_checkpoint_latest_and_prune(void **s)
     herd_optimizer *o = make_opt(a, HERD_OPT_SGD);
     for (long step = 10; step <= 40; step += 10) {
         train_steps(a, o, 1, (uint64_t)step);
-        herd_train_state st = {.epoch = (int)(step / 10), .global_step = step, .seed = 1, .batch_size = 8};
+        herd_train_state st = {.epoch = (int)(step / 10), .global_step = step, .seed = 1, .batch_size = 8,
+                               .ranks = 1, .grad_accum = 1, .train_samples = 80};
         assert_herd_ok(herd_checkpoint_save(dir, &a->m, o, &st));
     }
     char *lpath = join(dir, "latest");
@@ -490,7 +500,7 @@ static void test_write_failures(void **s)
     tmodel *a = tmodel_new(1);
     herd_optimizer *o = make_opt(a, HERD_OPT_SGD);
     char *file = tu_write_file(dir, "plain-file", "x", 1);
-    herd_train_state st = {.global_step = 1};
+    herd_train_state st = {.global_step = 1, .batch_size = 1, .ranks = 1, .grad_accum = 1, .train_samples = 1};
     assert_int_equal(herd_checkpoint_save(file, &a->m, o, &st), HERD_ERR_IO);
     assert_non_null(strstr(herd_last_error(), file));
     char *bad = join(dir, "no/such/dir/w.safetensors");
@@ -511,7 +521,8 @@ static void test_checkpoint_corrupt(void **s)
     tmodel *a = tmodel_new(1);
     herd_optimizer *o = make_opt(a, HERD_OPT_ADAMW);
     train_steps(a, o, 2, 3);
-    herd_train_state st = {.epoch = 1, .global_step = 2, .seed = 9, .batch_size = 4};
+    herd_train_state st = {.epoch = 1, .global_step = 2, .seed = 9, .batch_size = 4, .ranks = 1,
+                           .grad_accum = 1, .train_samples = 8};
     assert_herd_ok(herd_checkpoint_save(dir, &a->m, o, &st));
     char *wpath = join(dir, "ckpt-2.safetensors");
     char *spath = join(dir, "ckpt-2.state.safetensors");
