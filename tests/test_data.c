@@ -525,6 +525,23 @@ static void test_loader_resume_and_restart(void **state)
     assert_herd_ok(herd_loader_create(ds, &cfg, &l));
     assert_int_equal(herd_loader_next(l, &b, &has), HERD_ERR_INVALID_ARG);
     herd_loader_free(l);
+    /* Resumed at a position one shard reached (20 samples) with 3 shards of 4: the
+     * permutation's next samples, 12 per step, rank k the k-th 4; the last step's one
+     * sample left is rank 0's, ranks 1 and 2 wrap to the epoch's first samples. */
+    for (int k = 0; k < 3; k++) {
+        herd_loader_config three = cfg;
+        three.shard_count = 3;
+        three.shard_rank = k;
+        epoch_record part = run_epoch(ds, &three, 2, 20);
+        assert_int_equal(part.batches, 4);
+        for (int j = 0; j < 3; j++)
+            assert_memory_equal(part.x + (size_t)j * 4 * per, full.x + (size_t)(20 + 12 * j + 4 * k) * per,
+                                4 * per * sizeof(float));
+        assert_int_equal(part.sizes[3], 1);
+        size_t last = k == 0 ? 56 : (size_t)k - 1;
+        assert_memory_equal(part.x + 12 * per, full.x + last * per, per * sizeof(float));
+        free_record(&part);
+    }
     free_record(&full);
     free_record(&tail);
     herd_dataset_free(ds);
