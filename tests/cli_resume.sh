@@ -35,6 +35,30 @@ check "1 -> 2 ranks: exits 0 ($(tail -n 1 "$tmp/err"))" test $rc -eq 0
 check "1 -> 2 ranks: the rest of epoch 1 (3 steps) and 2 epochs of 8: 30 steps" test "$(steps "$tmp/out")" = 30
 check "1 -> 2 ranks: 3 epochs" test "$(epochs "$tmp/out")" = 3
 
+# 1 rank x 64 -> 2 ranks x 32 (the same global batch, no batch norm): the same samples in
+# every step, so the weights are the uninterrupted 2-rank run's up to rounding. A
+# resume at another place of the permutation would be far off.
+"$herd" train "${common[@]}" --batch-size 64 --checkpoint-dir "$tmp/ck64" --max-steps 5 >"$tmp/out" 2>&1
+"${mpirun[@]}" -np 2 "$herd" train "${common[@]}" --checkpoint-dir "$tmp/ck64" --resume \
+  --save "$tmp/res64.st" >"$tmp/out" 2>"$tmp/err"
+check "1 x 64 -> 2 x 32: 24 steps" test "$(steps "$tmp/out")" = 24
+check "1 x 64 -> 2 x 32: the uninterrupted 2-rank weights up to rounding" python3 - "$tmp/full2.st" "$tmp/res64.st" <<'PY'
+import json, struct, sys
+def floats(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n]); data = raw[8 + n:]
+    out = []
+    for name in sorted(k for k in head if k != "__metadata__"):
+        a, b = head[name]["data_offsets"]
+        out += struct.unpack("<%df" % ((b - a) // 4), data[a:b])
+    return out
+x, y = floats(sys.argv[1]), floats(sys.argv[2])
+err = max(abs(a - b) for a, b in zip(x, y)) / max(abs(a) for a in x)
+print("max difference / max weight: %.3g" % err)
+sys.exit(not (len(x) == len(y) and err < 1e-4))
+PY
+
 # 2 ranks -> 1: 3 steps of 64 leave 308 samples: 10 steps of 32, then 16 per epoch.
 "${mpirun[@]}" -np 2 "$herd" train "${common[@]}" --checkpoint-dir "$tmp/ck21" --max-steps 3 >"$tmp/out" 2>&1
 "$herd" train "${common[@]}" --checkpoint-dir "$tmp/ck21" --resume >"$tmp/out" 2>"$tmp/err"
