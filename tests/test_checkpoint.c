@@ -365,7 +365,7 @@ static void check_round_trip(herd_optimizer_kind kind)
     herd_optimizer *oa = make_opt(a, kind);
     train_steps(a, oa, 3, 10);
     herd_train_state st = {.epoch = 1, .global_step = 3, .seed = 0xfedcba9876543210ull, .batch_size = 32,
-                           .ranks = 2, .grad_accum = 3, .train_samples = 1000, .epoch_samples = 192,
+                           .ranks = 2, .grad_accum = 3, .train_samples = 1000, .epoch_samples = 192, .epoch_seen = 192,
                            .epoch_loss_sum = 0.1 + 0.2, .epoch_correct = 17};
     assert_herd_ok(herd_checkpoint_save(ck, &a->m, oa, &st));
 
@@ -383,6 +383,7 @@ static void check_round_trip(herd_optimizer_kind kind)
     assert_int_equal(got.grad_accum, 3);
     assert_int_equal(got.train_samples, 1000);
     assert_int_equal(got.epoch_samples, 192);
+    assert_int_equal(got.epoch_seen, 192);
     assert_true(got.epoch_loss_sum == 0.1 + 0.2); /* bit for bit: the resumed epoch's sums go on */
     assert_true(got.epoch_correct == 17);
     assert_false(got.legacy);
@@ -586,7 +587,7 @@ static void test_checkpoint_corrupt(void **s)
 static const char *const state_keys[] = {"epoch", "global_step", "seed", "batch_size", "ranks",
                                          "grad_accum", "global_batch", "train_samples",
                                          "epoch_samples", "epoch_loss_sum", "epoch_correct",
-                                         "optimizer_steps", "optimizer", "herd_version"};
+                                         "optimizer_steps", "epoch_seen", "optimizer", "herd_version"};
 #define N_STATE_KEYS (sizeof state_keys / sizeof state_keys[0])
 
 static void rewrite_state(const char *spath, const herd_st_file *orig, const char *key, const char *value)
@@ -621,7 +622,7 @@ static void test_checkpoint_bad_fields(void **s)
     herd_optimizer *o = make_opt(a, HERD_OPT_ADAMW);
     train_steps(a, o, 2, 3);
     herd_train_state st = {.epoch = 1, .global_step = 2, .seed = 9, .batch_size = 4, .ranks = 2,
-                           .grad_accum = 1, .train_samples = 40, .epoch_samples = 8,
+                           .grad_accum = 1, .train_samples = 40, .epoch_samples = 8, .epoch_seen = 8,
                            .epoch_loss_sum = 9.5, .epoch_correct = 3};
     assert_herd_ok(herd_checkpoint_save(dir, &a->m, o, &st));
     char *spath = join(dir, "ckpt-2.state.safetensors");
@@ -637,7 +638,7 @@ static void test_checkpoint_bad_fields(void **s)
         {"epoch_loss_sum", "nan"}, {"epoch_loss_sum", "-1"}, {"epoch_loss_sum", "inf"},
         {"epoch_loss_sum", ""}, {"epoch_correct", "9"}, {"epoch_correct", "2.5"},
         {"epoch_correct", "-0.5"}, {"optimizer_steps", "3"}, {"optimizer_steps", " 2"},
-        {"optimizer", "sgd"},
+        {"epoch_seen", "9"}, {"epoch_seen", NULL}, {"optimizer", "sgd"},
     };
     tmodel *b = tmodel_new(2);
     herd_optimizer *ob = make_opt(b, HERD_OPT_ADAMW);
@@ -660,7 +661,7 @@ static void test_checkpoint_bad_fields(void **s)
     assert_memory_equal(before, b->m.params, b->m.n_param_floats * sizeof(float));
     /* A checkpoint of an older herd (no position) loads, marked as such. */
     const char *newer[] = {"ranks", "grad_accum", "global_batch", "train_samples", "epoch_samples",
-                           "epoch_loss_sum", "epoch_correct"};
+                           "epoch_loss_sum", "epoch_correct", "epoch_seen"};
     rewrite_state(spath, orig, NULL, NULL);
     herd_st_free(orig);
     assert_herd_ok(herd_safetensors_read(spath, &orig));
@@ -696,7 +697,7 @@ static void test_state_continue(void **s)
 {
     (void)s;
     herd_train_state saved = {.epoch = 1, .global_step = 30, .seed = 5, .batch_size = 16, .ranks = 1,
-                              .grad_accum = 1, .train_samples = 400, .epoch_samples = 160,
+                              .grad_accum = 1, .train_samples = 400, .epoch_samples = 160, .epoch_seen = 160,
                               .epoch_loss_sum = 20, .epoch_correct = 100};
     herd_train_state now = {.seed = 5, .batch_size = 8, .ranks = 2, .grad_accum = 4, .train_samples = 400};
     herd_train_state st = saved;
@@ -714,7 +715,7 @@ static void test_state_continue(void **s)
     expect_refused(saved, &other, 7, "--train-samples");
     /* At an epoch boundary nothing of the old permutation is left: anything continues. */
     herd_train_state boundary = saved;
-    boundary.epoch_samples = 0;
+    boundary.epoch_samples = boundary.epoch_seen = 0;
     boundary.epoch_loss_sum = boundary.epoch_correct = 0;
     st = boundary;
     assert_herd_ok(herd_train_state_continue(&st, &other, 5, "DIR"));
@@ -724,6 +725,7 @@ static void test_state_continue(void **s)
     st = legacy;
     assert_herd_ok(herd_train_state_continue(&st, &now, 12, "DIR"));
     assert_int_equal(st.epoch_samples, 3 * 64);
+    assert_int_equal(st.epoch_seen, 0); /* its sums are unknown */
     assert_false(st.legacy);
     expect_refused(legacy, &now, 7, "older herd");   /* step 27 is past epoch 3 at 7 per epoch */
     expect_refused(legacy, &now, 14, "older herd");  /* ... and before it at 14 */

@@ -137,13 +137,16 @@ static herd_status check_state(const herd_train_state *st, const char *path)
     if (st->epoch_samples > 0 && st->global_step <= st->epoch)
         return HERD_ERR(HERD_ERR_FORMAT, "'%s': field 'global_step' is %ld, but %d whole epochs and "
                         "part of another take more steps; " CORRUPT_HINT, path, st->global_step, st->epoch);
+    if (st->epoch_seen < 0 || st->epoch_seen > st->epoch_samples)
+        return HERD_ERR(HERD_ERR_FORMAT, "'%s': field 'epoch_seen' is %ld, not in 0..%ld ('epoch_samples'); "
+                        CORRUPT_HINT, path, st->epoch_seen, st->epoch_samples);
     double correct = st->epoch_correct, loss = st->epoch_loss_sum;
-    if (!(correct >= 0 && correct <= (double)st->epoch_samples) || correct != floor(correct))
+    if (!(correct >= 0 && correct <= (double)st->epoch_seen) || correct != floor(correct))
         return HERD_ERR(HERD_ERR_FORMAT, "'%s': field 'epoch_correct' is %.17g, not a whole number in "
-                        "0..%ld ('epoch_samples'); " CORRUPT_HINT, path, correct, st->epoch_samples);
-    if (!(loss >= 0) || !isfinite(loss) || (st->epoch_samples == 0 && loss != 0))
+                        "0..%ld ('epoch_seen'); " CORRUPT_HINT, path, correct, st->epoch_seen);
+    if (!(loss >= 0) || !isfinite(loss) || (st->epoch_seen == 0 && loss != 0))
         return HERD_ERR(HERD_ERR_FORMAT, "'%s': field 'epoch_loss_sum' is %.17g, not a finite sum >= 0 "
-                        "(0 at an epoch boundary); " CORRUPT_HINT, path, loss);
+                        "(0 when 'epoch_seen' is); " CORRUPT_HINT, path, loss);
     return HERD_OK;
 }
 
@@ -176,7 +179,7 @@ herd_status herd_checkpoint_save(const char *dir, const herd_model *m, herd_opti
         rc = herd_weights_write(m, wpath, keys, values, 4);
     }
     if (rc == HERD_OK) {
-        char v[12][40];
+        char v[13][40];
         snprintf(v[0], sizeof v[0], "%d", st->epoch);
         snprintf(v[1], sizeof v[1], "%ld", st->global_step);
         snprintf(v[2], sizeof v[2], "%" PRIu64, st->seed);
@@ -189,11 +192,13 @@ herd_status herd_checkpoint_save(const char *dir, const herd_model *m, herd_opti
         snprintf(v[9], sizeof v[9], "%.17g", st->epoch_loss_sum);
         snprintf(v[10], sizeof v[10], "%.17g", st->epoch_correct);
         snprintf(v[11], sizeof v[11], "%ld", herd_optimizer_steps(o));
+        snprintf(v[12], sizeof v[12], "%ld", st->epoch_seen);
         const char *keys[] = {"epoch", "global_step", "seed", "batch_size", "ranks", "grad_accum",
                               "global_batch", "train_samples", "epoch_samples", "epoch_loss_sum",
-                              "epoch_correct", "optimizer_steps", "optimizer", "herd_version"};
+                              "epoch_correct", "optimizer_steps", "epoch_seen", "optimizer",
+                              "herd_version"};
         const char *values[] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11],
-                                o ? kind_name(herd_optimizer_get_kind(o)) : "none", HERD_VERSION};
+                                v[12], o ? kind_name(herd_optimizer_get_kind(o)) : "none", HERD_VERSION};
         herd_st_entry e[2];
         int n = herd_optimizer_state_count(o);
         for (int i = 0; i < n; i++) {
@@ -203,7 +208,7 @@ herd_status herd_checkpoint_save(const char *dir, const herd_model *m, herd_opti
             memset(e[i].shape, 0, sizeof e[i].shape);
             e[i].shape[0] = (int64_t)numel;
         }
-        rc = herd_safetensors_write(spath, e, (size_t)n, keys, values, 14);
+        rc = herd_safetensors_write(spath, e, (size_t)n, keys, values, 15);
     }
     if (rc == HERD_OK) {
         char text[64];
@@ -260,7 +265,7 @@ static herd_status meta_double(const herd_st_file *f, const char *path, const ch
 static herd_status read_state(const herd_st_file *sf, const char *spath, long name_step,
                               herd_train_state *st, long *osteps)
 {
-    unsigned long long epoch, gstep, seed, batch, ost, ranks = 0, accum = 0, gbatch, n = 0, pos = 0;
+    unsigned long long epoch, gstep, seed, batch, ost, ranks = 0, accum = 0, gbatch, n = 0, pos = 0, seen = 0;
     const unsigned long long max_step = HERD_CKPT_MAX_STEP;
     *st = (herd_train_state){0};
     HERD_TRY(meta_int(sf, spath, "epoch", 0, INT_MAX - 1, &epoch));
@@ -281,6 +286,7 @@ static herd_status read_state(const herd_st_file *sf, const char *spath, long na
         HERD_TRY(meta_int(sf, spath, "global_batch", 1, LONG_MAX, &gbatch));
         HERD_TRY(meta_int(sf, spath, "train_samples", 1, UINT32_MAX, &n));
         HERD_TRY(meta_int(sf, spath, "epoch_samples", 0, UINT32_MAX, &pos));
+        HERD_TRY(meta_int(sf, spath, "epoch_seen", 0, UINT32_MAX, &seen));
         HERD_TRY(meta_double(sf, spath, "epoch_loss_sum", &st->epoch_loss_sum));
         HERD_TRY(meta_double(sf, spath, "epoch_correct", &st->epoch_correct));
         if (gbatch != batch * ranks * accum)
@@ -295,6 +301,7 @@ static herd_status read_state(const herd_st_file *sf, const char *spath, long na
     st->grad_accum = (int)accum;
     st->train_samples = (long)n;
     st->epoch_samples = (long)pos;
+    st->epoch_seen = (long)seen;
     *osteps = (long)ost;
     return check_state(st, spath);
 }
@@ -409,7 +416,8 @@ herd_status herd_train_state_continue(herd_train_state *st, const herd_train_sta
                             st->batch_size, steps_per_epoch, (unsigned long long)now->seed,
                             now->batch_size, st->epoch + 1);
         st->epoch_samples = step_in_epoch * global_batch;
-        st->epoch_loss_sum = st->epoch_correct = 0; /* unknown: the epoch's figures cover this run */
+        st->epoch_seen = 0; /* the sums are unknown: the epoch's figures cover this run's part */
+        st->epoch_loss_sum = st->epoch_correct = 0;
     } else if (st->epoch_samples > 0 && st->seed != now->seed) {
         return HERD_ERR(HERD_ERR_INVALID_ARG,
                         "the checkpoint in '%s' stopped %ld samples into epoch %d, whose order comes "

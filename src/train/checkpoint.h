@@ -23,6 +23,7 @@ typedef struct herd_train_state {
     /* Inside epoch `epoch` (all 0 at an epoch boundary): permutation positions
      * consumed, and the epoch's sums so far over all ranks. */
     long epoch_samples;
+    long epoch_seen; /* samples the sums cover: epoch_samples, or fewer after an older checkpoint */
     double epoch_loss_sum, epoch_correct;
     bool legacy; /* loaded from a checkpoint without epoch_samples (herd 0.x): position unknown */
 } herd_train_state;

@@ -327,7 +327,7 @@ static herd_status run_epoch(run *r, int epoch, double t_start, bool *stop)
     herd_phase_times sum = {0};
     /* loss, correct, samples over the epoch, all ranks; a resumed epoch's sums start
      * with the checkpoint's, so its figures cover the whole epoch. */
-    double totals[3] = {r->state.epoch_loss_sum, r->state.epoch_correct, (double)r->state.epoch_samples};
+    double totals[3] = {r->state.epoch_loss_sum, r->state.epoch_correct, (double)r->state.epoch_seen};
     double run_samples = 0; /* this run's share of them: the throughput's */
     /* Rounded down, so a resume with another global batch never runs past the epoch. */
     long first_step = r->state.epoch_samples / global_batch;
@@ -361,6 +361,7 @@ static herd_status run_epoch(run *r, int epoch, double t_start, bool *stop)
             totals[i] += stats[i];
         run_samples += stats[2];
         r->state.epoch_samples = herd_loader_position(r->loader);
+        r->state.epoch_seen = (long)totals[2];
         r->state.epoch_loss_sum = totals[0];
         r->state.epoch_correct = totals[1];
         r->train_samples += stats[2];
@@ -389,7 +390,7 @@ static herd_status run_epoch(run *r, int epoch, double t_start, bool *stop)
     bool complete = herd_loader_batches_left(r->loader) == 0;
     if (complete) { /* a stop mid-epoch resumes inside it, at state.epoch_samples */
         r->state.epoch = epoch + 1;
-        r->state.epoch_samples = 0;
+        r->state.epoch_samples = r->state.epoch_seen = 0;
         r->state.epoch_loss_sum = r->state.epoch_correct = 0;
     }
     r->res->epochs_done = epoch + 1;
