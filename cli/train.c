@@ -356,6 +356,9 @@ int cmd_train(int argc, char **argv)
         cli_fail(st, "training failed");
         goto done;
     }
+    if (res.stale_tmp_removed > 0)
+        fprintf(stderr, "herd: removed %d temporary file%s left in '%s' by interrupted checkpoint writes\n",
+                res.stale_tmp_removed, res.stale_tmp_removed == 1 ? "" : "s", a.cfg.checkpoint_dir);
     if (a.save && rank0 && (st = herd_model_save(m, a.save)) != HERD_OK) {
         cli_fail(st, "cannot save the weights");
         goto done;

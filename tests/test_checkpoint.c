@@ -364,7 +364,9 @@ static void check_round_trip(herd_optimizer_kind kind)
     tmodel *a = tmodel_new(1);
     herd_optimizer *oa = make_opt(a, kind);
     train_steps(a, oa, 3, 10);
-    herd_train_state st = {.epoch = 1, .global_step = 3, .seed = 0xfedcba9876543210ull, .batch_size = 32};
+    herd_train_state st = {.epoch = 1, .global_step = 3, .seed = 0xfedcba9876543210ull, .batch_size = 32,
+                           .ranks = 2, .grad_accum = 3, .train_samples = 1000, .epoch_samples = 192, .epoch_seen = 192,
+                           .epoch_loss_sum = 0.1 + 0.2, .epoch_correct = 17};
     assert_herd_ok(herd_checkpoint_save(ck, &a->m, oa, &st));
 
     tmodel *b = tmodel_new(2);
@@ -377,6 +379,14 @@ static void check_round_trip(herd_optimizer_kind kind)
     assert_int_equal(got.global_step, 3);
     assert_true(got.seed == st.seed);
     assert_int_equal(got.batch_size, 32);
+    assert_int_equal(got.ranks, 2);
+    assert_int_equal(got.grad_accum, 3);
+    assert_int_equal(got.train_samples, 1000);
+    assert_int_equal(got.epoch_samples, 192);
+    assert_int_equal(got.epoch_seen, 192);
+    assert_true(got.epoch_loss_sum == 0.1 + 0.2); /* bit for bit: the resumed epoch's sums go on */
+    assert_true(got.epoch_correct == 17);
+    assert_false(got.legacy);
     assert_int_equal(herd_optimizer_steps(ob), 3);
     assert_memory_equal(a->m.params, b->m.params, a->m.n_param_floats * sizeof(float));
     assert_memory_equal(a->m.buffers, b->m.buffers, a->m.n_buffer_floats * sizeof(float));
@@ -427,7 +437,8 @@ static void test_checkpoint_latest_and_prune(void **s)
     herd_optimizer *o = make_opt(a, HERD_OPT_SGD);
     for (long step = 10; step <= 40; step += 10) {
         train_steps(a, o, 1, (uint64_t)step);
-        herd_train_state st = {.epoch = (int)(step / 10), .global_step = step, .seed = 1, .batch_size = 8};
+        herd_train_state st = {.epoch = (int)(step / 10), .global_step = step, .seed = 1, .batch_size = 8,
+                               .ranks = 1, .grad_accum = 1, .train_samples = 80};
         assert_herd_ok(herd_checkpoint_save(dir, &a->m, o, &st));
     }
     char *lpath = join(dir, "latest");
@@ -490,7 +501,7 @@ static void test_write_failures(void **s)
     tmodel *a = tmodel_new(1);
     herd_optimizer *o = make_opt(a, HERD_OPT_SGD);
     char *file = tu_write_file(dir, "plain-file", "x", 1);
-    herd_train_state st = {.global_step = 1};
+    herd_train_state st = {.global_step = 1, .batch_size = 1, .ranks = 1, .grad_accum = 1, .train_samples = 1};
     assert_int_equal(herd_checkpoint_save(file, &a->m, o, &st), HERD_ERR_IO);
     assert_non_null(strstr(herd_last_error(), file));
     char *bad = join(dir, "no/such/dir/w.safetensors");
@@ -511,7 +522,8 @@ static void test_checkpoint_corrupt(void **s)
     tmodel *a = tmodel_new(1);
     herd_optimizer *o = make_opt(a, HERD_OPT_ADAMW);
     train_steps(a, o, 2, 3);
-    herd_train_state st = {.epoch = 1, .global_step = 2, .seed = 9, .batch_size = 4};
+    herd_train_state st = {.epoch = 1, .global_step = 2, .seed = 9, .batch_size = 4, .ranks = 1,
+                           .grad_accum = 1, .train_samples = 8};
     assert_herd_ok(herd_checkpoint_save(dir, &a->m, o, &st));
     char *wpath = join(dir, "ckpt-2.safetensors");
     char *spath = join(dir, "ckpt-2.state.safetensors");
@@ -570,6 +582,185 @@ static void test_checkpoint_corrupt(void **s)
     free(dir);
 }
 
+/* The state file rewritten with its tensors and metadata, one key replaced (value
+ * NULL: left out). */
+static const char *const state_keys[] = {"epoch", "global_step", "seed", "batch_size", "ranks",
+                                         "grad_accum", "global_batch", "train_samples",
+                                         "epoch_samples", "epoch_loss_sum", "epoch_correct",
+                                         "optimizer_steps", "epoch_seen", "optimizer", "herd_version"};
+#define N_STATE_KEYS (sizeof state_keys / sizeof state_keys[0])
+
+static void rewrite_state(const char *spath, const herd_st_file *orig, const char *key, const char *value)
+{
+    herd_st_entry e[4];
+    size_t n = herd_st_count(orig);
+    for (size_t i = 0; i < n; i++) {
+        e[i].name = herd_st_name(orig, i);
+        memset(e[i].shape, 0, sizeof e[i].shape);
+        e[i].data = herd_st_find(orig, e[i].name, &e[i].ndim, e[i].shape);
+    }
+    const char *keys[N_STATE_KEYS], *values[N_STATE_KEYS];
+    size_t m = 0;
+    for (size_t i = 0; i < N_STATE_KEYS; i++) {
+        bool is_key = key && strcmp(state_keys[i], key) == 0;
+        if (is_key && !value)
+            continue;
+        values[m] = is_key ? value : herd_st_meta(orig, state_keys[i]);
+        if (values[m])
+            keys[m++] = state_keys[i];
+    }
+    assert_herd_ok(herd_safetensors_write(spath, e, n, keys, values, m));
+}
+
+/* Every field of the state file is checked; the error names the file, the field and
+ * the value, and nothing is loaded. */
+static void test_checkpoint_bad_fields(void **s)
+{
+    (void)s;
+    char *dir = tu_tempdir();
+    tmodel *a = tmodel_new(1);
+    herd_optimizer *o = make_opt(a, HERD_OPT_ADAMW);
+    train_steps(a, o, 2, 3);
+    herd_train_state st = {.epoch = 1, .global_step = 2, .seed = 9, .batch_size = 4, .ranks = 2,
+                           .grad_accum = 1, .train_samples = 40, .epoch_samples = 8, .epoch_seen = 8,
+                           .epoch_loss_sum = 9.5, .epoch_correct = 3};
+    assert_herd_ok(herd_checkpoint_save(dir, &a->m, o, &st));
+    char *spath = join(dir, "ckpt-2.state.safetensors");
+    herd_st_file *orig;
+    assert_herd_ok(herd_safetensors_read(spath, &orig));
+    const struct { const char *key, *value; } bad[] = {
+        {"global_step", "9223372036854775807"}, {"global_step", "3"}, {"global_step", "-1"},
+        {"global_step", NULL}, {"epoch", "2147483647"}, {"epoch", "5"}, {"epoch", "x"},
+        {"epoch", NULL}, {"seed", "18446744073709551616"}, {"seed", "-3"}, {"batch_size", "0"},
+        {"batch_size", "2147483648"}, {"ranks", "0"}, {"ranks", NULL}, {"grad_accum", "0"},
+        {"global_batch", "9"}, {"train_samples", "0"}, {"train_samples", "8"},
+        {"train_samples", "4294967296"}, {"epoch_samples", "40"}, {"epoch_samples", "1e3"},
+        {"epoch_loss_sum", "nan"}, {"epoch_loss_sum", "-1"}, {"epoch_loss_sum", "inf"},
+        {"epoch_loss_sum", ""}, {"epoch_correct", "9"}, {"epoch_correct", "2.5"},
+        {"epoch_correct", "-0.5"}, {"optimizer_steps", "3"}, {"optimizer_steps", " 2"},
+        {"epoch_seen", "9"}, {"epoch_seen", NULL}, {"optimizer", "sgd"},
+    };
+    tmodel *b = tmodel_new(2);
+    herd_optimizer *ob = make_opt(b, HERD_OPT_ADAMW);
+    float before[64];
+    memcpy(before, b->m.params, b->m.n_param_floats * sizeof(float));
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rewrite_state(spath, orig, bad[i].key, bad[i].value);
+        herd_train_state got = {0};
+        bool found = true;
+        expect_format_error(herd_checkpoint_load_latest(dir, &b->m, ob, &got, &found), spath);
+        assert_false(found);
+        if (strcmp(bad[i].key, "optimizer") != 0 && !strstr(herd_last_error(), bad[i].key))
+            fail_msg("%s=%s: the error does not name the field: %s", bad[i].key,
+                     bad[i].value ? bad[i].value : "(missing)", herd_last_error());
+        if (bad[i].value && *bad[i].value && !strstr(herd_last_error(), bad[i].value) &&
+            strcmp(bad[i].key, "optimizer") != 0)
+            fail_msg("%s=%s: the error does not name the value: %s", bad[i].key, bad[i].value,
+                     herd_last_error());
+    }
+    assert_memory_equal(before, b->m.params, b->m.n_param_floats * sizeof(float));
+    /* A checkpoint of an older herd (no position) loads, marked as such. */
+    const char *newer[] = {"ranks", "grad_accum", "global_batch", "train_samples", "epoch_samples",
+                           "epoch_loss_sum", "epoch_correct", "epoch_seen"};
+    rewrite_state(spath, orig, NULL, NULL);
+    herd_st_free(orig);
+    assert_herd_ok(herd_safetensors_read(spath, &orig));
+    for (size_t i = 0; i < sizeof newer / sizeof newer[0]; i++) {
+        rewrite_state(spath, orig, newer[i], NULL);
+        herd_st_free(orig);
+        assert_herd_ok(herd_safetensors_read(spath, &orig));
+    }
+    herd_train_state got = {0};
+    bool found = false;
+    assert_herd_ok(herd_checkpoint_load_latest(dir, &b->m, ob, &got, &found));
+    assert_true(found && got.legacy);
+    assert_int_equal(got.global_step, 2);
+    herd_st_free(orig);
+    free(spath);
+    herd_optimizer_free(o);
+    herd_optimizer_free(ob);
+    tmodel_free(a);
+    tmodel_free(b);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+static void expect_refused(herd_train_state st, const herd_train_state *now, long spe, const char *what)
+{
+    assert_int_equal(herd_train_state_continue(&st, now, spe, "DIR"), HERD_ERR_INVALID_ARG);
+    if (!strstr(herd_last_error(), what) || !strstr(herd_last_error(), "DIR"))
+        fail_msg("the refusal does not say '%s': %s", what, herd_last_error());
+}
+
+/* Mid-epoch, other ranks, batch or --grad-accum continue; another permutation does not. */
+static void test_state_continue(void **s)
+{
+    (void)s;
+    herd_train_state saved = {.epoch = 1, .global_step = 30, .seed = 5, .batch_size = 16, .ranks = 1,
+                              .grad_accum = 1, .train_samples = 400, .epoch_samples = 160, .epoch_seen = 160,
+                              .epoch_loss_sum = 20, .epoch_correct = 100};
+    herd_train_state now = {.seed = 5, .batch_size = 8, .ranks = 2, .grad_accum = 4, .train_samples = 400};
+    herd_train_state st = saved;
+    assert_herd_ok(herd_train_state_continue(&st, &now, 7, "DIR"));
+    assert_int_equal(st.epoch_samples, 160);
+    assert_true(st.epoch_loss_sum == 20 && st.epoch_correct == 100);
+    assert_int_equal(st.ranks, 2);
+    assert_int_equal(st.grad_accum, 4);
+    assert_int_equal(st.batch_size, 8);
+    herd_train_state other = now;
+    other.seed = 6;
+    expect_refused(saved, &other, 7, "--seed 5");
+    other = now;
+    other.train_samples = 300;
+    expect_refused(saved, &other, 7, "--train-samples");
+    /* At an epoch boundary nothing of the old permutation is left: anything continues. */
+    herd_train_state boundary = saved;
+    boundary.epoch_samples = boundary.epoch_seen = 0;
+    boundary.epoch_loss_sum = boundary.epoch_correct = 0;
+    st = boundary;
+    assert_herd_ok(herd_train_state_continue(&st, &other, 5, "DIR"));
+    assert_int_equal(st.train_samples, 300);
+    /* An older checkpoint: the step gives the position only at this run's steps per epoch. */
+    herd_train_state legacy = {.epoch = 2, .global_step = 27, .seed = 5, .batch_size = 8, .legacy = true};
+    st = legacy;
+    assert_herd_ok(herd_train_state_continue(&st, &now, 12, "DIR"));
+    assert_int_equal(st.epoch_samples, 3 * 64);
+    assert_int_equal(st.epoch_seen, 0); /* its sums are unknown */
+    assert_false(st.legacy);
+    expect_refused(legacy, &now, 7, "older herd");   /* step 27 is past epoch 3 at 7 per epoch */
+    expect_refused(legacy, &now, 14, "older herd");  /* ... and before it at 14 */
+}
+
+/* Temporaries of interrupted checkpoint writes go; nothing else does. */
+static void test_checkpoint_stale_tmp(void **s)
+{
+    (void)s;
+    char *dir = tu_tempdir();
+    const char *stale[] = {"ckpt-30.safetensors.tmp.a1B2c3", "ckpt-30.state.safetensors.tmp.zzzzzz",
+                           "latest.tmp.Q9w8e7"};
+    const char *kept[] = {"latest", "ckpt-30.safetensors", "notes.tmp.abcdef",
+                          "ckpt-30.safetensors.tmp.toolong1", "ckpt-x.safetensors.tmp.abcdef"};
+    for (size_t i = 0; i < 3; i++)
+        free(tu_write_file(dir, stale[i], "x", 1));
+    for (size_t i = 0; i < 5; i++)
+        free(tu_write_file(dir, kept[i], "x", 1));
+    int removed = -1;
+    assert_herd_ok(herd_checkpoint_remove_stale(dir, &removed));
+    assert_int_equal(removed, 3);
+    for (size_t i = 0; i < 3; i++)
+        assert_false(exists(dir, stale[i]));
+    for (size_t i = 0; i < 5; i++)
+        assert_true(exists(dir, kept[i]));
+    assert_herd_ok(herd_checkpoint_remove_stale(dir, &removed));
+    assert_int_equal(removed, 0);
+    char *missing = join(dir, "none");
+    assert_herd_ok(herd_checkpoint_remove_stale(missing, &removed));
+    assert_int_equal(removed, 0);
+    free(missing);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -583,6 +774,9 @@ int main(void)
         cmocka_unit_test(test_checkpoint_none),
         cmocka_unit_test(test_checkpoint_corrupt),
         cmocka_unit_test(test_write_failures),
+        cmocka_unit_test(test_checkpoint_bad_fields),
+        cmocka_unit_test(test_state_continue),
+        cmocka_unit_test(test_checkpoint_stale_tmp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -473,13 +473,15 @@ typedef struct epoch_record {
 } epoch_record;
 
 static epoch_record run_epoch(const herd_dataset *ds, const herd_loader_config *cfg, int epoch,
-                              long first_batch)
+                              long first_sample)
 {
     herd_loader *l;
     assert_herd_ok(herd_loader_create(ds, cfg, &l));
-    assert_herd_ok(herd_loader_start_epoch(l, epoch, first_batch));
+    assert_herd_ok(herd_loader_start_epoch(l, epoch, first_sample));
     size_t per = (size_t)ds->c * ds->h * ds->w;
-    long nb = herd_loader_batches_per_epoch(l);
+    long nb = herd_loader_batches_per_epoch(l), left = herd_loader_batches_left(l);
+    long global = (long)cfg->batch_size * cfg->shard_count, rest = (long)ds->n - first_sample;
+    assert_int_equal(left, cfg->drop_last ? rest / global : (rest + global - 1) / global);
     epoch_record r = {0};
     r.labels = malloc((size_t)nb * cfg->batch_size * sizeof(int32_t));
     r.x = malloc((size_t)nb * cfg->batch_size * per * sizeof(float));
@@ -497,7 +499,10 @@ static epoch_record run_epoch(const herd_dataset *ds, const herd_loader_config *
         r.sizes[r.batches++] = b.n;
         r.samples += (size_t)b.n;
     }
-    assert_int_equal(r.batches, nb - first_batch);
+    assert_int_equal(r.batches, left);
+    assert_int_equal(herd_loader_batches_left(l), 0);
+    if (!cfg->drop_last)
+        assert_int_equal(herd_loader_position(l), (long)ds->n);
     assert_herd_ok(herd_loader_next(l, &b, &has)); /* stays finished */
     assert_false(has);
     herd_loader_free(l);
@@ -611,7 +616,7 @@ static void test_loader_resume_and_restart(void **state)
     cfg.augment = true;
     size_t per = 90;
     epoch_record full = run_epoch(ds, &cfg, 2, 0);
-    epoch_record tail = run_epoch(ds, &cfg, 2, 6);
+    epoch_record tail = run_epoch(ds, &cfg, 2, 24);
     assert_int_equal(full.batches, 15);
     assert_int_equal(tail.batches, 9);
     assert_memory_equal(tail.labels, full.labels + 24, tail.samples * sizeof(int32_t));
@@ -639,10 +644,10 @@ static void test_loader_resume_and_restart(void **state)
         at += (size_t)b.n;
     }
     assert_int_equal(at, 57);
-    assert_herd_ok(herd_loader_start_epoch(l, 2, 15)); /* resuming at the end: nothing left */
+    assert_herd_ok(herd_loader_start_epoch(l, 2, 57)); /* resuming at the end: nothing left */
     assert_herd_ok(herd_loader_next(l, &b, &has));
     assert_false(has);
-    assert_int_equal(herd_loader_start_epoch(l, 2, 16), HERD_ERR_INVALID_ARG);
+    assert_int_equal(herd_loader_start_epoch(l, 2, 58), HERD_ERR_INVALID_ARG);
     herd_loader_free(l);
 
     /* Freeing a loader with work in flight, and one never started. */
@@ -652,6 +657,23 @@ static void test_loader_resume_and_restart(void **state)
     assert_herd_ok(herd_loader_create(ds, &cfg, &l));
     assert_int_equal(herd_loader_next(l, &b, &has), HERD_ERR_INVALID_ARG);
     herd_loader_free(l);
+    /* Resumed at a position one shard reached (20 samples) with 3 shards of 4: the
+     * permutation's next samples, 12 per step, rank k the k-th 4; the last step's one
+     * sample left is rank 0's, ranks 1 and 2 wrap to the epoch's first samples. */
+    for (int k = 0; k < 3; k++) {
+        herd_loader_config three = cfg;
+        three.shard_count = 3;
+        three.shard_rank = k;
+        epoch_record part = run_epoch(ds, &three, 2, 20);
+        assert_int_equal(part.batches, 4);
+        for (int j = 0; j < 3; j++)
+            assert_memory_equal(part.x + (size_t)j * 4 * per, full.x + (size_t)(20 + 12 * j + 4 * k) * per,
+                                4 * per * sizeof(float));
+        assert_int_equal(part.sizes[3], 1);
+        size_t last = k == 0 ? 56 : (size_t)k - 1;
+        assert_memory_equal(part.x + 12 * per, full.x + last * per, per * sizeof(float));
+        free_record(&part);
+    }
     free_record(&full);
     free_record(&tail);
     herd_dataset_free(ds);

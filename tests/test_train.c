@@ -95,8 +95,8 @@ static void test_resume_is_exact(void **state)
                           FASHION);
     char *dir_a = tu_tempdir(), *dir_b = tu_tempdir(), *dir_c = tu_tempdir();
     loss_log full = {0}, part = {0}, rest = {0};
-    herd_train_result r;
-    train_run(dir_a, 0, false, &full, &r);
+    herd_train_result r, r_full;
+    train_run(dir_a, 0, false, &full, &r_full);
     assert_int_equal(full.last, 20);
     /* Stop mid-epoch (step 13 of 20) and resume. */
     train_run(dir_b, 13, false, &part, &r);
@@ -104,6 +104,10 @@ static void test_resume_is_exact(void **state)
     train_run(dir_b, 0, true, &rest, &r);
     assert_int_equal(rest.first, 14);
     assert_int_equal(rest.last, 20);
+    /* The resumed epoch's figures are the whole epoch's (the checkpoint carries its sums). */
+    if (r.train_loss != r_full.train_loss || r.train_acc != r_full.train_acc)
+        fail_msg("resumed epoch: train_loss %.17g acc %.17g, uninterrupted %.17g %.17g", r.train_loss,
+                 r.train_acc, r_full.train_loss, r_full.train_acc);
     for (long s = 13; s < 20; s++)
         if (rest.loss[s] != full.loss[s])
             fail_msg("step %ld: resumed loss %.9g != uninterrupted %.9g", s + 1, rest.loss[s],

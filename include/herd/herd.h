@@ -297,6 +297,7 @@ typedef struct herd_train_result {
     herd_phase_times phases;       /* mean per step */
     double loss_scale;             /* final dynamic loss scale (0 = not scaling) */
     long skipped_steps;            /* steps skipped for inf/NaN gradients */
+    int stale_tmp_removed;         /* temporaries of interrupted checkpoint writes deleted at start */
 } herd_train_result;
 
 herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,

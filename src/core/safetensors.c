@@ -8,6 +8,9 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <math.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +46,16 @@ static herd_status fsync_dir_of(const char *path)
     return st;
 }
 
+/* Test hook: HERD_TEST_KILL_IN_WRITE=N kills the process (SIGKILL) in the middle of
+ * its N-th atomic write, so tests can show that a crash at any point of a checkpoint
+ * leaves the previous one in force. */
+static bool test_kill_this_write(void)
+{
+    static atomic_long writes;
+    const char *v = getenv("HERD_TEST_KILL_IN_WRITE");
+    return v && *v && atomic_fetch_add(&writes, 1) + 1 == atol(v);
+}
+
 herd_status herd_write_file_atomic(const char *path, const void *const *parts,
                                    const size_t *lens, size_t n_parts)
 {
@@ -73,9 +86,16 @@ herd_status herd_write_file_atomic(const char *path, const void *const *parts,
     }
     int err = 0;
     errno = 0; /* so a short fwrite without errno reads as EIO, not a stale code */
-    for (size_t i = 0; i < n_parts && !err; i++)
+    bool kill_here = test_kill_this_write();
+    for (size_t i = 0; i < n_parts && !err; i++) {
+        if (kill_here && i == n_parts / 2) { /* a crash with the file half written */
+            fwrite(parts[i], 1, lens[i] / 2, f);
+            fflush(f);
+            raise(SIGKILL);
+        }
         if (lens[i] > 0 && fwrite(parts[i], 1, lens[i], f) != lens[i])
             err = errno ? errno : EIO;
+    }
     if (!err && fflush(f) != 0)
         err = errno;
     if (!err && fsync(fileno(f)) != 0)

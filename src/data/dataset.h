@@ -54,9 +54,17 @@ typedef struct herd_batch {
 
 herd_status herd_loader_create(const herd_dataset *ds, const herd_loader_config *cfg,
                                herd_loader **out);
-/* Starts an epoch (0-based) at batch `first_batch` (resume); background threads begin work. */
-herd_status herd_loader_start_epoch(herd_loader *l, int epoch, long first_batch);
+/* Starts an epoch (0-based) at position first_sample (0..n) of its permutation: a
+ * resume, whatever shard count or batch consumed the samples before; background
+ * threads begin work. */
+herd_status herd_loader_start_epoch(herd_loader *l, int epoch, long first_sample);
+/* Batches of a whole epoch (from position 0), for this shard. */
 long herd_loader_batches_per_epoch(const herd_loader *l);
+/* Batches of the current epoch not yet received. */
+long herd_loader_batches_left(const herd_loader *l);
+/* Permutation positions consumed by the batches received so far in this epoch, over
+ * all shards (n once the epoch is done; a wrapped last batch counts up to n). */
+long herd_loader_position(const herd_loader *l);
 /* Next batch of the epoch; *has is false after the last one. The batch stays valid
  * until the next call to any loader function on l. */
 herd_status herd_loader_next(herd_loader *l, herd_batch *b, bool *has);

@@ -4,6 +4,8 @@
  * every shard. Global step g takes the permutation's next shard_count * batch_size
  * positions and rank k gets the k-th contiguous piece of them, so K ranks of batch B
  * see exactly the batches one process of batch K*B would see, and shards are disjoint.
+ * An epoch may start at any permutation position (a resume, possibly with another
+ * shard count or batch): the rules below then apply to the positions left.
  *
  * Every rank gets the same number of batches, and batches of the same size at each step,
  * so data-parallel ranks never disagree on the step count or need weighted averaging:
@@ -51,9 +53,11 @@ struct herd_loader {
     const herd_dataset *ds;
     herd_loader_config cfg;
     size_t sample_floats;
-    long batches;         /* per epoch, for this shard */
-    long last_global_pos; /* first permutation position of the last global step */
-    int last_batch_n;     /* per-rank size of the last batch */
+    long batches;         /* per whole epoch, for this shard */
+    long first_pos;       /* permutation position the current epoch started at */
+    long epoch_batches;   /* batches of the current epoch from first_pos */
+    long last_global_pos; /* first permutation position of the current epoch's last global step */
+    int last_batch_n;     /* per-rank size of that last batch */
     float lut[3][256];    /* normalised value of every raw pixel, per channel */
 
     uint32_t *perm;
@@ -129,12 +133,12 @@ static bool prepare_batch(herd_loader *l, long j, loader_slot *slot, unsigned ge
     const long B = l->cfg.batch_size, K = l->cfg.shard_count, k = l->cfg.shard_rank;
     const size_t n = l->ds->n;
     long first, count;
-    if (j == l->batches - 1 && !l->cfg.drop_last) {
+    if (j == l->epoch_batches - 1 && !l->cfg.drop_last) {
         count = l->last_batch_n;
         first = l->last_global_pos + k * count;
     } else {
         count = B;
-        first = j * K * B + k * B;
+        first = l->first_pos + j * K * B + k * B;
     }
     for (long i = 0; i < count; i++) {
         if (atomic_load_explicit(&l->generation, memory_order_relaxed) != gen)
@@ -152,7 +156,7 @@ static void *worker_main(void *arg)
     herd_loader *l = arg;
     pthread_mutex_lock(&l->mu);
     while (!l->stop) {
-        if (l->epoch_active && l->next_prepare < l->batches &&
+        if (l->epoch_active && l->next_prepare < l->epoch_batches &&
             l->next_prepare < l->next_consume + l->cfg.prefetch) {
             long j = l->next_prepare++;
             loader_slot *slot = &l->slots[j % l->nslots];
@@ -231,8 +235,6 @@ herd_status herd_loader_create(const herd_dataset *ds, const herd_loader_config 
     l->cfg = *cfg;
     l->sample_floats = (size_t)ds->c * ds->h * ds->w;
     l->batches = batches;
-    l->last_global_pos = (batches - 1) * step;
-    l->last_batch_n = cfg->drop_last ? (int)B : (int)((n - l->last_global_pos + K - 1) / K);
     l->held = -1;
     atomic_init(&l->generation, 0);
     for (int ch = 0; ch < ds->c; ch++)
@@ -269,11 +271,22 @@ herd_status herd_loader_create(const herd_dataset *ds, const herd_loader_config 
     return HERD_OK;
 }
 
-herd_status herd_loader_start_epoch(herd_loader *l, int epoch, long first_batch)
+/* The batches of an epoch that starts at permutation position first. */
+static void plan_epoch(herd_loader *l, long first)
 {
-    if (!l || epoch < 0 || first_batch < 0 || first_batch > l->batches)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "loader: cannot start epoch %d at batch %ld "
-                        "(an epoch has %ld batches)", epoch, first_batch, l ? l->batches : 0);
+    const long B = l->cfg.batch_size, K = l->cfg.shard_count, step = K * B;
+    const long left = (long)l->ds->n - first;
+    l->first_pos = first;
+    l->epoch_batches = l->cfg.drop_last ? left / step : (left + step - 1) / step;
+    l->last_global_pos = first + (l->epoch_batches > 0 ? l->epoch_batches - 1 : 0) * step;
+    l->last_batch_n = l->cfg.drop_last ? (int)B : (int)(((long)l->ds->n - l->last_global_pos + K - 1) / K);
+}
+
+herd_status herd_loader_start_epoch(herd_loader *l, int epoch, long first_sample)
+{
+    if (!l || epoch < 0 || first_sample < 0 || first_sample > (long)l->ds->n)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "loader: cannot start epoch %d at sample %ld "
+                        "(an epoch has %zu samples)", epoch, first_sample, l ? l->ds->n : 0);
     pthread_mutex_lock(&l->mu);
     cancel_locked(l);
     /* No worker is busy and none starts until epoch_active, so perm can change here. */
@@ -286,7 +299,8 @@ herd_status herd_loader_start_epoch(herd_loader *l, int epoch, long first_batch)
             l->perm[i] = (uint32_t)i;
     }
     l->epoch = epoch;
-    l->next_prepare = l->next_consume = first_batch;
+    plan_epoch(l, first_sample);
+    l->next_prepare = l->next_consume = 0;
     l->epoch_active = true;
     pthread_cond_broadcast(&l->work_cv);
     pthread_mutex_unlock(&l->mu);
@@ -294,6 +308,20 @@ herd_status herd_loader_start_epoch(herd_loader *l, int epoch, long first_batch)
 }
 
 long herd_loader_batches_per_epoch(const herd_loader *l) { return l ? l->batches : 0; }
+
+/* Only the caller's thread moves next_consume, so it reads it without the lock. */
+long herd_loader_batches_left(const herd_loader *l)
+{
+    return l && l->epoch_active ? l->epoch_batches - l->next_consume : 0;
+}
+
+long herd_loader_position(const herd_loader *l)
+{
+    if (!l || !l->epoch_active)
+        return 0;
+    long pos = l->first_pos + l->next_consume * l->cfg.shard_count * l->cfg.batch_size;
+    return pos < (long)l->ds->n ? pos : (long)l->ds->n;
+}
 
 herd_status herd_loader_next(herd_loader *l, herd_batch *b, bool *has)
 {
@@ -310,7 +338,7 @@ herd_status herd_loader_next(herd_loader *l, herd_batch *b, bool *has)
         l->slots[l->held % l->nslots].ready = false;
         l->held = -1;
     }
-    if (l->next_consume >= l->batches) {
+    if (l->next_consume >= l->epoch_batches) {
         pthread_mutex_unlock(&l->mu);
         return HERD_OK;
     }

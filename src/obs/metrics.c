@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/fs.h"
+#include "core/safetensors.h"
 
 struct herd_metrics_file {
     FILE *f;
@@ -70,12 +72,76 @@ herd_status herd_metrics_write(herd_metrics_file *m, const herd_obs_figures *f)
     return HERD_OK;
 }
 
+/* Whether a line of the file stays: what the run trained up to the checkpoint. */
+static herd_status keep_line(const herd_metrics_file *m, const char *line, int lineno, int epochs_done,
+                             long global_step, bool *keep)
+{
+    cJSON *o = cJSON_Parse(line);
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(o, "kind");
+    const cJSON *epoch = cJSON_GetObjectItemCaseSensitive(o, "epoch");
+    const cJSON *step = cJSON_GetObjectItemCaseSensitive(o, "step");
+    bool ok = cJSON_IsString(kind) && cJSON_IsNumber(epoch) && cJSON_IsNumber(step);
+    if (ok) {
+        bool is_epoch = strcmp(kind->valuestring, "epoch") == 0;
+        *keep = step->valuedouble <= (double)global_step &&
+                (!is_epoch || epoch->valuedouble <= (double)epochs_done);
+    }
+    cJSON_Delete(o);
+    if (!ok)
+        return HERD_ERR(HERD_ERR_FORMAT, "'%s' line %d is not a herd metrics record ('%.60s'); a resumed "
+                        "run rewrites the file up to its checkpoint: move it away or give another --metrics",
+                        m->path, lineno, line);
+    return HERD_OK;
+}
+
+herd_status herd_metrics_rewind(herd_metrics_file *m, int epochs_done, long global_step)
+{
+    if (!m)
+        return HERD_OK;
+    if (fclose(m->f) != 0) {
+        m->f = NULL;
+        return HERD_ERR(HERD_ERR_IO, "cannot close the metrics file '%s': %s", m->path, strerror(errno));
+    }
+    m->f = NULL;
+    char *text;
+    HERD_TRY(herd_read_text(m->path, "metrics file", "check --metrics", &text));
+    /* Kept lines are copied down in place; an unterminated last line is a write cut
+     * short by a kill, and goes. */
+    size_t out = 0;
+    herd_status st = HERD_OK;
+    char *line = text;
+    for (int lineno = 1; st == HERD_OK; lineno++) {
+        char *nl = strchr(line, '\n');
+        if (!nl)
+            break;
+        *nl = '\0';
+        bool keep = false;
+        if (*line)
+            st = keep_line(m, line, lineno, epochs_done, global_step, &keep);
+        if (keep) {
+            size_t len = (size_t)(nl - line);
+            memmove(text + out, line, len);
+            text[out + len] = '\n';
+            out += len + 1;
+        }
+        line = nl + 1;
+    }
+    if (st == HERD_OK) {
+        const void *parts[] = {text};
+        st = herd_write_file_atomic(m->path, parts, &out, 1);
+    }
+    free(text);
+    if (st == HERD_OK && !(m->f = fopen(m->path, "a")))
+        st = HERD_ERR(HERD_ERR_IO, "cannot reopen the metrics file '%s': %s", m->path, strerror(errno));
+    return st;
+}
+
 herd_status herd_metrics_close(herd_metrics_file *m)
 {
     if (!m)
         return HERD_OK;
     herd_status st = HERD_OK;
-    if (fclose(m->f) != 0)
+    if (m->f && fclose(m->f) != 0)
         st = HERD_ERR(HERD_ERR_IO, "cannot close the metrics file '%s': %s", m->path, strerror(errno));
     free(m->path);
     free(m);

@@ -28,6 +28,10 @@ typedef struct herd_metrics_file herd_metrics_file;
 herd_status herd_metrics_open(const char *path, bool append, herd_metrics_file **out);
 /* Appends one JSON object as a line, flushed so that readers see whole lines. */
 herd_status herd_metrics_write(herd_metrics_file *m, const herd_obs_figures *f);
+/* A resumed run's file goes back to its checkpoint: the lines of steps after
+ * global_step, and of epochs after epochs_done (a partial epoch's), are dropped, so
+ * steps trained again and the resumed epoch are written once. */
+herd_status herd_metrics_rewind(herd_metrics_file *m, int epochs_done, long global_step);
 herd_status herd_metrics_close(herd_metrics_file *m);
 
 #endif

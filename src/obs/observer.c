@@ -199,6 +199,11 @@ herd_status herd_observer_epoch(herd_observer *o, const herd_progress *p)
     return o->tb ? herd_tb_flush(o->tb) : HERD_OK;
 }
 
+herd_status herd_observer_resume(herd_observer *o, int epochs_done, long global_step)
+{
+    return o ? herd_metrics_rewind(o->metrics, epochs_done, global_step) : HERD_OK;
+}
+
 herd_status herd_observer_close(herd_observer *o)
 {
     if (!o)

@@ -26,6 +26,10 @@ herd_status herd_observer_step(herd_observer *o, const herd_progress *p, const h
 /* At each epoch end, after evaluation: the epoch's figures as p has them (means
  * over the epoch); flushes the event file. */
 herd_status herd_observer_epoch(herd_observer *o, const herd_progress *p);
+/* A resumed run starts at its checkpoint: the metrics file drops what came after it
+ * (see herd_metrics_rewind). Event files keep every record: TensorBoard itself
+ * drops the orphaned steps when a restarted run's steps go back. */
+herd_status herd_observer_resume(herd_observer *o, int epochs_done, long global_step);
 /* Flushes and frees (NULL is fine). */
 herd_status herd_observer_close(herd_observer *o);
 

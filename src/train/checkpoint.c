@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,6 +109,47 @@ static void prune(const char *dir, long current)
     free(steps);
 }
 
+#define CORRUPT_HINT "the checkpoint is corrupt: delete it or point DIR/latest at an older one"
+
+/* Relations between the fields (each already in its own range). */
+static herd_status check_state(const herd_train_state *st, const char *path)
+{
+    if (st->global_step < 0 || st->global_step > HERD_CKPT_MAX_STEP)
+        return HERD_ERR(HERD_ERR_FORMAT, "'%s': field 'global_step' is %ld, not in 0..%ld; " CORRUPT_HINT,
+                        path, st->global_step, HERD_CKPT_MAX_STEP);
+    if (st->epoch < 0 || st->epoch > st->global_step)
+        return HERD_ERR(HERD_ERR_FORMAT, "'%s': field 'epoch' is %d but 'global_step' is %ld: every "
+                        "epoch takes at least one step; " CORRUPT_HINT, path, st->epoch, st->global_step);
+    if (st->batch_size < 1)
+        return HERD_ERR(HERD_ERR_FORMAT, "'%s': field 'batch_size' is %d, not positive; " CORRUPT_HINT,
+                        path, st->batch_size);
+    if (st->legacy)
+        return HERD_OK;
+    if (st->ranks < 1 || st->grad_accum < 1)
+        return HERD_ERR(HERD_ERR_FORMAT, "'%s': field '%s' is %d, not positive; " CORRUPT_HINT, path,
+                        st->ranks < 1 ? "ranks" : "grad_accum", st->ranks < 1 ? st->ranks : st->grad_accum);
+    if (st->train_samples < 1 || st->train_samples > (long)UINT32_MAX)
+        return HERD_ERR(HERD_ERR_FORMAT, "'%s': field 'train_samples' is %ld, not in 1..%lu; " CORRUPT_HINT,
+                        path, st->train_samples, (unsigned long)UINT32_MAX);
+    if (st->epoch_samples < 0 || st->epoch_samples >= st->train_samples)
+        return HERD_ERR(HERD_ERR_FORMAT, "'%s': field 'epoch_samples' is %ld, not in 0..%ld (below "
+                        "'train_samples'); " CORRUPT_HINT, path, st->epoch_samples, st->train_samples - 1);
+    if (st->epoch_samples > 0 && st->global_step <= st->epoch)
+        return HERD_ERR(HERD_ERR_FORMAT, "'%s': field 'global_step' is %ld, but %d whole epochs and "
+                        "part of another take more steps; " CORRUPT_HINT, path, st->global_step, st->epoch);
+    if (st->epoch_seen < 0 || st->epoch_seen > st->epoch_samples)
+        return HERD_ERR(HERD_ERR_FORMAT, "'%s': field 'epoch_seen' is %ld, not in 0..%ld ('epoch_samples'); "
+                        CORRUPT_HINT, path, st->epoch_seen, st->epoch_samples);
+    double correct = st->epoch_correct, loss = st->epoch_loss_sum;
+    if (!(correct >= 0 && correct <= (double)st->epoch_seen) || correct != floor(correct))
+        return HERD_ERR(HERD_ERR_FORMAT, "'%s': field 'epoch_correct' is %.17g, not a whole number in "
+                        "0..%ld ('epoch_seen'); " CORRUPT_HINT, path, correct, st->epoch_seen);
+    if (!(loss >= 0) || !isfinite(loss) || (st->epoch_seen == 0 && loss != 0))
+        return HERD_ERR(HERD_ERR_FORMAT, "'%s': field 'epoch_loss_sum' is %.17g, not a finite sum >= 0 "
+                        "(0 when 'epoch_seen' is); " CORRUPT_HINT, path, loss);
+    return HERD_OK;
+}
+
 herd_status herd_checkpoint_save(const char *dir, const herd_model *m, herd_optimizer *o,
                                  const herd_train_state *st)
 {
@@ -116,8 +158,10 @@ herd_status herd_checkpoint_save(const char *dir, const herd_model *m, herd_opti
     if (!m->be->host_memory)
         return HERD_ERR(HERD_ERR_UNSUPPORTED, "checkpoints of a model on '%s' are not supported "
                         "yet (the optimizer state is not staged through the host)", m->be->name);
-    if (st->global_step < 0)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "checkpoint_save: global_step %ld is negative", st->global_step);
+    if (st->legacy)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "checkpoint_save: a legacy state has no position to save");
+    if (check_state(st, "checkpoint_save") != HERD_OK)
+        return HERD_ERR_INVALID_ARG; /* a bug in the caller; the message names the field */
     HERD_TRY(herd_make_dirs(dir, "--checkpoint-dir"));
 
     char base[48];
@@ -135,16 +179,26 @@ herd_status herd_checkpoint_save(const char *dir, const herd_model *m, herd_opti
         rc = herd_weights_write(m, wpath, keys, values, 4);
     }
     if (rc == HERD_OK) {
-        char epoch[32], step[32], seed[32], batch[32], osteps[32];
-        snprintf(epoch, sizeof epoch, "%d", st->epoch);
-        snprintf(step, sizeof step, "%ld", st->global_step);
-        snprintf(seed, sizeof seed, "%" PRIu64, st->seed);
-        snprintf(batch, sizeof batch, "%d", st->batch_size);
-        snprintf(osteps, sizeof osteps, "%ld", herd_optimizer_steps(o));
-        const char *keys[] = {"epoch", "global_step", "seed", "batch_size", "optimizer",
-                              "optimizer_steps", "herd_version"};
-        const char *values[] = {epoch, step, seed, batch, o ? kind_name(herd_optimizer_get_kind(o)) : "none",
-                                osteps, HERD_VERSION};
+        char v[13][40];
+        snprintf(v[0], sizeof v[0], "%d", st->epoch);
+        snprintf(v[1], sizeof v[1], "%ld", st->global_step);
+        snprintf(v[2], sizeof v[2], "%" PRIu64, st->seed);
+        snprintf(v[3], sizeof v[3], "%d", st->batch_size);
+        snprintf(v[4], sizeof v[4], "%d", st->ranks);
+        snprintf(v[5], sizeof v[5], "%d", st->grad_accum);
+        snprintf(v[6], sizeof v[6], "%ld", (long)st->batch_size * st->ranks * st->grad_accum);
+        snprintf(v[7], sizeof v[7], "%ld", st->train_samples);
+        snprintf(v[8], sizeof v[8], "%ld", st->epoch_samples);
+        snprintf(v[9], sizeof v[9], "%.17g", st->epoch_loss_sum);
+        snprintf(v[10], sizeof v[10], "%.17g", st->epoch_correct);
+        snprintf(v[11], sizeof v[11], "%ld", herd_optimizer_steps(o));
+        snprintf(v[12], sizeof v[12], "%ld", st->epoch_seen);
+        const char *keys[] = {"epoch", "global_step", "seed", "batch_size", "ranks", "grad_accum",
+                              "global_batch", "train_samples", "epoch_samples", "epoch_loss_sum",
+                              "epoch_correct", "optimizer_steps", "epoch_seen", "optimizer",
+                              "herd_version"};
+        const char *values[] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11],
+                                v[12], o ? kind_name(herd_optimizer_get_kind(o)) : "none", HERD_VERSION};
         herd_st_entry e[2];
         int n = herd_optimizer_state_count(o);
         for (int i = 0; i < n; i++) {
@@ -154,7 +208,7 @@ herd_status herd_checkpoint_save(const char *dir, const herd_model *m, herd_opti
             memset(e[i].shape, 0, sizeof e[i].shape);
             e[i].shape[0] = (int64_t)numel;
         }
-        rc = herd_safetensors_write(spath, e, (size_t)n, keys, values, 7);
+        rc = herd_safetensors_write(spath, e, (size_t)n, keys, values, 15);
     }
     if (rc == HERD_OK) {
         char text[64];
@@ -171,23 +225,85 @@ herd_status herd_checkpoint_save(const char *dir, const herd_model *m, herd_opti
     return rc;
 }
 
-/* A required non-negative integer (at most max) in the state file's metadata. */
+/* A required integer in min..max in the state file's metadata. */
 static herd_status meta_int(const herd_st_file *f, const char *path, const char *key,
-                            unsigned long long max, unsigned long long *out)
+                            unsigned long long min, unsigned long long max, unsigned long long *out)
 {
     const char *s = herd_st_meta(f, key);
+    if (!s)
+        return HERD_ERR(HERD_ERR_FORMAT, "'%s': field '%s' is missing; " CORRUPT_HINT, path, key);
     char *end = NULL;
     unsigned long long v = 0;
     errno = 0;
     /* strtoull alone would accept "-1" and wrap it. */
-    if (s && isdigit((unsigned char)s[0]))
+    if (isdigit((unsigned char)s[0]))
         v = strtoull(s, &end, 10);
-    if (!end || *end != '\0' || errno != 0 || v > max)
-        return HERD_ERR(HERD_ERR_FORMAT,
-                        "'%s': metadata '%s' is missing or not an integer in range; the checkpoint is "
-                        "corrupt, delete it or point DIR/latest at an older one", path, key);
+    if (!end || *end != '\0' || errno != 0 || v < min || v > max)
+        return HERD_ERR(HERD_ERR_FORMAT, "'%s': field '%s' is '%.40s', not an integer in %llu..%llu; "
+                        CORRUPT_HINT, path, key, s, min, max);
     *out = v;
     return HERD_OK;
+}
+
+/* A required finite number in the state file's metadata (ranges: check_state). */
+static herd_status meta_double(const herd_st_file *f, const char *path, const char *key, double *out)
+{
+    const char *s = herd_st_meta(f, key);
+    if (!s)
+        return HERD_ERR(HERD_ERR_FORMAT, "'%s': field '%s' is missing; " CORRUPT_HINT, path, key);
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || errno != 0 || !isfinite(v))
+        return HERD_ERR(HERD_ERR_FORMAT, "'%s': field '%s' is '%.40s', not a finite number; " CORRUPT_HINT,
+                        path, key, s);
+    *out = v;
+    return HERD_OK;
+}
+
+/* The state file's counters and position; *osteps the optimizer's step count. */
+static herd_status read_state(const herd_st_file *sf, const char *spath, long name_step,
+                              herd_train_state *st, long *osteps)
+{
+    unsigned long long epoch, gstep, seed, batch, ost, ranks = 0, accum = 0, gbatch, n = 0, pos = 0, seen = 0;
+    const unsigned long long max_step = HERD_CKPT_MAX_STEP;
+    *st = (herd_train_state){0};
+    HERD_TRY(meta_int(sf, spath, "epoch", 0, INT_MAX - 1, &epoch));
+    HERD_TRY(meta_int(sf, spath, "global_step", 0, max_step, &gstep));
+    HERD_TRY(meta_int(sf, spath, "seed", 0, UINT64_MAX, &seed));
+    HERD_TRY(meta_int(sf, spath, "batch_size", 1, INT_MAX, &batch));
+    HERD_TRY(meta_int(sf, spath, "optimizer_steps", 0, max_step, &ost));
+    if ((long)gstep != name_step)
+        return HERD_ERR(HERD_ERR_FORMAT, "'%s': field 'global_step' is %llu but the file's name says %ld; "
+                        "the files are mixed up, delete this checkpoint", spath, gstep, name_step);
+    if (ost > gstep)
+        return HERD_ERR(HERD_ERR_FORMAT, "'%s': field 'optimizer_steps' is %llu, more than 'global_step' "
+                        "%llu; " CORRUPT_HINT, spath, ost, gstep);
+    st->legacy = herd_st_meta(sf, "epoch_samples") == NULL;
+    if (!st->legacy) {
+        HERD_TRY(meta_int(sf, spath, "ranks", 1, INT_MAX, &ranks));
+        HERD_TRY(meta_int(sf, spath, "grad_accum", 1, INT_MAX, &accum));
+        HERD_TRY(meta_int(sf, spath, "global_batch", 1, LONG_MAX, &gbatch));
+        HERD_TRY(meta_int(sf, spath, "train_samples", 1, UINT32_MAX, &n));
+        HERD_TRY(meta_int(sf, spath, "epoch_samples", 0, UINT32_MAX, &pos));
+        HERD_TRY(meta_int(sf, spath, "epoch_seen", 0, UINT32_MAX, &seen));
+        HERD_TRY(meta_double(sf, spath, "epoch_loss_sum", &st->epoch_loss_sum));
+        HERD_TRY(meta_double(sf, spath, "epoch_correct", &st->epoch_correct));
+        if (gbatch != batch * ranks * accum)
+            return HERD_ERR(HERD_ERR_FORMAT, "'%s': field 'global_batch' is %llu, not 'batch_size' x "
+                            "'ranks' x 'grad_accum' = %llu; " CORRUPT_HINT, spath, gbatch, batch * ranks * accum);
+    }
+    st->epoch = (int)epoch;
+    st->global_step = (long)gstep;
+    st->seed = (uint64_t)seed;
+    st->batch_size = (int)batch;
+    st->ranks = (int)ranks;
+    st->grad_accum = (int)accum;
+    st->train_samples = (long)n;
+    st->epoch_samples = (long)pos;
+    st->epoch_seen = (long)seen;
+    *osteps = (long)ost;
+    return check_state(st, spath);
 }
 
 herd_status herd_checkpoint_load_latest(const char *dir, herd_model *m, herd_optimizer *o,
@@ -237,20 +353,10 @@ herd_status herd_checkpoint_load_latest(const char *dir, herd_model *m, herd_opt
     if (rc == HERD_OK)
         rc = herd_weights_check(m, wf, wpath);
 
-    unsigned long long epoch = 0, gstep = 0, seed = 0, batch = 0, osteps = 0;
+    herd_train_state loaded;
+    long osteps = 0;
     if (rc == HERD_OK)
-        rc = meta_int(sf, spath, "epoch", INT_MAX, &epoch);
-    if (rc == HERD_OK)
-        rc = meta_int(sf, spath, "global_step", LONG_MAX, &gstep);
-    if (rc == HERD_OK)
-        rc = meta_int(sf, spath, "seed", UINT64_MAX, &seed);
-    if (rc == HERD_OK)
-        rc = meta_int(sf, spath, "batch_size", INT_MAX, &batch);
-    if (rc == HERD_OK)
-        rc = meta_int(sf, spath, "optimizer_steps", LONG_MAX, &osteps);
-    if (rc == HERD_OK && (long)gstep != step)
-        rc = HERD_ERR(HERD_ERR_FORMAT, "'%s' says global_step %llu but its name says %ld; the files "
-                      "are mixed up, delete this checkpoint", spath, gstep, step);
+        rc = read_state(sf, spath, step, &loaded, &osteps);
     if (rc == HERD_OK && o) {
         const char *kind = herd_st_meta(sf, "optimizer");
         const char *want = kind_name(herd_optimizer_get_kind(o));
@@ -279,16 +385,105 @@ herd_status herd_checkpoint_load_latest(const char *dir, herd_model *m, herd_opt
             float *dst = herd_optimizer_state(o, i, &name, &numel);
             memcpy(dst, herd_st_find(sf, name, NULL, NULL), numel * sizeof(float));
         }
-        herd_optimizer_set_steps(o, (long)osteps);
-        st->epoch = (int)epoch;
-        st->global_step = (long)gstep;
-        st->seed = (uint64_t)seed;
-        st->batch_size = (int)batch;
+        herd_optimizer_set_steps(o, osteps);
+        *st = loaded;
         *found = true;
     }
     herd_st_free(wf);
     herd_st_free(sf);
     free(wpath);
     free(spath);
+    return rc;
+}
+
+herd_status herd_train_state_continue(herd_train_state *st, const herd_train_state *now,
+                                      long steps_per_epoch, const char *dir)
+{
+    long global_batch = (long)now->batch_size * now->ranks * now->grad_accum;
+    if (st->legacy) {
+        /* Older checkpoints kept only the step: the position follows from it when the
+         * steps per epoch are this run's, which only the user can vouch for. */
+        long step_in_epoch = st->global_step - (long)st->epoch * steps_per_epoch;
+        if (st->seed != now->seed || st->batch_size != now->batch_size || step_in_epoch < 0 ||
+            step_in_epoch >= steps_per_epoch)
+            return HERD_ERR(HERD_ERR_INVALID_ARG,
+                            "the checkpoint in '%s' comes from an older herd that does not record its "
+                            "position in the epoch (step %ld, %d epochs done, seed %llu, batch size %d); "
+                            "at this run's %ld steps per epoch, seed %llu and batch size %d it does not "
+                            "fall inside epoch %d: resume with the ranks, --batch-size, --grad-accum, "
+                            "--train-samples and --seed it was trained with",
+                            dir, st->global_step, st->epoch, (unsigned long long)st->seed,
+                            st->batch_size, steps_per_epoch, (unsigned long long)now->seed,
+                            now->batch_size, st->epoch + 1);
+        st->epoch_samples = step_in_epoch * global_batch;
+        st->epoch_seen = 0; /* the sums are unknown: the epoch's figures cover this run's part */
+        st->epoch_loss_sum = st->epoch_correct = 0;
+    } else if (st->epoch_samples > 0 && st->seed != now->seed) {
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "the checkpoint in '%s' stopped %ld samples into epoch %d, whose order comes "
+                        "from seed %llu; seed %llu orders it differently, so the epoch cannot be "
+                        "continued: resume with --seed %llu",
+                        dir, st->epoch_samples, st->epoch + 1, (unsigned long long)st->seed,
+                        (unsigned long long)now->seed, (unsigned long long)st->seed);
+    } else if (st->epoch_samples > 0 && st->train_samples != now->train_samples) {
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "the checkpoint in '%s' stopped %ld of %ld samples into epoch %d; this run has "
+                        "%ld training samples, whose permutation differs, so the epoch cannot be "
+                        "continued: resume with the same data and --train-samples (the ranks, "
+                        "--batch-size and --grad-accum may change), or from a checkpoint at an epoch end",
+                        dir, st->epoch_samples, st->train_samples, st->epoch + 1, now->train_samples);
+    }
+    st->legacy = false;
+    st->seed = now->seed;
+    st->batch_size = now->batch_size;
+    st->ranks = now->ranks;
+    st->grad_accum = now->grad_accum;
+    st->train_samples = now->train_samples;
+    return HERD_OK;
+}
+
+/* "<name>.tmp.XXXXXX" of a file herd_checkpoint_save writes (herd_write_file_atomic's
+ * temporaries); nothing else in the directory is touched. */
+static bool is_stale_tmp(const char *name)
+{
+    const char *tmp = strstr(name, ".tmp.");
+    if (!tmp || strlen(tmp + 5) != 6)
+        return false;
+    char base[256];
+    size_t len = (size_t)(tmp - name);
+    if (len >= sizeof base)
+        return false;
+    memcpy(base, name, len);
+    base[len] = '\0';
+    long step;
+    return strcmp(base, "latest") == 0 || parse_ckpt_name(base, ".safetensors", &step) == 0 ||
+           parse_ckpt_name(base, ".state.safetensors", &step) == 0;
+}
+
+herd_status herd_checkpoint_remove_stale(const char *dir, int *removed)
+{
+    *removed = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return errno == ENOENT || errno == ENOTDIR
+                   ? HERD_OK
+                   : HERD_ERR(HERD_ERR_IO, "cannot list the checkpoint directory '%s': %s", dir,
+                              strerror(errno));
+    herd_status rc = HERD_OK;
+    struct dirent *ent;
+    while (rc == HERD_OK && (ent = readdir(d)) != NULL) {
+        if (!is_stale_tmp(ent->d_name))
+            continue;
+        char *path = path_join(dir, ent->d_name, "");
+        if (!path)
+            rc = HERD_ERR_NOMEM;
+        else if (unlink(path) != 0 && errno != ENOENT)
+            rc = HERD_ERR(HERD_ERR_IO, "cannot remove '%s', left by an interrupted checkpoint write: "
+                          "%s; remove it by hand", path, strerror(errno));
+        else
+            ++*removed;
+        free(path);
+    }
+    closedir(d);
     return rc;
 }

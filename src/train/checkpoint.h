@@ -10,17 +10,41 @@
 #include "nn/model.h"
 #include "optim/optim.h"
 
+/* Where training stands. The position inside an epoch is counted in samples of the
+ * epoch's permutation, so a run with other ranks, batch or --grad-accum continues
+ * with the next samples of the same permutation. */
 typedef struct herd_train_state {
     int epoch;          /* epochs completed */
-    long global_step;   /* steps completed */
+    long global_step;   /* optimizer steps taken, whatever their size */
     uint64_t seed;
-    int batch_size;
+    /* What the run that saved it measured the position in (batch_size is per rank). */
+    int batch_size, ranks, grad_accum;
+    long train_samples; /* the data set's size: the length of every epoch's permutation */
+    /* Inside epoch `epoch` (all 0 at an epoch boundary): permutation positions
+     * consumed, and the epoch's sums so far over all ranks. */
+    long epoch_samples;
+    long epoch_seen; /* samples the sums cover: epoch_samples, or fewer after an older checkpoint */
+    double epoch_loss_sum, epoch_correct;
+    bool legacy; /* loaded from a checkpoint without epoch_samples (herd 0.x): position unknown */
 } herd_train_state;
+
+/* The highest step a checkpoint may hold: steps are logged as doubles and counted on. */
+#define HERD_CKPT_MAX_STEP (1L << 53)
 
 herd_status herd_checkpoint_save(const char *dir, const herd_model *m, herd_optimizer *o,
                                  const herd_train_state *st);
-/* Loads DIR/latest's checkpoint; *found is false (and HERD_OK) when DIR has none. */
+/* Loads DIR/latest's checkpoint; *found is false (and HERD_OK) when DIR has none.
+ * Every field is validated; an error names the file, the field and the value. */
 herd_status herd_checkpoint_load_latest(const char *dir, herd_model *m, herd_optimizer *o,
                                         herd_train_state *st, bool *found);
+/* Fits a loaded state to this run. now holds the run's seed, batch_size, ranks,
+ * grad_accum and train_samples; steps_per_epoch is the run's. Mid-epoch, only the
+ * epoch's permutation must be the same (seed and data size); batch, ranks and
+ * --grad-accum may change. On success st is measured in the run's terms. */
+herd_status herd_train_state_continue(herd_train_state *st, const herd_train_state *now,
+                                      long steps_per_epoch, const char *dir);
+/* Deletes the temporary files of interrupted checkpoint writes in dir (a missing dir
+ * has none); *removed counts them. */
+herd_status herd_checkpoint_remove_stale(const char *dir, int *removed);
 
 #endif

@@ -143,36 +143,51 @@ static herd_status broadcast_state(run *r)
     return c->ops->broadcast(c, &r->state, sizeof r->state, 0);
 }
 
-static herd_status resume(run *r)
+/* The state this run starts from, in this run's terms (rank 0). */
+static herd_status load_resume_state(run *r)
 {
-    /* Rank 0 reads the checkpoint and shares it, so ranks need no shared file system;
-     * its outcome travels first so that a failure stops every rank, not only rank 0. */
-    long outcome[2] = {HERD_OK, 0}; /* status, found */
+    const herd_train_config *c = &r->cfg;
+    bool found = false;
+    herd_train_state st;
+    HERD_TRY(herd_checkpoint_load_latest(c->checkpoint_dir, r->m, r->opt, &st, &found));
+    if (found) {
+        HERD_TRY(herd_train_state_continue(&st, &r->state, r->steps_per_epoch, c->checkpoint_dir));
+        if (st.epoch >= c->epochs)
+            return HERD_ERR(HERD_ERR_INVALID_ARG,
+                            "the checkpoint in '%s' has finished %d epochs and --epochs is %d: nothing "
+                            "is left to train; raise --epochs to train on, or start without --resume",
+                            c->checkpoint_dir, st.epoch, c->epochs);
+        r->state = st;
+    }
+    /* The metrics file goes back to the checkpoint, so the lines of steps trained
+     * again (and a partial epoch's line) are not written twice. */
+    return herd_observer_resume(r->obs, r->state.epoch, r->state.global_step);
+}
+
+/* Rank 0 clears interrupted checkpoint writes and, with --resume, reads the
+ * checkpoint and shares it, so ranks need no shared file system; its outcome travels
+ * first so that a failure stops every rank, not only rank 0. */
+static herd_status prepare_checkpoints(run *r)
+{
+    long outcome = HERD_OK;
     char msg[1024] = "";
     if (r->comm->rank == 0) {
-        bool found = false;
-        herd_train_state st;
-        herd_status s = herd_checkpoint_load_latest(r->cfg.checkpoint_dir, r->m, r->opt, &st, &found);
-        if (s == HERD_OK && found && (st.seed != r->cfg.seed || st.batch_size != r->cfg.batch_size))
-            s = HERD_ERR(HERD_ERR_INVALID_ARG,
-                         "the checkpoint in '%s' was trained with seed %llu and batch size %d, "
-                         "not %llu and %d; resume with the same flags",
-                         r->cfg.checkpoint_dir, (unsigned long long)st.seed, st.batch_size,
-                         (unsigned long long)r->cfg.seed, r->cfg.batch_size);
-        if (s == HERD_OK && found)
-            r->state = st;
-        outcome[0] = s;
-        outcome[1] = found;
+        int removed = 0;
+        herd_status s = herd_checkpoint_remove_stale(r->cfg.checkpoint_dir, &removed);
+        r->res->stale_tmp_removed = removed;
+        if (s == HERD_OK && r->cfg.resume)
+            s = load_resume_state(r);
+        outcome = s;
         if (s != HERD_OK)
             snprintf(msg, sizeof msg, "%s", herd_last_error());
     }
     if (r->comm->size > 1) {
-        HERD_TRY(r->comm->ops->broadcast(r->comm, outcome, sizeof outcome, 0));
+        HERD_TRY(r->comm->ops->broadcast(r->comm, &outcome, sizeof outcome, 0));
         HERD_TRY(r->comm->ops->broadcast(r->comm, msg, sizeof msg, 0));
     }
-    if (outcome[0] != HERD_OK)
-        return r->comm->rank == 0 ? (herd_status)outcome[0]
-                                  : HERD_ERR((herd_status)outcome[0], "rank 0 could not resume: %s", msg);
+    if (outcome != HERD_OK)
+        return r->comm->rank == 0 ? (herd_status)outcome
+                                  : HERD_ERR((herd_status)outcome, "rank 0 could not resume: %s", msg);
     return HERD_OK;
 }
 
@@ -243,17 +258,16 @@ static void activity(run *r, const char *what)
     r->comm->ops->set_activity(r->comm, buf);
 }
 
-/* One optimizer step: K micro-batches from the loader, reduction, update. *has is
- * false when the epoch had no batch left. */
-static herd_status train_step(run *r, herd_step_stats *s, bool *has)
+/* One optimizer step at schedule position sched_step: K micro-batches from the
+ * loader, reduction, update. *has is false when the epoch had no batch left. */
+static herd_status train_step(run *r, long sched_step, herd_step_stats *s, bool *has)
 {
     const herd_train_config *cfg = &r->cfg;
-    float lr = herd_lr_at(cfg, r->state.global_step, r->steps_per_epoch);
+    float lr = herd_lr_at(cfg, sched_step, r->steps_per_epoch);
     uint64_t seed = herd_mix64(cfg->seed, (uint64_t)r->state.global_step);
     /* Every rank sees the same number of batches per epoch; the epoch's last step may
      * have fewer than K micro-batches left. */
-    long step_in_epoch = r->state.global_step - (long)r->state.epoch * r->steps_per_epoch;
-    long left = herd_loader_batches_per_epoch(r->loader) - step_in_epoch * cfg->grad_accum;
+    long left = herd_loader_batches_left(r->loader);
     memset(s, 0, sizeof *s);
     *has = left > 0;
     if (!*has)
@@ -292,21 +306,36 @@ static herd_status train_step(run *r, herd_step_stats *s, bool *has)
     return HERD_OK;
 }
 
-/* Runs one epoch from step first_step; *stop is set when a callback or max_steps ends training. */
-static herd_status run_epoch(run *r, int epoch, long first_step, double t_start, bool *stop)
+/* The schedule's position: epochs done plus this epoch's steps on the current grid.
+ * global_step counts the steps taken, whose size may have changed at a resume; the
+ * schedule follows the data seen instead, so it continues where the samples are. */
+static long sched_step(const run *r, int epoch, long step)
+{
+    return (long)epoch * r->steps_per_epoch + step;
+}
+
+/* Runs one epoch from the state's position in it; *stop is set when a callback or
+ * max_steps ends training. */
+static herd_status run_epoch(run *r, int epoch, double t_start, bool *stop)
 {
     const herd_train_config *cfg = &r->cfg;
-    HERD_TRY(herd_loader_start_epoch(r->loader, epoch, first_step * cfg->grad_accum));
+    long global_batch = (long)cfg->batch_size * cfg->grad_accum * r->comm->size;
+    HERD_TRY(herd_loader_start_epoch(r->loader, epoch, r->state.epoch_samples));
     herd_progress p = {.epoch = epoch + 1, .epochs = cfg->epochs,
                        .steps_per_epoch = r->steps_per_epoch, .rank = r->comm->rank,
                        .world = r->comm->size};
     herd_phase_times sum = {0};
-    double totals[3] = {0, 0, 0}; /* loss, correct, samples over the epoch, all ranks */
+    /* loss, correct, samples over the epoch, all ranks; a resumed epoch's sums start
+     * with the checkpoint's, so its figures cover the whole epoch. */
+    double totals[3] = {r->state.epoch_loss_sum, r->state.epoch_correct, (double)r->state.epoch_seen};
+    double run_samples = 0; /* this run's share of them: the throughput's */
+    /* Rounded down, so a resume with another global batch never runs past the epoch. */
+    long first_step = r->state.epoch_samples / global_batch;
     long step = first_step;
     for (;; step++) {
         herd_step_stats s;
         bool has;
-        HERD_TRY(train_step(r, &s, &has));
+        HERD_TRY(train_step(r, sched_step(r, epoch, step), &s, &has));
         if (!has)
             break;
         /* Loss and accuracy over all ranks, and the stop vote that keeps every rank in
@@ -322,7 +351,7 @@ static herd_status run_epoch(run *r, int epoch, long first_step, double t_start,
         p.loss_scale = cfg->dynamic_loss_scale ? r->scaler.scale : 0.0;
         p.skipped_steps = r->scaler.skipped;
         p.global_step = r->state.global_step;
-        p.lr = herd_lr_at(cfg, r->state.global_step - 1, r->steps_per_epoch);
+        p.lr = herd_lr_at(cfg, sched_step(r, epoch, step), r->steps_per_epoch);
         memset(&p.phases, 0, sizeof p.phases);
         herd_phases_add(&p.phases, &sum, 1.0 / (double)(step + 1 - first_step));
         if (r->comm->size > 1)
@@ -330,15 +359,20 @@ static herd_status run_epoch(run *r, int epoch, long first_step, double t_start,
         bool want_stop = stats[3] > 0;
         for (int i = 0; i < 3; i++)
             totals[i] += stats[i];
+        run_samples += stats[2];
+        r->state.epoch_samples = herd_loader_position(r->loader);
+        r->state.epoch_seen = (long)totals[2];
+        r->state.epoch_loss_sum = totals[0];
+        r->state.epoch_correct = totals[1];
         r->train_samples += stats[2];
         p.step_loss = stats[0] / stats[2];
         p.loss = totals[0] / totals[2];
         p.acc = totals[1] / totals[2];
         p.samples_per_s = r->train_samples / r->train_time;
-        p.epoch_samples_per_s = sum.total > 0 ? totals[2] / sum.total : 0;
+        p.epoch_samples_per_s = sum.total > 0 ? run_samples / sum.total : 0;
         p.elapsed_s = herd_now() - t_start;
         long left = (long)(cfg->epochs - epoch - 1) * r->steps_per_epoch + (r->steps_per_epoch - step - 1);
-        p.eta_s = left * (r->train_time / (double)(r->state.global_step - r->res->steps));
+        p.eta_s = (left > 0 ? left : 0) * (r->train_time / (double)(r->state.global_step - r->res->steps));
         herd_obs_step observed = {stats[0], stats[1], stats[2], s.t};
         HERD_TRY(herd_observer_step(r->obs, &p, &observed));
         if (r->progress && !r->progress(&p, r->user)) {
@@ -347,16 +381,18 @@ static herd_status run_epoch(run *r, int epoch, long first_step, double t_start,
         }
         if (want_stop) {
             *stop = true;
-            step++;
             break;
         }
     }
     r->res->train_loss = totals[2] > 0 ? totals[0] / totals[2] : 0;
     r->res->train_acc = totals[2] > 0 ? totals[1] / totals[2] : 0;
     herd_phases_add(&r->res->phases, &sum, 1.0);
-    bool complete = step >= r->steps_per_epoch;
-    if (complete)
-        r->state.epoch = epoch + 1; /* a stop mid-epoch resumes inside it (see resume) */
+    bool complete = herd_loader_batches_left(r->loader) == 0;
+    if (complete) { /* a stop mid-epoch resumes inside it, at state.epoch_samples */
+        r->state.epoch = epoch + 1;
+        r->state.epoch_samples = r->state.epoch_seen = 0;
+        r->state.epoch_loss_sum = r->state.epoch_correct = 0;
+    }
     r->res->epochs_done = epoch + 1;
 
     p.epoch_end = true;
@@ -365,6 +401,9 @@ static herd_status run_epoch(run *r, int epoch, long first_step, double t_start,
     HERD_TRY(average_buffers(r));
     if (r->test && (last || (cfg->eval_every > 0 && (epoch + 1) % cfg->eval_every == 0)))
         HERD_TRY(evaluate(r, &p));
+    /* The epoch's line before its checkpoint: a kill in between leaves a line that the
+     * resume from the previous checkpoint drops, never an epoch without one. */
+    HERD_TRY(herd_observer_epoch(r->obs, &p));
     if (cfg->checkpoint_dir && complete && r->comm->rank == 0) {
         activity(r, "writing a checkpoint");
         HERD_TRY(save_checkpoint(r));
@@ -373,7 +412,6 @@ static herd_status run_epoch(run *r, int epoch, long first_step, double t_start,
         activity(r, "merging the timeline");
         HERD_TRY(herd_timeline_flush(r->timeline));
     }
-    HERD_TRY(herd_observer_epoch(r->obs, &p));
     if (r->progress)
         r->progress(&p, r->user);
     return HERD_OK;
@@ -425,22 +463,20 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg)
         HERD_TRY(herd_loss_scaler_init(&r->scaler, cfg->loss_scale_init, cfg->loss_scale_window));
         r->plan.scaler = &r->scaler;
     }
-    r->state = (herd_train_state){.seed = cfg->seed, .batch_size = cfg->batch_size};
-    if (cfg->resume)
-        HERD_TRY(resume(r));
+    /* What this run measures the position in; the checkpoint's, if any, is fitted to it. */
+    r->state = (herd_train_state){.seed = cfg->seed, .batch_size = cfg->batch_size,
+                                  .ranks = r->comm->size, .grad_accum = cfg->grad_accum,
+                                  .train_samples = (long)r->train->n};
+    if (cfg->checkpoint_dir)
+        HERD_TRY(prepare_checkpoints(r));
     HERD_TRY(broadcast_state(r));
     if (cfg->timeline_path)
         HERD_TRY(start_timeline(r));
     r->res->steps = r->state.global_step; /* steps before this run (resume) */
     double t_start = herd_now();
     bool stop = false;
-    /* Steps per epoch are fixed by data, batch size and ranks, so the position inside
-     * an interrupted epoch follows from the step count. */
-    long first_step = r->state.global_step - (long)r->state.epoch * r->steps_per_epoch;
-    if (first_step < 0 || first_step >= r->steps_per_epoch)
-        first_step = 0;
-    for (int epoch = r->state.epoch; epoch < cfg->epochs && !stop; epoch++, first_step = 0)
-        HERD_TRY(run_epoch(r, epoch, first_step, t_start, &stop));
+    for (int epoch = r->state.epoch; epoch < cfg->epochs && !stop; epoch++)
+        HERD_TRY(run_epoch(r, epoch, t_start, &stop));
     long steps_run = r->state.global_step - r->res->steps;
     r->res->steps = r->state.global_step;
     r->res->wall_s = herd_now() - t_start;
@@ -453,7 +489,7 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg)
         r->res->phases = mean;
     }
     HERD_TRY(average_buffers(r));
-    bool saved_at_epoch_end = r->state.global_step == (long)r->state.epoch * r->steps_per_epoch;
+    bool saved_at_epoch_end = r->state.epoch_samples == 0;
     if (cfg->checkpoint_dir && steps_run > 0 && !saved_at_epoch_end && r->comm->rank == 0)
         HERD_TRY(save_checkpoint(r));
     return stop_timeline(r, true);
