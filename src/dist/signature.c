@@ -168,3 +168,35 @@ herd_status herd_signature_check(herd_comm *c, const herd_signature *s)
     free(reports);
     return st;
 }
+
+void herd_agree_pack(herd_status mine, int rank, double out[3])
+{
+    out[0] = mine != HERD_OK;
+    out[1] = mine != HERD_OK ? rank : 0;
+    out[2] = mine;
+}
+
+herd_status herd_agree_unpack(herd_status mine, const double reduced[3], const char *what)
+{
+    if (mine != HERD_OK || reduced[0] < 0.5)
+        return mine;
+    int failed = (int)(reduced[0] + 0.5);
+    if (failed == 1)
+        return HERD_ERR((herd_status)(int)(reduced[2] + 0.5),
+                        "rank %d failed %s; every rank stops (rank %d's own error says why)",
+                        (int)(reduced[1] + 0.5), what, (int)(reduced[1] + 0.5));
+    return HERD_ERR(HERD_ERR_INTERNAL, "%d ranks failed %s; every rank stops (their own errors "
+                    "say why)", failed, what);
+}
+
+herd_status herd_agree(herd_comm *c, herd_status mine, const char *what)
+{
+    if (c->size == 1)
+        return mine;
+    double v[3];
+    herd_agree_pack(mine, c->rank, v);
+    herd_status red = c->ops->allreduce_f64(c, v, 3);
+    if (mine != HERD_OK)
+        return mine;
+    return red != HERD_OK ? red : herd_agree_unpack(mine, v, what);
+}

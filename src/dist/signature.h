@@ -20,4 +20,13 @@ void herd_signature_add(herd_signature *s, const char *name, const char *fmt, ..
 herd_status herd_signature_check(herd_comm *c, const herd_signature *s);
 void herd_signature_free(herd_signature *s);
 
+/* Collective: each rank says whether its local work since the last collective
+ * failed (mine), and every rank learns the outcome together. Returns mine on a
+ * failed rank, an error naming the failed rank and `what` on the others, else HERD_OK. */
+herd_status herd_agree(herd_comm *c, herd_status mine, const char *what);
+/* Folds one rank's status into values a sum reduction already carries: three doubles. */
+void herd_agree_pack(herd_status mine, int rank, double out[3]);
+/* After the reduction of what herd_agree_pack wrote: herd_agree's result. */
+herd_status herd_agree_unpack(herd_status mine, const double reduced[3], const char *what);
+
 #endif

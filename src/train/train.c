@@ -7,6 +7,7 @@
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/testhook.h"
 #include "dist/replica.h"
 #include "dist/signature.h"
 #include "obs/observer.h"
@@ -32,6 +33,7 @@ typedef struct run {
     double train_time;    /* seconds in training steps (excludes evaluation) */
     double train_samples; /* over all ranks */
     bool stop_requested;  /* a progress callback asked to stop */
+    herd_status deferred; /* a local failure between collectives, told at the next agreement */
     herd_observer *obs;   /* --logdir / --metrics (rank 0; NULL when not asked) */
 } run;
 
@@ -305,6 +307,15 @@ static herd_status stop_timeline(run *r, bool completed)
     return herd_timeline_close(tl);
 }
 
+/* Collective: every rank learns whether any failed (mine, or a failure deferred
+ * since the last agreement) and all stop together. */
+static herd_status agree(run *r, herd_status mine, const char *what)
+{
+    if (mine == HERD_OK)
+        mine = r->deferred;
+    return herd_agree(r->comm, mine, what);
+}
+
 /* Tells the stall inspector what this rank is doing, with its position in training. */
 static void activity(run *r, const char *what)
 {
@@ -330,6 +341,9 @@ static herd_status train_step(run *r, herd_step_stats *s, bool *has)
     if (!*has)
         return HERD_OK;
     int n_micro = left < cfg->grad_accum ? (int)left : cfg->grad_accum;
+    /* Inside a step the other ranks wait in its reductions: a failure here ends the
+     * job through the caller's herd_dist_abort or the stall timeout (herd.h). */
+    HERD_TRY(herd_fail_point("step", r->comm->rank));
     if (r->timeline)
         herd_timeline_begin_step(r->timeline, r->state.epoch + 1, r->state.global_step + 1);
     double t0 = herd_now();
@@ -357,9 +371,18 @@ static herd_status train_step(run *r, herd_step_stats *s, bool *has)
         herd_timeline_add(r->timeline, HERD_TL_STEP, NULL, t0, t1);
     /* Per-rank batch-norm statistics differ by design (only --sync-bn shares them). */
     size_t buffers = cfg->sync_bn ? r->m->n_buffer_floats : 0;
-    if (cfg->check_replicas)
+    if (r->state.global_step == 0 && r->m->be->host_memory &&
+        herd_test_hook("diverge", r->comm->rank)) { /* the lowest mantissa bit of one weight */
+        uint32_t bits;
+        memcpy(&bits, r->m->params, sizeof bits);
+        bits ^= 1;
+        memcpy(r->m->params, &bits, sizeof bits);
+    }
+    if (cfg->check_replicas) {
+        HERD_TRY(herd_fail_point("replicas", r->comm->rank));
         HERD_TRY(herd_check_replicas(r->comm, r->m->params, r->m->n_param_floats, r->m->buffers,
                                      buffers, r->state.global_step + 1));
+    }
     return HERD_OK;
 }
 
@@ -384,8 +407,12 @@ static herd_status run_epoch(run *r, int epoch, long first_step, double t_start,
          * step, in one reduction: a callback's request to stop (one rank's) takes
          * effect after the next step; max_steps is known everywhere at once. */
         bool at_max = cfg->max_steps > 0 && r->state.global_step + 1 >= cfg->max_steps;
-        double stats[4] = {s.loss_sum, (double)s.correct, (double)s.samples,
+        double stats[7] = {s.loss_sum, (double)s.correct, (double)s.samples,
                            r->stop_requested || at_max};
+        /* ... and a failure on any rank since the last step (metrics, injected). */
+        herd_status local = r->deferred != HERD_OK ? r->deferred
+                                                   : herd_fail_point("stats", r->comm->rank);
+        herd_agree_pack(local, r->comm->rank, stats + 4);
         herd_phases_add(&sum, &s.t, 1.0);
         r->train_time += s.t.total;
         r->state.global_step++;
@@ -397,7 +424,8 @@ static herd_status run_epoch(run *r, int epoch, long first_step, double t_start,
         memset(&p.phases, 0, sizeof p.phases);
         herd_phases_add(&p.phases, &sum, 1.0 / (double)(step + 1 - first_step));
         if (r->comm->size > 1)
-            HERD_TRY(r->comm->ops->allreduce_f64(r->comm, stats, 4));
+            HERD_TRY(r->comm->ops->allreduce_f64(r->comm, stats, 7));
+        HERD_TRY(herd_agree_unpack(local, stats + 4, "during the step"));
         bool want_stop = stats[3] > 0;
         for (int i = 0; i < 3; i++)
             totals[i] += stats[i];
@@ -411,7 +439,9 @@ static herd_status run_epoch(run *r, int epoch, long first_step, double t_start,
         long left = (long)(cfg->epochs - epoch - 1) * r->steps_per_epoch + (r->steps_per_epoch - step - 1);
         p.eta_s = left * (r->train_time / (double)(r->state.global_step - r->res->steps));
         herd_obs_step observed = {stats[0], stats[1], stats[2], s.t};
-        HERD_TRY(herd_observer_step(r->obs, &p, &observed));
+        herd_status obs_st = herd_observer_step(r->obs, &p, &observed);
+        if (r->deferred == HERD_OK)
+            r->deferred = obs_st;
         if (r->progress && !r->progress(&p, r->user)) {
             r->stop_requested = true;
             want_stop |= r->comm->size == 1; /* alone, nobody needs telling */
@@ -433,44 +463,34 @@ static herd_status run_epoch(run *r, int epoch, long first_step, double t_start,
     p.epoch_end = true;
     bool last = epoch + 1 == cfg->epochs || *stop;
     activity(r, "evaluating");
+    HERD_TRY(agree(r, herd_fail_point("epoch_end", r->comm->rank), "at the end of the epoch"));
     HERD_TRY(average_buffers(r));
     if (r->test && (last || (cfg->eval_every > 0 && (epoch + 1) % cfg->eval_every == 0)))
         HERD_TRY(evaluate(r, &p));
+    herd_status st = HERD_OK;
     if (cfg->checkpoint_dir && complete && r->comm->rank == 0) {
         activity(r, "writing a checkpoint");
-        HERD_TRY(save_checkpoint(r));
+        st = save_checkpoint(r);
     }
+    if (st == HERD_OK)
+        st = herd_observer_epoch(r->obs, &p);
+    if (st == HERD_OK)
+        st = herd_fail_point("checkpoint", r->comm->rank);
+    /* Rank 0 wrote alone: every rank learns whether it could before the next collective. */
+    HERD_TRY(agree(r, st, "writing the checkpoint or the metrics"));
     if (r->timeline) { /* each epoch, so a long run's trace survives and memory stays bounded */
         activity(r, "merging the timeline");
         HERD_TRY(herd_timeline_flush(r->timeline));
     }
-    HERD_TRY(herd_observer_epoch(r->obs, &p));
     if (r->progress)
         r->progress(&p, r->user);
     return HERD_OK;
 }
 
-static herd_status train_run(run *r, const herd_train_config *user_cfg)
+/* Everything each rank prepares on its own before the first shared state. */
+static herd_status setup(run *r)
 {
-    resolve_config(r, user_cfg);
     const herd_train_config *cfg = &r->cfg;
-    /* A device model moves data only at the edges; the paths that still touch
-     * parameters or gradients on the host (reductions across micro-batches, synchronised
-     * batch norm, replica checks, optimizer-state checkpoints) are refused rather than
-     * crash. Gradients across ranks go through a device communicator (NCCL, or MPI
-     * staged through host memory). */
-    if (!r->m->be->host_memory &&
-        (cfg->grad_accum > 1 || cfg->check_replicas || cfg->checkpoint_dir ||
-         (cfg->sync_bn && r->comm->size > 1)))
-        return HERD_ERR(HERD_ERR_UNSUPPORTED,
-                        "training on '%s' does not support gradient accumulation, --sync-bn, "
-                        "replica checks or checkpoints yet", r->m->be->name);
-    HERD_TRY(r->m->be->set_precision(r->m->precision)); /* process-wide on a GPU: ours again */
-    HERD_TRY(check_signature(r));
-    if (!r->m->be->host_memory && r->comm->size > 1) {
-        HERD_TRY(herd_comm_device_create(r->comm, r->m->be, &r->device_comm));
-        r->comm = r->device_comm;
-    }
     HERD_TRY(r->m->be->set_threads(cfg->threads));
     herd_loader_config lc = {
         .batch_size = cfg->batch_size, .shuffle = true, .augment = cfg->augment,
@@ -489,6 +509,37 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg)
         r->plan.scaler = &r->scaler;
     }
     r->state = (herd_train_state){.seed = cfg->seed, .batch_size = cfg->batch_size};
+    return herd_fail_point("setup", r->comm->rank);
+}
+
+/* early: herd_train's checks of the arguments, agreed with the other ranks here. */
+static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_status early)
+{
+    resolve_config(r, user_cfg);
+    const herd_train_config *cfg = &r->cfg;
+    herd_status st = early;
+    /* A device model moves data only at the edges; the paths that still touch
+     * parameters or gradients on the host (reductions across micro-batches, synchronised
+     * batch norm, replica checks, optimizer-state checkpoints) are refused rather than
+     * crash. Gradients across ranks go through a device communicator (NCCL, or MPI
+     * staged through host memory). */
+    if (st == HERD_OK && !r->m->be->host_memory &&
+        (cfg->grad_accum > 1 || cfg->check_replicas || cfg->checkpoint_dir ||
+         (cfg->sync_bn && r->comm->size > 1)))
+        st = HERD_ERR(HERD_ERR_UNSUPPORTED,
+                      "training on '%s' does not support gradient accumulation, --sync-bn, "
+                      "replica checks or checkpoints yet", r->m->be->name);
+    if (st == HERD_OK) /* process-wide on a GPU: ours again */
+        st = r->m->be->set_precision(r->m->precision);
+    if (st == HERD_OK)
+        st = herd_fail_point("signature", r->comm->rank);
+    HERD_TRY(herd_agree(r->comm, st, "checking its arguments"));
+    HERD_TRY(check_signature(r));
+    if (!r->m->be->host_memory && r->comm->size > 1) {
+        HERD_TRY(herd_comm_device_create(r->comm, r->m->be, &r->device_comm));
+        r->comm = r->device_comm;
+    }
+    HERD_TRY(agree(r, setup(r), "setting up training"));
     if (cfg->resume)
         HERD_TRY(resume(r));
     HERD_TRY(broadcast_state(r));
@@ -515,21 +566,18 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg)
         herd_phases_add(&mean, &r->res->phases, 1.0 / (double)steps_run);
         r->res->phases = mean;
     }
+    HERD_TRY(agree(r, herd_fail_point("final", r->comm->rank), "at the end of training"));
     HERD_TRY(average_buffers(r));
     bool saved_at_epoch_end = r->state.global_step == (long)r->state.epoch * r->steps_per_epoch;
+    st = HERD_OK;
     if (cfg->checkpoint_dir && steps_run > 0 && !saved_at_epoch_end && r->comm->rank == 0)
-        HERD_TRY(save_checkpoint(r));
+        st = save_checkpoint(r);
+    HERD_TRY(agree(r, st, "writing the last checkpoint"));
     return stop_timeline(r, true);
 }
 
-herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
-                       const herd_train_config *cfg, herd_progress_fn progress, void *user,
-                       herd_train_result *result)
+static herd_status check_shapes(const herd_model *m, herd_dataset *train, herd_dataset *test)
 {
-    if (!m || !train || !cfg || !result)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "herd_train needs a model, training data, a config "
-                        "and a result");
-    HERD_TRY(validate(cfg));
     int c, h, w, classes;
     herd_dataset_shape(train, &c, &h, &w, &classes);
     if (c != m->in_c || h != m->in_h || w != m->in_w || classes > m->classes)
@@ -547,6 +595,21 @@ herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
                             "data's classes",
                             tc, th, tw, tclasses, m->name, m->in_c, m->in_h, m->in_w, m->classes);
     }
+    return HERD_OK;
+}
+
+herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
+                       const herd_train_config *cfg, herd_progress_fn progress, void *user,
+                       herd_train_result *result)
+{
+    if (!m || !train || !cfg || !result)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "herd_train needs a model, training data, a config "
+                        "and a result");
+    /* Every rank reaches the first agreement in train_run, so an argument one rank
+     * rejects stops them all. */
+    herd_status early = validate(cfg);
+    if (early == HERD_OK)
+        early = check_shapes(m, train, test);
     memset(result, 0, sizeof *result);
     result->test_loss = result->test_acc = -1;
     run r = {.m = m, .train = train, .test = test, .progress = progress, .user = user,
@@ -556,7 +619,7 @@ herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
         HERD_TRY(herd_comm_local_create(&own));
         r.comm = own;
     }
-    herd_status st = train_run(&r, cfg);
+    herd_status st = train_run(&r, cfg, early);
     herd_status obs_st = herd_observer_close(r.obs); /* flushes the last records */
     if (st == HERD_OK)
         st = obs_st;
