@@ -137,7 +137,8 @@ herd_status herd_signature_check(herd_comm *c, const herd_signature *s)
         for (size_t off = 0; off < len && bst == HERD_OK; off += SIG_CHUNK) {
             char scratch[SIG_CHUNK]; /* without memory, still join every broadcast */
             size_t n = len - off < SIG_CHUNK ? len - off : SIG_CHUNK;
-            bst = c->ops->broadcast(c, c->rank == 0 ? s->text + off : ref ? ref + off : scratch, n, 0);
+            char *buf = c->rank == 0 ? s->text + off : ref ? ref + off : scratch;
+            bst = c->ops->broadcast(c, buf, n, 0);
         }
         sig_report local = {0};
         if (bst == HERD_OK && c->rank != 0 && ref)
@@ -152,7 +153,8 @@ herd_status herd_signature_check(herd_comm *c, const herd_signature *s)
                 break;
             } else if (reports[r].differs) {
                 sig_report *d = &reports[r];
-                d->name[sizeof d->name - 1] = d->ref[sizeof d->ref - 1] = d->mine[sizeof d->mine - 1] = '\0';
+                d->name[sizeof d->name - 1] = d->ref[sizeof d->ref - 1] = '\0';
+                d->mine[sizeof d->mine - 1] = '\0';
                 st = HERD_ERR(HERD_ERR_INVALID_ARG,
                               "ranks disagree on the configuration: rank %d has %s=%s but rank 0 "
                               "has %s=%s; start every rank with the same flags, data and herd "

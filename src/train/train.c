@@ -1,6 +1,7 @@
 /* The training loop: epochs of shuffled batches (each rank its own shard), LR
  * schedule, gradient reduction, evaluation, checkpoints and resume, progress. */
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -147,8 +148,6 @@ static void sign_model_and_data(herd_signature *s, const run *r)
     herd_signature_add(s, "device", "%s", m->be->name);
     herd_signature_add(s, "precision", "%s", herd_precision_name(m->precision));
     herd_signature_add(s, "input", "%dx%dx%d, %d classes", m->in_c, m->in_h, m->in_w, m->classes);
-    herd_signature_add(s, "parameters", "%zu", m->n_param_floats);
-    herd_signature_add(s, "buffers", "%zu", m->n_buffer_floats);
     for (int i = 0; i < m->n_layers; i++) {
         const herd_layer_spec *sp = &m->layers[i].spec;
         herd_shape o = m->layers[i].out_shape;
@@ -158,8 +157,9 @@ static void sign_model_and_data(herd_signature *s, const run *r)
             snprintf(inputs + len, sizeof inputs - len, "%s%d", k ? "," : "", sp->inputs[k]);
         }
         snprintf(name, sizeof name, "layer %d", i);
-        herd_signature_add(s, name, "%s %s out=%d k=%d s=%d p=%d bias=%d p=%.9g eps=%.9g "
-                           "momentum=%.9g in=[%s] -> %dx%dx%d",
+        herd_signature_add(s, name,
+                           "%s %s out=%d kernel=%d stride=%d pad=%d bias=%d dropout=%.9g "
+                           "eps=%.9g momentum=%.9g in=[%s] -> %dx%dx%d",
                            sp->type, sp->name, sp->out, sp->kernel, sp->stride, sp->pad, sp->bias,
                            sp->p, sp->eps, sp->momentum, inputs, o.c, o.h, o.w);
     }
@@ -172,6 +172,9 @@ static void sign_model_and_data(herd_signature *s, const run *r)
                            (long long)v->shape[3], v->ndim, v->offset,
                            v->is_buffer ? " buffer" : "", v->no_decay ? " no-decay" : "");
     }
+    /* After the layers: the first difference named is the layer's, not the total's. */
+    herd_signature_add(s, "parameters", "%zu", m->n_param_floats);
+    herd_signature_add(s, "buffers", "%zu", m->n_buffer_floats);
     int c, h, w, classes;
     herd_dataset_shape(r->train, &c, &h, &w, &classes);
     herd_signature_add(s, "train_data", "%zu samples %dx%dx%d, %d classes", r->train->n, c, h, w,
@@ -344,6 +347,8 @@ static herd_status train_step(run *r, herd_step_stats *s, bool *has)
     /* Inside a step the other ranks wait in its reductions: a failure here ends the
      * job through the caller's herd_dist_abort or the stall timeout (herd.h). */
     HERD_TRY(herd_fail_point("step", r->comm->rank));
+    if (r->state.global_step == 1 && herd_test_hook("stop", r->comm->rank))
+        raise(SIGSTOP); /* the stall tests: a rank that stops between two collectives */
     if (r->timeline)
         herd_timeline_begin_step(r->timeline, r->state.epoch + 1, r->state.global_step + 1);
     double t0 = herd_now();
