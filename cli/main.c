@@ -26,8 +26,17 @@ static void usage(FILE *out)
             "  --help     this text\n");
 }
 
+/* The library's messages, as herd has always printed them. */
+static void print_log(herd_log_level level, const char *msg, void *user)
+{
+    (void)user;
+    fprintf(stderr, "herd: %s: %s\n", level == HERD_LOG_ERROR ? "error" : "warning", msg);
+    fflush(stderr);
+}
+
 int main(int argc, char **argv)
 {
+    herd_set_log_fn(print_log, NULL);
     if (argc < 2) {
         usage(stderr);
         return CLI_USAGE;

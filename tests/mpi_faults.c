@@ -1,21 +1,32 @@
 /* Faults for tests/mpi_faults.sh: `warn` (rank 1 joins 3 s late), `timeout` (rank 1
- * never joins), `kill` (rank 1 dies from SIGKILL mid-job). */
+ * never joins), `stop0` (rank 0 stops itself with SIGSTOP), `kill` (rank 1 dies from
+ * SIGKILL mid-job). */
 #include <signal.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "mpi_common.h"
 
+/* The library's messages, printed as the CLI prints them. */
+static void print_log(herd_log_level level, const char *msg, void *user)
+{
+    (void)user;
+    fprintf(stderr, "herd: %s: %s\n", level == HERD_LOG_ERROR ? "error" : "warning", msg);
+}
+
 int main(int argc, char **argv)
 {
+    herd_set_log_fn(print_log, NULL);
     const char *mode = argc > 1 ? argv[1] : "";
     herd_comm_config cfg = {0};
     if (strcmp(mode, "warn") == 0)
         cfg = (herd_comm_config){.stall_warning_s = 1, .timeout_s = 30};
     else if (strcmp(mode, "timeout") == 0)
         cfg = (herd_comm_config){.stall_warning_s = 1, .timeout_s = 3};
+    else if (strcmp(mode, "stop0") == 0) /* rank 0 counts as silent after 3 s */
+        cfg = (herd_comm_config){.stall_warning_s = 1, .timeout_s = 6};
     else if (strcmp(mode, "kill") != 0) {
-        fprintf(stderr, "usage: mpi_faults warn|timeout|kill\n");
+        fprintf(stderr, "usage: mpi_faults warn|timeout|stop0|kill\n");
         return 2;
     }
     herd_comm *c;
@@ -28,7 +39,11 @@ int main(int argc, char **argv)
     MT_OK(c->ops->allreduce_start(c, g, 1000, 1.0f, HERD_WIRE_FP32, "bucket 0"));
     MT_OK(c->ops->wait_all(c));
 
-    if (c->rank == 1) {
+    if (c->rank == 0 && strcmp(mode, "stop0") == 0) {
+        c->ops->set_activity(c, "epoch 1 step 2: forward");
+        raise(SIGSTOP); /* every thread stops, the communication thread too */
+    }
+    if (c->rank == 1 && strcmp(mode, "stop0") != 0) {
         if (strcmp(mode, "kill") == 0)
             kill(getpid(), SIGKILL);
         c->ops->set_activity(c, "epoch 1 step 2: forward");

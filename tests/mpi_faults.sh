@@ -20,8 +20,8 @@ run 3 warn
 grep -Eq "herd: warning: collective #2 \(allreduce 'bucket 3', 4000 bytes\) pending for [0-9]+ s on rank 0; ranks not yet arrived: 1 on [^ ]+ \(last: 'epoch 1 step 2: forward' [0-9]+ s ago\)$" "$out" \
   || fail "warn: rank 0's report naming rank 1"
 [ "$(grep -c 'on rank 0; ranks not yet arrived' "$out")" -eq 1 ] || fail "warn: one report only"
-grep -q "herd: warning: rank 2 on host .*: collective #2 .* pending for [0-9]* s, waiting" "$out" \
-  || fail "warn: rank 2's own warning"
+grep -Eq "herd: warning: rank 2 on host .*: collective #2 .* pending for [0-9]+ s; ranks not yet arrived: 1 (on|\()" "$out" \
+  || fail "warn: rank 2's own warning, naming rank 1"
 echo "warn: ok (${secs} s)"
 
 # Rank 1 never joins: the job ends within ~10 s, naming rank 1.
@@ -31,6 +31,16 @@ run 2 timeout
 grep -q "herd: error: rank 0 on host .*: collective #2 .*did not complete within 3 s (stall timeout); ranks not yet arrived: 1 on .*epoch 1 step 2: forward" "$out" \
   || fail "timeout: message naming rank 1"
 echo "timeout: ok, mpirun exit $rc after ${secs} s"
+
+# Rank 0 stops (SIGSTOP): rank 1 names it and ends the job at the timeout (6 s).
+run 2 stop0
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "stop0: exit $rc"
+(( $(echo "$secs < 15" | bc) )) || fail "stop0: took $secs s"
+grep -q "herd: warning: rank 1 on host .*: collective #2 .* ranks not yet arrived: 0 (no answer from rank 0" "$out" \
+  || fail "stop0: rank 1's warning naming rank 0"
+grep -q "herd: error: rank 1 on host .*: collective #2 .*did not complete within 6 s (stall timeout); ranks not yet arrived: 0 " "$out" \
+  || fail "stop0: rank 1's abort naming rank 0"
+echo "stop0: ok, mpirun exit $rc after ${secs} s"
 
 # Rank 1 is killed: mpirun must end the job, non-zero, within 30 s.
 run 2 kill

@@ -4,7 +4,14 @@
  * The public API. Every object is an opaque handle; every call that can fail
  * returns a herd_status, and herd_last_error() then holds a message that says
  * what went wrong (with the source location) and what to try. The library never
- * exits the process and never prints unless a progress callback asks it to.
+ * prints: its messages go to the log function set with herd_set_log_fn, and the
+ * progress callback prints only if the caller's callback does. It never exits the
+ * process, with one exception, the abort path: in a job of several ranks, a
+ * collective still pending after herd_dist_config.timeout_s (a rank stopped, hung
+ * or unreachable) makes the rank that notices log the reason at HERD_LOG_ERROR and
+ * end every process of the job with MPI_Abort, exit code 1, because no rank can
+ * return from a collective that a peer never joins. herd_dist_abort, called by the
+ * caller, ends the job the same way.
  *
  * Typical use:
  *
@@ -40,6 +47,14 @@ typedef enum herd_status {
     HERD_ERR_UNSUPPORTED,  /* asked for something this build or backend cannot do */
     HERD_ERR_INTERNAL,     /* a library that herd calls (oneDNN, BLAS, ...) failed */
 } herd_status;
+
+typedef enum herd_log_level { HERD_LOG_WARNING = 1, HERD_LOG_ERROR = 2 } herd_log_level;
+/* Receives the library's messages: one line without a trailing newline or a
+ * "herd:" prefix, e.g. the stall inspector's "collective #2 (...) pending for 60 s
+ * ...". It may be called from herd's communication thread, one call at a time.
+ * NULL (the default) drops them. */
+typedef void (*herd_log_fn)(herd_log_level level, const char *msg, void *user);
+void herd_set_log_fn(herd_log_fn fn, void *user);
 
 /* The message of the last failure on this thread ("" if none). */
 const char *herd_last_error(void);
@@ -170,7 +185,8 @@ bool herd_have_nccl(void);
  * the GPU of its local rank (and fails when a host has more ranks than GPUs); "cpu"
  * and groups of one need nothing. */
 herd_status herd_dist_bind_device(herd_dist *d, const char *device);
-/* Ends every process of the job with exit code `code` (use after a fatal error on one rank). */
+/* Ends every process of the job with exit code `code` (use after a fatal error on one
+ * rank); msg goes to the log function at HERD_LOG_ERROR first. Does not return. */
 void herd_dist_abort(herd_dist *d, int code, const char *msg);
 void herd_dist_free(herd_dist *d);
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "dist/comm.h"
 
 static void local_destroy(herd_comm *c) { free(c); }
@@ -112,8 +113,7 @@ static void local_set_activity(herd_comm *c, const char *what) { (void)c, (void)
  * where library code ends the process. */
 static void local_abort(herd_comm *c, int code, const char *msg)
 {
-    fprintf(stderr, "herd: abort on host %s: %s\n", c->host, msg ? msg : "(no message)");
-    fflush(stderr);
+    herd_log(HERD_LOG_ERROR, "abort on host %s: %s", c->host, msg ? msg : "(no message)");
     exit(code);
 }
 

@@ -28,6 +28,7 @@ herd_status herd_comm_mpi_create(const herd_comm_config *cfg, herd_comm **out)
 #include <unistd.h>
 
 #include "core/clock.h"
+#include "core/log.h"
 #include "core/half.h"
 #include "dist/comm_mpi_internal.h"
 
@@ -47,8 +48,7 @@ void comm_mpi_describe_error(comm_mpi *m, int mpi_err, const char *what, char *o
 
 _Noreturn void comm_mpi_fatal(comm_mpi *m, int code, const char *msg)
 {
-    fprintf(stderr, "herd: error: rank %d on host %s: %s\n", m->c->rank, m->c->host, msg);
-    fflush(stderr);
+    herd_log(HERD_LOG_ERROR, "rank %d on host %s: %s", m->c->rank, m->c->host, msg);
     MPI_Abort(MPI_COMM_WORLD, code ? code : 1);
     _exit(code ? code : 1); /* MPI_Abort does not return; this only satisfies _Noreturn */
 }

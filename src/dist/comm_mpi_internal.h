@@ -63,6 +63,12 @@ typedef struct mpi_rank_status {
     char host[64];
 } mpi_rank_status;
 
+/* What rank 0 answers a waiting rank: which ranks have not started collective seq. */
+typedef struct mpi_rank_view {
+    uint64_t seq;
+    char missing[1024];
+} mpi_rank_view;
+
 typedef struct mpi_stall {
     double last_poll, last_sent, last_request;
     mpi_rank_status out; /* the buffer of the status send in flight */
@@ -73,6 +79,11 @@ typedef struct mpi_stall {
     /* rank 0: the last status of every rank and when it arrived */
     mpi_rank_status *table;
     double *received_at;
+    mpi_rank_view *views_out; /* rank 0: the view in flight to each rank */
+    MPI_Request *view_reqs;
+    /* other ranks: rank 0's last view and when it came */
+    mpi_rank_view view_in;
+    double view_at;
     uint64_t warned_seq;   /* our own pending op already warned about */
     uint64_t reported_seq; /* rank 0: the op whose job-wide report is printed */
 } mpi_stall;

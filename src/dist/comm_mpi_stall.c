@@ -4,9 +4,11 @@
  * collective is pending, ranks send their status (activity, collectives started
  * and completed) to rank 0 on a communicator of their own, about once a second
  * and whenever rank 0 asks. Rank 0 compares sequence numbers to name the ranks
- * that have not arrived, warns once per collective after stall_warning_s, and
- * ends the job after timeout_s. Every waiting rank also prints its own shorter
- * warning, and ends the job itself should rank 0 fail to.
+ * that have not arrived and answers each waiting rank with that list. Whichever
+ * rank waits warns once per collective after stall_warning_s and ends the job
+ * after timeout_s, naming the missing ranks: rank 0's list, or rank 0 itself when
+ * it has stopped answering (stopped, hung or unreachable). Messages go through
+ * the caller's log function (core/log.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,14 +16,17 @@
 #include <time.h>
 
 #include "core/clock.h"
+#include "core/log.h"
 #include "dist/comm_mpi_internal.h"
 
 #define TAG_STATUS 1
 #define TAG_REQUEST 2
+#define TAG_VIEW 3
 #define POLL_PERIOD_S 0.05
 #define STATUS_PERIOD_S 1.0
-/* A waiting rank other than 0 ends the job this long after the timeout, if rank 0 has not. */
-#define FALLBACK_GRACE_S 5.0
+/* Rank 0 answers a waiting rank's status within a poll; silence this long means
+ * its communication thread is not running. */
+#define SILENT_AFTER_S (3 * STATUS_PERIOD_S)
 
 int comm_mpi_stall_init(comm_mpi *m)
 {
@@ -34,10 +39,13 @@ int comm_mpi_stall_init(comm_mpi *m)
     s->received_at = calloc((size_t)size, sizeof *s->received_at);
     s->request_reqs = malloc((size_t)size * sizeof *s->request_reqs);
     s->request_bytes = calloc((size_t)size, 1);
-    if (!s->table || !s->received_at || !s->request_reqs || !s->request_bytes)
+    s->views_out = calloc((size_t)size, sizeof *s->views_out);
+    s->view_reqs = malloc((size_t)size * sizeof *s->view_reqs);
+    if (!s->table || !s->received_at || !s->request_reqs || !s->request_bytes || !s->views_out ||
+        !s->view_reqs)
         return -1;
     for (int r = 0; r < size; r++)
-        s->request_reqs[r] = MPI_REQUEST_NULL;
+        s->request_reqs[r] = s->view_reqs[r] = MPI_REQUEST_NULL;
     return 0;
 }
 
@@ -48,6 +56,8 @@ void comm_mpi_stall_free(comm_mpi *m)
     free(s->received_at);
     free(s->request_reqs);
     free(s->request_bytes);
+    free(s->views_out);
+    free(s->view_reqs);
     memset(s, 0, sizeof *s);
 }
 
@@ -102,36 +112,6 @@ static bool asked_for_status(comm_mpi *m)
     }
 }
 
-static void receive_statuses(comm_mpi *m, double now)
-{
-    mpi_stall *s = &m->stall;
-    for (;;) {
-        int flag = 0;
-        MPI_Status probe;
-        MPI_Iprobe(MPI_ANY_SOURCE, TAG_STATUS, m->stall_comm, &flag, &probe);
-        if (!flag)
-            return;
-        mpi_rank_status st;
-        MPI_Recv(&st, sizeof st, MPI_BYTE, probe.MPI_SOURCE, TAG_STATUS, m->stall_comm,
-                 MPI_STATUS_IGNORE);
-        st.activity[sizeof st.activity - 1] = '\0';
-        st.pending_desc[sizeof st.pending_desc - 1] = '\0';
-        st.host[sizeof st.host - 1] = '\0';
-        s->table[probe.MPI_SOURCE] = st;
-        s->received_at[probe.MPI_SOURCE] = now;
-    }
-}
-
-static void request_statuses(comm_mpi *m, double now)
-{
-    mpi_stall *s = &m->stall;
-    for (int r = 1; r < m->c->size; r++)
-        if (request_done(&s->request_reqs[r]))
-            MPI_Isend(&s->request_bytes[r], 1, MPI_BYTE, r, TAG_REQUEST, m->stall_comm,
-                      &s->request_reqs[r]);
-    s->last_request = now;
-}
-
 /* "2 (last: 'epoch 1 step 119: forward' 61 s ago), 3 (...)": the ranks that have
  * not started collective seq, as rank 0 last heard. */
 static void describe_missing(comm_mpi *m, uint64_t seq, double now, char *out, size_t cap)
@@ -157,6 +137,43 @@ static void describe_missing(comm_mpi *m, uint64_t seq, double now, char *out, s
     }
     if (!out[0])
         snprintf(out, cap, "none known (statuses may lag by a second)");
+}
+
+static void receive_statuses(comm_mpi *m, double now)
+{
+    mpi_stall *s = &m->stall;
+    for (;;) {
+        int flag = 0;
+        MPI_Status probe;
+        MPI_Iprobe(MPI_ANY_SOURCE, TAG_STATUS, m->stall_comm, &flag, &probe);
+        if (!flag)
+            return;
+        mpi_rank_status st;
+        MPI_Recv(&st, sizeof st, MPI_BYTE, probe.MPI_SOURCE, TAG_STATUS, m->stall_comm,
+                 MPI_STATUS_IGNORE);
+        st.activity[sizeof st.activity - 1] = '\0';
+        st.pending_desc[sizeof st.pending_desc - 1] = '\0';
+        st.host[sizeof st.host - 1] = '\0';
+        int r = probe.MPI_SOURCE;
+        s->table[r] = st;
+        s->received_at[r] = now;
+        if (st.pending && request_done(&s->view_reqs[r])) { /* tell it whom it waits for */
+            mpi_rank_view *v = &s->views_out[r];
+            v->seq = st.started;
+            describe_missing(m, v->seq, now, v->missing, sizeof v->missing);
+            MPI_Isend(v, sizeof *v, MPI_BYTE, r, TAG_VIEW, m->stall_comm, &s->view_reqs[r]);
+        }
+    }
+}
+
+static void request_statuses(comm_mpi *m, double now)
+{
+    mpi_stall *s = &m->stall;
+    for (int r = 1; r < m->c->size; r++)
+        if (request_done(&s->request_reqs[r]))
+            MPI_Isend(&s->request_bytes[r], 1, MPI_BYTE, r, TAG_REQUEST, m->stall_comm,
+                      &s->request_reqs[r]);
+    s->last_request = now;
 }
 
 /* Rank 0: the collective to judge — its own pending one, or else the oldest one
@@ -193,9 +210,9 @@ static void inspect_as_rank0(comm_mpi *m, double now)
 {
     mpi_stall *s = &m->stall;
     const herd_comm_config *cfg = &m->c->cfg;
-    receive_statuses(m, now);
     fill_status(m, &s->table[0], now);
     s->received_at[0] = now;
+    receive_statuses(m, now);
 
     uint64_t seq = 0;
     double age = 0;
@@ -220,9 +237,43 @@ static void inspect_as_rank0(comm_mpi *m, double now)
     if (s->reported_seq == seq)
         return;
     s->reported_seq = seq;
-    fprintf(stderr, "herd: warning: collective #%llu (%s) pending for %.0f s on rank %d; ranks not yet arrived: %s\n",
-            (unsigned long long)seq, desc, age, on_rank, missing);
-    fflush(stderr);
+    herd_log(HERD_LOG_WARNING,
+             "collective #%llu (%s) pending for %.0f s on rank %d; ranks not yet arrived: %s",
+             (unsigned long long)seq, desc, age, on_rank, missing);
+}
+
+/* Rank != 0: keeps rank 0's latest answer. */
+static void receive_views(comm_mpi *m, double now)
+{
+    mpi_stall *s = &m->stall;
+    for (;;) {
+        int flag = 0;
+        MPI_Iprobe(0, TAG_VIEW, m->stall_comm, &flag, MPI_STATUS_IGNORE);
+        if (!flag)
+            return;
+        MPI_Recv(&s->view_in, sizeof s->view_in, MPI_BYTE, 0, TAG_VIEW, m->stall_comm,
+                 MPI_STATUS_IGNORE);
+        s->view_in.missing[sizeof s->view_in.missing - 1] = '\0';
+        s->view_at = now;
+    }
+}
+
+/* Rank != 0: whom the pending collective waits for, or false while rank 0's first
+ * answer may still come. */
+static bool missing_as_other(comm_mpi *m, double now, char *out, size_t cap)
+{
+    mpi_stall *s = &m->stall;
+    double heard = s->view_at > m->current_start ? s->view_at : m->current_start;
+    if (s->view_at > 0 && s->view_in.seq == m->current->seq && now - s->view_at < SILENT_AFTER_S) {
+        snprintf(out, cap, "%s", s->view_in.missing);
+        return true;
+    }
+    if (now - heard >= SILENT_AFTER_S) {
+        snprintf(out, cap, "0 (no answer from rank 0 for %.0f s: stopped, hung or unreachable)",
+                 now - heard);
+        return true;
+    }
+    return false;
 }
 
 static void inspect_as_other(comm_mpi *m, double now)
@@ -232,25 +283,29 @@ static void inspect_as_other(comm_mpi *m, double now)
     bool asked = asked_for_status(m);
     if (asked || (m->current && now - s->last_sent >= STATUS_PERIOD_S))
         send_status(m, now);
+    receive_views(m, now);
     if (!m->current)
         return;
     double age = now - m->current_start;
-    char desc[112], msg[512];
+    if (age < cfg->stall_warning_s)
+        return;
+    char desc[112], missing[1100], msg[1400];
     comm_mpi_describe_op(m->current, desc, sizeof desc);
-    if (age >= cfg->timeout_s + FALLBACK_GRACE_S) {
+    bool known = missing_as_other(m, now, missing, sizeof missing);
+    if (age >= cfg->timeout_s) {
         snprintf(msg, sizeof msg,
-                 "collective #%llu (%s) did not complete within %.0f s and rank 0 did not end the "
-                 "job; ending it",
-                 (unsigned long long)m->current->seq, desc, age);
+                 "collective #%llu (%s) did not complete within %.0f s (stall timeout); ranks not "
+                 "yet arrived: %s; ending the job",
+                 (unsigned long long)m->current->seq, desc, cfg->timeout_s,
+                 known ? missing : "unknown (rank 0 has not answered yet)");
         comm_mpi_fatal(m, 1, msg);
     }
-    if (age >= cfg->stall_warning_s && s->warned_seq != m->current->seq) {
+    if (known && s->warned_seq != m->current->seq) {
         s->warned_seq = m->current->seq;
-        fprintf(stderr,
-                "herd: warning: rank %d on host %s: collective #%llu (%s) pending for %.0f s, "
-                "waiting for other ranks (rank 0 reports which)\n",
-                m->c->rank, m->c->host, (unsigned long long)m->current->seq, desc, age);
-        fflush(stderr);
+        herd_log(HERD_LOG_WARNING,
+                 "rank %d on host %s: collective #%llu (%s) pending for %.0f s; ranks not yet "
+                 "arrived: %s",
+                 m->c->rank, m->c->host, (unsigned long long)m->current->seq, desc, age, missing);
     }
 }
 
@@ -289,8 +344,10 @@ void comm_mpi_stall_drain(comm_mpi *m)
         return;
     complete_request(&s->send_req);
     if (s->request_reqs)
-        for (int r = 1; r < m->c->size; r++)
+        for (int r = 1; r < m->c->size; r++) {
             complete_request(&s->request_reqs[r]);
+            complete_request(&s->view_reqs[r]);
+        }
     /* Once every rank is here no more inspector messages are sent: receive the rest. */
     MPI_Request barrier;
     if (MPI_Ibarrier(m->stall_comm, &barrier) == MPI_SUCCESS)
@@ -304,7 +361,10 @@ void comm_mpi_stall_drain(comm_mpi *m)
         MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, m->stall_comm, &flag, &st);
         if (!flag)
             break;
-        mpi_rank_status sink;
+        union {
+            mpi_rank_status status;
+            mpi_rank_view view;
+        } sink;
         MPI_Recv(&sink, sizeof sink, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, m->stall_comm,
                  MPI_STATUS_IGNORE);
     }

@@ -4,6 +4,8 @@
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/testhook.h"
+#include "dist/signature.h"
 
 herd_status herd_step_plan_init(herd_step_plan *p, herd_model *m, herd_comm *comm,
                                 double bucket_mb, herd_wire_type wire, bool sync_bn)
@@ -158,14 +160,16 @@ herd_status herd_eval_dataset(herd_model *m, herd_dataset *ds, int batch_size, h
     slice.images = ds->images + begin * per_sample;
     slice.labels = ds->labels + begin;
     slice.n = end - begin;
-    double sums[3] = {0, 0, 0}; /* loss, correct, samples */
+    double sums[6] = {0, 0, 0}; /* loss, correct, samples; then the agreement */
     herd_status st = HERD_OK;
+    herd_loader *loader = NULL;
     if (slice.n > 0) {
         herd_loader_config lc = {
             .batch_size = batch_size, .prefetch = 2, .workers = 1, .shard_count = 1,
         };
-        herd_loader *loader;
-        HERD_TRY(herd_loader_create(&slice, &lc, &loader));
+        st = herd_loader_create(&slice, &lc, &loader);
+    }
+    if (loader) {
         float *x_dev = NULL;
         int32_t *labels_dev = NULL;
         int capacity = 0;
@@ -197,9 +201,13 @@ herd_status herd_eval_dataset(herd_model *m, herd_dataset *ds, int batch_size, h
         m->be->free(x_dev);
         m->be->free(labels_dev);
     }
-    /* Every rank joins the reduction, even after a local failure, so none hangs. */
-    herd_status red = comm->ops->allreduce_f64(comm, sums, 3);
-    HERD_TRY(st);
+    if (st == HERD_OK)
+        st = herd_fail_point("evaluate", comm->rank);
+    /* Every rank joins the reduction, even after a local failure, so none hangs, and
+     * every rank learns of any failure from it. */
+    herd_agree_pack(st, comm->rank, sums + 3);
+    herd_status red = comm->ops->allreduce_f64(comm, sums, 6);
+    HERD_TRY(herd_agree_unpack(st, sums + 3, "evaluating"));
     HERD_TRY(red);
     r->samples = (size_t)sums[2];
     r->loss = sums[2] > 0 ? sums[0] / sums[2] : 0;

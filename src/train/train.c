@@ -1,11 +1,14 @@
 /* The training loop: epochs of shuffled batches (each rank its own shard), LR
  * schedule, gradient reduction, evaluation, checkpoints and resume, progress. */
 #include <math.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/testhook.h"
 #include "dist/replica.h"
 #include "dist/signature.h"
 #include "obs/observer.h"
@@ -31,6 +34,7 @@ typedef struct run {
     double train_time;    /* seconds in training steps (excludes evaluation) */
     double train_samples; /* over all ranks */
     bool stop_requested;  /* a progress callback asked to stop */
+    herd_status deferred; /* a local failure between collectives, told at the next agreement */
     herd_observer *obs;   /* --logdir / --metrics (rank 0; NULL when not asked) */
 } run;
 
@@ -83,44 +87,116 @@ static void resolve_config(run *r, const herd_train_config *cfg)
         r->cfg.warmup_epochs = cfg->lr_scaling ? (cfg->epochs < 5 ? (float)cfg->epochs : 5.0f) : 0.0f;
 }
 
-static herd_status check_signature(run *r)
+/* Every field of herd_train_config is either compared below or named here as not
+ * needing to be: threads (each rank's own arithmetic; the reduced gradients are the
+ * same), checkpoint paths, logdir, histograms, metrics_path and log_every (rank 0
+ * writes them alone, no collective) and dist. A new field changes the size: compare
+ * it (or add it to the list above), then update the size. */
+#if UINTPTR_MAX == UINT64_MAX
+_Static_assert(sizeof(herd_train_config) == 224,
+               "herd_train_config changed: add the new field to check_signature");
+#endif
+
+static void sign_config(herd_signature *s, const herd_train_config *c)
 {
-    const herd_train_config *c = &r->cfg;
-    herd_signature s = {0};
-    char layout[4096] = "";
-    for (int i = 0; i < r->m->n_views; i++) {
-        const herd_tensor_view *v = &r->m->views[i];
-        size_t len = strlen(layout);
-        snprintf(layout + len, sizeof layout - len, "%s:%zu;", v->name, v->numel);
+    herd_signature_add(s, "epochs", "%d", c->epochs);
+    herd_signature_add(s, "batch_size", "%d", c->batch_size);
+    herd_signature_add(s, "lr", "%.9g", c->lr); /* effective: lr scaling resolved */
+    herd_signature_add(s, "optimizer", "%s", c->optimizer == HERD_OPT_SGD ? "sgd" : "adamw");
+    herd_signature_add(s, "momentum", "%.9g", c->momentum);
+    herd_signature_add(s, "nesterov", "%d", c->nesterov);
+    herd_signature_add(s, "weight_decay", "%.9g", c->weight_decay);
+    herd_signature_add(s, "decoupled_decay", "%d", c->decoupled_decay);
+    herd_signature_add(s, "decay_bn_bias", "%d", c->decay_bn_bias);
+    herd_signature_add(s, "adamw_betas_eps", "%.9g,%.9g,%.9g", c->beta1, c->beta2, c->eps);
+    herd_signature_add(s, "schedule", "%d", c->schedule);
+    char milestones[HERD_MAX_MILESTONES * 12 + 1] = "";
+    for (int i = 0; i < c->n_milestones; i++) {
+        size_t len = strlen(milestones);
+        snprintf(milestones + len, sizeof milestones - len, "%s%d", i ? "," : "", c->milestones[i]);
     }
-    herd_signature_add(&s, "herd_version", "%s", HERD_VERSION);
-    herd_signature_add(&s, "model", "%s", r->m->name);
-    herd_signature_add(&s, "parameters", "%zu", r->m->n_param_floats);
-    herd_signature_add(&s, "layers", "%s", layout);
-    herd_signature_add(&s, "train_samples", "%zu", r->train->n);
-    herd_signature_add(&s, "test_samples", "%zu", r->test ? r->test->n : 0);
-    herd_signature_add(&s, "batch_size", "%d", c->batch_size);
-    herd_signature_add(&s, "grad_accum", "%d", c->grad_accum);
-    herd_signature_add(&s, "epochs", "%d", c->epochs);
-    herd_signature_add(&s, "optimizer", "%s", c->optimizer == HERD_OPT_SGD ? "sgd" : "adamw");
-    herd_signature_add(&s, "lr", "%.9g", c->lr);
-    herd_signature_add(&s, "momentum", "%.9g", c->momentum);
-    herd_signature_add(&s, "weight_decay", "%.9g", c->weight_decay);
-    herd_signature_add(&s, "schedule", "%d", c->schedule);
-    herd_signature_add(&s, "seed", "%llu", (unsigned long long)c->seed);
-    herd_signature_add(&s, "augment", "%d", c->augment);
-    herd_signature_add(&s, "sync_bn", "%d", c->sync_bn);
-    herd_signature_add(&s, "compress", "%s", herd_compress_name(c->compress));
-    herd_signature_add(&s, "precision", "%s", herd_precision_name(r->m->precision));
+    herd_signature_add(s, "milestones", "%s", milestones);
+    herd_signature_add(s, "gamma", "%.9g", c->gamma);
+    herd_signature_add(s, "warmup_epochs", "%.9g", c->warmup_epochs); /* resolved */
+    herd_signature_add(s, "augment", "%d", c->augment);
+    herd_signature_add(s, "label_smoothing", "%.9g", c->label_smoothing);
+    herd_signature_add(s, "seed", "%llu", (unsigned long long)c->seed);
+    herd_signature_add(s, "checkpoints", "%d", c->checkpoint_dir != NULL);
+    herd_signature_add(s, "resume", "%d", c->resume);
+    herd_signature_add(s, "eval_every", "%d", c->eval_every);
+    herd_signature_add(s, "max_steps", "%ld", c->max_steps);
+    herd_signature_add(s, "lr_scaling", "%d", c->lr_scaling);
+    herd_signature_add(s, "sync_bn", "%d", c->sync_bn);
+    herd_signature_add(s, "compress", "%s", herd_compress_name(c->compress));
+    herd_signature_add(s, "grad_accum", "%d", c->grad_accum);
+    herd_signature_add(s, "bucket_mb", "%.17g", c->bucket_mb);
+    herd_signature_add(s, "check_replicas", "%d", c->check_replicas);
     if (c->dynamic_loss_scale)
-        herd_signature_add(&s, "loss_scale", "dynamic %.9g/%d", c->loss_scale_init,
+        herd_signature_add(s, "loss_scale", "dynamic %.9g/%d", c->loss_scale_init,
                            c->loss_scale_window);
     else
-        herd_signature_add(&s, "loss_scale", "none");
-    herd_signature_add(&s, "resume", "%d", c->resume);
+        herd_signature_add(s, "loss_scale", "none");
     /* The trace's flushes are collective: a rank without it would leave the others waiting. */
-    herd_signature_add(&s, "timeline", "%d", c->timeline_path != NULL);
-    return herd_signature_check(r->comm, &s);
+    herd_signature_add(s, "timeline", "%d", c->timeline_path != NULL);
+}
+
+/* The model, layer by layer, and the data: every rank must build the same graph. */
+static void sign_model_and_data(herd_signature *s, const run *r)
+{
+    const herd_model *m = r->m;
+    herd_signature_add(s, "model", "%s", m->name);
+    herd_signature_add(s, "device", "%s", m->be->name);
+    herd_signature_add(s, "precision", "%s", herd_precision_name(m->precision));
+    herd_signature_add(s, "input", "%dx%dx%d, %d classes", m->in_c, m->in_h, m->in_w, m->classes);
+    for (int i = 0; i < m->n_layers; i++) {
+        const herd_layer_spec *sp = &m->layers[i].spec;
+        herd_shape o = m->layers[i].out_shape;
+        char name[96], inputs[HERD_MAX_INPUTS * 12 + 1] = "";
+        for (int k = 0; k < sp->n_inputs; k++) {
+            size_t len = strlen(inputs);
+            snprintf(inputs + len, sizeof inputs - len, "%s%d", k ? "," : "", sp->inputs[k]);
+        }
+        snprintf(name, sizeof name, "layer %d", i);
+        herd_signature_add(s, name,
+                           "%s %s out=%d kernel=%d stride=%d pad=%d bias=%d dropout=%.9g "
+                           "eps=%.9g momentum=%.9g in=[%s] -> %dx%dx%d",
+                           sp->type, sp->name, sp->out, sp->kernel, sp->stride, sp->pad, sp->bias,
+                           sp->p, sp->eps, sp->momentum, inputs, o.c, o.h, o.w);
+    }
+    for (int i = 0; i < m->n_views; i++) {
+        const herd_tensor_view *v = &m->views[i];
+        char name[112];
+        snprintf(name, sizeof name, "tensor %d", i);
+        herd_signature_add(s, name, "%s [%lld,%lld,%lld,%lld]/%d at %zu%s%s", v->name,
+                           (long long)v->shape[0], (long long)v->shape[1], (long long)v->shape[2],
+                           (long long)v->shape[3], v->ndim, v->offset,
+                           v->is_buffer ? " buffer" : "", v->no_decay ? " no-decay" : "");
+    }
+    /* After the layers: the first difference named is the layer's, not the total's. */
+    herd_signature_add(s, "parameters", "%zu", m->n_param_floats);
+    herd_signature_add(s, "buffers", "%zu", m->n_buffer_floats);
+    int c, h, w, classes;
+    herd_dataset_shape(r->train, &c, &h, &w, &classes);
+    herd_signature_add(s, "train_data", "%zu samples %dx%dx%d, %d classes", r->train->n, c, h, w,
+                       classes);
+    if (r->test) {
+        herd_dataset_shape(r->test, &c, &h, &w, &classes);
+        herd_signature_add(s, "test_data", "%zu samples %dx%dx%d, %d classes", r->test->n, c, h,
+                           w, classes);
+    } else {
+        herd_signature_add(s, "test_data", "none");
+    }
+}
+
+static herd_status check_signature(run *r)
+{
+    herd_signature s = {0};
+    herd_signature_add(&s, "herd_version", "%s", HERD_VERSION);
+    sign_model_and_data(&s, r);
+    sign_config(&s, &r->cfg);
+    herd_status st = herd_signature_check(r->comm, &s);
+    herd_signature_free(&s);
+    return st;
 }
 
 /* Rank 0's model, buffers and optimizer state become everyone's. */
@@ -249,6 +325,15 @@ static herd_status stop_timeline(run *r, bool completed)
     return herd_timeline_close(tl);
 }
 
+/* Collective: every rank learns whether any failed (mine, or a failure deferred
+ * since the last agreement) and all stop together. */
+static herd_status agree(run *r, herd_status mine, const char *what)
+{
+    if (mine == HERD_OK)
+        mine = r->deferred;
+    return herd_agree(r->comm, mine, what);
+}
+
 /* Tells the stall inspector what this rank is doing, with its position in training. */
 static void activity(run *r, const char *what)
 {
@@ -273,6 +358,11 @@ static herd_status train_step(run *r, long sched_step, herd_step_stats *s, bool 
     if (!*has)
         return HERD_OK;
     int n_micro = left < cfg->grad_accum ? (int)left : cfg->grad_accum;
+    /* Inside a step the other ranks wait in its reductions: a failure here ends the
+     * job through the caller's herd_dist_abort or the stall timeout (herd.h). */
+    HERD_TRY(herd_fail_point("step", r->comm->rank));
+    if (r->state.global_step == 1 && herd_test_hook("stop", r->comm->rank))
+        raise(SIGSTOP); /* the stall tests: a rank that stops between two collectives */
     if (r->timeline)
         herd_timeline_begin_step(r->timeline, r->state.epoch + 1, r->state.global_step + 1);
     double t0 = herd_now();
@@ -300,9 +390,18 @@ static herd_status train_step(run *r, long sched_step, herd_step_stats *s, bool 
         herd_timeline_add(r->timeline, HERD_TL_STEP, NULL, t0, t1);
     /* Per-rank batch-norm statistics differ by design (only --sync-bn shares them). */
     size_t buffers = cfg->sync_bn ? r->m->n_buffer_floats : 0;
-    if (cfg->check_replicas)
+    if (r->state.global_step == 0 && r->m->be->host_memory &&
+        herd_test_hook("diverge", r->comm->rank)) { /* the lowest mantissa bit of one weight */
+        uint32_t bits;
+        memcpy(&bits, r->m->params, sizeof bits);
+        bits ^= 1;
+        memcpy(r->m->params, &bits, sizeof bits);
+    }
+    if (cfg->check_replicas) {
+        HERD_TRY(herd_fail_point("replicas", r->comm->rank));
         HERD_TRY(herd_check_replicas(r->comm, r->m->params, r->m->n_param_floats, r->m->buffers,
                                      buffers, r->state.global_step + 1));
+    }
     return HERD_OK;
 }
 
@@ -342,8 +441,12 @@ static herd_status run_epoch(run *r, int epoch, double t_start, bool *stop)
          * step, in one reduction: a callback's request to stop (one rank's) takes
          * effect after the next step; max_steps is known everywhere at once. */
         bool at_max = cfg->max_steps > 0 && r->state.global_step + 1 >= cfg->max_steps;
-        double stats[4] = {s.loss_sum, (double)s.correct, (double)s.samples,
+        double stats[7] = {s.loss_sum, (double)s.correct, (double)s.samples,
                            r->stop_requested || at_max};
+        /* ... and a failure on any rank since the last step (metrics, injected). */
+        herd_status local = r->deferred != HERD_OK ? r->deferred
+                                                   : herd_fail_point("stats", r->comm->rank);
+        herd_agree_pack(local, r->comm->rank, stats + 4);
         herd_phases_add(&sum, &s.t, 1.0);
         r->train_time += s.t.total;
         r->state.global_step++;
@@ -355,7 +458,8 @@ static herd_status run_epoch(run *r, int epoch, double t_start, bool *stop)
         memset(&p.phases, 0, sizeof p.phases);
         herd_phases_add(&p.phases, &sum, 1.0 / (double)(step + 1 - first_step));
         if (r->comm->size > 1)
-            HERD_TRY(r->comm->ops->allreduce_f64(r->comm, stats, 4));
+            HERD_TRY(r->comm->ops->allreduce_f64(r->comm, stats, 7));
+        HERD_TRY(herd_agree_unpack(local, stats + 4, "during the step"));
         bool want_stop = stats[3] > 0;
         for (int i = 0; i < 3; i++)
             totals[i] += stats[i];
@@ -374,7 +478,9 @@ static herd_status run_epoch(run *r, int epoch, double t_start, bool *stop)
         long left = (long)(cfg->epochs - epoch - 1) * r->steps_per_epoch + (r->steps_per_epoch - step - 1);
         p.eta_s = (left > 0 ? left : 0) * (r->train_time / (double)(r->state.global_step - r->res->steps));
         herd_obs_step observed = {stats[0], stats[1], stats[2], s.t};
-        HERD_TRY(herd_observer_step(r->obs, &p, &observed));
+        herd_status obs_st = herd_observer_step(r->obs, &p, &observed);
+        if (r->deferred == HERD_OK)
+            r->deferred = obs_st;
         if (r->progress && !r->progress(&p, r->user)) {
             r->stop_requested = true;
             want_stop |= r->comm->size == 1; /* alone, nobody needs telling */
@@ -398,16 +504,21 @@ static herd_status run_epoch(run *r, int epoch, double t_start, bool *stop)
     p.epoch_end = true;
     bool last = epoch + 1 == cfg->epochs || *stop;
     activity(r, "evaluating");
+    HERD_TRY(agree(r, herd_fail_point("epoch_end", r->comm->rank), "at the end of the epoch"));
     HERD_TRY(average_buffers(r));
     if (r->test && (last || (cfg->eval_every > 0 && (epoch + 1) % cfg->eval_every == 0)))
         HERD_TRY(evaluate(r, &p));
     /* The epoch's line before its checkpoint: a kill in between leaves a line that the
      * resume from the previous checkpoint drops, never an epoch without one. */
-    HERD_TRY(herd_observer_epoch(r->obs, &p));
-    if (cfg->checkpoint_dir && complete && r->comm->rank == 0) {
+    herd_status st = herd_observer_epoch(r->obs, &p);
+    if (st == HERD_OK && cfg->checkpoint_dir && complete && r->comm->rank == 0) {
         activity(r, "writing a checkpoint");
-        HERD_TRY(save_checkpoint(r));
+        st = save_checkpoint(r);
     }
+    if (st == HERD_OK)
+        st = herd_fail_point("checkpoint", r->comm->rank);
+    /* Rank 0 wrote alone: every rank learns whether it could before the next collective. */
+    HERD_TRY(agree(r, st, "writing the checkpoint or the metrics"));
     if (r->timeline) { /* each epoch, so a long run's trace survives and memory stays bounded */
         activity(r, "merging the timeline");
         HERD_TRY(herd_timeline_flush(r->timeline));
@@ -425,27 +536,10 @@ static herd_wire_type wire_type(herd_compress c)
     return c == HERD_COMPRESS_BF16 ? HERD_WIRE_BF16 : HERD_WIRE_FP32;
 }
 
-static herd_status train_run(run *r, const herd_train_config *user_cfg)
+/* Everything each rank prepares on its own before the first shared state. */
+static herd_status setup(run *r)
 {
-    resolve_config(r, user_cfg);
     const herd_train_config *cfg = &r->cfg;
-    /* A device model moves data only at the edges; the paths that still touch
-     * parameters or gradients on the host (reductions across micro-batches, synchronised
-     * batch norm, replica checks, optimizer-state checkpoints) are refused rather than
-     * crash. Gradients across ranks go through a device communicator (NCCL, or MPI
-     * staged through host memory). */
-    if (!r->m->be->host_memory &&
-        (cfg->grad_accum > 1 || cfg->check_replicas || cfg->checkpoint_dir ||
-         (cfg->sync_bn && r->comm->size > 1)))
-        return HERD_ERR(HERD_ERR_UNSUPPORTED,
-                        "training on '%s' does not support gradient accumulation, --sync-bn, "
-                        "replica checks or checkpoints yet", r->m->be->name);
-    HERD_TRY(r->m->be->set_precision(r->m->precision)); /* process-wide on a GPU: ours again */
-    HERD_TRY(check_signature(r));
-    if (!r->m->be->host_memory && r->comm->size > 1) {
-        HERD_TRY(herd_comm_device_create(r->comm, r->m->be, &r->device_comm));
-        r->comm = r->device_comm;
-    }
     HERD_TRY(r->m->be->set_threads(cfg->threads));
     herd_loader_config lc = {
         .batch_size = cfg->batch_size, .shuffle = true, .augment = cfg->augment,
@@ -467,7 +561,38 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg)
     r->state = (herd_train_state){.seed = cfg->seed, .batch_size = cfg->batch_size,
                                   .ranks = r->comm->size, .grad_accum = cfg->grad_accum,
                                   .train_samples = (long)r->train->n};
-    if (cfg->checkpoint_dir)
+    return herd_fail_point("setup", r->comm->rank);
+}
+
+/* early: herd_train's checks of the arguments, agreed with the other ranks here. */
+static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_status early)
+{
+    resolve_config(r, user_cfg);
+    const herd_train_config *cfg = &r->cfg;
+    herd_status st = early;
+    /* A device model moves data only at the edges; the paths that still touch
+     * parameters or gradients on the host (reductions across micro-batches, synchronised
+     * batch norm, replica checks, optimizer-state checkpoints) are refused rather than
+     * crash. Gradients across ranks go through a device communicator (NCCL, or MPI
+     * staged through host memory). */
+    if (st == HERD_OK && !r->m->be->host_memory &&
+        (cfg->grad_accum > 1 || cfg->check_replicas || cfg->checkpoint_dir ||
+         (cfg->sync_bn && r->comm->size > 1)))
+        st = HERD_ERR(HERD_ERR_UNSUPPORTED,
+                      "training on '%s' does not support gradient accumulation, --sync-bn, "
+                      "replica checks or checkpoints yet", r->m->be->name);
+    if (st == HERD_OK) /* process-wide on a GPU: ours again */
+        st = r->m->be->set_precision(r->m->precision);
+    if (st == HERD_OK)
+        st = herd_fail_point("signature", r->comm->rank);
+    HERD_TRY(herd_agree(r->comm, st, "checking its arguments"));
+    HERD_TRY(check_signature(r));
+    if (!r->m->be->host_memory && r->comm->size > 1) {
+        HERD_TRY(herd_comm_device_create(r->comm, r->m->be, &r->device_comm));
+        r->comm = r->device_comm;
+    }
+    HERD_TRY(agree(r, setup(r), "setting up training"));
+    if (cfg->checkpoint_dir) /* every rank joins: rank 0's outcome is broadcast */
         HERD_TRY(prepare_checkpoints(r));
     HERD_TRY(broadcast_state(r));
     if (cfg->timeline_path)
@@ -488,21 +613,18 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg)
         herd_phases_add(&mean, &r->res->phases, 1.0 / (double)steps_run);
         r->res->phases = mean;
     }
+    HERD_TRY(agree(r, herd_fail_point("final", r->comm->rank), "at the end of training"));
     HERD_TRY(average_buffers(r));
     bool saved_at_epoch_end = r->state.epoch_samples == 0;
+    st = HERD_OK;
     if (cfg->checkpoint_dir && steps_run > 0 && !saved_at_epoch_end && r->comm->rank == 0)
-        HERD_TRY(save_checkpoint(r));
+        st = save_checkpoint(r);
+    HERD_TRY(agree(r, st, "writing the last checkpoint"));
     return stop_timeline(r, true);
 }
 
-herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
-                       const herd_train_config *cfg, herd_progress_fn progress, void *user,
-                       herd_train_result *result)
+static herd_status check_shapes(const herd_model *m, herd_dataset *train, herd_dataset *test)
 {
-    if (!m || !train || !cfg || !result)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "herd_train needs a model, training data, a config "
-                        "and a result");
-    HERD_TRY(validate(cfg));
     int c, h, w, classes;
     herd_dataset_shape(train, &c, &h, &w, &classes);
     if (c != m->in_c || h != m->in_h || w != m->in_w || classes > m->classes)
@@ -520,6 +642,21 @@ herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
                             "data's classes",
                             tc, th, tw, tclasses, m->name, m->in_c, m->in_h, m->in_w, m->classes);
     }
+    return HERD_OK;
+}
+
+herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
+                       const herd_train_config *cfg, herd_progress_fn progress, void *user,
+                       herd_train_result *result)
+{
+    if (!m || !train || !cfg || !result)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "herd_train needs a model, training data, a config "
+                        "and a result");
+    /* Every rank reaches the first agreement in train_run, so an argument one rank
+     * rejects stops them all. */
+    herd_status early = validate(cfg);
+    if (early == HERD_OK)
+        early = check_shapes(m, train, test);
     memset(result, 0, sizeof *result);
     result->test_loss = result->test_acc = -1;
     run r = {.m = m, .train = train, .test = test, .progress = progress, .user = user,
@@ -529,7 +666,7 @@ herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
         HERD_TRY(herd_comm_local_create(&own));
         r.comm = own;
     }
-    herd_status st = train_run(&r, cfg);
+    herd_status st = train_run(&r, cfg, early);
     herd_status obs_st = herd_observer_close(r.obs); /* flushes the last records */
     if (st == HERD_OK)
         st = obs_st;

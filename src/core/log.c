@@ -1,0 +1,31 @@
+#include "core/log.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+/* Called from the communication thread as well as the caller's: guarded. */
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static herd_log_fn log_fn;
+static void *log_user;
+
+void herd_set_log_fn(herd_log_fn fn, void *user)
+{
+    pthread_mutex_lock(&log_mu);
+    log_fn = fn;
+    log_user = user;
+    pthread_mutex_unlock(&log_mu);
+}
+
+void herd_log(herd_log_level level, const char *fmt, ...)
+{
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&log_mu);
+    if (log_fn)
+        log_fn(level, msg, log_user);
+    pthread_mutex_unlock(&log_mu);
+}

@@ -1,0 +1,18 @@
+/* Failure injection, a test hook compiled into every build: HERD_TEST_FAIL_AT=SITE:RANK
+ * makes rank RANK fail just before the collective named SITE (every site is
+ * exercised by tests/cli_fail_points.sh). Unset, it costs one cached getenv. Never
+ * set it outside tests. Two sites do something else: "diverge" flips one parameter
+ * bit on that rank after its first step (for --check-replicas), "stop" makes that
+ * rank stop itself with SIGSTOP before its second step (for the stall inspector). */
+#ifndef HERD_CORE_TESTHOOK_H
+#define HERD_CORE_TESTHOOK_H
+
+#include "herd/herd.h"
+
+/* Whether HERD_TEST_FAIL_AT names this site and rank. */
+bool herd_test_hook(const char *site, int rank);
+/* HERD_ERR_INTERNAL ("injected failure at SITE on rank RANK") when the hook names
+ * this site and rank, else HERD_OK. */
+herd_status herd_fail_point(const char *site, int rank);
+
+#endif
