@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "dist/comm.h"
+#include "dist/signature.h"
 
 static bool env_set(const char *name)
 {
@@ -49,9 +50,14 @@ herd_status herd_comm_max_f64(herd_comm *c, double *v)
 {
     /* The communicators offer a sum only: gather one value per rank, keep the largest. */
     double *all = herd_xcalloc((size_t)c->size, sizeof *all);
-    if (!all)
-        return HERD_ERR_NOMEM;
-    herd_status st = c->ops->allgather(c, v, all, sizeof *v);
+    /* Every rank joins the gather or none does: a rank short of memory tells the others. */
+    herd_status st = herd_agree(c, all ? HERD_OK : HERD_ERR_NOMEM,
+                                "allocating the gather of every rank's value");
+    if (st != HERD_OK) {
+        free(all);
+        return st;
+    }
+    st = c->ops->allgather(c, v, all, sizeof *v);
     for (int r = 0; st == HERD_OK && r < c->size; r++)
         *v = all[r] > *v ? all[r] : *v;
     free(all);
