@@ -46,7 +46,7 @@ install: build
 
 bench: deps build
 	HERD_WITH_TORCH=1 bash scripts/install-deps.sh
-	bash bench/bench_train.sh
+	bash bench/all.sh
 
 print-run-flags:
 	@echo $(RUN_FLAGS)
