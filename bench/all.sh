@@ -6,7 +6,7 @@
 #   bench/all.sh [--only NAME[,NAME...]] [--list]
 #
 # Names: train_1thread, scaling_2ranks, time_to_accuracy, timeline_overhead,
-# independent_pair, allreduce, fusion, p2p, predict.
+# timeline_overhead_resnet20, independent_pair, allreduce, fusion, p2p, predict, single_copy.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 herd=${HERD:-$root/build/herd}
@@ -18,14 +18,17 @@ declare -A cmd=(
   [train_1thread]="bash bench/bench_train.sh --repeats 3"
   [scaling_2ranks]="bash bench/bench_train.sh --ranks 2 --repeats 3 --steps 100"
   [time_to_accuracy]="bash bench/time_to_accuracy.sh --ranks 2"
-  [timeline_overhead]="bash bench/timeline_overhead.sh --models mlp,lenet5,resnet20 --repeats 3 --steps 50"
+  [timeline_overhead]="bash bench/timeline_overhead.sh --models mlp,lenet5 --repeats 8 --steps 200"
+  [timeline_overhead_resnet20]="bash bench/timeline_overhead.sh --models resnet20 --repeats 3 --steps 10 --warmup 2"
   [independent_pair]="bash bench/independent_pair.sh --repeats 3"
   [allreduce]="$herd run -np 2 -- bench allreduce -b 8 -e 16M -f 2 -n 100 --compare-mpi -J $out/$day-allreduce.json"
   [fusion]="$herd run -np 2 -- bench allreduce --fused-tensors 100"
   [p2p]="$herd run -np 2 -- bench p2p"
   [predict]="bash bench/predict_vs_measured.sh $out/$day-allreduce.json"
+  [single_copy]="bash bench/single_copy.sh"
 )
-order=(train_1thread scaling_2ranks time_to_accuracy timeline_overhead independent_pair allreduce fusion p2p predict)
+order=(train_1thread scaling_2ranks time_to_accuracy timeline_overhead timeline_overhead_resnet20
+       independent_pair allreduce fusion p2p predict single_copy)
 
 while [ $# -gt 0 ]; do
   case $1 in
