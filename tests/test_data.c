@@ -116,6 +116,49 @@ static void test_idx_raw_and_gzip(void **state)
     }
 }
 
+/* One gzip member of data, stored (level 0) so its size follows the input's. */
+static size_t gz_member(const uint8_t *data, size_t len, uint8_t *out, size_t cap)
+{
+    z_stream z = {0};
+    assert_int_equal(deflateInit2(&z, 0, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
+    z.next_in = (Bytef *)data;
+    z.avail_in = (uInt)len;
+    z.next_out = out;
+    z.avail_out = (uInt)cap;
+    assert_int_equal(deflate(&z, Z_FINISH), Z_STREAM_END);
+    size_t n = cap - z.avail_out;
+    deflateEnd(&z);
+    return n;
+}
+
+/* Two gzip members whose boundary falls one byte before the end of the reader's
+ * 128 KiB input buffer: the second member's magic straddles two reads. */
+static void test_idx_gzip_member_at_buffer_edge(void **state)
+{
+    (void)state;
+    size_t il, ll;
+    uint8_t *img = make_idx_images(12000, 4, 3, &il), *lab = make_idx_labels(12000, &ll);
+    size_t cap = il + 4096, target = (1u << 17) - 1, split = target - 40, first = 0;
+    uint8_t *gz = malloc(cap);
+    for (int tries = 0; tries < 50 && first != target; tries++) {
+        first = gz_member(img, split, gz, cap);
+        split = (size_t)((long)split + (long)target - (long)first);
+    }
+    assert_int_equal(first, target);
+    size_t second = gz_member(img + split, il - split, gz + first, cap - first);
+    char *dir = tu_tempdir();
+    char *img_path = tu_write_file(dir, "images.gz", gz, first + second);
+    char *lab_path = tu_write_file(dir, "labels", lab, ll);
+    herd_dataset ds = {0};
+    assert_herd_ok(herd_idx_load(img_path, lab_path, 10, &ds));
+    assert_int_equal(ds.n, 12000);
+    assert_memory_equal(ds.images, img + 16, il - 16);
+    free(ds.images);
+    free(ds.labels);
+    tu_rmtree(dir);
+    free(dir), free(img_path), free(lab_path), free(gz), free(img), free(lab);
+}
+
 /* Expects status st and a message containing both needles. */
 static void expect_error(herd_status got, herd_status st, const char *needle1, const char *needle2)
 {
@@ -790,6 +833,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_idx_raw_and_gzip),
+        cmocka_unit_test(test_idx_gzip_member_at_buffer_edge),
         cmocka_unit_test(test_idx_errors),
         cmocka_unit_test(test_idx_strict),
         cmocka_unit_test(test_cifar10),

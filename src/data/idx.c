@@ -59,15 +59,19 @@ static void idx_close(idx_file *f)
     memset(f, 0, sizeof *f);
 }
 
-/* Refills the compressed input when it is empty; false at the end of the file. */
-static herd_status idx_fill(idx_file *f, bool *more)
+/* Tops the compressed input up to at least `want` bytes when fewer are left (the rest
+ * moves to the buffer's start); *more is false only at the end of the file. */
+static herd_status idx_fill(idx_file *f, size_t want, bool *more)
 {
-    if (f->z.avail_in == 0) {
-        size_t n = fread(f->in, 1, IDX_IN_BUF, f->f);
+    if (f->z.avail_in < want) {
+        size_t kept = f->z.avail_in;
+        if (kept)
+            memmove(f->in, f->z.next_in, kept);
+        size_t n = fread(f->in + kept, 1, IDX_IN_BUF - kept, f->f);
         if (n == 0 && ferror(f->f))
             return HERD_ERR(HERD_ERR_IO, "%s: read failed: %s", f->path, strerror(errno));
         f->z.next_in = f->in;
-        f->z.avail_in = (uInt)n;
+        f->z.avail_in = (uInt)(kept + n);
     }
     *more = f->z.avail_in > 0;
     return HERD_OK;
@@ -80,13 +84,15 @@ static herd_status idx_inflate(idx_file *f, unsigned char *p, size_t len, size_t
     f->z.avail_out = (uInt)len;
     while (f->z.avail_out > 0 && !f->z_ended) {
         bool more = false;
-        HERD_TRY(idx_fill(f, &more));
+        HERD_TRY(idx_fill(f, 1, &more));
         if (!more)
             break; /* the stream stopped before its end: truncated */
         int r = inflate(&f->z, Z_NO_FLUSH);
         if (r == Z_STREAM_END) {
-            /* gzip allows several members back to back; anything else is trailing data. */
-            HERD_TRY(idx_fill(f, &more));
+            /* gzip allows several members back to back; anything else is trailing data.
+             * Two bytes for the magic, even when the member ended one byte before the
+             * buffer's end. */
+            HERD_TRY(idx_fill(f, 2, &more));
             if (more && f->z.avail_in >= 2 && f->z.next_in[0] == 0x1f && f->z.next_in[1] == 0x8b)
                 inflateReset(&f->z);
             else
