@@ -53,6 +53,10 @@ BEGIN {
 {
     from = layer_of_file($1)
     inc = $2
+    if (inc ~ /(^|\/)\.\.\//) {                   # a relative path around the include directories
+        printf "check_layers: %s includes \"%s\": name headers from src/ or include/, not with ../\n", $1, inc
+        bad++; next
+    }
     if (index(inc, "/") == 0) to = from            # a file of its own directory
     else { split(inc, p, "/"); to = p[1] }
     if (!(to in known)) next                       # a system or third-party header

@@ -4,8 +4,7 @@
 # its output must name the failing rank. Every mpirun runs under timeout.
 set -u
 . "$(dirname "$0")/testlib.sh"
-command -v mpirun >/dev/null || { echo "skipped: no mpirun"; exit 77; }
-"$herd" --version | grep -q "MPI: none" && { echo "skipped: herd built without MPI"; exit 77; }
+have_mpi || skip_all "no mpirun (apt-get install openmpi-bin), or herd built without MPI"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 # Every site the training loop has, in the order a run meets them.
 sites="signature setup step replicas stats epoch_end evaluate checkpoint final"

@@ -8,8 +8,7 @@
 # beyond generous bounds.
 set -u
 . "$(dirname "$0")/testlib.sh"
-command -v mpirun >/dev/null || { echo "skipped: no mpirun"; exit 77; }
-"$herd" --version | grep -q "MPI: none" && { echo "skipped: herd built without MPI"; exit 77; }
+have_mpi || skip_all "no mpirun (apt-get install openmpi-bin), or herd built without MPI"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 mpirun=(mpirun --oversubscribe --bind-to none)
 common=(train --data synthetic:1,12,12,4,500 --threads 1 --epochs 2 --batch-size 64 --quiet)

@@ -4,8 +4,7 @@
 # figures. Every mpirun runs under timeout, so a hang fails the test instead of CI.
 set -u
 . "$(dirname "$0")/testlib.sh"
-command -v mpirun >/dev/null || skip_all "no mpirun (apt-get install openmpi-bin)"
-"$herd" --version | grep -q "MPI: none" && skip_all "herd built without MPI"
+have_mpi || skip_all "no mpirun (apt-get install openmpi-bin), or herd built without MPI"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 mpirun=(mpirun --oversubscribe --bind-to none)
 # 500 samples, 2 ranks x 64: the last step's 116 samples are split 58 + 58.

@@ -76,7 +76,7 @@ herd_status herd_metrics_write(herd_metrics_file *m, const herd_obs_figures *f)
 static herd_status keep_line(const herd_metrics_file *m, const char *line, int lineno, int epochs_done,
                              long global_step, bool *keep)
 {
-    cJSON *o = cJSON_Parse(line);
+    cJSON *o = cJSON_ParseWithOpts(line, NULL, 1); /* nothing after the object, as herd plot */
     const cJSON *kind = cJSON_GetObjectItemCaseSensitive(o, "kind");
     const cJSON *epoch = cJSON_GetObjectItemCaseSensitive(o, "epoch");
     const cJSON *step = cJSON_GetObjectItemCaseSensitive(o, "step");

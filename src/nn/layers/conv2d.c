@@ -34,8 +34,7 @@ static herd_status conv_setup(herd_layer *l, herd_model *m)
     if (s->bias)
         herd_model_add_tensor(m, l, "bias", 1, bshape, 0, 1);
     l->out_shape = (herd_shape){1, s->out, st->desc.h_out, st->desc.w_out};
-    return herd_layer_checked_size(l, "output", 3,
-                                   (int64_t[]){s->out, st->desc.h_out, st->desc.w_out}, NULL);
+    return HERD_OK; /* setup_layers (model.c) checks every layer's output size */
 }
 
 static void conv_init(herd_layer *l, herd_model *m, herd_rng *rng)
