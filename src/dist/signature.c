@@ -114,7 +114,9 @@ herd_status herd_signature_check(herd_comm *c, const herd_signature *s)
     sig_header *heads = calloc((size_t)c->size, sizeof *heads);
     sig_report *reports = calloc((size_t)c->size, sizeof *reports);
     char *ref = NULL;
-    herd_status st = heads && reports ? HERD_OK : HERD_NOMEM(sizeof *reports * (size_t)c->size);
+    /* A rank short of memory tells the others rather than skipping the gather. */
+    herd_status st = herd_agree(c, heads && reports ? HERD_OK : HERD_ERR_NOMEM,
+                                "allocating the configuration check");
     /* Every rank reaches every collective below, whatever it finds: the decisions
      * depend only on what all ranks received. */
     if (st == HERD_OK)
