@@ -52,7 +52,8 @@ typedef enum herd_log_level { HERD_LOG_WARNING = 1, HERD_LOG_ERROR = 2 } herd_lo
 /* Receives the library's messages: one line without a trailing newline or a
  * "herd:" prefix, e.g. the stall inspector's "collective #2 (...) pending for 60 s
  * ...". It may be called from herd's communication thread, one call at a time.
- * NULL (the default) drops them. */
+ * NULL (the default) drops them, but for HERD_LOG_ERROR: those go to stderr, because
+ * the reason the job is being aborted must never be lost. */
 typedef void (*herd_log_fn)(herd_log_level level, const char *msg, void *user);
 void herd_set_log_fn(herd_log_fn fn, void *user);
 

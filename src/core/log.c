@@ -27,5 +27,7 @@ void herd_log(herd_log_level level, const char *fmt, ...)
     pthread_mutex_lock(&log_mu);
     if (log_fn)
         log_fn(level, msg, log_user);
+    else if (level >= HERD_LOG_ERROR) /* an abort's reason with nobody listening */
+        fprintf(stderr, "herd: error: %s\n", msg);
     pthread_mutex_unlock(&log_mu);
 }
