@@ -69,6 +69,10 @@ nc_remove() {
   for p in /run/$NC_PREFIX/$id/relay*.pid; do
     [ -f "$p" ] && kill -9 "$(cat "$p")" 2>/dev/null
   done
+  for p in /run/$NC_PREFIX/$id/relay*.pid; do # gone, or a zombie whose TAPs are closed
+    [ -f "$p" ] && timeout 2 bash -c "while [ -d /proc/$(cat "$p") ] &&
+      ! grep -q '^[0-9]* ([^)]*) Z' /proc/$(cat "$p")/stat; do sleep 0.05; done"
+  done
   for p in $(ip -o link show 2>/dev/null | sed -n "s/^[0-9]*: \(hnc$id\(br\|[pab][0-9]\)\)[@:].*/\1/p"); do
     ip link del "$p" 2>/dev/null
   done
