@@ -71,7 +71,7 @@ nc_remove() {
   done
   for p in /run/$NC_PREFIX/$id/relay*.pid; do # gone, or a zombie whose TAPs are closed
     [ -f "$p" ] && timeout 2 bash -c "while [ -d /proc/$(cat "$p") ] &&
-      ! grep -q '^[0-9]* ([^)]*) Z' /proc/$(cat "$p")/stat; do sleep 0.05; done"
+      ! grep -q '^[0-9]* ([^)]*) Z' /proc/$(cat "$p")/stat 2>/dev/null; do sleep 0.05; done"
   done
   for p in $(ip -o link show 2>/dev/null | sed -n "s/^[0-9]*: \(hnc$id\(br\|[pab][0-9]\)\)[@:].*/\1/p"); do
     ip link del "$p" 2>/dev/null
@@ -152,7 +152,7 @@ nc_up() {
       echo $! >"$NC_DIR/relay$i.pid"
       disown
       local tries=0
-      until grep -q ready "$NC_DIR/relay$i.log"; do
+      until grep -q ready "$NC_DIR/relay$i.log" 2>/dev/null; do
         tries=$((tries + 1))
         if [ $tries -gt 50 ] || ! kill -0 "$(cat "$NC_DIR/relay$i.pid")" 2>/dev/null; then
           echo "nc_up: netrelay for $name did not start: $(cat "$NC_DIR/relay$i.log")" >&2
