@@ -95,7 +95,12 @@ nc_down() {
   NC_DIR="" NC_HOSTS=() NC_AGENT="" NC_MPI_FLAGS=()
 }
 
-# nc_up N [--delay-ms D] [--loss-pct P]: builds hosts node1..nodeN (N = 2 or 3).
+# A cluster that cannot be built where it should be: the script fails (its exit trap
+# removes what was built).
+nc_fail() { echo "nc_up: $1" >&2; exit 1; }
+
+# nc_up N [--delay-ms D] [--loss-pct P]: builds hosts node1..nodeN (N = 2 or 3); a
+# usage error exits 2, a failure to build exits 1, a machine that cannot skips (77).
 nc_up() {
   local n=$1 delay=0 loss=0 why relay=""
   shift
@@ -103,22 +108,22 @@ nc_up() {
     case $1 in
       --delay-ms) delay=$2; shift 2 ;;
       --loss-pct) loss=$2; shift 2 ;;
-      *) echo "nc_up: unknown option '$1'" >&2; return 2 ;;
+      *) echo "nc_up: unknown option '$1'" >&2; exit 2 ;;
     esac
   done
-  case $n in 2|3) ;; *) echo "nc_up: 2 or 3 hosts, not '$n'" >&2; return 2 ;; esac
+  case $n in 2|3) ;; *) echo "nc_up: 2 or 3 hosts, not '$n'" >&2; exit 2 ;; esac
   local delay_us loss_ppm
   delay_us=$(awk -v d="$delay" 'BEGIN { if (d !~ /^[0-9.]+$/) exit 1; printf "%d", d * 1000 / 2 }') \
-    || { echo "nc_up: --delay-ms needs a number, got '$delay'" >&2; return 2; }
+    || { echo "nc_up: --delay-ms needs a number, got '$delay'" >&2; exit 2; }
   loss_ppm=$(awk -v p="$loss" 'BEGIN { if (p !~ /^[0-9.]+$/ || p >= 100) exit 1;
                                        printf "%d", (1 - sqrt(1 - p / 100)) * 1e6 }') \
-    || { echo "nc_up: --loss-pct needs a number below 100, got '$loss'" >&2; return 2; }
+    || { echo "nc_up: --loss-pct needs a number below 100, got '$loss'" >&2; exit 2; }
   local use_relay=0
   [ "$delay_us" -gt 0 ] || [ "$loss_ppm" -gt 0 ] && use_relay=1
   why=$(nc_can_run $use_relay) || skip_all "$why"
   if [ $use_relay = 1 ]; then
     relay=$(nc_relay_path)
-    [ -x "$relay" ] || { echo "nc_up: netrelay not built (set NC_RELAY or build tests/netrelay)" >&2; return 1; }
+    [ -x "$relay" ] || { echo "nc_up: netrelay not built (set NC_RELAY or build tests/netrelay)" >&2; exit 1; }
   fi
   nc_remove_stale
 
@@ -139,12 +144,12 @@ nc_up() {
 
   local br="hnc${id}br" i ns name port cores
   cores=$(getconf _NPROCESSORS_ONLN)
-  ip link add "$br" type bridge && ip link set "$br" up || return 1
+  ip link add "$br" type bridge && ip link set "$br" up || nc_fail "cannot create bridge $br"
   : >"$NC_DIR/hosts"
   for i in $(seq 1 "$n"); do
     name="node$i" ns="$NC_PREFIX-$id-h$i"
     NC_HOSTS+=("$name")
-    ip netns add "$ns" && ip -n "$ns" link set lo up || return 1
+    ip netns add "$ns" && ip -n "$ns" link set lo up || nc_fail "cannot create namespace $ns"
     if [ $use_relay = 1 ]; then
       port="hnc${id}a$i"
       setsid "$relay" "$port" "hnc${id}b$i" "$delay_us" "$loss_ppm" "$((id + i))" \
@@ -155,19 +160,18 @@ nc_up() {
       until grep -q ready "$NC_DIR/relay$i.log" 2>/dev/null; do
         tries=$((tries + 1))
         if [ $tries -gt 50 ] || ! kill -0 "$(cat "$NC_DIR/relay$i.pid")" 2>/dev/null; then
-          echo "nc_up: netrelay for $name did not start: $(cat "$NC_DIR/relay$i.log")" >&2
-          return 1
+          nc_fail "netrelay for $name did not start: $(cat "$NC_DIR/relay$i.log")"
         fi
         sleep 0.1
       done
-      ip link set "hnc${id}b$i" netns "$ns" && ip -n "$ns" link set "hnc${id}b$i" name eth0 || return 1
+      ip link set "hnc${id}b$i" netns "$ns" && ip -n "$ns" link set "hnc${id}b$i" name eth0 || nc_fail "cannot give $name its eth0"
     else
       port="hnc${id}p$i"
       ip link add "$port" type veth peer name "hnc${id}b$i" &&
-        ip link set "hnc${id}b$i" netns "$ns" && ip -n "$ns" link set "hnc${id}b$i" name eth0 || return 1
+        ip link set "hnc${id}b$i" netns "$ns" && ip -n "$ns" link set "hnc${id}b$i" name eth0 || nc_fail "cannot give $name its eth0"
     fi
     ip link set "$port" master "$br" && ip link set "$port" up &&
-      ip -n "$ns" addr add "10.212.$x.$i/24" dev eth0 && ip -n "$ns" link set eth0 up || return 1
+      ip -n "$ns" addr add "10.212.$x.$i/24" dev eth0 && ip -n "$ns" link set eth0 up || nc_fail "cannot attach $name to $br"
     echo "$name $ns 10.212.$x.$i $(( (i - 1) % cores )) $port" >>"$NC_DIR/hosts"
   done
   for i in $(seq 1 "$n"); do
@@ -180,18 +184,19 @@ nc_up() {
   NC_MPI_FLAGS=(--mca plm_rsh_agent "$NC_AGENT" --mca plm_rsh_no_tree_spawn 1
                 --mca pml ob1 --mca btl tcp,self
                 --mca btl_tcp_if_include "$NC_SUBNET" --mca oob_tcp_if_include "$NC_SUBNET")
-  nc_wait_reachable
+  nc_wait_reachable || nc_fail "the hosts do not reach each other within 10 s"
 }
 
-# Every host answers the others (ARP and the bridge settle), up to 10 s.
+# Every host answers node1 (ARP and the bridge settle), up to 10 s.
 nc_wait_reachable() {
   local h ip t
   for h in "${NC_HOSTS[@]:1}"; do
     ip=$(nc_ip "$h")
     for t in $(seq 1 100); do
-      nc_exec "${NC_HOSTS[0]}" timeout 1 bash -c "exec 3<>/dev/tcp/$ip/9" 2>&1 | grep -q "refused" && break
+      nc_exec "${NC_HOSTS[0]}" timeout 1 bash -c "exec 3<>/dev/tcp/$ip/9" 2>&1 | grep -q "refused" && continue 2
       sleep 0.1
     done
+    return 1
   done
 }
 
