@@ -40,7 +40,8 @@ nc_relay_path() {
 nc_can_run() {
   [ "$(id -u)" = 0 ] || { echo "needs root for network namespaces"; return 1; }
   command -v ip >/dev/null || { echo "no 'ip' command (apt-get install iproute2)"; return 1; }
-  command -v unshare >/dev/null || { echo "no 'unshare' command (util-linux)"; return 1; }
+  command -v unshare >/dev/null && command -v taskset >/dev/null \
+    || { echo "no unshare or taskset command (util-linux)"; return 1; }
   local probe="$NC_PREFIX-probe-$$" err
   if ! err=$(ip netns add "$probe" 2>&1); then
     echo "no network namespace support: $err"; return 1
@@ -254,10 +255,13 @@ EOF
 }
 
 # nc_mpirun ARGS...: Open MPI's mpirun on node1 with the hostfile (1 slot per host),
-# TCP between hosts only, under timeout $NC_TIMEOUT.
+# TCP between hosts only, under timeout $NC_TIMEOUT. --bind-to none keeps each host's
+# core: Open MPI's hwloc sees the whole machine and its default binding would widen a
+# rank to every core (or, with --bind-to core, put every host's rank on core 0). A
+# --bind-to in ARGS comes later and wins.
 nc_mpirun() {
   nc_exec "${NC_HOSTS[0]}" timeout -k 5 "$NC_TIMEOUT" mpirun --allow-run-as-root \
-    "${NC_MPI_FLAGS[@]}" --hostfile "$NC_DIR/hostfile" "$@"
+    "${NC_MPI_FLAGS[@]}" --hostfile "$NC_DIR/hostfile" --bind-to none "$@"
 }
 
 # nc_hydra ARGS...: MPICH's mpiexec.hydra ($NC_HYDRA) on node1 across every host,
