@@ -2,7 +2,7 @@
 # Across the hosts of the test cluster (tests/netcluster.sh, Open MPI over TCP only):
 # herd bench allreduce (#wrong 0, herd against MPI_Allreduce) and bench p2p on 2 and
 # 3 hosts, herd run with a hostfile placing one rank on each host, and the cluster's
-# ssh agent under MPICH's hydra launcher.
+# ssh agent under MPICH's hydra launcher, with an MPICH program talking TCP only.
 set -u
 . "$(dirname "$0")/testlib.sh"
 . "$here/netcluster.sh"
@@ -57,6 +57,33 @@ if command -v "${NC_HYDRA:-mpiexec.hydra}" >/dev/null; then
   check "hydra through the agent: exits 0 ($rc)" test $rc -eq 0
   check "hydra through the agent: ran on node1, node2, node3" \
     bash -c "[ \"\$(sort '$tmp/out' | tr '\n' ' ')\" = 'node1 node2 node3 ' ]"
+  # An MPICH program across the hosts: UCX on TCP over eth0, no shared memory.
+  if command -v mpicc.mpich >/dev/null; then
+    cat >"$tmp/hello.c" <<'C'
+#include <mpi.h>
+#include <stdio.h>
+int main(int argc, char **argv)
+{
+    int rank, one = 1, sum = 0;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    printf("rank %d sum %d\n", rank, sum);
+    MPI_Finalize();
+    return 0;
+}
+C
+    mpicc.mpich -o "$tmp/hello" "$tmp/hello.c"
+    NC_TIMEOUT=30 nc_hydra -n 3 -genv UCX_LOG_LEVEL info "$tmp/hello" >"$tmp/out" 2>&1
+    rc=$?
+    check "MPICH program on 3 hosts: exits 0 ($rc), every rank sums 3" \
+      bash -c "[ $rc -eq 0 ] && [ \$(grep -c '^rank [0-2] sum 3\$' '$tmp/out') -eq 3 ]"
+    check "MPICH program on 3 hosts: UCX endpoints on tcp/eth0 only" \
+      bash -c "grep -q 'ep_cfg.*tcp/eth0' '$tmp/out' && ! grep -E 'ep_cfg' '$tmp/out' | grep -qE 'sysv|posix|cma|xpmem'"
+    [ $fails -eq 0 ] || cat "$tmp/out"
+  else
+    skipped_part "an MPICH program across the hosts (no mpicc.mpich)"
+  fi
 else
   skipped_part "MPICH's hydra through the agent (no mpiexec.hydra)"
 fi

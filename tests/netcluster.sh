@@ -25,6 +25,7 @@ NC_HOSTS=()         # node1 .. nodeN
 NC_SUBNET=""        # 10.212.X.0/24
 NC_AGENT=""         # rsh/ssh agent for mpirun (plm_rsh_agent) and hydra (-launcher-exec)
 NC_MPI_FLAGS=()     # Open MPI flags for a job across the hosts (agent, TCP only, subnet)
+NC_HYDRA_FLAGS=()   # the same for MPICH's mpiexec.hydra (agent, hosts, eth0, UCX over TCP)
 NC_TIMEOUT=${NC_TIMEOUT:-120}   # seconds nc_mpirun and nc_hydra give a job
 declare -F skip_all >/dev/null || skip_all() { echo "SKIPPED: $(basename "$0" .sh): $1"; exit 77; }
 
@@ -93,7 +94,7 @@ nc_remove_stale() {
 nc_down() {
   [ -n "$NC_DIR" ] || return 0
   nc_remove "$$"
-  NC_DIR="" NC_HOSTS=() NC_AGENT="" NC_MPI_FLAGS=()
+  NC_DIR="" NC_HOSTS=() NC_AGENT="" NC_MPI_FLAGS=() NC_HYDRA_FLAGS=()
 }
 
 # A cluster that cannot be built where it should be: the script fails (its exit trap
@@ -185,6 +186,9 @@ nc_up() {
   NC_MPI_FLAGS=(--mca plm_rsh_agent "$NC_AGENT" --mca plm_rsh_no_tree_spawn 1
                 --mca pml ob1 --mca btl tcp,self
                 --mca btl_tcp_if_include "$NC_SUBNET" --mca oob_tcp_if_include "$NC_SUBNET")
+  # MPICH's UCX would reach the other hosts through shared memory (sysv, cma): TCP only.
+  NC_HYDRA_FLAGS=(-launcher ssh -launcher-exec "$NC_AGENT" -hosts "$(IFS=,; echo "${NC_HOSTS[*]}")"
+                  -iface eth0 -genv UCX_TLS tcp,self -genv UCX_NET_DEVICES eth0)
   nc_wait_reachable || nc_fail "the hosts do not reach each other within 10 s"
 }
 
@@ -264,13 +268,11 @@ nc_mpirun() {
     "${NC_MPI_FLAGS[@]}" --hostfile "$NC_DIR/hostfile" --bind-to none "$@"
 }
 
-# nc_hydra ARGS...: MPICH's mpiexec.hydra ($NC_HYDRA) on node1 across every host,
-# through the agent, on eth0, under timeout $NC_TIMEOUT.
+# nc_hydra ARGS...: MPICH's mpiexec.hydra ($NC_HYDRA) on node1 with $NC_HYDRA_FLAGS,
+# under timeout $NC_TIMEOUT.
 nc_hydra() {
-  local hosts
-  hosts=$(IFS=,; echo "${NC_HOSTS[*]}")
   nc_exec "${NC_HOSTS[0]}" timeout -k 5 "$NC_TIMEOUT" "${NC_HYDRA:-mpiexec.hydra}" \
-    -launcher ssh -launcher-exec "$NC_AGENT" -hosts "$hosts" -iface eth0 "$@"
+    "${NC_HYDRA_FLAGS[@]}" "$@"
 }
 
 # nc_link_down HOST / nc_link_up HOST: HOST's link leaves / rejoins the bridge. Its
