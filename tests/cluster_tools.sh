@@ -34,12 +34,11 @@ for np in 2 3; do
   [ $np -eq 3 ] || nc_down
 done
 
-# herd run with a hostfile of 3 hosts, 1 slot each; the cluster's launch settings as --mca.
-mca=()
-for ((k = 0; k < ${#NC_MPI_FLAGS[@]}; k += 3)); do mca+=(--mca "${NC_MPI_FLAGS[k + 1]}" "${NC_MPI_FLAGS[k + 2]}"); done
+# herd run with a hostfile of 3 hosts, 1 slot each; the cluster's launch settings are
+# all --mca KEY VALUE, which herd run passes on.
 nc_hostfile "$tmp/hosts" 1
 nc_exec node1 timeout -k 5 120 "$herd" run -np 3 --hostfile "$tmp/hosts" --threads-per-rank 1 \
-  --report-bindings "${mca[@]}" -- train --model mlp --data synthetic:1,12,12,4,480 --epochs 1 \
+  --report-bindings "${NC_MPI_FLAGS[@]}" -- train --model mlp --data synthetic:1,12,12,4,480 --epochs 1 \
   --batch-size 32 --quiet >"$tmp/out" 2>"$tmp/err"
 rc=$?
 check "herd run --hostfile, 3 hosts: exits 0 ($rc)" test $rc -eq 0

@@ -1,8 +1,8 @@
 # A cluster of 2-3 hosts on this machine, for tests and benchmarks that need several
 # machines: each host is a network namespace with its own hostname (a UTS namespace
 # per command), one eth0 on a private subnet joined by a bridge, its own /etc/hosts
-# naming every host, and one core where the machine has enough. Needs root and
-# iproute2; a script that cannot have it here is skipped (skip_all, exit 77).
+# naming every host, and a core of its own when the machine has one per host. Needs
+# root and iproute2; a script that cannot have it here is skipped (skip_all, exit 77).
 #
 #   . tests/testlib.sh; . tests/netcluster.sh
 #   nc_up 3 [--delay-ms D] [--loss-pct P]   # hosts node1..node3; torn down on exit
@@ -59,8 +59,8 @@ nc_can_run() {
   return 0
 }
 
-# Removes every namespace, link, /etc/netns entry and relay of a cluster whose
-# owner ($1 = its PID) is gone, or of ID $1 when $2 is "force".
+# nc_remove ID: removes every process, namespace, link, /etc/netns entry, relay and
+# state file of cluster ID (its owner's PID).
 nc_remove() {
   local id=$1 ns p
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$NC_PREFIX-$id-h"); do
@@ -144,13 +144,18 @@ nc_up() {
     NC_TRAPPED=1
   fi
 
-  local br="hnc${id}br" i ns name port cores
+  local br="hnc${id}br" i ns name port cores cpus
   cores=$(getconf _NPROCESSORS_ONLN)
+  # A core per host when there are enough; else every host gets every core, because
+  # two processes pinned to one core can starve each other (MPICH/UCX ranks then hang
+  # in MPI_Finalize until killed).
+  cpus=0-$((cores - 1))
   ip link add "$br" type bridge && ip link set "$br" up || nc_fail "cannot create bridge $br"
   : >"$NC_DIR/hosts"
   for i in $(seq 1 "$n"); do
     name="node$i" ns="$NC_PREFIX-$id-h$i"
     NC_HOSTS+=("$name")
+    [ "$n" -le "$cores" ] && cpus=$((i - 1))
     ip netns add "$ns" && ip -n "$ns" link set lo up || nc_fail "cannot create namespace $ns"
     if [ $use_relay = 1 ]; then
       port="hnc${id}a$i"
@@ -166,15 +171,17 @@ nc_up() {
         fi
         sleep 0.1
       done
-      ip link set "hnc${id}b$i" netns "$ns" && ip -n "$ns" link set "hnc${id}b$i" name eth0 || nc_fail "cannot give $name its eth0"
+      ip link set "hnc${id}b$i" netns "$ns" && ip -n "$ns" link set "hnc${id}b$i" name eth0 \
+        || nc_fail "cannot give $name its eth0"
     else
       port="hnc${id}p$i"
-      ip link add "$port" type veth peer name "hnc${id}b$i" &&
-        ip link set "hnc${id}b$i" netns "$ns" && ip -n "$ns" link set "hnc${id}b$i" name eth0 || nc_fail "cannot give $name its eth0"
+      ip link add "$port" type veth peer name "hnc${id}b$i" && ip link set "hnc${id}b$i" netns "$ns" &&
+        ip -n "$ns" link set "hnc${id}b$i" name eth0 || nc_fail "cannot give $name its eth0"
     fi
     ip link set "$port" master "$br" && ip link set "$port" up &&
-      ip -n "$ns" addr add "10.212.$x.$i/24" dev eth0 && ip -n "$ns" link set eth0 up || nc_fail "cannot attach $name to $br"
-    echo "$name $ns 10.212.$x.$i $(( (i - 1) % cores )) $port" >>"$NC_DIR/hosts"
+      ip -n "$ns" addr add "10.212.$x.$i/24" dev eth0 && ip -n "$ns" link set eth0 up \
+      || nc_fail "cannot attach $name to $br"
+    echo "$name $ns 10.212.$x.$i $cpus $port" >>"$NC_DIR/hosts"
   done
   for i in $(seq 1 "$n"); do
     mkdir -p "/etc/netns/$NC_PREFIX-$id-h$i"
@@ -205,13 +212,13 @@ nc_wait_reachable() {
   done
 }
 
-nc_field() { # nc_field HOST COLUMN: name ns ip core port from the hosts table
+nc_field() { # nc_field HOST COLUMN: name ns ip cores port from the hosts table
   awk -v h="$1" -v c="$2" '$1 == h || $3 == h { print $c; found = 1 } END { exit !found }' "$NC_DIR/hosts" \
     || { echo "netcluster: no host '$1' in this cluster (${NC_HOSTS[*]})" >&2; return 1; }
 }
 nc_ip() { nc_field "$1" 3; }
 
-# nc_exec HOST COMMAND...: runs COMMAND on HOST (its namespace, hostname and core).
+# nc_exec HOST COMMAND...: runs COMMAND on HOST (its namespace, hostname and cores).
 nc_exec() {
   local h=$1 ns core
   shift
