@@ -10,6 +10,7 @@ packages=(
   libprotobuf-c-dev protobuf-c-compiler libplplot-dev plplot-driver-cairo
   dataset-fashion-mnist
   protobuf-compiler python3-protobuf # tests: event files read with TensorBoard's own schema
+  iproute2 iputils-ping # tests: the namespace cluster (ip netns) and a ping through its relay
 )
 # The PyTorch reference and the kernel micro-benchmarks (bench/, tests/make_fixtures.py)
 # are optional: HERD_WITH_TORCH=1. PyTorch runs its GEMMs on the OpenMP OpenBLAS, which
