@@ -7,11 +7,15 @@
 #   HERD_MPIEXEC           the launcher of that MPI (mpirun.openmpi, mpiexec.hydra), not
 #                          whatever mpiexec comes first on PATH
 #   HERD_MPIEXEC_PREFLAGS  what the tests give it to run more ranks than cores
+#   HERD_OTHER_MPIEXEC(_PREFLAGS)  the other family's launcher, when installed: a test
+#                          checks that herd refuses to run under it
 #   HERD_PC_MPI_LIBS       the MPI libraries for herd.pc's Libs.private
 set(HERD_WITH_MPI OFF)
 set(HERD_MPI_FAMILY "")
 set(HERD_MPIEXEC "")
 set(HERD_MPIEXEC_PREFLAGS "")
+set(HERD_OTHER_MPIEXEC "")
+set(HERD_OTHER_MPIEXEC_PREFLAGS "")
 set(HERD_PC_MPI_LIBS "")
 
 # FindMPI caches what it found: switching families needs a fresh build directory.
@@ -57,11 +61,18 @@ if(MPI_C_FOUND AND NOT HERD_MPI STREQUAL "OFF")
   if(HERD_MPI MATCHES "^(openmpi|mpich)$" AND NOT HERD_MPI STREQUAL HERD_MPI_FAMILY)
     message(FATAL_ERROR "herd: HERD_MPI=${HERD_MPI} but ${HERD_MPICC} links ${MPI_C_LIBRARIES}")
   endif()
+  set(openmpi_preflags --oversubscribe --bind-to none)
   if(HERD_MPI_FAMILY STREQUAL "openmpi")
     find_program(HERD_MPIEXEC_FOUND NAMES mpirun.openmpi orterun NAMES_PER_DIR)
-    set(HERD_MPIEXEC_PREFLAGS --oversubscribe --bind-to none)
+    set(HERD_MPIEXEC_PREFLAGS ${openmpi_preflags})
+    find_program(HERD_OTHER_MPIEXEC_FOUND NAMES mpiexec.hydra mpiexec.mpich NAMES_PER_DIR)
   elseif(HERD_MPI_FAMILY STREQUAL "mpich")
     find_program(HERD_MPIEXEC_FOUND NAMES mpiexec.hydra mpiexec.mpich NAMES_PER_DIR)
+    find_program(HERD_OTHER_MPIEXEC_FOUND NAMES mpirun.openmpi NAMES_PER_DIR)
+    set(HERD_OTHER_MPIEXEC_PREFLAGS ${openmpi_preflags})
+  endif()
+  if(HERD_OTHER_MPIEXEC_FOUND)
+    set(HERD_OTHER_MPIEXEC "${HERD_OTHER_MPIEXEC_FOUND}")
   endif()
   if(HERD_MPIEXEC_FOUND)
     set(HERD_MPIEXEC "${HERD_MPIEXEC_FOUND}")

@@ -27,10 +27,12 @@ herd_status herd_comm_mpi_create(const herd_comm_config *cfg, herd_comm **out)
 #include <time.h>
 #include <unistd.h>
 
+#include "core/build_info.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/half.h"
 #include "dist/comm_mpi_internal.h"
+#include "dist/launcher.h"
 
 #define DEFAULT_STALL_WARNING_S 60.0
 #define DEFAULT_TIMEOUT_S 300.0
@@ -476,14 +478,15 @@ herd_status herd_comm_mpi_create(const herd_comm_config *cfg, herd_comm **out)
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &c->size);
-    herd_status st = HERD_OK;
-    if (provided < MPI_THREAD_SERIALIZED)
+    /* Under another MPI's launcher every rank would run as its own job of one. */
+    herd_status st = herd_mpi_launcher_check(herd_mpi_library_version(), c->size, NULL);
+    if (st == HERD_OK && provided < MPI_THREAD_SERIALIZED)
         st = HERD_ERR(HERD_ERR_UNSUPPORTED,
                       "rank %d on host %s: the MPI library provides %s but herd's communication "
                       "thread needs MPI_THREAD_SERIALIZED%s",
                       c->rank, c->host, thread_level_name(provided),
                       initialized ? " (initialise MPI with MPI_Init_thread before herd)" : "");
-    else
+    if (st == HERD_OK)
         st = set_up(m);
     if (st != HERD_OK) {
         free_mpi_objects(m);
