@@ -52,19 +52,18 @@ herd_status herd_mpi_launcher_check(const char *mpi_library, int mpi_size, char 
                                          launchers[i].family != mine);
         if (!foreign)
             continue;
-        if (launchers[i].family == FAMILY_ANY)
-            return HERD_ERR(HERD_ERR_UNSUPPORTED,
-                            "herd uses %s, but %s started it as one of %ld tasks (%s=%s) without "
-                            "a process-management interface this MPI joins: every task would "
-                            "train alone. Give srun the plugin of herd's MPI (--mpi=pmix for Open "
-                            "MPI, --mpi=pmi2 for MPICH; srun --mpi=list shows what Slurm has)",
-                            mpi_library, launchers[i].name, size, launchers[i].size_var, v);
+        /* srun fits any MPI: what is missing is the plugin, not another build. */
+        bool srun = launchers[i].family == FAMILY_ANY;
         return HERD_ERR(HERD_ERR_UNSUPPORTED,
-                        "herd uses %s, but %s started it as one of %ld ranks (%s=%s), a job this "
-                        "MPI cannot join: every rank would train alone. Start herd with its own "
-                        "MPI's launcher (herd run does; --dry-run shows the command), or build herd "
-                        "against the launcher's MPI (cmake -DHERD_MPI=openmpi or mpich)",
-                        mpi_library, launchers[i].name, size, launchers[i].size_var, v);
+                        "herd uses %s, but %s started it as one of %ld %s (%s=%s), a job this MPI "
+                        "cannot join: every %s would train alone. %s",
+                        mpi_library, launchers[i].name, size, srun ? "tasks" : "ranks",
+                        launchers[i].size_var, v, srun ? "task" : "rank",
+                        srun ? "Give srun the plugin of herd's MPI (--mpi=pmix for Open MPI, "
+                               "--mpi=pmi2 for MPICH; srun --mpi=list shows what Slurm has)"
+                             : "Start herd with its own MPI's launcher (herd run does; --dry-run "
+                               "shows the command), or build herd against the launcher's MPI "
+                               "(cmake -DHERD_MPI=openmpi or mpich)");
     }
     return HERD_OK;
 }
