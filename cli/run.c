@@ -427,7 +427,8 @@ static int run_plan_and_exec(run_args *r)
     for (int k = 0; k < r->extra->n; k++)
         if (strncmp(r->extra->v[k], "--mpi", 5) == 0)
             plugin = NULL; /* the user's own --mpi= */
-    run_plan plan = {.kind = kind, .np = r->np, .threads = t, .hosts = nhosts ? hosts : NULL,
+    run_plan plan = {.kind = kind, .np = r->np, .threads = t, .host_spec = r->hosts,
+                     .hosts = nhosts ? hosts : NULL,
                      .nhosts = nhosts, .hostfile = r->hostfile, .hostfile_colons = colons,
                      .oversubscribed = oversubscribed, .bind = r->bind ? r->bind : "core",
                      .report = r->report, .exports = exported, .nexports = nexp, .mca = r->mca,

@@ -38,6 +38,7 @@ typedef struct run_host {
 typedef struct run_plan {
     launch_kind kind;
     long np, threads;
+    const char *host_spec;  /* -H as given (Open MPI and Hydra take it as it is) */
     const run_host *hosts;  /* from -H or the hostfile; NULL for this machine */
     int nhosts;
     const char *hostfile;   /* --hostfile as given */

@@ -184,7 +184,7 @@ static void push_ranks_and_hosts(const run_plan *p, argvec *a, const char *const
     } else if (p->nhosts > 0) {
         host_list(p, true, list, cap);
         argv_push(a, flags[2]);
-        argv_push(a, list);
+        argv_push(a, p->host_spec ? p->host_spec : list);
     }
 }
 

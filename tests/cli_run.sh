@@ -113,6 +113,8 @@ check "hydra: -n, -hosts, -bind-to core:3" has "mpiexec[^ ]* -n 8 -hosts a:4,b:4
 check "hydra: variables through -genv" has "-genv OMP_NUM_THREADS 3 -genv OPENBLAS_NUM_THREADS 3 -genv FOO 1 -genv BAR 'a b' "
 check "hydra: no Open MPI flags" bash -c "! grep -qE -- '--allow-run-as-root|--map-by|-x |--oversubscribe' '$tmp/err'"
 check "hydra: train --threads 3" has "train --model mlp --threads 3\$"
+hydra -np 2 -H a,b -- models
+check "hydra: -H as given" has " -n 2 -hosts a,b "
 printf 'a:2\nb:2\n' >"$tmp/hosts.hydra"
 hydra -np 4 --hostfile "$tmp/hosts.hydra" -- models
 check "hydra: its own hostfile form with -f" has "-n 4 -f $tmp/hosts.hydra "
