@@ -1,6 +1,7 @@
 # Thin wrapper over CMake for the README's commands.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+MPICH_BUILD ?= build-mpich
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
 # The main job: data-parallel lenet5 over all local cores, one rank per core, batch 128
@@ -10,7 +11,7 @@ RUN_FLAGS ?= --model lenet5 --data fashion-mnist --epochs 10 --batch-size 128 --
              --lr-scaling linear --momentum 0.9 --nesterov --weight-decay 5e-4 --schedule cosine \
              --warmup-epochs 1
 
-.PHONY: all deps build run test test-fast asan install clean bench print-run-flags
+.PHONY: all deps build run test test-fast asan mpich install clean bench print-run-flags
 
 all: build
 
@@ -27,11 +28,13 @@ run: deps
 	@$(MAKE) --no-print-directory build
 	$(BUILD)/herd run -np $(RANKS) -- train $(RUN_FLAGS)
 
-# The whole suite: the optimised build, then the same tests under ASan + UBSan.
+# The whole suite: the optimised build, then the same tests under ASan + UBSan, then
+# the MPI tests of a build against MPICH.
 test: deps
 	@$(MAKE) --no-print-directory build
 	cd $(BUILD) && ctest --output-on-failure -j 2
 	@$(MAKE) --no-print-directory asan
+	@$(MAKE) --no-print-directory mpich
 
 test-fast: build
 	cd $(BUILD) && ctest --output-on-failure -j 2
@@ -40,6 +43,17 @@ asan:
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DHERD_SANITIZE=ON >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && HERD_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 2
+
+# herd against MPICH (no CUDA backend, to save time) and its tests labelled mpi: every
+# one that launches ranks, through MPICH's own launcher.
+mpich:
+	@if command -v mpicc.mpich >/dev/null; then \
+	  cmake -S . -B $(MPICH_BUILD) -DCMAKE_BUILD_TYPE=Release -DHERD_MPI=mpich -DHERD_CUDA=OFF >/dev/null && \
+	  cmake --build $(MPICH_BUILD) -j $(JOBS) && \
+	  cd $(MPICH_BUILD) && ctest --output-on-failure -j 2 -L mpi; \
+	else \
+	  echo "make test: skipped the MPICH build and its MPI tests: MPICH is not installed (apt-get install mpich libmpich-dev)"; \
+	fi
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
@@ -52,4 +66,4 @@ print-run-flags:
 	@echo $(RUN_FLAGS)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(MPICH_BUILD)

@@ -16,7 +16,7 @@ static void usage(FILE *out)
             "  eval     evaluate a checkpoint on a dataset\n"
             "  bench    benchmarks: 'herd bench train' (throughput), 'bench allreduce', 'bench p2p'\n"
             "  models   list the model zoo with parameter counts and FLOPs\n"
-            "  run      start a multi-process job through mpirun: herd run -np 4 -- train ...\n"
+            "  run      start a multi-process job through an MPI launcher: herd run -np 4 -- train ...\n"
             "  plot     PNG curves from a --metrics file, or step times from a --timeline trace\n"
             "  topo     this machine's cores, NUMA nodes, PCI devices, GPUs and their links\n"
             "  doctor   check the machine for what breaks or slows down training (pass/warn/fail)\n"

@@ -7,6 +7,7 @@ packages=(
   build-essential cmake pkg-config
   libdnnl-dev ocl-icd-opencl-dev libcjson-dev zlib1g-dev libcmocka-dev
   openmpi-bin libopenmpi-dev libhwloc-dev
+  mpich libmpich-dev # make test builds herd a second time against MPICH (Open MPI stays the default)
   libprotobuf-c-dev protobuf-c-compiler libplplot-dev plplot-driver-cairo
   dataset-fashion-mnist
   protobuf-compiler python3-protobuf # tests: event files read with TensorBoard's own schema

@@ -60,7 +60,7 @@ check "1 process: p2p exits 0 with a 1x1 matrix" \
 
 have_mpi || { skipped_part "everything under mpirun (no mpirun, or herd built without MPI)"; finish; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-mpirun=(timeout 60 mpirun --oversubscribe --bind-to none)
+mpirun=(timeout 60 "${mpiexec[@]}")
 
 # Sanitized ranks start slowly: there, 2 ranks only (mpi_comm_tools_np3 covers 3).
 nps=(2 3)

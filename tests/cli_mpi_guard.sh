@@ -8,9 +8,9 @@
 # beyond generous bounds.
 set -u
 . "$(dirname "$0")/testlib.sh"
-have_mpi || skip_all "no mpirun (apt-get install openmpi-bin), or herd built without MPI"
+have_mpi || skip_all "herd built without MPI, or its launcher (HERD_MPIEXEC, set by ctest) missing"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-mpirun=(mpirun --oversubscribe --bind-to none)
+mpirun=("${mpiexec[@]}")
 common=(train --data synthetic:1,12,12,4,500 --threads 1 --epochs 2 --batch-size 64 --quiet)
 
 # mismatch NAME FIELD "FLAGS OF RANK 0" "FLAGS OF RANK 1" [MODEL0 MODEL1]
@@ -56,12 +56,12 @@ PY
 mismatch "a difference in layer 79 of 82" "layer 7[0-9]" "" "" "$tmp/deep_a.json" "$tmp/deep_b.json"
 
 # --check-replicas with one bit of one weight flipped on rank 1 after step 1.
-timeout 60 "${mpirun[@]}" -np 2 -x HERD_TEST_FAIL_AT=diverge:1 "$herd" "${common[@]}" --model mlp \
+HERD_TEST_FAIL_AT=diverge:1 timeout 60 "${mpirun[@]}" -np 2 "$herd" "${common[@]}" --model mlp \
   --check-replicas >"$tmp/out" 2>"$tmp/err"
 rc=$?
 check "--check-replicas, diverged replica: non-zero exit (exit $rc)" test $rc -ne 0 -a $rc -ne 124
 check "--check-replicas names the diverged rank" grep -q "replicas diverged at step 1: rank 1 differs from rank 0" "$tmp/err"
-timeout 60 "${mpirun[@]}" -np 2 -x HERD_TEST_FAIL_AT=diverge:1 "$herd" "${common[@]}" --model mlp \
+HERD_TEST_FAIL_AT=diverge:1 timeout 60 "${mpirun[@]}" -np 2 "$herd" "${common[@]}" --model mlp \
   >"$tmp/out" 2>"$tmp/err"
 check "the same divergence without --check-replicas goes unnoticed (the hook works)" test $? -eq 0
 
@@ -69,7 +69,7 @@ check "the same divergence without --check-replicas goes unnoticed (the hook wor
 # names it after --stall-warning and the job aborts non-zero after --comm-timeout.
 for stopped in 1 0; do
   start=$(date +%s)
-  timeout 90 "${mpirun[@]}" -np 2 -x HERD_TEST_FAIL_AT=stop:$stopped "$herd" "${common[@]}" \
+  HERD_TEST_FAIL_AT=stop:$stopped timeout 90 "${mpirun[@]}" -np 2 "$herd" "${common[@]}" \
     --model mlp --stall-warning 1 --comm-timeout 8 >"$tmp/out" 2>"$tmp/err"
   rc=$?
   took=$(( $(date +%s) - start ))

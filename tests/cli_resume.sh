@@ -7,9 +7,9 @@
 # resumes to the uninterrupted weights. Every mpirun runs under timeout.
 set -u
 . "$(dirname "$0")/testlib.sh"
-have_mpi || skip_all "no mpirun (apt-get install openmpi-bin), or herd built without MPI"
+have_mpi || skip_all "herd built without MPI, or its launcher (HERD_MPIEXEC, set by ctest) missing"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-mpirun=(timeout 120 mpirun --oversubscribe --bind-to none)
+mpirun=(timeout 120 "${mpiexec[@]}")
 # 500 samples: 16 steps per epoch at 1 rank x 32, 8 at 2 ranks x 32 (or 1 x 32 x grad-accum 2).
 common=(--model mlp --data synthetic:1,12,12,4,500 --threads 1 --eval-every 1 --seed 7 --epochs 3
         --batch-size 32 --quiet)

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# herd run: the mpirun command it builds (--dry-run) for local, oversubscribed and
-# multi-host jobs, thread counts, root flags, usage errors; then one real launch
-# when mpirun is installed.
+# herd run: the command it builds (--dry-run) for each launcher kind (Open MPI's mpirun,
+# MPICH's Hydra, Slurm's srun) for local, oversubscribed and multi-host jobs, thread
+# counts, binding, root flags, passed-through flags, usage errors, how the kind is
+# chosen; then real launches through herd's own MPI's launcher.
 set -u
 . "$(dirname "$0")/testlib.sh"
 has() { grep -q -e "$1" "$tmp/err"; }  # the launch line contains $1
 hasnt() { ! grep -q -e "$1" "$tmp/err"; }
-dry() { "$herd" run --dry-run "$@" >"$tmp/out" 2>"$tmp/err"; }
+dry() { "$herd" run --dry-run --launcher openmpi "$@" >"$tmp/out" 2>"$tmp/err"; } # Open MPI's flags
 cores=$(getconf _NPROCESSORS_ONLN)
 self=$(readlink -f "$herd")
 
@@ -15,7 +16,7 @@ check "herd --help lists run" bash -c "'$herd' --help | grep -q '^  run '"
 
 dry -np 1 -- train --model mlp
 check "dry run exits 0" test $? -eq 0
-check "prints 'herd: launching: mpirun ...'" grep -q "^herd: launching: mpirun " "$tmp/err"
+check "prints 'herd: launching: mpirun ...'" grep -q "^herd: launching: [^ ]*mpirun[^ ]* " "$tmp/err"
 check "runs this binary by absolute path" has " $self train --model mlp"
 check "1 rank gets every core" has "slot:PE=$cores .*--threads $cores\$"
 check "dry run starts nothing" test ! -s "$tmp/out"
@@ -73,11 +74,26 @@ check "--mpirun chooses the launcher" grep -q "^herd: launching: /opt/mpi/bin/mp
 
 dry -np 2 -- models
 if [ "$(id -u)" = 0 ]; then
-  check "root: --allow-run-as-root" has "mpirun --allow-run-as-root "
+  check "root: --allow-run-as-root" has "mpirun[^ ]* --allow-run-as-root "
 else
   check "not root: no --allow-run-as-root" hasnt "allow-run-as-root"
 fi
 
+# Commands herd run starts: topo and doctor too (each rank's place, every host's checks).
+for c in topo doctor; do
+  dry -np 2 -- $c
+  check "-- $c accepted" has " $self $c\$"
+done
+
+# Binding: --bind-to, core (T cores each) by default.
+dry -np 2 --bind-to socket -- models
+check "openmpi --bind-to socket" bash -c "grep -q -- '--bind-to socket ' '$tmp/err' && ! grep -q 'PE=' '$tmp/err'"
+dry -np 2 --bind-to none -- models
+check "openmpi --bind-to none" has "--bind-to none "
+
+# --mpirun-args: split as a shell splits words, before the binary; strict quotes.
+dry -np 2 --mpirun-args "--mca a 'b c' \"d \\\"e\\\"\" f\\ g" --mpirun-args "--tag-output" -- models
+check "--mpirun-args split and quoted" has "--mca a 'b c' 'd \"e\"' 'f g' --tag-output $self models\$"
 usage() { # usage NAME ARGS...: exit 2 with 'herd: error:'
   local name=$1; shift
   "$herd" run "$@" >/dev/null 2>"$tmp/err"
@@ -85,6 +101,76 @@ usage() { # usage NAME ARGS...: exit 2 with 'herd: error:'
   check "$name: exit 2 ($rc)" test $rc -eq 2
   check "$name: herd: error:" grep -q "^herd: error:" "$tmp/err"
 }
+usage "--mpirun-args unbalanced quote" -np 2 --dry-run --mpirun-args "a 'b" -- models
+check "unbalanced quote: says where" grep -q "unbalanced ' quote at character 3" "$tmp/err"
+usage "--mpirun-args trailing backslash" -np 2 --dry-run --mpirun-args 'a\' -- models
+usage "--bind-to l3" -np 2 --dry-run --bind-to l3 -- models
+
+# MPICH's Hydra: -n, -hosts / -f, -bind-to core:T, -genv; no root flags.
+hydra() { "$herd" run --dry-run --launcher hydra "$@" >"$tmp/out" 2>"$tmp/err"; }
+hydra -np 8 -H a:4,b:4 --threads-per-rank 3 -x FOO=1 -x 'BAR=a b' -- train --model mlp
+check "hydra: -n, -hosts, -bind-to core:3" has "mpiexec[^ ]* -n 8 -hosts a:4,b:4 -bind-to core:3 "
+check "hydra: variables through -genv" has "-genv OMP_NUM_THREADS 3 -genv OPENBLAS_NUM_THREADS 3 -genv FOO 1 -genv BAR 'a b' "
+check "hydra: no Open MPI flags" bash -c "! grep -qE -- '--allow-run-as-root|--map-by|-x |--oversubscribe' '$tmp/err'"
+check "hydra: train --threads 3" has "train --model mlp --threads 3\$"
+hydra -np 2 -H a,b -- models
+check "hydra: -H as given" has " -n 2 -hosts a,b "
+printf 'a:2\nb:2\n' >"$tmp/hosts.hydra"
+hydra -np 4 --hostfile "$tmp/hosts.hydra" -- models
+check "hydra: its own hostfile form with -f" has "-n 4 -f $tmp/hosts.hydra "
+hydra -np 4 --hostfile "$tmp/hosts" -- models
+check "hydra: an Open MPI hostfile as -hosts" has "-n 4 -hosts a:2,b:2 "
+dry -np 4 --hostfile "$tmp/hosts.hydra" -- models
+check "openmpi: a Hydra hostfile as -H" has "-np 4 -H a:2,b:2 "
+hydra -np $((cores * 2)) -- models
+check "hydra oversubscribed: -bind-to none" has "-n $((cores * 2)) -bind-to none "
+hydra -np 2 --bind-to numa -- models
+check "hydra --bind-to numa" has "-bind-to numa "
+usage "hydra --report-bindings" -np 2 --dry-run --launcher hydra --report-bindings -- models
+usage "hydra --mca" -np 2 --dry-run --launcher hydra --mca a b -- models
+check "hydra --mca: says it is Open MPI's" grep -q "mca is Open MPI's" "$tmp/err"
+unset HERD_TEST_UNSET_VAR
+usage "hydra -x of an unset variable" -np 2 --dry-run --launcher hydra -x HERD_TEST_UNSET_VAR -- models
+
+# Slurm's srun: -n, -w + --ntasks-per-node, --cpus-per-task, --cpu-bind, --mpi, --export.
+plugin=pmix; "$herd" --version | grep -q "MPI: MPICH" && plugin=pmi2
+srun() { "$herd" run --dry-run --launcher srun "$@" >"$tmp/out" 2>"$tmp/err"; }
+srun -np 8 -H a:4,b:4 --threads-per-rank 2 -x FOO=1 -- train --model mlp
+check "srun: -n, -w, --ntasks-per-node" has "srun -n 8 -w a,b --ntasks-per-node=4 "
+check "srun: --cpus-per-task, --cpu-bind=cores, --mpi=$plugin (herd's MPI)" has "--cpus-per-task=2 --cpu-bind=cores --mpi=$plugin "
+check "srun: --export=ALL and the variables" has "--export=ALL,OMP_NUM_THREADS=2,OPENBLAS_NUM_THREADS=2,FOO=1 $self train --model mlp --threads 2\$"
+srun -np 2 --bind-to socket --report-bindings --mpirun-args "--mpi=none" -- models
+check "srun: --cpu-bind=verbose,sockets" has "--cpu-bind=verbose,sockets "
+check "srun: the user's --mpi wins" bash -c "grep -q -- '--mpi=none' '$tmp/err' && ! grep -q -- '--mpi=$plugin' '$tmp/err'"
+usage "srun with unequal slots" -np 6 --dry-run --launcher srun -H a:4,b:2 -- models
+usage "srun -x with a comma" -np 2 --dry-run --launcher srun -x A=1,2 -- models
+
+# How the kind is chosen: --launcher, else --mpirun's --version, else herd's MPI.
+fake() { printf '#!/bin/sh\necho "%s"\n' "$2" >"$tmp/$1"; chmod +x "$tmp/$1"; }
+fake launcher-a "mpirun (Open MPI) 4.1.4"
+fake launcher-b "HYDRA build details:"
+fake launcher-c "slurm 22.05.8"
+fake launcher-d "some other program 1.0"
+for want in "a openmpi -np 2 --bind-to" "b hydra -n 2 -bind-to" "c srun -n 2 --cpus-per-task"; do
+  set -- $want
+  "$herd" run --dry-run -np 2 --mpirun "$tmp/launcher-$1" -- models >/dev/null 2>"$tmp/err"
+  check "--mpirun whose --version says $2: $2's flags" bash -c \
+    "grep -q '^herd: launcher: $2 (its --version)' '$tmp/err' && grep -q '^herd: launching: $tmp/launcher-$1 .*$3 ' '$tmp/err'"
+done
+"$herd" run -np 2 --mpirun "$tmp/launcher-d" -- models >/dev/null 2>"$tmp/err"
+check "unknown launcher: exit 1, asks for --launcher" bash -c "test $? -eq 1 && grep -q 'name its kind with --launcher' '$tmp/err'"
+"$herd" run --dry-run -np 2 --launcher hydra --mpirun "$tmp/launcher-a" -- models >/dev/null 2>"$tmp/err"
+check "--launcher wins over --version" grep -q "^herd: launcher: hydra (--launcher)" "$tmp/err"
+"$herd" run --dry-run -np 2 --mpirun /nowhere/srun -- models >/dev/null 2>"$tmp/err"
+check "dry run, srun not installed: the kind from its name, said so" bash -c \
+  "grep -q '^herd: launcher: srun (a dry run: from its name)' '$tmp/err' && grep -q '^herd: launching: /nowhere/srun -n 2 ' '$tmp/err'"
+own=openmpi; "$herd" --version | grep -q "MPI: MPICH" && own=hydra
+"$herd" run --dry-run -np 2 -- models >/dev/null 2>"$tmp/err"
+check "by default herd's MPI's kind ($own)" grep -q "^herd: launcher: $own (herd's MPI)" "$tmp/err"
+if have_mpi; then
+  check "by default herd's MPI's launcher ($HERD_MPIEXEC), not PATH's" grep -q "^herd: launching: $HERD_MPIEXEC " "$tmp/err"
+fi
+
 usage "no -np" --dry-run -- models
 usage "-np 0" -np 0 --dry-run -- models
 usage "-np abc" -np abc --dry-run -- models
@@ -99,14 +185,22 @@ usage "--threads-per-rank 0" -np 2 --threads-per-rank 0 --dry-run -- models
 check "missing mpirun: exit 1" test $? -eq 1
 check "missing mpirun: names openmpi-bin" grep -q "openmpi-bin" "$tmp/err"
 
-if command -v mpirun >/dev/null; then
+"$herd" run -np 2 --launcher openmpi --mpirun "$tmp/no-such-mpirun" -- models >/dev/null 2>"$tmp/err"
+check "missing Open MPI launcher: names openmpi-bin" grep -q "apt-get install openmpi-bin" "$tmp/err"
+
+if have_mpi; then
   timeout 60 "$herd" run -np 2 -- models >"$tmp/out" 2>"$tmp/err"
   rc=$?
   check "real launch: herd run -np 2 -- models exits 0 ($rc)" test $rc -eq 0
   check "real launch: both ranks printed the zoo" test "$(grep -c '^lenet5 ' "$tmp/out")" -eq 2
   [ $rc -ne 0 ] && cat "$tmp/err"
+  timeout 60 "$herd" run -np 2 -- topo >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  check "real launch: herd run -np 2 -- topo exits 0 ($rc)" test $rc -eq 0
+  check "real launch: topo lists both ranks, one job" grep -q "^ranks (2):" "$tmp/out"
+  [ $rc -ne 0 ] && cat "$tmp/err"
 else
-  skipped_part "the real 2-rank launch (mpirun not installed)"
+  skipped_part "the real 2-rank launches (herd built without MPI, or its launcher missing)"
 fi
 
 finish

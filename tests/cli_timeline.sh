@@ -24,7 +24,7 @@ check "unwritable --timeline: the message names the file" grep -q "missing/dir/t
 
 if have_mpi; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  mpirun=(timeout 120 mpirun --oversubscribe --bind-to none)
+  mpirun=(timeout 120 "${mpiexec[@]}")
 
   "${mpirun[@]}" -np 2 "$herd" train "${common[@]}" --batch-size 64 --checkpoint-dir "$tmp/ck2" \
     --timeline "$tmp/two.json" >"$tmp/out" 2>"$tmp/err"

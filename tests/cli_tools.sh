@@ -21,11 +21,11 @@ check "topo rejects unknown flags with exit 2" bash -c '"$1" topo --bogus 2>/dev
 
 if have_mpi; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-  timeout 60 mpirun --oversubscribe --bind-to none -np 2 "$herd" topo --json >"$tmp/mpi.json" 2>"$tmp/err"
+  timeout 60 "${mpiexec[@]}" -np 2 "$herd" topo --json >"$tmp/mpi.json" 2>"$tmp/err"
   check "mpirun -np 2 herd topo --json exits 0" test $? -eq 0
   check "-np 2 --json: one object, from rank 0, with ranks 0 and 1 (local 0 and 1)" json_true "$tmp/mpi.json" \
     '[(r["rank"], r["local_rank"]) for r in d["ranks"]] == [(0, 0), (1, 1)] and all(r["cpus"] for r in d["ranks"])'
-  timeout 60 mpirun --oversubscribe --bind-to none -np 3 "$herd" topo >"$tmp/mpi" 2>"$tmp/err"
+  timeout 60 "${mpiexec[@]}" -np 3 "$herd" topo >"$tmp/mpi" 2>"$tmp/err"
   check "mpirun -np 3 herd topo exits 0" test $? -eq 0
   check "-np 3: one table, from rank 0" test "$(grep -c '^host ' "$tmp/mpi")" -eq 1
   check "-np 3: the rank table has every rank" \

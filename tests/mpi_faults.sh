@@ -2,14 +2,15 @@
 # The stall inspector and failure handling under mpirun: tests/mpi_faults.sh MPI_FAULTS_BINARY
 set -u
 prog=$1
+. "$(dirname "$0")/testlib.sh" # the launcher, "${mpiexec[@]}", and $tmp
+[ ${#mpiexec[@]} -gt 0 ] || skip_all "herd's MPI launcher (HERD_MPIEXEC, set by ctest) is not set"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+out=$tmp/out
 fail() { echo "FAIL: $*"; echo "--- output:"; cat "$out"; exit 1; }
 # Runs mpirun -np $1 $prog $2 under timeout 60; sets rc and secs.
 run() {
   local start=$(date +%s.%N)
-  timeout 60 mpirun --oversubscribe -np "$1" "$prog" "$2" >"$out" 2>&1
+  timeout 60 "${mpiexec[@]}" -np "$1" "$prog" "$2" >"$out" 2>&1
   rc=$?
   secs=$(echo "$(date +%s.%N) - $start" | bc)
 }

@@ -4,6 +4,7 @@
 
 #include "testutil.h"
 #include "dist/comm.h"
+#include "dist/launcher.h"
 
 static void test_local_collectives(void **state)
 {
@@ -117,6 +118,33 @@ static void test_launched_without_mpi_build(void **state)
 #endif
 }
 
+/* MPI sees one rank while the launcher started several: another MPI's launcher. */
+static void test_launcher_check(void **state)
+{
+    (void)state;
+    char *ompi[] = {"OMPI_COMM_WORLD_SIZE=2", NULL}, *hydra[] = {"PMI_SIZE=3", NULL},
+         *srun2[] = {"SLURM_STEP_NUM_TASKS=2", NULL}, *srun1[] = {"SLURM_STEP_NUM_TASKS=1", NULL},
+         *none[] = {"PATH=/usr/bin", NULL};
+    assert_int_equal(herd_mpi_launcher_check("MPICH 4.0.2", 1, ompi), HERD_ERR_UNSUPPORTED);
+    assert_non_null(strstr(herd_last_error(), "herd uses MPICH 4.0.2, but Open MPI's mpirun started "
+                                              "it as one of 2 ranks (OMPI_COMM_WORLD_SIZE=2)"));
+    assert_non_null(strstr(herd_last_error(), "its own MPI's launcher"));
+    assert_int_equal(herd_mpi_launcher_check("Open MPI v4.1.4", 1, hydra), HERD_ERR_UNSUPPORTED);
+    assert_non_null(strstr(herd_last_error(), "Open MPI v4.1.4, but a PMI launcher (MPICH's Hydra"));
+    assert_int_equal(herd_mpi_launcher_check("Open MPI v4.1.4", 1, srun2), HERD_ERR_UNSUPPORTED);
+    assert_non_null(strstr(herd_last_error(), "Slurm's srun started it as one of 2 tasks"));
+    assert_non_null(strstr(herd_last_error(), "--mpi=pmix"));
+    /* Joined (size > 1), one task, or no launcher: nothing to say. */
+    assert_herd_ok(herd_mpi_launcher_check("MPICH 4.0.2", 3, hydra));
+    assert_herd_ok(herd_mpi_launcher_check("Open MPI v4.1.4", 1, srun1));
+    assert_herd_ok(herd_mpi_launcher_check("Open MPI v4.1.4", 1, none));
+    assert_herd_ok(herd_mpi_launcher_check(NULL, 1, ompi)); /* no MPI: comm.c says so */
+    /* Size unknown (herd doctor): the families are compared; srun fits either. */
+    assert_herd_ok(herd_mpi_launcher_check("Open MPI v4.1.4", 0, ompi));
+    assert_int_equal(herd_mpi_launcher_check("MPICH 4.0.2", 0, ompi), HERD_ERR_UNSUPPORTED);
+    assert_herd_ok(herd_mpi_launcher_check("MPICH 4.0.2", 0, srun2));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -124,6 +152,7 @@ int main(void)
         cmocka_unit_test(test_local_typed_and_p2p),
         cmocka_unit_test(test_default_without_launcher),
         cmocka_unit_test(test_launched_without_mpi_build),
+        cmocka_unit_test(test_launcher_check),
     };
     return tu_run(tests, NULL, NULL);
 }

@@ -316,6 +316,15 @@ static void test_mpi(void **state)
     put_exec(f, "usr/bin/mpirun.openmpi");
     assert_int_equal(symlink("mpirun.openmpi", link), 0);
     EXPECT(f, check_mpi, HERD_CHECK_PASS, "launcher /usr/bin/mpirun (mpirun.openmpi)");
+    /* Started by another MPI's launcher (herd_mpi_launcher_check, as at start-up). */
+    f->envp[1] = "PMI_SIZE=2";
+    EXPECT(f, check_mpi, HERD_CHECK_FAIL, "herd uses Open MPI v4.1.4, but a PMI launcher (MPICH's Hydra");
+    f->envp[1] = "OMPI_COMM_WORLD_SIZE=2";
+    EXPECT(f, check_mpi, HERD_CHECK_PASS, "launcher /usr/bin/mpirun");
+    f->env.mpi_library = "MPICH 4.0.2";
+    EXPECT(f, check_mpi, HERD_CHECK_FAIL, "herd uses MPICH 4.0.2, but Open MPI's mpirun started it");
+    f->env.mpi_library = "Open MPI v4.1.4";
+    f->envp[1] = NULL;
     /* The alternatives link points at MPICH's launcher: ranks would not join one job. */
     put_exec(f, "usr/bin/mpirun.mpich");
     unlink(link);

@@ -23,8 +23,19 @@ skipped_part() { # skipped_part WHAT: a part not run here, named again by finish
   echo "skipped: $1"
   skips+=("$1")
 }
-# Whether herd can launch MPI jobs here: mpirun installed and herd built with MPI.
-have_mpi() { command -v mpirun >/dev/null && ! "$herd" --version | grep -q "MPI: none"; }
+# The launcher of herd's own MPI and its flags for more ranks than cores, as CMake found
+# them (HERD_MPIEXEC, HERD_MPIEXEC_PREFLAGS in ctest's environment), never the mpirun
+# first on PATH, which may be another MPI's: "${mpiexec[@]}" -np 2 "$herd" ... Variables
+# for the ranks go in the launcher's environment (local ranks inherit it, under Open
+# MPI and Hydra alike).
+mpiexec=()
+if [ -n "${HERD_MPIEXEC:-}" ]; then
+  read -r -a mpiexec <<<"${HERD_MPIEXEC_PREFLAGS:-}"
+  mpiexec=("$HERD_MPIEXEC" "${mpiexec[@]}")
+fi
+# Whether herd can launch MPI jobs here: herd built with MPI, and its launcher
+# (HERD_MPIEXEC, set by ctest) installed.
+have_mpi() { [ -n "${HERD_MPIEXEC:-}" ] && [ -x "$HERD_MPIEXEC" ] && ! "$herd" --version | grep -q "MPI: none"; }
 # Whether the NVIDIA driver lists a GPU the CUDA runtime should see (when
 # CUDA_VISIBLE_DEVICES is set, the user chose what is visible).
 gpu_present() {

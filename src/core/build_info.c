@@ -15,23 +15,29 @@
 #endif
 #if HERD_HAVE_MPI
 #include <mpi.h>
-#define VERSION_CAP MPI_MAX_LIBRARY_VERSION_STRING
-#else
-#define VERSION_CAP 64
 #endif
 
 static char build_info[768];
-static char mpi_library[VERSION_CAP] = "none"; /* kept apart: herd doctor names it alone */
+static char mpi_library[128] = "none"; /* kept apart: herd doctor names it alone */
 static pthread_once_t build_info_once = PTHREAD_ONCE_INIT;
 
 static void compose_build_info(void)
 {
 #if HERD_HAVE_MPI
     /* Callable before MPI_Init; the library actually loaded, not the headers'. Cut to
-     * "Open MPI v4.1.4", without the package details. */
+     * "Open MPI v4.1.4" or "MPICH 4.0.2", without the package details (MPICH's string
+     * runs to kilobytes: its configure line). */
+    static char full[MPI_MAX_LIBRARY_VERSION_STRING];
     int len = 0;
-    if (MPI_Get_library_version(mpi_library, &len) == MPI_SUCCESS)
-        mpi_library[strcspn(mpi_library, ",\n")] = '\0';
+    if (MPI_Get_library_version(full, &len) == MPI_SUCCESS) {
+        full[strcspn(full, ",\n")] = '\0';
+        const char *label = strstr(full, " Version:"); /* "MPICH Version:\t4.0.2" */
+        if (label)
+            snprintf(mpi_library, sizeof mpi_library, "%.*s %.64s", (int)(label - full), full,
+                     label + strlen(" Version:") + strspn(label + strlen(" Version:"), " \t"));
+        else
+            snprintf(mpi_library, sizeof mpi_library, "%.120s", full);
+    }
 #endif
     char cuda[160] = "cuda: not built";
 #if HERD_HAVE_CUDA

@@ -27,10 +27,12 @@ herd_status herd_comm_mpi_create(const herd_comm_config *cfg, herd_comm **out)
 #include <time.h>
 #include <unistd.h>
 
+#include "core/build_info.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/half.h"
 #include "dist/comm_mpi_internal.h"
+#include "dist/launcher.h"
 
 #define DEFAULT_STALL_WARNING_S 60.0
 #define DEFAULT_TIMEOUT_S 300.0
@@ -49,6 +51,10 @@ void comm_mpi_describe_error(comm_mpi *m, int mpi_err, const char *what, char *o
 _Noreturn void comm_mpi_fatal(comm_mpi *m, int code, const char *msg)
 {
     herd_log(HERD_LOG_ERROR, "rank %d on host %s: %s", m->c->rank, m->c->host, msg);
+    /* The launcher forwards what the ranks wrote asynchronously; MPICH's Hydra drops
+     * what it has not read yet when a rank aborts (about 1 run in 20 lost every
+     * message here). A moment lets it read this rank's last words first. */
+    nanosleep(&(struct timespec){.tv_nsec = 200 * 1000 * 1000}, NULL);
     MPI_Abort(MPI_COMM_WORLD, code ? code : 1);
     _exit(code ? code : 1); /* MPI_Abort does not return; this only satisfies _Noreturn */
 }
@@ -472,14 +478,15 @@ herd_status herd_comm_mpi_create(const herd_comm_config *cfg, herd_comm **out)
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &c->size);
-    herd_status st = HERD_OK;
-    if (provided < MPI_THREAD_SERIALIZED)
+    /* Under another MPI's launcher every rank would run as its own job of one. */
+    herd_status st = herd_mpi_launcher_check(herd_mpi_library_version(), c->size, NULL);
+    if (st == HERD_OK && provided < MPI_THREAD_SERIALIZED)
         st = HERD_ERR(HERD_ERR_UNSUPPORTED,
                       "rank %d on host %s: the MPI library provides %s but herd's communication "
                       "thread needs MPI_THREAD_SERIALIZED%s",
                       c->rank, c->host, thread_level_name(provided),
                       initialized ? " (initialise MPI with MPI_Init_thread before herd)" : "");
-    else
+    if (st == HERD_OK)
         st = set_up(m);
     if (st != HERD_OK) {
         free_mpi_objects(m);

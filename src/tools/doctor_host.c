@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dist/launcher.h"
 #include "tools/doctor.h"
 
 /* Follows the symlinks of a path under the root, absolute targets included (Debian's
@@ -50,6 +51,12 @@ void check_mpi(const herd_doctor_env *e, herd_check *c)
         doc_set(c, HERD_CHECK_WARN, "install libopenmpi-dev and rebuild herd (cmake -DHERD_MPI=ON)",
                 "herd is built without MPI: it trains in one process only%s%s",
                 found[0] ? "; mpirun is at " : "", found);
+        return;
+    }
+    /* Started by another MPI's launcher: the check herd's own start-up makes. */
+    if (herd_mpi_launcher_check(e->mpi_library, 0, e->envp) != HERD_OK) {
+        doc_set(c, HERD_CHECK_FAIL, "start herd with its own MPI's launcher (herd run does)", "%s",
+                herd_last_error());
         return;
     }
     if (!found[0]) {
