@@ -262,6 +262,34 @@ static void choose_single_copy(argvec *a, char **mca, int nmca, char **xvars, in
                     "(keep CMA with --mca %s cma)\n", p.cma_gbps, p.memcpy_gbps, names[0]);
 }
 
+/* Open MPI's mpirun hears that a host has vanished only from TCP keepalive on its
+ * connection to that host's daemon (by default after 300 s idle and 9 probes 20 s
+ * apart), and not at all once it has sent the daemon something, which it does when a
+ * rank aborts: then it waits for the host until TCP gives up, some 15 minutes. With
+ * these, a host unreachable for 10-15 s ends the job (mpirun's "lost communication
+ * with a remote daemon"), and the cut-off daemons lose their lifeline likewise;
+ * herd's stall timeout leaves the launcher 10 s for it before its own abort
+ * (src/dist/comm_mpi_stall.c). docs/cluster.md has the why and the trade-off. The
+ * user's own setting (--mca, -x or the environment) wins. */
+static void keepalive_defaults(argvec *a, char **mca, int nmca, char **xvars, int nx)
+{
+    static const char *const params[][2] = {{"oob_tcp_keepalive_time", "5"},
+                                            {"oob_tcp_keepalive_intvl", "2"},
+                                            {"oob_tcp_keepalive_probes", "5"}};
+    for (size_t k = 0; k < sizeof params / sizeof params[0]; k++) {
+        char var[64];
+        snprintf(var, sizeof var, "OMPI_MCA_%s", params[k][0]);
+        bool set = getenv(var) || exports(xvars, nx, var);
+        for (int i = 0; i < nmca && !set; i += 2)
+            set = strcmp(mca[i], params[k][0]) == 0;
+        if (!set) {
+            push(a, "--mca");
+            push(a, params[k][0]);
+            push(a, params[k][1]);
+        }
+    }
+}
+
 /* xvars and mca have argc slots each (the -x and --mca values). */
 static int run_with(int argc, char **argv, char **xvars, char **mca)
 {
@@ -404,6 +432,7 @@ static int run_with(int argc, char **argv, char **xvars, char **mca)
         push(&a, mca[k + 1]);
     }
     choose_single_copy(&a, mca, nmca, xvars, nx, per_host);
+    keepalive_defaults(&a, mca, nmca, xvars, nx);
     /* Thread pools of libraries that size themselves from the environment (OpenMP,
      * OpenBLAS) would otherwise each take every core of the host. */
     long env_t = user_t ? user_t : t;
