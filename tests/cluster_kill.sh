@@ -8,7 +8,7 @@ set -u
 have_mpi || skip_all "no mpirun (apt-get install openmpi-bin), or herd built without MPI"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 nc_up 3
-NC_TIMEOUT=150 nc_mpirun -np 3 "$herd" train --model lenet5 --data synthetic:1,28,28,10,20000 \
+NC_TIMEOUT=150 nc_mpirun -np 3 "$herd" train --model lenet5 --data synthetic:1,28,28,10,19000 \
   --epochs 100 --threads 1 --quiet >"$tmp/out" 2>"$tmp/err" &
 job=$!
 # rank 1 is node2's herd process; wait until it has trained a little.

@@ -1,8 +1,8 @@
 # A cluster of 2-3 hosts on this machine, for tests and benchmarks that need several
 # machines: each host is a network namespace with its own hostname (a UTS namespace
 # per command), one eth0 on a private subnet joined by a bridge, its own /etc/hosts
-# naming every host, and one core where the machine has enough. Needs root and
-# iproute2; a script that cannot have it here is skipped (skip_all, exit 77).
+# naming every host, and a core of its own when the machine has one per host. Needs
+# root and iproute2; a script that cannot have it here is skipped (skip_all, exit 77).
 #
 #   . tests/testlib.sh; . tests/netcluster.sh
 #   nc_up 3 [--delay-ms D] [--loss-pct P]   # hosts node1..node3; torn down on exit
@@ -25,6 +25,7 @@ NC_HOSTS=()         # node1 .. nodeN
 NC_SUBNET=""        # 10.212.X.0/24
 NC_AGENT=""         # rsh/ssh agent for mpirun (plm_rsh_agent) and hydra (-launcher-exec)
 NC_MPI_FLAGS=()     # Open MPI flags for a job across the hosts (agent, TCP only, subnet)
+NC_HYDRA_FLAGS=()   # the same for MPICH's mpiexec.hydra (agent, hosts, eth0, UCX over TCP)
 NC_TIMEOUT=${NC_TIMEOUT:-120}   # seconds nc_mpirun and nc_hydra give a job
 declare -F skip_all >/dev/null || skip_all() { echo "SKIPPED: $(basename "$0" .sh): $1"; exit 77; }
 
@@ -40,7 +41,8 @@ nc_relay_path() {
 nc_can_run() {
   [ "$(id -u)" = 0 ] || { echo "needs root for network namespaces"; return 1; }
   command -v ip >/dev/null || { echo "no 'ip' command (apt-get install iproute2)"; return 1; }
-  command -v unshare >/dev/null || { echo "no 'unshare' command (util-linux)"; return 1; }
+  command -v unshare >/dev/null && command -v taskset >/dev/null \
+    || { echo "no unshare or taskset command (util-linux)"; return 1; }
   local probe="$NC_PREFIX-probe-$$" err
   if ! err=$(ip netns add "$probe" 2>&1); then
     echo "no network namespace support: $err"; return 1
@@ -57,8 +59,8 @@ nc_can_run() {
   return 0
 }
 
-# Removes every namespace, link, /etc/netns entry and relay of a cluster whose
-# owner ($1 = its PID) is gone, or of ID $1 when $2 is "force".
+# nc_remove ID: removes every process, namespace, link, /etc/netns entry, relay and
+# state file of cluster ID (its owner's PID).
 nc_remove() {
   local id=$1 ns p
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$NC_PREFIX-$id-h"); do
@@ -92,7 +94,7 @@ nc_remove_stale() {
 nc_down() {
   [ -n "$NC_DIR" ] || return 0
   nc_remove "$$"
-  NC_DIR="" NC_HOSTS=() NC_AGENT="" NC_MPI_FLAGS=()
+  NC_DIR="" NC_HOSTS=() NC_AGENT="" NC_MPI_FLAGS=() NC_HYDRA_FLAGS=()
 }
 
 # A cluster that cannot be built where it should be: the script fails (its exit trap
@@ -142,13 +144,18 @@ nc_up() {
     NC_TRAPPED=1
   fi
 
-  local br="hnc${id}br" i ns name port cores
+  local br="hnc${id}br" i ns name port cores cpus
   cores=$(getconf _NPROCESSORS_ONLN)
+  # A core per host when there are enough; else every host gets every core, because
+  # two processes pinned to one core can starve each other (MPICH/UCX ranks then hang
+  # in MPI_Finalize until killed).
+  cpus=0-$((cores - 1))
   ip link add "$br" type bridge && ip link set "$br" up || nc_fail "cannot create bridge $br"
   : >"$NC_DIR/hosts"
   for i in $(seq 1 "$n"); do
     name="node$i" ns="$NC_PREFIX-$id-h$i"
     NC_HOSTS+=("$name")
+    [ "$n" -le "$cores" ] && cpus=$((i - 1))
     ip netns add "$ns" && ip -n "$ns" link set lo up || nc_fail "cannot create namespace $ns"
     if [ $use_relay = 1 ]; then
       port="hnc${id}a$i"
@@ -164,15 +171,17 @@ nc_up() {
         fi
         sleep 0.1
       done
-      ip link set "hnc${id}b$i" netns "$ns" && ip -n "$ns" link set "hnc${id}b$i" name eth0 || nc_fail "cannot give $name its eth0"
+      ip link set "hnc${id}b$i" netns "$ns" && ip -n "$ns" link set "hnc${id}b$i" name eth0 \
+        || nc_fail "cannot give $name its eth0"
     else
       port="hnc${id}p$i"
-      ip link add "$port" type veth peer name "hnc${id}b$i" &&
-        ip link set "hnc${id}b$i" netns "$ns" && ip -n "$ns" link set "hnc${id}b$i" name eth0 || nc_fail "cannot give $name its eth0"
+      ip link add "$port" type veth peer name "hnc${id}b$i" && ip link set "hnc${id}b$i" netns "$ns" &&
+        ip -n "$ns" link set "hnc${id}b$i" name eth0 || nc_fail "cannot give $name its eth0"
     fi
     ip link set "$port" master "$br" && ip link set "$port" up &&
-      ip -n "$ns" addr add "10.212.$x.$i/24" dev eth0 && ip -n "$ns" link set eth0 up || nc_fail "cannot attach $name to $br"
-    echo "$name $ns 10.212.$x.$i $(( (i - 1) % cores )) $port" >>"$NC_DIR/hosts"
+      ip -n "$ns" addr add "10.212.$x.$i/24" dev eth0 && ip -n "$ns" link set eth0 up \
+      || nc_fail "cannot attach $name to $br"
+    echo "$name $ns 10.212.$x.$i $cpus $port" >>"$NC_DIR/hosts"
   done
   for i in $(seq 1 "$n"); do
     mkdir -p "/etc/netns/$NC_PREFIX-$id-h$i"
@@ -184,6 +193,9 @@ nc_up() {
   NC_MPI_FLAGS=(--mca plm_rsh_agent "$NC_AGENT" --mca plm_rsh_no_tree_spawn 1
                 --mca pml ob1 --mca btl tcp,self
                 --mca btl_tcp_if_include "$NC_SUBNET" --mca oob_tcp_if_include "$NC_SUBNET")
+  # MPICH's UCX would reach the other hosts through shared memory (sysv, cma): TCP only.
+  NC_HYDRA_FLAGS=(-launcher ssh -launcher-exec "$NC_AGENT" -hosts "$(IFS=,; echo "${NC_HOSTS[*]}")"
+                  -iface eth0 -genv UCX_TLS tcp,self -genv UCX_NET_DEVICES eth0)
   nc_wait_reachable || nc_fail "the hosts do not reach each other within 10 s"
 }
 
@@ -200,13 +212,13 @@ nc_wait_reachable() {
   done
 }
 
-nc_field() { # nc_field HOST COLUMN: name ns ip core port from the hosts table
+nc_field() { # nc_field HOST COLUMN: name ns ip cores port from the hosts table
   awk -v h="$1" -v c="$2" '$1 == h || $3 == h { print $c; found = 1 } END { exit !found }' "$NC_DIR/hosts" \
     || { echo "netcluster: no host '$1' in this cluster (${NC_HOSTS[*]})" >&2; return 1; }
 }
 nc_ip() { nc_field "$1" 3; }
 
-# nc_exec HOST COMMAND...: runs COMMAND on HOST (its namespace, hostname and core).
+# nc_exec HOST COMMAND...: runs COMMAND on HOST (its namespace, hostname and cores).
 nc_exec() {
   local h=$1 ns core
   shift
@@ -254,19 +266,20 @@ EOF
 }
 
 # nc_mpirun ARGS...: Open MPI's mpirun on node1 with the hostfile (1 slot per host),
-# TCP between hosts only, under timeout $NC_TIMEOUT.
+# TCP between hosts only, under timeout $NC_TIMEOUT. --bind-to none keeps each host's
+# core: Open MPI's hwloc sees the whole machine and its default binding would widen a
+# rank to every core (or, with --bind-to core, put every host's rank on core 0). A
+# --bind-to in ARGS comes later and wins.
 nc_mpirun() {
   nc_exec "${NC_HOSTS[0]}" timeout -k 5 "$NC_TIMEOUT" mpirun --allow-run-as-root \
-    "${NC_MPI_FLAGS[@]}" --hostfile "$NC_DIR/hostfile" "$@"
+    "${NC_MPI_FLAGS[@]}" --hostfile "$NC_DIR/hostfile" --bind-to none "$@"
 }
 
-# nc_hydra ARGS...: MPICH's mpiexec.hydra ($NC_HYDRA) on node1 across every host,
-# through the agent, on eth0, under timeout $NC_TIMEOUT.
+# nc_hydra ARGS...: MPICH's mpiexec.hydra ($NC_HYDRA) on node1 with $NC_HYDRA_FLAGS,
+# under timeout $NC_TIMEOUT.
 nc_hydra() {
-  local hosts
-  hosts=$(IFS=,; echo "${NC_HOSTS[*]}")
   nc_exec "${NC_HOSTS[0]}" timeout -k 5 "$NC_TIMEOUT" "${NC_HYDRA:-mpiexec.hydra}" \
-    -launcher ssh -launcher-exec "$NC_AGENT" -hosts "$hosts" -iface eth0 "$@"
+    "${NC_HYDRA_FLAGS[@]}" "$@"
 }
 
 # nc_link_down HOST / nc_link_up HOST: HOST's link leaves / rejoins the bridge. Its
