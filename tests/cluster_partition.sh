@@ -16,15 +16,13 @@ herd_on() { # herd_on HOST: the PIDs of herd processes on HOST
 }
 
 # herd run, so that its default launcher settings (keepalive) are what is tested; the
-# cluster's own launch settings as --mca.
-mca=()
-for ((k = 0; k < ${#NC_MPI_FLAGS[@]}; k += 3)); do mca+=(--mca "${NC_MPI_FLAGS[k + 1]}" "${NC_MPI_FLAGS[k + 2]}"); done
+# cluster's own launch settings are --mca pairs it passes on.
 nc_hostfile "$tmp/hosts" 1
 # Short steps and no evaluation: a collective is pending within milliseconds of the
 # cut, so herd's timeout (8 s) comes before mpirun's keepalive notices (10-15 s).
 timeout_s=8
 nc_exec node1 timeout -k 5 150 "$herd" run -np 2 --hostfile "$tmp/hosts" --threads-per-rank 1 \
-  "${mca[@]}" -- train --model mlp --data synthetic:1,12,12,4,4000 --batch-size 32 --epochs 100000 \
+  "${NC_MPI_FLAGS[@]}" -- train --model mlp --data synthetic:1,12,12,4,4000 --batch-size 32 --epochs 100000 \
   --eval-every 0 --quiet --metrics "$tmp/m.jsonl" --log-every 20 --stall-warning 5 \
   --comm-timeout $timeout_s >"$tmp/out" 2>"$tmp/err" &
 job=$!
