@@ -278,6 +278,34 @@ static void choose_single_copy(char **mca, int *nmca, char **xvars, int nx, long
                     "(keep CMA with --mca %s cma)\n", p.cma_gbps, p.memcpy_gbps, names[0]);
 }
 
+/* Open MPI's mpirun hears that a host has vanished only from TCP keepalive on its
+ * connection to that host's daemon (by default after 300 s idle and 9 probes 20 s
+ * apart), and not at all once it has sent the daemon something, which it does when a
+ * rank aborts: then it waits for the host until TCP gives up, some 15 minutes. With
+ * these, a host unreachable for 10-15 s ends the job (mpirun's "lost communication
+ * with a remote daemon"), and the cut-off daemons lose their lifeline likewise;
+ * herd's stall timeout leaves the launcher 10 s for it before its own abort
+ * (src/dist/comm_mpi_stall.c). docs/cluster.md has the why and the trade-off. The
+ * user's own setting (--mca, -x or the environment) wins. */
+static void keepalive_defaults(char **mca, int *nmca, char **xvars, int nx)
+{
+    static const char *const params[][2] = {{"oob_tcp_keepalive_time", "5"},
+                                            {"oob_tcp_keepalive_intvl", "2"},
+                                            {"oob_tcp_keepalive_probes", "5"}};
+    int given = *nmca;
+    for (size_t k = 0; k < sizeof params / sizeof params[0]; k++) {
+        char var[64];
+        snprintf(var, sizeof var, "OMPI_MCA_%s", params[k][0]);
+        bool set = getenv(var) || exports(xvars, nx, var);
+        for (int i = 0; i < given && !set; i += 2)
+            set = strcmp(mca[i], params[k][0]) == 0;
+        if (!set) {
+            mca[(*nmca)++] = (char *)params[k][0];
+            mca[(*nmca)++] = (char *)params[k][1];
+        }
+    }
+}
+
 /* The launcher's kind and binary: --launcher, else --mpirun's own --version, else herd's
  * MPI. Returns -1 when fine, else the exit code. */
 static int choose_launcher(const char *kind_flag, const char **launcher, bool dry_run, launch_kind *kind,
@@ -420,8 +448,10 @@ static int run_plan_and_exec(run_args *r)
         exported[nexp++] = blas;
     for (int k = 0; k < r->nx; k++)
         exported[nexp++] = r->xvars[k];
-    if (kind == LAUNCH_OPENMPI)
+    if (kind == LAUNCH_OPENMPI) {
         choose_single_copy(r->mca, &r->nmca, r->xvars, r->nx, per_host);
+        keepalive_defaults(r->mca, &r->nmca, r->xvars, r->nx);
+    }
     const char *plugin = strcmp(HERD_MPI_FAMILY, "openmpi") == 0 ? "pmix"
                          : strcmp(HERD_MPI_FAMILY, "mpich") == 0 ? "pmi2" : NULL;
     for (int k = 0; k < r->extra->n; k++)
@@ -499,7 +529,8 @@ static int run_plan_and_exec(run_args *r)
     return CLI_FAIL;
 }
 
-/* xvars and mca have argc + 2 slots each (the -x and --mca values, and herd's own). */
+/* xvars has argc + 2 slots and mca argc + 8 (the -x and --mca values, and herd's own:
+ * single copy and keepalive). */
 static int run_with(int argc, char **argv, char **xvars, char **mca)
 {
     long np = 0, tpr = 0;
@@ -594,7 +625,7 @@ static int run_with(int argc, char **argv, char **xvars, char **mca)
 
 int cmd_run(int argc, char **argv)
 {
-    char **xvars = calloc((size_t)argc + 2, sizeof *xvars), **mca = calloc((size_t)argc + 2, sizeof *mca);
+    char **xvars = calloc((size_t)argc + 2, sizeof *xvars), **mca = calloc((size_t)argc + 8, sizeof *mca);
     int rc = CLI_FAIL;
     if (xvars && mca)
         rc = run_with(argc, argv, xvars, mca);

@@ -75,9 +75,10 @@ for stopped in 1 0; do
   took=$(( $(date +%s) - start ))
   check "rank $stopped stopped: non-zero exit, not the outer timeout (exit $rc, ${took}s)" \
     test $rc -ne 0 -a $rc -ne 124
+  # Before it has been asked for 3 s it may still count as not arrived; then as silent.
   check "rank $stopped stopped: the warning names it" \
-    grep -Eq "herd: warning: .*pending for [0-9]+ s.*; ranks not yet arrived: $stopped[ ]" "$tmp/err"
-  check "rank $stopped stopped: the abort names it after the 8 s timeout" \
-    grep -Eq "herd: error: rank [01] on host .*did not complete within 8 s \(stall timeout\); ranks not yet arrived: $stopped[ ]" "$tmp/err"
+    grep -Eq "herd: warning: .*pending for [0-9]+ s.*; ranks (not yet arrived|unreachable): $stopped[ ]" "$tmp/err"
+  check "rank $stopped stopped: the abort names it as silent on this host after the 8 s timeout" \
+    grep -Eq "herd: error: rank [01] on host .*did not complete within 8 s \(stall timeout\); ranks unreachable: $stopped on [^ ]+ \(no answer for [0-9]+ s, (last heard at [0-9:]+ UTC|and none before); on this host, so the process is stopped or hung\); ending the job$" "$tmp/err"
 done
 finish

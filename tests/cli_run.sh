@@ -69,6 +69,14 @@ check "single-copy from the environment: nothing added" hasnt "single_copy_mecha
 dry -np 1 -- models
 check "one rank: no single-copy choice" hasnt "single_copy_mechanism"
 
+# Keepalive on mpirun's daemon connections, so that a vanished host ends the job.
+dry -np 2 -- models
+check "keepalive defaults added" has "--mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 2 --mca oob_tcp_keepalive_probes 5 "
+dry -np 2 --mca oob_tcp_keepalive_time 60 -- models
+check "user's keepalive time kept, the others added" bash -c "[ \$(grep -o 'oob_tcp_keepalive_time' '$tmp/err' | wc -l) -eq 1 ] && grep -q 'keepalive_time 60 .*keepalive_intvl 2 ' '$tmp/err'"
+OMPI_MCA_oob_tcp_keepalive_probes=3 dry -np 2 -- models
+check "keepalive probes from the environment: not added" hasnt "keepalive_probes"
+
 dry -np 2 --mpirun /opt/mpi/bin/mpirun -- models
 check "--mpirun chooses the launcher" grep -q "^herd: launching: /opt/mpi/bin/mpirun " "$tmp/err"
 

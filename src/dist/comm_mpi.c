@@ -48,15 +48,26 @@ void comm_mpi_describe_error(comm_mpi *m, int mpi_err, const char *what, char *o
     snprintf(out, cap, "rank %d on host %s: %s failed: %s", m->c->rank, m->c->host, what, text);
 }
 
-_Noreturn void comm_mpi_fatal(comm_mpi *m, int code, const char *msg)
+_Noreturn void comm_mpi_fatal_after(comm_mpi *m, int code, const char *msg, double delay_s)
 {
     herd_log(HERD_LOG_ERROR, "rank %d on host %s: %s", m->c->rank, m->c->host, msg);
     /* The launcher forwards what the ranks wrote asynchronously; MPICH's Hydra drops
      * what it has not read yet when a rank aborts (about 1 run in 20 lost every
-     * message here). A moment lets it read this rank's last words first. */
-    nanosleep(&(struct timespec){.tv_nsec = 200 * 1000 * 1000}, NULL);
+     * message here). A moment lets it read this rank's last words first; longer when
+     * the launcher should end the job before this abort (a vanished host). */
+    if (delay_s < 0.2)
+        delay_s = 0.2;
+    for (double until = herd_now() + delay_s; herd_now() < until;) {
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
     MPI_Abort(MPI_COMM_WORLD, code ? code : 1);
     _exit(code ? code : 1); /* MPI_Abort does not return; this only satisfies _Noreturn */
+}
+
+_Noreturn void comm_mpi_fatal(comm_mpi *m, int code, const char *msg)
+{
+    comm_mpi_fatal_after(m, code, msg, 0);
 }
 
 static void release_op(comm_mpi *m, mpi_op *op) /* under mu */
@@ -423,8 +434,13 @@ static herd_status set_up(comm_mpi *m)
     MPI_CHECK(MPI_Op_create(bf16_sum, 1, &m->bf16_sum), "MPI_Op_create");
 #undef MPI_CHECK
     comm_mpi_algo_init(m);
-    if (comm_mpi_stall_init(m) != 0)
-        return HERD_NOMEM((size_t)c->size * sizeof(mpi_rank_status));
+    rc = comm_mpi_stall_init(m);
+    if (rc < 0)
+        return HERD_NOMEM((size_t)c->size * (sizeof(mpi_rank_status) + MPI_HOST_LEN));
+    if (rc != MPI_SUCCESS) {
+        comm_mpi_describe_error(m, rc, "MPI_Allgather of the host names", err, sizeof err);
+        return HERD_ERR(HERD_ERR_INTERNAL, "%s", err);
+    }
     pthread_mutex_init(&m->mu, NULL);
     pthread_cond_init(&m->work_cv, NULL);
     pthread_cond_init(&m->done_cv, NULL);

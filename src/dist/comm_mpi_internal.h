@@ -63,11 +63,15 @@ typedef struct mpi_rank_status {
     char host[64];
 } mpi_rank_status;
 
-/* What rank 0 answers a waiting rank: which ranks have not started collective seq. */
+/* What rank 0 answers a waiting rank: which ranks have not started collective seq,
+ * and which have gone silent. */
 typedef struct mpi_rank_view {
     uint64_t seq;
-    char missing[1024];
+    int32_t remote_silent; /* silent ranks on a host other than rank 0's */
+    char missing[1024];    /* "ranks not yet arrived: ...; ranks unreachable: ..." */
 } mpi_rank_view;
+
+#define MPI_HOST_LEN sizeof(((herd_comm *)0)->host)
 
 typedef struct mpi_stall {
     double last_poll, last_sent, last_request;
@@ -81,9 +85,12 @@ typedef struct mpi_stall {
     double *received_at;
     mpi_rank_view *views_out; /* rank 0: the view in flight to each rank */
     MPI_Request *view_reqs;
-    /* other ranks: rank 0's last view and when it came */
+    uint64_t judged_seq; /* rank 0: the collective it asks about, asking since when */
+    double asking_since;
+    char *hosts; /* every rank's host name, MPI_HOST_LEN each, gathered at set-up */
+    /* other ranks: rank 0's last view and when it came; the last word from rank 0 */
     mpi_rank_view view_in;
-    double view_at;
+    double view_at, root_heard_at;
     uint64_t warned_seq;   /* our own pending op already warned about */
     uint64_t reported_seq; /* rank 0: the op whose job-wide report is printed */
 } mpi_stall;
@@ -143,7 +150,10 @@ void comm_mpi_describe_error(comm_mpi *m, int mpi_err, const char *what, char *o
 void comm_mpi_describe_op(const mpi_op *op, char *out, size_t cap);
 /* Prints msg (with rank and host) and ends the job with MPI_Abort; never returns. */
 _Noreturn void comm_mpi_fatal(comm_mpi *m, int code, const char *msg);
+/* The same, MPI_Abort only after delay_s (the launcher may end the job first). */
+_Noreturn void comm_mpi_fatal_after(comm_mpi *m, int code, const char *msg, double delay_s);
 
+/* 0, -1 when out of memory, or the MPI error of gathering the host names. */
 int comm_mpi_stall_init(comm_mpi *m);
 void comm_mpi_stall_free(comm_mpi *m);
 /* Exchanges statuses, prints warnings, aborts after the timeout. Called by the

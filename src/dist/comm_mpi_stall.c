@@ -4,11 +4,16 @@
  * collective is pending, ranks send their status (activity, collectives started
  * and completed) to rank 0 on a communicator of their own, about once a second
  * and whenever rank 0 asks. Rank 0 compares sequence numbers to name the ranks
- * that have not arrived and answers each waiting rank with that list. Whichever
- * rank waits warns once per collective after stall_warning_s and ends the job
- * after timeout_s, naming the missing ranks: rank 0's list, or rank 0 itself when
- * it has stopped answering (stopped, hung or unreachable). Messages go through
- * the caller's log function (core/log.h).
+ * that have not arrived, names the ranks that have stopped answering it as
+ * unreachable (dist/peer_state.h), and answers each waiting rank with both lists.
+ * Whichever rank waits warns once per collective after stall_warning_s and ends the
+ * job after timeout_s, naming them: rank 0's lists, or rank 0 itself when it has
+ * stopped answering. Messages go through the caller's log function (core/log.h).
+ *
+ * When a rank on another host is unreachable, the abort waits LAUNCHER_GRACE_S: a
+ * launcher that has tried to reach a vanished host waits for it (Open MPI's mpirun
+ * until TCP gives up, some 15 minutes), while one that notices the loss first (its
+ * keepalive, which herd run sets short) ends the job at once (docs/cluster.md).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,21 +23,29 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "dist/comm_mpi_internal.h"
+#include "dist/peer_state.h"
 
 #define TAG_STATUS 1
 #define TAG_REQUEST 2
 #define TAG_VIEW 3
 #define POLL_PERIOD_S 0.05
 #define STATUS_PERIOD_S 1.0
-/* Rank 0 answers a waiting rank's status within a poll; silence this long means
- * its communication thread is not running. */
-#define SILENT_AFTER_S (3 * STATUS_PERIOD_S)
+#define LAUNCHER_GRACE_S 10.0
 
 int comm_mpi_stall_init(comm_mpi *m)
 {
     mpi_stall *s = &m->stall;
     int size = m->c->size;
     s->send_req = MPI_REQUEST_NULL;
+    s->hosts = calloc((size_t)size, MPI_HOST_LEN);
+    if (!s->hosts)
+        return -1;
+    int rc = MPI_Allgather(m->c->host, (int)MPI_HOST_LEN, MPI_CHAR, s->hosts, (int)MPI_HOST_LEN,
+                           MPI_CHAR, m->stall_comm);
+    if (rc != MPI_SUCCESS)
+        return rc;
+    for (int r = 0; r < size; r++)
+        s->hosts[(size_t)(r + 1) * MPI_HOST_LEN - 1] = '\0';
     if (m->c->rank != 0)
         return 0;
     s->table = calloc((size_t)size, sizeof *s->table);
@@ -58,6 +71,7 @@ void comm_mpi_stall_free(comm_mpi *m)
     free(s->request_bytes);
     free(s->views_out);
     free(s->view_reqs);
+    free(s->hosts);
     memset(s, 0, sizeof *s);
 }
 
@@ -108,35 +122,73 @@ static bool asked_for_status(comm_mpi *m)
         if (!flag)
             return asked;
         MPI_Recv(&m->stall.req_byte, 1, MPI_BYTE, 0, TAG_REQUEST, m->stall_comm, MPI_STATUS_IGNORE);
+        m->stall.root_heard_at = herd_now();
         asked = true;
     }
 }
 
-/* "2 (last: 'epoch 1 step 119: forward' 61 s ago), 3 (...)": the ranks that have
- * not started collective seq, as rank 0 last heard. */
-static void describe_missing(comm_mpi *m, uint64_t seq, double now, char *out, size_t cap)
+static const char *host_of(const comm_mpi *m, int r)
+{
+    return m->stall.hosts + (size_t)r * MPI_HOST_LEN;
+}
+
+static bool on_my_host(const comm_mpi *m, int r)
+{
+    return strcmp(host_of(m, r), m->c->host) == 0;
+}
+
+/* Appends ", item" (or item first) to a list, cut at its capacity. */
+static void add_item(char *list, size_t cap, const char *item)
+{
+    size_t used = strlen(list);
+    if (used + 1 < cap)
+        snprintf(list + used, cap - used, "%s%s", used ? ", " : "", item);
+}
+
+/* Rank 0: "ranks not yet arrived: 2 on node3 (last: 'epoch 1 step 119: forward' 61 s
+ * ago); ranks unreachable: 1 on node2 (no answer for ...)", as rank 0 last heard, for
+ * collective seq. Returns how many silent ranks are on hosts other than rank 0's. */
+static int describe_missing(comm_mpi *m, uint64_t seq, double now, char *out, size_t cap)
 {
     mpi_stall *s = &m->stall;
-    size_t used = 0;
-    out[0] = '\0';
-    for (int r = 0; r < m->c->size && used + 1 < cap; r++) {
+    char late[1024] = "", silent[1024] = "", item[400], why[200];
+    int remote_silent = 0;
+    for (int r = 0; r < m->c->size; r++) {
         const mpi_rank_status *st = &s->table[r];
-        const char *sep = used ? ", " : "";
-        int w;
-        if (r != 0 && s->received_at[r] == 0)
-            w = snprintf(out + used, cap - used, "%s%d (no status received)", sep, r);
-        else if (st->started >= seq)
+        double heard = s->received_at[r];
+        const char *host = host_of(m, r);
+        switch (herd_peer_classify(now, r ? s->asking_since : 0, heard, st->started, seq)) {
+        case HERD_PEER_ARRIVED:
             continue;
-        else if (st->activity_age_s < 0)
-            w = snprintf(out + used, cap - used, "%s%d on %s (no activity recorded)", sep, r, st->host);
-        else
-            w = snprintf(out + used, cap - used, "%s%d on %s (last: '%s' %.0f s ago)", sep, r,
-                         st->host, st->activity,
-                         st->activity_age_s + (r ? now - s->received_at[r] : 0));
-        used = w > 0 && (size_t)w < cap - used ? used + (size_t)w : cap - 1;
+        case HERD_PEER_SILENT:
+            herd_peer_describe_silence(now, (double)time(NULL), s->asking_since, heard,
+                                       on_my_host(m, r), why, sizeof why);
+            snprintf(item, sizeof item, "%d on %s (%s)", r, host, why);
+            add_item(silent, sizeof silent, item);
+            remote_silent += !on_my_host(m, r);
+            continue;
+        case HERD_PEER_UNHEARD:
+            snprintf(item, sizeof item, "%d on %s (no status received)", r, host);
+            break;
+        case HERD_PEER_NOT_STARTED:
+            if (st->activity_age_s < 0)
+                snprintf(item, sizeof item, "%d on %s (no activity recorded)", r, host);
+            else
+                snprintf(item, sizeof item, "%d on %s (last: '%s' %.0f s ago)", r, host,
+                         st->activity, st->activity_age_s + (r ? now - heard : 0));
+            break;
+        }
+        add_item(late, sizeof late, item);
     }
-    if (!out[0])
-        snprintf(out, cap, "none known (statuses may lag by a second)");
+    if (!late[0] && !silent[0])
+        snprintf(out, cap, "ranks not yet arrived: none known (statuses may lag by a second)");
+    else if (!silent[0])
+        snprintf(out, cap, "ranks not yet arrived: %s", late);
+    else if (!late[0])
+        snprintf(out, cap, "ranks unreachable: %s", silent);
+    else
+        snprintf(out, cap, "ranks not yet arrived: %s; ranks unreachable: %s", late, silent);
+    return remote_silent;
 }
 
 static void receive_statuses(comm_mpi *m, double now)
@@ -160,7 +212,7 @@ static void receive_statuses(comm_mpi *m, double now)
         if (st.pending && request_done(&s->view_reqs[r])) { /* tell it whom it waits for */
             mpi_rank_view *v = &s->views_out[r];
             v->seq = st.started;
-            describe_missing(m, v->seq, now, v->missing, sizeof v->missing);
+            v->remote_silent = describe_missing(m, v->seq, now, v->missing, sizeof v->missing);
             MPI_Isend(v, sizeof *v, MPI_BYTE, r, TAG_VIEW, m->stall_comm, &s->view_reqs[r]);
         }
     }
@@ -174,6 +226,8 @@ static void request_statuses(comm_mpi *m, double now)
             MPI_Isend(&s->request_bytes[r], 1, MPI_BYTE, r, TAG_REQUEST, m->stall_comm,
                       &s->request_reqs[r]);
     s->last_request = now;
+    if (s->asking_since == 0)
+        s->asking_since = now;
 }
 
 /* Rank 0: the collective to judge — its own pending one, or else the oldest one
@@ -206,6 +260,22 @@ static bool oldest_pending(comm_mpi *m, double now, uint64_t *seq, double *age, 
     return found;
 }
 
+/* Ends the job naming the missing ranks; later when a host may have vanished. */
+_Noreturn static void stall_timeout(comm_mpi *m, uint64_t seq, const char *desc,
+                                    const char *missing, bool remote_silent)
+{
+    char msg[1400];
+    char grace[128] = "";
+    if (remote_silent)
+        snprintf(grace, sizeof grace, " in %.0f s (the launcher first has that long to notice a lost "
+                 "host and end it)", LAUNCHER_GRACE_S);
+    snprintf(msg, sizeof msg,
+             "collective #%llu (%s) did not complete within %.0f s (stall timeout); %s; ending the "
+             "job%s",
+             (unsigned long long)seq, desc, m->c->cfg.timeout_s, missing, grace);
+    comm_mpi_fatal_after(m, 1, msg, remote_silent ? LAUNCHER_GRACE_S : 0);
+}
+
 static void inspect_as_rank0(comm_mpi *m, double now)
 {
     mpi_stall *s = &m->stall;
@@ -217,28 +287,26 @@ static void inspect_as_rank0(comm_mpi *m, double now)
     uint64_t seq = 0;
     double age = 0;
     int on_rank = 0;
-    char desc[112], missing[1024], msg[1400];
+    char desc[112], missing[1024];
     if (!oldest_pending(m, now, &seq, &age, desc, sizeof desc, &on_rank))
         return;
+    if (seq != s->judged_seq) { /* silence counts from the first request about this one */
+        s->judged_seq = seq;
+        s->asking_since = 0;
+    }
     /* Fresh statuses from everyone before the warning is due. */
     double ask_after = cfg->stall_warning_s / 2 < STATUS_PERIOD_S ? cfg->stall_warning_s / 2 : STATUS_PERIOD_S;
     if (age >= ask_after && now - s->last_request >= STATUS_PERIOD_S)
         request_statuses(m, now);
     if (age < cfg->stall_warning_s)
         return;
-    describe_missing(m, seq, now, missing, sizeof missing);
-    if (age >= cfg->timeout_s) {
-        snprintf(msg, sizeof msg,
-                 "collective #%llu (%s) did not complete within %.0f s (stall timeout); ranks not yet "
-                 "arrived: %s; ending the job",
-                 (unsigned long long)seq, desc, cfg->timeout_s, missing);
-        comm_mpi_fatal(m, 1, msg);
-    }
+    int remote_silent = describe_missing(m, seq, now, missing, sizeof missing);
+    if (age >= cfg->timeout_s)
+        stall_timeout(m, seq, desc, missing, remote_silent > 0);
     if (s->reported_seq == seq)
         return;
     s->reported_seq = seq;
-    herd_log(HERD_LOG_WARNING,
-             "collective #%llu (%s) pending for %.0f s on rank %d; ranks not yet arrived: %s",
+    herd_log(HERD_LOG_WARNING, "collective #%llu (%s) pending for %.0f s on rank %d; %s",
              (unsigned long long)seq, desc, age, on_rank, missing);
 }
 
@@ -254,23 +322,31 @@ static void receive_views(comm_mpi *m, double now)
         MPI_Recv(&s->view_in, sizeof s->view_in, MPI_BYTE, 0, TAG_VIEW, m->stall_comm,
                  MPI_STATUS_IGNORE);
         s->view_in.missing[sizeof s->view_in.missing - 1] = '\0';
-        s->view_at = now;
+        s->view_at = s->root_heard_at = now;
     }
 }
 
-/* Rank != 0: whom the pending collective waits for, or false while rank 0's first
- * answer may still come. */
-static bool missing_as_other(comm_mpi *m, double now, char *out, size_t cap)
+/* Rank != 0: whom the pending collective waits for ("ranks ...: ..."), or false while
+ * rank 0's first answer may still come. *remote_silent: a rank on another host has
+ * gone silent (rank 0 itself, or one rank 0 names). */
+static bool missing_as_other(comm_mpi *m, double now, char *out, size_t cap, bool *remote_silent)
 {
     mpi_stall *s = &m->stall;
-    double heard = s->view_at > m->current_start ? s->view_at : m->current_start;
-    if (s->view_at > 0 && s->view_in.seq == m->current->seq && now - s->view_at < SILENT_AFTER_S) {
-        snprintf(out, cap, "%s", s->view_in.missing);
+    uint64_t seq = m->current->seq;
+    *remote_silent = false;
+    /* This rank sends its status every second while it waits, and rank 0 answers each:
+     * only silence matters here, whatever rank 0 has started. */
+    if (herd_peer_classify(now, m->current_start, s->root_heard_at, seq, seq) == HERD_PEER_SILENT) {
+        char why[200];
+        herd_peer_describe_silence(now, (double)time(NULL), m->current_start, s->root_heard_at,
+                                   on_my_host(m, 0), why, sizeof why);
+        snprintf(out, cap, "ranks unreachable: 0 on %s (%s)", host_of(m, 0), why);
+        *remote_silent = !on_my_host(m, 0);
         return true;
     }
-    if (now - heard >= SILENT_AFTER_S) {
-        snprintf(out, cap, "0 (no answer from rank 0 for %.0f s: stopped, hung or unreachable)",
-                 now - heard);
+    if (s->view_at > 0 && s->view_in.seq == seq) {
+        snprintf(out, cap, "%s", s->view_in.missing);
+        *remote_silent = s->view_in.remote_silent > 0;
         return true;
     }
     return false;
@@ -289,22 +365,17 @@ static void inspect_as_other(comm_mpi *m, double now)
     double age = now - m->current_start;
     if (age < cfg->stall_warning_s)
         return;
-    char desc[112], missing[1100], msg[1400];
+    char desc[112], missing[1100];
     comm_mpi_describe_op(m->current, desc, sizeof desc);
-    bool known = missing_as_other(m, now, missing, sizeof missing);
-    if (age >= cfg->timeout_s) {
-        snprintf(msg, sizeof msg,
-                 "collective #%llu (%s) did not complete within %.0f s (stall timeout); ranks not "
-                 "yet arrived: %s; ending the job",
-                 (unsigned long long)m->current->seq, desc, cfg->timeout_s,
-                 known ? missing : "unknown (rank 0 has not answered yet)");
-        comm_mpi_fatal(m, 1, msg);
-    }
+    bool remote_silent = false;
+    bool known = missing_as_other(m, now, missing, sizeof missing, &remote_silent);
+    if (age >= cfg->timeout_s)
+        stall_timeout(m, m->current->seq, desc,
+                      known ? missing : "ranks not yet arrived: unknown (rank 0 has not answered yet)",
+                      remote_silent);
     if (known && s->warned_seq != m->current->seq) {
         s->warned_seq = m->current->seq;
-        herd_log(HERD_LOG_WARNING,
-                 "rank %d on host %s: collective #%llu (%s) pending for %.0f s; ranks not yet "
-                 "arrived: %s",
+        herd_log(HERD_LOG_WARNING, "rank %d on host %s: collective #%llu (%s) pending for %.0f s; %s",
                  m->c->rank, m->c->host, (unsigned long long)m->current->seq, desc, age, missing);
     }
 }
