@@ -31,7 +31,7 @@ void comm_mpi_describe_op(const mpi_op *op, char *out, size_t cap)
 {
     static const char *kinds[] = {"allreduce", "broadcast", "allreduce_f64", "allgather", "barrier",
                                   "allreduce", "sendrecv", "reference allreduce", "gather",
-                                  "clock samples"};
+                                  "clock samples", "allreduce_f64"};
     size_t bytes = op->bytes;
     if (op->kind == MPI_OP_ALLREDUCE)
         bytes = op->n * sizeof(float);
@@ -279,6 +279,7 @@ static void run_op(comm_mpi *m, mpi_op *op, char *err, size_t cap)
         rc = MPI_Ibcast(op->data, (int)op->bytes, MPI_BYTE, op->root, m->world, &req);
         break;
     case MPI_OP_ALLREDUCE_F64:
+    case MPI_OP_ALLREDUCE_F64_ASYNC:
         what = "MPI_Iallreduce";
         comm_mpi_algo_pick(m, (size_t)op->count * sizeof(double));
         rc = MPI_Iallreduce(MPI_IN_PLACE, op->data, op->count, MPI_DOUBLE, MPI_SUM, m->world, &req);
