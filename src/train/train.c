@@ -17,10 +17,10 @@
 
 /* One step's figures on their way to every rank: loss, accuracy and samples, the
  * stop vote and the agreement on failures since the last step. They travel a step
- * late: the reduction starts when step k ends and completes with step k+1's gradient
- * reductions (herd_apply_step's wait_all, queued behind it), so on a slow link its
- * round trip hides behind step k+1's forward and backward instead of blocking every
- * step. Not with step k's last gradient bucket: buckets are slices of the float
+ * late: the reduction starts when step k ends, ahead of step k+1's gradient buckets in
+ * the communicator's queue, and herd_apply_step's wait_all completes it with them, so
+ * on a slow link its round trip hides behind step k+1's forward and backward instead
+ * of blocking every step. Not with step k's last gradient bucket: buckets are slices of the float
  * gradient buffer reduced on their wire (maybe 16-bit), while these sums are doubles
  * that must stay exact, and a separate reduction queued behind the last bucket would
  * still be waited for before step k+1. A stop, the epoch end and one process deliver
