@@ -67,6 +67,32 @@ static void check_wire_headroom(herd_comm *c)
                  "fp16 mean of %g: %g", want[i], g[i]);
 }
 
+/* allreduce_f64_start: queued with gradient slices, complete (and exact) at wait_all,
+ * in order with them, like the training metrics that travel with the next step. */
+static void check_f64_async(herd_comm *c)
+{
+    /* Dyadic values: every order of the sum is exact, so the check can be ==. */
+    double metrics[3] = {0.5 * (c->rank + 1), 0x1p-40 * (c->rank + 1), 0x1p40 + c->rank};
+    float g[1000];
+    for (int i = 0; i < 1000; i++)
+        g[i] = (float)(i + c->rank);
+    MT_OK(c->ops->allreduce_f64_start(c, metrics, 3, "metrics"));
+    MT_OK(c->ops->allreduce_start(c, g, 1000, 1.0f, HERD_WIRE_FP32, "bucket"));
+    mt_compute(0.01);
+    MT_OK(c->ops->wait_all(c));
+    double n = c->size, ranks = n * (n - 1) / 2;
+    double want[3] = {0.5 * (ranks + n), 0x1p-40 * (ranks + n), 0x1p40 * n + ranks};
+    for (int k = 0; k < 3; k++)
+        MT_CHECK(metrics[k] == want[k], "metrics[%d] = %.17g, want %.17g", k, metrics[k], want[k]);
+    for (int i = 0; i < 1000; i++)
+        if (g[i] != (float)(n * i + ranks)) {
+            MT_CHECK(0, "bucket element %d after the metrics: %g", i, g[i]);
+            break;
+        }
+    MT_CHECK(c->ops->allreduce_f64_start(c, NULL, 2, "bad") == HERD_ERR_INVALID_ARG,
+             "a NULL buffer is refused");
+}
+
 static void check_blocking(herd_comm *c)
 {
     unsigned char b[1000];
@@ -190,6 +216,7 @@ int main(void)
     check_wire(c, HERD_WIRE_FP16, 1.0f / (float)c->size);
     check_wire_headroom(c);
     check_blocking(c);
+    check_f64_async(c);
     check_timeline_ops(c);
     measure_overlap(c);
     herd_comm_destroy(c);

@@ -1,6 +1,9 @@
 /* Data-parallel equivalence, run under mpirun -np N: N ranks x batch B train to the
  * same parameters as 1 process x batch N*B on the same samples (20 steps), and the
- * replicas stay bitwise identical after every step (--check-replicas).
+ * replicas stay bitwise identical after every step (--check-replicas). The progress
+ * callback sees every step once, in order, with the single process's losses (the
+ * metrics travel a step late), and a stop asked by one rank's callback stops every
+ * rank after the same step.
  * Usage: mpi_equivalence MODEL B LR [sync-bn]
  *
  * The learning rates are modest and the sync-BN case uses a small BN network
@@ -24,8 +27,28 @@ static int fail(const char *what)
     return 1;
 }
 
+typedef struct steps_seen {
+    double loss[32]; /* step_loss by global step - 1 */
+    long n, last;    /* steps seen; the last one's global step */
+    bool out_of_order;
+    long stop_at;    /* rank 1 asks to stop when it sees this step (0: never) */
+} steps_seen;
+
+static bool record(const herd_progress *p, void *user)
+{
+    steps_seen *s = user;
+    if (p->epoch_end)
+        return true;
+    s->out_of_order |= p->global_step != s->last + 1 || p->global_step > 32;
+    if (p->global_step <= 32)
+        s->loss[p->global_step - 1] = p->step_loss;
+    s->last = p->global_step;
+    s->n++;
+    return !(p->rank == 1 && p->global_step == s->stop_at);
+}
+
 static herd_status train(const char *model, int batch, float lr, bool sync_bn, herd_dist *dist,
-                         herd_model **out)
+                         steps_seen *seen, herd_model **out, long *steps)
 {
     herd_dataset *ds;
     herd_status st = herd_dataset_open(DATA, HERD_SPLIT_TRAIN, &ds);
@@ -46,9 +69,10 @@ static herd_status train(const char *model, int batch, float lr, bool sync_bn, h
     cfg.dist = dist;
     cfg.sync_bn = sync_bn;
     cfg.check_replicas = true;
-    herd_train_result res;
+    herd_train_result res = {0};
     if (st == HERD_OK)
-        st = herd_train(m, ds, NULL, &cfg, NULL, NULL, &res);
+        st = herd_train(m, ds, NULL, &cfg, record, seen, &res);
+    *steps = res.steps;
     herd_dataset_free(ds);
     if (st != HERD_OK) {
         herd_model_free(m);
@@ -70,13 +94,37 @@ int main(int argc, char **argv)
     if (herd_dist_init(NULL, &dist) != HERD_OK)
         return fail("joining the job");
     int rank = herd_dist_rank(dist), size = herd_dist_size(dist);
-    herd_model *dp = NULL, *single = NULL;
-    if (train(model, batch, lr, sync_bn, dist, &dp) != HERD_OK)
+    herd_model *dp = NULL, *single = NULL, *stopped = NULL;
+    steps_seen dp_seen = {0}, single_seen = {0}, stop_seen = {.stop_at = 5};
+    long steps;
+    if (train(model, batch, lr, sync_bn, dist, &dp_seen, &dp, &steps) != HERD_OK)
         return fail("data-parallel training");
     int rc = 0;
+    if (dp_seen.n != 20 || dp_seen.out_of_order || steps != 20) {
+        fprintf(stderr, "rank %d: the callback saw %ld steps (the last %ld)%s; %ld were trained\n",
+                rank, dp_seen.n, dp_seen.last, dp_seen.out_of_order ? " out of order" : "", steps);
+        rc = 1;
+    }
+    /* Rank 1 sees step 5 at the end of step 6; its request travels with step 6's
+     * metrics, which arrive with step 7's gradients: every rank stops after step 7. */
+    if (train(model, batch, lr, sync_bn, dist, &stop_seen, &stopped, &steps) != HERD_OK)
+        return fail("data-parallel training stopped by a callback");
+    if (steps != 7 || stop_seen.n != 7 || stop_seen.out_of_order) {
+        fprintf(stderr, "rank %d: rank 1's stop at step 5: %ld steps trained, %ld seen, want 7\n",
+                rank, steps, stop_seen.n);
+        rc = 1;
+    }
+    herd_model_free(stopped);
     if (rank == 0) {
-        if (train(model, batch * size, lr, false, NULL, &single) != HERD_OK)
+        if (train(model, batch * size, lr, false, NULL, &single_seen, &single, &steps) != HERD_OK)
             return fail("single-process training");
+        double worst_loss = 0;
+        for (int k = 0; k < 20; k++)
+            worst_loss = fmax(worst_loss, fabs(dp_seen.loss[k] - single_seen.loss[k]) /
+                                              fmax(1.0, fabs(single_seen.loss[k])));
+        printf("step losses seen by the callback: max relative difference %.3g\n", worst_loss);
+        if (!(worst_loss <= 1e-5))
+            rc = 1;
         double worst = 0;
         const char *where = "";
         for (int v = 0; v < dp->n_views; v++) {
@@ -93,7 +141,7 @@ int main(int argc, char **argv)
         }
         printf("%s, %d ranks x batch %d%s vs 1 x %d after 20 steps: max relative difference %.3g (%s)\n",
                model, size, batch, sync_bn ? " (sync BN)" : "", batch * size, worst, where);
-        rc = worst <= 1e-5 ? 0 : 1;
+        rc |= worst <= 1e-5 ? 0 : 1;
         printf("%s\n", rc ? "FAIL" : "ok");
         herd_model_free(single);
     }

@@ -81,6 +81,10 @@ int main(void)
     double v = 1.0;
     MT_OK(c->ops->allreduce_f64(c, &v, 1));
     MT_CHECK(v == c->size, "allreduce_f64 through the wrapper: %g", v);
+    v = 2.0; /* asynchronous, forwarded to the host: complete at the wrapper's wait_all */
+    MT_OK(c->ops->allreduce_f64_start(c, &v, 1, "metrics"));
+    MT_OK(c->ops->wait_all(c));
+    MT_CHECK(v == 2.0 * c->size, "allreduce_f64_start through the wrapper: %g", v);
     free(g);
     herd_comm_destroy(c);
     herd_comm_destroy(mpi);

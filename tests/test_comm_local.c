@@ -33,6 +33,9 @@ static void test_local_collectives(void **state)
     double v[2] = {1.5, -2};
     assert_herd_ok(c->ops->allreduce_f64(c, v, 2));
     assert_true(v[0] == 1.5 && v[1] == -2);
+    assert_herd_ok(c->ops->allreduce_f64_start(c, v, 2, "metrics"));
+    assert_herd_ok(c->ops->wait_all(c));
+    assert_true(v[0] == 1.5 && v[1] == -2);
 
     int mine = 42, all = 0;
     assert_herd_ok(c->ops->allgather(c, &mine, &all, sizeof mine));

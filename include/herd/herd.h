@@ -288,9 +288,13 @@ typedef struct herd_progress {
     long skipped_steps;           /* steps skipped for inf/NaN gradients so far */
 } herd_progress;
 
-/* Called after every step and at each epoch end, on every rank. Return false to stop
- * training: at once for one process, after the next step with several ranks (the
- * request travels with that step's metrics, so all ranks stop together). */
+/* Called after every step and at each epoch end, on every rank. With several ranks a
+ * step's figures (summed over the ranks) travel during the next step, so the callback
+ * for step k runs at the end of step k+1; an epoch's last step, a stop and the end of
+ * training deliver theirs at once. Return false to stop training: at once for one
+ * process; with several ranks the request travels with the next step's metrics and
+ * every rank stops after the step they arrive with: the step after the call (the
+ * second step of the next epoch for a call at an epoch's end). */
 typedef bool (*herd_progress_fn)(const herd_progress *p, void *user);
 
 /* A ready-made progress callback: a redrawn progress bar on a terminal, otherwise

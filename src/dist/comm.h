@@ -51,6 +51,12 @@ typedef struct herd_comm_ops {
                                    herd_wire_type wire, const char *tag);
     /* Blocks until every started reduction has completed. */
     herd_status (*wait_all)(herd_comm *c);
+    /* allreduce_f64 without the wait: starts an in-place sum of vals[0..n) (host
+     * memory, every communicator) that completes at wait_all, in order with the
+     * reductions started around it; vals must stay untouched until then. For small
+     * values that may arrive later (the training metrics) instead of costing a round
+     * trip where they are produced. */
+    herd_status (*allreduce_f64_start)(herd_comm *c, double *vals, int n, const char *tag);
     /* True when the buffers of the reductions above are GPU memory (NCCL). */
     bool device_memory;
 
@@ -146,8 +152,8 @@ herd_status herd_comm_device_create(herd_comm *host, const struct herd_backend *
 herd_status herd_comm_broadcast_buffer(herd_comm *c, const struct herd_backend *be, void *buf,
                                        size_t bytes, int root);
 /* The wrappers' common part: a comm with host's identity and own's operations, where
- * the blocking collectives, set_activity and abort forward to host when own leaves
- * them NULL. own must define allreduce_start and wait_all (the device-memory
+ * the blocking collectives, allreduce_f64_start, set_activity and abort forward to
+ * host when own leaves them NULL (own's wait_all must then also complete host's). own must define allreduce_start and wait_all (the device-memory
  * reductions are what a wrapper is for). own->destroy frees impl and then the comm
  * itself (one free(c)). NULL when out of memory. */
 herd_comm *herd_comm_wrap(herd_comm *host, const herd_comm_ops *own, void *impl);

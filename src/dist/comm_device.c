@@ -49,6 +49,12 @@ static herd_status fwd_allreduce_f64(herd_comm *c, double *vals, int n)
     return h->ops->allreduce_f64(h, vals, n);
 }
 
+static herd_status fwd_allreduce_f64_start(herd_comm *c, double *vals, int n, const char *tag)
+{
+    herd_comm *h = host_of(c);
+    return h->ops->allreduce_f64_start(h, vals, n, tag);
+}
+
 static herd_status fwd_allgather(herd_comm *c, const void *mine, void *all, size_t bytes)
 {
     herd_comm *h = host_of(c);
@@ -99,6 +105,7 @@ herd_comm *herd_comm_wrap(herd_comm *host, const herd_comm_ops *own, void *impl)
 #define FORWARD(op) w->ops.op = w->ops.op ? w->ops.op : fwd_##op
     FORWARD(broadcast);
     FORWARD(allreduce_f64);
+    FORWARD(allreduce_f64_start);
     FORWARD(allgather);
     FORWARD(barrier);
     FORWARD(gather);

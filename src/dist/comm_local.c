@@ -70,6 +70,12 @@ static herd_status local_allreduce_f64(herd_comm *c, double *vals, int n)
     return HERD_OK;
 }
 
+static herd_status local_allreduce_f64_start(herd_comm *c, double *vals, int n, const char *tag)
+{
+    (void)tag;
+    return local_allreduce_f64(c, vals, n);
+}
+
 static herd_status local_allgather(herd_comm *c, const void *mine, void *all, size_t bytes)
 {
     (void)c;
@@ -122,6 +128,7 @@ static const herd_comm_ops local_ops = {
     .destroy = local_destroy,
     .allreduce_start = local_allreduce_start,
     .wait_all = local_wait_all,
+    .allreduce_f64_start = local_allreduce_f64_start,
     .allreduce_typed_start = local_allreduce_typed_start,
     .sendrecv_start = local_sendrecv_start,
     .time_reference_allreduce = NULL, /* one process: no engine to compare with */

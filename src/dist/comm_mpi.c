@@ -219,6 +219,18 @@ static herd_status mpi_allreduce_f64(herd_comm *c, double *vals, int n)
                                            .bytes = (size_t)n * sizeof(double), .tag = "metrics"});
 }
 
+static herd_status mpi_allreduce_f64_start(herd_comm *c, double *vals, int n, const char *tag)
+{
+    if (n < 0 || (n && !vals))
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "rank %d on host %s: allreduce_f64_start of %d values%s", c->rank, c->host,
+                        n, n && !vals ? " from a NULL buffer" : "");
+    mpi_op op = {.kind = MPI_OP_ALLREDUCE_F64_ASYNC, .data = vals, .count = n,
+                 .bytes = (size_t)n * sizeof(double)};
+    snprintf(op.tag, sizeof op.tag, "%s", tag ? tag : "");
+    return enqueue_async(c->impl, &op);
+}
+
 static herd_status mpi_allgather(herd_comm *c, const void *mine, void *all, size_t bytes)
 {
     if (bytes > INT_MAX / (size_t)c->size)
@@ -383,6 +395,7 @@ static const herd_comm_ops mpi_ops = {
     .destroy = mpi_destroy,
     .allreduce_start = mpi_allreduce_start,
     .wait_all = mpi_wait_all,
+    .allreduce_f64_start = mpi_allreduce_f64_start,
     .allreduce_typed_start = mpi_allreduce_typed_start,
     .sendrecv_start = mpi_sendrecv_start,
     .time_reference_allreduce = mpi_time_reference_allreduce,

@@ -25,6 +25,7 @@ typedef enum mpi_op_kind {
     MPI_OP_REFERENCE_ALLREDUCE, /* blocking MPI_Allreduce, timed, for the benchmark */
     MPI_OP_GATHER,
     MPI_OP_CLOCK_SAMPLES,
+    MPI_OP_ALLREDUCE_F64_ASYNC, /* asynchronous allreduce_f64 (allreduce_f64_start) */
 } mpi_op_kind;
 
 typedef struct mpi_op {
@@ -142,7 +143,8 @@ void *comm_mpi_thread_main(void *arg);
 /* Operations whose caller does not wait for them (completed by wait_all). */
 static inline bool comm_mpi_op_is_async(mpi_op_kind k)
 {
-    return k == MPI_OP_ALLREDUCE || k == MPI_OP_ALLREDUCE_TYPED || k == MPI_OP_SENDRECV;
+    return k == MPI_OP_ALLREDUCE || k == MPI_OP_ALLREDUCE_TYPED || k == MPI_OP_SENDRECV ||
+           k == MPI_OP_ALLREDUCE_F64_ASYNC;
 }
 /* Sets MPI_ERRORS_RETURN-style failures into an "rank R on host H: ..." message. */
 void comm_mpi_describe_error(comm_mpi *m, int mpi_err, const char *what, char *out, size_t cap);

@@ -100,6 +100,9 @@ static herd_status nccl_allreduce_start(herd_comm *c, float *buf, size_t n, floa
 static herd_status nccl_wait_all(herd_comm *c)
 {
     nccl_impl *k = impl_of(c);
+    /* Host-memory reductions (allreduce_f64_start) go to the host communicator. */
+    herd_comm *host = herd_comm_wrapped(c);
+    HERD_TRY(host->ops->wait_all(host));
     ncclResult_t async = ncclSuccess;
     HERD_NCCL(ncclCommGetAsyncError(k->comm, &async), "reading the communicator's state");
     if (async != ncclSuccess)

@@ -185,9 +185,14 @@ herd_status herd_observer_step(herd_observer *o, const herd_progress *p, const h
         o->interval = (step_sums){0};
         HERD_TRY(write_figures(o, &f));
     }
-    if (o->histograms > 0 && p->global_step % o->histograms == 0)
-        HERD_TRY(log_histograms(o, p->global_step));
     return HERD_OK;
+}
+
+herd_status herd_observer_histograms(herd_observer *o, long global_step)
+{
+    if (!o || o->histograms <= 0 || global_step % o->histograms != 0)
+        return HERD_OK;
+    return log_histograms(o, global_step);
 }
 
 herd_status herd_observer_epoch(herd_observer *o, const herd_progress *p)

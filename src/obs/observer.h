@@ -20,9 +20,12 @@ typedef struct herd_obs_step {
     herd_phase_times t;                /* this rank's phases */
 } herd_obs_step;
 
-/* After every step: logs at each log interval (means over the interval's steps),
- * histograms every cfg->histograms steps. */
+/* After every step, once its figures are reduced (maybe a step late): logs at each
+ * log interval (means over the interval's steps). */
 herd_status herd_observer_step(herd_observer *o, const herd_progress *p, const herd_obs_step *s);
+/* At the end of step global_step, while the model holds its weights and gradients:
+ * histograms every cfg->histograms steps. */
+herd_status herd_observer_histograms(herd_observer *o, long global_step);
 /* At each epoch end, after evaluation: the epoch's figures as p has them (means
  * over the epoch); flushes the event file. */
 herd_status herd_observer_epoch(herd_observer *o, const herd_progress *p);

@@ -15,6 +15,33 @@
 #include "train/checkpoint.h"
 #include "train/step.h"
 
+/* One step's figures on their way to every rank: loss, accuracy and samples, the
+ * stop vote and the agreement on failures since the last step. They travel a step
+ * late: the reduction starts when step k ends, ahead of step k+1's gradient buckets in
+ * the communicator's queue, and herd_apply_step's wait_all completes it with them, so
+ * on a slow link its round trip hides behind step k+1's forward and backward instead
+ * of blocking every step. Not with step k's last gradient bucket: buckets are slices of the float
+ * gradient buffer reduced on their wire (maybe 16-bit), while these sums are doubles
+ * that must stay exact, and a separate reduction queued behind the last bucket would
+ * still be waited for before step k+1. A stop, the epoch end and one process deliver
+ * at once, so totals, checkpoints, logs and the callback see every step's figures,
+ * the same numbers as before, only later. */
+typedef struct step_metrics {
+    double stats[7];    /* loss, correct, samples, stop vote, agreement (3): reduced in place */
+    herd_status local;  /* this rank's part of the agreement */
+    herd_progress p;    /* the step's progress; the reduced figures are filled in on arrival */
+    herd_phase_times t; /* the step's own phases, for the observer */
+    double train_time;  /* r->train_time after the step */
+    double epoch_time;  /* the epoch's step time after the step */
+    bool pending;       /* started, not delivered */
+} step_metrics;
+
+/* An epoch's figures over all ranks; a resumed epoch's start with the checkpoint's. */
+typedef struct epoch_totals {
+    double sums[3];     /* loss, correct, samples */
+    double run_samples; /* this run's share of them: the throughput's */
+} epoch_totals;
+
 typedef struct run {
     herd_model *m;
     herd_dataset *train, *test;
@@ -36,6 +63,7 @@ typedef struct run {
     bool stop_requested;  /* a progress callback asked to stop */
     herd_status deferred; /* a local failure between collectives, told at the next agreement */
     herd_observer *obs;   /* --logdir / --metrics (rank 0; NULL when not asked) */
+    step_metrics metrics; /* the last step's, until delivered (here: it outlives a failure) */
 } run;
 
 static herd_status validate(const herd_train_config *c)
@@ -413,6 +441,68 @@ static long sched_step(const run *r, int epoch, long step)
     return (long)epoch * r->steps_per_epoch + step;
 }
 
+/* Starts the reduction of this step's figures (see step_metrics); p is the step's
+ * progress so far, epoch_time the epoch's step time. */
+static herd_status send_metrics(run *r, const herd_step_stats *s, const herd_progress *p,
+                                double epoch_time)
+{
+    step_metrics *m = &r->metrics;
+    /* The vote: a callback's request to stop (one rank's); max_steps needs none, every
+     * rank knows it. The agreement: a failure on any rank since the last step (the
+     * observer's, injected). */
+    double stats[7] = {s->loss_sum, (double)s->correct, (double)s->samples, r->stop_requested};
+    memcpy(m->stats, stats, sizeof stats);
+    m->local = r->deferred != HERD_OK ? r->deferred : herd_fail_point("stats", r->comm->rank);
+    herd_agree_pack(m->local, r->comm->rank, m->stats + 4);
+    m->p = *p;
+    m->t = s->t;
+    m->train_time = r->train_time;
+    m->epoch_time = epoch_time;
+    m->pending = true;
+    if (r->comm->size == 1)
+        return HERD_OK; /* the sum over one rank is the values */
+    return r->comm->ops->allreduce_f64_start(r->comm, m->stats, 7, "metrics");
+}
+
+/* Completes the pending step's reduction (already done by the gradient wait that
+ * followed it, unless this is a flush) and hands its figures to the epoch's totals,
+ * the observer and the callback; *p becomes that step's progress. *want_stop is set
+ * when the vote asks every rank to stop, or one process's callback does. */
+static herd_status deliver_metrics(run *r, epoch_totals *e, herd_progress *p, bool *want_stop)
+{
+    step_metrics *m = &r->metrics;
+    if (!m->pending)
+        return HERD_OK;
+    herd_status st = r->comm->ops->wait_all(r->comm);
+    m->pending = false;
+    HERD_TRY(st);
+    HERD_TRY(herd_agree_unpack(m->local, m->stats + 4, "during the step"));
+    const double *v = m->stats;
+    for (int i = 0; i < 3; i++)
+        e->sums[i] += v[i];
+    e->run_samples += v[2];
+    r->train_samples += v[2];
+    r->state.epoch_seen = (long)e->sums[2];
+    r->state.epoch_loss_sum = e->sums[0];
+    r->state.epoch_correct = e->sums[1];
+    *p = m->p;
+    p->step_loss = v[0] / v[2];
+    p->loss = e->sums[0] / e->sums[2];
+    p->acc = e->sums[1] / e->sums[2];
+    p->samples_per_s = r->train_samples / m->train_time;
+    p->epoch_samples_per_s = m->epoch_time > 0 ? e->run_samples / m->epoch_time : 0;
+    herd_obs_step observed = {v[0], v[1], v[2], m->t};
+    herd_status obs_st = herd_observer_step(r->obs, p, &observed);
+    if (r->deferred == HERD_OK)
+        r->deferred = obs_st;
+    *want_stop |= v[3] > 0;
+    if (r->progress && !r->progress(p, r->user)) {
+        r->stop_requested = true;
+        *want_stop |= r->comm->size == 1; /* alone, nobody needs telling */
+    }
+    return HERD_OK;
+}
+
 /* Runs one epoch from the state's position in it; *stop is set when a callback or
  * max_steps ends training. */
 static herd_status run_epoch(run *r, int epoch, double t_start, bool *stop)
@@ -424,74 +514,55 @@ static herd_status run_epoch(run *r, int epoch, double t_start, bool *stop)
                        .steps_per_epoch = r->steps_per_epoch, .rank = r->comm->rank,
                        .world = r->comm->size};
     herd_phase_times sum = {0};
-    /* loss, correct, samples over the epoch, all ranks; a resumed epoch's sums start
-     * with the checkpoint's, so its figures cover the whole epoch. */
-    double totals[3] = {r->state.epoch_loss_sum, r->state.epoch_correct, (double)r->state.epoch_seen};
-    double run_samples = 0; /* this run's share of them: the throughput's */
+    epoch_totals totals = {{r->state.epoch_loss_sum, r->state.epoch_correct,
+                            (double)r->state.epoch_seen}, 0};
     /* Rounded down, so a resume with another global batch never runs past the epoch. */
     long first_step = r->state.epoch_samples / global_batch;
     long step = first_step;
+    bool want_stop = false;
     for (;; step++) {
         herd_step_stats s;
         bool has;
         HERD_TRY(train_step(r, sched_step(r, epoch, step), &s, &has));
         if (!has)
             break;
-        /* Loss and accuracy over all ranks, and the stop vote that keeps every rank in
-         * step, in one reduction: a callback's request to stop (one rank's) takes
-         * effect after the next step; max_steps is known everywhere at once. */
-        bool at_max = cfg->max_steps > 0 && r->state.global_step + 1 >= cfg->max_steps;
-        double stats[7] = {s.loss_sum, (double)s.correct, (double)s.samples,
-                           r->stop_requested || at_max};
-        /* ... and a failure on any rank since the last step (metrics, injected). */
-        herd_status local = r->deferred != HERD_OK ? r->deferred
-                                                   : herd_fail_point("stats", r->comm->rank);
-        herd_agree_pack(local, r->comm->rank, stats + 4);
         herd_phases_add(&sum, &s.t, 1.0);
         r->train_time += s.t.total;
         r->state.global_step++;
-        p.step = step + 1;
-        p.loss_scale = cfg->dynamic_loss_scale ? r->scaler.scale : 0.0;
-        p.skipped_steps = r->scaler.skipped;
-        p.global_step = r->state.global_step;
-        p.lr = herd_lr_at(cfg, sched_step(r, epoch, step), r->steps_per_epoch);
-        memset(&p.phases, 0, sizeof p.phases);
-        herd_phases_add(&p.phases, &sum, 1.0 / (double)(step + 1 - first_step));
-        if (r->comm->size > 1)
-            HERD_TRY(r->comm->ops->allreduce_f64(r->comm, stats, 7));
-        HERD_TRY(herd_agree_unpack(local, stats + 4, "during the step"));
-        bool want_stop = stats[3] > 0;
-        for (int i = 0; i < 3; i++)
-            totals[i] += stats[i];
-        run_samples += stats[2];
-        r->state.epoch_samples = herd_loader_position(r->loader);
-        r->state.epoch_seen = (long)totals[2];
-        r->state.epoch_loss_sum = totals[0];
-        r->state.epoch_correct = totals[1];
-        r->train_samples += stats[2];
-        p.step_loss = stats[0] / stats[2];
-        p.loss = totals[0] / totals[2];
-        p.acc = totals[1] / totals[2];
-        p.samples_per_s = r->train_samples / r->train_time;
-        p.epoch_samples_per_s = sum.total > 0 ? run_samples / sum.total : 0;
-        p.elapsed_s = herd_now() - t_start;
-        long left = (long)(cfg->epochs - epoch - 1) * r->steps_per_epoch + (r->steps_per_epoch - step - 1);
-        p.eta_s = (left > 0 ? left : 0) * (r->train_time / (double)(r->state.global_step - r->res->steps));
-        herd_obs_step observed = {stats[0], stats[1], stats[2], s.t};
-        herd_status obs_st = herd_observer_step(r->obs, &p, &observed);
+        /* Histograms show this step's weights and gradients: written now, not when the
+         * step's figures arrive. */
+        herd_status hist = herd_observer_histograms(r->obs, r->state.global_step);
         if (r->deferred == HERD_OK)
-            r->deferred = obs_st;
-        if (r->progress && !r->progress(&p, r->user)) {
-            r->stop_requested = true;
-            want_stop |= r->comm->size == 1; /* alone, nobody needs telling */
-        }
-        if (want_stop) {
+            r->deferred = hist;
+        r->state.epoch_samples = herd_loader_position(r->loader);
+        herd_progress now = p;
+        now.step = step + 1;
+        now.loss_scale = cfg->dynamic_loss_scale ? r->scaler.scale : 0.0;
+        now.skipped_steps = r->scaler.skipped;
+        now.global_step = r->state.global_step;
+        now.lr = herd_lr_at(cfg, sched_step(r, epoch, step), r->steps_per_epoch);
+        memset(&now.phases, 0, sizeof now.phases);
+        herd_phases_add(&now.phases, &sum, 1.0 / (double)(step + 1 - first_step));
+        now.elapsed_s = herd_now() - t_start;
+        long left = (long)(cfg->epochs - epoch - 1) * r->steps_per_epoch + (r->steps_per_epoch - step - 1);
+        now.eta_s = (left > 0 ? left : 0) * (r->train_time / (double)(r->state.global_step - r->res->steps));
+        /* The previous step's figures came with this step's gradients. */
+        HERD_TRY(deliver_metrics(r, &totals, &p, &want_stop));
+        HERD_TRY(send_metrics(r, &s, &now, sum.total));
+        bool at_max = cfg->max_steps > 0 && r->state.global_step >= cfg->max_steps;
+        /* Every rank decides alike: the vote arrived everywhere at once. */
+        if (r->comm->size == 1 || at_max || want_stop)
+            HERD_TRY(deliver_metrics(r, &totals, &p, &want_stop));
+        if (want_stop || at_max) {
             *stop = true;
             break;
         }
     }
-    r->res->train_loss = totals[2] > 0 ? totals[0] / totals[2] : 0;
-    r->res->train_acc = totals[2] > 0 ? totals[1] / totals[2] : 0;
+    /* The epoch's last step, whose vote may still ask to stop. */
+    HERD_TRY(deliver_metrics(r, &totals, &p, &want_stop));
+    *stop |= want_stop;
+    r->res->train_loss = totals.sums[2] > 0 ? totals.sums[0] / totals.sums[2] : 0;
+    r->res->train_acc = totals.sums[2] > 0 ? totals.sums[1] / totals.sums[2] : 0;
     herd_phases_add(&r->res->phases, &sum, 1.0);
     bool complete = herd_loader_batches_left(r->loader) == 0;
     if (complete) { /* a stop mid-epoch resumes inside it, at state.epoch_samples */
@@ -667,6 +738,10 @@ herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
         r.comm = own;
     }
     herd_status st = train_run(&r, cfg, early);
+    /* A failure can leave the last step's metrics in flight: every rank started that
+     * reduction, so it completes; its buffer must outlive it. */
+    if (r.metrics.pending)
+        r.comm->ops->wait_all(r.comm);
     herd_status obs_st = herd_observer_close(r.obs); /* flushes the last records */
     if (st == HERD_OK)
         st = obs_st;
