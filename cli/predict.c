@@ -2,6 +2,7 @@
  * model of the gradient allreduce and one worker's measured (or given) step. */
 #include <cjson/cJSON.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,31 +16,41 @@ static const char predict_help[] =
     "\n"
     "Predicts the step time and weak-scaling efficiency of 1..N data-parallel workers:\n"
     "one worker's step (measured here with a short 'herd bench train', or --step-ms) plus\n"
-    "the allreduce of the model's gradients, modelled per message as latency alpha plus\n"
-    "bytes x beta: ring 2(n-1)a + 2(n-1)/n B b, tree 2 ceil(log2 n)(a + B b); the faster\n"
-    "counts. With overlap, communication hides behind backward: exposed = max(0, comm -\n"
-    "backward). Prints the table and the largest N whose efficiency stays >= threshold.\n"
+    "every collective of the step. Each gradient bucket (as herd train plans them) is\n"
+    "reduced once backward has produced it (backward split over the layers by FLOPs),\n"
+    "one after another on the communication thread; the step waits for the last. An\n"
+    "allreduce of B bytes takes the --from-bench table's time (straight lines between\n"
+    "measured sizes) or latency alpha plus bytes x beta: ring 2(n-1)a + 2(n-1)/n B b,\n"
+    "tree 2 ceil(log2 n)(a + B b), the faster. Prints the table and the largest N whose\n"
+    "efficiency stays >= threshold.\n"
     "\n"
     "  --model MODEL       zoo name or model file (required)\n"
     "  --workers N         predict for 1..N workers (required)\n"
     "  --link-gbps X       link bandwidth in gigabits per second (beta = 8 / (X 1e9) s/byte)\n"
     "  --latency-us Y      per-message latency alpha in microseconds\n"
-    "  --from-bench FILE   fit alpha and beta to 'herd bench allreduce -J FILE' results\n"
+    "  --from-bench FILE   the allreduce times of 'herd bench allreduce -J FILE'\n"
     "  --step-ms T         one worker's step time instead of measuring it\n"
     "  --backward-fraction F  share of the step that is backward (default: measured, or\n"
     "                      2/3 with --step-ms: backward costs about twice forward)\n"
     "  --compress fp16|bf16  gradients travel as 2 bytes instead of 4\n"
+    "  --bucket-mb X       gradient bucket size as for herd train (25; the first 1 MiB)\n"
+    "  --sync-bn           batch norms exchange statistics (3 blocking reductions each)\n"
+    "  --metrics-exchange last-bucket|step-late|blocking  how the step's loss and accuracy\n"
+    "                      travel (last-bucket: with the gradients, as herd train does)\n"
     "  --threshold E       efficiency to keep (default 0.9)\n"
     "  --data DATA         data for the model's shape and the measurement (fashion-mnist)\n"
     "  --batch-size N      per worker (128); --threads N (1); --steps N measured steps (20)\n"
     "  --json              one JSON object instead of the table\n";
 
+static const char *const metrics_names[] = {"last-bucket", "step-late", "blocking"};
+
 typedef struct predict_args {
     const char *model, *data, *bench_file;
     long workers, batch, threads, steps;
-    double link_gbps, latency_us, step_ms, backward_fraction, threshold;
+    double link_gbps, latency_us, step_ms, backward_fraction, threshold, bucket_mb;
     int grad_bytes_per_param;
-    bool json;
+    herd_metrics_exchange metrics;
+    bool json, sync_bn;
 } predict_args;
 
 static int parse_args(int argc, char **argv, predict_args *a)
@@ -52,11 +63,13 @@ static int parse_args(int argc, char **argv, predict_args *a)
         {"threshold", required_argument, 0, 't'}, {"data", required_argument, 0, 'd'},
         {"batch-size", required_argument, 0, 'b'}, {"threads", required_argument, 0, 'T'},
         {"steps", required_argument, 0, 'S'}, {"json", no_argument, 0, 'j'},
+        {"bucket-mb", required_argument, 0, 'K'}, {"sync-bn", no_argument, 0, 'Y'},
+        {"metrics-exchange", required_argument, 0, 'M'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     *a = (predict_args){.data = "fashion-mnist", .batch = 128, .threads = 1, .steps = 20,
                         .link_gbps = -1, .latency_us = -1, .step_ms = -1, .backward_fraction = -1,
-                        .threshold = 0.9, .grad_bytes_per_param = 4};
+                        .threshold = 0.9, .grad_bytes_per_param = 4, .bucket_mb = 25};
     int opt, idx = 0;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "", opts, &idx)) != -1) {
@@ -75,6 +88,18 @@ static int parse_args(int argc, char **argv, predict_args *a)
         case 's': ok = cli_parse_float(optarg, 1e-6, 1e9, &a->step_ms); break;
         case 'B': ok = cli_parse_float(optarg, 0, 1, &a->backward_fraction); break;
         case 't': ok = cli_parse_float(optarg, 0, 1, &a->threshold); break;
+        case 'K': ok = cli_parse_float(optarg, 1e-6, 1e6, &a->bucket_mb); break;
+        case 'Y': a->sync_bn = true; break;
+        case 'M': {
+            int i = 0;
+            while (i < 3 && strcmp(optarg, metrics_names[i]) != 0)
+                i++;
+            if (i == 3)
+                return cli_usage_error("predict", "--metrics-exchange takes last-bucket, step-late "
+                                       "or blocking, got '%s'", optarg);
+            a->metrics = (herd_metrics_exchange)i;
+            break;
+        }
         case 'c': {
             herd_compress wire = HERD_COMPRESS_NONE; /* "fp32" is accepted as "none" here */
             if (strcmp(optarg, "fp32") != 0 && herd_compress_parse(optarg, &wire) != HERD_OK)
@@ -113,18 +138,102 @@ static void print_table(const predict_args *a, const herd_predict_row *rows, int
            a->threshold, a->workers, n_over, n_plain);
 }
 
-static void print_json(const predict_args *a, const herd_alpha_beta *ab, double grad_bytes,
-                       double step_s, double backward_s, const herd_predict_row *rows, int n_over,
-                       int n_plain)
+/* The model as predict simulates it: layers' backward shares, buckets, phases. */
+typedef struct step_plan {
+    herd_step_model sm;
+    double *backward_s;
+    int *bn_channels;
+    herd_bucket_span *buckets;
+    char (*layer_names)[64];
+    double grad_bytes, step_s, backward_total_s;
+} step_plan;
+
+static void step_plan_free(step_plan *p)
+{
+    free(p->backward_s);
+    free(p->bn_channels);
+    free(p->buckets);
+    free(p->layer_names);
+}
+
+/* Backward time goes to the layers in proportion to their backward FLOPs: known for any
+ * model without another run, and what the heavy layers' time follows. */
+static herd_status step_plan_build(const predict_args *a, const herd_model *m, double step_s,
+                                   double forward_s, double backward_s, step_plan *p)
+{
+    memset(p, 0, sizeof *p);
+    int n = (int)herd_model_layer_count(m), n_refs = 0;
+    herd_param_ref *refs = calloc((size_t)n * HERD_LAYER_MAX_PARAMS + 1, sizeof *refs);
+    double *flops = calloc((size_t)n + 1, sizeof *flops);
+    p->backward_s = calloc((size_t)n + 1, sizeof *p->backward_s);
+    p->bn_channels = calloc((size_t)n + 1, sizeof *p->bn_channels);
+    p->buckets = calloc((size_t)n * HERD_LAYER_MAX_PARAMS + 1, sizeof *p->buckets);
+    p->layer_names = calloc((size_t)n + 1, sizeof *p->layer_names);
+    herd_status st = refs && flops && p->backward_s && p->bn_channels && p->buckets && p->layer_names
+                         ? HERD_OK : HERD_ERR_NOMEM;
+    double total = 0;
+    for (int l = 0; st == HERD_OK && l < n; l++) {
+        herd_layer_info li;
+        if ((st = herd_model_layer_info(m, (size_t)l, &li)) != HERD_OK)
+            break;
+        snprintf(p->layer_names[l], sizeof p->layer_names[l], "%s", li.name);
+        flops[l] = li.backward_flops;
+        total += flops[l];
+        if (a->sync_bn && strcmp(li.type, "batchnorm") == 0)
+            p->bn_channels[l] = (int)li.param_numel[0];
+        for (int k = 0; k < li.n_params; k++)
+            refs[n_refs++] = (herd_param_ref){li.param_offset[k], li.param_numel[k], l};
+    }
+    for (int l = 0; st == HERD_OK && l < n; l++)
+        p->backward_s[l] = backward_s * (total > 0 ? flops[l] / total : 1.0 / n);
+    if (st == HERD_OK)
+        st = herd_bucket_plan(refs, n_refs, a->bucket_mb, herd_bucket_first_mb(a->bucket_mb),
+                              p->buckets, &p->sm.n_buckets, NULL);
+    free(refs);
+    free(flops);
+    if (st != HERD_OK) {
+        step_plan_free(p);
+        return st;
+    }
+    p->sm.n_layers = n;
+    p->sm.backward_s = p->backward_s;
+    p->sm.sync_bn_channels = p->bn_channels;
+    p->sm.buckets = p->buckets;
+    p->sm.wire_bytes_per_float = a->grad_bytes_per_param;
+    p->sm.forward_s = forward_s;
+    p->sm.other_s = step_s - forward_s - backward_s;
+    p->sm.metrics = a->metrics;
+    p->grad_bytes = (double)herd_model_param_count(m) * a->grad_bytes_per_param;
+    p->step_s = step_s;
+    p->backward_total_s = backward_s;
+    return HERD_OK;
+}
+
+static void print_json(const predict_args *a, const herd_comm_link *link, const step_plan *p,
+                       const herd_predict_row *rows, int n_over, int n_plain)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model", a->model);
-    cJSON_AddNumberToObject(o, "grad_bytes", grad_bytes);
-    cJSON_AddNumberToObject(o, "step_ms", 1e3 * step_s);
-    cJSON_AddNumberToObject(o, "backward_ms", 1e3 * backward_s);
+    cJSON_AddNumberToObject(o, "grad_bytes", p->grad_bytes);
+    cJSON_AddNumberToObject(o, "step_ms", 1e3 * p->step_s);
+    cJSON_AddNumberToObject(o, "forward_ms", 1e3 * p->sm.forward_s);
+    cJSON_AddNumberToObject(o, "backward_ms", 1e3 * p->backward_total_s);
     cJSON_AddBoolToObject(o, "step_measured", a->step_ms <= 0);
-    cJSON_AddNumberToObject(o, "alpha_us", 1e6 * ab->alpha_s);
-    cJSON_AddNumberToObject(o, "beta_ns_per_byte", 1e9 * ab->beta_s_per_byte);
+    bool beyond;
+    herd_alpha_beta ab = herd_comm_link_segment(link, p->grad_bytes, &beyond);
+    cJSON_AddNumberToObject(o, "alpha_us", 1e6 * ab.alpha_s); /* at the gradients' size */
+    cJSON_AddNumberToObject(o, "beta_ns_per_byte", 1e9 * ab.beta_s_per_byte);
+    cJSON_AddNumberToObject(o, "link_points", link->points);
+    cJSON_AddNumberToObject(o, "link_max_rel_residual", link->max_rel_residual);
+    cJSON_AddStringToObject(o, "metrics_exchange", metrics_names[a->metrics]);
+    cJSON_AddBoolToObject(o, "sync_bn", a->sync_bn);
+    cJSON *buckets = cJSON_AddArrayToObject(o, "buckets");
+    for (int k = 0; k < p->sm.n_buckets; k++) {
+        cJSON *b = cJSON_CreateObject();
+        cJSON_AddNumberToObject(b, "bytes", (double)p->buckets[k].numel * a->grad_bytes_per_param);
+        cJSON_AddStringToObject(b, "ready_after", p->layer_names[p->buckets[k].ready_layer]);
+        cJSON_AddItemToArray(buckets, b);
+    }
     cJSON_AddNumberToObject(o, "threshold", a->threshold);
     cJSON_AddNumberToObject(o, "max_workers_overlap", n_over);
     cJSON_AddNumberToObject(o, "max_workers_no_overlap", n_plain);
@@ -144,28 +253,63 @@ static void print_json(const predict_args *a, const herd_alpha_beta *ab, double 
     cli_print_json(o);
 }
 
+static void print_header(const predict_args *a, const herd_model *m, const herd_comm_link *link,
+                         const step_plan *p)
+{
+    printf("%s: %zu parameters, %.0f gradient bytes per step (%s)\n", herd_model_name(m),
+           herd_model_param_count(m), p->grad_bytes, a->grad_bytes_per_param == 2 ? "16-bit" : "fp32");
+    if (link->points > 0) {
+        bool beyond;
+        herd_comm_link_segment(link, p->grad_bytes, &beyond);
+        printf("link: %d message sizes, %.0f to %.0f bytes, %d ranks, in %s, read as straight lines "
+               "between sizes (worst leave-one-out error %.1f%% at %.0f bytes)%s\n", link->points,
+               link->bytes[0], link->bytes[link->points - 1], link->ranks, a->bench_file,
+               100 * link->max_rel_residual, link->worst_bytes,
+               beyond ? "; the gradients are larger than the largest size: extrapolated" : "");
+    } else {
+        printf("link: alpha %.2f us, beta %.4f ns/byte (%.2f Gbit/s), as given\n",
+               1e6 * link->given.alpha_s, 1e9 * link->given.beta_s_per_byte, a->link_gbps);
+    }
+    if (a->step_ms > 0)
+        printf("one worker: step %.3f ms (given), backward %.3f ms (%s)\n", 1e3 * p->step_s,
+               1e3 * p->backward_total_s, a->backward_fraction >= 0 ? "given" : "assumed 2/3 of the step");
+    else
+        printf("one worker: step %.3f ms, forward %.3f ms, backward %.3f ms (measured here: %ld steps "
+               "of batch %ld, %ld thread(s))\n", 1e3 * p->step_s, 1e3 * p->sm.forward_s,
+               1e3 * p->backward_total_s, a->steps, a->batch, a->threads);
+    printf("buckets (reduced in this order, as herd train --bucket-mb %g):", a->bucket_mb);
+    for (int k = 0; k < p->sm.n_buckets; k++)
+        printf("%s %.0f bytes after %s's backward", k ? "," : "",
+               (double)p->buckets[k].numel * a->grad_bytes_per_param,
+               p->layer_names[p->buckets[k].ready_layer]);
+    printf("; metrics %s%s\n", metrics_names[a->metrics], a->sync_bn ? "; --sync-bn exchanges" : "");
+}
+
 int cmd_predict(int argc, char **argv)
 {
     predict_args a;
     int rc = parse_args(argc, argv, &a);
     if (rc != CLI_OK)
         return rc < 0 ? CLI_OK : rc;
-    herd_alpha_beta ab = {0};
+    herd_comm_link *link = calloc(1, sizeof *link); /* a 4 KiB table: not on the stack */
+    if (!link)
+        return cli_fail(HERD_ERR_NOMEM, "out of memory");
     herd_status st;
-    if (a.bench_file && (st = herd_alpha_beta_fit_file(a.bench_file, &ab)) != HERD_OK)
-        return cli_fail(st, "cannot fit the link to the benchmark");
-    if (!a.bench_file) {
-        ab.alpha_s = a.latency_us * 1e-6;
-        ab.beta_s_per_byte = 8.0 / (a.link_gbps * 1e9);
+    if (a.bench_file && (st = herd_comm_link_from_bench_file(a.bench_file, link)) != HERD_OK) {
+        free(link);
+        return cli_fail(st, "cannot read the link from the benchmark");
     }
+    if (!a.bench_file)
+        *link = herd_comm_link_given(a.latency_us * 1e-6, 8.0 / (a.link_gbps * 1e9));
     herd_dataset *ds = NULL;
     herd_model *m = NULL;
+    step_plan plan = {0};
     herd_predict_row *rows = calloc((size_t)a.workers, sizeof *rows);
-    if (!rows)
-        return cli_fail(HERD_ERR_NOMEM, "out of memory");
     rc = CLI_FAIL;
     herd_bench_result r = {0};
-    if ((st = herd_dataset_open(a.data, HERD_SPLIT_TRAIN, &ds)) != HERD_OK)
+    if (!rows)
+        cli_fail(HERD_ERR_NOMEM, "out of memory");
+    else if ((st = herd_dataset_open(a.data, HERD_SPLIT_TRAIN, &ds)) != HERD_OK)
         cli_fail(st, "cannot open the data");
     else if ((st = herd_model_create(a.model, ds, &m)) != HERD_OK)
         cli_fail(st, "cannot build the model");
@@ -173,43 +317,32 @@ int cmd_predict(int argc, char **argv)
                                                       (int)a.threads, NULL, &r)) != HERD_OK)
         cli_fail(st, "cannot measure one worker's step");
     else {
-        double grad_bytes = (double)herd_model_param_count(m) * a.grad_bytes_per_param;
         double step_s = a.step_ms > 0 ? a.step_ms * 1e-3 : r.step_s;
         double fraction = a.backward_fraction >= 0 ? a.backward_fraction
                           : a.step_ms > 0          ? 2.0 / 3.0
                                                    : r.phases.backward / r.step_s;
         double backward_s = fraction * step_s;
-        if ((st = herd_predict_scaling(&ab, grad_bytes, step_s, backward_s, (int)a.workers, rows)) != HERD_OK) {
+        /* Given: forward is half of backward (backward costs about twice forward). */
+        double forward_s = a.step_ms > 0 ? fmin(backward_s / 2, step_s - backward_s) : r.phases.forward;
+        if ((st = step_plan_build(&a, m, step_s, forward_s, backward_s, &plan)) != HERD_OK)
+            cli_fail(st, "cannot plan the gradient buckets");
+        else if ((st = herd_predict_scaling(link, &plan.sm, plan.grad_bytes, (int)a.workers, rows)) != HERD_OK)
             cli_fail(st, "cannot predict");
-        } else {
+        else {
             int n_over = herd_predict_max_workers(rows, (int)a.workers, a.threshold, true);
             int n_plain = herd_predict_max_workers(rows, (int)a.workers, a.threshold, false);
             if (a.json) {
-                print_json(&a, &ab, grad_bytes, step_s, backward_s, rows, n_over, n_plain);
+                print_json(&a, link, &plan, rows, n_over, n_plain);
             } else {
-                printf("%s: %zu parameters, %.0f gradient bytes per step (%s)\n", herd_model_name(m),
-                       herd_model_param_count(m), grad_bytes, a.grad_bytes_per_param == 2 ? "16-bit" : "fp32");
-                if (a.bench_file)
-                    printf("link: alpha %.2f us, beta %.4f ns/byte (%.2f Gbit/s), fitted to %d results "
-                           "of %d ranks in %s (worst relative residual %.1f%%)\n", 1e6 * ab.alpha_s,
-                           1e9 * ab.beta_s_per_byte, 8e-9 / ab.beta_s_per_byte, ab.points, ab.ranks,
-                           a.bench_file, 100 * ab.max_rel_residual);
-                else
-                    printf("link: alpha %.2f us, beta %.4f ns/byte (%.2f Gbit/s), as given\n",
-                           1e6 * ab.alpha_s, 1e9 * ab.beta_s_per_byte, a.link_gbps);
-                if (a.step_ms > 0)
-                    printf("one worker: step %.3f ms (given), backward %.3f ms (%s)\n", 1e3 * step_s,
-                           1e3 * backward_s, a.backward_fraction >= 0 ? "given" : "assumed 2/3 of the step");
-                else
-                    printf("one worker: step %.3f ms, backward %.3f ms (measured here: %ld steps of "
-                           "batch %ld, %ld thread(s))\n", 1e3 * step_s, 1e3 * backward_s, a.steps,
-                           a.batch, a.threads);
+                print_header(&a, m, link, &plan);
                 print_table(&a, rows, n_over, n_plain);
             }
             rc = CLI_OK;
         }
     }
+    step_plan_free(&plan);
     free(rows);
+    free(link);
     herd_model_free(m);
     herd_dataset_free(ds);
     return rc;

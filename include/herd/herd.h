@@ -152,6 +152,21 @@ size_t herd_model_tensor_count(const herd_model *m);
 herd_status herd_model_tensor_info(const herd_model *m, size_t i, const char **name, int *ndim,
                                    int64_t shape[4], float **data);
 
+/* Layers in execution order, for tools that model a training step (herd predict). */
+#define HERD_LAYER_MAX_PARAMS 4
+typedef struct herd_layer_info {
+    const char *name, *type;
+    double forward_flops;  /* per sample, a multiply-add counts 2 */
+    /* Per sample: 2 x forward (the input's gradient and the weights'), 1 x for a layer
+     * that reads only the model input (no input gradient). An estimate. */
+    double backward_flops;
+    int n_params; /* parameter tensors, buffers not counted */
+    /* Their elements and offsets in the gradient buffer, in declaration order. */
+    size_t param_numel[HERD_LAYER_MAX_PARAMS], param_offset[HERD_LAYER_MAX_PARAMS];
+} herd_layer_info;
+size_t herd_model_layer_count(const herd_model *m);
+herd_status herd_model_layer_info(const herd_model *m, size_t i, herd_layer_info *out);
+
 /* Weights in safetensors format (readable by PyTorch's and numpy's loaders). */
 herd_status herd_model_save(const herd_model *m, const char *path);
 herd_status herd_model_load(herd_model *m, const char *path);

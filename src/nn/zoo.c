@@ -182,6 +182,35 @@ herd_status herd_model_tensor_info(const herd_model *m, size_t i, const char **n
     return HERD_OK;
 }
 
+size_t herd_model_layer_count(const herd_model *m) { return (size_t)m->n_layers; }
+
+herd_status herd_model_layer_info(const herd_model *m, size_t i, herd_layer_info *out)
+{
+    if (i >= (size_t)m->n_layers)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "layer index %zu out of range (model has %d)", i,
+                        m->n_layers);
+    const herd_layer *l = &m->layers[i];
+    memset(out, 0, sizeof *out);
+    out->name = l->spec.name;
+    out->type = l->ops->type;
+    out->forward_flops = l->ops->flops ? l->ops->flops(l) : 0;
+    bool input_only = true;
+    for (int k = 0; k < l->spec.n_inputs; k++)
+        input_only &= l->spec.inputs[k] < 0;
+    out->backward_flops = (input_only ? 1.0 : 2.0) * out->forward_flops;
+    for (int k = 0; k < l->n_tensors; k++) {
+        const herd_tensor_view *v = &m->views[l->first_tensor + k];
+        if (v->is_buffer)
+            continue;
+        if (out->n_params == HERD_LAYER_MAX_PARAMS)
+            return HERD_ERR(HERD_ERR_UNSUPPORTED, "layer %s has more than %d parameter tensors",
+                            l->spec.name, HERD_LAYER_MAX_PARAMS);
+        out->param_numel[out->n_params] = v->numel;
+        out->param_offset[out->n_params++] = v->offset;
+    }
+    return HERD_OK;
+}
+
 herd_status herd_model_set_precision(herd_model *m, herd_precision p)
 {
     if (!m)

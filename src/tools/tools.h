@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "herd/herd.h"
+#include "dist/bucket_plan.h"
 
 /* ------------------------------------------------------------- topo: links */
 
@@ -203,30 +204,87 @@ const char *herd_check_status_name(herd_check_status s); /* "pass", "warn", "fai
 /* Per-message latency alpha (seconds) and per-byte time beta (seconds/byte) of one link. */
 typedef struct herd_alpha_beta {
     double alpha_s, beta_s_per_byte;
-    int ranks;  /* the rank count of the fitted benchmark (0 when given directly) */
-    int points; /* results used */
-    double max_rel_residual; /* worst |fit - measured| / measured over them */
 } herd_alpha_beta;
-
-/* Least-squares fit of the ring allreduce time 2(n-1)a + 2(n-1)/n B b to the results
- * of `herd bench allreduce -J FILE`. */
-herd_status herd_alpha_beta_fit_file(const char *path, herd_alpha_beta *out);
-herd_status herd_alpha_beta_fit_json(const char *json, herd_alpha_beta *out);
 
 double herd_ring_allreduce_s(const herd_alpha_beta *ab, int n, double bytes);
 double herd_tree_allreduce_s(const herd_alpha_beta *ab, int n, double bytes);
 
+/* A link as the allreduce sees it: either a given alpha-beta (points == 0) or the table
+ * of `herd bench allreduce -J` (points sizes, increasing), read between measured sizes
+ * as straight lines: piecewise alpha-beta whose breaks (eager to rendezvous, ...) are
+ * wherever the measurement bends. */
+#define HERD_COMM_LINK_MAX_POINTS 256
+typedef struct herd_comm_link {
+    herd_alpha_beta given;
+    int ranks;  /* of the measurement (0 when given) */
+    int points;
+    double bytes[HERD_COMM_LINK_MAX_POINTS], time_s[HERD_COMM_LINK_MAX_POINTS];
+    /* Leave-one-out: each inner size against the line between its neighbours; the worst
+     * relative error says how far the table can be off between its sizes. */
+    double max_rel_residual;
+    double worst_bytes; /* where */
+} herd_comm_link;
+
+herd_status herd_comm_link_from_bench_file(const char *path, herd_comm_link *out);
+herd_status herd_comm_link_from_bench_json(const char *json, herd_comm_link *out);
+herd_comm_link herd_comm_link_given(double alpha_s, double beta_s_per_byte);
+/* The alpha-beta of the segment holding `bytes`, per ring step for the measured rank
+ * count. Below the table: the smallest size's time (latency); above it: the last
+ * segment's line (or the largest size's bandwidth if that line falls), and
+ * *extrapolated (NULL: not wanted) is set. */
+herd_alpha_beta herd_comm_link_segment(const herd_comm_link *l, double bytes, bool *extrapolated);
+/* One allreduce of `bytes` among n ranks: the table's time itself at the measured rank
+ * count, else the faster of ring and tree with the segment's alpha-beta. */
+double herd_comm_link_allreduce_s(const herd_comm_link *l, int n, double bytes);
+
+/* How the training metrics (7 doubles: loss, correct, samples, stop vote, failure
+ * agreement) travel each step. */
+typedef enum herd_metrics_exchange {
+    HERD_METRICS_LAST_BUCKET, /* appended to the last gradient bucket: no extra message */
+    HERD_METRICS_STEP_LATE,   /* their own reduction, queued at the step's end, done during the next */
+    HERD_METRICS_BLOCKING,    /* a blocking reduction after the update (herd before issue 12) */
+} herd_metrics_exchange;
+#define HERD_METRICS_BYTES 56.0
+
+/* One worker's step, split as the n-worker step is simulated. */
+typedef struct herd_step_model {
+    int n_layers;
+    const double *backward_s;    /* per layer, execution order */
+    const int *sync_bn_channels; /* per layer: channels of a batch norm exchanging its
+                                    statistics (--sync-bn), else 0; NULL: none */
+    const herd_bucket_span *buckets; /* herd_bucket_plan's, bucket 0 = the last layers */
+    int n_buckets;
+    double wire_bytes_per_float;     /* 4, or 2 with --compress */
+    double forward_s, other_s;       /* other: data wait, optimizer, the rest of the step */
+    herd_metrics_exchange metrics;
+} herd_step_model;
+
+typedef struct herd_step_prediction {
+    double compute_s;  /* forward + backward + other */
+    double comm_s;     /* every collective of the step, one after another */
+    double serial_s;   /* compute + comm: nothing overlaps */
+    double step_s;     /* simulated: buckets reduced on the communication thread as backward makes them */
+    double exposed_s;  /* step - compute */
+    int collectives;
+} herd_step_prediction;
+
+/* Simulates one step of n workers: each bucket's reduction starts when backward has
+ * produced it and the communication thread is free (reductions run one after another),
+ * blocking exchanges stop compute until they are done. */
+herd_status herd_predict_step(const herd_comm_link *link, int n, const herd_step_model *m,
+                              herd_step_prediction *out);
+
 typedef struct herd_predict_row {
     int workers;
-    double ring_s, tree_s, comm_s; /* comm_s: the faster of the two */
+    double ring_s, tree_s; /* all gradients as one message */
+    double comm_s;         /* the step's collectives */
     double step_s, efficiency;                 /* communication after backward */
-    double step_overlap_s, efficiency_overlap; /* communication overlapping backward */
+    double step_overlap_s, efficiency_overlap; /* buckets overlapping backward */
 } herd_predict_row;
 
-/* rows[i] for i + 1 workers, i < workers. step_s and backward_s: one worker's step
- * and the part of it that communication can hide behind. */
-herd_status herd_predict_scaling(const herd_alpha_beta *ab, double grad_bytes, double step_s,
-                                 double backward_s, int workers, herd_predict_row *rows);
+/* rows[i] for i + 1 workers, i < workers; grad_bytes for the ring/tree columns. */
+herd_status herd_predict_scaling(const herd_comm_link *link, const herd_step_model *m,
+                                 double grad_bytes, int workers, herd_predict_row *rows);
 /* The largest worker count whose efficiency stays >= threshold (0 when none). */
 int herd_predict_max_workers(const herd_predict_row *rows, int workers, double threshold,
                              bool overlap);

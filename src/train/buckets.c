@@ -10,46 +10,49 @@ herd_status herd_buckets_plan(const herd_model *m, double bucket_mb, double firs
                               herd_buckets *out)
 {
     memset(out, 0, sizeof *out);
-    if (!(bucket_mb > 0) || !(first_mb > 0))
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "bucket sizes must be positive (got %g and %g MiB)",
-                        bucket_mb, first_mb);
+    herd_param_ref *refs = herd_xcalloc((size_t)m->n_views + 1, sizeof *refs);
+    herd_bucket_span *spans = herd_xcalloc((size_t)m->n_views + 1, sizeof *spans);
+    int *bucket_of = herd_xcalloc((size_t)m->n_views + 1, sizeof(int));
     out->b = herd_xcalloc((size_t)m->n_views + 1, sizeof *out->b);
     out->bucket_of_layer = herd_xcalloc((size_t)m->n_layers, sizeof(int));
     out->first_bucket_of_layer = herd_xcalloc((size_t)m->n_layers, sizeof(int));
-    if (!out->b || !out->bucket_of_layer || !out->first_bucket_of_layer) {
-        herd_buckets_free(out);
-        return HERD_ERR_NOMEM;
-    }
-    for (int l = 0; l < m->n_layers; l++)
-        out->bucket_of_layer[l] = out->first_bucket_of_layer[l] = -1;
-    /* Walk parameters from the last layer back: that is the order backward produces
-     * them, and since offsets grow with declaration order each bucket is contiguous. */
-    double cap = first_mb * 1048576.0 / sizeof(float);
-    herd_bucket *cur = NULL;
-    for (int l = m->n_layers - 1; l >= 0; l--) {
+    herd_status st = HERD_OK;
+    if (!refs || !spans || !bucket_of || !out->b || !out->bucket_of_layer ||
+        !out->first_bucket_of_layer)
+        st = HERD_ERR_NOMEM;
+    /* Parameters in declaration order: offsets grow with it, so each bucket is contiguous. */
+    int n = 0;
+    for (int l = 0; st == HERD_OK && l < m->n_layers; l++) {
         const herd_layer *layer = &m->layers[l];
-        for (int k = layer->n_tensors - 1; k >= 0; k--) {
+        out->bucket_of_layer[l] = out->first_bucket_of_layer[l] = -1;
+        for (int k = 0; k < layer->n_tensors; k++) {
             const herd_tensor_view *v = &m->views[layer->first_tensor + k];
-            if (v->is_buffer)
-                continue;
-            if (!cur || (double)cur->numel >= cap) {
-                if (cur)
-                    cap = bucket_mb * 1048576.0 / sizeof(float);
-                cur = &out->b[out->n];
-                snprintf(cur->tag, sizeof cur->tag, "bucket %d", out->n);
-                cur->offset = v->offset + v->numel;
-                out->n++;
-            }
-            cur->offset = v->offset; /* grows downwards */
-            cur->numel += v->numel;
-            cur->views++;
-            int idx = (int)(cur - out->b);
-            if (out->first_bucket_of_layer[l] < 0)
-                out->first_bucket_of_layer[l] = idx;
-            out->bucket_of_layer[l] = idx;
+            if (!v->is_buffer)
+                refs[n++] = (herd_param_ref){.offset = v->offset, .numel = v->numel, .layer = l};
         }
     }
-    return HERD_OK;
+    if (st == HERD_OK)
+        st = herd_bucket_plan(refs, n, bucket_mb, first_mb, spans, &out->n, bucket_of);
+    for (int i = 0; st == HERD_OK && i < out->n; i++) {
+        herd_bucket *b = &out->b[i];
+        b->offset = spans[i].offset;
+        b->numel = spans[i].numel;
+        b->views = spans[i].views;
+        snprintf(b->tag, sizeof b->tag, "bucket %d", i);
+    }
+    /* Walking backward's order, a layer's first bucket is the lowest index it touches. */
+    for (int i = n - 1; st == HERD_OK && i >= 0; i--) {
+        int l = refs[i].layer;
+        if (out->first_bucket_of_layer[l] < 0)
+            out->first_bucket_of_layer[l] = bucket_of[i];
+        out->bucket_of_layer[l] = bucket_of[i];
+    }
+    free(refs);
+    free(spans);
+    free(bucket_of);
+    if (st != HERD_OK)
+        herd_buckets_free(out);
+    return st;
 }
 
 void herd_buckets_free(herd_buckets *b)

@@ -7,6 +7,7 @@
 #ifndef HERD_TRAIN_BUCKETS_H
 #define HERD_TRAIN_BUCKETS_H
 
+#include "dist/bucket_plan.h"
 #include "dist/comm.h"
 #include "nn/model.h"
 

@@ -14,7 +14,7 @@ herd_status herd_step_plan_init(herd_step_plan *p, herd_model *m, herd_comm *com
     p->comm = comm;
     p->wire = wire;
     p->sync_bn = sync_bn;
-    return herd_buckets_plan(m, bucket_mb, bucket_mb < 1.0 ? bucket_mb : 1.0, &p->buckets);
+    return herd_buckets_plan(m, bucket_mb, herd_bucket_first_mb(bucket_mb), &p->buckets);
 }
 
 void herd_step_plan_free(herd_step_plan *p, herd_model *m)
