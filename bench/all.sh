@@ -6,7 +6,8 @@
 #   bench/all.sh [--only NAME[,NAME...]] [--list]
 #
 # Names: train_1thread, scaling_2ranks, time_to_accuracy, timeline_overhead,
-# timeline_overhead_resnet20, independent_pair, allreduce, fusion, p2p, predict, single_copy.
+# timeline_overhead_resnet20, independent_pair, allreduce, fusion, p2p, predict, single_copy,
+# predict_cluster (needs root: network namespaces).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 herd=${HERD:-$root/build/herd}
@@ -26,9 +27,10 @@ declare -A cmd=(
   [p2p]="$herd run -np 2 -- bench p2p"
   [predict]="bash bench/predict_vs_measured.sh $out/$day-allreduce.json"
   [single_copy]="bash bench/single_copy.sh"
+  [predict_cluster]="bash bench/predict_cluster.sh"
 )
 order=(train_1thread scaling_2ranks time_to_accuracy timeline_overhead timeline_overhead_resnet20
-       independent_pair allreduce fusion p2p predict single_copy)
+       independent_pair allreduce fusion p2p predict single_copy predict_cluster)
 
 while [ $# -gt 0 ]; do
   case $1 in

@@ -35,8 +35,11 @@ static const char predict_help[] =
     "  --compress fp16|bf16  gradients travel as 2 bytes instead of 4\n"
     "  --bucket-mb X       gradient bucket size as for herd train (25; the first 1 MiB)\n"
     "  --sync-bn           batch norms exchange statistics (3 blocking reductions each)\n"
-    "  --metrics-exchange last-bucket|step-late|blocking  how the step's loss and accuracy\n"
-    "                      travel (last-bucket: with the gradients, as herd train does)\n"
+    "  --metrics-exchange step-late|last-bucket|blocking  how the step's loss and accuracy\n"
+    "                      travel (step-late, the default, as herd train does: their own\n"
+    "                      reduction queued at the step's end, ahead of the next step's\n"
+    "                      buckets; last-bucket: inside the last bucket; blocking: herd\n"
+    "                      before 2026-11, a round trip after the update)\n"
     "  --threshold E       efficiency to keep (default 0.9)\n"
     "  --data DATA         data for the model's shape and the measurement (fashion-mnist)\n"
     "  --batch-size N      per worker (128); --threads N (1); --steps N measured steps (20)\n"
@@ -69,7 +72,7 @@ static int parse_args(int argc, char **argv, predict_args *a)
     };
     *a = (predict_args){.data = "fashion-mnist", .batch = 128, .threads = 1, .steps = 20,
                         .link_gbps = -1, .latency_us = -1, .step_ms = -1, .backward_fraction = -1,
-                        .threshold = 0.9, .grad_bytes_per_param = 4, .bucket_mb = 25};
+                        .threshold = 0.9, .metrics = HERD_METRICS_STEP_LATE, .grad_bytes_per_param = 4, .bucket_mb = 25};
     int opt, idx = 0;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "", opts, &idx)) != -1) {

@@ -205,7 +205,8 @@ nc_wait_reachable() {
   for h in "${NC_HOSTS[@]:1}"; do
     ip=$(nc_ip "$h")
     for t in $(seq 1 100); do
-      nc_exec "${NC_HOSTS[0]}" timeout 1 bash -c "exec 3<>/dev/tcp/$ip/9" 2>&1 | grep -q "refused" && continue 2
+      # A refused connection is an answer; not a pipe into grep, so pipefail callers work.
+      [[ $(nc_exec "${NC_HOSTS[0]}" timeout 1 bash -c "exec 3<>/dev/tcp/$ip/9" 2>&1) == *refused* ]] && continue 2
       sleep 0.1
     done
     return 1
