@@ -249,25 +249,37 @@ static bool exports(char **xvars, int nx, const char *name)
     return false;
 }
 
+/* Whether the user set Open MPI parameter `name`: --mca, -x or the environment
+ * (OMPI_MCA_name), or anywhere in --mpirun-args. */
+static bool user_sets_mca(const char *name, char **mca, int nmca, char **xvars, int nx, const argvec *extra)
+{
+    char var[96];
+    snprintf(var, sizeof var, "OMPI_MCA_%s", name);
+    if (getenv(var) || exports(xvars, nx, var))
+        return true;
+    for (int i = 0; i < nmca; i += 2)
+        if (strcmp(mca[i], name) == 0)
+            return true;
+    for (int k = 0; extra && k < extra->n; k++)
+        if (strcmp(extra->v[k], name) == 0 || strstr(extra->v[k], var))
+            return true;
+    return false;
+}
+
 /* Open MPI copies large messages between local ranks with CMA by default; where CMA
  * reads at under half memcpy's speed, copying through shared memory is cheaper (see
  * src/tools/shm_probe.c). Measured here, said aloud, and never over the user's own
  * setting. Remote hosts are assumed to behave like this one. Adds the --mca pair. */
-static void choose_single_copy(char **mca, int *nmca, char **xvars, int nx, long per_host)
+static void choose_single_copy(char **mca, int *nmca, char **xvars, int nx, const argvec *extra,
+                               long per_host)
 {
     static const char *const names[] = {"btl_vader_single_copy_mechanism",
                                         "btl_sm_single_copy_mechanism"};
     if (per_host < 2)
         return;
-    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
-        char var[64];
-        snprintf(var, sizeof var, "OMPI_MCA_%s", names[k]);
-        if (getenv(var) || exports(xvars, nx, var))
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+        if (user_sets_mca(names[k], mca, *nmca, xvars, nx, extra))
             return;
-        for (int i = 0; i < *nmca; i += 2)
-            if (strcmp(mca[i], names[k]) == 0)
-                return;
-    }
     herd_cma_probe p;
     if (herd_probe_cma(&p) < 0 || !p.cma_slower)
         return;
@@ -286,24 +298,18 @@ static void choose_single_copy(char **mca, int *nmca, char **xvars, int nx, long
  * with a remote daemon"), and the cut-off daemons lose their lifeline likewise;
  * herd's stall timeout leaves the launcher 10 s for it before its own abort
  * (src/dist/comm_mpi_stall.c). docs/cluster.md has the why and the trade-off. The
- * user's own setting (--mca, -x or the environment) wins. */
-static void keepalive_defaults(char **mca, int *nmca, char **xvars, int nx)
+ * user's own setting (--mca, -x, --mpirun-args or the environment) wins. */
+static void keepalive_defaults(char **mca, int *nmca, char **xvars, int nx, const argvec *extra)
 {
     static const char *const params[][2] = {{"oob_tcp_keepalive_time", "5"},
                                             {"oob_tcp_keepalive_intvl", "2"},
                                             {"oob_tcp_keepalive_probes", "5"}};
     int given = *nmca;
-    for (size_t k = 0; k < sizeof params / sizeof params[0]; k++) {
-        char var[64];
-        snprintf(var, sizeof var, "OMPI_MCA_%s", params[k][0]);
-        bool set = getenv(var) || exports(xvars, nx, var);
-        for (int i = 0; i < given && !set; i += 2)
-            set = strcmp(mca[i], params[k][0]) == 0;
-        if (!set) {
+    for (size_t k = 0; k < sizeof params / sizeof params[0]; k++)
+        if (!user_sets_mca(params[k][0], mca, given, xvars, nx, extra)) {
             mca[(*nmca)++] = (char *)params[k][0];
             mca[(*nmca)++] = (char *)params[k][1];
         }
-    }
 }
 
 /* The launcher's kind and binary: --launcher, else --mpirun's own --version, else herd's
@@ -449,8 +455,8 @@ static int run_plan_and_exec(run_args *r)
     for (int k = 0; k < r->nx; k++)
         exported[nexp++] = r->xvars[k];
     if (kind == LAUNCH_OPENMPI) {
-        choose_single_copy(r->mca, &r->nmca, r->xvars, r->nx, per_host);
-        keepalive_defaults(r->mca, &r->nmca, r->xvars, r->nx);
+        choose_single_copy(r->mca, &r->nmca, r->xvars, r->nx, r->extra, per_host);
+        keepalive_defaults(r->mca, &r->nmca, r->xvars, r->nx, r->extra);
     }
     const char *plugin = strcmp(HERD_MPI_FAMILY, "openmpi") == 0 ? "pmix"
                          : strcmp(HERD_MPI_FAMILY, "mpich") == 0 ? "pmi2" : NULL;

@@ -76,6 +76,8 @@ dry -np 2 --mca oob_tcp_keepalive_time 60 -- models
 check "user's keepalive time kept, the others added" bash -c "[ \$(grep -o 'oob_tcp_keepalive_time' '$tmp/err' | wc -l) -eq 1 ] && grep -q 'keepalive_time 60 .*keepalive_intvl 2 ' '$tmp/err'"
 OMPI_MCA_oob_tcp_keepalive_probes=3 dry -np 2 -- models
 check "keepalive probes from the environment: not added" hasnt "keepalive_probes"
+dry -np 2 --mpirun-args "--mca oob_tcp_keepalive_time 60 -x OMPI_MCA_oob_tcp_keepalive_intvl=9" -- models
+check "keepalive settings in --mpirun-args: not given twice" bash -c "[ \$(grep -o 'oob_tcp_keepalive_time' '$tmp/err' | wc -l) -eq 1 ] && [ \$(grep -o 'keepalive_intvl' '$tmp/err' | wc -l) -eq 1 ] && grep -q 'keepalive_probes 5' '$tmp/err'"
 
 dry -np 2 --mpirun /opt/mpi/bin/mpirun -- models
 check "--mpirun chooses the launcher" grep -q "^herd: launching: /opt/mpi/bin/mpirun " "$tmp/err"
