@@ -39,6 +39,15 @@ typedef struct herd_comm_config {
 
 typedef struct herd_comm herd_comm;
 
+/* A point-to-point transfer in flight (p2p_start .. p2p_wait). */
+typedef struct herd_p2p {
+    unsigned char request[16]; /* the engine's request handle */
+    bool active;
+    bool send;
+    int peer;
+    size_t bytes;
+} herd_p2p;
+
 typedef struct herd_comm_ops {
     const char *name; /* "local", "mpi" */
     void (*destroy)(herd_comm *c);
@@ -96,6 +105,20 @@ typedef struct herd_comm_ops {
      * time (herd_now() of each side); rank 0's own rows are zero. Other ranks' samples
      * are left untouched. */
     herd_status (*clock_samples)(herd_comm *c, int rounds, double *samples);
+
+    /* Pipelines. split: the ranks of c with the same color form a new communicator,
+     * ordered by key (MPI_Comm_split); collective over c, blocking, call with nothing
+     * pending. `name` ("stage group 1") prefixes its stall reports. The new
+     * communicator has its own queue and thread and lives until destroyed (before c).
+     * p2p_start: a non-blocking send or receive of `bytes` between this rank and rank
+     * `peer` of c with `tag`, outside the queue of collectives, called from the
+     * training thread; transfers complete in any order. p2p_wait blocks until it is
+     * done; past the stall timeout it ends the job naming `what` ("stage 1: the
+     * activations of micro-batch 3 from stage 0") and the peer's rank and host. */
+    herd_status (*split)(herd_comm *c, int color, int key, const char *name, herd_comm **out);
+    herd_status (*p2p_start)(herd_comm *c, herd_p2p *req, bool send, void *buf, size_t bytes,
+                             int peer, int tag);
+    herd_status (*p2p_wait)(herd_comm *c, herd_p2p *req, const char *what);
 
     /* Records what this rank is doing, for the stall inspector's report
      * ("epoch 3 step 120: backward"). */

@@ -112,13 +112,18 @@ static herd_status setup_layers(herd_model *m, const herd_layer_spec *specs, int
     return HERD_OK;
 }
 
-herd_status herd_model_build(herd_model *m, const herd_layer_spec *specs, int n, uint64_t seed)
+herd_status herd_model_plan(herd_model *m, const herd_layer_spec *specs, int n)
 {
     if (n <= 0)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "model '%s' has no layers", m->name);
     if (!m->be)
         m->be = herd_backend_cpu();
-    HERD_TRY(setup_layers(m, specs, n));
+    return setup_layers(m, specs, n);
+}
+
+herd_status herd_model_build(herd_model *m, const herd_layer_spec *specs, int n, uint64_t seed)
+{
+    HERD_TRY(herd_model_plan(m, specs, n));
     const herd_backend *be = m->be;
     m->params = be->alloc(m->n_param_floats * sizeof(float));
     m->grads = be->alloc(m->n_param_floats * sizeof(float));

@@ -34,6 +34,10 @@ struct herd_model {
 int herd_model_add_tensor(herd_model *m, herd_layer *l, const char *suffix, int ndim,
                           const int64_t *shape, int is_buffer, int no_decay);
 
+/* Sets up the layers of parsed specs (shapes, tensor views and offsets) without
+ * allocating parameters, gradients or buffers (they stay NULL): enough to plan
+ * pipeline stages and to describe the model. */
+herd_status herd_model_plan(herd_model *m, const herd_layer_spec *specs, int n_specs);
 /* Builds a model from parsed layer specs (after setup, params allocated and initialised). */
 herd_status herd_model_build(herd_model *m, const herd_layer_spec *specs, int n_specs,
                              uint64_t init_seed);
