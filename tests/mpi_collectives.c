@@ -200,6 +200,50 @@ static void measure_overlap(herd_comm *c)
     free(g);
 }
 
+/* Groups of even and odd ranks reduce on their own; a ring of point-to-point
+ * transfers, posted in an order that deadlocks unless they are non-blocking. */
+static void check_split_and_p2p(herd_comm *c)
+{
+    herd_comm *g;
+    char name[32];
+    snprintf(name, sizeof name, "group %d", c->rank % 2);
+    MT_OK(c->ops->split(c, c->rank % 2, c->rank, name, &g));
+    MT_CHECK(g->rank == c->rank / 2 && g->size == (c->size - c->rank % 2 + 1) / 2,
+             "group rank %d of %d", g->rank, g->size);
+    double v = c->rank;
+    MT_OK(g->ops->allreduce_f64(g, &v, 1));
+    double want = 0;
+    for (int r = c->rank % 2; r < c->size; r += 2)
+        want += r;
+    MT_CHECK(v == want, "group sum %g, want %g", v, want);
+    float bucket[3] = {1, 2, 3};
+    MT_OK(g->ops->allreduce_start(g, bucket, 3, 1.0f, HERD_WIRE_FP32, "group bucket"));
+    MT_OK(g->ops->wait_all(g));
+    MT_CHECK(bucket[2] == 3.0f * (float)g->size, "group bucket %g", bucket[2]);
+    herd_comm_destroy(g);
+
+    enum { N = 1 << 18 }; /* large enough for the rendezvous protocol */
+    int *out = malloc(N * sizeof *out), *in = malloc(N * sizeof *in);
+    for (int i = 0; i < N; i++)
+        out[i] = c->rank * 1000003 + i;
+    int next = (c->rank + 1) % c->size, prev = (c->rank + c->size - 1) % c->size;
+    herd_p2p recv, send;
+    MT_OK(c->ops->p2p_start(c, &send, true, out, N * sizeof *out, next, 7));
+    MT_OK(c->ops->p2p_start(c, &recv, false, in, N * sizeof *in, prev, 7));
+    MT_OK(c->ops->p2p_wait(c, &recv, "ring receive"));
+    MT_OK(c->ops->p2p_wait(c, &send, "ring send"));
+    for (int i = 0; i < N; i++)
+        if (in[i] != prev * 1000003 + i) {
+            MT_CHECK(0, "ring element %d: %d", i, in[i]);
+            break;
+        }
+    herd_p2p bad;
+    MT_CHECK(c->ops->p2p_start(c, &bad, true, out, 4, c->rank, 7) == HERD_ERR_INVALID_ARG,
+             "a send to itself was accepted");
+    free(out);
+    free(in);
+}
+
 int main(void)
 {
     herd_comm *c;
@@ -218,6 +262,7 @@ int main(void)
     check_blocking(c);
     check_f64_async(c);
     check_timeline_ops(c);
+    check_split_and_p2p(c);
     measure_overlap(c);
     herd_comm_destroy(c);
     return mt_finish("all checks passed");

@@ -45,12 +45,25 @@ void comm_mpi_describe_error(comm_mpi *m, int mpi_err, const char *what, char *o
     int len = 0;
     if (MPI_Error_string(mpi_err, text, &len) != MPI_SUCCESS)
         snprintf(text, sizeof text, "MPI error %d", mpi_err);
-    snprintf(out, cap, "rank %d on host %s: %s failed: %s", m->c->rank, m->c->host, what, text);
+    char who[160];
+    comm_mpi_who(m, who, sizeof who);
+    snprintf(out, cap, "%s: %s failed: %s", who, what, text);
+}
+
+void comm_mpi_who(const comm_mpi *m, char *out, size_t cap)
+{
+    if (m->group_name[0])
+        snprintf(out, cap, "rank %d of %s (job rank %d) on host %s", m->c->rank, m->group_name,
+                 m->job_rank, m->c->host);
+    else
+        snprintf(out, cap, "rank %d on host %s", m->c->rank, m->c->host);
 }
 
 _Noreturn void comm_mpi_fatal_after(comm_mpi *m, int code, const char *msg, double delay_s)
 {
-    herd_log(HERD_LOG_ERROR, "rank %d on host %s: %s", m->c->rank, m->c->host, msg);
+    char who[160];
+    comm_mpi_who(m, who, sizeof who);
+    herd_log(HERD_LOG_ERROR, "%s: %s", who, msg);
     /* The launcher forwards what the ranks wrote asynchronously; MPICH's Hydra drops
      * what it has not read yet when a rank aborts (about 1 run in 20 lost every
      * message here). A moment lets it read this rank's last words first; longer when
@@ -342,6 +355,8 @@ static void free_mpi_objects(comm_mpi *m)
         MPI_Type_free(&m->half_type);
     if (m->stall_comm != MPI_COMM_NULL)
         MPI_Comm_free(&m->stall_comm);
+    if (m->p2p != MPI_COMM_NULL)
+        MPI_Comm_free(&m->p2p);
     if (m->world != MPI_COMM_NULL)
         MPI_Comm_free(&m->world);
 }
@@ -405,11 +420,14 @@ static const herd_comm_ops mpi_ops = {
     .barrier = mpi_barrier,
     .gather = mpi_gather,
     .clock_samples = mpi_clock_samples,
+    .split = comm_mpi_split,
+    .p2p_start = comm_mpi_p2p_start,
+    .p2p_wait = comm_mpi_p2p_wait,
     .set_activity = mpi_set_activity,
     .abort = mpi_abort,
 };
 
-static const char *thread_level_name(int level)
+const char *comm_mpi_thread_level_name(int level)
 {
     switch (level) {
     case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
@@ -420,7 +438,7 @@ static const char *thread_level_name(int level)
 }
 
 /* Everything after MPI_Init: communicators, types, the thread. */
-static herd_status set_up(comm_mpi *m)
+static herd_status set_up(comm_mpi *m, MPI_Comm base)
 {
     herd_comm *c = m->c;
     char err[384];
@@ -430,11 +448,13 @@ static herd_status set_up(comm_mpi *m)
         comm_mpi_describe_error(m, rc, what, err, sizeof err);          \
         return HERD_ERR(HERD_ERR_INTERNAL, "%s", err);                  \
     }
-    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &m->world), "MPI_Comm_dup");
-    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &m->stall_comm), "MPI_Comm_dup");
+    MPI_CHECK(MPI_Comm_dup(base, &m->world), "MPI_Comm_dup");
+    MPI_CHECK(MPI_Comm_dup(base, &m->stall_comm), "MPI_Comm_dup");
+    MPI_CHECK(MPI_Comm_dup(base, &m->p2p), "MPI_Comm_dup");
     /* Failures come back as codes so that they carry rank and host in herd's message. */
     MPI_Comm_set_errhandler(m->world, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(m->stall_comm, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(m->p2p, MPI_ERRORS_RETURN);
     MPI_Comm local;
     MPI_CHECK(MPI_Comm_split_type(m->world, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &local),
               "MPI_Comm_split_type");
@@ -468,9 +488,9 @@ static herd_status set_up(comm_mpi *m)
     return HERD_OK;
 }
 
-herd_status herd_comm_mpi_create(const herd_comm_config *cfg, herd_comm **out)
+/* The communicator's own part, before any MPI call: the struct, host name and limits. */
+static herd_status alloc_comm(const herd_comm_config *cfg, herd_comm **out_c, comm_mpi **out_m)
 {
-    *out = NULL;
     herd_comm *c = herd_xcalloc(1, sizeof *c);
     comm_mpi *m = c ? herd_xcalloc(1, sizeof *m) : NULL;
     if (!m) {
@@ -480,7 +500,7 @@ herd_status herd_comm_mpi_create(const herd_comm_config *cfg, herd_comm **out)
     c->ops = &mpi_ops;
     c->impl = m;
     m->c = c;
-    m->world = m->stall_comm = MPI_COMM_NULL;
+    m->world = m->stall_comm = m->p2p = MPI_COMM_NULL;
     m->half_type = MPI_DATATYPE_NULL;
     m->fp16_sum = m->bf16_sum = MPI_OP_NULL;
     if (gethostname(c->host, sizeof c->host - 1) != 0)
@@ -489,11 +509,55 @@ herd_status herd_comm_mpi_create(const herd_comm_config *cfg, herd_comm **out)
     c->cfg.timeout_s = cfg && cfg->timeout_s > 0 ? cfg->timeout_s : DEFAULT_TIMEOUT_S;
     const char *poll_us = getenv("HERD_MPI_POLL_US");
     m->poll_sleep_max_s = 1e-6 * (poll_us && *poll_us ? atof(poll_us) : DEFAULT_POLL_SLEEP_US);
+    *out_c = c;
+    *out_m = m;
+    return HERD_OK;
+}
 
+static void free_comm(comm_mpi *m)
+{
+    herd_comm *c = m->c;
+    free_mpi_objects(m);
+    if (m->initialized_mpi)
+        MPI_Finalize();
+    free(m);
+    free(c);
+}
+
+herd_status comm_mpi_create_on(MPI_Comm base, const herd_comm_config *cfg, int thread_level,
+                               const char *group_name, herd_comm **out)
+{
+    *out = NULL;
+    herd_comm *c;
+    comm_mpi *m;
+    HERD_TRY(alloc_comm(cfg, &c, &m));
+    m->thread_level = thread_level;
+    snprintf(m->group_name, sizeof m->group_name, "%s", group_name ? group_name : "");
+    MPI_Comm_rank(MPI_COMM_WORLD, &m->job_rank);
+    MPI_Comm_rank(base, &c->rank);
+    MPI_Comm_size(base, &c->size);
+    herd_status st = set_up(m, base);
+    if (st != HERD_OK) {
+        free_comm(m);
+        return st;
+    }
+    *out = c;
+    return HERD_OK;
+}
+
+herd_status herd_comm_mpi_create(const herd_comm_config *cfg, herd_comm **out)
+{
+    *out = NULL;
+    herd_comm *c;
+    comm_mpi *m;
+    HERD_TRY(alloc_comm(cfg, &c, &m));
     int initialized = 0, provided = MPI_THREAD_SINGLE;
     MPI_Initialized(&initialized);
     if (!initialized) {
-        int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+        /* MULTIPLE: pipeline stages send activations from the training thread while
+         * the communication thread runs collectives; data parallelism alone needs only
+         * SERIALIZED (one thread calls MPI), checked below. */
+        int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
         if (rc != MPI_SUCCESS) {
             herd_status st = HERD_ERR(HERD_ERR_INTERNAL, "host %s: MPI_Init_thread failed (error %d)",
                                       c->host, rc);
@@ -505,24 +569,22 @@ herd_status herd_comm_mpi_create(const herd_comm_config *cfg, herd_comm **out)
     } else {
         MPI_Query_thread(&provided);
     }
+    m->thread_level = provided;
     MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &c->size);
+    m->job_rank = c->rank;
     /* Under another MPI's launcher every rank would run as its own job of one. */
     herd_status st = herd_mpi_launcher_check(herd_mpi_library_version(), c->size, NULL);
     if (st == HERD_OK && provided < MPI_THREAD_SERIALIZED)
         st = HERD_ERR(HERD_ERR_UNSUPPORTED,
                       "rank %d on host %s: the MPI library provides %s but herd's communication "
                       "thread needs MPI_THREAD_SERIALIZED%s",
-                      c->rank, c->host, thread_level_name(provided),
+                      c->rank, c->host, comm_mpi_thread_level_name(provided),
                       initialized ? " (initialise MPI with MPI_Init_thread before herd)" : "");
     if (st == HERD_OK)
-        st = set_up(m);
+        st = set_up(m, MPI_COMM_WORLD);
     if (st != HERD_OK) {
-        free_mpi_objects(m);
-        if (m->initialized_mpi)
-            MPI_Finalize();
-        free(m);
-        free(c);
+        free_comm(m);
         return st;
     }
     *out = c;

@@ -98,8 +98,14 @@ typedef struct mpi_stall {
 
 typedef struct comm_mpi {
     herd_comm *c;
-    MPI_Comm world; /* a duplicate of MPI_COMM_WORLD for the collectives */
+    MPI_Comm world; /* a duplicate of MPI_COMM_WORLD (or of a group) for the collectives */
     MPI_Comm stall_comm;
+    /* Point to point from the training thread (comm_mpi_p2p.c): its own duplicate, so
+     * its messages never match the communication thread's. */
+    MPI_Comm p2p;
+    int thread_level;     /* what MPI_Init_thread provided */
+    int job_rank;         /* in MPI_COMM_WORLD */
+    char group_name[48];  /* "" for the whole job, else the split's name ("stage group 1") */
     MPI_Datatype half_type;
     MPI_Op fp16_sum, bf16_sum;
     bool initialized_mpi; /* we called MPI_Init_thread, so we finalize */
@@ -148,6 +154,17 @@ static inline bool comm_mpi_op_is_async(mpi_op_kind k)
 }
 /* Sets MPI_ERRORS_RETURN-style failures into an "rank R on host H: ..." message. */
 void comm_mpi_describe_error(comm_mpi *m, int mpi_err, const char *what, char *out, size_t cap);
+const char *comm_mpi_thread_level_name(int level);
+/* "rank 2 on host node1", or "rank 1 of stage group 0 (job rank 3) on host node1". */
+void comm_mpi_who(const comm_mpi *m, char *out, size_t cap);
+/* A communicator over `base` (a duplicate of MPI_COMM_WORLD or a split of it) with its
+ * own queue, thread and stall inspector; MPI is initialised already. */
+herd_status comm_mpi_create_on(MPI_Comm base, const herd_comm_config *cfg, int thread_level,
+                               const char *group_name, herd_comm **out);
+herd_status comm_mpi_split(herd_comm *c, int color, int key, const char *name, herd_comm **out);
+herd_status comm_mpi_p2p_start(herd_comm *c, herd_p2p *req, bool send, void *buf, size_t bytes,
+                               int peer, int tag);
+herd_status comm_mpi_p2p_wait(herd_comm *c, herd_p2p *req, const char *what);
 /* "allreduce 'bucket 3', 1.0 MiB" */
 void comm_mpi_describe_op(const mpi_op *op, char *out, size_t cap);
 /* Prints msg (with rank and host) and ends the job with MPI_Abort; never returns. */
