@@ -14,6 +14,8 @@ enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prints "herd: error: <what>: <herd_last_error()>" and returns CLI_FAIL. */
 int cli_fail(herd_status st, const char *what);
+/* Library information lines (HERD_LOG_INFO) are dropped while quiet (--quiet). */
+void cli_quiet_info(bool quiet);
 
 bool cli_parse_int(const char *s, long lo, long hi, long *out);
 bool cli_parse_float(const char *s, double lo, double hi, double *out);

@@ -26,11 +26,20 @@ static void usage(FILE *out)
             "  --help     this text\n");
 }
 
-/* The library's messages, as herd has always printed them. */
+static bool quiet_info;
+
+void cli_quiet_info(bool quiet) { quiet_info = quiet; }
+
+/* The library's messages, as herd has always printed them; information plainly. */
 static void print_log(herd_log_level level, const char *msg, void *user)
 {
     (void)user;
-    fprintf(stderr, "herd: %s: %s\n", level == HERD_LOG_ERROR ? "error" : "warning", msg);
+    if (level == HERD_LOG_INFO) {
+        if (!quiet_info)
+            fprintf(stderr, "herd: %s\n", msg);
+    } else {
+        fprintf(stderr, "herd: %s: %s\n", level == HERD_LOG_ERROR ? "error" : "warning", msg);
+    }
     fflush(stderr);
 }
 

@@ -49,6 +49,14 @@ static const char train_help[] =
     "  --compress fp16|bf16     cast gradients for the allreduce and back\n"
     "  --grad-accum K           accumulate K micro-batches, communicate on the last (1)\n"
     "  --bucket-mb X            gradient bucket size in MiB (25; the first is 1)\n"
+    "\n"
+    "Pipeline parallelism (docs/pipeline.md):\n"
+    "  --pipeline-stages P      split the model's layers into P stages on consecutive ranks;\n"
+    "                           ranks = P x data-parallel replicas (1)\n"
+    "  --micro-batches M        split each replica's --batch-size into M micro-batches (1)\n"
+    "  --pp-schedule S          1f1b (P-s micro-batches in flight on stage s) or gpipe (1f1b)\n"
+    "  --stage-split A,B        the layers where stages 1.. begin (default: balanced by each\n"
+    "                           layer's measured forward+backward time)\n"
     "  --check-replicas         verify after every step that all replicas are identical\n"
     "  --stall-warning S        report ranks missing from a collective after S s (60)\n"
     "  --comm-timeout S         abort the job after S s in one collective (300)\n"
@@ -73,6 +81,7 @@ enum {
     OPT_WARMUP, OPT_AUGMENT, OPT_SMOOTH, OPT_THREADS, OPT_SEED, OPT_CKPT, OPT_RESUME, OPT_EVAL,
     OPT_MAX_STEPS, OPT_TRAIN_SAMPLES, OPT_SAVE, OPT_LOG_EVERY, OPT_QUIET, OPT_JSON, OPT_HELP,
     OPT_LR_SCALING, OPT_SYNC_BN, OPT_COMPRESS, OPT_GRAD_ACCUM, OPT_BUCKET_MB, OPT_CHECK_REPLICAS,
+    OPT_PP_STAGES, OPT_MICRO_BATCHES, OPT_PP_SCHEDULE, OPT_STAGE_SPLIT,
     OPT_STALL_WARNING, OPT_COMM_TIMEOUT, OPT_DEVICE, OPT_LOGDIR, OPT_HISTOGRAMS, OPT_METRICS,
     OPT_PRECISION, OPT_GPU_MEM, OPT_LOSS_SCALE,
     OPT_LOSS_SCALE_INIT, OPT_LOSS_SCALE_WINDOW, OPT_TIMELINE,
@@ -119,6 +128,10 @@ static const struct option train_options[] = {
     {"compress", required_argument, 0, OPT_COMPRESS},
     {"grad-accum", required_argument, 0, OPT_GRAD_ACCUM},
     {"bucket-mb", required_argument, 0, OPT_BUCKET_MB},
+    {"pipeline-stages", required_argument, 0, OPT_PP_STAGES},
+    {"micro-batches", required_argument, 0, OPT_MICRO_BATCHES},
+    {"pp-schedule", required_argument, 0, OPT_PP_SCHEDULE},
+    {"stage-split", required_argument, 0, OPT_STAGE_SPLIT},
     {"check-replicas", no_argument, 0, OPT_CHECK_REPLICAS},
     {"stall-warning", required_argument, 0, OPT_STALL_WARNING},
     {"comm-timeout", required_argument, 0, OPT_COMM_TIMEOUT},
@@ -241,6 +254,17 @@ static int parse_train_args(int argc, char **argv, train_args *a)
         case OPT_LOSS_SCALE_INIT: FLOAT_ARG(1, 1e38, c->loss_scale_init, "--loss-scale-init"); break;
         case OPT_LOSS_SCALE_WINDOW: INT_ARG(1, 1 << 30, c->loss_scale_window, "--loss-scale-window"); break;
         case OPT_SEED: INT_ARG(0, 0x7fffffffL, c->seed, "--seed"); break;
+        case OPT_PP_STAGES: INT_ARG(1, 64, c->pipeline_stages, "--pipeline-stages"); break;
+        case OPT_MICRO_BATCHES: INT_ARG(1, 1 << 20, c->micro_batches, "--micro-batches"); break;
+        case OPT_PP_SCHEDULE:
+            if (strcmp(optarg, "1f1b") == 0)
+                c->pp_schedule = HERD_PP_SCHEDULE_1F1B;
+            else if (strcmp(optarg, "gpipe") == 0)
+                c->pp_schedule = HERD_PP_SCHEDULE_GPIPE;
+            else
+                return cli_usage_error("train", "--pp-schedule is 1f1b or gpipe, got '%s'", optarg);
+            break;
+        case OPT_STAGE_SPLIT: c->stage_split = optarg; break;
         case OPT_CKPT: c->checkpoint_dir = optarg; break;
         case OPT_RESUME: c->resume = true; break;
         case OPT_EVAL: INT_ARG(0, 100000, c->eval_every, "--eval-every"); break;
@@ -327,11 +351,16 @@ int cmd_train(int argc, char **argv)
         cli_fail(st, "--train-samples");
         goto done;
     }
-    if ((st = herd_model_create_device(a.model, train, a.device, &m)) != HERD_OK) {
+    /* Pipeline stages build their own layers' parameters: no rank holds the whole
+     * model, unless its weights are to be saved (rank 0 collects them). */
+    bool plan = a.cfg.pipeline_stages > 1 && !a.save;
+    st = plan ? herd_model_create_plan(a.model, train, a.device, &m)
+              : herd_model_create_device(a.model, train, a.device, &m);
+    if (st != HERD_OK) {
         cli_fail(st, "cannot build the model");
         goto done;
     }
-    if ((st = herd_model_init_params(m, a.cfg.seed)) != HERD_OK) {
+    if (!plan && (st = herd_model_init_params(m, a.cfg.seed)) != HERD_OK) {
         cli_fail(st, "cannot initialise the model");
         goto done;
     }
@@ -347,8 +376,15 @@ int cmd_train(int argc, char **argv)
         if (herd_dist_size(dist) > 1)
             fprintf(stderr, "herd: %d ranks (%s), %d samples per rank per step, global batch %d\n",
                     herd_dist_size(dist), herd_dist_backend(dist), a.cfg.batch_size,
-                    a.cfg.batch_size * a.cfg.grad_accum * herd_dist_size(dist));
+                    a.cfg.batch_size * a.cfg.grad_accum * herd_dist_size(dist) /
+                        (a.cfg.pipeline_stages > 1 ? a.cfg.pipeline_stages : 1));
     }
+    if (herd_dist_size(dist) > 1 && a.cfg.pipeline_stages > 1 && !a.quiet && rank0)
+        fprintf(stderr, "herd: %d pipelines of %d stages, %d micro-batches of %d (%s)\n",
+                herd_dist_size(dist) / a.cfg.pipeline_stages, a.cfg.pipeline_stages,
+                a.cfg.micro_batches, a.cfg.batch_size / a.cfg.micro_batches,
+                a.cfg.pp_schedule == HERD_PP_SCHEDULE_GPIPE ? "gpipe" : "1f1b");
+    cli_quiet_info(a.quiet);
     herd_console_progress progress = {.stream = stderr, .log_every = a.cfg.log_every};
     herd_train_result res;
     st = herd_train(m, train, test, &a.cfg, a.quiet ? NULL : rank0_progress, &progress, &res);

@@ -48,7 +48,8 @@ typedef enum herd_status {
     HERD_ERR_INTERNAL,     /* a library that herd calls (oneDNN, BLAS, ...) failed */
 } herd_status;
 
-typedef enum herd_log_level { HERD_LOG_WARNING = 1, HERD_LOG_ERROR = 2 } herd_log_level;
+/* INFO: what herd decided for the user to see (rank 0's pipeline partition). */
+typedef enum herd_log_level { HERD_LOG_INFO = 0, HERD_LOG_WARNING = 1, HERD_LOG_ERROR = 2 } herd_log_level;
 /* Receives the library's messages: one line without a trailing newline or a
  * "herd:" prefix, e.g. the stall inspector's "collective #2 (...) pending for 60 s
  * ...". It may be called from herd's communication thread, one call at a time.
@@ -106,6 +107,13 @@ herd_status herd_model_create_shape(const char *name_or_path, int c, int h, int 
  * device memory, while save/load and checkpoints copy through the host. */
 herd_status herd_model_create_device(const char *name_or_path, const herd_dataset *ds,
                                      const char *device, herd_model **out);
+/* A model whose layers, shapes and tensor names are set up but that holds no
+ * parameters, gradients or buffers: for pipeline training (herd_train_config's
+ * pipeline_stages > 1), where each rank builds only its stage, and for describing
+ * the model. Everything that needs the values (init, save, load, evaluate, tensor
+ * data) refuses it. */
+herd_status herd_model_create_plan(const char *name_or_path, const herd_dataset *ds,
+                                   const char *device, herd_model **out);
 void herd_model_free(herd_model *m);
 /* Re-initialises every parameter from seed (PyTorch's default initialisation) and
  * resets buffers (batch-norm running mean 0, variance 1). Models start seeded with 0. */
@@ -225,6 +233,11 @@ herd_status herd_compress_parse(const char *name, herd_compress *out);
 
 #define HERD_MAX_MILESTONES 8
 
+/* Pipeline schedules (--pp-schedule): PipeDream-Flush's one forward, one backward
+ * (activations of at most P - s micro-batches held on stage s), or GPipe's all
+ * forwards, then all backwards (all M held). */
+typedef enum { HERD_PP_SCHEDULE_1F1B = 0, HERD_PP_SCHEDULE_GPIPE = 1 } herd_pp_schedule_kind;
+
 typedef struct herd_train_config {
     int epochs;
     int batch_size;
@@ -258,6 +271,20 @@ typedef struct herd_train_config {
     int grad_accum;        /* micro-batches per step; communicate on the last (1) */
     double bucket_mb;      /* gradient bucket size in MiB (25; the first bucket is 1) */
     bool check_replicas;   /* hash parameters after every step and abort if replicas differ */
+
+    /* Pipeline parallelism (docs/pipeline.md): the model's layers split into
+     * pipeline_stages stages on consecutive ranks (ranks = stages x replicas), each
+     * replica's batch_size split into micro_batches micro-batches (batch_size must
+     * divide); a step is grad_accum rounds of micro_batches. Each rank holds only its
+     * stage: the model passed to herd_train may be a plan (herd_model_create_plan),
+     * its stages then initialised from seed as herd_model_init_params would; when it
+     * holds parameters, they are the start, and rank 0's copy receives the trained
+     * weights at the end. 1 = no pipeline. */
+    int pipeline_stages;
+    int micro_batches;
+    herd_pp_schedule_kind pp_schedule;
+    const char *stage_split; /* "a,b": the layers where stages 1.. begin; NULL = balanced
+                              * by each layer's measured cost */
 
     /* Observability, written by rank 0 (docs/observability.md). */
     const char *logdir;       /* TensorBoard event files in this directory (NULL = none) */

@@ -85,6 +85,8 @@ static herd_status setup_layers(herd_model *m, const herd_layer_spec *specs, int
             l->in_shape[k] = src < 0 ? input : m->layers[src].out_shape;
             if (src >= 0)
                 m->consumers[src]++;
+            else
+                m->input_consumers++;
         }
         HERD_TRY(l->ops->setup(l, m));
         if (m->n_views > 0 && !m->views)
@@ -99,7 +101,7 @@ static herd_status setup_layers(herd_model *m, const herd_layer_spec *specs, int
         HERD_TRY(herd_layer_checked_size(l, "output", 3, (int64_t[]){o.c, o.h, o.w}, NULL));
     }
     herd_shape out = m->layers[n - 1].out_shape;
-    if (herd_shape_per_sample(out) != (size_t)m->classes)
+    if (!m->open_output && herd_shape_per_sample(out) != (size_t)m->classes)
         return HERD_ERR(HERD_ERR_INVALID_ARG,
                         "the last layer ('%s') produces %zu values per sample but there are %d "
                         "classes; end the model with a linear layer with \"out\": \"classes\"",
@@ -133,6 +135,53 @@ herd_status herd_model_build(herd_model *m, const herd_layer_spec *specs, int n,
     return herd_model_init_params(m, seed);
 }
 
+herd_status herd_model_build_stage(herd_model *stage, const herd_model *whole, int first, int end,
+                                   bool storage, bool input_grad, uint64_t seed)
+{
+    if (first < 0 || end > whole->n_layers || first >= end)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "model '%s': layers %d..%d do not form a stage of its "
+                        "%d layers", whole->name, first, end - 1, whole->n_layers);
+    snprintf(stage->name, sizeof stage->name, "%s", whole->name);
+    stage->be = whole->be;
+    stage->precision = whole->precision;
+    stage->classes = whole->classes;
+    stage->layer_offset = first;
+    stage->open_output = end < whole->n_layers;
+    stage->input_grad = input_grad;
+    if (first == 0) {
+        stage->in_c = whole->in_c, stage->in_h = whole->in_h, stage->in_w = whole->in_w;
+    } else {
+        herd_shape in = whole->layers[first - 1].out_shape;
+        stage->in_c = in.c, stage->in_h = in.h, stage->in_w = in.w;
+    }
+    int n = end - first;
+    herd_layer_spec *specs = herd_xcalloc((size_t)n, sizeof *specs);
+    if (!specs)
+        return HERD_ERR_NOMEM;
+    herd_status st = HERD_OK;
+    for (int i = 0; i < n && st == HERD_OK; i++) {
+        specs[i] = whole->layers[first + i].spec;
+        for (int k = 0; k < specs[i].n_inputs; k++) {
+            int src = specs[i].inputs[k];
+            /* Only the previous stage's output may cross the cut. */
+            if (src >= first)
+                specs[i].inputs[k] = src - first;
+            else if (src == first - 1 || (src < 0 && first == 0))
+                specs[i].inputs[k] = -1;
+            else
+                st = HERD_ERR(HERD_ERR_INVALID_ARG,
+                              "model '%s': a stage cannot begin at layer '%s', because layer '%s' "
+                              "reads '%s', from before the cut",
+                              whole->name, whole->layers[first].spec.name, specs[i].name,
+                              src < 0 ? "the model input" : whole->layers[src].spec.name);
+        }
+    }
+    if (st == HERD_OK)
+        st = storage ? herd_model_build(stage, specs, n, seed) : herd_model_plan(stage, specs, n);
+    free(specs);
+    return st;
+}
+
 herd_status herd_model_stage(const herd_model *m, bool download, float **params, float **buffers)
 {
     size_t pb = m->n_param_floats * sizeof(float), bb = m->n_buffer_floats * sizeof(float);
@@ -163,8 +212,10 @@ static void free_activations(herd_model *m)
     free(m->acts);
     free(m->dacts);
     m->be->free(m->scratch);
+    m->be->free(m->dinput);
     m->acts = m->dacts = NULL;
     m->scratch = NULL;
+    m->dinput = NULL;
     m->batch = 0;
 }
 
@@ -195,6 +246,14 @@ herd_status herd_model_reshape(herd_model *m, int batch)
             largest = bytes;
         if (l->ops->reshape)
             HERD_TRY(l->ops->reshape(l, m->be, batch));
+    }
+    size_t in_bytes = (size_t)batch * m->in_c * m->in_h * m->in_w * sizeof(float);
+    if (m->input_grad) {
+        m->dinput = m->be->alloc(in_bytes);
+        if (!m->dinput)
+            return HERD_NOMEM(in_bytes);
+        if (m->input_consumers > 1 && in_bytes > largest)
+            largest = in_bytes;
     }
     if (largest) {
         /* One slot per input of a two-input layer, so both can accumulate at once. */
@@ -245,6 +304,8 @@ herd_status herd_model_backward(herd_model *m, const herd_run_ctx *ctx, const fl
      * seen in reverse order writes it, later ones write to scratch and add. */
     int *written = m->grad_written;
     memset(written, 0, (size_t)m->n_layers * sizeof *written);
+    int input_written = 0; /* consumers that have written the input's gradient */
+    size_t input_numel = (size_t)m->batch * m->in_c * m->in_h * m->in_w;
     herd_status st = HERD_OK;
     int last = m->n_layers - 1;
     for (int i = last; i >= 0 && st == HERD_OK; i--) {
@@ -255,10 +316,11 @@ herd_status herd_model_backward(herd_model *m, const herd_run_ctx *ctx, const fl
         for (int k = 0; k < l->spec.n_inputs; k++) {
             int src = l->spec.inputs[k];
             in[k] = layer_input(m, x, src);
-            if (src < 0)
+            if (src < 0 && !m->input_grad)
                 continue;
-            via_scratch[k] = written[src] > 0;
-            din[k] = via_scratch[k] ? m->scratch + k * m->scratch_floats : m->dacts[src];
+            via_scratch[k] = (src < 0 ? input_written : written[src]) > 0;
+            din[k] = via_scratch[k] ? m->scratch + k * m->scratch_floats
+                                    : src < 0 ? m->dinput : m->dacts[src];
         }
         const float *dy = i == last ? dlogits : m->dacts[i];
         double t0 = herd_trace_start(ctx->trace);
@@ -268,12 +330,16 @@ herd_status herd_model_backward(herd_model *m, const herd_run_ctx *ctx, const fl
             st = ctx->after_backward(ctx->hook_user, i);
         for (int k = 0; k < l->spec.n_inputs && st == HERD_OK; k++) {
             int src = l->spec.inputs[k];
-            if (src < 0)
+            if (src < 0 && !m->input_grad)
                 continue;
             if (via_scratch[k])
-                st = be->axpy(herd_shape_numel(m->layers[src].out_shape), 1.0f, din[k],
-                              m->dacts[src]);
-            written[src]++;
+                st = src < 0 ? be->axpy(input_numel, 1.0f, din[k], m->dinput)
+                             : be->axpy(herd_shape_numel(m->layers[src].out_shape), 1.0f, din[k],
+                                        m->dacts[src]);
+            if (src < 0)
+                input_written++;
+            else
+                written[src]++;
         }
     }
     return st;

@@ -26,8 +26,19 @@ struct herd_model {
     float *scratch;       /* for gradients of outputs that feed several layers */
     size_t scratch_floats;
     int *consumers;       /* how many layers read layer i's output */
+    int input_consumers;  /* how many layers read the model input */
     int *grad_written;    /* backward: consumers that have already written layer i's gradient */
     float *input_dev;     /* copy of the input batch in backend memory (NULL for CPU) */
+
+    /* A pipeline stage is a model of its own over layers first..end-1 of the whole:
+     * its input is layer first-1's output, and its layers keep their names and
+     * initialise from their index in the whole model. */
+    int layer_offset;     /* the whole model's index of layers[0] (0 for a whole model) */
+    bool open_output;     /* the last layer feeds the next stage: its output need not be the classes */
+    /* Backward also produces the gradient of the input (for the stage before):
+     * dinput (batch x in_c x in_h x in_w), allocated by reshape. */
+    bool input_grad;
+    float *dinput;
 };
 
 /* Declares a tensor of the layer being set up; returns its view index. */
@@ -41,6 +52,15 @@ herd_status herd_model_plan(herd_model *m, const herd_layer_spec *specs, int n_s
 /* Builds a model from parsed layer specs (after setup, params allocated and initialised). */
 herd_status herd_model_build(herd_model *m, const herd_layer_spec *specs, int n_specs,
                              uint64_t init_seed);
+
+/* A stage of `whole`: layers first..end-1 (a valid cut: partition.h), input shape
+ * and tensor names taken from whole. With storage, parameters, gradients and
+ * buffers are allocated and initialised from seed exactly as those layers of the
+ * whole model are (herd_model_init_params); without, the stage holds only its layers
+ * and activations (a slot for one micro-batch in flight, run with the storage of
+ * another stage model through herd_run_ctx). input_grad: see the field. */
+herd_status herd_model_build_stage(herd_model *stage, const herd_model *whole, int first, int end,
+                                   bool storage, bool input_grad, uint64_t seed);
 
 /* Ensures activations for this batch size exist. */
 herd_status herd_model_reshape(herd_model *m, int batch);

@@ -121,6 +121,9 @@ herd_status herd_model_save(const herd_model *m, const char *path)
 {
     if (!m || !path)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "model_save: model and path must not be NULL");
+    if (!m->params)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "model_save: model '%s' is a plan without parameters "
+                        "(herd_model_create_plan)", m->name);
     const char *keys[] = {"format", "herd_version", "model"};
     const char *values[] = {"pt", HERD_VERSION, m->name};
     return herd_weights_write(m, path, keys, values, 3);
@@ -130,6 +133,9 @@ herd_status herd_model_load(herd_model *m, const char *path)
 {
     if (!m || !path)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "model_load: model and path must not be NULL");
+    if (!m->params)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "model_load: model '%s' is a plan without parameters "
+                        "(herd_model_create_plan)", m->name);
     herd_st_file *f;
     HERD_TRY(herd_safetensors_read(path, &f));
     /* Everything is checked before anything is copied, so a failed load leaves

@@ -61,7 +61,7 @@ static herd_status backend_for(const char *device, const herd_backend **be)
 }
 
 static herd_status create_on(const char *name_or_path, int c, int h, int w, int classes,
-                             const herd_backend *be, herd_model **out)
+                             const herd_backend *be, bool storage, herd_model **out)
 {
     if (!name_or_path || c <= 0 || h <= 0 || w <= 0 || classes <= 0 ||
         (int64_t)c * h > HERD_LAYER_MAX_ELEMS / w)
@@ -78,7 +78,7 @@ static herd_status create_on(const char *name_or_path, int c, int h, int w, int 
     herd_status st = herd_model_parse(name_or_path, classes, &specs, &n, m->name, sizeof m->name);
     if (st == HERD_OK) {
         m->in_c = c, m->in_h = h, m->in_w = w, m->classes = classes;
-        st = herd_model_build(m, specs, n, 0);
+        st = storage ? herd_model_build(m, specs, n, 0) : herd_model_plan(m, specs, n);
     }
     free(specs);
     if (st != HERD_OK) {
@@ -92,7 +92,7 @@ static herd_status create_on(const char *name_or_path, int c, int h, int w, int 
 herd_status herd_model_create_shape(const char *name_or_path, int c, int h, int w, int classes,
                                     herd_model **out)
 {
-    return create_on(name_or_path, c, h, w, classes, herd_backend_cpu(), out);
+    return create_on(name_or_path, c, h, w, classes, herd_backend_cpu(), true, out);
 }
 
 herd_status herd_model_create_device(const char *name_or_path, const herd_dataset *ds,
@@ -104,7 +104,19 @@ herd_status herd_model_create_device(const char *name_or_path, const herd_datase
     HERD_TRY(backend_for(device, &be));
     int c, h, w, classes;
     herd_dataset_shape(ds, &c, &h, &w, &classes);
-    return create_on(name_or_path, c, h, w, classes, be, out);
+    return create_on(name_or_path, c, h, w, classes, be, true, out);
+}
+
+herd_status herd_model_create_plan(const char *name_or_path, const herd_dataset *ds,
+                                   const char *device, herd_model **out)
+{
+    if (!ds)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "herd_model_create_plan needs a dataset for the input shape");
+    const herd_backend *be;
+    HERD_TRY(backend_for(device, &be));
+    int c, h, w, classes;
+    herd_dataset_shape(ds, &c, &h, &w, &classes);
+    return create_on(name_or_path, c, h, w, classes, be, false, out);
 }
 
 herd_status herd_model_create(const char *name_or_path, const herd_dataset *ds, herd_model **out)
@@ -117,7 +129,9 @@ static void init_layers(herd_model *m, uint64_t seed)
     herd_rng rng;
     for (int i = 0; i < m->n_layers; i++) {
         herd_layer *l = &m->layers[i];
-        herd_rng_seed(&rng, seed, 0x1417, (uint64_t)i);
+        /* By the layer's index in the whole model: a pipeline stage draws what the
+         * same layers of the whole model draw. */
+        herd_rng_seed(&rng, seed, 0x1417, (uint64_t)(m->layer_offset + i));
         if (l->ops->init_params)
             l->ops->init_params(l, m, &rng);
     }
@@ -125,6 +139,9 @@ static void init_layers(herd_model *m, uint64_t seed)
 
 herd_status herd_model_init_params(herd_model *m, uint64_t seed)
 {
+    if (!m->params)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "model '%s' is a plan without parameters "
+                        "(herd_model_create_plan): nothing to initialise", m->name);
     const herd_backend *be = m->be;
     if (be->host_memory) {
         HERD_TRY(be->fill(m->n_param_floats, 0.0f, m->params));
@@ -177,8 +194,8 @@ herd_status herd_model_tensor_info(const herd_model *m, size_t i, const char **n
         *ndim = v->ndim;
     if (shape)
         memcpy(shape, v->shape, sizeof v->shape);
-    if (data)
-        *data = (v->is_buffer ? m->buffers : m->params) + v->offset;
+    if (data) /* NULL for a plan, which holds no values */
+        *data = m->params ? (v->is_buffer ? m->buffers : m->params) + v->offset : NULL;
     return HERD_OK;
 }
 

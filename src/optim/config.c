@@ -41,6 +41,10 @@ void herd_train_config_default(herd_train_config *cfg)
     cfg->grad_accum = 1;
     cfg->bucket_mb = 25.0;
     cfg->check_replicas = false;
+    cfg->pipeline_stages = 1;
+    cfg->micro_batches = 1;
+    cfg->pp_schedule = HERD_PP_SCHEDULE_1F1B;
+    cfg->stage_split = NULL;
     cfg->logdir = NULL;
     cfg->histograms = 0;
     cfg->metrics_path = NULL;

@@ -72,6 +72,17 @@ static herd_status bucket_hook(void *user, int layer)
     return herd_buckets_layer_done(&p->buckets, p->buckets.model, layer);
 }
 
+void herd_step_arm_reduction(herd_step_plan *p, herd_model *m, int n_micro, herd_run_ctx *ctx)
+{
+    /* One process without accumulation has nothing to combine. */
+    if (p->comm->size == 1 && n_micro == 1)
+        return;
+    herd_buckets_arm(&p->buckets, p->comm, 1.0f / (float)(p->comm->size * n_micro), p->wire);
+    p->buckets.model = m;
+    ctx->after_backward = bucket_hook;
+    ctx->hook_user = p;
+}
+
 herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *host, int micro,
                             int n_micro, float label_smoothing, uint64_t seed, herd_step_stats *s)
 {
@@ -105,15 +116,8 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
     s->correct += correct;
     s->samples += b->n;
     double t1 = herd_now();
-    /* Reductions happen once per step, during the last micro-batch's backward. One
-     * process without accumulation has nothing to combine. */
-    bool last = micro == n_micro - 1;
-    if (last && (p->comm->size > 1 || n_micro > 1)) {
-        herd_buckets_arm(&p->buckets, p->comm, 1.0f / (float)(p->comm->size * n_micro), p->wire);
-        p->buckets.model = m;
-        ctx.after_backward = bucket_hook;
-        ctx.hook_user = p;
-    }
+    if (micro == n_micro - 1)
+        herd_step_arm_reduction(p, m, n_micro, &ctx);
     HERD_TRY(herd_model_backward(m, &ctx, b->x, p->dlogits));
     double t2 = herd_now();
     s->t.forward += t1 - t0;
@@ -148,15 +152,15 @@ herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p,
     return HERD_OK;
 }
 
-herd_status herd_eval_dataset(herd_model *m, herd_dataset *ds, int batch_size, herd_comm *comm,
-                              herd_eval_result *r)
+herd_status herd_eval_sliced(herd_dataset *ds, int batch_size, int slice_index, int slices,
+                             herd_comm *comm, herd_eval_batch_fn fn, void *user, herd_eval_result *r)
 {
-    /* Each rank evaluates a contiguous slice: a view into the dataset, no copy, and
-     * no sample counted twice however the sizes divide. */
+    /* Each slice is contiguous: a view into the dataset, no copy, and no sample
+     * counted twice however the sizes divide. */
     herd_dataset slice = *ds;
     size_t per_sample = (size_t)ds->c * ds->h * ds->w;
-    size_t begin = ds->n * (size_t)comm->rank / (size_t)comm->size;
-    size_t end = ds->n * (size_t)(comm->rank + 1) / (size_t)comm->size;
+    size_t begin = ds->n * (size_t)slice_index / (size_t)slices;
+    size_t end = ds->n * (size_t)(slice_index + 1) / (size_t)slices;
     slice.images = ds->images + begin * per_sample;
     slice.labels = ds->labels + begin;
     slice.n = end - begin;
@@ -170,36 +174,20 @@ herd_status herd_eval_dataset(herd_model *m, herd_dataset *ds, int batch_size, h
         st = herd_loader_create(&slice, &lc, &loader);
     }
     if (loader) {
-        float *x_dev = NULL;
-        int32_t *labels_dev = NULL;
-        int capacity = 0;
         st = herd_loader_start_epoch(loader, 0, 0);
         bool has = true;
         while (st == HERD_OK) {
-            herd_batch hb, b;
+            herd_batch hb;
             st = herd_loader_next(loader, &hb, &has);
             if (st != HERD_OK || !has)
                 break;
-            st = batch_to_backend(m, &x_dev, &labels_dev, &capacity, &hb, &b);
-            if (st != HERD_OK)
-                break;
-            st = herd_model_reshape(m, b.n);
-            if (st != HERD_OK)
-                break;
-            herd_run_ctx ctx = herd_model_ctx(m, false, 0);
-            const float *logits;
-            st = herd_model_forward(m, &ctx, b.x, &logits);
-            double l = 0;
-            long c = 0;
-            if (st == HERD_OK)
-                st = m->be->softmax_xent(b.n, m->classes, logits, b.labels, 0.0f, NULL, &l, &c);
+            double l = 0, c = 0, n = 0;
+            st = fn(user, &hb, &l, &c, &n);
             sums[0] += l;
-            sums[1] += (double)c;
-            sums[2] += b.n;
+            sums[1] += c;
+            sums[2] += n;
         }
         herd_loader_free(loader);
-        m->be->free(x_dev);
-        m->be->free(labels_dev);
     }
     if (st == HERD_OK)
         st = herd_fail_point("evaluate", comm->rank);
@@ -213,6 +201,41 @@ herd_status herd_eval_dataset(herd_model *m, herd_dataset *ds, int batch_size, h
     r->loss = sums[2] > 0 ? sums[0] / sums[2] : 0;
     r->acc = sums[2] > 0 ? sums[1] / sums[2] : 0;
     return HERD_OK;
+}
+
+typedef struct model_eval {
+    herd_model *m;
+    float *x_dev;
+    int32_t *labels_dev;
+    int capacity;
+} model_eval;
+
+static herd_status eval_batch(void *user, const herd_batch *hb, double *loss, double *correct,
+                              double *samples)
+{
+    model_eval *e = user;
+    herd_model *m = e->m;
+    herd_batch b;
+    HERD_TRY(batch_to_backend(m, &e->x_dev, &e->labels_dev, &e->capacity, hb, &b));
+    HERD_TRY(herd_model_reshape(m, b.n));
+    herd_run_ctx ctx = herd_model_ctx(m, false, 0);
+    const float *logits;
+    HERD_TRY(herd_model_forward(m, &ctx, b.x, &logits));
+    long c = 0;
+    HERD_TRY(m->be->softmax_xent(b.n, m->classes, logits, b.labels, 0.0f, NULL, loss, &c));
+    *correct = (double)c;
+    *samples = b.n;
+    return HERD_OK;
+}
+
+herd_status herd_eval_dataset(herd_model *m, herd_dataset *ds, int batch_size, herd_comm *comm,
+                              herd_eval_result *r)
+{
+    model_eval e = {.m = m};
+    herd_status st = herd_eval_sliced(ds, batch_size, comm->rank, comm->size, comm, eval_batch, &e, r);
+    m->be->free(e.x_dev);
+    m->be->free(e.labels_dev);
+    return st;
 }
 
 herd_status herd_evaluate(herd_model *m, herd_dataset *ds, int batch_size, int threads,

@@ -42,6 +42,11 @@ void herd_step_plan_free(herd_step_plan *p, herd_model *m);
 /* Synchronised batch norm's group: the sums are allreduce_f64 over c's ranks. */
 herd_group_sum herd_group_of_comm(herd_comm *c);
 
+/* Before the step's last backward: arms the buckets so that each starts its
+ * reduction (scaled by 1/(ranks x n_micro)) once backward has produced it, through
+ * ctx's after-backward hook. Nothing to do for one process without accumulation. */
+void herd_step_arm_reduction(herd_step_plan *p, herd_model *m, int n_micro, herd_run_ctx *ctx);
+
 /* Forward and backward of micro-batch `micro` of `n_micro` in a step: gradients
  * accumulate over the micro-batches, and on the last one the buckets start their
  * reductions during backward. Adds to *s. */
@@ -51,6 +56,17 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
  * loss scaler: unscales first, and skips the update when gradients overflowed). */
 herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p, float lr,
                             herd_step_stats *s);
+
+/* One evaluation batch (host memory): adds nothing itself, returns the batch's summed
+ * loss, correct predictions and samples (all 0 on a rank that does not compute them). */
+typedef herd_status (*herd_eval_batch_fn)(void *user, const herd_batch *b, double *loss,
+                                         double *correct, double *samples);
+/* Evaluation of the slice_index-th of `slices` contiguous slices of ds, batch by batch
+ * through fn; the sums are reduced over comm (every rank of comm calls it, with any
+ * failure agreed) and every rank gets the result. */
+herd_status herd_eval_sliced(herd_dataset *ds, int batch_size, int slice_index, int slices,
+                             herd_comm *comm, herd_eval_batch_fn fn, void *user,
+                             herd_eval_result *r);
 
 /* Mean loss and accuracy over a whole dataset in evaluation mode; with a
  * communicator of several ranks each evaluates a slice and the sums are reduced. */

@@ -8,11 +8,13 @@
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "core/testhook.h"
 #include "dist/replica.h"
 #include "dist/signature.h"
 #include "obs/observer.h"
 #include "train/checkpoint.h"
+#include "train/pipeline.h"
 #include "train/step.h"
 
 /* One step's figures on their way to every rank: loss, accuracy and samples, the
@@ -43,12 +45,17 @@ typedef struct epoch_totals {
 } epoch_totals;
 
 typedef struct run {
-    herd_model *m;
+    herd_model *m;        /* what this rank trains: the model, or its pipeline stage */
+    herd_model *whole;    /* the caller's model */
     herd_dataset *train, *test;
     herd_train_config cfg; /* effective: lr scaled, warmup resolved */
     herd_progress_fn progress;
     void *user;
     herd_comm *comm;
+    /* The ranks that hold the same parameters and reduce their gradients: comm, or
+     * with pipeline stages this stage's group (owned by pp). */
+    herd_comm *dp;
+    herd_pipeline *pp;      /* pipeline stages, or NULL */
     herd_comm *device_comm; /* gradients in GPU memory across ranks (owned), or NULL */
     herd_loss_scaler scaler;
     herd_loader *loader;
@@ -64,6 +71,10 @@ typedef struct run {
     herd_status deferred; /* a local failure between collectives, told at the next agreement */
     herd_observer *obs;   /* --logdir / --metrics (rank 0; NULL when not asked) */
     step_metrics metrics; /* the last step's, until delivered (here: it outlives a failure) */
+    /* Rank 0 with pipeline stages: the whole model and its optimizer a resume read,
+     * until they are handed to the stages. */
+    herd_model *ckpt_whole;
+    herd_optimizer *ckpt_opt;
 } run;
 
 static herd_status validate(const herd_train_config *c)
@@ -95,6 +106,17 @@ static herd_status validate(const herd_train_config *c)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "compress is 0 (none), 1 (fp16) or 2 (bf16)");
     if (!(c->bucket_mb > 0))
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bucket size must be positive, got %g MiB", c->bucket_mb);
+    if (c->pipeline_stages > HERD_PP_MAX_STAGES || c->micro_batches < 0 ||
+        c->pipeline_stages < 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "pipeline stages must be in 1..%d and micro-batches at "
+                        "least 1, got %d and %d", HERD_PP_MAX_STAGES, c->pipeline_stages,
+                        c->micro_batches);
+    if ((unsigned)c->pp_schedule > HERD_PP_SCHEDULE_GPIPE)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "pipeline schedule is 0 (1f1b) or 1 (gpipe)");
+    if (c->micro_batches > 1 && c->batch_size % c->micro_batches != 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "--batch-size %d does not divide into --micro-batches %d; pick a batch size "
+                        "that is a multiple of the micro-batches", c->batch_size, c->micro_batches);
     if (c->dynamic_loss_scale && (!(c->loss_scale_init >= 1.0f) || !isfinite(c->loss_scale_init) ||
                                   c->loss_scale_window < 1))
         return HERD_ERR(HERD_ERR_INVALID_ARG,
@@ -104,11 +126,22 @@ static herd_status validate(const herd_train_config *c)
     return HERD_OK;
 }
 
+/* The replicas of the model: ranks, or with pipeline stages the pipelines. */
+static int replicas(const run *r)
+{
+    int stages = r->cfg.pipeline_stages;
+    return stages > 1 && r->comm->size % stages == 0 ? r->comm->size / stages : r->comm->size;
+}
+
 /* Linear scaling rule with gradual warmup (Goyal et al. 2017). */
 static void resolve_config(run *r, const herd_train_config *cfg)
 {
     r->cfg = *cfg;
-    long global_batch = (long)cfg->batch_size * cfg->grad_accum * r->comm->size;
+    if (r->cfg.pipeline_stages < 1) /* a config from before pipelines: zeroed */
+        r->cfg.pipeline_stages = 1;
+    if (r->cfg.micro_batches < 1)
+        r->cfg.micro_batches = 1;
+    long global_batch = (long)cfg->batch_size * cfg->grad_accum * replicas(r);
     if (cfg->lr_scaling)
         r->cfg.lr = cfg->lr * (float)global_batch / 256.0f;
     if (cfg->warmup_epochs < 0) /* "auto" */
@@ -121,7 +154,7 @@ static void resolve_config(run *r, const herd_train_config *cfg)
  * writes them alone, no collective) and dist. A new field changes the size: compare
  * it (or add it to the list above), then update the size. */
 #if UINTPTR_MAX == UINT64_MAX
-_Static_assert(sizeof(herd_train_config) == 224,
+_Static_assert(sizeof(herd_train_config) == 240,
                "herd_train_config changed: add the new field to check_signature");
 #endif
 
@@ -164,6 +197,10 @@ static void sign_config(herd_signature *s, const herd_train_config *c)
                            c->loss_scale_window);
     else
         herd_signature_add(s, "loss_scale", "none");
+    herd_signature_add(s, "pipeline", "%d stages, %d micro-batches, %s, split %s",
+                       c->pipeline_stages, c->micro_batches,
+                       c->pp_schedule == HERD_PP_SCHEDULE_GPIPE ? "gpipe" : "1f1b",
+                       c->stage_split ? c->stage_split : "by cost");
     /* The trace's flushes are collective: a rank without it would leave the others waiting. */
     herd_signature_add(s, "timeline", "%d", c->timeline_path != NULL);
 }
@@ -227,24 +264,62 @@ static herd_status check_signature(run *r)
     return st;
 }
 
-/* Rank 0's model, buffers and optimizer state become everyone's. */
+/* Rank 0's model, buffers and optimizer state become everyone's (with pipeline
+ * stages: the first replica's stage becomes its group's). */
 static herd_status broadcast_state(run *r)
 {
     herd_comm *c = r->comm;
     if (c->size == 1)
         return HERD_OK;
     herd_model *m = r->m;
-    HERD_TRY(herd_comm_broadcast_buffer(c, m->be, m->params, m->n_param_floats * sizeof(float), 0));
-    HERD_TRY(herd_comm_broadcast_buffer(c, m->be, m->buffers, m->n_buffer_floats * sizeof(float), 0));
-    for (int i = 0; i < herd_optimizer_state_count(r->opt); i++) {
-        size_t n;
-        float *buf = herd_optimizer_state(r->opt, i, NULL, &n);
-        HERD_TRY(herd_comm_broadcast_buffer(c, m->be, buf, n * sizeof(float), 0));
+    herd_comm *dp = r->dp;
+    if (dp->size > 1) {
+        HERD_TRY(herd_comm_broadcast_buffer(dp, m->be, m->params, m->n_param_floats * sizeof(float), 0));
+        HERD_TRY(herd_comm_broadcast_buffer(dp, m->be, m->buffers, m->n_buffer_floats * sizeof(float), 0));
+        for (int i = 0; i < herd_optimizer_state_count(r->opt); i++) {
+            size_t n;
+            float *buf = herd_optimizer_state(r->opt, i, NULL, &n);
+            HERD_TRY(herd_comm_broadcast_buffer(dp, m->be, buf, n * sizeof(float), 0));
+        }
     }
     long steps = herd_optimizer_steps(r->opt);
     HERD_TRY(c->ops->broadcast(c, &steps, sizeof steps, 0));
     herd_optimizer_set_steps(r->opt, steps);
     return c->ops->broadcast(c, &r->state, sizeof r->state, 0);
+}
+
+/* Rank 0 with pipeline stages: the whole model with parameters and an optimizer for
+ * it, to write or read a checkpoint (the caller's model when it holds parameters;
+ * otherwise a copy for the moment: rank 0 then holds the whole model briefly). */
+static herd_status whole_for_checkpoint(run *r, herd_model **m, herd_optimizer **o)
+{
+    *m = r->whole;
+    *o = NULL;
+    if (!r->whole->params) {
+        herd_model *w = herd_xcalloc(1, sizeof *w);
+        if (!w)
+            return HERD_ERR_NOMEM;
+        herd_status st = herd_model_build_stage(w, r->whole, 0, r->whole->n_layers, true, false,
+                                                r->cfg.seed);
+        if (st != HERD_OK) {
+            herd_model_free(w);
+            return st;
+        }
+        *m = w;
+    }
+    herd_status st = herd_optimizer_create(&r->cfg, *m, o);
+    if (st != HERD_OK && *m != r->whole) {
+        herd_model_free(*m);
+        *m = NULL;
+    }
+    return st;
+}
+
+static void release_whole(run *r, herd_model *m, herd_optimizer *o)
+{
+    herd_optimizer_free(o);
+    if (m != r->whole)
+        herd_model_free(m);
 }
 
 /* The state this run starts from, in this run's terms (rank 0). */
@@ -253,7 +328,21 @@ static herd_status load_resume_state(run *r)
     const herd_train_config *c = &r->cfg;
     bool found = false;
     herd_train_state st;
-    HERD_TRY(herd_checkpoint_load_latest(c->checkpoint_dir, r->m, r->opt, &st, &found));
+    herd_model *m = r->m;
+    herd_optimizer *o = r->opt;
+    if (r->pp) {
+        HERD_TRY(whole_for_checkpoint(r, &r->ckpt_whole, &r->ckpt_opt));
+        m = r->ckpt_whole;
+        o = r->ckpt_opt;
+    }
+    HERD_TRY(herd_checkpoint_load_latest(c->checkpoint_dir, m, o, &st, &found));
+    if (r->pp && found) /* the stages take their steps from here, then broadcast_state's */
+        herd_optimizer_set_steps(r->opt, herd_optimizer_steps(o));
+    if (r->pp && !found) {
+        release_whole(r, r->ckpt_whole, r->ckpt_opt);
+        r->ckpt_whole = NULL;
+        r->ckpt_opt = NULL;
+    }
     if (found) {
         HERD_TRY(herd_train_state_continue(&st, &r->state, r->steps_per_epoch, c->checkpoint_dir));
         if (st.epoch >= c->epochs)
@@ -292,14 +381,26 @@ static herd_status prepare_checkpoints(run *r)
     if (outcome != HERD_OK)
         return r->comm->rank == 0 ? (herd_status)outcome
                                   : HERD_ERR((herd_status)outcome, "rank 0 could not resume: %s", msg);
-    return HERD_OK;
+    if (!r->pp)
+        return HERD_OK;
+    /* Rank 0 read the whole model: each stage of the first replica takes its slice
+     * (broadcast_state then gives it to the stage's group). */
+    long loaded = r->ckpt_whole != NULL;
+    HERD_TRY(r->comm->ops->broadcast(r->comm, &loaded, sizeof loaded, 0));
+    herd_status st = HERD_OK;
+    if (loaded)
+        st = herd_pipeline_scatter(r->pp, r->opt, r->ckpt_whole, r->ckpt_opt);
+    release_whole(r, r->ckpt_whole, r->ckpt_opt);
+    r->ckpt_whole = NULL;
+    r->ckpt_opt = NULL;
+    return st;
 }
 
 /* Per-rank running statistics (no --sync-bn) are averaged before they are used, so
  * evaluation and checkpoints see one model; training itself uses batch statistics. */
 static herd_status average_buffers(run *r)
 {
-    herd_comm *c = r->comm;
+    herd_comm *c = r->dp;
     if (c->size == 1 || r->cfg.sync_bn || r->m->n_buffer_floats == 0)
         return HERD_OK;
     HERD_TRY(c->ops->allreduce_start(c, r->m->buffers, r->m->n_buffer_floats, 1.0f / (float)c->size,
@@ -311,7 +412,10 @@ static herd_status evaluate(run *r, herd_progress *p)
 {
     herd_eval_result ev;
     double t0 = herd_now();
-    HERD_TRY(herd_eval_dataset(r->m, r->test, r->cfg.batch_size, r->comm, &ev));
+    if (r->pp)
+        HERD_TRY(herd_pipeline_evaluate(r->pp, r->test, r->cfg.batch_size, &ev));
+    else
+        HERD_TRY(herd_eval_dataset(r->m, r->test, r->cfg.batch_size, r->comm, &ev));
     if (r->timeline)
         herd_timeline_add(r->timeline, HERD_TL_EVALUATE, NULL, t0, herd_now());
     p->evaluated = true;
@@ -320,10 +424,31 @@ static herd_status evaluate(run *r, herd_progress *p)
     return HERD_OK;
 }
 
+/* Every rank calls it; rank 0 writes. With pipeline stages the first replica's stages
+ * send rank 0 their slices, so the file holds the whole model whatever the grid. */
 static herd_status save_checkpoint(run *r)
 {
     double t0 = herd_now();
-    HERD_TRY(herd_checkpoint_save(r->cfg.checkpoint_dir, r->m, r->opt, &r->state));
+    herd_status st = HERD_OK;
+    bool rank0 = r->comm->rank == 0;
+    if (!r->pp) {
+        if (rank0)
+            st = herd_checkpoint_save(r->cfg.checkpoint_dir, r->m, r->opt, &r->state);
+    } else {
+        herd_model *w = NULL;
+        herd_optimizer *wo = NULL;
+        if (rank0)
+            st = whole_for_checkpoint(r, &w, &wo);
+        st = herd_agree(r->comm, st, "preparing the checkpoint");
+        if (st == HERD_OK)
+            st = herd_pipeline_gather(r->pp, r->opt, w, wo);
+        if (st == HERD_OK && rank0) {
+            herd_optimizer_set_steps(wo, herd_optimizer_steps(r->opt));
+            st = herd_checkpoint_save(r->cfg.checkpoint_dir, w, wo, &r->state);
+        }
+        release_whole(r, w, wo);
+    }
+    HERD_TRY(st);
     if (r->timeline)
         herd_timeline_add(r->timeline, HERD_TL_CHECKPOINT, NULL, t0, herd_now());
     return HERD_OK;
@@ -332,7 +457,8 @@ static herd_status save_checkpoint(run *r)
 /* Collective: the trace starts; the communicator records its reductions into it. */
 static herd_status start_timeline(run *r)
 {
-    size_t per_step = (size_t)r->cfg.grad_accum * (2 * (size_t)r->m->n_layers + 3) + 4;
+    size_t per_step = (size_t)r->cfg.grad_accum * r->cfg.micro_batches *
+                      (2 * (size_t)r->m->n_layers + 9) + 4;
     HERD_TRY(herd_timeline_open(r->cfg.timeline_path, r->comm, per_step, &r->timeline));
     r->plan.timeline = r->timeline;
     return HERD_OK;
@@ -385,7 +511,8 @@ static herd_status train_step(run *r, long sched_step, herd_step_stats *s, bool 
     *has = left > 0;
     if (!*has)
         return HERD_OK;
-    int n_micro = left < cfg->grad_accum ? (int)left : cfg->grad_accum;
+    int per_step = cfg->grad_accum * cfg->micro_batches;
+    int n_micro = left < per_step ? (int)left : per_step;
     /* Inside a step the other ranks wait in its reductions: a failure here ends the
      * job through the caller's herd_dist_abort or the stall timeout (herd.h). */
     HERD_TRY(herd_fail_point("step", r->comm->rank));
@@ -394,7 +521,7 @@ static herd_status train_step(run *r, long sched_step, herd_step_stats *s, bool 
     if (r->timeline)
         herd_timeline_begin_step(r->timeline, r->state.epoch + 1, r->state.global_step + 1);
     double t0 = herd_now();
-    for (int micro = 0; micro < n_micro; micro++) {
+    for (int micro = 0; micro < n_micro && !r->pp; micro++) {
         herd_batch b;
         activity(r, "waiting for the data loader");
         HERD_TRY(herd_loader_next(r->loader, &b, has));
@@ -410,8 +537,15 @@ static herd_status train_step(run *r, long sched_step, herd_step_stats *s, bool 
         HERD_TRY(herd_micro_step(r->m, &r->plan, &b, micro, n_micro, cfg->label_smoothing,
                                  herd_mix64(seed, (uint64_t)micro), s));
     }
-    activity(r, "waiting for gradient reductions");
-    HERD_TRY(herd_apply_step(r->m, r->opt, &r->plan, lr, s));
+    if (r->pp) {
+        HERD_TRY(herd_pipeline_forward_backward(r->pp, &r->plan, r->loader, n_micro,
+                                                cfg->label_smoothing, seed, s));
+        activity(r, "waiting for gradient reductions");
+        HERD_TRY(herd_pipeline_apply(r->pp, r->opt, &r->plan, lr, s));
+    } else {
+        activity(r, "waiting for gradient reductions");
+        HERD_TRY(herd_apply_step(r->m, r->opt, &r->plan, lr, s));
+    }
     double t1 = herd_now();
     s->t.total = t1 - t0;
     if (r->timeline)
@@ -427,7 +561,7 @@ static herd_status train_step(run *r, long sched_step, herd_step_stats *s, bool 
     }
     if (cfg->check_replicas) {
         HERD_TRY(herd_fail_point("replicas", r->comm->rank));
-        HERD_TRY(herd_check_replicas(r->comm, r->m->params, r->m->n_param_floats, r->m->buffers,
+        HERD_TRY(herd_check_replicas(r->dp, r->m->params, r->m->n_param_floats, r->m->buffers,
                                      buffers, r->state.global_step + 1));
     }
     return HERD_OK;
@@ -508,7 +642,7 @@ static herd_status deliver_metrics(run *r, epoch_totals *e, herd_progress *p, bo
 static herd_status run_epoch(run *r, int epoch, double t_start, bool *stop)
 {
     const herd_train_config *cfg = &r->cfg;
-    long global_batch = (long)cfg->batch_size * cfg->grad_accum * r->comm->size;
+    long global_batch = (long)cfg->batch_size * cfg->grad_accum * replicas(r);
     HERD_TRY(herd_loader_start_epoch(r->loader, epoch, r->state.epoch_samples));
     herd_progress p = {.epoch = epoch + 1, .epochs = cfg->epochs,
                        .steps_per_epoch = r->steps_per_epoch, .rank = r->comm->rank,
@@ -582,9 +716,14 @@ static herd_status run_epoch(run *r, int epoch, double t_start, bool *stop)
     /* The epoch's line before its checkpoint: a kill in between leaves a line that the
      * resume from the previous checkpoint drops, never an epoch without one. */
     herd_status st = herd_observer_epoch(r->obs, &p);
-    if (st == HERD_OK && cfg->checkpoint_dir && complete && r->comm->rank == 0) {
-        activity(r, "writing a checkpoint");
-        st = save_checkpoint(r);
+    if (cfg->checkpoint_dir && complete) {
+        /* A pipeline's save is collective: rank 0's metrics failure is known first. */
+        if (r->pp)
+            HERD_TRY(agree(r, st, "writing the metrics"));
+        if (st == HERD_OK) {
+            activity(r, "writing a checkpoint");
+            st = save_checkpoint(r);
+        }
     }
     if (st == HERD_OK)
         st = herd_fail_point("checkpoint", r->comm->rank);
@@ -612,27 +751,58 @@ static herd_status setup(run *r)
 {
     const herd_train_config *cfg = &r->cfg;
     HERD_TRY(r->m->be->set_threads(cfg->threads));
+    /* With pipeline stages every stage of a replica reads the replica's shard in
+     * micro-batches: stage 0 the images, the last stage the labels. */
+    int micro = cfg->batch_size / cfg->micro_batches, per_step = cfg->grad_accum * cfg->micro_batches;
     herd_loader_config lc = {
-        .batch_size = cfg->batch_size, .shuffle = true, .augment = cfg->augment,
+        .batch_size = micro, .shuffle = true, .augment = cfg->augment,
         .drop_last = false, .seed = cfg->seed, .prefetch = 4, .workers = 1,
-        .shard_rank = r->comm->rank, .shard_count = r->comm->size,
+        .shard_rank = r->pp ? r->pp->replica : r->comm->rank, .shard_count = replicas(r),
     };
     HERD_TRY(herd_loader_create(r->train, &lc, &r->loader));
     long batches = herd_loader_batches_per_epoch(r->loader);
-    r->steps_per_epoch = (batches + cfg->grad_accum - 1) / cfg->grad_accum;
+    r->steps_per_epoch = (batches + per_step - 1) / per_step;
     HERD_TRY(herd_optimizer_create(cfg, r->m, &r->opt));
     HERD_TRY(herd_observer_open(cfg, r->m, r->comm->rank, &r->obs));
-    HERD_TRY(herd_step_plan_init(&r->plan, r->m, r->comm, cfg->bucket_mb,
+    HERD_TRY(herd_step_plan_init(&r->plan, r->m, r->dp, cfg->bucket_mb,
                                  wire_type(cfg->compress), cfg->sync_bn));
     if (cfg->dynamic_loss_scale) {
         HERD_TRY(herd_loss_scaler_init(&r->scaler, cfg->loss_scale_init, cfg->loss_scale_window));
         r->plan.scaler = &r->scaler;
     }
     /* What this run measures the position in; the checkpoint's, if any, is fitted to it. */
-    r->state = (herd_train_state){.seed = cfg->seed, .batch_size = cfg->batch_size,
-                                  .ranks = r->comm->size, .grad_accum = cfg->grad_accum,
+    r->state = (herd_train_state){.seed = cfg->seed, .batch_size = micro,
+                                  .ranks = replicas(r), .grad_accum = per_step,
                                   .train_samples = (long)r->train->n};
     return herd_fail_point("setup", r->comm->rank);
+}
+
+/* The pipeline's arguments against the job and the model. */
+static herd_status check_pipeline(const run *r)
+{
+    const herd_train_config *c = &r->cfg;
+    int P = c->pipeline_stages;
+    if (P == 1) {
+        if (c->micro_batches > 1)
+            return HERD_ERR(HERD_ERR_INVALID_ARG, "--micro-batches %d needs --pipeline-stages > 1; "
+                            "without stages, use --grad-accum", c->micro_batches);
+        if (!r->m->params)
+            return HERD_ERR(HERD_ERR_INVALID_ARG, "model '%s' is a plan without parameters; only "
+                            "training with pipeline stages builds them", r->m->name);
+        return HERD_OK;
+    }
+    if (r->comm->size % P != 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "%d ranks do not divide into pipelines of %d stages; start a multiple of %d "
+                        "ranks (stages x data-parallel replicas)", r->comm->size, P, P);
+    if (!r->m->be->host_memory)
+        return HERD_ERR(HERD_ERR_UNSUPPORTED, "pipeline stages on '%s' are not supported yet; "
+                        "train them on the CPU", r->m->be->name);
+    if (P > r->m->n_layers)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "--pipeline-stages %d asks for more stages than model '%s' has layers (%d)",
+                        P, r->m->name, r->m->n_layers);
+    return HERD_OK;
 }
 
 /* early: herd_train's checks of the arguments, agreed with the other ranks here. */
@@ -652,6 +822,8 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
         st = HERD_ERR(HERD_ERR_UNSUPPORTED,
                       "training on '%s' does not support gradient accumulation, --sync-bn, "
                       "replica checks or checkpoints yet", r->m->be->name);
+    if (st == HERD_OK)
+        st = check_pipeline(r);
     if (st == HERD_OK) /* process-wide on a GPU: ours again */
         st = r->m->be->set_precision(r->m->precision);
     if (st == HERD_OK)
@@ -661,6 +833,16 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
     if (!r->m->be->host_memory && r->comm->size > 1) {
         HERD_TRY(herd_comm_device_create(r->comm, r->m->be, &r->device_comm));
         r->comm = r->device_comm;
+    }
+    r->dp = r->comm;
+    if (cfg->pipeline_stages > 1) { /* collective, its failures agreed inside */
+        HERD_TRY(herd_pipeline_create(cfg, r->whole, r->comm, &r->pp));
+        r->m = r->pp->m;
+        r->dp = r->pp->group;
+        if (r->comm->rank == 0)
+            herd_log(HERD_LOG_INFO, "pipeline of %d stages (%s, %d micro-batches):\n%s",
+                     cfg->pipeline_stages, herd_pp_kind_name(r->pp->kind), cfg->micro_batches,
+                     r->pp->partition_text);
     }
     HERD_TRY(agree(r, setup(r), "setting up training"));
     if (cfg->checkpoint_dir) /* every rank joins: rank 0's outcome is broadcast */
@@ -688,9 +870,13 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
     HERD_TRY(average_buffers(r));
     bool saved_at_epoch_end = r->state.epoch_samples == 0;
     st = HERD_OK;
-    if (cfg->checkpoint_dir && steps_run > 0 && !saved_at_epoch_end && r->comm->rank == 0)
+    if (cfg->checkpoint_dir && steps_run > 0 && !saved_at_epoch_end)
         st = save_checkpoint(r);
     HERD_TRY(agree(r, st, "writing the last checkpoint"));
+    if (r->pp && r->whole->params) { /* the caller's model on rank 0 gets the trained weights */
+        st = herd_pipeline_gather(r->pp, NULL, r->comm->rank == 0 ? r->whole : NULL, NULL);
+        HERD_TRY(agree(r, st, "collecting the trained stages"));
+    }
     return stop_timeline(r, true);
 }
 
@@ -730,7 +916,7 @@ herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
         early = check_shapes(m, train, test);
     memset(result, 0, sizeof *result);
     result->test_loss = result->test_acc = -1;
-    run r = {.m = m, .train = train, .test = test, .progress = progress, .user = user,
+    run r = {.m = m, .whole = m, .train = train, .test = test, .progress = progress, .user = user,
              .res = result, .comm = cfg->dist};
     herd_comm *own = NULL;
     if (!r.comm) {
@@ -746,8 +932,10 @@ herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
     if (st == HERD_OK)
         st = obs_st;
     stop_timeline(&r, false); /* after a failure: nothing written, nothing leaked */
-    herd_step_plan_free(&r.plan, m);
+    herd_step_plan_free(&r.plan, r.m);
     herd_optimizer_free(r.opt);
+    release_whole(&r, r.ckpt_whole, r.ckpt_opt);
+    herd_pipeline_free(r.pp);
     herd_loader_free(r.loader);
     herd_comm_destroy(r.device_comm);
     herd_comm_destroy(own);

@@ -14,7 +14,7 @@ static herd_status dropout_setup(herd_layer *l, herd_model *m)
     dropout_state *st = herd_xcalloc(1, sizeof *st);
     if (!st)
         return HERD_ERR_NOMEM;
-    st->layer_index = (int)(l - m->layers);
+    st->layer_index = m->layer_offset + (int)(l - m->layers); /* the whole model's, in a stage too */
     l->state = st;
     l->out_shape = l->in_shape[0];
     return HERD_OK;

@@ -1,0 +1,517 @@
+/* Pipeline parallelism: building a rank's stage, and a step's schedule run over
+ * point-to-point transfers (pipeline.h). */
+#include "train/pipeline.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/clock.h"
+#include "core/error.h"
+#include "dist/signature.h"
+#include "nn/partition.h"
+
+/* Activations travel forward with one tag, their gradients back with another; MPI
+ * keeps messages of one tag between two ranks in order, and every stage handles
+ * micro-batches in increasing order, so each receive meets its own micro-batch. */
+enum { TAG_ACT = 11, TAG_GRAD = 12, TAG_EVAL = 13, TAG_WHOLE = 14 };
+
+/* Where layer `first`'s tensors begin in the whole model's flat buffers. */
+static void stage_offsets(const herd_model *whole, int first, size_t *param_at, size_t *buffer_at)
+{
+    *param_at = *buffer_at = 0;
+    for (int i = 0; i < first; i++)
+        for (int k = 0; k < whole->layers[i].n_tensors; k++) {
+            const herd_tensor_view *v = herd_layer_view(&whole->layers[i], whole, k);
+            *(v->is_buffer ? buffer_at : param_at) += v->numel;
+        }
+}
+
+static herd_status alloc_slot(herd_pipeline *pp, herd_model *whole, herd_pp_slot *slot)
+{
+    slot->m = herd_xcalloc(1, sizeof *slot->m);
+    if (!slot->m)
+        return HERD_ERR_NOMEM;
+    int s = pp->stage;
+    HERD_TRY(herd_model_build_stage(slot->m, whole, pp->bounds[s], pp->bounds[s + 1], false, s > 0, 0));
+    size_t n = (size_t)pp->micro_size;
+    slot->input = herd_xcalloc(n * pp->in_per_sample, sizeof(float));
+    slot->labels = herd_xcalloc(n, sizeof(int32_t));
+    slot->dy = herd_xcalloc(n * pp->out_per_sample, sizeof(float));
+    if (!slot->input || !slot->labels || !slot->dy)
+        return HERD_NOMEM(n * (pp->in_per_sample + pp->out_per_sample + 1) * sizeof(float));
+    return HERD_OK;
+}
+
+/* The stage bounds: named, or balanced by per-layer cost measured on rank 0 (timings
+ * differ between ranks; every rank must cut alike). */
+static herd_status plan_stages(herd_pipeline *pp, const herd_train_config *cfg, herd_model *whole)
+{
+    int P = pp->stages, n = whole->n_layers;
+    if (P > n)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "--pipeline-stages %d asks for more stages than model '%s' has layers (%d)",
+                        P, whole->name, n);
+    double *cost = herd_xcalloc((size_t)n, sizeof *cost);
+    if (!cost)
+        return HERD_ERR_NOMEM;
+    herd_status st = HERD_OK;
+    if (pp->job->rank == 0)
+        st = herd_partition_layer_costs(whole, pp->micro_size, true, cost);
+    herd_status agreed = herd_agree(pp->job, st, "measuring the layers' cost");
+    if (agreed == HERD_OK && pp->job->size > 1)
+        agreed = pp->job->ops->broadcast(pp->job, cost, (size_t)n * sizeof *cost, 0);
+    if (agreed == HERD_OK)
+        agreed = cfg->stage_split ? herd_partition_parse(whole, cfg->stage_split, P, pp->bounds)
+                                  : herd_partition_balance(whole, cost, P, pp->bounds);
+    if (agreed == HERD_OK) {
+        herd_stage_info info[HERD_PP_MAX_STAGES];
+        herd_partition_info(whole, cost, pp->bounds, P, info);
+        double total = 0;
+        for (int s = 0; s < P; s++)
+            total += info[s].cost;
+        for (int s = 0; s < P; s++)
+            pp->partition_cost[s] = total > 0 ? info[s].cost / total : 0;
+        herd_partition_describe(whole, cost, pp->bounds, P, pp->micro_size, pp->partition_text,
+                                sizeof pp->partition_text);
+    }
+    free(cost);
+    return agreed;
+}
+
+static herd_status build_stage(herd_pipeline *pp, const herd_train_config *cfg, herd_model *whole)
+{
+    int s = pp->stage, first = pp->bounds[s], end = pp->bounds[s + 1];
+    pp->m = herd_xcalloc(1, sizeof *pp->m);
+    if (!pp->m)
+        return HERD_ERR_NOMEM;
+    HERD_TRY(herd_model_build_stage(pp->m, whole, first, end, true, s > 0, cfg->seed));
+    herd_model *m = pp->m;
+    if (whole->params) { /* the caller's weights (loaded or initialised), not the seed's */
+        size_t param_at, buffer_at;
+        stage_offsets(whole, first, &param_at, &buffer_at);
+        HERD_TRY(m->be->memcpy_d2h(m->params, whole->params + param_at,
+                                   m->n_param_floats * sizeof(float)));
+        HERD_TRY(m->be->memcpy_d2h(m->buffers, whole->buffers + buffer_at,
+                                   m->n_buffer_floats * sizeof(float)));
+    }
+    herd_shape in = {1, m->in_c, m->in_h, m->in_w};
+    pp->in_per_sample = herd_shape_per_sample(in);
+    pp->out_per_sample = herd_shape_per_sample(m->layers[m->n_layers - 1].out_shape);
+    pp->n_slots = herd_pp_max_in_flight(pp->kind, pp->stages, pp->micro_batches, s);
+    pp->slots = herd_xcalloc((size_t)pp->n_slots, sizeof *pp->slots);
+    pp->actions = herd_xcalloc(2 * (size_t)pp->micro_batches, sizeof *pp->actions);
+    if (!pp->slots || !pp->actions)
+        return HERD_ERR_NOMEM;
+    for (int i = 0; i < pp->n_slots; i++)
+        HERD_TRY(alloc_slot(pp, whole, &pp->slots[i]));
+    return HERD_OK;
+}
+
+herd_status herd_pipeline_create(const herd_train_config *cfg, herd_model *whole, herd_comm *job,
+                                 herd_pipeline **out)
+{
+    *out = NULL;
+    herd_pipeline *pp = herd_xcalloc(1, sizeof *pp);
+    if (!pp)
+        return HERD_ERR_NOMEM;
+    pp->job = job;
+    pp->stages = cfg->pipeline_stages;
+    pp->stage = job->rank % pp->stages;
+    pp->replica = job->rank / pp->stages;
+    pp->replicas = job->size / pp->stages;
+    pp->micro_batches = cfg->micro_batches;
+    pp->kind = cfg->pp_schedule == HERD_PP_SCHEDULE_GPIPE ? HERD_PP_GPIPE : HERD_PP_1F1B;
+    pp->micro_size = cfg->batch_size / cfg->micro_batches;
+    herd_status st = plan_stages(pp, cfg, whole);
+    if (st == HERD_OK) {
+        /* A stage group of one reduces nothing, but accumulates through the same code. */
+        char name[32];
+        snprintf(name, sizeof name, "stage group %d", pp->stage);
+        st = pp->replicas > 1 ? job->ops->split(job, pp->stage, pp->replica, name, &pp->group)
+                              : herd_comm_local_create(&pp->group);
+    }
+    if (st == HERD_OK)
+        st = build_stage(pp, cfg, whole);
+    st = herd_agree(job, st, "building the pipeline stages");
+    if (st != HERD_OK) {
+        herd_pipeline_free(pp);
+        return st;
+    }
+    *out = pp;
+    return HERD_OK;
+}
+
+void herd_pipeline_free(herd_pipeline *pp)
+{
+    if (!pp)
+        return;
+    for (int i = 0; pp->slots && i < pp->n_slots; i++) {
+        herd_pp_slot *sl = &pp->slots[i];
+        herd_model_free(sl->m);
+        free(sl->input);
+        free(sl->labels);
+        free(sl->dy);
+    }
+    free(pp->slots);
+    free(pp->actions);
+    herd_model_free(pp->m);
+    herd_comm_destroy(pp->group);
+    free(pp);
+}
+
+/* ------------------------------------------------------------------- a step */
+
+typedef struct step_run {
+    herd_pipeline *pp;
+    herd_step_plan *plan;
+    herd_loader *loader;
+    int n_total, done; /* micro-batches in the step, before this round */
+    int bwd_done;      /* backward passes so far in the step */
+    float label_smoothing;
+    uint64_t seed;
+    herd_step_stats *s;
+} step_run;
+
+/* Waits for a transfer, timing it as exposed communication (with pipelines that
+ * includes waiting for the neighbour: the bubble). */
+static herd_status wait_p2p(step_run *r, herd_p2p *req, const char *what, int mb)
+{
+    if (!req->active)
+        return HERD_OK;
+    herd_pipeline *pp = r->pp;
+    char desc[160];
+    snprintf(desc, sizeof desc, "stage %d: %s of micro-batch %d", pp->stage, what, mb);
+    pp->job->ops->set_activity(pp->job, desc);
+    double t0 = herd_now();
+    herd_status st = pp->job->ops->p2p_wait(pp->job, req, desc);
+    double t1 = herd_now();
+    r->s->t.comm_wait += t1 - t0;
+    if (r->plan->timeline && t1 - t0 > 1e-6) {
+        char label[48];
+        snprintf(label, sizeof label, "%s mb %d", what, mb);
+        herd_timeline_add(r->plan->timeline, HERD_TL_COMM_WAIT, label, t0, t1);
+    }
+    return st;
+}
+
+static herd_status post_recv_act(herd_pipeline *pp, herd_pp_slot *sl)
+{
+    if (pp->stage == 0)
+        return HERD_OK;
+    return pp->job->ops->p2p_start(pp->job, &sl->recv_act, false, sl->input,
+                                   (size_t)pp->micro_size * pp->in_per_sample * sizeof(float),
+                                   pp->job->rank - 1, TAG_ACT);
+}
+
+static herd_run_ctx stage_ctx(step_run *r, int mb)
+{
+    herd_pipeline *pp = r->pp;
+    herd_run_ctx ctx = herd_model_ctx(pp->m, true, herd_mix64(r->seed, (uint64_t)(r->done + mb)));
+    ctx.trace = herd_timeline_sink(r->plan->timeline);
+    if (r->plan->sync_bn && pp->group->size > 1)
+        ctx.bn_group = herd_group_of_comm(pp->group);
+    return ctx;
+}
+
+static herd_status run_forward(step_run *r, int mb)
+{
+    herd_pipeline *pp = r->pp;
+    herd_pp_slot *sl = &pp->slots[mb % pp->n_slots];
+    bool last = pp->stage == pp->stages - 1;
+    herd_batch b;
+    bool has;
+    pp->job->ops->set_activity(pp->job, "waiting for the data loader");
+    HERD_TRY(herd_loader_next(r->loader, &b, &has));
+    if (!has)
+        return HERD_ERR(HERD_ERR_INTERNAL, "the loader ended the epoch inside a pipeline step");
+    r->s->t.data_wait += b.wait_s;
+    /* The slot's previous micro-batch may still be sending its input gradient. */
+    HERD_TRY(wait_p2p(r, &sl->send_grad, "sending the input gradient", mb - pp->n_slots));
+    sl->n = b.n;
+    if (pp->stage == 0)
+        memcpy(sl->input, b.x, (size_t)b.n * pp->in_per_sample * sizeof(float));
+    if (last)
+        memcpy(sl->labels, b.labels, (size_t)b.n * sizeof(int32_t));
+    HERD_TRY(wait_p2p(r, &sl->recv_act, "receiving the activations", mb));
+    if (pp->stage > 0 && sl->recv_act.bytes != (size_t)b.n * pp->in_per_sample * sizeof(float))
+        return HERD_ERR(HERD_ERR_INTERNAL,
+                        "stage %d: micro-batch %d of %d samples, but stage %d sent %zu bytes of "
+                        "activations; the stages read different batches",
+                        pp->stage, mb, b.n, pp->stage - 1, sl->recv_act.bytes);
+    if (++pp->in_flight > pp->max_in_flight_seen)
+        pp->max_in_flight_seen = pp->in_flight;
+    if (pp->in_flight > pp->n_slots)
+        return HERD_ERR(HERD_ERR_INTERNAL, "stage %d holds %d micro-batches, more than its %d slots",
+                        pp->stage, pp->in_flight, pp->n_slots);
+    pp->job->ops->set_activity(pp->job, "pipeline forward");
+    double t0 = herd_now();
+    HERD_TRY(herd_model_reshape(sl->m, b.n));
+    herd_run_ctx ctx = stage_ctx(r, mb);
+    const float *out;
+    HERD_TRY(herd_model_forward(sl->m, &ctx, sl->input, &out));
+    if (last) {
+        double loss = 0;
+        long correct = 0;
+        HERD_TRY(pp->m->be->softmax_xent(b.n, pp->m->classes, out, sl->labels, r->label_smoothing,
+                                         sl->dy, &loss, &correct));
+        if (r->plan->scaler)
+            HERD_TRY(herd_loss_scaler_scale(r->plan->scaler, pp->m->be, sl->dy,
+                                            (size_t)b.n * pp->m->classes));
+        r->s->loss_sum += loss;
+        r->s->correct += correct;
+        r->s->samples += b.n;
+    }
+    double t1 = herd_now();
+    r->s->t.forward += t1 - t0;
+    if (r->plan->timeline) {
+        char label[24];
+        snprintf(label, sizeof label, "mb %d", r->done + mb);
+        herd_timeline_add(r->plan->timeline, HERD_TL_FORWARD, label, t0, t1);
+    }
+    if (last)
+        return HERD_OK;
+    size_t out_bytes = (size_t)b.n * pp->out_per_sample * sizeof(float);
+    HERD_TRY(pp->job->ops->p2p_start(pp->job, &sl->send_act, true, (void *)out, out_bytes,
+                                     pp->job->rank + 1, TAG_ACT));
+    return pp->job->ops->p2p_start(pp->job, &sl->recv_grad, false, sl->dy, out_bytes,
+                                   pp->job->rank + 1, TAG_GRAD);
+}
+
+static herd_status run_backward(step_run *r, int mb, int round_n)
+{
+    herd_pipeline *pp = r->pp;
+    herd_pp_slot *sl = &pp->slots[mb % pp->n_slots];
+    HERD_TRY(wait_p2p(r, &sl->recv_grad, "receiving the output gradient", mb));
+    HERD_TRY(wait_p2p(r, &sl->send_act, "sending the activations", mb));
+    pp->job->ops->set_activity(pp->job, "pipeline backward");
+    double t0 = herd_now();
+    herd_run_ctx ctx = stage_ctx(r, mb);
+    ctx.grad_beta = r->bwd_done > 0 ? 1.0f : 0.0f;
+    if (r->done + mb == r->n_total - 1)
+        herd_step_arm_reduction(r->plan, pp->m, r->n_total, &ctx);
+    HERD_TRY(herd_model_backward(sl->m, &ctx, sl->input, sl->dy));
+    r->bwd_done++;
+    pp->in_flight--;
+    double t1 = herd_now();
+    r->s->t.backward += t1 - t0;
+    if (r->plan->timeline) {
+        char label[24];
+        snprintf(label, sizeof label, "mb %d", r->done + mb);
+        herd_timeline_add(r->plan->timeline, HERD_TL_BACKWARD, label, t0, t1);
+    }
+    if (pp->stage > 0)
+        HERD_TRY(pp->job->ops->p2p_start(pp->job, &sl->send_grad, true, sl->m->dinput,
+                                         (size_t)sl->n * pp->in_per_sample * sizeof(float),
+                                         pp->job->rank - 1, TAG_GRAD));
+    /* The slot is free: the micro-batch that reuses it may arrive now. */
+    if (mb + pp->n_slots < round_n)
+        HERD_TRY(post_recv_act(pp, sl));
+    return HERD_OK;
+}
+
+static herd_status run_round(step_run *r, int n)
+{
+    herd_pipeline *pp = r->pp;
+    HERD_TRY(herd_pp_schedule(pp->kind, pp->stages, n, pp->stage, pp->actions));
+    int posted = n < pp->n_slots ? n : pp->n_slots;
+    for (int mb = 0; mb < posted; mb++)
+        HERD_TRY(post_recv_act(pp, &pp->slots[mb]));
+    for (int i = 0; i < 2 * n; i++) {
+        herd_pp_action a = pp->actions[i];
+        HERD_TRY(a.op == HERD_PP_FWD ? run_forward(r, a.mb) : run_backward(r, a.mb, n));
+    }
+    for (int i = 0; i < pp->n_slots; i++)
+        HERD_TRY(wait_p2p(r, &pp->slots[i].send_grad, "sending the input gradient", -1));
+    return HERD_OK;
+}
+
+herd_status herd_pipeline_forward_backward(herd_pipeline *pp, herd_step_plan *plan,
+                                           herd_loader *loader, int n, float label_smoothing,
+                                           uint64_t seed, herd_step_stats *s)
+{
+    step_run r = {.pp = pp, .plan = plan, .loader = loader, .n_total = n,
+                  .label_smoothing = label_smoothing, .seed = seed, .s = s};
+    pp->in_flight = 0;
+    while (r.done < n) {
+        int round_n = n - r.done < pp->micro_batches ? n - r.done : pp->micro_batches;
+        HERD_TRY(run_round(&r, round_n));
+        r.done += round_n;
+    }
+    return HERD_OK;
+}
+
+herd_status herd_pipeline_apply(herd_pipeline *pp, herd_optimizer *o, herd_step_plan *plan,
+                                float lr, herd_step_stats *s)
+{
+    herd_model *m = pp->m;
+    double t0 = herd_now();
+    HERD_TRY(plan->comm->ops->wait_all(plan->comm));
+    double t1 = herd_now();
+    if (plan->scaler) {
+        /* Each stage sees only its gradients; an overflow anywhere skips the step on
+         * every rank, and every scaler moves alike. */
+        bool overflow = false;
+        HERD_TRY(m->be->grad_unscale_check(m->n_param_floats, m->grads, 1.0f / plan->scaler->scale,
+                                           &overflow));
+        double any = overflow;
+        HERD_TRY(pp->job->ops->allreduce_f64(pp->job, &any, 1));
+        s->skipped = any > 0;
+        HERD_TRY(herd_loss_scaler_update(plan->scaler, s->skipped));
+    }
+    if (!s->skipped)
+        HERD_TRY(herd_optimizer_step(o, m, lr));
+    double t2 = herd_now();
+    s->t.comm_wait += t1 - t0;
+    s->t.optimizer += t2 - t1;
+    if (plan->timeline) {
+        herd_timeline_add(plan->timeline, HERD_TL_COMM_WAIT, NULL, t0, t1);
+        herd_timeline_add(plan->timeline, HERD_TL_OPTIMIZER, NULL, t1, t2);
+    }
+    return HERD_OK;
+}
+
+/* ------------------------------------------------------------- evaluation */
+
+typedef struct pp_eval {
+    herd_pipeline *pp;
+    float *in;      /* a later stage's received activations */
+    size_t in_cap;  /* floats */
+} pp_eval;
+
+static herd_status transfer(herd_comm *c, bool send, void *buf, size_t bytes, int peer, int tag,
+                            const char *what)
+{
+    herd_p2p req;
+    HERD_TRY(c->ops->p2p_start(c, &req, send, buf, bytes, peer, tag));
+    return c->ops->p2p_wait(c, &req, what);
+}
+
+static herd_status eval_batch(void *user, const herd_batch *b, double *loss, double *correct,
+                              double *samples)
+{
+    pp_eval *e = user;
+    herd_pipeline *pp = e->pp;
+    herd_comm *job = pp->job;
+    herd_model *sm = pp->slots[0].m;
+    char what[96];
+    const float *x = b->x;
+    if (pp->stage > 0) {
+        size_t need = (size_t)b->n * pp->in_per_sample;
+        if (need > e->in_cap) {
+            free(e->in);
+            e->in = herd_xcalloc(need, sizeof(float));
+            e->in_cap = e->in ? need : 0;
+            if (!e->in)
+                return HERD_NOMEM(need * sizeof(float));
+        }
+        snprintf(what, sizeof what, "stage %d: receiving activations to evaluate", pp->stage);
+        HERD_TRY(transfer(job, false, e->in, need * sizeof(float), job->rank - 1, TAG_EVAL, what));
+        x = e->in;
+    }
+    HERD_TRY(herd_model_reshape(sm, b->n));
+    herd_run_ctx ctx = herd_model_ctx(pp->m, false, 0);
+    const float *out;
+    HERD_TRY(herd_model_forward(sm, &ctx, x, &out));
+    if (pp->stage < pp->stages - 1) {
+        snprintf(what, sizeof what, "stage %d: sending activations to evaluate", pp->stage);
+        return transfer(job, true, (void *)out, (size_t)b->n * pp->out_per_sample * sizeof(float),
+                        job->rank + 1, TAG_EVAL, what);
+    }
+    long c = 0;
+    HERD_TRY(pp->m->be->softmax_xent(b->n, pp->m->classes, out, b->labels, 0.0f, NULL, loss, &c));
+    *correct = (double)c;
+    *samples = b->n;
+    return HERD_OK;
+}
+
+herd_status herd_pipeline_evaluate(herd_pipeline *pp, herd_dataset *ds, int batch_size,
+                                   herd_eval_result *r)
+{
+    pp_eval e = {.pp = pp};
+    herd_status st = herd_eval_sliced(ds, batch_size, pp->replica, pp->replicas, pp->job,
+                                      eval_batch, &e, r);
+    free(e.in);
+    return st;
+}
+
+/* ----------------------------------------------- the whole model on rank 0 */
+
+/* What a stage contributes, in order: parameters, buffers, and with an optimizer
+ * each of its states. */
+static int piece_count(herd_optimizer *o) { return 2 + (o ? herd_optimizer_state_count(o) : 0); }
+
+static float *stage_piece(herd_model *m, herd_optimizer *o, int i, size_t *numel)
+{
+    if (i == 0) {
+        *numel = m->n_param_floats;
+        return m->params;
+    }
+    if (i == 1) {
+        *numel = m->n_buffer_floats;
+        return m->buffers;
+    }
+    return herd_optimizer_state(o, i - 2, NULL, numel);
+}
+
+/* The same piece of stage s inside the whole model (rank 0). */
+static float *whole_piece(herd_pipeline *pp, herd_model *whole, herd_optimizer *whole_opt, int s,
+                          int i, size_t *numel)
+{
+    size_t p0, b0, p1, b1, all;
+    stage_offsets(whole, pp->bounds[s], &p0, &b0);
+    stage_offsets(whole, pp->bounds[s + 1], &p1, &b1);
+    float *base = stage_piece(whole, whole_opt, i, &all);
+    bool buffers = i == 1;
+    *numel = buffers ? b1 - b0 : p1 - p0;
+    return base + (buffers ? b0 : p0);
+}
+
+static herd_status move_pieces(herd_pipeline *pp, herd_optimizer *opt, herd_model *whole,
+                               herd_optimizer *whole_opt, bool to_rank0)
+{
+    herd_comm *job = pp->job;
+    herd_status st = HERD_OK;
+    char what[96];
+    if (job->rank == 0) {
+        for (int s = 0; s < pp->stages && st == HERD_OK; s++)
+            for (int i = 0; i < piece_count(opt) && st == HERD_OK; i++) {
+                size_t n, mine;
+                float *dst = whole_piece(pp, whole, whole_opt, s, i, &n);
+                if (s == 0) {
+                    float *src = stage_piece(pp->m, opt, i, &mine);
+                    if (to_rank0)
+                        memcpy(dst, src, n * sizeof(float));
+                    else
+                        memcpy(src, dst, n * sizeof(float));
+                    continue;
+                }
+                snprintf(what, sizeof what, "%s stage %d's tensors (part %d)",
+                         to_rank0 ? "gathering" : "sending", s, i);
+                if (n > 0)
+                    st = transfer(job, !to_rank0, dst, n * sizeof(float), s, TAG_WHOLE, what);
+            }
+    } else if (pp->replica == 0) {
+        for (int i = 0; i < piece_count(opt) && st == HERD_OK; i++) {
+            size_t n;
+            float *src = stage_piece(pp->m, opt, i, &n);
+            snprintf(what, sizeof what, "stage %d: %s its tensors (part %d)", pp->stage,
+                     to_rank0 ? "sending rank 0" : "receiving from rank 0", i);
+            if (n > 0)
+                st = transfer(job, to_rank0, src, n * sizeof(float), 0, TAG_WHOLE, what);
+        }
+    }
+    return st;
+}
+
+herd_status herd_pipeline_gather(herd_pipeline *pp, herd_optimizer *opt, herd_model *whole,
+                                 herd_optimizer *whole_opt)
+{
+    return move_pieces(pp, opt, whole, whole_opt, true);
+}
+
+herd_status herd_pipeline_scatter(herd_pipeline *pp, herd_optimizer *opt, herd_model *whole,
+                                  herd_optimizer *whole_opt)
+{
+    return move_pieces(pp, opt, whole, whole_opt, false);
+}

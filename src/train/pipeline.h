@@ -1,0 +1,90 @@
+/*
+ * Pipeline parallelism: the job's ranks form a grid of P stages x D replicas (rank =
+ * replica x P + stage, so one pipeline's stages are neighbours and share a host when
+ * the launcher fills hosts in order). Each rank holds one stage of the model (a model
+ * of its own over a contiguous run of layers: its parameters are a contiguous slice
+ * of the whole model's flat buffer), and the ranks of one stage form a group whose
+ * gradients are reduced in buckets during the last backward, as in data parallelism.
+ *
+ * A step runs the stage's schedule (dist/pp_schedule.h) over the step's micro-batches:
+ * activations go forward and their gradients back over non-blocking point-to-point
+ * transfers posted before they are needed. Each micro-batch in flight has a slot: a
+ * copy of the stage's layers with its own activations and saved state, computing with
+ * the stage's one set of parameters and gradients.
+ */
+#ifndef HERD_TRAIN_PIPELINE_H
+#define HERD_TRAIN_PIPELINE_H
+
+#include "data/dataset.h"
+#include "dist/pp_schedule.h"
+#include "nn/model.h"
+#include "optim/optim.h"
+#include "train/step.h"
+
+#define HERD_PP_MAX_STAGES 64
+
+typedef struct herd_pp_slot {
+    herd_model *m;     /* the stage's layers and one micro-batch's activations */
+    float *input;      /* stage 0: a copy of the micro-batch; otherwise the received activation */
+    int32_t *labels;   /* last stage: the micro-batch's labels */
+    float *dy;         /* the gradient of the output: received, or the loss's on the last stage */
+    int n;             /* samples */
+    herd_p2p recv_act, send_act, recv_grad, send_grad;
+} herd_pp_slot;
+
+typedef struct herd_pipeline {
+    int stages, stage, replicas, replica;
+    int micro_batches;   /* M: micro-batches per round; a step is grad_accum rounds */
+    herd_pp_kind kind;
+    int bounds[HERD_PP_MAX_STAGES + 1];
+    herd_comm *job;      /* the whole job: neighbours, metrics, agreements (not owned) */
+    herd_comm *group;    /* this stage's data-parallel group (owned) */
+    herd_model *m;       /* this stage, with storage (owned) */
+    int micro_size;      /* samples per micro-batch (the loader's batch) */
+    size_t in_per_sample, out_per_sample;
+    herd_pp_slot *slots;
+    int n_slots;
+    herd_pp_action *actions;
+    long max_in_flight_seen; /* the most slots occupied at once, for the tests */
+    int in_flight;
+    double partition_cost[HERD_PP_MAX_STAGES]; /* estimated share per stage */
+    char partition_text[4096];                  /* printed by rank 0 at the start */
+} herd_pipeline;
+
+/* Splits the job and builds this rank's stage of `whole`: the partition from
+ * cfg->stage_split or balanced by measured per-layer cost; parameters copied from
+ * whole's slice when whole holds parameters, else initialised from cfg->seed (the
+ * same values). Collective over job; errors are agreed before return, so every rank
+ * fails alike. */
+herd_status herd_pipeline_create(const herd_train_config *cfg, herd_model *whole, herd_comm *job,
+                                 herd_pipeline **out);
+void herd_pipeline_free(herd_pipeline *pp);
+
+/* One optimizer step's forward and backward over n micro-batches read from loader
+ * (every stage reads the same batches; stage 0 uses the images, the last stage the
+ * labels), gradients accumulated and reduced in the stage group's buckets during the
+ * last backward. Adds the last stage's loss, correct and samples to *s. */
+herd_status herd_pipeline_forward_backward(herd_pipeline *pp, herd_step_plan *plan,
+                                           herd_loader *loader, int n, float label_smoothing,
+                                           uint64_t seed, herd_step_stats *s);
+/* Waits for the gradients, then unscales (with a scaler: an overflow on any stage skips
+ * the step everywhere) and updates the stage's parameters. */
+herd_status herd_pipeline_apply(herd_pipeline *pp, herd_optimizer *o, herd_step_plan *plan,
+                                float lr, herd_step_stats *s);
+
+/* Loss and accuracy over ds through the pipeline: replica d evaluates the d-th of D
+ * slices. Collective over the job; every rank gets the result. */
+herd_status herd_pipeline_evaluate(herd_pipeline *pp, herd_dataset *ds, int batch_size,
+                                   herd_eval_result *r);
+
+/* The whole model's parameters, buffers and (with opt, on every rank alike) optimizer
+ * state on job rank 0, into whole (holding storage there) and whole_opt: replica 0's
+ * stages send their slices. Collective over the job; other ranks pass NULL wholes. */
+herd_status herd_pipeline_gather(herd_pipeline *pp, herd_optimizer *opt, herd_model *whole,
+                                 herd_optimizer *whole_opt);
+/* The reverse: job rank 0's whole model and optimizer state go to every rank's stage
+ * (replica 0 by point to point, then within each stage group). */
+herd_status herd_pipeline_scatter(herd_pipeline *pp, herd_optimizer *opt, herd_model *whole,
+                                  herd_optimizer *whole_opt);
+
+#endif
