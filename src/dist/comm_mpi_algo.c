@@ -45,24 +45,39 @@ void comm_mpi_algo_init(comm_mpi *m)
         MPI_T_cvar_handle_free(&m->algo_handle);
         return;
     }
-    m->algo_current = -1;
     m->algo_enabled = true;
 }
+
+/* The algorithm is one setting of the process, read when a collective starts. With
+ * several communicators (pipeline stage groups) each has its own thread: every pick
+ * and the start it is for happen under one lock, or another thread's pick could
+ * change the algorithm of a start on one rank and not on its peers, and the ranks'
+ * schedules would not match (MPI_ERR_TRUNCATE). */
+static pthread_mutex_t algo_mu = PTHREAD_MUTEX_INITIALIZER;
+static int algo_current = -1; /* under algo_mu */
 
 void comm_mpi_algo_pick(comm_mpi *m, size_t bytes)
 {
     if (!m->algo_enabled)
         return;
+    pthread_mutex_lock(&algo_mu);
     size_t doubling_below = m->c->size == 2 ? DOUBLING_BELOW_BYTES_2_RANKS : DOUBLING_BELOW_BYTES;
     int want = bytes >= RING_FROM_BYTES   ? NBC_RING
                : bytes < doubling_below ? NBC_RECURSIVE_DOUBLING
                                         : NBC_RABENSEIFNER;
-    if (want == m->algo_current)
+    if (want == algo_current)
         return;
     if (MPI_T_cvar_write(m->algo_handle, &want) == MPI_SUCCESS)
-        m->algo_current = want;
+        algo_current = want;
     else
         m->algo_enabled = false; /* read-only in this library: MPI's own choice stays */
+}
+
+void comm_mpi_algo_started(comm_mpi *m, bool picked)
+{
+    if (picked)
+        pthread_mutex_unlock(&algo_mu);
+    (void)m;
 }
 
 void comm_mpi_algo_fini(comm_mpi *m)

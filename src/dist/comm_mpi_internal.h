@@ -137,12 +137,14 @@ typedef struct comm_mpi {
     /* libnbc's allreduce algorithm per size (comm_mpi_algo.c) */
     bool algo_tool_open, algo_enabled;
     MPI_T_cvar_handle algo_handle;
-    int algo_current;
 } comm_mpi;
 
 void comm_mpi_algo_init(comm_mpi *m);
-/* Before every MPI_Iallreduce of this many bytes, on the communication thread. */
+/* Before every MPI_Iallreduce of this many bytes, on the communication thread; when
+ * m->algo_enabled was true, it holds a process-wide lock until comm_mpi_algo_started
+ * (called right after the start, with picked = that value of algo_enabled). */
 void comm_mpi_algo_pick(comm_mpi *m, size_t bytes);
+void comm_mpi_algo_started(comm_mpi *m, bool picked);
 void comm_mpi_algo_fini(comm_mpi *m);
 
 void *comm_mpi_thread_main(void *arg);

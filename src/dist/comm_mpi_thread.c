@@ -109,9 +109,11 @@ static MPI_Op wire_sum(const comm_mpi *m, herd_wire_type wire)
 static int iallreduce_wire(comm_mpi *m, void *x, int n, herd_wire_type wire)
 {
     MPI_Request req;
+    bool picked = m->algo_enabled;
     comm_mpi_algo_pick(m, (size_t)n * herd_wire_type_size(wire));
     int rc = MPI_Iallreduce(MPI_IN_PLACE, x, n, wire_datatype(m, wire), wire_sum(m, wire), m->world,
                             &req);
+    comm_mpi_algo_started(m, picked);
     return rc == MPI_SUCCESS ? wait_request(m, &req) : rc;
 }
 
@@ -264,6 +266,7 @@ static void run_op(comm_mpi *m, mpi_op *op, char *err, size_t cap)
     MPI_Request req = MPI_REQUEST_NULL;
     int rc = MPI_SUCCESS;
     const char *what = "";
+    bool picked;
     switch (op->kind) {
     case MPI_OP_ALLREDUCE:
     case MPI_OP_ALLREDUCE_TYPED:
@@ -289,8 +292,10 @@ static void run_op(comm_mpi *m, mpi_op *op, char *err, size_t cap)
     case MPI_OP_ALLREDUCE_F64:
     case MPI_OP_ALLREDUCE_F64_ASYNC:
         what = "MPI_Iallreduce";
+        picked = m->algo_enabled;
         comm_mpi_algo_pick(m, (size_t)op->count * sizeof(double));
         rc = MPI_Iallreduce(MPI_IN_PLACE, op->data, op->count, MPI_DOUBLE, MPI_SUM, m->world, &req);
+        comm_mpi_algo_started(m, picked);
         break;
     case MPI_OP_ALLGATHER: {
         what = "MPI_Iallgather";

@@ -1,0 +1,136 @@
+/* Pipeline stages against one process, run under mpirun: -np 2 (2 stages), -np 3 (3
+ * stages), -np 4 (2 stages x 2 data-parallel replicas). After one step's forward and
+ * backward, each rank's stage gradients equal those of one process accumulating the
+ * same micro-batches (the same samples, the same per-micro-batch batch-norm
+ * statistics): bitwise with one replica, where the order of every sum is the same;
+ * within 1e-5 of the gradient's norm with two, where the replicas' sums meet in an
+ * allreduce. For mlp, lenet5 and resnet20, M in {1, P-1, P, 4P} micro-batches, both
+ * schedules; each stage's most micro-batches in flight is counted and must be the
+ * schedule's bound (P - s for 1F1B, M for GPipe). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpi_common.h"
+#include "train/pipeline.h"
+
+enum { MICRO = 2 };
+
+static herd_loader *open_loader(herd_dataset *ds, int shard, int shards)
+{
+    herd_loader_config lc = {.batch_size = MICRO, .shuffle = true, .seed = 9, .prefetch = 2,
+                             .workers = 1, .shard_rank = shard, .shard_count = shards};
+    herd_loader *l;
+    MT_OK(herd_loader_create(ds, &lc, &l));
+    MT_OK(herd_loader_start_epoch(l, 0, 0));
+    return l;
+}
+
+/* One process: the M micro-batches of every replica's shard, accumulated in order. */
+static void reference(herd_model *m, herd_dataset *ds, int replicas, int M)
+{
+    herd_comm *local;
+    MT_OK(herd_comm_local_create(&local));
+    herd_step_plan plan;
+    MT_OK(herd_step_plan_init(&plan, m, local, 25.0, HERD_WIRE_FP32, false));
+    herd_step_stats s = {0};
+    for (int d = 0; d < replicas; d++) {
+        herd_loader *l = open_loader(ds, d, replicas);
+        for (int j = 0; j < M; j++) {
+            herd_batch b;
+            bool has;
+            MT_OK(herd_loader_next(l, &b, &has));
+            MT_OK(herd_micro_step(m, &plan, &b, d * M + j, replicas * M, 0.0f, 1, &s));
+        }
+        herd_loader_free(l);
+    }
+    MT_OK(local->ops->wait_all(local));
+    herd_step_plan_free(&plan, m);
+    herd_comm_destroy(local);
+}
+
+static void check_case(herd_comm *c, const char *model, herd_dataset *ds, int P, int M,
+                       herd_pp_schedule_kind kind)
+{
+    herd_train_config cfg;
+    herd_train_config_default(&cfg);
+    cfg.batch_size = MICRO * M;
+    cfg.pipeline_stages = P;
+    cfg.micro_batches = M;
+    cfg.pp_schedule = kind;
+    cfg.seed = 3;
+    herd_model *whole;
+    MT_OK(herd_model_create(model, ds, &whole));
+    MT_OK(herd_model_init_params(whole, cfg.seed));
+    herd_pipeline *pp;
+    MT_OK(herd_pipeline_create(&cfg, whole, c, &pp));
+    herd_step_plan plan;
+    MT_OK(herd_step_plan_init(&plan, pp->m, pp->group, 25.0, HERD_WIRE_FP32, false));
+    herd_loader *l = open_loader(ds, pp->replica, pp->replicas);
+    herd_step_stats s = {0};
+    MT_OK(herd_pipeline_forward_backward(pp, &plan, l, M, 0.0f, 1, &s));
+    MT_OK(plan.comm->ops->wait_all(plan.comm));
+    herd_loader_free(l);
+
+    reference(whole, ds, pp->replicas, M);
+    /* The stage's slice of the whole model's gradients. */
+    size_t at = 0;
+    for (int i = 0; i < pp->bounds[pp->stage]; i++)
+        for (int k = 0; k < whole->layers[i].n_tensors; k++) {
+            const herd_tensor_view *v = herd_layer_view(&whole->layers[i], whole, k);
+            at += v->is_buffer ? 0 : v->numel;
+        }
+    const float *want = whole->grads + at, *got = pp->m->grads;
+    size_t n = pp->m->n_param_floats;
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < n; i++) {
+        diff += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
+        norm += (double)want[i] * want[i];
+    }
+    double rel = norm > 0 ? sqrt(diff / norm) : sqrt(diff);
+    const char *kname = kind == HERD_PP_SCHEDULE_GPIPE ? "gpipe" : "1f1b";
+    if (pp->replicas == 1)
+        MT_CHECK(memcmp(got, want, n * sizeof *got) == 0,
+                 "%s P=%d M=%d %s stage %d: gradients differ from one process (relative %.3g)",
+                 model, P, M, kname, pp->stage, rel);
+    else
+        MT_CHECK(rel <= 1e-5, "%s P=%d M=%d %s stage %d: gradients %.3g from one process's",
+                 model, P, M, kname, pp->stage, rel);
+    herd_pp_kind k = kind == HERD_PP_SCHEDULE_GPIPE ? HERD_PP_GPIPE : HERD_PP_1F1B;
+    int bound = herd_pp_max_in_flight(k, P, M, pp->stage);
+    MT_CHECK(pp->max_in_flight_seen == bound,
+             "%s P=%d M=%d %s stage %d: %ld micro-batches in flight at most, the bound is %d",
+             model, P, M, kname, pp->stage, pp->max_in_flight_seen, bound);
+    herd_step_plan_free(&plan, pp->m);
+    herd_pipeline_free(pp);
+    herd_model_free(whole);
+}
+
+int main(void)
+{
+    herd_comm *c;
+    MT_OK(herd_comm_create_default(&(herd_comm_config){0}, &c));
+    mt_rank = c->rank;
+    int P = c->size == 4 ? 2 : c->size;
+    const char *models[] = {"mlp", "lenet5", "resnet20"};
+    const char *data[] = {"synthetic:1,28,28,10,96", "synthetic:1,28,28,10,96",
+                          "synthetic:3,32,32,10,96"};
+    int cases = 0;
+    for (int i = 0; i < 3; i++) {
+        herd_dataset *ds;
+        MT_OK(herd_dataset_open(data[i], HERD_SPLIT_TRAIN, &ds));
+        int Ms[] = {1, P - 1, P, 4 * P};
+        for (int j = 0; j < 4; j++) {
+            if (j == 1 && P - 1 == 1)
+                continue; /* the same as M = 1 */
+            for (int kind = 0; kind < 2; kind++, cases++)
+                check_case(c, models[i], ds, P, Ms[j], (herd_pp_schedule_kind)kind);
+        }
+        herd_dataset_free(ds);
+    }
+    herd_comm_destroy(c);
+    char summary[96];
+    snprintf(summary, sizeof summary, "%d pipeline cases of %d stages match one process", cases, P);
+    return mt_finish(summary);
+}
