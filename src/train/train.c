@@ -791,6 +791,10 @@ static herd_status check_pipeline(const run *r)
                             "training with pipeline stages builds them", r->m->name);
         return HERD_OK;
     }
+    if (P > r->m->n_layers)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "--pipeline-stages %d asks for more stages than model '%s' has layers (%d)",
+                        P, r->m->name, r->m->n_layers);
     if (r->comm->size % P != 0)
         return HERD_ERR(HERD_ERR_INVALID_ARG,
                         "%d ranks do not divide into pipelines of %d stages; start a multiple of %d "
@@ -798,10 +802,6 @@ static herd_status check_pipeline(const run *r)
     if (!r->m->be->host_memory)
         return HERD_ERR(HERD_ERR_UNSUPPORTED, "pipeline stages on '%s' are not supported yet; "
                         "train them on the CPU", r->m->be->name);
-    if (P > r->m->n_layers)
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "--pipeline-stages %d asks for more stages than model '%s' has layers (%d)",
-                        P, r->m->name, r->m->n_layers);
     return HERD_OK;
 }
 

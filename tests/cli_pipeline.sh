@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Pipeline stages through the CLI under mpirun: 100 steps of 2 stages end bitwise where
+# one process accumulating the same micro-batches ends (both schedules, with loss
+# scaling too), 3 stages and 2 stages x 2 replicas train, a checkpoint written with 2
+# stages resumes with 1 and 3 and continues as if never stopped, the timeline shows
+# each micro-batch, and bad arguments are refused before training on every rank.
+set -u
+. "$(dirname "$0")/testlib.sh"
+have_mpi || skip_all "herd built without MPI, or its launcher (HERD_MPIEXEC, set by ctest) missing"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+mpirun=("${mpiexec[@]}")
+data="synthetic:1,28,28,10,1600"
+common=(--data "$data" --threads 1 --eval-every 0 --quiet --lr 0.02)
+
+# One process: --grad-accum M micro-batches of 8. Pipeline: --batch-size 8M split in M.
+one() { timeout 120 "$herd" train "${common[@]}" "$@"; }
+pipe() { local np=$1; shift; timeout 180 "${mpirun[@]}" -np "$np" "$herd" train "${common[@]}" "$@"; }
+
+one --model lenet5 --epochs 2 --batch-size 8 --grad-accum 4 --save "$tmp/one.st" >"$tmp/one.out" 2>&1
+for sched in 1f1b gpipe; do
+  pipe 2 --model lenet5 --epochs 2 --batch-size 32 --micro-batches 4 --pipeline-stages 2 \
+    --pp-schedule $sched --save "$tmp/pp.st" >"$tmp/pp.out" 2>"$tmp/pp.err"
+  rc=$?
+  check "2 stages, $sched: exit 0" test $rc -eq 0
+  check "2 stages, $sched: 100 steps end bitwise on one process's weights" cmp -s "$tmp/one.st" "$tmp/pp.st"
+  check "2 stages, $sched: the same train_loss" \
+    test "$(grep -o 'train_loss=[0-9.]*' "$tmp/pp.out")" = "$(grep -o 'train_loss=[0-9.]*' "$tmp/one.out")"
+done
+
+one --model lenet5 --epochs 1 --batch-size 8 --grad-accum 3 --loss-scale dynamic \
+  --save "$tmp/one_ls.st" >"$tmp/one.out" 2>&1
+pipe 2 --model lenet5 --epochs 1 --batch-size 24 --micro-batches 3 --pipeline-stages 2 \
+  --loss-scale dynamic --save "$tmp/pp_ls.st" >"$tmp/pp.out" 2>&1
+check "2 stages with dynamic loss scaling: bitwise on one process" cmp -s "$tmp/one_ls.st" "$tmp/pp_ls.st"
+
+# 3 stages (mlp: flatten+fc1 | relu fc2 | relu fc3, or as the costs say), evaluated
+# through the pipeline: the same test accuracy as one process.
+one --model mlp --epochs 1 --batch-size 8 --grad-accum 6 --eval-every 1 --save "$tmp/one3.st" \
+  >"$tmp/one.out" 2>&1
+pipe 3 --model mlp --epochs 1 --batch-size 48 --micro-batches 6 --pipeline-stages 3 --eval-every 1 \
+  --save "$tmp/pp3.st" >"$tmp/pp.out" 2>&1
+check "3 stages: bitwise on one process" cmp -s "$tmp/one3.st" "$tmp/pp3.st"
+check "3 stages: evaluation through the pipeline gives one process's test_acc" \
+  test "$(grep -o 'test_acc=[0-9.]*' "$tmp/pp.out")" = "$(grep -o 'test_acc=[0-9.]*' "$tmp/one.out")"
+
+# 2 stages x 2 replicas: gradients reduced in each stage's group, replicas checked.
+pipe 4 --model lenet5 --epochs 2 --batch-size 16 --micro-batches 2 --pipeline-stages 2 \
+  --check-replicas --compress bf16 --eval-every 1 >"$tmp/pp.out" 2>"$tmp/pp.err"
+rc=$?
+acc=$(sed -n 's/.*test_acc=\([0-9.]*\).*/\1/p' "$tmp/pp.out")
+check "2 stages x 2 replicas, --compress bf16, replicas checked: learns (rc=$rc test_acc=$acc)" \
+  awk -v a="$acc" -v rc=$rc 'BEGIN { exit !(rc == 0 && a > 0.9) }'
+
+# A checkpoint of 2 stages resumes with 1 and with 3 stages, as if never stopped.
+pipe 2 --model lenet5 --epochs 2 --batch-size 32 --micro-batches 4 --pipeline-stages 2 \
+  --checkpoint-dir "$tmp/ck" --max-steps 30 >/dev/null 2>&1
+cp -r "$tmp/ck" "$tmp/ck3"
+one --model lenet5 --epochs 2 --batch-size 8 --grad-accum 4 --checkpoint-dir "$tmp/ck" --resume \
+  --save "$tmp/resumed1.st" >"$tmp/r1.out" 2>&1
+check "saved with 2 stages, resumed by one process: the never-stopped weights" \
+  cmp -s "$tmp/one.st" "$tmp/resumed1.st"
+pipe 3 --model lenet5 --epochs 2 --batch-size 32 --micro-batches 4 --pipeline-stages 3 \
+  --checkpoint-dir "$tmp/ck3" --resume --save "$tmp/resumed3.st" >"$tmp/r3.out" 2>"$tmp/r3.err"
+check "saved with 2 stages, resumed with 3: the never-stopped weights" \
+  cmp -s "$tmp/one.st" "$tmp/resumed3.st"
+
+# The timeline: every micro-batch's forward and backward on each stage, and the waits.
+pipe 2 --model lenet5 --epochs 1 --batch-size 32 --micro-batches 4 --pipeline-stages 2 \
+  --max-steps 3 --timeline "$tmp/trace.json" >/dev/null 2>&1
+check "timeline: valid JSON" json_ok "$tmp/trace.json"
+check "timeline: forward and backward of micro-batch 3 on both stages" python3 - "$tmp/trace.json" <<'PY'
+import json, sys
+ev = json.load(open(sys.argv[1]))
+ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+fwd = {e.get("pid") for e in ev if e.get("name", "").endswith("mb 3") and "forward" in e.get("name", "")}
+bwd = {e.get("pid") for e in ev if e.get("name", "").endswith("mb 3") and "backward" in e.get("name", "")}
+waits = [e for e in ev if "receiving the activations" in e.get("name", "")]
+sys.exit(0 if len(fwd) == 2 and len(bwd) == 2 and waits else 1)
+PY
+
+# Bad arguments: refused before any training, by every rank, non-zero.
+bad() { # bad NP WHAT PATTERN ARGS...
+  local np=$1 what=$2 pattern=$3; shift 3
+  timeout 60 "${mpirun[@]}" -np "$np" "$herd" train "${common[@]}" --epochs 1 "$@" >"$tmp/bad.out" 2>"$tmp/bad.err"
+  local rc=$?
+  check "$what: non-zero exit (rc=$rc)" test $rc -ne 0 -a $rc -ne 124
+  check "$what: says '$pattern'" grep -q -- "$pattern" "$tmp/bad.err"
+  check "$what: no training started" bash -c "! grep -q '^epoch' '$tmp/bad.err'"
+}
+bad 2 "more stages than layers" "more stages than model 'mlp' has layers" --model mlp --pipeline-stages 7
+bad 3 "ranks not divisible" "3 ranks do not divide into pipelines of 2 stages" --model mlp --pipeline-stages 2
+bad 2 "unknown layer in --stage-split" "nosuch" --model lenet5 --pipeline-stages 2 --stage-split nosuch
+bad 2 "a cut inside a residual block" "layer1.0.conv2" --model resnet20 \
+  --data synthetic:3,32,32,10,64 --pipeline-stages 2 --stage-split layer1.0.conv2
+bad 2 "batch not divisible into micro-batches" "does not divide" --model mlp --pipeline-stages 2 \
+  --batch-size 30 --micro-batches 4
+finish
