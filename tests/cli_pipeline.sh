@@ -51,6 +51,24 @@ acc=$(sed -n 's/.*test_acc=\([0-9.]*\).*/\1/p' "$tmp/pp.out")
 check "2 stages x 2 replicas, --compress bf16, replicas checked: learns (rc=$rc test_acc=$acc)" \
   awk -v a="$acc" -v rc=$rc 'BEGIN { exit !(rc == 0 && a > 0.9) }'
 
+# Synchronised batch norm across each stage's group (resnet20: batch norm in every block).
+pipe 4 --model resnet20 --data synthetic:3,32,32,10,64 --epochs 1 --batch-size 8 --micro-batches 2 \
+  --pipeline-stages 2 --sync-bn --check-replicas >"$tmp/pp.out" 2>"$tmp/pp.err"
+check "2 stages x 2 replicas with --sync-bn: exit 0" test $? -eq 0
+
+# A stage that stops: its neighbour names the stage, the micro-batch and the transfer
+# it waits for, and the job ends at --comm-timeout.
+start=$(date +%s)
+HERD_TEST_FAIL_AT=stop:1 timeout 60 "${mpirun[@]}" -np 2 "$herd" train "${common[@]}" --model lenet5 \
+  --epochs 1 --batch-size 32 --micro-batches 4 --pipeline-stages 2 --comm-timeout 5 \
+  >"$tmp/stall.out" 2>"$tmp/stall.err"
+rc=$?
+took=$(( $(date +%s) - start ))
+check "a stopped stage: non-zero exit within 30 s (rc=$rc, ${took}s)" test $rc -ne 0 -a $rc -ne 124 -a $took -le 30
+check "a stopped stage: stage 0 names the transfer, the micro-batch and rank 1" \
+  grep -q "stage 0: receiving the output gradient of micro-batch 0: no progress for 5 s (receiving from rank 1" \
+  "$tmp/stall.err"
+
 # A checkpoint of 2 stages resumes with 1 and with 3 stages, as if never stopped.
 pipe 2 --model lenet5 --epochs 2 --batch-size 32 --micro-batches 4 --pipeline-stages 2 \
   --checkpoint-dir "$tmp/ck" --max-steps 30 >/dev/null 2>&1

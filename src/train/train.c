@@ -449,7 +449,7 @@ static herd_status save_checkpoint(run *r)
         release_whole(r, w, wo);
     }
     HERD_TRY(st);
-    if (r->timeline)
+    if (r->timeline && rank0) /* the writer's event; stages only hand their slices over */
         herd_timeline_add(r->timeline, HERD_TL_CHECKPOINT, NULL, t0, herd_now());
     return HERD_OK;
 }
