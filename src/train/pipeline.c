@@ -187,7 +187,7 @@ static herd_status wait_p2p(step_run *r, herd_p2p *req, const char *what, int mb
     herd_status st = pp->job->ops->p2p_wait(pp->job, req, desc);
     double t1 = herd_now();
     r->s->t.comm_wait += t1 - t0;
-    if (r->plan->timeline && t1 - t0 > 1e-6) {
+    if (r->plan->timeline) { /* every transfer, however short its wait */
         char label[48];
         snprintf(label, sizeof label, "%s mb %d", what, mb);
         herd_timeline_add(r->plan->timeline, HERD_TL_COMM_WAIT, label, t0, t1);
