@@ -119,6 +119,9 @@ typedef struct herd_comm_ops {
     herd_status (*p2p_start)(herd_comm *c, herd_p2p *req, bool send, void *buf, size_t bytes,
                              int peer, int tag);
     herd_status (*p2p_wait)(herd_comm *c, herd_p2p *req, const char *what);
+    /* Moves posted transfers on without waiting (MPI progresses a large message only
+     * inside MPI calls, on both sides): cheap, for between layers. */
+    void (*p2p_progress)(herd_comm *c);
 
     /* Records what this rank is doing, for the stall inspector's report
      * ("epoch 3 step 120: backward"). */

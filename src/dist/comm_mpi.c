@@ -423,6 +423,7 @@ static const herd_comm_ops mpi_ops = {
     .split = comm_mpi_split,
     .p2p_start = comm_mpi_p2p_start,
     .p2p_wait = comm_mpi_p2p_wait,
+    .p2p_progress = comm_mpi_p2p_progress,
     .set_activity = mpi_set_activity,
     .abort = mpi_abort,
 };

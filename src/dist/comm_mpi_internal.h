@@ -167,6 +167,7 @@ herd_status comm_mpi_split(herd_comm *c, int color, int key, const char *name, h
 herd_status comm_mpi_p2p_start(herd_comm *c, herd_p2p *req, bool send, void *buf, size_t bytes,
                                int peer, int tag);
 herd_status comm_mpi_p2p_wait(herd_comm *c, herd_p2p *req, const char *what);
+void comm_mpi_p2p_progress(herd_comm *c);
 /* "allreduce 'bucket 3', 1.0 MiB" */
 void comm_mpi_describe_op(const mpi_op *op, char *out, size_t cap);
 /* Prints msg (with rank and host) and ends the job with MPI_Abort; never returns. */

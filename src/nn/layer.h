@@ -58,6 +58,10 @@ typedef struct herd_run_ctx {
      * (gradient buckets start their reductions here). NULL: no hook. */
     herd_status (*after_backward)(void *user, int layer);
     void *hook_user;
+    /* Called after every layer's forward and backward (pipeline stages move their
+     * transfers on: MPI progresses them only inside MPI calls). NULL: none. */
+    void (*between_layers)(void *user);
+    void *between_user;
     /* --timeline: every layer's forward and backward become events. NULL: off. */
     const herd_trace_sink *trace;
 } herd_run_ctx;

@@ -291,6 +291,8 @@ herd_status herd_model_forward(herd_model *m, const herd_run_ctx *ctx, const flo
         double t0 = herd_trace_start(ctx->trace);
         HERD_TRY(l->ops->forward(l, ctx, in, m->acts[i]));
         herd_trace_end(ctx->trace, HERD_TL_FWD_LAYER, l->spec.name, t0);
+        if (ctx->between_layers)
+            ctx->between_layers(ctx->between_user);
     }
     *logits = m->acts[m->n_layers - 1];
     return HERD_OK;
@@ -328,6 +330,8 @@ herd_status herd_model_backward(herd_model *m, const herd_run_ctx *ctx, const fl
         herd_trace_end(ctx->trace, HERD_TL_BWD_LAYER, l->spec.name, t0);
         if (st == HERD_OK && ctx->after_backward)
             st = ctx->after_backward(ctx->hook_user, i);
+        if (ctx->between_layers)
+            ctx->between_layers(ctx->between_user);
         for (int k = 0; k < l->spec.n_inputs && st == HERD_OK; k++) {
             int src = l->spec.inputs[k];
             if (src < 0 && !m->input_grad)

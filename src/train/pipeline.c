@@ -204,10 +204,18 @@ static herd_status post_recv_act(herd_pipeline *pp, herd_pp_slot *sl)
                                    pp->job->rank - 1, TAG_ACT);
 }
 
+static void progress_transfers(void *job)
+{
+    herd_comm *c = job;
+    c->ops->p2p_progress(c);
+}
+
 static herd_run_ctx stage_ctx(step_run *r, int mb)
 {
     herd_pipeline *pp = r->pp;
     herd_run_ctx ctx = herd_model_ctx(pp->m, true, herd_mix64(r->seed, (uint64_t)(r->done + mb)));
+    ctx.between_layers = progress_transfers;
+    ctx.between_user = pp->job;
     ctx.trace = herd_timeline_sink(r->plan->timeline);
     if (r->plan->sync_bn && pp->group->size > 1)
         ctx.bn_group = herd_group_of_comm(pp->group);
