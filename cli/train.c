@@ -34,6 +34,8 @@ static const char train_help[] =
     "                           with several ranks each rank uses the GPU of its local rank\n"
     "  --precision P            fp32 (default) or tf32 (cuda only; bf16/fp16 not available yet)\n"
     "  --gpu-memory-limit SIZE  cap herd's GPU memory, e.g. 20G (cuda only)\n"
+    "  --memory-limit SIZE      cap herd's memory per rank on the model's device, e.g. 300M:\n"
+    "                           parameters, gradients, optimizer state, activations, workspace\n"
     "  --loss-scale dynamic     dynamic loss scaling: skip steps with inf/NaN gradients\n"
     "  --loss-scale-init X      initial loss scale (default 65536)\n"
     "  --loss-scale-window N    clean steps before the scale doubles (default 2000)\n"
@@ -81,7 +83,7 @@ enum {
     OPT_WARMUP, OPT_AUGMENT, OPT_SMOOTH, OPT_THREADS, OPT_SEED, OPT_CKPT, OPT_RESUME, OPT_EVAL,
     OPT_MAX_STEPS, OPT_TRAIN_SAMPLES, OPT_SAVE, OPT_LOG_EVERY, OPT_QUIET, OPT_JSON, OPT_HELP,
     OPT_LR_SCALING, OPT_SYNC_BN, OPT_COMPRESS, OPT_GRAD_ACCUM, OPT_BUCKET_MB, OPT_CHECK_REPLICAS,
-    OPT_PP_STAGES, OPT_MICRO_BATCHES, OPT_PP_SCHEDULE, OPT_STAGE_SPLIT,
+    OPT_MEM_LIMIT, OPT_PP_STAGES, OPT_MICRO_BATCHES, OPT_PP_SCHEDULE, OPT_STAGE_SPLIT,
     OPT_STALL_WARNING, OPT_COMM_TIMEOUT, OPT_DEVICE, OPT_LOGDIR, OPT_HISTOGRAMS, OPT_METRICS,
     OPT_PRECISION, OPT_GPU_MEM, OPT_LOSS_SCALE,
     OPT_LOSS_SCALE_INIT, OPT_LOSS_SCALE_WINDOW, OPT_TIMELINE,
@@ -109,6 +111,7 @@ static const struct option train_options[] = {
     {"device", required_argument, 0, OPT_DEVICE},
     {"precision", required_argument, 0, OPT_PRECISION},
     {"gpu-memory-limit", required_argument, 0, OPT_GPU_MEM},
+    {"memory-limit", required_argument, 0, OPT_MEM_LIMIT},
     {"loss-scale", required_argument, 0, OPT_LOSS_SCALE},
     {"loss-scale-init", required_argument, 0, OPT_LOSS_SCALE_INIT},
     {"loss-scale-window", required_argument, 0, OPT_LOSS_SCALE_WINDOW},
@@ -147,7 +150,7 @@ typedef struct train_args {
     long train_samples;
     bool quiet, json;
     herd_precision precision;
-    uint64_t gpu_memory_limit;
+    uint64_t gpu_memory_limit, memory_limit;
     herd_train_config cfg;
     herd_dist_config dist;
 } train_args;
@@ -238,6 +241,11 @@ static int parse_train_args(int argc, char **argv, train_args *a)
                 return cli_usage_error("train", "--precision is fp32, tf32, bf16 or fp16, got '%s'",
                                        optarg);
             break;
+        case OPT_MEM_LIMIT:
+            if (!cli_parse_size(optarg, 1 << 20, UINT64_MAX, &a->memory_limit))
+                return cli_usage_error("train", "--memory-limit takes a size of at least 1M like "
+                                       "300M or 4G, got '%s'", optarg);
+            break;
         case OPT_GPU_MEM:
             if (!cli_parse_size(optarg, 1 << 20, UINT64_MAX, &a->gpu_memory_limit))
                 return cli_usage_error("train", "--gpu-memory-limit takes a size of at least 1M "
@@ -318,6 +326,27 @@ static bool rank0_progress(const herd_progress *p, void *user)
     return p->rank != 0 || herd_console_progress_fn(p, user);
 }
 
+/* Rank 0's peak by what it held, and every rank's peak. */
+static void print_memory(const herd_train_result *res, int ranks, const char *device)
+{
+    static const char *what[HERD_MEM_CATEGORIES] = {"parameters", "gradients", "optimizer state",
+                                                    "activations", "workspace"};
+    const double MiB = 1048576.0;
+    herd_memory_usage use;
+    if (herd_device_memory_usage(device, &use) == HERD_OK) {
+        fprintf(stderr, "herd: peak memory %.1f MiB:", (double)use.peak / MiB);
+        for (int c = 0; c < HERD_MEM_CATEGORIES; c++)
+            fprintf(stderr, "%s %s %.1f", c ? "," : "", what[c], (double)use.peak_by_category[c] / MiB);
+        fprintf(stderr, "\n");
+    }
+    if (ranks < 2)
+        return;
+    fprintf(stderr, "herd: peak memory per rank (MiB):");
+    for (int r = 0; r < ranks && r < HERD_RESULT_RANKS; r++)
+        fprintf(stderr, "%s %d: %.1f", r ? "," : "", r, (double)res->rank_memory_peak_bytes[r] / MiB);
+    fprintf(stderr, "%s\n", ranks > HERD_RESULT_RANKS ? ", ..." : "");
+}
+
 int cmd_train(int argc, char **argv)
 {
     train_args a = {0};
@@ -337,6 +366,10 @@ int cmd_train(int argc, char **argv)
     bool rank0 = herd_dist_rank(dist) == 0;
     if ((st = cli_prepare_device(dist, a.device, a.gpu_memory_limit)) != HERD_OK) {
         cli_fail(st, "cannot use the device");
+        goto done;
+    }
+    if (a.memory_limit && (st = herd_device_set_memory_limit(a.device, a.memory_limit)) != HERD_OK) {
+        cli_fail(st, "--memory-limit");
         goto done;
     }
     if ((st = herd_dataset_open(a.data, HERD_SPLIT_TRAIN, &train)) != HERD_OK) {
@@ -415,6 +448,11 @@ int cmd_train(int argc, char **argv)
     if (a.cfg.dynamic_loss_scale) {
         cli_summary_num(&s, "loss_scale", res.loss_scale, 0);
         cli_summary_num(&s, "skipped_steps", (double)res.skipped_steps, 0);
+    }
+    if (res.memory_peak_max_bytes) {
+        cli_summary_num(&s, "memory_peak_mib", (double)res.memory_peak_max_bytes / 1048576.0, 1);
+        if (rank0 && !a.quiet)
+            print_memory(&res, herd_dist_size(dist), a.device);
     }
     if (rank0)
         cli_summary_print(&s, a.json);

@@ -96,6 +96,20 @@ waits = [e for e in ev if "receiving the activations" in e.get("name", "")]
 sys.exit(0 if len(fwd) == 2 and len(bwd) == 2 and waits else 1)
 PY
 
+# A model that does not fit one rank's --memory-limit trains on 2 stages under it.
+wide=(--model widemlp --data synthetic:1,28,28,10,512 --epochs 1 --max-steps 3 --batch-size 32
+      --memory-limit 300M)
+one "${wide[@]}" >"$tmp/w1.out" 2>"$tmp/w1.err"
+rc=$?
+check "widemlp on 1 rank under --memory-limit 300M: refused (rc=$rc)" test $rc -ne 0
+check "widemlp on 1 rank: the message names the limit and what did not fit" \
+  grep -q "memory limit reached: allocating 140.5 MiB of optimizer state" "$tmp/w1.err"
+pipe 2 "${wide[@]}" --pipeline-stages 2 --micro-batches 4 >"$tmp/w2.out" 2>"$tmp/w2.err"
+rc=$?
+peak=$(sed -n 's/.*memory_peak_mib=\([0-9.]*\).*/\1/p' "$tmp/w2.out")
+check "widemlp on 2 stages under --memory-limit 300M: trains (rc=$rc, peak $peak MiB)" \
+  awk -v p="$peak" -v rc=$rc 'BEGIN { exit !(rc == 0 && p > 150 && p <= 300) }'
+
 # Bad arguments: refused before any training, by every rank, non-zero.
 bad() { # bad NP WHAT PATTERN ARGS...
   local np=$1 what=$2 pattern=$3; shift 3

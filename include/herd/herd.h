@@ -143,11 +143,35 @@ const char *herd_model_device(const herd_model *m);
 /* The device used when none is named: "cuda" when herd was built with CUDA and a GPU
  * is visible, "cpu" otherwise. Does not initialise the GPU. */
 const char *herd_default_device(void);
-/* Caps the device memory herd holds on `device` (its caching allocator never keeps
- * more, cached blocks included; 0 = no cap). Only "cuda" has one: "cpu" fails with
- * HERD_ERR_UNSUPPORTED. Allocations beyond the cap fail with HERD_ERR_NOMEM naming
- * the request, the cap and the GPU's free memory. */
+/* Caps the memory herd holds on `device` (0 = no cap): "cpu" counts every block of
+ * herd_device_memory_usage; "cuda" what its caching allocator keeps, cached blocks
+ * included. Allocations beyond the cap fail with HERD_ERR_NOMEM naming the request,
+ * what it is for, what herd holds and the cap. */
 herd_status herd_device_set_memory_limit(const char *device, uint64_t bytes);
+
+/* What herd's memory on a device is for. */
+typedef enum {
+    HERD_MEM_PARAMS = 0,   /* parameters and buffers (batch-norm statistics) */
+    HERD_MEM_GRADS,        /* parameter gradients */
+    HERD_MEM_OPTIMIZER,    /* optimizer state (momentum; Adam's moments) */
+    HERD_MEM_ACTIVATIONS,  /* layer outputs and their gradients, micro-batch slots, loss gradient */
+    HERD_MEM_WORKSPACE,    /* kernels' plans and scratch, and anything else */
+    HERD_MEM_CATEGORIES
+} herd_mem_category;
+
+typedef struct herd_memory_usage {
+    uint64_t current, peak; /* bytes herd holds on the device now, and at most so far */
+    uint64_t limit;         /* the cap (0 = none) */
+    uint64_t peak_by_category[HERD_MEM_CATEGORIES]; /* what the peak was made of; sums to peak */
+} herd_memory_usage;
+
+/* herd's own memory on `device` in this process: "cpu" counts every block the CPU
+ * backend allocates for models, optimizers and kernels (not the data set, the
+ * loader's batches, MPI's buffers or oneDNN's internal caches). "cuda" is not
+ * counted this way (HERD_ERR_UNSUPPORTED; its caching allocator has its own cap). */
+herd_status herd_device_memory_usage(const char *device, herd_memory_usage *out);
+/* Starts a new peak from what is held now. */
+herd_status herd_device_memory_reset_peak(const char *device);
 
 size_t herd_model_param_count(const herd_model *m);
 /* Forward multiply-adds x2 per sample (the usual "FLOPs" of a model card). */
@@ -361,6 +385,13 @@ typedef struct herd_train_result {
     double loss_scale;             /* final dynamic loss scale (0 = not scaling) */
     long skipped_steps;            /* steps skipped for inf/NaN gradients */
     int stale_tmp_removed;         /* temporaries of interrupted checkpoint writes deleted at start */
+    /* herd's memory on the model's device at most, since the process started or the
+     * last herd_device_memory_reset_peak (0 where not counted, e.g. on GPUs): this
+     * rank's, the largest of any rank's, and each of the first HERD_RESULT_RANKS
+     * ranks' (the same on every rank). */
+    uint64_t memory_peak_bytes, memory_peak_max_bytes;
+#define HERD_RESULT_RANKS 64
+    uint64_t rank_memory_peak_bytes[HERD_RESULT_RANKS];
 } herd_train_result;
 
 herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,

@@ -433,3 +433,21 @@ double herd_peak_flops_per_clock_sm(int cc_major, int cc_minor, herd_precision p
     }
     return 0;
 }
+
+static _Thread_local herd_mem_category mem_category = HERD_MEM_WORKSPACE;
+
+herd_mem_category herd_mem_category_set(herd_mem_category c)
+{
+    herd_mem_category old = mem_category;
+    mem_category = c;
+    return old;
+}
+
+herd_mem_category herd_mem_category_current(void) { return mem_category; }
+
+const char *herd_mem_category_name(int c)
+{
+    static const char *names[] = {"parameters", "gradients", "optimizer state", "activations",
+                                  "workspace"};
+    return c >= 0 && c < HERD_MEM_CATEGORIES ? names[c] : "?";
+}

@@ -71,7 +71,8 @@ typedef struct herd_backend {
      * them directly and skip the staging copies a device backend needs. */
     bool host_memory;
 
-    /* Memory (zeroed). */
+    /* Memory (zeroed). A failed alloc returns NULL with the reason in herd_last_error()
+     * (the request, what is held, the cap): callers return HERD_ERR_NOMEM as it is. */
     void *(*alloc)(size_t bytes);
     void (*free)(void *p);
     herd_status (*set_threads)(int threads); /* 0 = all cores */
@@ -181,11 +182,21 @@ typedef struct herd_backend {
     /* The arithmetic of gemm and convolutions from now on (herd_precision). Backends
      * refuse what they cannot do, with a message saying so. */
     herd_status (*set_precision)(herd_precision p);
-    /* Device memory: cap what the backend's allocator holds (0 = none), and describe
-     * the device for peak-FLOP/s figures. NULL for the CPU backend. */
+    /* Memory: cap what the backend's allocator holds (0 = none); what it holds, by
+     * category (NULL where not counted); and describe the device for peak-FLOP/s
+     * figures (NULL for the CPU backend). */
     herd_status (*set_memory_limit)(uint64_t bytes);
+    void (*memory_usage)(herd_memory_usage *out);
+    void (*memory_reset_peak)(void);
     herd_status (*device_info)(struct herd_device_info *out);
 } herd_backend;
+
+/* What this thread's next allocations are for (HERD_MEM_WORKSPACE unless set): the
+ * callers that know say it, the allocator counts it. Returns the previous one, to
+ * restore. */
+herd_mem_category herd_mem_category_set(herd_mem_category c);
+herd_mem_category herd_mem_category_current(void);
+const char *herd_mem_category_name(int c); /* "parameters", "gradients", ... */
 
 /* A GPU as the bench reports it. */
 typedef struct herd_device_info {

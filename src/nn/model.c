@@ -127,11 +127,14 @@ herd_status herd_model_build(herd_model *m, const herd_layer_spec *specs, int n,
 {
     HERD_TRY(herd_model_plan(m, specs, n));
     const herd_backend *be = m->be;
+    herd_mem_category was = herd_mem_category_set(HERD_MEM_PARAMS);
     m->params = be->alloc(m->n_param_floats * sizeof(float));
-    m->grads = be->alloc(m->n_param_floats * sizeof(float));
     m->buffers = be->alloc(m->n_buffer_floats * sizeof(float));
+    herd_mem_category_set(HERD_MEM_GRADS);
+    m->grads = be->alloc(m->n_param_floats * sizeof(float));
+    herd_mem_category_set(was);
     if (!m->params || !m->grads || !m->buffers)
-        return HERD_NOMEM(3 * m->n_param_floats * sizeof(float));
+        return HERD_ERR_NOMEM; /* the allocator said why */
     return herd_model_init_params(m, seed);
 }
 
@@ -219,12 +222,23 @@ static void free_activations(herd_model *m)
     m->batch = 0;
 }
 
+static herd_status reshape(herd_model *m, int batch);
+
 herd_status herd_model_reshape(herd_model *m, int batch)
 {
     if (batch <= 0)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "batch size must be positive, got %d", batch);
     if (batch == m->batch)
         return HERD_OK;
+    herd_mem_category was = herd_mem_category_set(HERD_MEM_ACTIVATIONS);
+    herd_status st = reshape(m, batch);
+    herd_mem_category_set(was);
+    return st;
+}
+
+/* Activations and the layers' per-batch plans for a new batch size. */
+static herd_status reshape(herd_model *m, int batch)
+{
     free_activations(m);
     m->acts = herd_xcalloc((size_t)m->n_layers, sizeof(float *));
     m->dacts = herd_xcalloc((size_t)m->n_layers, sizeof(float *));
@@ -241,17 +255,21 @@ herd_status herd_model_reshape(herd_model *m, int batch)
         m->acts[i] = m->be->alloc(bytes);
         m->dacts[i] = m->be->alloc(bytes);
         if (!m->acts[i] || !m->dacts[i])
-            return HERD_NOMEM(bytes);
+            return HERD_ERR_NOMEM; /* the allocator said why */
         if (m->consumers[i] > 1 && bytes > largest)
             largest = bytes;
-        if (l->ops->reshape)
-            HERD_TRY(l->ops->reshape(l, m->be, batch));
+        if (l->ops->reshape) { /* the kernels' plans and scratch */
+            herd_mem_category was = herd_mem_category_set(HERD_MEM_WORKSPACE);
+            herd_status st = l->ops->reshape(l, m->be, batch);
+            herd_mem_category_set(was);
+            HERD_TRY(st);
+        }
     }
     size_t in_bytes = (size_t)batch * m->in_c * m->in_h * m->in_w * sizeof(float);
     if (m->input_grad) {
         m->dinput = m->be->alloc(in_bytes);
         if (!m->dinput)
-            return HERD_NOMEM(in_bytes);
+            return HERD_ERR_NOMEM; /* the allocator said why */
         if (m->input_consumers > 1 && in_bytes > largest)
             largest = in_bytes;
     }
@@ -259,7 +277,7 @@ herd_status herd_model_reshape(herd_model *m, int batch)
         /* One slot per input of a two-input layer, so both can accumulate at once. */
         m->scratch = m->be->alloc(HERD_MAX_INPUTS * largest);
         if (!m->scratch)
-            return HERD_NOMEM(HERD_MAX_INPUTS * largest);
+            return HERD_ERR_NOMEM; /* the allocator said why */
         m->scratch_floats = largest / sizeof(float);
     }
     m->batch = batch;

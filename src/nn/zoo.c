@@ -250,7 +250,31 @@ herd_status herd_device_set_memory_limit(const char *device, uint64_t bytes)
     const herd_backend *be;
     HERD_TRY(backend_for(device, &be));
     if (!be->set_memory_limit)
-        return HERD_ERR(HERD_ERR_UNSUPPORTED,
-                        "device %s has no memory limit (it is for GPUs: --device cuda)", be->name);
+        return HERD_ERR(HERD_ERR_UNSUPPORTED, "device %s has no memory limit", be->name);
     return be->set_memory_limit(bytes);
+}
+
+static herd_status counted_backend(const char *device, const herd_backend **be)
+{
+    HERD_TRY(backend_for(device, be));
+    if (!(*be)->memory_usage)
+        return HERD_ERR(HERD_ERR_UNSUPPORTED, "herd does not count its memory on device %s by "
+                        "category (its allocator has its own cap)", (*be)->name);
+    return HERD_OK;
+}
+
+herd_status herd_device_memory_usage(const char *device, herd_memory_usage *out)
+{
+    const herd_backend *be;
+    HERD_TRY(counted_backend(device, &be));
+    be->memory_usage(out);
+    return HERD_OK;
+}
+
+herd_status herd_device_memory_reset_peak(const char *device)
+{
+    const herd_backend *be;
+    HERD_TRY(counted_backend(device, &be));
+    be->memory_reset_peak();
+    return HERD_OK;
 }

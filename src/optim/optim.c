@@ -114,11 +114,13 @@ herd_status herd_optimizer_create(const herd_train_config *cfg, herd_model *m,
     }
     size_t bytes = (o->n > 0 ? o->n : 1) * sizeof(float);
     for (int i = 0; i < o->n_state; i++) {
+        herd_mem_category was = herd_mem_category_set(HERD_MEM_OPTIMIZER);
         o->state[i] = be->alloc(bytes);
+        herd_mem_category_set(was);
         if (!o->state[i]) {
             herd_optimizer_free(o);
-            return HERD_ERR(HERD_ERR_NOMEM, "out of memory allocating %zu bytes of optimizer state '%s'; "
-                            "try a smaller model or the other optimizer", bytes, o->state_name[i]);
+            return HERD_ERR(HERD_ERR_NOMEM, "optimizer state '%s' (%zu bytes): %s",
+                            o->state_name[i], bytes, herd_last_error());
         }
     }
     *out = o;

@@ -35,11 +35,14 @@ static herd_status alloc_slot(herd_pipeline *pp, herd_model *whole, herd_pp_slot
     int s = pp->stage;
     HERD_TRY(herd_model_build_stage(slot->m, whole, pp->bounds[s], pp->bounds[s + 1], false, s > 0, 0));
     size_t n = (size_t)pp->micro_size;
-    slot->input = herd_xcalloc(n * pp->in_per_sample, sizeof(float));
-    slot->labels = herd_xcalloc(n, sizeof(int32_t));
-    slot->dy = herd_xcalloc(n * pp->out_per_sample, sizeof(float));
+    const herd_backend *be = pp->m->be;
+    herd_mem_category was = herd_mem_category_set(HERD_MEM_ACTIVATIONS);
+    slot->input = be->alloc(n * pp->in_per_sample * sizeof(float));
+    slot->labels = be->alloc(n * sizeof(int32_t));
+    slot->dy = be->alloc(n * pp->out_per_sample * sizeof(float));
+    herd_mem_category_set(was);
     if (!slot->input || !slot->labels || !slot->dy)
-        return HERD_NOMEM(n * (pp->in_per_sample + pp->out_per_sample + 1) * sizeof(float));
+        return HERD_ERR_NOMEM; /* the allocator said why */
     return HERD_OK;
 }
 
@@ -149,9 +152,9 @@ void herd_pipeline_free(herd_pipeline *pp)
     for (int i = 0; pp->slots && i < pp->n_slots; i++) {
         herd_pp_slot *sl = &pp->slots[i];
         herd_model_free(sl->m);
-        free(sl->input);
-        free(sl->labels);
-        free(sl->dy);
+        pp->m->be->free(sl->input);
+        pp->m->be->free(sl->labels);
+        pp->m->be->free(sl->dy);
     }
     free(pp->slots);
     free(pp->actions);

@@ -46,7 +46,7 @@ static herd_status batch_to_backend(herd_model *m, float **x_dev, int32_t **labe
         *labels_dev = be->alloc((size_t)b->n * sizeof(int32_t));
         *capacity = *x_dev && *labels_dev ? b->n : 0;
         if (!*capacity)
-            return HERD_NOMEM((size_t)b->n * per_sample * sizeof(float));
+            return HERD_ERR_NOMEM; /* the allocator said why */
     }
     HERD_TRY(be->memcpy_h2d(*x_dev, b->x, (size_t)b->n * per_sample * sizeof(float)));
     HERD_TRY(be->memcpy_h2d(*labels_dev, b->labels, (size_t)b->n * sizeof(int32_t)));
@@ -93,9 +93,11 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
     if (b->n > p->dlogits_capacity) {
         m->be->free(p->dlogits);
         size_t bytes = (size_t)b->n * m->classes * sizeof(float);
+        herd_mem_category was = herd_mem_category_set(HERD_MEM_ACTIVATIONS);
         p->dlogits = m->be->alloc(bytes);
+        herd_mem_category_set(was);
         if (!p->dlogits)
-            return HERD_NOMEM(bytes);
+            return HERD_ERR_NOMEM; /* the allocator said why */
         p->dlogits_capacity = b->n;
     }
     HERD_TRY(herd_model_reshape(m, b->n));

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/clock.h"
@@ -777,6 +778,31 @@ static herd_status setup(run *r)
     return herd_fail_point("setup", r->comm->rank);
 }
 
+/* Every rank's peak memory, for the summary (collective). */
+static herd_status gather_memory_peaks(run *r)
+{
+    herd_memory_usage use;
+    uint64_t mine = 0;
+    if (r->m->be->memory_usage) {
+        r->m->be->memory_usage(&use);
+        mine = use.peak;
+    }
+    herd_comm *c = r->comm;
+    uint64_t *all = herd_xcalloc((size_t)c->size, sizeof *all);
+    if (!all)
+        return HERD_ERR_NOMEM;
+    herd_status st = c->ops->allgather(c, &mine, all, sizeof mine);
+    r->res->memory_peak_bytes = mine;
+    for (int i = 0; st == HERD_OK && i < c->size; i++) {
+        if (all[i] > r->res->memory_peak_max_bytes)
+            r->res->memory_peak_max_bytes = all[i];
+        if (i < HERD_RESULT_RANKS)
+            r->res->rank_memory_peak_bytes[i] = all[i];
+    }
+    free(all);
+    return st;
+}
+
 /* The pipeline's arguments against the job and the model. */
 static herd_status check_pipeline(const run *r)
 {
@@ -877,6 +903,7 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
         st = herd_pipeline_gather(r->pp, NULL, r->comm->rank == 0 ? r->whole : NULL, NULL);
         HERD_TRY(agree(r, st, "collecting the trained stages"));
     }
+    HERD_TRY(gather_memory_peaks(r));
     return stop_timeline(r, true);
 }
 

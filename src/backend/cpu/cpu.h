@@ -4,6 +4,14 @@
 
 #include "backend/backend.h"
 
+/* cpu_memory.c: counted, zeroed, 64-byte aligned blocks (the backend's alloc/free),
+ * the --memory-limit cap and the peak by category. */
+void *herd_cpu_alloc(size_t bytes);
+void herd_cpu_free(void *p);
+herd_status herd_cpu_set_memory_limit(uint64_t bytes);
+void herd_cpu_memory_usage(herd_memory_usage *out);
+void herd_cpu_memory_reset_peak(void);
+
 /* Fused optimizer kernels (cpu_optim.c). */
 herd_status herd_cpu_sgd_update(size_t n, float *w, const float *g, float *momentum_buf,
                                 const herd_sgd_args *a);

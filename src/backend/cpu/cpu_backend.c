@@ -44,9 +44,7 @@ const char *herd_dnnl_status_str(dnnl_status_t st)
 
 static bool cpu_supports_op(herd_op op) { return op >= 0 && op < HERD_OP_COUNT; }
 
-static void *cpu_alloc(size_t bytes) { return herd_aligned_alloc(bytes); }
 
-static void cpu_free(void *p) { herd_aligned_free(p); }
 
 static herd_status cpu_set_threads(int threads)
 {
@@ -77,8 +75,11 @@ static const herd_backend cpu_backend = {
     .name = "cpu",
     .host_memory = true,
     .supports_op = cpu_supports_op,
-    .alloc = cpu_alloc,
-    .free = cpu_free,
+    .alloc = herd_cpu_alloc,
+    .free = herd_cpu_free,
+    .set_memory_limit = herd_cpu_set_memory_limit,
+    .memory_usage = herd_cpu_memory_usage,
+    .memory_reset_peak = herd_cpu_memory_reset_peak,
     .memcpy_h2d = cpu_memcpy,
     .memcpy_d2h = cpu_memcpy,
     .set_threads = cpu_set_threads,

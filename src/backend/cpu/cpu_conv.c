@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu.h"
 #include "backend/cpu/cpu_dnnl.h"
 #include "backend/cpu/cpu_ops.h"
 
@@ -59,9 +60,9 @@ void herd_cpu_conv2d_plan_free(herd_conv_plan *p)
     for (size_t i = 0; i < 3; i++)
         if (pds[i])
             dnnl_primitive_desc_destroy(pds[i]);
-    herd_aligned_free(p->dw_acc);
-    herd_aligned_free(p->db_acc);
-    herd_aligned_free(p->scratch);
+    herd_cpu_free(p->dw_acc);
+    herd_cpu_free(p->db_acc);
+    herd_cpu_free(p->scratch);
     free(p);
 }
 
@@ -137,13 +138,13 @@ static herd_status build(herd_conv_plan *p)
     dnnl_stream_t stream;
     HERD_TRY(herd_dnnl_get(&eng, &stream));
     size_t w_bytes = (size_t)d->c_out * d->c_in * d->kh * d->kw * sizeof(float);
-    p->dw_acc = herd_aligned_alloc(w_bytes);
+    p->dw_acc = herd_cpu_alloc(w_bytes);
     if (!p->dw_acc)
         return HERD_NOMEM(w_bytes);
     if (d->bias) {
         HERD_DNNL(dnnl_memory_create(&p->f_bias, &bias_u, eng, DNNL_MEMORY_NONE), "conv bias");
         HERD_DNNL(dnnl_memory_create(&p->w_db, &bias_u, eng, DNNL_MEMORY_NONE), "conv bias grad");
-        p->db_acc = herd_aligned_alloc((size_t)d->c_out * sizeof(float));
+        p->db_acc = herd_cpu_alloc((size_t)d->c_out * sizeof(float));
         if (!p->db_acc)
             return HERD_NOMEM((size_t)d->c_out * sizeof(float));
     }

@@ -1,5 +1,6 @@
 /* oneDNN helpers shared by convolution and pooling: ports with reorders, primitive
  * creation with a user scratchpad, execution on the shared stream. */
+#include "backend/cpu/cpu.h"
 #include "backend/cpu/cpu_dnnl.h"
 
 #include <string.h>
@@ -28,7 +29,7 @@ herd_status herd_dnnl_port_init(herd_dnnl_port *port, const dnnl_memory_desc_t *
         return HERD_OK;
     }
     port->inner_bytes = dnnl_memory_desc_get_size(prim_md);
-    port->inner_buf = herd_aligned_alloc(port->inner_bytes);
+    port->inner_buf = herd_cpu_alloc(port->inner_bytes);
     if (!port->inner_buf)
         return HERD_NOMEM(port->inner_bytes);
     HERD_DNNL(dnnl_memory_create(&port->inner, prim_md, eng, port->inner_buf), what);
@@ -50,7 +51,7 @@ void herd_dnnl_port_free(herd_dnnl_port *port)
         dnnl_memory_destroy(port->inner);
     if (port->user)
         dnnl_memory_destroy(port->user);
-    herd_aligned_free(port->inner_buf);
+    herd_cpu_free(port->inner_buf);
     memset(port, 0, sizeof *port);
 }
 
@@ -138,7 +139,7 @@ herd_status herd_dnnl_scratch_init(const const_dnnl_primitive_desc_t *pds, int n
     dnnl_engine_t eng;
     dnnl_stream_t stream;
     HERD_TRY(herd_dnnl_get(&eng, &stream));
-    *buf = herd_aligned_alloc(bytes);
+    *buf = herd_cpu_alloc(bytes);
     if (!*buf)
         return HERD_NOMEM(bytes);
     dnnl_memory_desc_t md;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu.h"
 #include "backend/cpu/cpu_dnnl.h"
 #include "backend/cpu/cpu_ops.h"
 
@@ -33,8 +34,8 @@ void herd_cpu_pool_plan_free(herd_pool_plan *p)
         dnnl_primitive_desc_destroy(p->fwd_pd);
     if (p->bwd_pd)
         dnnl_primitive_desc_destroy(p->bwd_pd);
-    herd_aligned_free(p->workspace_buf);
-    herd_aligned_free(p->scratch);
+    herd_cpu_free(p->workspace_buf);
+    herd_cpu_free(p->scratch);
     free(p);
 }
 
@@ -71,7 +72,7 @@ static herd_status build(herd_pool_plan *p)
     const dnnl_memory_desc_t *ws = dnnl_primitive_desc_query_md(p->fwd_pd, dnnl_query_workspace_md, 0);
     size_t ws_bytes = ws ? dnnl_memory_desc_get_size(ws) : 0;
     if (ws_bytes) {
-        p->workspace_buf = herd_aligned_alloc(ws_bytes);
+        p->workspace_buf = herd_cpu_alloc(ws_bytes);
         if (!p->workspace_buf)
             return HERD_NOMEM(ws_bytes);
         HERD_DNNL(dnnl_memory_create(&p->workspace, ws, eng, p->workspace_buf), "pooling workspace");
