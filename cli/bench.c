@@ -170,7 +170,8 @@ int cmd_bench(int argc, char **argv)
         printf("usage: herd bench <what> [options]\n\n"
                "  train      training throughput (herd bench train --help)\n"
                "  allreduce  allreduce time and bandwidth per size, verified (nccl-tests style)\n"
-               "  p2p        bandwidth and latency between every pair of ranks and of GPUs\n");
+               "  p2p        bandwidth and latency between every pair of ranks and of GPUs\n"
+               "  pipeline   the bubble of a pipeline schedule with synthetic stages\n");
         return argc < 2 ? CLI_USAGE : CLI_OK;
     }
     if (strcmp(argv[1], "train") == 0)
@@ -179,6 +180,8 @@ int cmd_bench(int argc, char **argv)
         return cmd_bench_allreduce(argc - 1, argv + 1);
     if (strcmp(argv[1], "p2p") == 0)
         return cmd_bench_p2p(argc - 1, argv + 1);
-    fprintf(stderr, "herd: error: unknown benchmark '%s'; try train, allreduce or p2p\n", argv[1]);
+    if (strcmp(argv[1], "pipeline") == 0)
+        return cmd_bench_pipeline(argc - 1, argv + 1);
+    fprintf(stderr, "herd: error: unknown benchmark '%s'; try train, allreduce, p2p or pipeline\n", argv[1]);
     return CLI_USAGE;
 }

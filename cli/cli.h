@@ -51,6 +51,7 @@ int cmd_eval(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_bench_allreduce(int argc, char **argv);
 int cmd_bench_p2p(int argc, char **argv);
+int cmd_bench_pipeline(int argc, char **argv);
 int cmd_models(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_plot(int argc, char **argv);

@@ -110,6 +110,20 @@ peak=$(sed -n 's/.*memory_peak_mib=\([0-9.]*\).*/\1/p' "$tmp/w2.out")
 check "widemlp on 2 stages under --memory-limit 300M: trains (rc=$rc, peak $peak MiB)" \
   awk -v p="$peak" -v rc=$rc 'BEGIN { exit !(rc == 0 && p > 150 && p <= 300) }'
 
+# herd bench pipeline: synthetic stages through the same schedules.
+for np in 2 3; do
+  timeout 60 "${mpirun[@]}" -np $np "$herd" bench pipeline --micro-batches 4 --stage-ms 5 --steps 2 \
+    --schedule gpipe >"$tmp/bp.out" 2>"$tmp/bp.err"
+  rc=$?
+  line=$(tail -1 "$tmp/bp.out")
+  check "bench pipeline, $np stages: exit 0 and a key=value line ($line)" \
+    awk -v rc=$rc -v l="$line" 'BEGIN { exit !(rc == 0 && l ~ /^stages='"$np"' micro_batches=4 schedule=gpipe .*measured_bubble=0\.[0-9]+ ideal_bubble=0\.[0-9]+$/) }'
+  check "bench pipeline, $np stages: one row per stage" test "$(grep -cE '^ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.-]+$' "$tmp/bp.out")" -eq $np
+done
+timeout 30 "$herd" bench pipeline >"$tmp/bp.out" 2>"$tmp/bp.err"
+check "bench pipeline on one process: refused, saying how many ranks it needs" \
+  grep -q "one stage per rank: start 2..64 ranks" "$tmp/bp.err"
+
 # Bad arguments: refused before any training, by every rank, non-zero.
 bad() { # bad NP WHAT PATTERN ARGS...
   local np=$1 what=$2 pattern=$3; shift 3

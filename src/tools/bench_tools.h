@@ -85,6 +85,36 @@ herd_status bench_allreduce_write_json(const bench_allreduce_config *cfg,
 /* Elements of the type in `bytes`: whole elements, at least one. */
 uint64_t bench_allreduce_count(bench_type type, uint64_t bytes);
 
+/* ------------------------------------------------------------- pipeline */
+
+/* Synthetic pipeline stages: one rank per stage runs the real schedule (GPipe or
+ * 1F1B) over M micro-batches whose forward costs stage_ms and backward
+ * backward_ratio x stage_ms (slept, or spun), exchanging `bytes` of activations and
+ * gradients with its neighbours, so the bubble is measured without a model's noise. */
+typedef struct bench_pipeline_config {
+    int micro_batches;
+    double stage_ms, backward_ratio;
+    int schedule; /* 0 = 1F1B, 1 = GPipe */
+    int steps, warmup;
+    size_t bytes;
+    bool spin;    /* busy-wait instead of sleeping (a core per rank) */
+} bench_pipeline_config;
+
+#define BENCH_PIPELINE_MAX_STAGES 64
+typedef struct bench_pipeline_result {
+    int stages;
+    double step_ms;                 /* mean over the timed steps of the slowest rank's step */
+    double ideal_step_ms;           /* (M + P - 1) x (forward + backward) */
+    double measured_bubble;         /* 1 - busy / step, the stages' mean */
+    double ideal_bubble;            /* (P - 1) / (M + P - 1) */
+    double busy_ms[BENCH_PIPELINE_MAX_STAGES];   /* per stage and step: computing */
+    double bubble[BENCH_PIPELINE_MAX_STAGES];    /* per stage */
+} bench_pipeline_result;
+
+/* Collective over the session's ranks (the stages); every rank gets the result. */
+herd_status bench_pipeline(bench_session *s, const bench_pipeline_config *cfg,
+                           bench_pipeline_result *out);
+
 /* ------------------------------------------------------------------ p2p */
 
 typedef struct bench_p2p_config {
