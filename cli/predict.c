@@ -43,6 +43,13 @@ static const char predict_help[] =
     "  --threshold E       efficiency to keep (default 0.9)\n"
     "  --data DATA         data for the model's shape and the measurement (fashion-mnist)\n"
     "  --batch-size N      per worker (128); --threads N (1); --steps N measured steps (20)\n"
+    "  --pipeline-stages P  also predict one pipeline of P stages (herd train\n"
+    "                      --pipeline-stages): the layers split as herd splits them (by\n"
+    "                      FLOP shares of the measured step), the schedule simulated stage by\n"
+    "                      stage, each boundary's activations and gradients one message each\n"
+    "                      way (alpha + bytes x beta of the link's segment)\n"
+    "  --micro-batches M   micro-batches of --batch-size / M (--pipeline-stages; 4)\n"
+    "  --pp-schedule S     1f1b or gpipe (1f1b)\n"
     "  --json              one JSON object instead of the table\n";
 
 static const char *const metrics_names[] = {"last-bucket", "step-late", "blocking"};
@@ -54,6 +61,8 @@ typedef struct predict_args {
     int grad_bytes_per_param;
     herd_metrics_exchange metrics;
     bool json, sync_bn;
+    long stages, micro_batches;
+    bool gpipe;
 } predict_args;
 
 static int parse_args(int argc, char **argv, predict_args *a)
@@ -68,11 +77,14 @@ static int parse_args(int argc, char **argv, predict_args *a)
         {"steps", required_argument, 0, 'S'}, {"json", no_argument, 0, 'j'},
         {"bucket-mb", required_argument, 0, 'K'}, {"sync-bn", no_argument, 0, 'Y'},
         {"metrics-exchange", required_argument, 0, 'M'},
+        {"pipeline-stages", required_argument, 0, 'P'}, {"micro-batches", required_argument, 0, 'U'},
+        {"pp-schedule", required_argument, 0, 'Q'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     *a = (predict_args){.data = "fashion-mnist", .batch = 128, .threads = 1, .steps = 20,
                         .link_gbps = -1, .latency_us = -1, .step_ms = -1, .backward_fraction = -1,
-                        .threshold = 0.9, .metrics = HERD_METRICS_STEP_LATE, .grad_bytes_per_param = 4, .bucket_mb = 25};
+                        .threshold = 0.9, .metrics = HERD_METRICS_STEP_LATE, .grad_bytes_per_param = 4, .bucket_mb = 25,
+                        .stages = 1, .micro_batches = 4};
     int opt, idx = 0;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "", opts, &idx)) != -1) {
@@ -93,6 +105,12 @@ static int parse_args(int argc, char **argv, predict_args *a)
         case 't': ok = cli_parse_float(optarg, 0, 1, &a->threshold); break;
         case 'K': ok = cli_parse_float(optarg, 1e-6, 1e6, &a->bucket_mb); break;
         case 'Y': a->sync_bn = true; break;
+        case 'P': ok = cli_parse_int(optarg, 1, HERD_PREDICT_MAX_STAGES, &a->stages); break;
+        case 'U': ok = cli_parse_int(optarg, 1, 1 << 20, &a->micro_batches); break;
+        case 'Q':
+            ok = strcmp(optarg, "1f1b") == 0 || strcmp(optarg, "gpipe") == 0;
+            a->gpipe = strcmp(optarg, "gpipe") == 0;
+            break;
         case 'M': {
             int i = 0;
             while (i < 3 && strcmp(optarg, metrics_names[i]) != 0)
@@ -120,6 +138,9 @@ static int parse_args(int argc, char **argv, predict_args *a)
         return cli_usage_error("predict", "unexpected argument '%s'", argv[optind]);
     if (!a->model || !a->workers)
         return cli_usage_error("predict", "--model and --workers are required");
+    if (a->stages > 1 && a->batch % a->micro_batches != 0)
+        return cli_usage_error("predict", "--batch-size %ld does not divide into --micro-batches %ld",
+                               a->batch, a->micro_batches);
     bool given = a->link_gbps > 0 || a->latency_us >= 0;
     if (given == (a->bench_file != NULL) || (given && (a->link_gbps <= 0 || a->latency_us < 0)))
         return cli_usage_error("predict", "give the link either as --link-gbps X --latency-us Y "
@@ -212,7 +233,7 @@ static herd_status step_plan_build(const predict_args *a, const herd_model *m, d
     return HERD_OK;
 }
 
-static void print_json(const predict_args *a, const herd_comm_link *link, const step_plan *p,
+static cJSON *summary_json(const predict_args *a, const herd_comm_link *link, const step_plan *p,
                        const herd_predict_row *rows, int n_over, int n_plain)
 {
     cJSON *o = cJSON_CreateObject();
@@ -253,7 +274,7 @@ static void print_json(const predict_args *a, const herd_comm_link *link, const 
         cJSON_AddNumberToObject(r, "efficiency_overlap", rows[i].efficiency_overlap);
         cJSON_AddItemToArray(list, r);
     }
-    cli_print_json(o);
+    return o;
 }
 
 static void print_header(const predict_args *a, const herd_model *m, const herd_comm_link *link,
@@ -286,6 +307,82 @@ static void print_header(const predict_args *a, const herd_model *m, const herd_
                (double)p->buckets[k].numel * a->grad_bytes_per_param,
                p->layer_names[p->buckets[k].ready_layer]);
     printf("; metrics %s%s\n", metrics_names[a->metrics], a->sync_bn ? "; --sync-bn exchanges" : "");
+}
+
+/* One pipeline of a->stages stages: the step's forward and backward split over the
+ * layers by FLOPs, the layers over the stages as herd train splits them, each stage's
+ * share divided among the micro-batches. */
+static herd_status predict_pipeline(const predict_args *a, const herd_model *m,
+                                    const herd_comm_link *link, const step_plan *p, cJSON *json)
+{
+    int n = (int)herd_model_layer_count(m), P = (int)a->stages, M = (int)a->micro_batches;
+    double *cost = calloc((size_t)n, sizeof *cost), *fwd = calloc((size_t)n, sizeof *fwd);
+    int bounds[HERD_PREDICT_MAX_STAGES + 1];
+    herd_status st = cost && fwd ? HERD_OK : HERD_ERR_NOMEM;
+    double total = 0;
+    for (int l = 0; st == HERD_OK && l < n; l++) {
+        herd_layer_info li;
+        st = herd_model_layer_info(m, (size_t)l, &li);
+        fwd[l] = li.forward_flops;
+        total += li.forward_flops;
+    }
+    for (int l = 0; st == HERD_OK && l < n; l++) {
+        fwd[l] = p->sm.forward_s * (total > 0 ? fwd[l] / total : 1.0 / n);
+        cost[l] = fwd[l] + p->backward_s[l];
+    }
+    if (st == HERD_OK)
+        st = herd_model_pipeline_split(m, P, cost, bounds);
+    herd_pipeline_model pm = {.stages = P, .micro_batches = M, .gpipe = a->gpipe, .other_s = p->sm.other_s};
+    double micro = (double)a->batch / M;
+    for (int s = 0; st == HERD_OK && s < P; s++) {
+        for (int l = bounds[s]; l < bounds[s + 1]; l++) {
+            pm.forward_s[s] += fwd[l] / M;
+            pm.backward_s[s] += p->backward_s[l] / M;
+        }
+        herd_layer_info li;
+        if (s + 1 < P && (st = herd_model_layer_info(m, (size_t)bounds[s + 1] - 1, &li)) == HERD_OK) {
+            double bytes = (double)li.output_per_sample * sizeof(float) * micro;
+            herd_alpha_beta ab = herd_comm_link_segment(link, bytes, NULL);
+            pm.transfer_s[s] = ab.alpha_s + bytes * ab.beta_s_per_byte;
+        }
+    }
+    herd_pipeline_prediction pr;
+    if (st == HERD_OK)
+        st = herd_predict_pipeline(&pm, &pr);
+    if (st == HERD_OK && json) {
+        cJSON *o = cJSON_AddObjectToObject(json, "pipeline");
+        cJSON_AddNumberToObject(o, "stages", P);
+        cJSON_AddNumberToObject(o, "micro_batches", M);
+        cJSON_AddStringToObject(o, "schedule", a->gpipe ? "gpipe" : "1f1b");
+        cJSON_AddNumberToObject(o, "step_ms", 1e3 * pr.step_s);
+        cJSON_AddNumberToObject(o, "speedup", p->step_s / pr.step_s);
+        cJSON_AddNumberToObject(o, "bubble", pr.bubble);
+        cJSON_AddNumberToObject(o, "ideal_bubble", pr.ideal_bubble);
+        cJSON *list = cJSON_AddArrayToObject(o, "stage_first_layer");
+        for (int s = 0; s < P; s++)
+            cJSON_AddItemToArray(list, cJSON_CreateString(p->layer_names[bounds[s]]));
+    } else if (st == HERD_OK) {
+        printf("\npipeline of %d stages, %d micro-batches of %g (%s), split by FLOPs:\n", P, M, micro,
+               a->gpipe ? "gpipe" : "1f1b");
+        for (int s = 0; s < P; s++) {
+            printf("  stage %d: layers %s..%s, forward %.3f ms and backward %.3f ms per micro-batch",
+                   s, p->layer_names[bounds[s]], p->layer_names[bounds[s + 1] - 1],
+                   1e3 * pm.forward_s[s], 1e3 * pm.backward_s[s]);
+            if (s + 1 < P)
+                printf(", %.3f ms each way to stage %d", 1e3 * pm.transfer_s[s], s + 1);
+            printf("\n");
+        }
+        printf("predicted step %.3f ms on %d ranks against one worker's %.3f ms (speed-up %.2f, %.0f%% of %d); "
+               "bubble %.3f, ideal %.3f (the time per sample taken not to depend on the batch)\n",
+               1e3 * pr.step_s, P, 1e3 * p->step_s, p->step_s / pr.step_s,
+               100 * p->step_s / pr.step_s / P, P, pr.bubble, pr.ideal_bubble);
+        printf("pipeline_stages=%d micro_batches=%d schedule=%s step_ms=%.3f speedup=%.3f bubble=%.4f "
+               "ideal_bubble=%.4f\n", P, M, a->gpipe ? "gpipe" : "1f1b", 1e3 * pr.step_s,
+               p->step_s / pr.step_s, pr.bubble, pr.ideal_bubble);
+    }
+    free(cost);
+    free(fwd);
+    return st;
 }
 
 int cmd_predict(int argc, char **argv)
@@ -334,13 +431,17 @@ int cmd_predict(int argc, char **argv)
         else {
             int n_over = herd_predict_max_workers(rows, (int)a.workers, a.threshold, true);
             int n_plain = herd_predict_max_workers(rows, (int)a.workers, a.threshold, false);
-            if (a.json) {
-                print_json(&a, link, &plan, rows, n_over, n_plain);
-            } else {
+            cJSON *o = a.json ? summary_json(&a, link, &plan, rows, n_over, n_plain) : NULL;
+            if (!a.json) {
                 print_header(&a, m, link, &plan);
                 print_table(&a, rows, n_over, n_plain);
             }
-            rc = CLI_OK;
+            if (a.stages > 1 && (st = predict_pipeline(&a, m, link, &plan, o)) != HERD_OK)
+                cli_fail(st, "cannot predict the pipeline");
+            else
+                rc = CLI_OK;
+            if (o)
+                cli_print_json(o);
         }
     }
     step_plan_free(&plan);

@@ -124,6 +124,12 @@ timeout 30 "$herd" bench pipeline >"$tmp/bp.out" 2>"$tmp/bp.err"
 check "bench pipeline on one process: refused, saying how many ranks it needs" \
   grep -q "one stage per rank: start 2..64 ranks" "$tmp/bp.err"
 
+# herd predict for a pipeline: the partition, the bubble next to the ideal.
+"$herd" predict --model lenet5 --data synthetic:1,28,28,10,512 --workers 2 --link-gbps 10 \
+  --latency-us 5 --batch-size 32 --steps 3 --pipeline-stages 2 --micro-batches 4 >"$tmp/pr.out" 2>&1
+check "predict --pipeline-stages 2: the stages and a key=value line" \
+  grep -qE "^pipeline_stages=2 micro_batches=4 schedule=1f1b step_ms=[0-9.]+ speedup=[0-9.]+ bubble=[0-9.]+ ideal_bubble=0.2000$" "$tmp/pr.out"
+
 # Bad arguments: refused before any training, by every rank, non-zero.
 bad() { # bad NP WHAT PATTERN ARGS...
   local np=$1 what=$2 pattern=$3; shift 3

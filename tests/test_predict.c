@@ -272,6 +272,33 @@ static void test_scaling_table(void **state)
     assert_int_equal(herd_predict_scaling(&l, &m, 1e6, 8, rows), HERD_ERR_INVALID_ARG);
 }
 
+/* A pipeline with equal stages and free transfers has the ideal bubble and makespan;
+ * a transfer time and a slow stage stretch it as the schedule says. */
+static void test_pipeline(void **state)
+{
+    (void)state;
+    for (int gpipe = 0; gpipe < 2; gpipe++)
+        for (int P = 1; P <= 4; P++)
+            for (int M = 1; M <= 9; M += 4) {
+                herd_pipeline_model pm = {.stages = P, .micro_batches = M, .gpipe = gpipe, .other_s = 0.5};
+                for (int s = 0; s < P; s++)
+                    pm.forward_s[s] = 1, pm.backward_s[s] = 2;
+                herd_pipeline_prediction pr;
+                assert_int_equal(herd_predict_pipeline(&pm, &pr), HERD_OK);
+                assert_true(fabs(pr.step_s - ((M + P - 1) * 3.0 + 0.5)) < 1e-9);
+                assert_true(fabs(pr.bubble - pr.ideal_bubble) < 1e-12);
+                assert_true(fabs(pr.ideal_bubble - (double)(P - 1) / (M + P - 1)) < 1e-12);
+            }
+    /* Two stages, one micro-batch: F0, transfer, F1, B1, transfer, B0. */
+    herd_pipeline_model pm = {.stages = 2, .micro_batches = 1, .forward_s = {1, 2},
+                              .backward_s = {3, 4}, .transfer_s = {0.25}, .allreduce_s = {0.5, 0}};
+    herd_pipeline_prediction pr;
+    assert_int_equal(herd_predict_pipeline(&pm, &pr), HERD_OK);
+    assert_true(fabs(pr.step_s - (1 + 0.25 + 2 + 4 + 0.25 + 3 + 0.5)) < 1e-9);
+    pm.stages = 0;
+    assert_int_equal(herd_predict_pipeline(&pm, &pr), HERD_ERR_INVALID_ARG);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -283,6 +310,7 @@ int main(void)
         cmocka_unit_test(test_step_overlap),
         cmocka_unit_test(test_step_sync_bn),
         cmocka_unit_test(test_scaling_table),
+        cmocka_unit_test(test_pipeline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

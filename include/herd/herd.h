@@ -195,9 +195,17 @@ typedef struct herd_layer_info {
     int n_params; /* parameter tensors, buffers not counted */
     /* Their elements and offsets in the gradient buffer, in declaration order. */
     size_t param_numel[HERD_LAYER_MAX_PARAMS], param_offset[HERD_LAYER_MAX_PARAMS];
+    size_t output_per_sample; /* values of its output per sample */
 } herd_layer_info;
 size_t herd_model_layer_count(const herd_model *m);
 herd_status herd_model_layer_info(const herd_model *m, size_t i, herd_layer_info *out);
+
+/* Pipeline stages (docs/pipeline.md): the split of m's layers into `stages` runs that
+ * minimises the slowest stage's summed cost (cost: one value per layer, in any unit;
+ * NULL: forward + backward FLOPs), cutting only where one tensor crosses. Stage s
+ * holds layers bounds[s] .. bounds[s+1]-1 (bounds has stages + 1 entries). */
+herd_status herd_model_pipeline_split(const herd_model *m, int stages, const double *cost,
+                                      int *bounds);
 
 /* Weights in safetensors format (readable by PyTorch's and numpy's loaders). */
 herd_status herd_model_save(const herd_model *m, const char *path);

@@ -298,3 +298,20 @@ void herd_partition_describe(const herd_model *m, const double *cost, const int 
                                     (double)in->boundary_bytes * batch / 1024.0);
     }
 }
+
+herd_status herd_model_pipeline_split(const herd_model *m, int stages, const double *cost,
+                                      int *bounds)
+{
+    if (!m || !bounds)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "herd_model_pipeline_split needs a model and bounds");
+    if (cost)
+        return herd_partition_balance(m, cost, stages, bounds);
+    double *flops = herd_xcalloc((size_t)m->n_layers, sizeof *flops);
+    if (!flops)
+        return HERD_ERR_NOMEM;
+    herd_status st = herd_partition_layer_costs(m, 1, false, flops);
+    if (st == HERD_OK)
+        st = herd_partition_balance(m, flops, stages, bounds);
+    free(flops);
+    return st;
+}

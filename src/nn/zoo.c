@@ -211,6 +211,7 @@ herd_status herd_model_layer_info(const herd_model *m, size_t i, herd_layer_info
     out->name = l->spec.name;
     out->type = l->ops->type;
     out->forward_flops = l->ops->flops ? l->ops->flops(l) : 0;
+    out->output_per_sample = herd_shape_per_sample(l->out_shape);
     bool input_only = true;
     for (int k = 0; k < l->spec.n_inputs; k++)
         input_only &= l->spec.inputs[k] < 0;

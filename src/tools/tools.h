@@ -274,6 +274,30 @@ typedef struct herd_step_prediction {
 herd_status herd_predict_step(const herd_comm_link *link, int n, const herd_step_model *m,
                               herd_step_prediction *out);
 
+/* A pipeline step (--pipeline-stages): the schedule of dist/pp_schedule.h simulated
+ * stage by stage, each micro-batch's activations and gradients taking transfer_s
+ * between stages s and s+1, then each stage group's gradient allreduce (not overlapped:
+ * an upper bound) and the rest of the step. */
+#define HERD_PREDICT_MAX_STAGES 64
+typedef struct herd_pipeline_model {
+    int stages, micro_batches;
+    bool gpipe;
+    double forward_s[HERD_PREDICT_MAX_STAGES];  /* one micro-batch through stage s */
+    double backward_s[HERD_PREDICT_MAX_STAGES];
+    double transfer_s[HERD_PREDICT_MAX_STAGES]; /* from stage s to s+1, each way */
+    double allreduce_s[HERD_PREDICT_MAX_STAGES]; /* stage s's gradients among its replicas */
+    double other_s;
+} herd_pipeline_model;
+
+typedef struct herd_pipeline_prediction {
+    double step_s;
+    double bubble;       /* 1 - busy / (the step without allreduce and other), stages' mean */
+    double ideal_bubble; /* (P-1)/(M+P-1) */
+    double busy_s[HERD_PREDICT_MAX_STAGES];
+} herd_pipeline_prediction;
+
+herd_status herd_predict_pipeline(const herd_pipeline_model *m, herd_pipeline_prediction *out);
+
 typedef struct herd_predict_row {
     int workers;
     double ring_s, tree_s; /* all gradients as one message */
