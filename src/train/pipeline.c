@@ -59,8 +59,10 @@ static herd_status plan_stages(herd_pipeline *pp, const herd_train_config *cfg, 
     if (!cost)
         return HERD_ERR_NOMEM;
     herd_status st = HERD_OK;
+    /* Timing a layer allocates it (its parameters and gradients, once, on rank 0): with
+     * the cuts named, the FLOPs only describe the stages. */
     if (pp->job->rank == 0)
-        st = herd_partition_layer_costs(whole, pp->micro_size, true, cost);
+        st = herd_partition_layer_costs(whole, pp->micro_size, !cfg->stage_split, cost);
     herd_status agreed = herd_agree(pp->job, st, "measuring the layers' cost");
     if (agreed == HERD_OK && pp->job->size > 1)
         agreed = pp->job->ops->broadcast(pp->job, cost, (size_t)n * sizeof *cost, 0);

@@ -414,7 +414,8 @@ static herd_status evaluate(run *r, herd_progress *p)
     herd_eval_result ev;
     double t0 = herd_now();
     if (r->pp)
-        HERD_TRY(herd_pipeline_evaluate(r->pp, r->test, r->cfg.batch_size, &ev));
+        /* In micro-batches: the activations a stage holds stay what training sized. */
+        HERD_TRY(herd_pipeline_evaluate(r->pp, r->test, r->pp->micro_size, &ev));
     else
         HERD_TRY(herd_eval_dataset(r->m, r->test, r->cfg.batch_size, r->comm, &ev));
     if (r->timeline)
