@@ -95,28 +95,30 @@ herd_status herd_model_create_shape(const char *name_or_path, int c, int h, int 
     return create_on(name_or_path, c, h, w, classes, herd_backend_cpu(), true, out);
 }
 
-herd_status herd_model_create_device(const char *name_or_path, const herd_dataset *ds,
-                                     const char *device, herd_model **out)
+/* A model shaped for ds's images and classes on a named device. */
+static herd_status create_for(const char *name_or_path, const herd_dataset *ds, const char *device,
+                              bool storage, herd_model **out)
 {
     if (!ds)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "herd_model_create needs a dataset for the input shape");
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "herd_model_create%s needs a dataset for the input "
+                        "shape", storage ? "" : "_plan");
     const herd_backend *be;
     HERD_TRY(backend_for(device, &be));
     int c, h, w, classes;
     herd_dataset_shape(ds, &c, &h, &w, &classes);
-    return create_on(name_or_path, c, h, w, classes, be, true, out);
+    return create_on(name_or_path, c, h, w, classes, be, storage, out);
+}
+
+herd_status herd_model_create_device(const char *name_or_path, const herd_dataset *ds,
+                                     const char *device, herd_model **out)
+{
+    return create_for(name_or_path, ds, device, true, out);
 }
 
 herd_status herd_model_create_plan(const char *name_or_path, const herd_dataset *ds,
                                    const char *device, herd_model **out)
 {
-    if (!ds)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "herd_model_create_plan needs a dataset for the input shape");
-    const herd_backend *be;
-    HERD_TRY(backend_for(device, &be));
-    int c, h, w, classes;
-    herd_dataset_shape(ds, &c, &h, &w, &classes);
-    return create_on(name_or_path, c, h, w, classes, be, false, out);
+    return create_for(name_or_path, ds, device, false, out);
 }
 
 herd_status herd_model_create(const char *name_or_path, const herd_dataset *ds, herd_model **out)

@@ -227,6 +227,18 @@ static herd_run_ctx stage_ctx(step_run *r, int mb)
     return ctx;
 }
 
+/* A micro-batch's forward or backward since t0 on the timeline; returns its seconds. */
+static double record(step_run *r, herd_tl_kind kind, int mb, double t0)
+{
+    double t1 = herd_now();
+    if (r->plan->timeline) {
+        char label[24];
+        snprintf(label, sizeof label, "mb %d", r->done + mb);
+        herd_timeline_add(r->plan->timeline, kind, label, t0, t1);
+    }
+    return t1 - t0;
+}
+
 static herd_status run_forward(step_run *r, int mb)
 {
     herd_pipeline *pp = r->pp;
@@ -275,13 +287,7 @@ static herd_status run_forward(step_run *r, int mb)
         r->s->correct += correct;
         r->s->samples += b.n;
     }
-    double t1 = herd_now();
-    r->s->t.forward += t1 - t0;
-    if (r->plan->timeline) {
-        char label[24];
-        snprintf(label, sizeof label, "mb %d", r->done + mb);
-        herd_timeline_add(r->plan->timeline, HERD_TL_FORWARD, label, t0, t1);
-    }
+    r->s->t.forward += record(r, HERD_TL_FORWARD, mb, t0);
     if (last)
         return HERD_OK;
     size_t out_bytes = (size_t)b.n * pp->out_per_sample * sizeof(float);
@@ -306,13 +312,7 @@ static herd_status run_backward(step_run *r, int mb, int round_n)
     HERD_TRY(herd_model_backward(sl->m, &ctx, sl->input, sl->dy));
     r->bwd_done++;
     pp->in_flight--;
-    double t1 = herd_now();
-    r->s->t.backward += t1 - t0;
-    if (r->plan->timeline) {
-        char label[24];
-        snprintf(label, sizeof label, "mb %d", r->done + mb);
-        herd_timeline_add(r->plan->timeline, HERD_TL_BACKWARD, label, t0, t1);
-    }
+    r->s->t.backward += record(r, HERD_TL_BACKWARD, mb, t0);
     if (pp->stage > 0)
         HERD_TRY(pp->job->ops->p2p_start(pp->job, &sl->send_grad, true, sl->m->dinput,
                                          (size_t)sl->n * pp->in_per_sample * sizeof(float),
@@ -350,36 +350,6 @@ herd_status herd_pipeline_forward_backward(herd_pipeline *pp, herd_step_plan *pl
         int round_n = n - r.done < pp->micro_batches ? n - r.done : pp->micro_batches;
         HERD_TRY(run_round(&r, round_n));
         r.done += round_n;
-    }
-    return HERD_OK;
-}
-
-herd_status herd_pipeline_apply(herd_pipeline *pp, herd_optimizer *o, herd_step_plan *plan,
-                                float lr, herd_step_stats *s)
-{
-    herd_model *m = pp->m;
-    double t0 = herd_now();
-    HERD_TRY(plan->comm->ops->wait_all(plan->comm));
-    double t1 = herd_now();
-    if (plan->scaler) {
-        /* Each stage sees only its gradients; an overflow anywhere skips the step on
-         * every rank, and every scaler moves alike. */
-        bool overflow = false;
-        HERD_TRY(m->be->grad_unscale_check(m->n_param_floats, m->grads, 1.0f / plan->scaler->scale,
-                                           &overflow));
-        double any = overflow;
-        HERD_TRY(pp->job->ops->allreduce_f64(pp->job, &any, 1));
-        s->skipped = any > 0;
-        HERD_TRY(herd_loss_scaler_update(plan->scaler, s->skipped));
-    }
-    if (!s->skipped)
-        HERD_TRY(herd_optimizer_step(o, m, lr));
-    double t2 = herd_now();
-    s->t.comm_wait += t1 - t0;
-    s->t.optimizer += t2 - t1;
-    if (plan->timeline) {
-        herd_timeline_add(plan->timeline, HERD_TL_COMM_WAIT, NULL, t0, t1);
-        herd_timeline_add(plan->timeline, HERD_TL_OPTIMIZER, NULL, t1, t2);
     }
     return HERD_OK;
 }

@@ -67,11 +67,6 @@ void herd_pipeline_free(herd_pipeline *pp);
 herd_status herd_pipeline_forward_backward(herd_pipeline *pp, herd_step_plan *plan,
                                            herd_loader *loader, int n, float label_smoothing,
                                            uint64_t seed, herd_step_stats *s);
-/* Waits for the gradients, then unscales (with a scaler: an overflow on any stage skips
- * the step everywhere) and updates the stage's parameters. */
-herd_status herd_pipeline_apply(herd_pipeline *pp, herd_optimizer *o, herd_step_plan *plan,
-                                float lr, herd_step_stats *s);
-
 /* Loss and accuracy over ds through the pipeline: replica d evaluates the d-th of D
  * slices. Collective over the job; every rank gets the result. */
 herd_status herd_pipeline_evaluate(herd_pipeline *pp, herd_dataset *ds, int batch_size,

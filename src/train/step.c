@@ -138,10 +138,19 @@ herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p,
     HERD_TRY(p->comm->ops->wait_all(p->comm));
     double t1 = herd_now();
     /* After the reduction every rank holds the same gradients, so every rank makes the
-     * same skip decision without another collective. */
-    if (p->scaler)
+     * same skip decision without another collective; pipeline stages agree on theirs. */
+    if (p->scaler && !p->overflow_group)
         HERD_TRY(herd_loss_scaler_unscale(p->scaler, m->be, m->grads, m->n_param_floats,
                                           &s->skipped));
+    if (p->scaler && p->overflow_group) {
+        bool overflow = false;
+        HERD_TRY(m->be->grad_unscale_check(m->n_param_floats, m->grads, 1.0f / p->scaler->scale,
+                                           &overflow));
+        double any = overflow;
+        HERD_TRY(p->overflow_group->ops->allreduce_f64(p->overflow_group, &any, 1));
+        s->skipped = any > 0;
+        HERD_TRY(herd_loss_scaler_update(p->scaler, s->skipped));
+    }
     if (!s->skipped)
         HERD_TRY(herd_optimizer_step(o, m, lr));
     double t2 = herd_now();

@@ -24,6 +24,10 @@ typedef struct herd_step_plan {
     int32_t *labels_dev;
     int input_capacity;
     herd_loss_scaler *scaler; /* dynamic loss scaling, NULL = none */
+    /* With pipeline stages each rank sees only its stage's gradients: an overflow found
+     * on any rank of this communicator (the job) skips the step everywhere. NULL: the
+     * reduced gradients are the same on every rank, which then decides alike alone. */
+    herd_comm *overflow_group;
     herd_timeline *timeline; /* --timeline: phases and layers become events (NULL: off) */
 } herd_step_plan;
 
@@ -53,7 +57,8 @@ void herd_step_arm_reduction(herd_step_plan *p, herd_model *m, int n_micro, herd
 herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *b, int micro,
                             int n_micro, float label_smoothing, uint64_t seed, herd_step_stats *s);
 /* Waits for the reductions (exposed communication) and updates the weights (with a
- * loss scaler: unscales first, and skips the update when gradients overflowed). */
+ * loss scaler: unscales first, and skips the update when gradients overflowed, here or
+ * on any rank of overflow_group). */
 herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p, float lr,
                             herd_step_stats *s);
 

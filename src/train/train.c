@@ -539,15 +539,11 @@ static herd_status train_step(run *r, long sched_step, herd_step_stats *s, bool 
         HERD_TRY(herd_micro_step(r->m, &r->plan, &b, micro, n_micro, cfg->label_smoothing,
                                  herd_mix64(seed, (uint64_t)micro), s));
     }
-    if (r->pp) {
+    if (r->pp)
         HERD_TRY(herd_pipeline_forward_backward(r->pp, &r->plan, r->loader, n_micro,
                                                 cfg->label_smoothing, seed, s));
-        activity(r, "waiting for gradient reductions");
-        HERD_TRY(herd_pipeline_apply(r->pp, r->opt, &r->plan, lr, s));
-    } else {
-        activity(r, "waiting for gradient reductions");
-        HERD_TRY(herd_apply_step(r->m, r->opt, &r->plan, lr, s));
-    }
+    activity(r, "waiting for gradient reductions");
+    HERD_TRY(herd_apply_step(r->m, r->opt, &r->plan, lr, s));
     double t1 = herd_now();
     s->t.total = t1 - t0;
     if (r->timeline)
@@ -771,6 +767,8 @@ static herd_status setup(run *r)
     if (cfg->dynamic_loss_scale) {
         HERD_TRY(herd_loss_scaler_init(&r->scaler, cfg->loss_scale_init, cfg->loss_scale_window));
         r->plan.scaler = &r->scaler;
+        if (r->pp)
+            r->plan.overflow_group = r->comm;
     }
     /* What this run measures the position in; the checkpoint's, if any, is fitted to it. */
     r->state = (herd_train_state){.seed = cfg->seed, .batch_size = micro,
