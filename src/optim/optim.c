@@ -118,9 +118,10 @@ herd_status herd_optimizer_create(const herd_train_config *cfg, herd_model *m,
         o->state[i] = be->alloc(bytes);
         herd_mem_category_set(was);
         if (!o->state[i]) {
+            herd_status st = HERD_ERR(HERD_ERR_NOMEM, "optimizer state '%s' (%zu bytes): %s",
+                                      o->state_name[i], bytes, herd_last_error());
             herd_optimizer_free(o);
-            return HERD_ERR(HERD_ERR_NOMEM, "optimizer state '%s' (%zu bytes): %s",
-                            o->state_name[i], bytes, herd_last_error());
+            return st;
         }
     }
     *out = o;
