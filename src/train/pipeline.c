@@ -252,13 +252,14 @@ static herd_status run_forward(step_run *r, int mb)
         return HERD_ERR(HERD_ERR_INTERNAL, "the loader ended the epoch inside a pipeline step");
     r->s->t.data_wait += b.wait_s;
     /* The slot's previous micro-batch may still be sending its input gradient. */
-    HERD_TRY(wait_p2p(r, &sl->send_grad, "sending the input gradient", mb - pp->n_slots));
+    HERD_TRY(wait_p2p(r, &sl->send_grad, "sending the input gradient", sl->mb));
     sl->n = b.n;
+    sl->mb = r->done + mb;
     if (pp->stage == 0)
         memcpy(sl->input, b.x, (size_t)b.n * pp->in_per_sample * sizeof(float));
     if (last)
         memcpy(sl->labels, b.labels, (size_t)b.n * sizeof(int32_t));
-    HERD_TRY(wait_p2p(r, &sl->recv_act, "receiving the activations", mb));
+    HERD_TRY(wait_p2p(r, &sl->recv_act, "receiving the activations", r->done + mb));
     if (pp->stage > 0 && sl->recv_act.bytes != (size_t)b.n * pp->in_per_sample * sizeof(float))
         return HERD_ERR(HERD_ERR_INTERNAL,
                         "stage %d: micro-batch %d of %d samples, but stage %d sent %zu bytes of "
@@ -301,8 +302,8 @@ static herd_status run_backward(step_run *r, int mb, int round_n)
 {
     herd_pipeline *pp = r->pp;
     herd_pp_slot *sl = &pp->slots[mb % pp->n_slots];
-    HERD_TRY(wait_p2p(r, &sl->recv_grad, "receiving the output gradient", mb));
-    HERD_TRY(wait_p2p(r, &sl->send_act, "sending the activations", mb));
+    HERD_TRY(wait_p2p(r, &sl->recv_grad, "receiving the output gradient", r->done + mb));
+    HERD_TRY(wait_p2p(r, &sl->send_act, "sending the activations", r->done + mb));
     pp->job->ops->set_activity(pp->job, "pipeline backward");
     double t0 = herd_now();
     herd_run_ctx ctx = stage_ctx(r, mb);
@@ -335,7 +336,7 @@ static herd_status run_round(step_run *r, int n)
         HERD_TRY(a.op == HERD_PP_FWD ? run_forward(r, a.mb) : run_backward(r, a.mb, n));
     }
     for (int i = 0; i < pp->n_slots; i++)
-        HERD_TRY(wait_p2p(r, &pp->slots[i].send_grad, "sending the input gradient", -1));
+        HERD_TRY(wait_p2p(r, &pp->slots[i].send_grad, "sending the input gradient", pp->slots[i].mb));
     return HERD_OK;
 }
 

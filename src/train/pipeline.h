@@ -29,6 +29,7 @@ typedef struct herd_pp_slot {
     int32_t *labels;   /* last stage: the micro-batch's labels */
     float *dy;         /* the gradient of the output: received, or the loss's on the last stage */
     int n;             /* samples */
+    int mb;            /* the micro-batch it holds (of the step), for messages */
     herd_p2p recv_act, send_act, recv_grad, send_grad;
 } herd_pp_slot;
 
