@@ -162,8 +162,8 @@ static void test_huge_request(void **state)
     (void)state;
     const herd_backend *be = herd_backend_cpu();
     herd_memory_usage before = usage();
-    assert_null(be->alloc(SIZE_MAX - 10));
-    assert_null(be->alloc(SIZE_MAX / 2));
+    assert_null(be->alloc(SIZE_MAX - 10)); /* (its rounding wrapped to a 64-byte block) */
+    assert_null(be->alloc(SIZE_MAX - 64));
     herd_memory_usage after = usage();
     assert_int_equal(after.current, before.current);
     assert_int_equal(after.peak, before.peak); /* what never existed is not in the peak */
