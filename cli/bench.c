@@ -21,6 +21,8 @@ static const char bench_help[] =
     "  --device cpu|cuda    where to train (default: cuda when a GPU is visible, else cpu)\n"
     "  --precision P        fp32 (default) or tf32 (cuda only)\n"
     "  --gpu-memory-limit SIZE  cap herd's GPU memory, e.g. 20G (cuda only)\n"
+    "  --memory-limit SIZE  cap herd's memory on the model's device, e.g. 300M (as in\n"
+    "                       'herd train --help')\n"
     "  --timeline FILE      trace the steps of all ranks (Chrome trace JSON, see\n"
     "                       'herd train --help'); with several ranks, not rank 0's solo baseline\n"
     "  --json               print the summary as a JSON object\n"
@@ -37,12 +39,13 @@ static int bench_train(int argc, char **argv)
         {"warmup", required_argument, 0, 'w'}, {"threads", required_argument, 0, 't'},
         {"json", no_argument, 0, 'j'}, {"device", required_argument, 0, 'D'},
         {"precision", required_argument, 0, 'P'}, {"gpu-memory-limit", required_argument, 0, 'G'},
+        {"memory-limit", required_argument, 0, 'L'},
         {"timeline", required_argument, 0, 'T'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     const char *model = NULL, *data = "fashion-mnist", *device = NULL;
     herd_precision precision = HERD_PRECISION_FP32;
-    uint64_t gpu_memory_limit = 0;
+    uint64_t gpu_memory_limit = 0, memory_limit = 0;
     const char *timeline = NULL;
     long batch = 128, steps = 50, warmup = 5, threads = 1;
     bool json = false;
@@ -70,6 +73,11 @@ static int bench_train(int argc, char **argv)
                 return cli_usage_error("bench train", "--gpu-memory-limit takes a size of at "
                                        "least 1M like 512M or 20G, got '%s'", optarg);
             break;
+        case 'L':
+            if (!cli_parse_size(optarg, 1 << 20, UINT64_MAX, &memory_limit))
+                return cli_usage_error("bench train", "--memory-limit takes a size of at least "
+                                       "1M like 300M or 4G, got '%s'", optarg);
+            break;
         case 'T': timeline = optarg; break;
         case 'h': fputs(bench_help, stdout); return CLI_OK;
         default: return cli_usage_error("bench train", "unknown or incomplete option");
@@ -81,7 +89,7 @@ static int bench_train(int argc, char **argv)
         return cli_usage_error("bench train", "unexpected argument '%s'", argv[optind]);
     if (!model)
         return cli_usage_error("bench train", "--model is required");
-    int rc = cli_resolve_device("bench train", &device, gpu_memory_limit);
+    int rc = cli_resolve_device("bench train", &device, gpu_memory_limit, memory_limit);
     if (rc >= 0)
         return rc;
     herd_dataset *ds = NULL;
@@ -95,6 +103,8 @@ static int bench_train(int argc, char **argv)
     bool rank0 = herd_dist_rank(dist) == 0;
     if ((st = cli_prepare_device(dist, device, gpu_memory_limit)) != HERD_OK)
         cli_fail(st, "cannot use the device");
+    else if (memory_limit && (st = herd_device_set_memory_limit(device, memory_limit)) != HERD_OK)
+        cli_fail(st, "--memory-limit");
     else if ((st = herd_dataset_open(data, HERD_SPLIT_TRAIN, &ds)) != HERD_OK)
         cli_fail(st, "cannot open the data");
     else if ((st = herd_model_create_device(model, ds, device, &m)) != HERD_OK)

@@ -107,13 +107,18 @@ void cli_summary_print(const cli_summary *s, bool json)
     fflush(stdout);
 }
 
-int cli_resolve_device(const char *cmd, const char **device, uint64_t gpu_memory_limit)
+int cli_resolve_device(const char *cmd, const char **device, uint64_t gpu_memory_limit,
+                       uint64_t memory_limit)
 {
     if (!*device)
         *device = herd_default_device();
     if (gpu_memory_limit && strcmp(*device, "cuda") != 0)
         return cli_usage_error(cmd, "--gpu-memory-limit is for GPUs, but the device is %s "
-                               "(use --device cuda)", *device);
+                               "(use --device cuda, or --memory-limit)", *device);
+    /* On a GPU both cap the same memory: one would silently override the other. */
+    if (gpu_memory_limit && memory_limit)
+        return cli_usage_error(cmd, "--memory-limit and --gpu-memory-limit both cap the GPU's "
+                               "memory; give one");
     return -1;
 }
 

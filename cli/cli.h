@@ -23,10 +23,12 @@ bool cli_parse_float(const char *s, double lo, double hi, double *out);
 bool cli_parse_size(const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
 
 /* Device flags shared by train and bench. cli_resolve_device fills in the default
- * device and refuses GPU-only flags elsewhere (-1 = fine, else the exit code);
+ * device and refuses GPU-only flags elsewhere, and both memory limits at once (-1 =
+ * fine, else the exit code);
  * cli_prepare_device binds each rank to its GPU and applies the memory limit, before
  * any model exists; cli_print_device writes the header line naming the device. */
-int cli_resolve_device(const char *cmd, const char **device, uint64_t gpu_memory_limit);
+int cli_resolve_device(const char *cmd, const char **device, uint64_t gpu_memory_limit,
+                       uint64_t memory_limit);
 herd_status cli_prepare_device(herd_dist *dist, const char *device, uint64_t gpu_memory_limit);
 void cli_print_device(const herd_model *m, int ranks);
 

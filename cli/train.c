@@ -317,7 +317,7 @@ static int parse_train_args(int argc, char **argv, train_args *a)
         return cli_usage_error("train", "--resume needs --checkpoint-dir");
     if (c->histograms && !c->logdir)
         return cli_usage_error("train", "--histograms writes TensorBoard files: add --logdir DIR");
-    return cli_resolve_device("train", &a->device, a->gpu_memory_limit);
+    return cli_resolve_device("train", &a->device, a->gpu_memory_limit, a->memory_limit);
 }
 
 /* Prints the progress of rank 0 only. */

@@ -1,11 +1,15 @@
 /* The CPU backend's memory accounting: every block counted by category, the peak and
- * what it was made of, --memory-limit's refusal naming the request and the cap, and
- * the counts staying right with threads allocating at once. */
+ * what it was made of, --memory-limit's refusal naming the request and the cap, the
+ * counts and the cap holding with threads allocating at once, every refusal while a
+ * model sizes its batch naming the cap (and the model working once there is room),
+ * and herd_train's figures and refusals. */
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
+#include "nn/model.h"
 #include "testutil.h"
 
 static herd_memory_usage usage(void)
@@ -94,12 +98,216 @@ static void test_threads(void **state)
     assert_int_equal(usage().current, start);
 }
 
+/* A thread allocating and freeing blocks of 4..52 KiB, 8 alive at a time (their sum
+ * reaches 76 x 4 KiB), after every thread has started. */
+typedef struct worker {
+    const herd_backend *be;
+    pthread_barrier_t *start;
+    int refused;
+} worker;
+
+static void *churn_live(void *arg)
+{
+    worker *w = arg;
+    void *live[8] = {0};
+    pthread_barrier_wait(w->start);
+    for (int i = 0; i < 3000; i++) {
+        w->be->free(live[i % 8]);
+        live[i % 8] = w->be->alloc((size_t)(i % 13 + 1) * 4096);
+        w->refused += live[i % 8] == NULL;
+    }
+    for (int k = 0; k < 8; k++)
+        w->be->free(live[k]);
+    return NULL;
+}
+
+/* Under a cap each thread alone would hit: the cap holds at every moment, refusals
+ * leave no count behind, and the peak's breakdown still sums to the peak. */
+static void test_threads_under_cap(void **state)
+{
+    (void)state;
+    herd_memory_usage start = usage();
+    uint64_t cap = start.current + 200 * 1024;
+    assert_int_equal(herd_device_set_memory_limit("cpu", cap), HERD_OK);
+    assert_int_equal(herd_device_memory_reset_peak("cpu"), HERD_OK);
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, 4);
+    worker w[4];
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = (worker){.be = herd_backend_cpu(), .start = &go};
+        pthread_create(&t[i], NULL, churn_live, &w[i]);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&go);
+    assert_int_equal(herd_device_set_memory_limit("cpu", 0), HERD_OK);
+    herd_memory_usage u = usage();
+    printf("refused under a %.0f KiB cap: %d %d %d %d; peak %.0f KiB\n",
+           (double)(cap - start.current) / 1024, w[0].refused, w[1].refused, w[2].refused,
+           w[3].refused, (double)(u.peak - start.current) / 1024);
+    for (int i = 0; i < 4; i++)
+        assert_true(w[i].refused > 0);
+    assert_int_equal(u.current, start.current);
+    assert_true(u.peak <= cap);
+    uint64_t sum = 0;
+    for (int c = 0; c < HERD_MEM_CATEGORIES; c++)
+        sum += u.peak_by_category[c];
+    assert_int_equal(sum, u.peak);
+}
+
+/* A request too large to round up is refused, not wrapped to a small block. */
+static void test_huge_request(void **state)
+{
+    (void)state;
+    const herd_backend *be = herd_backend_cpu();
+    herd_memory_usage before = usage();
+    assert_null(be->alloc(SIZE_MAX - 10)); /* (its rounding wrapped to a 64-byte block) */
+    assert_null(be->alloc(SIZE_MAX - 64));
+    herd_memory_usage after = usage();
+    assert_int_equal(after.current, before.current);
+    assert_int_equal(after.peak, before.peak); /* what never existed is not in the peak */
+}
+
+/* Sizing a batch under every cap from nothing to enough: each refusal, wherever it falls
+ * (activations, a convolution's or pooling's plan and scratch, batch-norm statistics,
+ * the dropout mask), says it was the cap, and once there is room the model works. */
+static void test_refusals_while_sizing(void **state)
+{
+    (void)state;
+    static const char net[] =
+        "{\"name\": \"capnet\", \"layers\": ["
+        "{\"type\": \"conv2d\", \"out\": 4, \"kernel\": 3, \"pad\": 1},"
+        "{\"type\": \"batchnorm\"}, {\"type\": \"relu\"}, {\"type\": \"maxpool\", \"kernel\": 2},"
+        "{\"type\": \"dropout\", \"p\": 0.5}, {\"type\": \"flatten\"},"
+        "{\"type\": \"linear\", \"out\": \"classes\"}]}";
+    char *dir = tu_tempdir();
+    char *path = tu_write_file(dir, "capnet.json", net, sizeof net - 1);
+    herd_model *m;
+    assert_int_equal(herd_model_create_shape(path, 1, 8, 8, 3, &m), HERD_OK);
+    uint64_t base = usage().current;
+    int refusals = 0;
+    herd_status st = HERD_ERR_NOMEM;
+    for (uint64_t cap = base + 64; st != HERD_OK; cap += 64) {
+        assert_true(cap < base + (16u << 20));
+        assert_int_equal(herd_device_set_memory_limit("cpu", cap), HERD_OK);
+        st = herd_model_reshape(m, 2);
+        if (st == HERD_OK)
+            break;
+        assert_int_equal(st, HERD_ERR_NOMEM);
+        if (!strstr(herd_last_error(), "memory limit reached"))
+            fail_msg("refused under a cap of %llu bytes without saying so: %s",
+                     (unsigned long long)(cap - base), herd_last_error());
+        refusals++;
+    }
+    assert_int_equal(herd_device_set_memory_limit("cpu", 0), HERD_OK);
+    printf("%d refusals before batch 2 fitted in %.1f KiB\n", refusals,
+           (double)(usage().current - base) / 1024);
+    assert_true(refusals > 10);
+    /* After all those refusals: a training forward and backward at batch 2. */
+    float x[2 * 64] = {0}, dlogits[2 * 3] = {0.5f, -0.5f, 0, 0, 0.5f, -0.5f};
+    herd_run_ctx ctx = herd_model_ctx(m, true, 1);
+    const float *logits;
+    if (herd_model_forward(m, &ctx, x, &logits) != HERD_OK ||
+        herd_model_backward(m, &ctx, x, dlogits) != HERD_OK)
+        fail_msg("the model does not run after the refusals: %s", herd_last_error());
+    herd_model_free(m);
+    tu_rmtree(dir);
+    free(path);
+    free(dir);
+}
+
+/* One epoch in batches of 16 on one thread, stopping after max_steps (0 = none). */
+static herd_train_config short_run(long max_steps)
+{
+    herd_train_config cfg;
+    herd_train_config_default(&cfg);
+    cfg.epochs = 1;
+    cfg.batch_size = 16;
+    cfg.threads = 1;
+    cfg.max_steps = max_steps;
+    return cfg;
+}
+
+/* herd_train's figures on one rank: its peak is the largest, and is made of what
+ * training allocates. */
+static void test_train_figures(void **state)
+{
+    (void)state;
+    herd_dataset *ds;
+    herd_model *m;
+    assert_int_equal(herd_dataset_open("synthetic:1,28,28,10,64", HERD_SPLIT_TRAIN, &ds), HERD_OK);
+    assert_int_equal(herd_model_create("lenet5", ds, &m), HERD_OK);
+    herd_train_config cfg = short_run(2);
+    herd_train_result res;
+    assert_int_equal(herd_device_memory_reset_peak("cpu"), HERD_OK);
+    assert_int_equal(herd_train(m, ds, NULL, &cfg, NULL, NULL, &res), HERD_OK);
+    herd_memory_usage u = usage();
+    uint64_t weights = herd_model_param_count(m) * sizeof(float);
+    assert_int_equal(res.memory_peak_bytes, u.peak);
+    assert_int_equal(res.memory_peak_max_bytes, u.peak);
+    assert_int_equal(res.rank_memory_peak_bytes[0], u.peak);
+    assert_int_equal(res.rank_memory_peak_bytes[1], 0);
+    assert_true(u.peak_by_category[HERD_MEM_PARAMS] >= weights);
+    assert_true(u.peak_by_category[HERD_MEM_GRADS] >= weights);
+    assert_true(u.peak_by_category[HERD_MEM_OPTIMIZER] >= weights); /* SGD momentum */
+    assert_true(u.peak_by_category[HERD_MEM_ACTIVATIONS] >= 2 * 16 * 6 * 28 * 28 * sizeof(float));
+    assert_true(u.peak_by_category[HERD_MEM_WORKSPACE] > 0); /* convolution and pooling plans */
+    herd_model_free(m);
+    herd_dataset_free(ds);
+}
+
+/* Refusals through the API: a model whose parameters do not fit is not created and
+ * gives back what it took; one whose optimizer state does not fit stops herd_train
+ * before its first step, and herd_train gives back what it took. */
+static void test_train_refused(void **state)
+{
+    (void)state;
+    herd_dataset *ds;
+    herd_model *m;
+    assert_int_equal(herd_dataset_open("synthetic:1,12,12,4,64", HERD_SPLIT_TRAIN, &ds), HERD_OK);
+    uint64_t base = usage().current;
+    assert_int_equal(herd_device_set_memory_limit("cpu", base + (1 << 20)), HERD_OK);
+    assert_int_equal(herd_model_create("mlp", ds, &m), HERD_ERR_NOMEM); /* 1.3 MiB of weights */
+    if (!strstr(herd_last_error(), "of parameters"))
+        fail_msg("the refusal says: %s", herd_last_error());
+    assert_int_equal(usage().current, base);
+    assert_int_equal(herd_device_set_memory_limit("cpu", 0), HERD_OK);
+    assert_int_equal(herd_model_create("mlp", ds, &m), HERD_OK);
+    uint64_t with_model = usage().current;
+    assert_int_equal(herd_device_set_memory_limit("cpu", with_model + 64 * 1024), HERD_OK);
+    herd_train_config cfg = short_run(0);
+    herd_train_result res;
+    assert_int_equal(herd_train(m, ds, NULL, &cfg, NULL, NULL, &res), HERD_ERR_NOMEM);
+    const char *msg = herd_last_error();
+    if (!strstr(msg, "optimizer state 'momentum'") || !strstr(msg, "memory limit reached"))
+        fail_msg("the refusal says: %s", msg);
+    assert_int_equal(res.steps, 0);
+    assert_int_equal(usage().current, with_model);
+    assert_int_equal(herd_device_set_memory_limit("cpu", 0), HERD_OK);
+    herd_model_free(m);
+    herd_dataset_free(ds);
+    assert_int_equal(usage().current, base);
+}
+
+/* A failed test must not leave its cap on the next ones. */
+static int lift_cap(void **state)
+{
+    (void)state;
+    return herd_device_set_memory_limit("cpu", 0) == HERD_OK ? 0 : -1;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_counts_and_peak),
-        cmocka_unit_test(test_limit),
-        cmocka_unit_test(test_threads),
+        cmocka_unit_test_teardown(test_counts_and_peak, lift_cap),
+        cmocka_unit_test_teardown(test_limit, lift_cap),
+        cmocka_unit_test_teardown(test_threads, lift_cap),
+        cmocka_unit_test_teardown(test_threads_under_cap, lift_cap),
+        cmocka_unit_test_teardown(test_huge_request, lift_cap),
+        cmocka_unit_test_teardown(test_refusals_while_sizing, lift_cap),
+        cmocka_unit_test_teardown(test_train_figures, lift_cap),
+        cmocka_unit_test_teardown(test_train_refused, lift_cap),
     };
     return tu_run(tests, NULL, NULL);
 }

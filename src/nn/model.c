@@ -127,13 +127,14 @@ herd_status herd_model_build(herd_model *m, const herd_layer_spec *specs, int n,
 {
     HERD_TRY(herd_model_plan(m, specs, n));
     const herd_backend *be = m->be;
+    /* Stops at the first refusal, so the message is about what did not fit. */
     herd_mem_category was = herd_mem_category_set(HERD_MEM_PARAMS);
-    m->params = be->alloc(m->n_param_floats * sizeof(float));
-    m->buffers = be->alloc(m->n_buffer_floats * sizeof(float));
+    bool ok = (m->params = be->alloc(m->n_param_floats * sizeof(float))) &&
+              (m->buffers = be->alloc(m->n_buffer_floats * sizeof(float)));
     herd_mem_category_set(HERD_MEM_GRADS);
-    m->grads = be->alloc(m->n_param_floats * sizeof(float));
+    ok = ok && (m->grads = be->alloc(m->n_param_floats * sizeof(float)));
     herd_mem_category_set(was);
-    if (!m->params || !m->grads || !m->buffers)
+    if (!ok)
         return HERD_ERR_NOMEM; /* the allocator said why */
     return herd_model_init_params(m, seed);
 }

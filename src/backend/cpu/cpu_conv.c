@@ -140,13 +140,13 @@ static herd_status build(herd_conv_plan *p)
     size_t w_bytes = (size_t)d->c_out * d->c_in * d->kh * d->kw * sizeof(float);
     p->dw_acc = herd_cpu_alloc(w_bytes);
     if (!p->dw_acc)
-        return HERD_NOMEM(w_bytes);
+        return HERD_ERR_NOMEM; /* the allocator said why */
     if (d->bias) {
         HERD_DNNL(dnnl_memory_create(&p->f_bias, &bias_u, eng, DNNL_MEMORY_NONE), "conv bias");
         HERD_DNNL(dnnl_memory_create(&p->w_db, &bias_u, eng, DNNL_MEMORY_NONE), "conv bias grad");
         p->db_acc = herd_cpu_alloc((size_t)d->c_out * sizeof(float));
         if (!p->db_acc)
-            return HERD_NOMEM((size_t)d->c_out * sizeof(float));
+            return HERD_ERR_NOMEM; /* the allocator said why */
     }
     const_dnnl_primitive_desc_t pds[3] = {p->fwd_pd, p->bwd_data_pd, p->bwd_w_pd};
     return herd_dnnl_scratch_init(pds, 3, &p->scratch, &p->scratch_mem, "conv scratchpad");

@@ -31,7 +31,7 @@ herd_status herd_dnnl_port_init(herd_dnnl_port *port, const dnnl_memory_desc_t *
     port->inner_bytes = dnnl_memory_desc_get_size(prim_md);
     port->inner_buf = herd_cpu_alloc(port->inner_bytes);
     if (!port->inner_buf)
-        return HERD_NOMEM(port->inner_bytes);
+        return HERD_ERR_NOMEM; /* the allocator said why */
     HERD_DNNL(dnnl_memory_create(&port->inner, prim_md, eng, port->inner_buf), what);
     dnnl_primitive_desc_t rpd;
     const dnnl_memory_desc_t *src = is_input ? user_md : prim_md;
@@ -141,7 +141,7 @@ herd_status herd_dnnl_scratch_init(const const_dnnl_primitive_desc_t *pds, int n
     HERD_TRY(herd_dnnl_get(&eng, &stream));
     *buf = herd_cpu_alloc(bytes);
     if (!*buf)
-        return HERD_NOMEM(bytes);
+        return HERD_ERR_NOMEM; /* the allocator said why */
     dnnl_memory_desc_t md;
     dnnl_dims_t dims = {(dnnl_dim_t)bytes};
     HERD_DNNL(dnnl_memory_desc_init_by_tag(&md, 1, dims, dnnl_u8, dnnl_a), what);

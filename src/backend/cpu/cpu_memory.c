@@ -25,35 +25,59 @@ static uint64_t by_category[HERD_MEM_CATEGORIES], at_peak[HERD_MEM_CATEGORIES];
 
 static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
 
+/* Whether `bytes` more stay within the cap; if not, the refusal. Caller holds mu. */
+static bool fits(uint64_t bytes, int category)
+{
+    if (!limit || (bytes <= limit && in_use <= limit - bytes))
+        return true;
+    HERD_ERR(HERD_ERR_NOMEM,
+             "memory limit reached: allocating %.1f MiB of %s on top of the %.1f MiB herd holds "
+             "exceeds --memory-limit %.1f MiB; use a smaller batch or fewer micro-batches in "
+             "flight, split the model into more pipeline stages, or raise the limit",
+             mib(bytes), herd_mem_category_name(category), mib(in_use), mib(limit));
+    return false;
+}
+
 void *herd_cpu_alloc(size_t bytes)
 {
-    size_t rounded = (bytes + 63) / 64 * 64;
     int category = herd_mem_category_current();
-    pthread_mutex_lock(&mu);
-    if (limit && in_use + rounded > limit) {
-        uint64_t held = in_use;
-        pthread_mutex_unlock(&mu);
-        HERD_ERR(HERD_ERR_NOMEM,
-                 "memory limit reached: allocating %.1f MiB of %s on top of the %.1f MiB herd holds "
-                 "exceeds --memory-limit %.1f MiB; use a smaller batch or fewer micro-batches in "
-                 "flight, split the model into more pipeline stages, or raise the limit",
-                 mib(rounded), herd_mem_category_name(category), mib(held), mib(limit));
+    if (bytes > SIZE_MAX - 2 * HEADER) { /* the rounding below would wrap */
+        HERD_NOMEM(bytes);
         return NULL;
     }
-    in_use += rounded;
-    by_category[category] += rounded;
-    if (in_use > peak) {
-        peak = in_use;
-        memcpy(at_peak, by_category, sizeof at_peak);
-    }
+    size_t rounded = (bytes + 63) / 64 * 64;
+    /* Refused before it costs anything, and counted only once it exists, so a block the
+     * system could not give never shows in the peak; the cap is checked again then,
+     * since other threads may have allocated meanwhile. */
+    pthread_mutex_lock(&mu);
+    bool ok = fits(rounded, category);
     pthread_mutex_unlock(&mu);
+    if (!ok)
+        return NULL;
     char *p = aligned_alloc(64, HEADER + (rounded ? rounded : 64));
     if (!p) {
         pthread_mutex_lock(&mu);
-        in_use -= rounded;
-        by_category[category] -= rounded;
+        uint64_t held = in_use;
         pthread_mutex_unlock(&mu);
-        HERD_NOMEM(bytes);
+        HERD_ERR(HERD_ERR_NOMEM,
+                 "out of memory allocating %.1f MiB of %s (herd holds %.1f MiB); use a smaller "
+                 "batch, split the model into pipeline stages, or add memory",
+                 mib(rounded), herd_mem_category_name(category), mib(held));
+        return NULL;
+    }
+    pthread_mutex_lock(&mu);
+    ok = fits(rounded, category);
+    if (ok) {
+        in_use += rounded;
+        by_category[category] += rounded;
+        if (in_use > peak) {
+            peak = in_use;
+            memcpy(at_peak, by_category, sizeof at_peak);
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    if (!ok) {
+        free(p);
         return NULL;
     }
     block_header *h = (block_header *)p;

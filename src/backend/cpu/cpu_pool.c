@@ -74,7 +74,7 @@ static herd_status build(herd_pool_plan *p)
     if (ws_bytes) {
         p->workspace_buf = herd_cpu_alloc(ws_bytes);
         if (!p->workspace_buf)
-            return HERD_NOMEM(ws_bytes);
+            return HERD_ERR_NOMEM; /* the allocator said why */
         HERD_DNNL(dnnl_memory_create(&p->workspace, ws, eng, p->workspace_buf), "pooling workspace");
     }
     const_dnnl_primitive_desc_t pds[2] = {p->fwd_pd, p->bwd_pd};

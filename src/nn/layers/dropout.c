@@ -27,7 +27,7 @@ static herd_status dropout_reshape(herd_layer *l, const herd_backend *be, int ba
     be->free(st->mask);
     size_t bytes = herd_shape_numel(l->out_shape) * sizeof(float);
     st->mask = be->alloc(bytes);
-    return st->mask ? HERD_OK : HERD_NOMEM(bytes);
+    return st->mask ? HERD_OK : HERD_ERR_NOMEM; /* the allocator said why */
 }
 
 static herd_status dropout_forward(herd_layer *l, const herd_run_ctx *ctx, const float *const *x,
