@@ -787,9 +787,18 @@ static herd_status gather_memory_peaks(run *r)
         mine = use.peak;
     }
     herd_comm *c = r->comm;
-    uint64_t *all = herd_xcalloc((size_t)c->size, sizeof *all);
-    if (!all)
-        return HERD_ERR_NOMEM;
+    /* Every rank reaches the allgather: small jobs need no allocation, and in large ones
+     * a rank that could not allocate tells the others first. */
+    uint64_t small[64], *all = small;
+    if (c->size > 64) {
+        all = herd_xcalloc((size_t)c->size, sizeof *all);
+        herd_status agreed =
+            herd_agree(c, all ? HERD_OK : HERD_ERR_NOMEM, "gathering the memory peaks");
+        if (agreed != HERD_OK) {
+            free(all);
+            return agreed;
+        }
+    }
     herd_status st = c->ops->allgather(c, &mine, all, sizeof mine);
     r->res->memory_peak_bytes = mine;
     for (int i = 0; st == HERD_OK && i < c->size; i++) {
@@ -798,7 +807,8 @@ static herd_status gather_memory_peaks(run *r)
         if (i < HERD_RESULT_RANKS)
             r->res->rank_memory_peak_bytes[i] = all[i];
     }
-    free(all);
+    if (all != small)
+        free(all);
     return st;
 }
 
