@@ -52,7 +52,7 @@ int main(int argc, char **argv)
     }
     const char *cmd = argv[1];
     if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
-        printf("%s\n", herd_build_info());
+        printf("%s\ncpu: oneDNN dispatches to %s\n", herd_build_info(), herd_cpu_isa());
         return CLI_OK;
     }
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {

@@ -11,11 +11,11 @@ check "--version names the backends and MPI" bash -c "grep -q 'backends: cpu' '$
 
 train --precision tf32 >/dev/null 2>"$tmp/err"
 check "--precision tf32 on the CPU exits 1" test $? -eq 1
-check "... saying the CPU computes in fp32 only" grep -q "fp32 only" "$tmp/err"
+check "... saying the CPU computes in fp32 or bf16" grep -q "computes in fp32 or bf16; --precision tf32 needs --device cuda" "$tmp/err"
 train --precision fp8 >/dev/null 2>"$tmp/err"
 check "--precision fp8 is a usage error" test $? -eq 2
-"$herd" bench train --model mlp --data "$data" --device cpu --precision bf16 --steps 1 >/dev/null 2>"$tmp/err"
-check "bench --precision bf16 on the CPU exits 1" bash -c "test $? -eq 1 && grep -q 'fp32 only' '$tmp/err'"
+"$herd" bench train --model mlp --data "$data" --device cpu --precision tf32 --steps 1 >/dev/null 2>"$tmp/err"
+check "bench --precision tf32 on the CPU exits 1" bash -c "test $? -eq 1 && grep -q 'needs --device cuda' '$tmp/err'"
 
 train --gpu-memory-limit 1G >/dev/null 2>"$tmp/err"
 check "--gpu-memory-limit with the CPU is a usage error" bash -c "test $? -eq 2 && grep -q 'is for GPUs' '$tmp/err'"

@@ -5,6 +5,10 @@ tests/test_parity.c compares herd against (forward, loss, gradients, and
 
     /usr/bin/python3 tests/make_fixtures.py
 
+With --bf16 it writes <model>_bf16.safetensors instead: the first step under
+torch.autocast("cpu", dtype=torch.bfloat16), which test_cpu_bf16 compares herd's
+--precision bf16 against.
+
 Needs PyTorch (1.13 was used) with numpy.
 """
 import json
@@ -62,17 +66,23 @@ def write_safetensors(path, tensors, metadata):
     os.replace(tmp, path)
 
 
-def make(model):
+def start(model):
+    """The network, batch and fixture dict both kinds of fixture begin from (the same
+    seed gives the same weights and batch)."""
     torch.manual_seed(SEED)
     net = herd_torch_models.build(model, INPUT_SHAPE)
     net.train()  # batchnorm normalises with batch statistics throughout
     n = BATCH[model]
     x = torch.randn(n, *INPUT_SHAPE)
     y = torch.randint(0, 10, (n,))
-
     out = {"input": x, "labels": y.to(torch.float32)}
     for k, v in net.state_dict().items():
         out["init." + k] = v.clone()
+    return net, n, x, y, out
+
+
+def make(model):
+    net, n, x, y, out = start(model)
 
     opt = torch.optim.SGD(net.parameters(), lr=LR, momentum=MOMENTUM,
                           weight_decay=WEIGHT_DECAY, nesterov=False)
@@ -112,12 +122,57 @@ def make(model):
         path, len(out), os.path.getsize(path), losses[0], losses[-1]))
 
 
+def rel_norm(a, b):
+    return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item()
+
+
+def make_bf16(model):
+    """The first step under CPU autocast bf16 (convolutions and linear layers in bf16,
+    the loss in fp32, backward outside the autocast region as PyTorch advises), from
+    the same initial weights and batch as the fp32 fixture. PyTorch's bf16 results
+    depend on the CPU's kernels: make them where oneDNN has AVX512_BF16 (as the stored
+    ones were), since that is the arithmetic herd's native bf16 runs."""
+    net, n, x, y, out = start(model)
+    ref = {k: v.clone() for k, v in net.state_dict().items()}
+
+    net.zero_grad()
+    logits32 = net(x)
+    F.cross_entropy(logits32, y).backward()
+    grads32 = {k: p.grad.clone() for k, p in net.named_parameters()}
+    net.load_state_dict(ref)  # undo the running-statistics update
+
+    net.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = net(x)
+    loss = F.cross_entropy(logits.float(), y)
+    loss.backward()
+    out["logits"] = logits.detach().float().clone()
+    out["loss"] = loss.detach().reshape(1).clone()
+    worst = 0.0
+    for k, p in net.named_parameters():
+        out["grad." + k] = p.grad.float().clone()
+        worst = max(worst, rel_norm(p.grad, grads32[k]))
+    meta = {"model": model, "torch_version": torch.__version__, "seed": SEED, "batch": n,
+            "input_shape": "x".join(map(str, INPUT_SHAPE)), "classes": 10,
+            "autocast": "cpu bfloat16", "loss": "cross_entropy_mean", "mode": "train",
+            "bn_eps": herd_torch_models.BN_EPS, "bn_momentum": herd_torch_models.BN_MOMENTUM}
+    path = os.path.join(OUT_DIR, model + "_bf16.safetensors")
+    write_safetensors(path, out, meta)
+    print("%s: %d tensors; against fp32: logits %.2e, loss %.2e, worst gradient %.2e "
+          "(norm-relative)" % (path, len(out), rel_norm(logits.detach(), logits32.detach()),
+                               rel_norm(loss.detach(), F.cross_entropy(logits32, y).detach()),
+                               worst))
+
+
 def main():
     torch.set_num_threads(1)  # one thread: reproducible reductions
     torch.use_deterministic_algorithms(True)
     os.makedirs(OUT_DIR, exist_ok=True)
-    for model in sys.argv[1:] or sorted(BATCH):
-        make(model)
+    args = sys.argv[1:]
+    bf16 = "--bf16" in args
+    models = [a for a in args if a != "--bf16"] or sorted(BATCH)
+    for model in models:
+        (make_bf16 if bf16 else make)(model)
 
 
 if __name__ == "__main__":

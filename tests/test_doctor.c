@@ -447,7 +447,7 @@ static void test_run_all(void **state)
     fixture *f = *state;
     herd_check checks[HERD_DOCTOR_MAX_CHECKS];
     int n = herd_doctor_run(&f->env, checks);
-    assert_int_equal(n, 14);
+    assert_int_equal(n, 15);
     for (int i = 0; i < n; i++) {
         assert_true(checks[i].detail[0] != '\0');
         for (int j = 0; j < i; j++)

@@ -22,21 +22,6 @@
 #include "optim/optim.h"
 #include "testutil.h"
 
-static const float *need(const herd_st_file *f, const char *name, size_t numel)
-{
-    int ndim;
-    int64_t shape[4];
-    const float *p = herd_st_find(f, name, &ndim, shape);
-    if (!p)
-        fail_msg("fixture has no tensor '%s'", name);
-    size_t n = 1;
-    for (int i = 0; i < ndim; i++)
-        n *= (size_t)shape[i];
-    if (n != numel)
-        fail_msg("fixture tensor '%s' has %zu values, expected %zu", name, n, numel);
-    return p;
-}
-
 static void expect_close(const char *what, const float *got, const float *want, size_t n,
                          double tol)
 {
@@ -57,15 +42,10 @@ static void check_model(const char *name, int batch, double tol, double state_to
     assert_herd_ok(herd_model_create_shape(name, 1, 28, 28, 10, &m));
     assert_herd_ok(m->be->set_threads(1));
     char key[160];
-    for (int v = 0; v < m->n_views; v++) {
-        const herd_tensor_view *tv = &m->views[v];
-        snprintf(key, sizeof key, "init.%s", tv->name);
-        float *dst = (tv->is_buffer ? m->buffers : m->params) + tv->offset;
-        memcpy(dst, need(f, key, tv->numel), tv->numel * sizeof(float));
-    }
+    tu_fixture_load_init(m, f);
     size_t in_n = (size_t)batch * 28 * 28;
-    const float *x = need(f, "input", in_n);
-    const float *label_f = need(f, "labels", (size_t)batch);
+    const float *x = tu_fixture_tensor(f, "input", in_n);
+    const float *label_f = tu_fixture_tensor(f, "labels", (size_t)batch);
     int32_t labels[16];
     for (int i = 0; i < batch; i++)
         labels[i] = (int32_t)label_f[i];
@@ -80,7 +60,7 @@ static void check_model(const char *name, int batch, double tol, double state_to
     assert_herd_ok(herd_optimizer_create(&cfg, m, &opt));
     assert_herd_ok(herd_model_reshape(m, batch));
     float *dlogits = calloc((size_t)batch * 10, sizeof(float));
-    const float *losses = need(f, "losses", 10);
+    const float *losses = tu_fixture_tensor(f, "losses", 10);
     for (int step = 0; step < 10; step++) {
         herd_run_ctx ctx = herd_model_ctx(m, true, 0);
         const float *logits;
@@ -93,13 +73,13 @@ static void check_model(const char *name, int batch, double tol, double state_to
         snprintf(key, sizeof key, "%s loss at step %d", name, step + 1);
         expect_close(key, &loss, &losses[step], 1, step == 0 ? 1e-4 : tol);
         if (step == 0) {
-            expect_close("logits", logits, need(f, "logits", (size_t)batch * 10),
+            expect_close("logits", logits, tu_fixture_tensor(f, "logits", (size_t)batch * 10),
                          (size_t)batch * 10, 1e-4);
             double smooth_sum;
             assert_herd_ok(m->be->softmax_xent(batch, 10, logits, labels, 0.1f, NULL, &smooth_sum,
                                                &correct));
             float smooth = (float)(smooth_sum / batch);
-            expect_close("label-smoothed loss", &smooth, need(f, "loss_smooth", 1), 1, 1e-4);
+            expect_close("label-smoothed loss", &smooth, tu_fixture_tensor(f, "loss_smooth", 1), 1, 1e-4);
         }
         assert_herd_ok(herd_model_backward(m, &ctx, x, dlogits));
         if (step == 0)
@@ -108,7 +88,7 @@ static void check_model(const char *name, int batch, double tol, double state_to
                 if (tv->is_buffer)
                     continue;
                 snprintf(key, sizeof key, "grad.%s", tv->name);
-                expect_close(key, m->grads + tv->offset, need(f, key, tv->numel), tv->numel, tol);
+                expect_close(key, m->grads + tv->offset, tu_fixture_tensor(f, key, tv->numel), tv->numel, tol);
             }
         assert_herd_ok(herd_optimizer_step(opt, m, cfg.lr));
     }
@@ -116,7 +96,7 @@ static void check_model(const char *name, int batch, double tol, double state_to
         const herd_tensor_view *tv = &m->views[v];
         snprintf(key, sizeof key, "after.%s", tv->name);
         const float *got = (tv->is_buffer ? m->buffers : m->params) + tv->offset;
-        expect_close(key, got, need(f, key, tv->numel), tv->numel, state_tol);
+        expect_close(key, got, tu_fixture_tensor(f, key, tv->numel), tv->numel, state_tol);
     }
     printf("%s: forward, loss, gradients and 10 SGD steps of all %d tensors match PyTorch\n", name, m->n_views);
     free(dlogits);

@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include "core/rng.h"
+#include "core/safetensors.h"
+#include "nn/model.h"
 
 char *tu_tempdir(void)
 {
@@ -160,4 +162,30 @@ const herd_backend *tu_cuda_or_exit(void)
     printf("FAILED: a GPU is present but the CUDA backend did not initialise: %s\n",
            herd_last_error());
     exit(1);
+}
+
+const float *tu_fixture_tensor(const herd_st_file *f, const char *name, size_t numel)
+{
+    int ndim;
+    int64_t shape[4];
+    const float *p = herd_st_find(f, name, &ndim, shape);
+    if (!p)
+        fail_msg("fixture has no tensor '%s'", name);
+    size_t n = 1;
+    for (int i = 0; i < ndim; i++)
+        n *= (size_t)shape[i];
+    if (n != numel)
+        fail_msg("fixture tensor '%s' has %zu values, expected %zu", name, n, numel);
+    return p;
+}
+
+void tu_fixture_load_init(herd_model *m, const herd_st_file *f)
+{
+    char key[160];
+    for (int v = 0; v < m->n_views; v++) {
+        const herd_tensor_view *tv = &m->views[v];
+        snprintf(key, sizeof key, "init.%s", tv->name);
+        float *dst = (tv->is_buffer ? m->buffers : m->params) + tv->offset;
+        memcpy(dst, tu_fixture_tensor(f, key, tv->numel), tv->numel * sizeof(float));
+    }
 }

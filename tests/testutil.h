@@ -36,6 +36,14 @@ float *tu_randv(size_t n, uint64_t seed);
 /* True when the tests run under the sanitizer build (HERD_SANITIZED=1): long tests shrink. */
 int tu_sanitized(void);
 
+/* PyTorch fixtures (tests/make_fixtures.py): the tensor called name, failing the test
+ * when it is missing or does not hold numel values; and a model's parameters and
+ * buffers set from the fixture's init.<view> tensors. */
+struct herd_st_file;
+struct herd_model;
+const float *tu_fixture_tensor(const struct herd_st_file *f, const char *name, size_t numel);
+void tu_fixture_load_init(struct herd_model *m, const struct herd_st_file *f);
+
 /* ctest's SKIP_RETURN_CODE (tests/CMakeLists.txt): the test could not run here. */
 #define TU_SKIP_CODE 77
 

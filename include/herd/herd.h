@@ -64,6 +64,9 @@ const char *herd_last_error(void);
 const char *herd_status_name(herd_status s);
 /* One line naming the version and the libraries this build uses. */
 const char *herd_build_info(void);
+/* The instruction set oneDNN dispatches the CPU's kernels to, and what it offers
+ * bf16: "AVX2 (bf16: none in oneDNN)", "AVX-512 with VNNI and BF16 (bf16: native)". */
+const char *herd_cpu_isa(void);
 
 /* ------------------------------------------------------------------ data */
 
@@ -121,10 +124,13 @@ herd_status herd_model_init_params(herd_model *m, uint64_t seed);
 
 /* Arithmetic of a model's training and evaluation. fp32 everywhere; tf32 (CUDA:
  * cuBLAS and cuDNN may use TF32 tensor cores, inputs rounded to a 10-bit mantissa,
- * fp32 accumulation). bf16 and fp16 compute are refused for now. The CPU backend
- * computes in fp32 only and refuses the others (HERD_ERR_UNSUPPORTED); nothing falls
- * back silently. On CUDA the setting is process-wide and applied again at the start
- * of herd_train / herd_bench_train, so models of one process take turns. */
+ * fp32 accumulation); bf16 (CPU: convolutions and fully connected layers take bf16
+ * inputs and weights, accumulate and write fp32; parameters, gradients, optimizer
+ * state, batch norm, softmax and the loss stay fp32). bf16 on the CPU needs bf16
+ * instructions (herd_cpu_isa) and is refused without them; fp16 compute is refused.
+ * Refusals are HERD_ERR_UNSUPPORTED; nothing falls back silently. The setting is
+ * process-wide and applied again at the start of herd_train / herd_bench_train, so
+ * models of one process take turns. */
 typedef enum {
     HERD_PRECISION_FP32 = 0,
     HERD_PRECISION_TF32,

@@ -200,6 +200,7 @@ int herd_doctor_run(const herd_doctor_env *env, herd_check *out)
         {"mpi", check_mpi},
         {"network_interfaces", check_network},
         {"xid_errors", check_xid},
+        {"cpu_isa", check_cpu_isa},
     };
     int n = (int)(sizeof checks / sizeof checks[0]);
     for (int i = 0; i < n && i < HERD_DOCTOR_MAX_CHECKS; i++) {

@@ -40,5 +40,6 @@ void check_gpus_per_host(const herd_doctor_env *e, herd_check *c);
 void check_mpi(const herd_doctor_env *e, herd_check *c);
 void check_network(const herd_doctor_env *e, herd_check *c);
 void check_xid(const herd_doctor_env *e, herd_check *c);
+void check_cpu_isa(const herd_doctor_env *e, herd_check *c);
 
 #endif

@@ -1,5 +1,5 @@
-/* herd doctor: the MPI library and launcher, network interfaces, and GPU Xid errors
- * in the kernel log. */
+/* herd doctor: the MPI library and launcher, network interfaces, GPU Xid errors in
+ * the kernel log, and the CPU instructions herd's kernels run on. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -239,4 +239,14 @@ void check_single_copy(const herd_doctor_env *e, herd_check *c)
         doc_set(c, HERD_CHECK_PASS, NULL, "CMA %.1f GB/s, memcpy %.1f GB/s: %s", p.cma_gbps,
                 p.memcpy_gbps, none ? "single copy is off (none), as suits this host"
                                     : "single-copy transfers pay here");
+}
+
+/* Not a fault: a cluster's nodes may differ, and a bf16 job needs every node's to have
+ * bf16 instructions, so say what this one offers. */
+void check_cpu_isa(const herd_doctor_env *e, herd_check *c)
+{
+    (void)e;
+    const char *isa = herd_cpu_isa();
+    doc_set(c, HERD_CHECK_PASS, NULL, "oneDNN dispatches to %s; --precision bf16 %s", isa,
+            strstr(isa, "bf16: native") ? "runs natively" : "is refused on this CPU");
 }

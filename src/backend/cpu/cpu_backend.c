@@ -60,17 +60,6 @@ static herd_status cpu_memcpy(void *dst, const void *src, size_t bytes)
     return HERD_OK;
 }
 
-static herd_status cpu_set_precision(herd_precision p)
-{
-    if (p == HERD_PRECISION_FP32)
-        return HERD_OK;
-    /* oneDNN could run bf16 on some CPUs, but herd's CPU kernels are fp32 only. */
-    return HERD_ERR(HERD_ERR_UNSUPPORTED,
-                    "the cpu backend computes in fp32 only; --precision %s needs --device cuda "
-                    "(or use --precision fp32)",
-                    herd_precision_name(p));
-}
-
 static const herd_backend cpu_backend = {
     .name = "cpu",
     .host_memory = true,
@@ -116,7 +105,7 @@ static const herd_backend cpu_backend = {
     .sgd_update = herd_cpu_sgd_update,
     .adamw_update = herd_cpu_adamw_update,
     .grad_unscale_check = herd_cpu_grad_unscale_check,
-    .set_precision = cpu_set_precision,
+    .set_precision = herd_cpu_set_precision,
 };
 
 const herd_backend *herd_backend_cpu(void) { return &cpu_backend; }

@@ -10,6 +10,7 @@
 
 struct herd_conv_plan {
     herd_conv_desc d;
+    int bf16; /* the herd_cpu_bf16_mode the primitives were made for; -1: none made */
     dnnl_primitive_desc_t fwd_pd, bwd_data_pd, bwd_w_pd;
     dnnl_primitive_t fwd, bwd_data, bwd_w;
     /* Forward */
@@ -40,10 +41,9 @@ static bool use_blocked_layout(void)
     return !(env && strcmp(env, "plain") == 0);
 }
 
-void herd_cpu_conv2d_plan_free(herd_conv_plan *p)
+/* Everything but the descriptor, so the plan can be made again for new arithmetic. */
+static void release(herd_conv_plan *p)
 {
-    if (!p)
-        return;
     herd_dnnl_port *ports[] = {&p->f_src, &p->f_w,    &p->f_dst,  &p->d_ddst, &p->d_w,
                                &p->d_dsrc, &p->w_src, &p->w_ddst, &p->w_dw};
     for (size_t i = 0; i < sizeof ports / sizeof ports[0]; i++)
@@ -63,6 +63,16 @@ void herd_cpu_conv2d_plan_free(herd_conv_plan *p)
     herd_cpu_free(p->dw_acc);
     herd_cpu_free(p->db_acc);
     herd_cpu_free(p->scratch);
+    herd_conv_desc d = p->d;
+    memset(p, 0, sizeof *p);
+    p->d = d;
+}
+
+void herd_cpu_conv2d_plan_free(herd_conv_plan *p)
+{
+    if (!p)
+        return;
+    release(p);
     free(p);
 }
 
@@ -71,9 +81,27 @@ static const dnnl_memory_desc_t *query(const_dnnl_primitive_desc_t pd, dnnl_quer
     return dnnl_primitive_desc_query_md(pd, what, 0);
 }
 
+/* An input port: in bf16 emulation its copy is rounded to bf16 (native bf16 primitives
+ * convert in the reorder; fp32 ones take the caller's values). */
+static herd_status input_port(const herd_conv_plan *p, herd_dnnl_port *port,
+                              const dnnl_memory_desc_t *user_md, const dnnl_memory_desc_t *prim_md,
+                              const char *what)
+{
+    if (p->bf16 == (int)HERD_CPU_BF16_EMULATED)
+        return herd_dnnl_port_init_bf16_rounded(port, user_md, prim_md, what);
+    return herd_dnnl_port_init(port, user_md, prim_md, true, what);
+}
+
+/*
+ * bf16: the primitives read bf16 activations, weights and output gradients (converted
+ * by the input reorders) and write fp32 outputs, weight and bias gradients, so
+ * everything outside the convolution stays fp32.
+ */
 static herd_status build(herd_conv_plan *p)
 {
     const herd_conv_desc *d = &p->d;
+    p->bf16 = (int)herd_cpu_bf16();
+    dnnl_data_type_t in_type = p->bf16 == (int)HERD_CPU_BF16_NATIVE ? dnnl_bf16 : dnnl_f32;
     bool any = use_blocked_layout();
     dnnl_dims_t src_dims = {d->n, d->c_in, d->h_in, d->w_in};
     dnnl_dims_t w_dims = {d->c_out, d->c_in, d->kh, d->kw};
@@ -84,53 +112,57 @@ static herd_status build(herd_conv_plan *p)
     /* Right padding that makes oneDNN's output size equal PyTorch's floor rule. */
     dnnl_dims_t pad_r = {(dnnl_dim_t)(d->h_out - 1) * d->stride + d->kh - d->h_in - d->pad,
                           (dnnl_dim_t)(d->w_out - 1) * d->stride + d->kw - d->w_in - d->pad};
-    dnnl_memory_desc_t src_u, w_u, dst_u, bias_u, src_a, w_a, dst_a, none;
+    /* _u: the caller's fp32 tensors; _in: what the primitives read; _out: what they write. */
+    dnnl_memory_desc_t src_u, w_u, dst_u, bias_u, src_in, w_in, dst_in, src_out, w_out, dst_out,
+        none;
     memset(&none, 0, sizeof none);
     HERD_TRY(herd_dnnl_plain_md(&src_u, 4, src_dims, false));
     HERD_TRY(herd_dnnl_plain_md(&w_u, 4, w_dims, false));
     HERD_TRY(herd_dnnl_plain_md(&dst_u, 4, dst_dims, false));
     HERD_TRY(herd_dnnl_plain_md(&bias_u, 1, bias_dims, false));
-    HERD_TRY(herd_dnnl_plain_md(&src_a, 4, src_dims, any));
-    HERD_TRY(herd_dnnl_plain_md(&w_a, 4, w_dims, any));
-    HERD_TRY(herd_dnnl_plain_md(&dst_a, 4, dst_dims, any));
+    HERD_TRY(herd_dnnl_typed_md(&src_in, 4, src_dims, in_type, any));
+    HERD_TRY(herd_dnnl_typed_md(&w_in, 4, w_dims, in_type, any));
+    HERD_TRY(herd_dnnl_typed_md(&dst_in, 4, dst_dims, in_type, any));
+    HERD_TRY(herd_dnnl_plain_md(&src_out, 4, src_dims, any));
+    HERD_TRY(herd_dnnl_plain_md(&w_out, 4, w_dims, any));
+    HERD_TRY(herd_dnnl_plain_md(&dst_out, 4, dst_dims, any));
     const dnnl_memory_desc_t *bias_md = d->bias ? &bias_u : &none;
 
     dnnl_convolution_desc_t cd;
     HERD_DNNL(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training,
-                                                 dnnl_convolution_direct, &src_a, &w_a, bias_md,
-                                                 &dst_a, strides, pad_l, pad_r),
+                                                 dnnl_convolution_direct, &src_in, &w_in, bias_md,
+                                                 &dst_out, strides, pad_l, pad_r),
               "convolution forward descriptor");
     HERD_TRY(herd_dnnl_create(&cd, NULL, &p->fwd_pd, &p->fwd, "convolution forward"));
-    HERD_DNNL(dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &src_a, &w_a,
-                                                       &dst_a, strides, pad_l, pad_r),
+    HERD_DNNL(dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &src_out,
+                                                       &w_in, &dst_in, strides, pad_l, pad_r),
               "convolution backward data descriptor");
     HERD_TRY(herd_dnnl_create(&cd, p->fwd_pd, &p->bwd_data_pd, &p->bwd_data,
                               "convolution backward data"));
-    HERD_DNNL(dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &src_a,
-                                                          &w_a, bias_md, &dst_a, strides, pad_l,
+    HERD_DNNL(dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &src_in,
+                                                          &w_out, bias_md, &dst_in, strides, pad_l,
                                                           pad_r),
               "convolution backward weights descriptor");
     HERD_TRY(herd_dnnl_create(&cd, p->fwd_pd, &p->bwd_w_pd, &p->bwd_w,
                               "convolution backward weights"));
 
-    HERD_TRY(herd_dnnl_port_init(&p->f_src, &src_u, query(p->fwd_pd, dnnl_query_src_md), true,
-                                 "conv fwd src reorder"));
-    HERD_TRY(herd_dnnl_port_init(&p->f_w, &w_u, query(p->fwd_pd, dnnl_query_weights_md), true,
-                                 "conv fwd weights reorder"));
+    HERD_TRY(input_port(p, &p->f_src, &src_u, query(p->fwd_pd, dnnl_query_src_md),
+                        "conv fwd src reorder"));
+    HERD_TRY(input_port(p, &p->f_w, &w_u, query(p->fwd_pd, dnnl_query_weights_md),
+                        "conv fwd weights reorder"));
     HERD_TRY(herd_dnnl_port_init(&p->f_dst, &dst_u, query(p->fwd_pd, dnnl_query_dst_md), false,
                                  "conv fwd dst reorder"));
-    HERD_TRY(herd_dnnl_port_init(&p->d_ddst, &dst_u,
-                                 query(p->bwd_data_pd, dnnl_query_diff_dst_md), true,
-                                 "conv bwd data diff_dst reorder"));
-    HERD_TRY(herd_dnnl_port_init(&p->d_w, &w_u, query(p->bwd_data_pd, dnnl_query_weights_md),
-                                 true, "conv bwd data weights reorder"));
+    HERD_TRY(input_port(p, &p->d_ddst, &dst_u, query(p->bwd_data_pd, dnnl_query_diff_dst_md),
+                        "conv bwd data diff_dst reorder"));
+    HERD_TRY(input_port(p, &p->d_w, &w_u, query(p->bwd_data_pd, dnnl_query_weights_md),
+                        "conv bwd data weights reorder"));
     HERD_TRY(herd_dnnl_port_init(&p->d_dsrc, &src_u,
                                  query(p->bwd_data_pd, dnnl_query_diff_src_md), false,
                                  "conv bwd data diff_src reorder"));
-    HERD_TRY(herd_dnnl_port_init(&p->w_src, &src_u, query(p->bwd_w_pd, dnnl_query_src_md), true,
-                                 "conv bwd weights src reorder"));
-    HERD_TRY(herd_dnnl_port_init(&p->w_ddst, &dst_u, query(p->bwd_w_pd, dnnl_query_diff_dst_md),
-                                 true, "conv bwd weights diff_dst reorder"));
+    HERD_TRY(input_port(p, &p->w_src, &src_u, query(p->bwd_w_pd, dnnl_query_src_md),
+                        "conv bwd weights src reorder"));
+    HERD_TRY(input_port(p, &p->w_ddst, &dst_u, query(p->bwd_w_pd, dnnl_query_diff_dst_md),
+                        "conv bwd weights diff_dst reorder"));
     HERD_TRY(herd_dnnl_port_init(&p->w_dw, &w_u, query(p->bwd_w_pd, dnnl_query_diff_weights_md),
                                  false, "conv bwd weights diff_weights reorder"));
 
@@ -169,6 +201,20 @@ herd_status herd_cpu_conv2d_plan(const herd_conv_desc *d, herd_conv_plan **plan)
     return HERD_OK;
 }
 
+/* After set_precision changed the arithmetic, the primitives are made again for it. */
+static herd_status current(herd_conv_plan *p)
+{
+    if (p->bf16 == (int)herd_cpu_bf16())
+        return HERD_OK;
+    release(p);
+    herd_status st = build(p);
+    if (st != HERD_OK) { /* half made: the next call tries again */
+        release(p);
+        p->bf16 = -1;
+    }
+    return st;
+}
+
 /* Execution arguments shared by all three primitives: the scratchpad. */
 static int add_scratch(const herd_conv_plan *p, dnnl_exec_arg_t *args, int n)
 {
@@ -181,6 +227,7 @@ herd_status herd_cpu_conv2d_fwd(herd_conv_plan *p, const float *x, const float *
                                 const float *b, float *y)
 {
     HERD_TRY(herd_check_conv2d_fwd(p, x, w, b, y));
+    HERD_TRY(current(p));
     HERD_TRY(herd_dnnl_port_in(&p->f_src, x, "conv fwd src"));
     HERD_TRY(herd_dnnl_port_in(&p->f_w, w, "conv fwd weights"));
     HERD_TRY(herd_dnnl_port_out(&p->f_dst, y, "conv fwd dst"));
@@ -201,6 +248,7 @@ herd_status herd_cpu_conv2d_bwd_data(herd_conv_plan *p, const float *dy, const f
                                      float *dx)
 {
     HERD_TRY(herd_check_conv2d_bwd_data(p, dy, w, dx));
+    HERD_TRY(current(p));
     HERD_TRY(herd_dnnl_port_in(&p->d_ddst, dy, "conv bwd data diff_dst"));
     HERD_TRY(herd_dnnl_port_in(&p->d_w, w, "conv bwd data weights"));
     HERD_TRY(herd_dnnl_port_out(&p->d_dsrc, dx, "conv bwd data diff_src"));
@@ -222,6 +270,7 @@ herd_status herd_cpu_conv2d_bwd_weights(herd_conv_plan *p, const float *x, const
                                         float *dw, float *db, float beta)
 {
     HERD_TRY(herd_check_conv2d_bwd_weights(p, x, dy, dw, db, beta));
+    HERD_TRY(current(p));
     bool acc = beta != 0.0f;
     HERD_TRY(herd_dnnl_port_in(&p->w_src, x, "conv bwd weights src"));
     HERD_TRY(herd_dnnl_port_in(&p->w_ddst, dy, "conv bwd weights diff_dst"));

@@ -2,29 +2,38 @@
  * creation with a user scratchpad, execution on the shared stream. */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/cpu_dnnl.h"
+#include "backend/cpu/cpu_ops.h"
 
 #include <string.h>
 
-herd_status herd_dnnl_plain_md(dnnl_memory_desc_t *md, int ndims, const dnnl_dim_t *dims,
-                               bool any_layout)
+herd_status herd_dnnl_typed_md(dnnl_memory_desc_t *md, int ndims, const dnnl_dim_t *dims,
+                               dnnl_data_type_t type, bool any_layout)
 {
     static const dnnl_format_tag_t plain[] = {dnnl_format_tag_undef, dnnl_a, dnnl_ab, dnnl_abc,
                                               dnnl_abcd};
     dnnl_format_tag_t tag = any_layout ? dnnl_format_tag_any : plain[ndims];
-    HERD_DNNL(dnnl_memory_desc_init_by_tag(md, ndims, dims, dnnl_f32, tag), "memory descriptor");
+    HERD_DNNL(dnnl_memory_desc_init_by_tag(md, ndims, dims, type, tag), "memory descriptor");
     return HERD_OK;
 }
 
-herd_status herd_dnnl_port_init(herd_dnnl_port *port, const dnnl_memory_desc_t *user_md,
-                                const dnnl_memory_desc_t *prim_md, bool is_input,
-                                const char *what)
+herd_status herd_dnnl_plain_md(dnnl_memory_desc_t *md, int ndims, const dnnl_dim_t *dims,
+                               bool any_layout)
+{
+    return herd_dnnl_typed_md(md, ndims, dims, dnnl_f32, any_layout);
+}
+
+static herd_status port_init(herd_dnnl_port *port, const dnnl_memory_desc_t *user_md,
+                             const dnnl_memory_desc_t *prim_md, bool is_input, bool round_bf16,
+                             const char *what)
 {
     dnnl_engine_t eng;
     dnnl_stream_t stream;
     HERD_TRY(herd_dnnl_get(&eng, &stream));
     memset(port, 0, sizeof *port);
+    port->round_bf16 = round_bf16;
     HERD_DNNL(dnnl_memory_create(&port->user, user_md, eng, DNNL_MEMORY_NONE), what);
-    if (dnnl_memory_desc_equal(user_md, prim_md)) {
+    /* Rounding needs a copy: the caller's tensor (fp32 master weights) stays as it is. */
+    if (!round_bf16 && dnnl_memory_desc_equal(user_md, prim_md)) {
         port->inner = port->user;
         return HERD_OK;
     }
@@ -41,6 +50,23 @@ herd_status herd_dnnl_port_init(herd_dnnl_port *port, const dnnl_memory_desc_t *
     dnnl_primitive_desc_destroy(rpd);
     HERD_DNNL(st, what);
     return HERD_OK;
+}
+
+herd_status herd_dnnl_port_init(herd_dnnl_port *port, const dnnl_memory_desc_t *user_md,
+                                const dnnl_memory_desc_t *prim_md, bool is_input,
+                                const char *what)
+{
+    return port_init(port, user_md, prim_md, is_input, false, what);
+}
+
+herd_status herd_dnnl_port_init_bf16_rounded(herd_dnnl_port *port,
+                                            const dnnl_memory_desc_t *user_md,
+                                            const dnnl_memory_desc_t *prim_md, const char *what)
+{
+    if (dnnl_memory_desc_get_size(prim_md) % sizeof(float) ||
+        prim_md->data_type != dnnl_f32)
+        return HERD_ERR(HERD_ERR_INTERNAL, "%s: rounding to bf16 needs an fp32 tensor", what);
+    return port_init(port, user_md, prim_md, true, true, what);
 }
 
 void herd_dnnl_port_free(herd_dnnl_port *port)
@@ -68,7 +94,9 @@ herd_status herd_dnnl_port_in(herd_dnnl_port *port, const void *data, const char
         return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: NULL input", what);
     HERD_DNNL(dnnl_memory_set_data_handle(port->user, (void *)data), what);
     if (port->reorder)
-        return run_reorder(port, port->user, port->inner, what);
+        HERD_TRY(run_reorder(port, port->user, port->inner, what));
+    if (port->round_bf16)
+        herd_cpu_round_bf16(port->inner_buf, port->inner_bytes / sizeof(float));
     return HERD_OK;
 }
 

@@ -41,11 +41,17 @@ typedef struct herd_dnnl_port {
     dnnl_primitive_t reorder;
     void *inner_buf;
     size_t inner_bytes;
+    bool round_bf16; /* inputs: inner holds the caller's values rounded to bf16 */
 } herd_dnnl_port;
 
 herd_status herd_dnnl_port_init(herd_dnnl_port *port, const dnnl_memory_desc_t *user_md,
                                 const dnnl_memory_desc_t *prim_md, bool is_input,
                                 const char *what);
+/* An fp32 input port whose copy is rounded to bf16 after each reorder: bf16's
+ * numerics on fp32 kernels (HERD_CPU_BF16=emulate). */
+herd_status herd_dnnl_port_init_bf16_rounded(herd_dnnl_port *port,
+                                            const dnnl_memory_desc_t *user_md,
+                                            const dnnl_memory_desc_t *prim_md, const char *what);
 void herd_dnnl_port_free(herd_dnnl_port *port);
 /* Points the port at the caller's data; inputs are reordered into `inner` now. */
 herd_status herd_dnnl_port_in(herd_dnnl_port *port, const void *data, const char *what);
@@ -69,4 +75,7 @@ herd_status herd_dnnl_exec(dnnl_primitive_t prim, int nargs, const dnnl_exec_arg
 /* A plain row-major ("abcd" / "a") descriptor. */
 herd_status herd_dnnl_plain_md(dnnl_memory_desc_t *md, int ndims, const dnnl_dim_t *dims,
                                bool any_layout);
+/* The same with another data type (dnnl_bf16 for bf16 primitives). */
+herd_status herd_dnnl_typed_md(dnnl_memory_desc_t *md, int ndims, const dnnl_dim_t *dims,
+                               dnnl_data_type_t type, bool any_layout);
 #endif

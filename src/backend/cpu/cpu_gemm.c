@@ -15,6 +15,8 @@ herd_status herd_cpu_gemm(bool trans_a, bool trans_b, int m, int n, int k, float
     HERD_TRY(herd_gemm_check(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, &empty));
     if (empty)
         return HERD_OK;
+    if (herd_cpu_bf16() != HERD_CPU_BF16_OFF)
+        return herd_cpu_gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     HERD_DNNL(dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb,
                          beta, c, ldc),
               "sgemm");

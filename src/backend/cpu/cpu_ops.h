@@ -8,6 +8,10 @@
 herd_status herd_cpu_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                           const float *a, int lda, const float *b, int ldb, float beta, float *c,
                           int ldc);
+/* cpu_gemm_bf16.c: the same in bf16 mixed precision (herd_cpu_gemm calls it). */
+herd_status herd_cpu_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                               const float *a, int lda, const float *b, int ldb, float beta,
+                               float *c, int ldc);
 herd_status herd_cpu_bias_add(int rows, int cols, float *y, const float *bias);
 herd_status herd_cpu_bias_grad(int rows, int cols, const float *dy, float *db, float beta);
 
@@ -71,6 +75,19 @@ herd_status herd_cpu_fill(size_t n, float value, float *y);
 herd_status herd_cpu_softmax_xent(int n, int classes, const float *logits, const int32_t *labels,
                                   float smoothing, float *dlogits, double *loss_sum,
                                   long *correct);
+
+/* cpu_precision.c: the arithmetic set by set_precision. NATIVE runs convolutions and
+ * GEMMs as oneDNN bf16 primitives; EMULATED rounds their inputs to bf16 and runs the
+ * fp32 kernels (HERD_CPU_BF16=emulate, for CPUs without bf16 instructions: tests). */
+typedef enum herd_cpu_bf16_mode {
+    HERD_CPU_BF16_OFF,
+    HERD_CPU_BF16_NATIVE,
+    HERD_CPU_BF16_EMULATED,
+} herd_cpu_bf16_mode;
+herd_cpu_bf16_mode herd_cpu_bf16(void);
+herd_status herd_cpu_set_precision(herd_precision p);
+bool herd_cpu_native_bf16(void);
+void herd_cpu_round_bf16(float *x, size_t n); /* each value to its nearest bf16 */
 
 /* Elementwise loops below this many elements stay on one thread: forking costs more. */
 #define HERD_CPU_PAR_MIN 32768
