@@ -41,13 +41,13 @@ rc=$?
 check "doctor exits 0 or 1 ($rc)" test $rc -le 1
 check "doctor: exit 1 exactly when a check fails" \
   test "$rc" -eq "$(grep -q '^fail ' "$tmp/doc" && echo 1 || echo 0)"
-check "doctor prints the 14 checks and a total" \
-  test "$(grep -cE '^(pass|warn|fail|skip) ' "$tmp/doc")" -eq 14 -a "$(grep -c ' not checked$' "$tmp/doc")" -eq 1
+check "doctor prints the 15 checks and a total" \
+  test "$(grep -cE '^(pass|warn|fail|skip) ' "$tmp/doc")" -eq 15 -a "$(grep -c ' not checked$' "$tmp/doc")" -eq 1
 check "doctor's mpi line names the MPI library alone (no NCCL version)" \
   bash -c 'grep -qE "^(pass|warn|fail|skip) +mpi " "$1" && ! grep -E "^(pass|warn|fail|skip) +mpi " "$1" | grep -q NCCL' _ "$tmp/doc"
 "$herd" doctor --json >"$tmp/doc.json"
-check "doctor --json is valid JSON with 14 checks" json_true "$tmp/doc.json" \
-  'len(d["checks"]) == 14 and all(c["status"] in ("pass", "warn", "fail", "skip") for c in d["checks"])'
+check "doctor --json is valid JSON with 15 checks" json_true "$tmp/doc.json" \
+  'len(d["checks"]) == 15 and all(c["status"] in ("pass", "warn", "fail", "skip") for c in d["checks"])'
 # A fabricated root with an Xid error in the kernel log: that check fails, exit 1.
 mkdir -p "$tmp/root/dev" "$tmp/root/proc"
 echo "4,1,1,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus." >"$tmp/root/dev/kmsg"

@@ -67,10 +67,14 @@ herd_status herd_cpu_set_precision(herd_precision p)
         atomic_store(&g_bf16_mode, HERD_CPU_BF16_OFF);
         return HERD_OK;
     }
+    if (p == HERD_PRECISION_TF32)
+        return HERD_ERR(HERD_ERR_UNSUPPORTED,
+                        "the cpu backend computes in fp32 or bf16; --precision tf32 needs "
+                        "--device cuda (or use --precision bf16 or fp32)");
     if (p != HERD_PRECISION_BF16)
         return HERD_ERR(HERD_ERR_UNSUPPORTED,
-                        "the cpu backend computes in fp32 or bf16; --precision %s needs --device "
-                        "cuda (or use --precision bf16 or fp32)",
+                        "the cpu backend computes in fp32 or bf16, not %s (use --precision bf16 "
+                        "or fp32)",
                         herd_precision_name(p));
     if (emulation_asked()) {
         atomic_store(&g_bf16_mode, HERD_CPU_BF16_EMULATED);
