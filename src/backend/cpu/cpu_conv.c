@@ -22,6 +22,16 @@ struct herd_conv_plan {
     herd_dnnl_port w_src, w_ddst, w_dw;
     dnnl_memory_t w_db;
     float *dw_acc, *db_acc;
+    /*
+     * One reorder serves two primitives where they read the same layout: the forward's
+     * copy of x serves the backward-weights of that forward (share_x; w_src unused),
+     * and the backward-weights' copy of dy serves the backward-data that follows it
+     * (share_dy; d_ddst unused). fwd_x / bwd_dy name the tensor the copy holds, until
+     * it is used once; another pointer, or another order of calls, reorders again.
+     * These reorders were 2 of the 5 large ones of each convolution's step.
+     */
+    bool share_x, share_dy;
+    const float *fwd_x, *bwd_dy;
     /* One scratchpad, sized for the largest primitive, shared by all three. */
     void *scratch;
     dnnl_memory_t scratch_mem;
@@ -39,6 +49,18 @@ static bool use_blocked_layout(void)
 {
     const char *env = getenv("HERD_CONV_LAYOUT");
     return !(env && strcmp(env, "plain") == 0);
+}
+
+/* HERD_CONV_ALGO=auto|winograd lets oneDNN choose (or take) Winograd for 3x3
+ * convolutions; the default is direct (docs/performance.md has the comparison). */
+static dnnl_alg_kind_t conv_algorithm(void)
+{
+    const char *env = getenv("HERD_CONV_ALGO");
+    if (env && strcmp(env, "auto") == 0)
+        return dnnl_convolution_auto;
+    if (env && strcmp(env, "winograd") == 0)
+        return dnnl_convolution_winograd;
+    return dnnl_convolution_direct;
 }
 
 /* Everything but the descriptor, so the plan can be made again for new arithmetic. */
@@ -103,6 +125,7 @@ static herd_status build(herd_conv_plan *p)
     p->bf16 = (int)herd_cpu_bf16();
     dnnl_data_type_t in_type = p->bf16 == (int)HERD_CPU_BF16_NATIVE ? dnnl_bf16 : dnnl_f32;
     bool any = use_blocked_layout();
+    dnnl_alg_kind_t alg = conv_algorithm();
     dnnl_dims_t src_dims = {d->n, d->c_in, d->h_in, d->w_in};
     dnnl_dims_t w_dims = {d->c_out, d->c_in, d->kh, d->kw};
     dnnl_dims_t dst_dims = {d->n, d->c_out, d->h_out, d->w_out};
@@ -130,16 +153,16 @@ static herd_status build(herd_conv_plan *p)
 
     dnnl_convolution_desc_t cd;
     HERD_DNNL(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training,
-                                                 dnnl_convolution_direct, &src_in, &w_in, bias_md,
+                                                 alg, &src_in, &w_in, bias_md,
                                                  &dst_out, strides, pad_l, pad_r),
               "convolution forward descriptor");
     HERD_TRY(herd_dnnl_create(&cd, NULL, &p->fwd_pd, &p->fwd, "convolution forward"));
-    HERD_DNNL(dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &src_out,
+    HERD_DNNL(dnnl_convolution_backward_data_desc_init(&cd, alg, &src_out,
                                                        &w_in, &dst_in, strides, pad_l, pad_r),
               "convolution backward data descriptor");
     HERD_TRY(herd_dnnl_create(&cd, p->fwd_pd, &p->bwd_data_pd, &p->bwd_data,
                               "convolution backward data"));
-    HERD_DNNL(dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &src_in,
+    HERD_DNNL(dnnl_convolution_backward_weights_desc_init(&cd, alg, &src_in,
                                                           &w_out, bias_md, &dst_in, strides, pad_l,
                                                           pad_r),
               "convolution backward weights descriptor");
@@ -152,15 +175,22 @@ static herd_status build(herd_conv_plan *p)
                         "conv fwd weights reorder"));
     HERD_TRY(herd_dnnl_port_init(&p->f_dst, &dst_u, query(p->fwd_pd, dnnl_query_dst_md), false,
                                  "conv fwd dst reorder"));
-    HERD_TRY(input_port(p, &p->d_ddst, &dst_u, query(p->bwd_data_pd, dnnl_query_diff_dst_md),
-                        "conv bwd data diff_dst reorder"));
+    p->share_x = dnnl_memory_desc_equal(query(p->fwd_pd, dnnl_query_src_md),
+                                        query(p->bwd_w_pd, dnnl_query_src_md));
+    p->share_dy = dnnl_memory_desc_equal(query(p->bwd_data_pd, dnnl_query_diff_dst_md),
+                                         query(p->bwd_w_pd, dnnl_query_diff_dst_md));
+    if (!p->share_dy)
+        HERD_TRY(input_port(p, &p->d_ddst, &dst_u,
+                            query(p->bwd_data_pd, dnnl_query_diff_dst_md),
+                            "conv bwd data diff_dst reorder"));
     HERD_TRY(input_port(p, &p->d_w, &w_u, query(p->bwd_data_pd, dnnl_query_weights_md),
                         "conv bwd data weights reorder"));
     HERD_TRY(herd_dnnl_port_init(&p->d_dsrc, &src_u,
                                  query(p->bwd_data_pd, dnnl_query_diff_src_md), false,
                                  "conv bwd data diff_src reorder"));
-    HERD_TRY(input_port(p, &p->w_src, &src_u, query(p->bwd_w_pd, dnnl_query_src_md),
-                        "conv bwd weights src reorder"));
+    if (!p->share_x)
+        HERD_TRY(input_port(p, &p->w_src, &src_u, query(p->bwd_w_pd, dnnl_query_src_md),
+                            "conv bwd weights src reorder"));
     HERD_TRY(input_port(p, &p->w_ddst, &dst_u, query(p->bwd_w_pd, dnnl_query_diff_dst_md),
                         "conv bwd weights diff_dst reorder"));
     HERD_TRY(herd_dnnl_port_init(&p->w_dw, &w_u, query(p->bwd_w_pd, dnnl_query_diff_weights_md),
@@ -228,7 +258,9 @@ herd_status herd_cpu_conv2d_fwd(herd_conv_plan *p, const float *x, const float *
 {
     HERD_TRY(herd_check_conv2d_fwd(p, x, w, b, y));
     HERD_TRY(current(p));
+    p->fwd_x = p->bwd_dy = NULL;
     HERD_TRY(herd_dnnl_port_in(&p->f_src, x, "conv fwd src"));
+    p->fwd_x = x;
     HERD_TRY(herd_dnnl_port_in(&p->f_w, w, "conv fwd weights"));
     HERD_TRY(herd_dnnl_port_out(&p->f_dst, y, "conv fwd dst"));
     dnnl_exec_arg_t args[5] = {herd_dnnl_arg(DNNL_ARG_SRC, p->f_src.inner),
@@ -249,10 +281,14 @@ herd_status herd_cpu_conv2d_bwd_data(herd_conv_plan *p, const float *dy, const f
 {
     HERD_TRY(herd_check_conv2d_bwd_data(p, dy, w, dx));
     HERD_TRY(current(p));
-    HERD_TRY(herd_dnnl_port_in(&p->d_ddst, dy, "conv bwd data diff_dst"));
+    herd_dnnl_port *ddst = p->share_dy ? &p->w_ddst : &p->d_ddst;
+    bool have_dy = p->share_dy && dy == p->bwd_dy;
+    p->bwd_dy = NULL;
+    if (!have_dy)
+        HERD_TRY(herd_dnnl_port_in(ddst, dy, "conv bwd data diff_dst"));
     HERD_TRY(herd_dnnl_port_in(&p->d_w, w, "conv bwd data weights"));
     HERD_TRY(herd_dnnl_port_out(&p->d_dsrc, dx, "conv bwd data diff_src"));
-    dnnl_exec_arg_t args[4] = {herd_dnnl_arg(DNNL_ARG_DIFF_DST, p->d_ddst.inner),
+    dnnl_exec_arg_t args[4] = {herd_dnnl_arg(DNNL_ARG_DIFF_DST, ddst->inner),
                                herd_dnnl_arg(DNNL_ARG_WEIGHTS, p->d_w.inner),
                                herd_dnnl_arg(DNNL_ARG_DIFF_SRC, p->d_dsrc.inner)};
     int n = add_scratch(p, args, 3);
@@ -272,11 +308,16 @@ herd_status herd_cpu_conv2d_bwd_weights(herd_conv_plan *p, const float *x, const
     HERD_TRY(herd_check_conv2d_bwd_weights(p, x, dy, dw, db, beta));
     HERD_TRY(current(p));
     bool acc = beta != 0.0f;
-    HERD_TRY(herd_dnnl_port_in(&p->w_src, x, "conv bwd weights src"));
+    herd_dnnl_port *src = p->share_x ? &p->f_src : &p->w_src;
+    bool have_x = p->share_x && x == p->fwd_x;
+    p->fwd_x = p->bwd_dy = NULL;
+    if (!have_x)
+        HERD_TRY(herd_dnnl_port_in(src, x, "conv bwd weights src"));
     HERD_TRY(herd_dnnl_port_in(&p->w_ddst, dy, "conv bwd weights diff_dst"));
+    p->bwd_dy = dy;
     /* Accumulating: the primitive writes a scratch gradient that is added afterwards. */
     HERD_TRY(herd_dnnl_port_out(&p->w_dw, acc ? p->dw_acc : dw, "conv bwd weights diff_weights"));
-    dnnl_exec_arg_t args[5] = {herd_dnnl_arg(DNNL_ARG_SRC, p->w_src.inner),
+    dnnl_exec_arg_t args[5] = {herd_dnnl_arg(DNNL_ARG_SRC, src->inner),
                                herd_dnnl_arg(DNNL_ARG_DIFF_DST, p->w_ddst.inner),
                                herd_dnnl_arg(DNNL_ARG_DIFF_WEIGHTS, p->w_dw.inner)};
     int n = 3;
