@@ -115,8 +115,8 @@ herd_status herd_dnnl_port_out_finish(herd_dnnl_port *port, const char *what)
     return HERD_OK;
 }
 
-herd_status herd_dnnl_create(const void *op_desc, const_dnnl_primitive_desc_t hint,
-                             dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim, const char *what)
+herd_status herd_dnnl_create_pd(const void *op_desc, const_dnnl_primitive_desc_t hint,
+                                dnnl_primitive_desc_t *pd, const char *what)
 {
     dnnl_engine_t eng;
     dnnl_stream_t stream;
@@ -128,13 +128,26 @@ herd_status herd_dnnl_create(const void *op_desc, const_dnnl_primitive_desc_t hi
         st = dnnl_primitive_desc_create(pd, op_desc, attr, eng, hint);
     dnnl_primitive_attr_destroy(attr);
     HERD_DNNL(st, what);
-    st = dnnl_primitive_create(prim, *pd);
+    return HERD_OK;
+}
+
+herd_status herd_dnnl_create_prim(dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim,
+                                  const char *what)
+{
+    dnnl_status_t st = dnnl_primitive_create(prim, *pd);
     if (st != dnnl_success) {
         dnnl_primitive_desc_destroy(*pd);
         *pd = NULL;
     }
     HERD_DNNL(st, what);
     return HERD_OK;
+}
+
+herd_status herd_dnnl_create(const void *op_desc, const_dnnl_primitive_desc_t hint,
+                             dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim, const char *what)
+{
+    HERD_TRY(herd_dnnl_create_pd(op_desc, hint, pd, what));
+    return herd_dnnl_create_prim(pd, prim, what);
 }
 
 size_t herd_dnnl_scratchpad_bytes(const_dnnl_primitive_desc_t pd)
