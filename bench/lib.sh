@@ -37,11 +37,14 @@ EOF
     return 1
   fi
   kernel=$(sed -n 's/^blas=openblas .*kernel=\([^ ]*\).*/\1/p' <<<"$info" | head -n 1)
-  if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo \
-     && ! grep -qiE '^(skylakex|cooperlake|sapphirerapids)$' <<<"$kernel"; then
+  # A kernel without AVX-512 on an AVX-512 CPU, whether auto-detected or set in the
+  # environment (some machines export OPENBLAS_CORETYPE=Haswell), is not what a careful
+  # user runs: SkylakeX is.
+  if grep -qw avx512f /proc/cpuinfo && ! grep -qiE '^(skylakex|cooperlake|sapphirerapids)$' <<<"$kernel"; then
+    echo "reference: OpenBLAS runs the $kernel kernel on an AVX-512 CPU" \
+         "(OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}); setting OPENBLAS_CORETYPE=SkylakeX"
     export OPENBLAS_CORETYPE=SkylakeX
-    echo "reference: OpenBLAS auto-detected the $kernel kernel on an AVX-512 CPU; OPENBLAS_CORETYPE=SkylakeX"
-    info=$(OPENBLAS_CORETYPE=SkylakeX "$python" -c 'import threadpoolctl
+    info=$(OPENBLAS_CORETYPE=SkylakeX "$python" -c 'import torch, threadpoolctl
 for i in threadpoolctl.threadpool_info():
     print("blas=%s version=%s threading=%s kernel=%s file=%s" % (i["internal_api"], i.get("version"),
           i.get("threading_layer"), i.get("architecture"), i["filepath"]))' | grep '^blas=openblas')

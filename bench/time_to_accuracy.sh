@@ -7,7 +7,9 @@
 # epoch, evaluation included in the wall time. Prints the epoch and time at which each
 # first reaches the target, and the final accuracy and time after all epochs.
 #
-#   bench/time_to_accuracy.sh [--target 0.89] [--ranks N]
+#   bench/time_to_accuracy.sh [--target 0.89] [--ranks N] [--precision fp32|bf16]
+#
+# --precision bf16: both in bf16 (herd --precision bf16; PyTorch CPU autocast bf16).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 herd=${HERD:-$root/build/herd}
@@ -15,18 +17,20 @@ herd=${HERD:-$root/build/herd}
 . "$root/bench/lib.sh"
 target=0.89
 ranks=$(nproc)
+precision=fp32
 while [ $# -gt 0 ]; do
   case $1 in
     --target) target=$2; shift 2 ;;
     --ranks) ranks=$2; shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --precision) precision=$2; shift 2 ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "time_to_accuracy.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
 [ -x "$herd" ] || { echo "time_to_accuracy.sh: $herd not found: make build" >&2; exit 1; }
 bench_reference_setup
 bench_gemm_limits
-flags=$(make -s -C "$root" --no-print-directory print-run-flags)
+flags="$(make -s -C "$root" --no-print-directory print-run-flags) --precision $precision"
 echo "recipe: $flags; $ranks ranks x 1 thread"
 
 log=$(mktemp)

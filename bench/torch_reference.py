@@ -23,6 +23,7 @@ resnet50 on 3x224x224 with 1000, or --shape), optionally channels_last, with TF3
 
 Usage: /usr/bin/python3 bench/torch_reference.py [--models mlp,lenet5,resnet20]
        [--threads 1] [--batch-size 128] [--steps 50] [--warmup 5] [--json] [--ddp N]
+       [--precision fp32|bf16] [--shape C,H,W,CLASSES (synthetic data, 1 process)]
        /usr/bin/python3 bench/torch_reference.py --time-to-acc [--target 0.89]
        /usr/bin/python3 bench/torch_reference.py --time-to-acc --ddp 2 $(make -s print-run-flags)
        python3 bench/torch_reference.py --device cuda [--models resnet20,resnet50]
@@ -93,15 +94,23 @@ def batches(n, batch_size, gen):
             yield perm[i:i + batch_size]
 
 
-def make_training(model, lr, seed):
-    torch.manual_seed(seed)
-    net = herd_torch_models.build(model)
+def cpu_autocast(args):
+    """--precision bf16 on the CPU: autocast's bf16 convolutions and matmuls, as a
+    user of PyTorch 1.13 would run them (no loss scaling: bf16 has fp32's range)."""
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16")
+
+
+def make_training(model, args, shape=None, classes=10):
+    torch.manual_seed(args.seed)
+    net = herd_torch_models.build(model, *((shape, classes) if shape else ()))
     net.train()
-    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9, weight_decay=5e-4)
+    opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=0.9, weight_decay=5e-4)
 
     def step(x, y):
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(net(x), y)
+        with cpu_autocast(args):
+            logits = net(x)
+        loss = F.cross_entropy(logits.float(), y)
         loss.backward()
         opt.step()
         return loss
@@ -109,8 +118,21 @@ def make_training(model, lr, seed):
     return net, step
 
 
+def synthetic(args):
+    """--shape C,H,W,CLASSES on the CPU: 4 batches of random images, as herd's
+    synthetic: data."""
+    c, h, w, classes = (int(v) for v in args.shape.split(","))
+    gen = torch.Generator().manual_seed(args.seed)
+    x = torch.randn((4 * args.batch_size, c, h, w), generator=gen)
+    y = torch.randint(0, classes, (4 * args.batch_size,), generator=gen)
+    return x, y, (c, h, w), classes
+
+
 def bench(model, x_train, y_train, args):
-    net, step = make_training(model, args.lr, args.seed)
+    shape, classes = None, 10
+    if args.shape:
+        x_train, y_train, shape, classes = synthetic(args)
+    net, step = make_training(model, args, shape, classes)
     gen = torch.Generator().manual_seed(args.seed)
     it = batches(len(x_train), args.batch_size, gen)
     for _ in range(args.warmup):
@@ -125,7 +147,7 @@ def bench(model, x_train, y_train, args):
     dt = time.perf_counter() - t0
     return {
         "model": model, "framework": "torch", "threads": args.threads,
-        "batch": args.batch_size, "samples_per_s": round(args.steps * args.batch_size / dt, 1),
+        "precision": args.precision, "batch": args.batch_size, "samples_per_s": round(args.steps * args.batch_size / dt, 1),
         "step_ms": round(1000 * dt / args.steps, 3), "steps": args.steps,
         "warmup": args.warmup, "loss": round(loss, 4), "torch": torch.__version__,
     }
@@ -196,7 +218,9 @@ def _ddp_throughput(rank, world, args, out_queue):
 
         def step(idx):
             opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(net(x_train[idx]), y_train[idx])
+            with cpu_autocast(args):
+                logits = net(x_train[idx])
+            loss = F.cross_entropy(logits.float(), y_train[idx])
             loss.backward()  # gradients averaged over ranks here
             opt.step()
             return loss
@@ -217,7 +241,7 @@ def _ddp_throughput(rank, world, args, out_queue):
         if rank == 0:
             out_queue.put({
                 "model": model, "framework": "torch-ddp", "ranks": world,
-                "threads": args.threads, "batch": args.batch_size,
+                "threads": args.threads, "precision": args.precision, "batch": args.batch_size,
                 "samples_per_s": round(world * args.steps * args.batch_size / dt, 1),
                 "step_ms": round(1000 * dt / args.steps, 3), "steps": args.steps,
                 "warmup": args.warmup, "loss": round(loss, 4), "torch": torch.__version__,
@@ -286,7 +310,8 @@ def _ddp_time_to_acc(rank, world, args, out_queue):
     gen = torch.Generator().manual_seed(args.seed)
     test_idx = torch.arange(rank, len(x_test), world)
     result = {"model": model, "framework": "torch-ddp", "ranks": world, "threads": args.threads,
-              "batch": args.batch_size, "target": args.target, "reached": False}
+              "precision": args.precision, "batch": args.batch_size, "target": args.target,
+              "reached": False}
     dist.barrier()
     t0 = time.perf_counter()
     for epoch in range(1, args.epochs + 1):
@@ -296,7 +321,9 @@ def _ddp_time_to_acc(rank, world, args, out_queue):
         for i in range(0, per_rank, args.batch_size):
             idx = mine[i:i + args.batch_size]
             opt.zero_grad(set_to_none=True)
-            F.cross_entropy(net(x_train[idx]), y_train[idx]).backward()
+            with cpu_autocast(args):
+                logits = net(x_train[idx])
+            F.cross_entropy(logits.float(), y_train[idx]).backward()
             opt.step()
             sched.step()
         net.eval()
@@ -318,7 +345,7 @@ def _ddp_time_to_acc(rank, world, args, out_queue):
 
 def time_to_acc(model, x_train, y_train, x_test, y_test, args):
     """Wall time until test accuracy, evaluated after each epoch, first reaches target."""
-    net, step = make_training(model, args.lr, args.seed)
+    net, step = make_training(model, args)
     gen = torch.Generator().manual_seed(args.seed)
     n = len(x_train)
     train_s = 0.0
@@ -445,10 +472,11 @@ def main():
                    help="cuda: one GPU, synthetic data on the device (default models "
                         "resnet20,resnet50)")
     p.add_argument("--precision", choices=["fp32", "tf32", "bf16", "fp16"], default="fp32",
-                   help="cuda: TF32 matmuls/convolutions, or autocast to bf16/fp16")
+                   help="cuda: TF32 matmuls/convolutions, or autocast to bf16/fp16; "
+                        "cpu: fp32 or autocast to bf16")
     p.add_argument("--channels-last", action="store_true", help="cuda: NHWC memory format")
     p.add_argument("--shape", default=None, metavar="C,H,W,CLASSES",
-                   help="cuda: input shape and classes for every model")
+                   help="input shape and classes for every model (cpu: synthetic data)")
     args = p.parse_args()
     if args.device == "cuda":
         if args.ddp or args.time_to_acc:
@@ -456,8 +484,11 @@ def main():
         for m in (args.models or "resnet20,resnet50").split(","):
             emit(bench_cuda(m, args), args.json)
         return
-    if args.precision != "fp32" or args.channels_last:
-        p.error("--precision and --channels-last are for --device cuda")
+    if args.precision not in ("fp32", "bf16") or args.channels_last:
+        p.error("on the CPU --precision is fp32 or bf16 (autocast); --channels-last is for "
+                "--device cuda")
+    if args.shape and (args.ddp or args.time_to_acc):
+        p.error("--shape (synthetic data) is for the 1-process throughput on the CPU")
     if args.ddp:
         if args.ddp < 1:
             p.error("--ddp needs N >= 1")
