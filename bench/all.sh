@@ -7,7 +7,9 @@
 #
 # Names: train_1thread, scaling_2ranks, time_to_accuracy, timeline_overhead,
 # timeline_overhead_resnet20, independent_pair, allreduce, fusion, p2p, predict, single_copy,
-# predict_cluster (needs root: network namespaces).
+# predict_cluster (needs root: network namespaces), and on CPUs with bf16 instructions
+# bf16_1thread, bf16_2ranks, time_to_accuracy_fp32/_bf16 (target 91%), bf16_lenet5_accuracy,
+# bf16_resnet20_accuracy (about 25 minutes).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 herd=${HERD:-$root/build/herd}
@@ -28,9 +30,17 @@ declare -A cmd=(
   [predict]="bash bench/predict_vs_measured.sh $out/$day-allreduce.json"
   [single_copy]="bash bench/single_copy.sh"
   [predict_cluster]="bash bench/predict_cluster.sh"
+  [bf16_1thread]="bash bench/bf16.sh --repeats 2"
+  [bf16_2ranks]="bash bench/bf16.sh --ranks 2 --repeats 2 --models mlp,lenet5,resnet20"
+  [time_to_accuracy_fp32]="bash bench/time_to_accuracy.sh --ranks 2 --target 0.91 --precision fp32"
+  [time_to_accuracy_bf16]="bash bench/time_to_accuracy.sh --ranks 2 --target 0.91 --precision bf16"
+  [bf16_lenet5_accuracy]="bash bench/bf16_accuracy.sh --lenet5"
+  [bf16_resnet20_accuracy]="bash bench/bf16_accuracy.sh --resnet20"
 )
 order=(train_1thread scaling_2ranks time_to_accuracy timeline_overhead timeline_overhead_resnet20
-       independent_pair allreduce fusion p2p predict single_copy predict_cluster)
+       independent_pair allreduce fusion p2p predict single_copy predict_cluster
+       bf16_1thread bf16_2ranks time_to_accuracy_fp32 time_to_accuracy_bf16 bf16_lenet5_accuracy
+       bf16_resnet20_accuracy)
 
 while [ $# -gt 0 ]; do
   case $1 in
