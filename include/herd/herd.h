@@ -126,7 +126,8 @@ herd_status herd_model_init_params(herd_model *m, uint64_t seed);
  * cuBLAS and cuDNN may use TF32 tensor cores, inputs rounded to a 10-bit mantissa,
  * fp32 accumulation); bf16 (CPU: convolutions and fully connected layers take bf16
  * inputs and weights, accumulate and write fp32; parameters, gradients, optimizer
- * state, batch norm, softmax and the loss stay fp32). bf16 on the CPU needs bf16
+ * state, batch norm, softmax and the loss stay fp32; a convolution direction for which
+ * oneDNN has only generic bf16 code runs in fp32, faster). bf16 on the CPU needs bf16
  * instructions (herd_cpu_isa) and is refused without them; fp16 compute is refused.
  * Refusals are HERD_ERR_UNSUPPORTED; nothing falls back silently. The setting is
  * process-wide and applied again at the start of herd_train / herd_bench_train, so

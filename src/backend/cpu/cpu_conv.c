@@ -1,12 +1,14 @@
 /* 2-D convolution through oneDNN: three primitives per plan (forward, backward data,
  * backward weights) created once and reused every step, with the reorders between
  * the caller's NCHW / OIHW tensors and the layouts the primitives prefer. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/cpu_dnnl.h"
 #include "backend/cpu/cpu_ops.h"
+#include "core/log.h"
 
 struct herd_conv_plan {
     herd_conv_desc d;
@@ -137,6 +139,10 @@ static herd_status create_direction(const void *desc, const void *f32_desc,
         dnnl_primitive_desc_destroy(*pd);
         *pd = NULL;
         HERD_TRY(herd_dnnl_create_pd(f32_desc, hint, pd, what));
+        static atomic_flag said = ATOMIC_FLAG_INIT; /* once per process, not per plan */
+        if (!atomic_flag_test_and_set(&said))
+            herd_log(HERD_LOG_INFO, "bf16: %s runs in fp32 for some layers (oneDNN has only "
+                     "generic bf16 code for their shapes, slower than its fp32 kernel)", what);
     }
     return herd_dnnl_create_prim(pd, prim, what);
 }
