@@ -41,6 +41,8 @@ static const char train_help[] =
     "  --loss-scale dynamic     dynamic loss scaling: skip steps with inf/NaN gradients\n"
     "  --loss-scale-init X      initial loss scale (default 65536)\n"
     "  --loss-scale-window N    clean steps before the scale doubles (default 2000)\n"
+    "  --clip-grad-norm X       scale gradients down to global L2 norm X before each update\n"
+    "                           (after the allreduce and the loss scaler; 0 = off, the default)\n"
     "  --seed N                 initialisation, shuffling, augmentation (default 42)\n"
     "  --checkpoint-dir DIR     save weights and training state every epoch\n"
     "  --resume                 continue from the latest checkpoint in --checkpoint-dir\n"
@@ -88,7 +90,7 @@ enum {
     OPT_MEM_LIMIT, OPT_PP_STAGES, OPT_MICRO_BATCHES, OPT_PP_SCHEDULE, OPT_STAGE_SPLIT,
     OPT_STALL_WARNING, OPT_COMM_TIMEOUT, OPT_DEVICE, OPT_LOGDIR, OPT_HISTOGRAMS, OPT_METRICS,
     OPT_PRECISION, OPT_GPU_MEM, OPT_LOSS_SCALE,
-    OPT_LOSS_SCALE_INIT, OPT_LOSS_SCALE_WINDOW, OPT_TIMELINE,
+    OPT_LOSS_SCALE_INIT, OPT_LOSS_SCALE_WINDOW, OPT_CLIP_GRAD_NORM, OPT_TIMELINE,
 };
 
 static const struct option train_options[] = {
@@ -117,6 +119,7 @@ static const struct option train_options[] = {
     {"loss-scale", required_argument, 0, OPT_LOSS_SCALE},
     {"loss-scale-init", required_argument, 0, OPT_LOSS_SCALE_INIT},
     {"loss-scale-window", required_argument, 0, OPT_LOSS_SCALE_WINDOW},
+    {"clip-grad-norm", required_argument, 0, OPT_CLIP_GRAD_NORM},
     {"seed", required_argument, 0, OPT_SEED},
     {"checkpoint-dir", required_argument, 0, OPT_CKPT},
     {"resume", no_argument, 0, OPT_RESUME},
@@ -263,6 +266,7 @@ static int parse_train_args(int argc, char **argv, train_args *a)
             break;
         case OPT_LOSS_SCALE_INIT: FLOAT_ARG(1, 1e38, c->loss_scale_init, "--loss-scale-init"); break;
         case OPT_LOSS_SCALE_WINDOW: INT_ARG(1, 1 << 30, c->loss_scale_window, "--loss-scale-window"); break;
+        case OPT_CLIP_GRAD_NORM: FLOAT_ARG(0, 1e38, c->clip_grad_norm, "--clip-grad-norm"); break;
         case OPT_SEED: INT_ARG(0, 0x7fffffffL, c->seed, "--seed"); break;
         case OPT_PP_STAGES: INT_ARG(1, 64, c->pipeline_stages, "--pipeline-stages"); break;
         case OPT_MICRO_BATCHES: INT_ARG(1, 1 << 20, c->micro_batches, "--micro-batches"); break;
@@ -451,6 +455,8 @@ int cmd_train(int argc, char **argv)
         cli_summary_num(&s, "loss_scale", res.loss_scale, 0);
         cli_summary_num(&s, "skipped_steps", (double)res.skipped_steps, 0);
     }
+    if (a.cfg.clip_grad_norm > 0.0f)
+        cli_summary_num(&s, "clipped_steps", (double)res.clipped_steps, 0);
     if (res.memory_peak_max_bytes) {
         cli_summary_num(&s, "memory_peak_mib", (double)res.memory_peak_max_bytes / 1048576.0, 1);
         if (rank0 && !a.quiet)

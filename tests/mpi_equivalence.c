@@ -4,7 +4,9 @@
  * callback sees every step once, in order, with the single process's losses (the
  * metrics travel a step late), and a stop asked by one rank's callback stops every
  * rank after the same step.
- * Usage: mpi_equivalence MODEL B LR [sync-bn]
+ * Usage: mpi_equivalence MODEL B LR [sync-bn | clip=X]
+ * clip=X trains with --clip-grad-norm X and checks that every step was clipped: the
+ * norm of the averaged gradients is the single process's norm.
  *
  * The learning rates are modest and the sync-BN case uses a small BN network
  * (tests/models/bnnet.json): resnet20 is so sensitive to rounding that one process on
@@ -47,6 +49,9 @@ static bool record(const herd_progress *p, void *user)
     return !(p->rank == 1 && p->global_step == s->stop_at);
 }
 
+static float g_clip; /* clip=X */
+static long g_clipped;
+
 static herd_status train(const char *model, int batch, float lr, bool sync_bn, herd_dist *dist,
                          steps_seen *seen, herd_model **out, long *steps)
 {
@@ -69,10 +74,12 @@ static herd_status train(const char *model, int batch, float lr, bool sync_bn, h
     cfg.dist = dist;
     cfg.sync_bn = sync_bn;
     cfg.check_replicas = true;
+    cfg.clip_grad_norm = g_clip;
     herd_train_result res = {0};
     if (st == HERD_OK)
         st = herd_train(m, ds, NULL, &cfg, record, seen, &res);
     *steps = res.steps;
+    g_clipped = res.clipped_steps;
     herd_dataset_free(ds);
     if (st != HERD_OK) {
         herd_model_free(m);
@@ -85,11 +92,13 @@ static herd_status train(const char *model, int batch, float lr, bool sync_bn, h
 int main(int argc, char **argv)
 {
     if (argc < 4)
-        return fprintf(stderr, "usage: mpi_equivalence MODEL B LR [sync-bn]\n"), 2;
+        return fprintf(stderr, "usage: mpi_equivalence MODEL B LR [sync-bn | clip=X]\n"), 2;
     const char *model = argv[1];
     int batch = atoi(argv[2]);
     float lr = (float)atof(argv[3]);
     bool sync_bn = argc > 4 && strcmp(argv[4], "sync-bn") == 0;
+    if (argc > 4 && strncmp(argv[4], "clip=", 5) == 0)
+        g_clip = (float)atof(argv[4] + 5);
     herd_dist *dist;
     if (herd_dist_init(NULL, &dist) != HERD_OK)
         return fail("joining the job");
@@ -100,6 +109,11 @@ int main(int argc, char **argv)
     if (train(model, batch, lr, sync_bn, dist, &dp_seen, &dp, &steps) != HERD_OK)
         return fail("data-parallel training");
     int rc = 0;
+    if (g_clip > 0 && g_clipped != 20) {
+        fprintf(stderr, "rank %d: clip=%g clipped %ld of 20 steps; the test needs all\n", rank,
+                (double)g_clip, g_clipped);
+        rc = 1;
+    }
     if (dp_seen.n != 20 || dp_seen.out_of_order || steps != 20) {
         fprintf(stderr, "rank %d: the callback saw %ld steps (the last %ld)%s; %ld were trained\n",
                 rank, dp_seen.n, dp_seen.last, dp_seen.out_of_order ? " out of order" : "", steps);

@@ -337,6 +337,10 @@ typedef struct herd_train_config {
     bool dynamic_loss_scale;
     float loss_scale_init;  /* 65536 */
     int loss_scale_window;  /* 2000 */
+    /* Gradient clipping by global L2 norm before each update, after the reduction and
+     * the loss scaler (torch.nn.utils.clip_grad_norm_: scaled by max / (norm + 1e-6)
+     * when above max); 0 = off. A non-finite norm stops training with an error. */
+    float clip_grad_norm;
     /* Chrome trace-event JSON of every rank's steps, phases, layers and reductions,
      * merged and written by rank 0 (docs/observability.md). NULL = off. */
     const char *timeline_path;
@@ -399,6 +403,7 @@ typedef struct herd_train_result {
     herd_phase_times phases;       /* mean per step */
     double loss_scale;             /* final dynamic loss scale (0 = not scaling) */
     long skipped_steps;            /* steps skipped for inf/NaN gradients */
+    long clipped_steps;            /* steps whose gradients --clip-grad-norm scaled down */
     int stale_tmp_removed;         /* temporaries of interrupted checkpoint writes deleted at start */
     /* herd's memory on the model's device at most, since the process started or the
      * last herd_device_memory_reset_peak (0 where not counted, e.g. on GPUs): this

@@ -384,6 +384,13 @@ herd_status herd_check_grad_unscale(size_t n, const float *x)
     return HERD_OK;
 }
 
+herd_status herd_check_sum_squares(size_t n, const float *x, const double *out)
+{
+    if ((n && !x) || !out)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "sum_squares: NULL buffer for %zu values or NULL result", n);
+    return HERD_OK;
+}
+
 const char *herd_precision_name(herd_precision p)
 {
     switch (p) {

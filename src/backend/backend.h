@@ -178,6 +178,11 @@ typedef struct herd_backend {
      * Loss scaling unscales gradients with factor 1/scale and checks them in one pass,
      * and scales the loss gradient up with factor = scale and no check. */
     herd_status (*grad_unscale_check)(size_t n, float *x, float factor, bool *found_inf);
+    /* *out = the sum of x[i]^2 over n values, accumulated in double in blocks of a fixed
+     * size and the blocks added in order: the same bits for any thread count, so ranks
+     * holding the same gradients agree on their norm (gradient clipping). A host value;
+     * on a GPU this waits for the stream. */
+    herd_status (*sum_squares)(size_t n, const float *x, double *out);
 
     /* The arithmetic of gemm and convolutions from now on (herd_precision). Backends
      * refuse what they cannot do, with a message saying so. */
@@ -315,6 +320,7 @@ herd_status herd_check_sgd_update(size_t n, const float *w, const float *g,
 herd_status herd_check_adamw_update(size_t n, const float *w, const float *g, const float *m,
                                     const float *v, const herd_adamw_args *a);
 herd_status herd_check_grad_unscale(size_t n, const float *x);
+herd_status herd_check_sum_squares(size_t n, const float *x, const double *out);
 
 /* Computes h_out/w_out and validates a conv description. */
 herd_status herd_conv_desc_finish(herd_conv_desc *d);

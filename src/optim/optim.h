@@ -21,6 +21,15 @@ long herd_optimizer_steps(const herd_optimizer *o);
 herd_optimizer_kind herd_optimizer_get_kind(const herd_optimizer *o);
 void herd_optimizer_set_steps(herd_optimizer *o, long steps);
 
+/* Gradient clipping by global norm (torch.nn.utils.clip_grad_norm_): the L2 norm of
+ * m->grads, summed over `group` when each rank holds a part of the model (pipeline
+ * stages; NULL when every rank holds all of it). Above max_norm the gradients are
+ * scaled by max_norm / (norm + 1e-6) and *clipped is set. A non-finite norm is an
+ * error (the update would write inf or NaN into the weights); every rank of the group
+ * sees the same norm, so all stop alike. */
+herd_status herd_clip_grad_norm(herd_model *m, float max_norm, const herd_group_sum *group,
+                                double *norm, bool *clipped);
+
 /* Learning rate at a global step (0-based) with linear warmup then the schedule. */
 float herd_lr_at(const herd_train_config *cfg, long global_step, long steps_per_epoch);
 

@@ -131,6 +131,17 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
     return HERD_OK;
 }
 
+/* The sum over one replica's stages: every replica holds the same stage gradients
+ * after their reduction, so the job's sum counts each clip_replicas times. */
+static herd_status sum_per_replica(void *plan, double *vals, int n)
+{
+    herd_step_plan *p = plan;
+    HERD_TRY(p->clip_job->ops->allreduce_f64(p->clip_job, vals, n));
+    for (int i = 0; i < n; i++)
+        vals[i] /= p->clip_replicas;
+    return HERD_OK;
+}
+
 herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p, float lr,
                             herd_step_stats *s)
 {
@@ -150,6 +161,11 @@ herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p,
         HERD_TRY(p->overflow_group->ops->allreduce_f64(p->overflow_group, &any, 1));
         s->skipped = any > 0;
         HERD_TRY(herd_loss_scaler_update(p->scaler, s->skipped));
+    }
+    if (!s->skipped && p->clip_grad_norm > 0.0f) {
+        herd_group_sum per_replica = {.sum_f64 = sum_per_replica, .group = p, .ranks = 0};
+        HERD_TRY(herd_clip_grad_norm(m, p->clip_grad_norm, p->clip_job ? &per_replica : NULL,
+                                     NULL, &s->clipped));
     }
     if (!s->skipped)
         HERD_TRY(herd_optimizer_step(o, m, lr));

@@ -28,6 +28,12 @@ typedef struct herd_step_plan {
      * on any rank of this communicator (the job) skips the step everywhere. NULL: the
      * reduced gradients are the same on every rank, which then decides alike alone. */
     herd_comm *overflow_group;
+    /* --clip-grad-norm (0: off). With pipeline stages each rank holds its stage's part:
+     * the squares are summed over clip_job, where each stage appears once per replica
+     * (clip_replicas); NULL: every rank holds all the reduced gradients. */
+    float clip_grad_norm;
+    herd_comm *clip_job;
+    int clip_replicas;
     herd_timeline *timeline; /* --timeline: phases and layers become events (NULL: off) */
 } herd_step_plan;
 
@@ -36,6 +42,7 @@ typedef struct herd_step_stats {
     long correct;
     long samples;
     bool skipped;       /* the loss scaler found inf/NaN gradients: no update */
+    bool clipped;       /* the gradients were scaled down to --clip-grad-norm */
     herd_phase_times t; /* data_wait is filled by the caller */
 } herd_step_stats;
 

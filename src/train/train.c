@@ -69,6 +69,7 @@ typedef struct run {
     double train_time;    /* seconds in training steps (excludes evaluation) */
     double train_samples; /* over all ranks */
     bool stop_requested;  /* a progress callback asked to stop */
+    long clipped_steps;   /* steps --clip-grad-norm scaled down (this run) */
     herd_status deferred; /* a local failure between collectives, told at the next agreement */
     herd_observer *obs;   /* --logdir / --metrics (rank 0; NULL when not asked) */
     step_metrics metrics; /* the last step's, until delivered (here: it outlives a failure) */
@@ -118,6 +119,10 @@ static herd_status validate(const herd_train_config *c)
         return HERD_ERR(HERD_ERR_INVALID_ARG,
                         "--batch-size %d does not divide into --micro-batches %d; pick a batch size "
                         "that is a multiple of the micro-batches", c->batch_size, c->micro_batches);
+    if (!(c->clip_grad_norm >= 0.0f) || !isfinite(c->clip_grad_norm))
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "gradient clipping needs a maximum norm > 0 (or 0 for none), got %g",
+                        (double)c->clip_grad_norm);
     if (c->dynamic_loss_scale && (!(c->loss_scale_init >= 1.0f) || !isfinite(c->loss_scale_init) ||
                                   c->loss_scale_window < 1))
         return HERD_ERR(HERD_ERR_INVALID_ARG,
@@ -155,7 +160,7 @@ static void resolve_config(run *r, const herd_train_config *cfg)
  * writes them alone, no collective) and dist. A new field changes the size: compare
  * it (or add it to the list above), then update the size. */
 #if UINTPTR_MAX == UINT64_MAX
-_Static_assert(sizeof(herd_train_config) == 240,
+_Static_assert(sizeof(herd_train_config) == 248,
                "herd_train_config changed: add the new field to check_signature");
 #endif
 
@@ -198,6 +203,7 @@ static void sign_config(herd_signature *s, const herd_train_config *c)
                            c->loss_scale_window);
     else
         herd_signature_add(s, "loss_scale", "none");
+    herd_signature_add(s, "clip_grad_norm", "%.9g", (double)c->clip_grad_norm);
     herd_signature_add(s, "pipeline", "%d stages, %d micro-batches, %s, split %s",
                        c->pipeline_stages, c->micro_batches,
                        c->pp_schedule == HERD_PP_SCHEDULE_GPIPE ? "gpipe" : "1f1b",
@@ -660,6 +666,7 @@ static herd_status run_epoch(run *r, int epoch, double t_start, bool *stop)
             break;
         herd_phases_add(&sum, &s.t, 1.0);
         r->train_time += s.t.total;
+        r->clipped_steps += s.clipped;
         r->state.global_step++;
         /* Histograms show this step's weights and gradients: written now, not when the
          * step's figures arrive. */
@@ -769,6 +776,11 @@ static herd_status setup(run *r)
         r->plan.scaler = &r->scaler;
         if (r->pp)
             r->plan.overflow_group = r->comm;
+    }
+    r->plan.clip_grad_norm = cfg->clip_grad_norm;
+    if (r->pp) {
+        r->plan.clip_job = r->comm;
+        r->plan.clip_replicas = r->pp->replicas;
     }
     /* What this run measures the position in; the checkpoint's, if any, is fitted to it. */
     r->state = (herd_train_state){.seed = cfg->seed, .batch_size = micro,
@@ -896,6 +908,7 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
     r->res->samples_per_s = r->train_time > 0 ? r->train_samples / r->train_time : 0;
     r->res->loss_scale = cfg->dynamic_loss_scale ? r->scaler.scale : 0.0;
     r->res->skipped_steps = r->scaler.skipped;
+    r->res->clipped_steps = r->clipped_steps;
     if (steps_run > 0) {
         herd_phase_times mean = {0};
         herd_phases_add(&mean, &r->res->phases, 1.0 / (double)steps_run);

@@ -18,5 +18,6 @@ herd_status herd_cpu_sgd_update(size_t n, float *w, const float *g, float *momen
 herd_status herd_cpu_adamw_update(size_t n, float *w, const float *g, float *m, float *v,
                                   const herd_adamw_args *a);
 herd_status herd_cpu_grad_unscale_check(size_t n, float *x, float factor, bool *found_inf);
+herd_status herd_cpu_sum_squares(size_t n, const float *x, double *out);
 
 #endif

@@ -105,6 +105,7 @@ static const herd_backend cpu_backend = {
     .sgd_update = herd_cpu_sgd_update,
     .adamw_update = herd_cpu_adamw_update,
     .grad_unscale_check = herd_cpu_grad_unscale_check,
+    .sum_squares = herd_cpu_sum_squares,
     .set_precision = herd_cpu_set_precision,
 };
 

@@ -1,6 +1,7 @@
 /* Fused optimizer kernels: one pass over weights, gradients and state, so each
  * float is read and written once per step (the update is memory bound). */
 #include <math.h>
+#include <stdlib.h>
 
 #include "backend/cpu/cpu.h"
 #include "core/error.h"
@@ -109,5 +110,35 @@ herd_status herd_cpu_grad_unscale_check(size_t n, float *x, float factor, bool *
     }
     if (found_inf)
         *found_inf = bad != 0;
+    return HERD_OK;
+}
+
+/* Blocks of a fixed size summed in double, then the blocks in order: the result does not
+ * depend on how the blocks were shared among threads. */
+#define SUM_SQUARES_BLOCK 8192
+
+herd_status herd_cpu_sum_squares(size_t n, const float *x, double *out)
+{
+    HERD_TRY(herd_check_sum_squares(n, x, out));
+    size_t blocks = (n + SUM_SQUARES_BLOCK - 1) / SUM_SQUARES_BLOCK;
+    double stack[64], *part = blocks <= 64 ? stack : malloc(blocks * sizeof(double));
+    if (!part)
+        return HERD_NOMEM(blocks * sizeof(double));
+    const ptrdiff_t nb = (ptrdiff_t)blocks;
+#pragma omp parallel for schedule(static) if (n >= HERD_OPTIM_PAR_MIN)
+    for (ptrdiff_t b = 0; b < nb; b++) {
+        size_t lo = (size_t)b * SUM_SQUARES_BLOCK, hi = lo + SUM_SQUARES_BLOCK < n ? lo + SUM_SQUARES_BLOCK : n;
+        double s = 0.0;
+#pragma omp simd reduction(+ : s)
+        for (size_t i = lo; i < hi; i++)
+            s += (double)x[i] * x[i];
+        part[b] = s;
+    }
+    double total = 0.0;
+    for (size_t b = 0; b < blocks; b++)
+        total += part[b];
+    if (part != stack)
+        free(part);
+    *out = total;
     return HERD_OK;
 }

@@ -40,7 +40,7 @@ herd_status herd_cuda_set_memory_limit(uint64_t bytes);
 /* Grow-only device scratch owned by the backend, one buffer per slot; ops use it for
  * small per-call temporaries so the training step never calls cudaMalloc. Safe to
  * reuse across ops because everything runs in order on one stream. */
-enum { HERD_CUDA_SCRATCH_LOSS, HERD_CUDA_SCRATCH_BN, HERD_CUDA_SCRATCH_FLAG, HERD_CUDA_SCRATCH_COUNT };
+enum { HERD_CUDA_SCRATCH_LOSS, HERD_CUDA_SCRATCH_BN, HERD_CUDA_SCRATCH_FLAG, HERD_CUDA_SCRATCH_NORM, HERD_CUDA_SCRATCH_COUNT };
 herd_status herd_cuda_scratch(int slot, size_t bytes, void **p);
 /* Pinned host memory for results that come back to the host (loss sums). */
 herd_status herd_cuda_host_scratch(size_t bytes, void **p);
@@ -169,6 +169,7 @@ herd_status herd_cuda_sgd_update(size_t n, float *w, const float *g, float *mome
 herd_status herd_cuda_adamw_update(size_t n, float *w, const float *g, float *m, float *v,
                                    const herd_adamw_args *a);
 herd_status herd_cuda_grad_unscale_check(size_t n, float *x, float factor, bool *found_inf);
+herd_status herd_cuda_sum_squares(size_t n, const float *x, double *out);
 /* x *= scale on a caller's stream (the NCCL communicator's). */
 herd_status herd_cuda_scale_on(size_t n, float *x, float scale, cudaStream_t st);
 

@@ -171,6 +171,7 @@ static const herd_backend cuda_backend = {
     .sgd_update = herd_cuda_sgd_update,
     .adamw_update = herd_cuda_adamw_update,
     .grad_unscale_check = herd_cuda_grad_unscale_check,
+    .sum_squares = herd_cuda_sum_squares,
     .set_precision = cuda_set_precision,
     .set_memory_limit = herd_cuda_set_memory_limit,
     .device_info = cuda_device_info,

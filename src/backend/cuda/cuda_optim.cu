@@ -119,6 +119,50 @@ extern "C" herd_status herd_cuda_grad_unscale_check(size_t n, float *x, float fa
     return HERD_OK;
 }
 
+/* One CUDA block per chunk of SQ_CHUNK values, its sum of squares in double; the host
+ * adds the chunks in order, so the result does not depend on scheduling (as the CPU's). */
+#define SQ_CHUNK 8192
+__global__ void k_sum_squares(size_t n, const float *x, double *part)
+{
+    __shared__ double acc[HERD_CUDA_THREADS];
+    size_t lo = (size_t)blockIdx.x * SQ_CHUNK, hi = lo + SQ_CHUNK < n ? lo + SQ_CHUNK : n;
+    double s = 0.0;
+    for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
+        s += (double)x[i] * x[i];
+    acc[threadIdx.x] = s;
+    __syncthreads();
+    for (unsigned w = blockDim.x / 2; w > 0; w /= 2) {
+        if (threadIdx.x < w)
+            acc[threadIdx.x] += acc[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        part[blockIdx.x] = acc[0];
+}
+
+extern "C" herd_status herd_cuda_sum_squares(size_t n, const float *x, double *out)
+{
+    HERD_TRY(herd_check_sum_squares(n, x, out));
+    *out = 0.0;
+    if (n == 0)
+        return HERD_OK;
+    size_t chunks = (n + SQ_CHUNK - 1) / SQ_CHUNK;
+    cudaStream_t st = herd_cuda_ctx_get()->stream;
+    void *part, *host;
+    HERD_TRY(herd_cuda_scratch(HERD_CUDA_SCRATCH_NORM, chunks * sizeof(double), &part));
+    HERD_TRY(herd_cuda_host_scratch(chunks * sizeof(double), &host));
+    k_sum_squares<<<(unsigned)chunks, HERD_CUDA_THREADS, 0, st>>>(n, x, (double *)part);
+    HERD_CUDA_LAUNCHED("k_sum_squares");
+    HERD_CUDA(cudaMemcpyAsync(host, part, chunks * sizeof(double), cudaMemcpyDeviceToHost, st),
+              "sum of squares copy");
+    HERD_CUDA(cudaStreamSynchronize(st), "sum_squares");
+    double total = 0.0;
+    for (size_t c = 0; c < chunks; c++)
+        total += ((const double *)host)[c];
+    *out = total;
+    return HERD_OK;
+}
+
 extern "C" herd_status herd_cuda_scale_on(size_t n, float *x, float scale, cudaStream_t st)
 {
     return scale == 1.0f ? HERD_OK : launch_scale(n, x, scale, NULL, st);
