@@ -151,6 +151,9 @@ static int bench_train(int argc, char **argv)
         cli_summary_num(&s, "comm_wait_ms", 1e3 * r.phases.comm_wait, 3);
         cli_summary_num(&s, "optimizer_ms", 1e3 * r.phases.optimizer, 3);
         cli_summary_num(&s, "gflops", gflops, 1);
+        cli_summary_num(&s, "param_bytes", (double)r.state_bytes.params, 0);
+        cli_summary_num(&s, "grad_bytes", (double)r.state_bytes.grads, 0);
+        cli_summary_num(&s, "optimizer_state_bytes", (double)r.state_bytes.optimizer_state, 0);
         cli_summary_str(&s, "device", herd_model_device(m));
         cli_summary_str(&s, "precision", herd_precision_name(precision));
         if (gpu) {

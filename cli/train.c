@@ -457,6 +457,9 @@ int cmd_train(int argc, char **argv)
     }
     if (a.cfg.clip_grad_norm > 0.0f)
         cli_summary_num(&s, "clipped_steps", (double)res.clipped_steps, 0);
+    cli_summary_num(&s, "param_bytes", (double)res.state_bytes.params, 0);
+    cli_summary_num(&s, "grad_bytes", (double)res.state_bytes.grads, 0);
+    cli_summary_num(&s, "optimizer_state_bytes", (double)res.state_bytes.optimizer_state, 0);
     if (res.memory_peak_max_bytes) {
         cli_summary_num(&s, "memory_peak_mib", (double)res.memory_peak_max_bytes / 1048576.0, 1);
         if (rank0 && !a.quiet)

@@ -57,6 +57,17 @@ check "bench train over the limit: exit 1 naming it" \
   --memory-limit 64M >/dev/null 2>&1
 check "bench train within the limit: exit 0" test $? -eq 0
 
+# What a rank holds, in the summaries: mlp on 1x28x28 with 10 classes has 669706
+# parameters (2678824 bytes); SGD keeps one momentum buffer, AdamW two moments.
+train --model mlp >"$tmp/out" 2>/dev/null
+check "summary: param_bytes, grad_bytes, optimizer_state_bytes (SGD)" \
+  grep -q "param_bytes=2678824 grad_bytes=2678824 optimizer_state_bytes=2678824" "$tmp/out"
+train --model mlp --optimizer adamw >"$tmp/out" 2>/dev/null
+check "... AdamW: two moments" grep -q "optimizer_state_bytes=5357648" "$tmp/out"
+"$herd" bench train --model mlp --data "$data" --device cpu --steps 2 --warmup 1 >"$tmp/out" 2>/dev/null
+check "bench train reports them too" \
+  grep -q "param_bytes=2678824 grad_bytes=2678824 optimizer_state_bytes=2678824" "$tmp/out"
+
 if have_mpi; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
   timeout 120 "${mpiexec[@]}" -np 2 "$herd" train --model mlp --data "$data" --epochs 1 \

@@ -393,6 +393,13 @@ typedef struct herd_console_progress {
 
 bool herd_console_progress_fn(const herd_progress *p, void *user);
 
+/* Bytes of parameters (buffers such as batch-norm statistics not counted), gradients
+ * and optimizer state that one rank holds: the summaries' param_bytes, grad_bytes and
+ * optimizer_state_bytes (rank 0's; with pipeline stages, stage 0's). */
+typedef struct herd_state_bytes {
+    uint64_t params, grads, optimizer_state;
+} herd_state_bytes;
+
 typedef struct herd_train_result {
     int epochs_done;
     long steps;
@@ -404,6 +411,7 @@ typedef struct herd_train_result {
     double loss_scale;             /* final dynamic loss scale (0 = not scaling) */
     long skipped_steps;            /* steps skipped for inf/NaN gradients */
     long clipped_steps;            /* steps whose gradients --clip-grad-norm scaled down */
+    herd_state_bytes state_bytes;  /* this rank's */
     int stale_tmp_removed;         /* temporaries of interrupted checkpoint writes deleted at start */
     /* herd's memory on the model's device at most, since the process started or the
      * last herd_device_memory_reset_peak (0 where not counted, e.g. on GPUs): this
@@ -442,6 +450,7 @@ typedef struct herd_bench_result {
      * x FLOPs per clock per SM, docs/performance.md); 0 = unknown or not a GPU. */
     char device_name[64];
     double peak_tflops;
+    herd_state_bytes state_bytes; /* this rank's */
 } herd_bench_result;
 
 typedef struct herd_bench_config {

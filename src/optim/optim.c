@@ -191,3 +191,16 @@ void herd_optimizer_set_steps(herd_optimizer *o, long steps)
     if (o)
         o->steps = steps < 0 ? 0 : steps;
 }
+
+herd_state_bytes herd_optimizer_state_bytes(herd_optimizer *o, const herd_model *m)
+{
+    herd_state_bytes b = {.params = (uint64_t)m->n_param_floats * sizeof(float),
+                          .grads = (uint64_t)m->n_param_floats * sizeof(float)};
+    for (int i = 0; i < herd_optimizer_state_count(o); i++) {
+        const char *name;
+        size_t numel;
+        herd_optimizer_state(o, i, &name, &numel);
+        b.optimizer_state += (uint64_t)numel * sizeof(float);
+    }
+    return b;
+}

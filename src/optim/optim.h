@@ -30,6 +30,9 @@ void herd_optimizer_set_steps(herd_optimizer *o, long steps);
 herd_status herd_clip_grad_norm(herd_model *m, float max_norm, const herd_group_sum *group,
                                 double *norm, bool *clipped);
 
+/* What this rank holds of parameters, gradients and optimizer state, in bytes. */
+herd_state_bytes herd_optimizer_state_bytes(herd_optimizer *o, const herd_model *m);
+
 /* Learning rate at a global step (0-based) with linear warmup then the schedule. */
 float herd_lr_at(const herd_train_config *cfg, long global_step, long steps_per_epoch);
 

@@ -13,6 +13,7 @@
 typedef struct bench_phase {
     double elapsed;
     herd_phase_times sum;
+    herd_state_bytes state_bytes;
 } bench_phase;
 
 /* warmup + steps training steps on comm's ranks; times the last `steps`. With a
@@ -33,6 +34,8 @@ static herd_status run_steps(herd_model *m, herd_dataset *ds, int batch_size, in
     memset(out, 0, sizeof *out);
     HERD_TRY(herd_loader_create(ds, &lc, &loader));
     herd_status st = herd_optimizer_create(&cfg, m, &opt);
+    if (st == HERD_OK)
+        out->state_bytes = herd_optimizer_state_bytes(opt, m);
     if (st == HERD_OK)
         st = herd_step_plan_init(&plan, m, comm, cfg.bucket_mb, HERD_WIRE_FP32, false);
     plan.timeline = tl;
@@ -184,6 +187,7 @@ herd_status herd_bench_run(herd_model *m, herd_dataset *ds, const herd_bench_con
     res->phases.comm_wait /= steps;
     res->phases.optimizer /= steps;
     res->phases.total = res->step_s;
+    res->state_bytes = all.state_bytes;
     if (ranks > 1) {
         res->single_rank_samples_per_s = (double)steps * batch_size / alone.elapsed;
         res->scaling_efficiency = res->samples_per_s / (ranks * res->single_rank_samples_per_s);

@@ -909,6 +909,7 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
     r->res->loss_scale = cfg->dynamic_loss_scale ? r->scaler.scale : 0.0;
     r->res->skipped_steps = r->scaler.skipped;
     r->res->clipped_steps = r->clipped_steps;
+    r->res->state_bytes = herd_optimizer_state_bytes(r->opt, r->m);
     if (steps_run > 0) {
         herd_phase_times mean = {0};
         herd_phases_add(&mean, &r->res->phases, 1.0 / (double)steps_run);
