@@ -132,13 +132,13 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
 }
 
 /* The sum over one replica's stages: every replica holds the same stage gradients
- * after their reduction, so the job's sum counts each clip_replicas times. */
+ * after their reduction, so the job's sum counts each stage_replicas times. */
 static herd_status sum_per_replica(void *plan, double *vals, int n)
 {
     herd_step_plan *p = plan;
-    HERD_TRY(p->clip_job->ops->allreduce_f64(p->clip_job, vals, n));
+    HERD_TRY(p->stage_job->ops->allreduce_f64(p->stage_job, vals, n));
     for (int i = 0; i < n; i++)
-        vals[i] /= p->clip_replicas;
+        vals[i] /= p->stage_replicas;
     return HERD_OK;
 }
 
@@ -150,21 +150,21 @@ herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p,
     double t1 = herd_now();
     /* After the reduction every rank holds the same gradients, so every rank makes the
      * same skip decision without another collective; pipeline stages agree on theirs. */
-    if (p->scaler && !p->overflow_group)
+    if (p->scaler && !p->stage_job)
         HERD_TRY(herd_loss_scaler_unscale(p->scaler, m->be, m->grads, m->n_param_floats,
                                           &s->skipped));
-    if (p->scaler && p->overflow_group) {
+    if (p->scaler && p->stage_job) {
         bool overflow = false;
         HERD_TRY(m->be->grad_unscale_check(m->n_param_floats, m->grads, 1.0f / p->scaler->scale,
                                            &overflow));
         double any = overflow;
-        HERD_TRY(p->overflow_group->ops->allreduce_f64(p->overflow_group, &any, 1));
+        HERD_TRY(p->stage_job->ops->allreduce_f64(p->stage_job, &any, 1));
         s->skipped = any > 0;
         HERD_TRY(herd_loss_scaler_update(p->scaler, s->skipped));
     }
     if (!s->skipped && p->clip_grad_norm > 0.0f) {
         herd_group_sum per_replica = {.sum_f64 = sum_per_replica, .group = p, .ranks = 0};
-        HERD_TRY(herd_clip_grad_norm(m, p->clip_grad_norm, p->clip_job ? &per_replica : NULL,
+        HERD_TRY(herd_clip_grad_norm(m, p->clip_grad_norm, p->stage_job ? &per_replica : NULL,
                                      NULL, &s->clipped));
     }
     if (!s->skipped)

@@ -24,16 +24,14 @@ typedef struct herd_step_plan {
     int32_t *labels_dev;
     int input_capacity;
     herd_loss_scaler *scaler; /* dynamic loss scaling, NULL = none */
-    /* With pipeline stages each rank sees only its stage's gradients: an overflow found
-     * on any rank of this communicator (the job) skips the step everywhere. NULL: the
-     * reduced gradients are the same on every rank, which then decides alike alone. */
-    herd_comm *overflow_group;
-    /* --clip-grad-norm (0: off). With pipeline stages each rank holds its stage's part:
-     * the squares are summed over clip_job, where each stage appears once per replica
-     * (clip_replicas); NULL: every rank holds all the reduced gradients. */
-    float clip_grad_norm;
-    herd_comm *clip_job;
-    int clip_replicas;
+    /* With pipeline stages each rank sees only its stage's gradients, so what the update
+     * depends on is agreed over this communicator (the job): an overflow found on any
+     * rank skips the step everywhere, and clipping's sum of squares counts each stage
+     * once per replica (stage_replicas). NULL: the reduced gradients are the same on
+     * every rank, which then decides alike alone. */
+    herd_comm *stage_job;
+    int stage_replicas;
+    float clip_grad_norm; /* --clip-grad-norm (0: off) */
     herd_timeline *timeline; /* --timeline: phases and layers become events (NULL: off) */
 } herd_step_plan;
 
@@ -65,7 +63,7 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
                             int n_micro, float label_smoothing, uint64_t seed, herd_step_stats *s);
 /* Waits for the reductions (exposed communication) and updates the weights (with a
  * loss scaler: unscales first, and skips the update when gradients overflowed, here or
- * on any rank of overflow_group). */
+ * on any rank of stage_job); with clip_grad_norm, clips after that. */
 herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p, float lr,
                             herd_step_stats *s);
 

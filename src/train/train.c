@@ -774,13 +774,11 @@ static herd_status setup(run *r)
     if (cfg->dynamic_loss_scale) {
         HERD_TRY(herd_loss_scaler_init(&r->scaler, cfg->loss_scale_init, cfg->loss_scale_window));
         r->plan.scaler = &r->scaler;
-        if (r->pp)
-            r->plan.overflow_group = r->comm;
     }
     r->plan.clip_grad_norm = cfg->clip_grad_norm;
     if (r->pp) {
-        r->plan.clip_job = r->comm;
-        r->plan.clip_replicas = r->pp->replicas;
+        r->plan.stage_job = r->comm;
+        r->plan.stage_replicas = r->pp->replicas;
     }
     /* What this run measures the position in; the checkpoint's, if any, is fitted to it. */
     r->state = (herd_train_state){.seed = cfg->seed, .batch_size = micro,

@@ -59,14 +59,14 @@ herd_status herd_dnnl_port_in(herd_dnnl_port *port, const void *data, const char
 herd_status herd_dnnl_port_out(herd_dnnl_port *port, void *data, const char *what);
 herd_status herd_dnnl_port_out_finish(herd_dnnl_port *port, const char *what);
 
-/* Creates pd and primitive from an op descriptor with a user-managed scratchpad
- * (so the plan can own one buffer for all its primitives). */
 /* The two halves of herd_dnnl_create, for callers that look at the implementation
  * oneDNN chose before paying for its code (create_prim frees pd when it fails). */
 herd_status herd_dnnl_create_pd(const void *op_desc, const_dnnl_primitive_desc_t hint,
                                 dnnl_primitive_desc_t *pd, const char *what);
 herd_status herd_dnnl_create_prim(dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim,
                                   const char *what);
+/* Creates pd and primitive from an op descriptor with a user-managed scratchpad
+ * (so the plan can own one buffer for all its primitives). */
 herd_status herd_dnnl_create(const void *op_desc, const_dnnl_primitive_desc_t hint,
                              dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim, const char *what);
 /* Bytes of scratchpad the primitive needs. */

@@ -173,7 +173,8 @@ herd_status herd_cpu_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, 
         pthread_mutex_unlock(&cache_mu);
         return HERD_ERR_NOMEM; /* the allocator said why */
     }
-    herd_status st;
+    herd_status st = HERD_OK;
+    dnnl_status_t ds = dnnl_success;
     if (native) {
         uint16_t *a16 = (uint16_t *)copy, *b16 = a16 + a_n;
         compact(a, a_rows, a_cols, lda, a16, NULL);
@@ -184,12 +185,10 @@ herd_status herd_cpu_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, 
         float *a32 = (float *)copy, *b32 = a32 + a_n;
         compact(a, a_rows, a_cols, lda, NULL, a32);
         compact(b, b_rows, b_cols, ldb, NULL, b32);
-        dnnl_status_t ds = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha,
-                                      a32, a_cols, b32, b_cols, beta, c, ldc);
-        st = ds == dnnl_success ? HERD_OK
-                                : HERD_ERR(HERD_ERR_INTERNAL, "oneDNN sgemm failed: %s (status %d)",
-                                           herd_dnnl_status_str(ds), (int)ds);
+        ds = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a32, a_cols, b32,
+                        b_cols, beta, c, ldc);
     }
     pthread_mutex_unlock(&cache_mu);
+    HERD_DNNL(ds, "sgemm (bf16 emulation)");
     return st;
 }
