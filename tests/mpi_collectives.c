@@ -1,5 +1,5 @@
 /* The MPI communicator's collectives on 2 or 3 ranks: exact sums, averages, fp16/bf16
- * wire types, blocking collectives, local ranks, and how much a 16 MiB reduction
+ * wire types, ZeRO's reduce-scatter and all-gather, blocking collectives, local ranks, and how much a 16 MiB reduction
  * overlaps with computation. */
 #include <math.h>
 #include <string.h>
@@ -91,6 +91,50 @@ static void check_f64_async(herd_comm *c)
         }
     MT_CHECK(c->ops->allreduce_f64_start(c, NULL, 2, "bad") == HERD_ERR_INVALID_ARG,
              "a NULL buffer is refused");
+}
+
+/* ZeRO's halves: a reduce-scatter gives each rank the allreduce's bits on its part
+ * (fp32 and 16-bit wires, parts of every size including none), the all-gather then
+ * gives every rank the whole; released pages read as zero. */
+static void check_zero_parts(herd_comm *c)
+{
+    const int n = 300000;
+    int counts[8], before = 0;
+    for (int r = 0, left = n; r < c->size; r++) { /* with 3 ranks, rank 1 owns nothing */
+        counts[r] = r == c->size - 1 ? left : r == 1 ? 0 : n / (c->size + 1);
+        left -= counts[r];
+    }
+    for (int r = 0; r < c->rank; r++)
+        before += counts[r];
+    const herd_wire_type wires[] = {HERD_WIRE_FP32, HERD_WIRE_FP16, HERD_WIRE_BF16};
+    float *g = aligned_alloc(4096, (size_t)n * sizeof *g), *ref = malloc((size_t)n * sizeof *ref);
+    for (int w = 0; w < 3; w++) {
+        for (int i = 0; i < n; i++) /* not exact in any order: the same bits show the same sums */
+            g[i] = ref[i] = sinf((float)i * 0.37f + (float)c->rank) * 3.0f;
+        float scale = 1.0f / (float)c->size;
+        MT_OK(c->ops->allreduce_start(c, ref, (size_t)n, scale, wires[w], "reference"));
+        MT_OK(c->ops->reduce_scatter_start(c, g, counts, scale, wires[w], w == 0, "parts"));
+        MT_OK(c->ops->wait_all(c));
+        int bad = 0;
+        for (int i = before; i < before + counts[c->rank] && bad < 5; i++)
+            if (memcmp(&g[i], &ref[i], sizeof *g) != 0) {
+                MT_CHECK(0, "wire %d: reduce-scatter element %d = %.9g, allreduce %.9g", w, i,
+                         g[i], ref[i]);
+                bad++;
+            }
+        if (w == 0 && c->rank == 0) /* rank 0's part is first: the pages after it went back */
+            MT_CHECK(g[2 * n / 3] == 0.0f, "a released page reads %g", g[2 * n / 3]);
+        MT_OK(c->ops->allgather_start(c, g, counts, "parts"));
+        MT_OK(c->ops->wait_all(c));
+        for (int i = 0; i < n && bad < 5; i++)
+            if (memcmp(&g[i], &ref[i], sizeof *g) != 0) {
+                MT_CHECK(0, "wire %d: all-gather element %d = %.9g, allreduce %.9g", w, i, g[i],
+                         ref[i]);
+                bad++;
+            }
+    }
+    free(g);
+    free(ref);
 }
 
 static void check_blocking(herd_comm *c)
@@ -259,6 +303,7 @@ int main(void)
     check_wire(c, HERD_WIRE_BF16, 0.5f);
     check_wire(c, HERD_WIRE_FP16, 1.0f / (float)c->size);
     check_wire_headroom(c);
+    check_zero_parts(c);
     check_blocking(c);
     check_f64_async(c);
     check_timeline_ops(c);

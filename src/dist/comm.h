@@ -90,6 +90,20 @@ typedef struct herd_comm_ops {
     herd_status (*time_reference_allreduce)(herd_comm *c, void *buf, size_t n,
                                             herd_wire_type type, int iters, double *seconds);
 
+    /* ZeRO's two halves of an allreduce, queued like allreduce_start and complete at
+     * wait_all. buf[0..n) is split among the ranks in rank order: rank r's part holds
+     * counts[r] elements (counts sums to n; caller-owned and untouched until wait_all,
+     * like buf). reduce_scatter_start: this rank's part of buf becomes the sum of that
+     * part over the ranks, scaled and on its wire as allreduce_start; the rest of buf
+     * is left undefined. With release_rest (host memory only) the whole pages of buf
+     * outside this rank's part go back to the system once reduced, reading as zero
+     * after: ZeRO-2 holds only its part of the gradients. allgather_start: every
+     * rank's part of buf, as that rank holds it, lands in every rank's buf (fp32,
+     * exact: replicas stay bitwise equal). */
+    herd_status (*reduce_scatter_start)(herd_comm *c, float *buf, const int *counts, float scale,
+                                        herd_wire_type wire, bool release_rest, const char *tag);
+    herd_status (*allgather_start)(herd_comm *c, float *buf, const int *counts, const char *tag);
+
     /* Blocking collectives for set-up and metrics (small). */
     herd_status (*broadcast)(herd_comm *c, void *buf, size_t bytes, int root);
     herd_status (*allreduce_f64)(herd_comm *c, double *vals, int n); /* in-place sum */

@@ -23,6 +23,26 @@ static herd_status local_allreduce_start(herd_comm *c, float *buf, size_t n, flo
     return HERD_OK;
 }
 
+/* One rank's part is the whole buffer. */
+static herd_status local_reduce_scatter_start(herd_comm *c, float *buf, const int *counts,
+                                              float scale, herd_wire_type wire, bool release_rest,
+                                              const char *tag)
+{
+    (void)release_rest;
+    if (!counts || counts[0] < 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "reduce_scatter_start: no count for the one rank");
+    return local_allreduce_start(c, buf, (size_t)counts[0], scale, wire, tag);
+}
+
+static herd_status local_allgather_start(herd_comm *c, float *buf, const int *counts,
+                                         const char *tag)
+{
+    (void)c, (void)buf, (void)tag;
+    if (!counts || counts[0] < 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "allgather_start: no count for the one rank");
+    return HERD_OK;
+}
+
 static herd_status local_wait_all(herd_comm *c)
 {
     (void)c;
@@ -127,6 +147,8 @@ static const herd_comm_ops local_ops = {
     .name = "local",
     .destroy = local_destroy,
     .allreduce_start = local_allreduce_start,
+    .reduce_scatter_start = local_reduce_scatter_start,
+    .allgather_start = local_allgather_start,
     .wait_all = local_wait_all,
     .allreduce_f64_start = local_allreduce_f64_start,
     .allreduce_typed_start = local_allreduce_typed_start,

@@ -166,6 +166,48 @@ static herd_status mpi_allreduce_typed_start(herd_comm *c, void *buf, size_t n,
     return enqueue_async(c->impl, &op);
 }
 
+/* counts' sum, or a message when it is not a valid split of one MPI call's buffer. */
+static herd_status parts_total(const herd_comm *c, const float *buf, const int *counts,
+                               const char *what, size_t *n)
+{
+    *n = 0;
+    for (int r = 0; counts && r < c->size; r++) {
+        if (counts[r] < 0)
+            break;
+        *n += (size_t)counts[r];
+    }
+    if (!counts || *n > INT_MAX || (*n && !buf))
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "rank %d on host %s: %s of %zu floats: needs a buffer and every rank's "
+                        "count (>= 0, at most %d in all)", c->rank, c->host, what, *n, INT_MAX);
+    return HERD_OK;
+}
+
+static herd_status mpi_reduce_scatter_start(herd_comm *c, float *buf, const int *counts,
+                                            float scale, herd_wire_type wire, bool release_rest,
+                                            const char *tag)
+{
+    size_t n;
+    HERD_TRY(parts_total(c, buf, counts, "reduce_scatter_start", &n));
+    HERD_TRY(check_wire(c, wire));
+    mpi_op op = {.kind = MPI_OP_REDUCE_SCATTER, .buf = buf, .n = n, .counts = counts,
+                 .scale = scale, .wire = wire, .release_rest = release_rest,
+                 .launched = herd_trace_start(c->trace)};
+    snprintf(op.tag, sizeof op.tag, "%s", tag ? tag : "");
+    return enqueue_async(c->impl, &op);
+}
+
+static herd_status mpi_allgather_start(herd_comm *c, float *buf, const int *counts,
+                                       const char *tag)
+{
+    size_t n;
+    HERD_TRY(parts_total(c, buf, counts, "allgather_start", &n));
+    mpi_op op = {.kind = MPI_OP_ALLGATHERV, .buf = buf, .n = n, .counts = counts,
+                 .wire = HERD_WIRE_FP32, .launched = herd_trace_start(c->trace)};
+    snprintf(op.tag, sizeof op.tag, "%s", tag ? tag : "");
+    return enqueue_async(c->impl, &op);
+}
+
 static herd_status mpi_sendrecv_start(herd_comm *c, const void *sendbuf, size_t send_bytes,
                                       int dest, void *recvbuf, size_t recv_bytes, int src)
 {
@@ -383,6 +425,7 @@ static void mpi_destroy(herd_comm *c)
         m->free_ops = next;
     }
     free(m->stage);
+    free(m->displs);
     free(m);
     free(c);
 }
@@ -409,6 +452,8 @@ static const herd_comm_ops mpi_ops = {
     .name = "mpi",
     .destroy = mpi_destroy,
     .allreduce_start = mpi_allreduce_start,
+    .reduce_scatter_start = mpi_reduce_scatter_start,
+    .allgather_start = mpi_allgather_start,
     .wait_all = mpi_wait_all,
     .allreduce_f64_start = mpi_allreduce_f64_start,
     .allreduce_typed_start = mpi_allreduce_typed_start,

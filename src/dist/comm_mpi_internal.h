@@ -26,6 +26,8 @@ typedef enum mpi_op_kind {
     MPI_OP_GATHER,
     MPI_OP_CLOCK_SAMPLES,
     MPI_OP_ALLREDUCE_F64_ASYNC, /* asynchronous allreduce_f64 (allreduce_f64_start) */
+    MPI_OP_REDUCE_SCATTER,      /* asynchronous: ZeRO's gradient slices */
+    MPI_OP_ALLGATHERV,          /* asynchronous: ZeRO's parameter slices */
 } mpi_op_kind;
 
 typedef struct mpi_op {
@@ -46,7 +48,9 @@ typedef struct mpi_op {
     int dest, source;
     size_t recv_bytes;
     double *seconds; /* reference allreduce: where the thread writes the time */
-    const int *counts, *displs; /* gather, on root: bytes from each rank and where they go */
+    const int *counts, *displs; /* gather, on root: bytes from each rank and where they go;
+                                 * reduce-scatter and all-gather: each rank's floats */
+    bool release_rest;          /* reduce-scatter: return the other ranks' pages */
     double launched;        /* allreduce with a timeline: when backward handed it over */
     char tag[48];
     bool done;      /* set by the thread; the caller of a blocking op waits for it */
@@ -132,6 +136,7 @@ typedef struct comm_mpi {
     uint64_t started; /* seq of the last op handed to MPI */
     uint16_t *stage;  /* fp16/bf16 wire buffer, grown to the largest slice, then reused */
     size_t stage_cap;
+    int *displs;      /* all-gather displacements, one per rank */
     mpi_stall stall;
 
     /* libnbc's allreduce algorithm per size (comm_mpi_algo.c) */
@@ -152,7 +157,7 @@ void *comm_mpi_thread_main(void *arg);
 static inline bool comm_mpi_op_is_async(mpi_op_kind k)
 {
     return k == MPI_OP_ALLREDUCE || k == MPI_OP_ALLREDUCE_TYPED || k == MPI_OP_SENDRECV ||
-           k == MPI_OP_ALLREDUCE_F64_ASYNC;
+           k == MPI_OP_ALLREDUCE_F64_ASYNC || k == MPI_OP_REDUCE_SCATTER || k == MPI_OP_ALLGATHERV;
 }
 /* Sets MPI_ERRORS_RETURN-style failures into an "rank R on host H: ..." message. */
 void comm_mpi_describe_error(comm_mpi *m, int mpi_err, const char *what, char *out, size_t cap);

@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/clock.h"
 #include "core/half.h"
@@ -33,10 +35,13 @@ void comm_mpi_describe_op(const mpi_op *op, char *out, size_t cap)
 {
     static const char *kinds[] = {"allreduce", "broadcast", "allreduce_f64", "allgather", "barrier",
                                   "allreduce", "sendrecv", "reference allreduce", "gather",
-                                  "clock samples", "allreduce_f64"};
+                                  "clock samples", "allreduce_f64", "reduce-scatter",
+                                  "all-gather"};
     size_t bytes = op->bytes;
-    if (op->kind == MPI_OP_ALLREDUCE)
+    if (op->kind == MPI_OP_ALLREDUCE || op->kind == MPI_OP_ALLGATHERV)
         bytes = op->n * sizeof(float);
+    else if (op->kind == MPI_OP_REDUCE_SCATTER)
+        bytes = op->n * herd_wire_type_size(op->wire);
     else if (op->kind == MPI_OP_ALLREDUCE_TYPED || op->kind == MPI_OP_REFERENCE_ALLREDUCE)
         bytes = op->n * herd_wire_type_size(op->wire);
     double mib = (double)bytes / (1024.0 * 1024.0);
@@ -135,6 +140,50 @@ static int send_recv(comm_mpi *m, const mpi_op *op)
     return rc;
 }
 
+/* x[0..n) scaled and cast to the 16-bit wire in m->stage, grown to the largest slice
+ * once and then reused. */
+static int to_wire(comm_mpi *m, const mpi_op *op, const float *x, int n, char *err, size_t cap)
+{
+    if ((size_t)n > m->stage_cap) {
+        uint16_t *grown = realloc(m->stage, (size_t)n * sizeof *grown);
+        if (!grown) {
+            snprintf(err, cap, "rank %d on host %s: out of memory for a %zu-byte wire buffer",
+                     m->c->rank, m->c->host, (size_t)n * sizeof *grown);
+            return MPI_ERR_NO_MEM;
+        }
+        m->stage = grown;
+        m->stage_cap = (size_t)n;
+    }
+    uint16_t *s = m->stage;
+    float scale = op->scale;
+    if (op->wire == HERD_WIRE_FP16)
+        for (int i = 0; i < n; i++)
+            s[i] = herd_float_to_half(x[i] * scale);
+    else
+        for (int i = 0; i < n; i++)
+            s[i] = herd_float_to_bf16(x[i] * scale);
+    return MPI_SUCCESS;
+}
+
+static void from_wire(herd_wire_type wire, const uint16_t *s, float *x, int n)
+{
+    if (wire == HERD_WIRE_FP16)
+        for (int i = 0; i < n; i++)
+            x[i] = herd_half_to_float(s[i]);
+    else
+        for (int i = 0; i < n; i++)
+            x[i] = herd_bf16_to_float(s[i]);
+}
+
+/* Returns the whole pages inside x[0..n) to the system (they read as zero after). */
+static void release_pages(float *x, size_t n)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)x + page - 1) / page * page, hi = (uintptr_t)(x + n) / page * page;
+    if (hi > lo)
+        (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advice: a refusal only costs memory */
+}
+
 /* A float slice summed on its wire. Like NCCL, a 16-bit wire carries each rank's
  * values already scaled, so that the sum of the ranks cannot overflow where the mean
  * would not; fp32 is scaled after the sum. */
@@ -147,35 +196,73 @@ static int reduce_floats(comm_mpi *m, const mpi_op *op, float *x, int n, char *e
                 x[i] *= op->scale;
         return rc;
     }
-    if ((size_t)n > m->stage_cap) { /* grows to the largest slice once, then is reused */
-        uint16_t *grown = realloc(m->stage, (size_t)n * sizeof *grown);
-        if (!grown) {
-            snprintf(err, cap, "rank %d on host %s: out of memory for a %zu-byte wire buffer",
-                     m->c->rank, m->c->host, (size_t)n * sizeof *grown);
-            return MPI_ERR_NO_MEM;
-        }
-        m->stage = grown;
-        m->stage_cap = (size_t)n;
+    int rc = to_wire(m, op, x, n, err, cap);
+    if (rc == MPI_SUCCESS)
+        rc = iallreduce_wire(m, m->stage, n, op->wire);
+    if (rc == MPI_SUCCESS)
+        from_wire(op->wire, m->stage, x, n);
+    return rc;
+}
+
+/* ZeRO's reduce-scatter (comm.h): in place, as MPI defines it, this rank's sum lands
+ * at the start of the buffer and moves to the rank's part after. */
+static int reduce_scatter(comm_mpi *m, const mpi_op *op, char *err, size_t cap)
+{
+    int me = m->c->rank, n = 0, before = 0;
+    for (int r = 0; r < m->c->size; r++) {
+        before += r < me ? op->counts[r] : 0;
+        n += op->counts[r];
     }
-    uint16_t *s = m->stage;
-    float scale = op->scale;
-    bool fp16 = op->wire == HERD_WIRE_FP16;
-    if (fp16)
-        for (int i = 0; i < n; i++)
-            s[i] = herd_float_to_half(x[i] * scale);
-    else
-        for (int i = 0; i < n; i++)
-            s[i] = herd_float_to_bf16(x[i] * scale);
-    int rc = iallreduce_wire(m, s, n, op->wire);
-    if (rc == MPI_SUCCESS) {
-        if (fp16)
-            for (int i = 0; i < n; i++)
-                x[i] = herd_half_to_float(s[i]);
-        else
-            for (int i = 0; i < n; i++)
-                x[i] = herd_bf16_to_float(s[i]);
+    int mine = op->counts[me];
+    float *x = op->buf;
+    MPI_Request req;
+    int rc;
+    if (op->wire == HERD_WIRE_FP32) {
+        rc = MPI_Ireduce_scatter(MPI_IN_PLACE, x, op->counts, MPI_FLOAT, MPI_SUM, m->world, &req);
+        if (rc == MPI_SUCCESS)
+            rc = wait_request(m, &req);
+        if (rc == MPI_SUCCESS) {
+            memmove(x + before, x, (size_t)mine * sizeof *x);
+            if (op->scale != 1.0f) /* after the sum, as the fp32 allreduce: the same bits */
+                for (int i = before; i < before + mine; i++)
+                    x[i] *= op->scale;
+        }
+    } else {
+        rc = to_wire(m, op, x, n, err, cap);
+        if (rc == MPI_SUCCESS)
+            rc = MPI_Ireduce_scatter(MPI_IN_PLACE, m->stage, op->counts, m->half_type,
+                                     wire_sum(m, op->wire), m->world, &req);
+        if (rc == MPI_SUCCESS)
+            rc = wait_request(m, &req);
+        if (rc == MPI_SUCCESS)
+            from_wire(op->wire, m->stage, x + before, mine);
+    }
+    if (rc == MPI_SUCCESS && op->release_rest) {
+        release_pages(x, (size_t)before);
+        release_pages(x + before + mine, (size_t)(n - before - mine));
     }
     return rc;
+}
+
+/* ZeRO's all-gather (comm.h): every rank's part is already in place in its buffer. */
+static int allgather_parts(comm_mpi *m, const mpi_op *op, char *err, size_t cap)
+{
+    if (!m->displs) {
+        m->displs = malloc((size_t)m->c->size * sizeof *m->displs);
+        if (!m->displs) {
+            snprintf(err, cap, "rank %d on host %s: out of memory for %d displacements",
+                     m->c->rank, m->c->host, m->c->size);
+            return MPI_ERR_NO_MEM;
+        }
+    }
+    for (int r = 0, at = 0; r < m->c->size; r++) {
+        m->displs[r] = at;
+        at += op->counts[r];
+    }
+    MPI_Request req;
+    int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, op->buf, op->counts, m->displs,
+                             MPI_FLOAT, m->world, &req);
+    return rc == MPI_SUCCESS ? wait_request(m, &req) : rc;
 }
 
 /* An allreduce op in int-sized pieces (MPI counts are int): a float slice on its
@@ -319,6 +406,14 @@ static void run_op(comm_mpi *m, mpi_op *op, char *err, size_t cap)
                           MPI_BYTE, op->root, m->world, &req);
         break;
     }
+    case MPI_OP_REDUCE_SCATTER:
+        what = "MPI_Ireduce_scatter";
+        rc = reduce_scatter(m, op, err, cap);
+        break;
+    case MPI_OP_ALLGATHERV:
+        what = "MPI_Iallgatherv";
+        rc = allgather_parts(m, op, err, cap);
+        break;
     case MPI_OP_CLOCK_SAMPLES:
         rc = clock_rounds(m, op);
         if (rc != MPI_SUCCESS)
@@ -348,7 +443,9 @@ static void run_head(comm_mpi *m, mpi_op *op)
     m->current = NULL;
     /* Recorded before the op is retired: wait_all then orders it before the reader. */
     const herd_trace_sink *trace = m->c->trace;
-    if (op->kind == MPI_OP_ALLREDUCE && trace) {
+    bool gradients = op->kind == MPI_OP_ALLREDUCE || op->kind == MPI_OP_REDUCE_SCATTER ||
+                     op->kind == MPI_OP_ALLGATHERV;
+    if (gradients && trace) {
         size_t wire_bytes = op->n * herd_wire_type_size(op->wire);
         trace->comm(trace->ctx, op->tag, op->launched, m->current_start, herd_now(), wire_bytes);
     }
