@@ -55,6 +55,8 @@ static const char train_help[] =
     "  --compress fp16|bf16     cast gradients for the allreduce and back\n"
     "  --grad-accum K           accumulate K micro-batches, communicate on the last (1)\n"
     "  --bucket-mb X            gradient bucket size in MiB (25; the first is 1)\n"
+    "  --zero 1|2               ZeRO: each rank keeps 1/N of the optimizer state (1), and of\n"
+    "                           the reduced gradients (2); the traffic of one allreduce\n"
     "\n"
     "Pipeline parallelism (docs/pipeline.md):\n"
     "  --pipeline-stages P      split the model's layers into P stages on consecutive ranks;\n"
@@ -90,7 +92,7 @@ enum {
     OPT_MEM_LIMIT, OPT_PP_STAGES, OPT_MICRO_BATCHES, OPT_PP_SCHEDULE, OPT_STAGE_SPLIT,
     OPT_STALL_WARNING, OPT_COMM_TIMEOUT, OPT_DEVICE, OPT_LOGDIR, OPT_HISTOGRAMS, OPT_METRICS,
     OPT_PRECISION, OPT_GPU_MEM, OPT_LOSS_SCALE,
-    OPT_LOSS_SCALE_INIT, OPT_LOSS_SCALE_WINDOW, OPT_CLIP_GRAD_NORM, OPT_TIMELINE,
+    OPT_LOSS_SCALE_INIT, OPT_LOSS_SCALE_WINDOW, OPT_CLIP_GRAD_NORM, OPT_TIMELINE, OPT_ZERO,
 };
 
 static const struct option train_options[] = {
@@ -120,6 +122,7 @@ static const struct option train_options[] = {
     {"loss-scale-init", required_argument, 0, OPT_LOSS_SCALE_INIT},
     {"loss-scale-window", required_argument, 0, OPT_LOSS_SCALE_WINDOW},
     {"clip-grad-norm", required_argument, 0, OPT_CLIP_GRAD_NORM},
+    {"zero", required_argument, 0, OPT_ZERO},
     {"seed", required_argument, 0, OPT_SEED},
     {"checkpoint-dir", required_argument, 0, OPT_CKPT},
     {"resume", no_argument, 0, OPT_RESUME},
@@ -267,6 +270,16 @@ static int parse_train_args(int argc, char **argv, train_args *a)
         case OPT_LOSS_SCALE_INIT: FLOAT_ARG(1, 1e38, c->loss_scale_init, "--loss-scale-init"); break;
         case OPT_LOSS_SCALE_WINDOW: INT_ARG(1, 1 << 30, c->loss_scale_window, "--loss-scale-window"); break;
         case OPT_CLIP_GRAD_NORM: FLOAT_ARG(0, 1e38, c->clip_grad_norm, "--clip-grad-norm"); break;
+        case OPT_ZERO:
+            if (strcmp(optarg, "1") == 0 || strcmp(optarg, "2") == 0)
+                c->zero_stage = optarg[0] - '0';
+            else if (strcmp(optarg, "3") == 0)
+                return cli_usage_error("train", "--zero 3 (sharding the parameters as well) is not "
+                                       "offered; use --zero 1 (optimizer state) or --zero 2 (also "
+                                       "the gradients)");
+            else
+                return cli_usage_error("train", "--zero is 1 or 2, got '%s'", optarg);
+            break;
         case OPT_SEED: INT_ARG(0, 0x7fffffffL, c->seed, "--seed"); break;
         case OPT_PP_STAGES: INT_ARG(1, 64, c->pipeline_stages, "--pipeline-stages"); break;
         case OPT_MICRO_BATCHES: INT_ARG(1, 1 << 20, c->micro_batches, "--micro-batches"); break;

@@ -341,6 +341,11 @@ typedef struct herd_train_config {
      * the loss scaler (torch.nn.utils.clip_grad_norm_: scaled by max / (norm + 1e-6)
      * when above max); 0 = off. A non-finite norm stops training with an error. */
     float clip_grad_norm;
+    /* ZeRO (sharded data parallelism) over the data-parallel ranks: 0 = off; 1 = each
+     * rank keeps the optimizer state of its 1/N slice of the parameters; 2 = and only
+     * that slice of the reduced gradients. Gradients are reduce-scattered and the
+     * updated parameters all-gathered: the traffic of one allreduce. CPU, >= 2 ranks. */
+    int zero_stage;
     /* Chrome trace-event JSON of every rank's steps, phases, layers and reductions,
      * merged and written by rank 0 (docs/observability.md). NULL = off. */
     const char *timeline_path;

@@ -22,7 +22,8 @@ typedef enum herd_tl_kind {
     HERD_TL_OPTIMIZER,
     HERD_TL_FWD_LAYER,  /* cat "layer": "fwd <layer>" */
     HERD_TL_BWD_LAYER,  /* "bwd <layer>" */
-    HERD_TL_ALLREDUCE,  /* cat "comm" on the communication track: "allreduce <tag>" */
+    HERD_TL_ALLREDUCE,  /* cat "comm" on the communication track: "allreduce <tag>",
+                         * "reduce-scatter <tag>", "all-gather <tag>" */
     HERD_TL_CHECKPOINT, /* cat "io" */
     HERD_TL_EVALUATE,   /* cat "eval" */
     HERD_TL_KINDS
@@ -33,7 +34,8 @@ typedef struct herd_trace_sink {
     /* Training thread's track: an event of any kind but HERD_TL_ALLREDUCE, from t0 to
      * t1 (herd_now()). label: the layer name for layer events, otherwise NULL. */
     void (*complete)(void *ctx, herd_tl_kind kind, const char *label, double t0, double t1);
-    /* Communication thread's track: a reduction launched at `launched`, run from t0 to t1. */
+    /* Communication thread's track: a collective on the gradients or parameters
+     * ("allreduce bucket 3"), launched at `launched`, run from t0 to t1. */
     void (*comm)(void *ctx, const char *tag, double launched, double t0, double t1,
                  size_t bytes);
 } herd_trace_sink;

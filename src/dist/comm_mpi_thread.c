@@ -447,7 +447,12 @@ static void run_head(comm_mpi *m, mpi_op *op)
                      op->kind == MPI_OP_ALLGATHERV;
     if (gradients && trace) {
         size_t wire_bytes = op->n * herd_wire_type_size(op->wire);
-        trace->comm(trace->ctx, op->tag, op->launched, m->current_start, herd_now(), wire_bytes);
+        const char *kind = op->kind == MPI_OP_ALLREDUCE        ? "allreduce"
+                           : op->kind == MPI_OP_REDUCE_SCATTER ? "reduce-scatter"
+                                                               : "all-gather";
+        char name[80];
+        snprintf(name, sizeof name, "%s %s", kind, op->tag);
+        trace->comm(trace->ctx, name, op->launched, m->current_start, herd_now(), wire_bytes);
     }
 
     pthread_mutex_lock(&m->mu);

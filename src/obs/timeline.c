@@ -58,7 +58,7 @@ static const struct {
     [HERD_TL_OPTIMIZER] = {"optimizer", "phase", 0},
     [HERD_TL_FWD_LAYER] = {"fwd ", "layer", 0},
     [HERD_TL_BWD_LAYER] = {"bwd ", "layer", 0},
-    [HERD_TL_ALLREDUCE] = {"allreduce ", "comm", 1},
+    [HERD_TL_ALLREDUCE] = {"", "comm", 1}, /* the communicator names it: "allreduce bucket 3" */
     [HERD_TL_CHECKPOINT] = {"checkpoint", "io", 0},
     [HERD_TL_EVALUATE] = {"evaluate", "eval", 0},
 };

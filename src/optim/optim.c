@@ -17,7 +17,8 @@ typedef struct optim_run {
 struct herd_optimizer {
     herd_optimizer_kind kind;
     const herd_backend *be;
-    size_t n; /* floats in the parameter buffer the state mirrors */
+    size_t n; /* floats in the parameter buffer */
+    size_t lo, hi; /* the part this optimizer updates and keeps state for (ZeRO: a slice) */
     float momentum, beta1, beta2, eps;
     bool nesterov, decoupled;
     optim_run *runs;
@@ -28,8 +29,9 @@ struct herd_optimizer {
     long steps;
 };
 
-/* Groups consecutive parameter views with the same decay whose data are
- * adjacent in the buffer. Buffer views live elsewhere, so they are skipped. */
+/* Groups consecutive parameter views with the same decay whose data are adjacent in
+ * the buffer, cut to the optimizer's part. Buffer views live elsewhere, so they are
+ * skipped. */
 static herd_status build_runs(herd_optimizer *o, const herd_train_config *cfg,
                               const herd_model *m)
 {
@@ -45,12 +47,16 @@ static herd_status build_runs(herd_optimizer *o, const herd_train_config *cfg,
                             "optimizer: parameter '%s' (offset %zu, %zu floats) lies outside the "
                             "model's %zu parameter floats; the model was built inconsistently",
                             v->name, v->offset, v->numel, m->n_param_floats);
+        size_t begin = v->offset > o->lo ? v->offset : o->lo;
+        size_t end = v->offset + v->numel < o->hi ? v->offset + v->numel : o->hi;
+        if (begin >= end)
+            continue;
         float wd = (v->no_decay && !cfg->decay_bn_bias) ? 0.0f : cfg->weight_decay;
         optim_run *last = o->n_runs > 0 ? &o->runs[o->n_runs - 1] : NULL;
-        if (last && last->weight_decay == wd && last->offset + last->numel == v->offset) {
-            last->numel += v->numel;
+        if (last && last->weight_decay == wd && last->offset + last->numel == begin) {
+            last->numel += end - begin;
         } else {
-            o->runs[o->n_runs++] = (optim_run){v->offset, v->numel, wd};
+            o->runs[o->n_runs++] = (optim_run){begin, end - begin, wd};
         }
     }
     return HERD_OK;
@@ -59,9 +65,19 @@ static herd_status build_runs(herd_optimizer *o, const herd_train_config *cfg,
 herd_status herd_optimizer_create(const herd_train_config *cfg, herd_model *m,
                                   herd_optimizer **out)
 {
+    return herd_optimizer_create_part(cfg, m, 0, m ? m->n_param_floats : 0, out);
+}
+
+herd_status herd_optimizer_create_part(const herd_train_config *cfg, herd_model *m, size_t lo,
+                                       size_t hi, herd_optimizer **out)
+{
     if (!cfg || !m || !out)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "optimizer_create: cfg, model and out must not be NULL");
     *out = NULL;
+    if (lo > hi || hi > m->n_param_floats)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "optimizer_create: the part [%zu, %zu) is not inside the model's %zu "
+                        "parameter floats", lo, hi, m->n_param_floats);
     const herd_backend *be = m->be;
     if (!be || !be->alloc || !be->free)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "optimizer_create: the model has no backend to allocate state with");
@@ -90,6 +106,8 @@ herd_status herd_optimizer_create(const herd_train_config *cfg, herd_model *m,
     o->kind = cfg->optimizer;
     o->be = be;
     o->n = m->n_param_floats;
+    o->lo = lo;
+    o->hi = hi;
     o->momentum = cfg->momentum;
     o->nesterov = cfg->nesterov;
     o->decoupled = cfg->decoupled_decay;
@@ -112,7 +130,7 @@ herd_status herd_optimizer_create(const herd_train_config *cfg, herd_model *m,
         o->state_name[1] = "exp_avg_sq";
         o->n_state = 2;
     }
-    size_t bytes = (o->n > 0 ? o->n : 1) * sizeof(float);
+    size_t bytes = (hi > lo ? hi - lo : 1) * sizeof(float);
     for (int i = 0; i < o->n_state; i++) {
         herd_mem_category was = herd_mem_category_set(HERD_MEM_OPTIMIZER);
         o->state[i] = be->alloc(bytes);
@@ -141,16 +159,16 @@ herd_status herd_optimizer_step(herd_optimizer *o, herd_model *m, float lr)
         const optim_run *run = &o->runs[r];
         float *w = m->params + run->offset;
         const float *g = m->grads + run->offset;
+        size_t at = run->offset - o->lo; /* in the state, which holds the part only */
         herd_status st;
         if (o->kind == HERD_OPT_SGD) {
             herd_sgd_args a = {.lr = lr, .momentum = o->momentum, .weight_decay = run->weight_decay,
                                .nesterov = o->nesterov, .decoupled = o->decoupled};
-            st = o->be->sgd_update(run->numel, w, g, o->state[0] + run->offset, &a);
+            st = o->be->sgd_update(run->numel, w, g, o->state[0] + at, &a);
         } else {
             herd_adamw_args a = {.lr = lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
                                  .weight_decay = run->weight_decay, .step = o->steps};
-            st = o->be->adamw_update(run->numel, w, g, o->state[0] + run->offset,
-                                     o->state[1] + run->offset, &a);
+            st = o->be->adamw_update(run->numel, w, g, o->state[0] + at, o->state[1] + at, &a);
         }
         if (st != HERD_OK)
             return st;
@@ -178,8 +196,14 @@ float *herd_optimizer_state(herd_optimizer *o, int i, const char **name, size_t 
     if (name)
         *name = o->state_name[i];
     if (numel)
-        *numel = o->n;
+        *numel = o->hi - o->lo;
     return o->state[i];
+}
+
+void herd_optimizer_part(const herd_optimizer *o, size_t *lo, size_t *hi)
+{
+    *lo = o ? o->lo : 0;
+    *hi = o ? o->hi : 0;
 }
 
 long herd_optimizer_steps(const herd_optimizer *o) { return o ? o->steps : 0; }

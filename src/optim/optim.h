@@ -9,12 +9,18 @@ typedef struct herd_optimizer herd_optimizer;
 
 herd_status herd_optimizer_create(const herd_train_config *cfg, herd_model *m,
                                   herd_optimizer **out);
+/* ZeRO: an optimizer that updates only parameters [lo, hi) of the flat buffer and keeps
+ * state for them alone (hi - lo floats per state tensor). */
+herd_status herd_optimizer_create_part(const herd_train_config *cfg, herd_model *m, size_t lo,
+                                       size_t hi, herd_optimizer **out);
+/* The part of the flat buffer o updates: [0, n_param_floats) unless made with _part. */
+void herd_optimizer_part(const herd_optimizer *o, size_t *lo, size_t *hi);
 /* One update of all parameters from m->grads with learning rate lr. */
 herd_status herd_optimizer_step(herd_optimizer *o, herd_model *m, float lr);
 void herd_optimizer_free(herd_optimizer *o);
 
-/* Optimizer state as named flat tensors (same length as the parameters), for
- * checkpoints: "momentum" for SGD, "exp_avg" and "exp_avg_sq" for AdamW. */
+/* Optimizer state as named flat tensors (as long as the optimizer's part of the
+ * parameters), for checkpoints: "momentum" for SGD, "exp_avg" and "exp_avg_sq" for AdamW. */
 int herd_optimizer_state_count(const herd_optimizer *o);
 float *herd_optimizer_state(herd_optimizer *o, int i, const char **name, size_t *numel);
 long herd_optimizer_steps(const herd_optimizer *o);
@@ -29,6 +35,10 @@ void herd_optimizer_set_steps(herd_optimizer *o, long steps);
  * sees the same norm, so all stop alike. */
 herd_status herd_clip_grad_norm(herd_model *m, float max_norm, const herd_group_sum *group,
                                 double *norm, bool *clipped);
+/* The same over m->grads[first .. first+count) (ZeRO: each rank its slice, with group
+ * summing over the ranks); only that part is scaled. */
+herd_status herd_clip_grad_norm_part(herd_model *m, size_t first, size_t count, float max_norm,
+                                     const herd_group_sum *group, double *norm, bool *clipped);
 
 /* What this rank holds of parameters, gradients and optimizer state, in bytes. */
 herd_state_bytes herd_optimizer_state_bytes(herd_optimizer *o, const herd_model *m);

@@ -91,9 +91,15 @@ herd_status herd_buckets_layer_done(herd_buckets *b, const herd_model *m, int la
     }
     /* Launch in bucket order so every rank starts the same reductions in the same order. */
     while (b->launched < b->n && b->b[b->launched].pending == 0) {
-        herd_bucket *k = &b->b[b->launched++];
-        HERD_TRY(b->comm->ops->allreduce_start(b->comm, m->grads + k->offset, k->numel, b->scale,
-                                               b->wire, k->tag));
+        int i = b->launched++;
+        herd_bucket *k = &b->b[i];
+        if (b->split)
+            HERD_TRY(b->comm->ops->reduce_scatter_start(
+                b->comm, m->grads + k->offset, b->split + (size_t)i * (size_t)b->ranks, b->scale,
+                b->wire, b->release_rest, k->tag));
+        else
+            HERD_TRY(b->comm->ops->allreduce_start(b->comm, m->grads + k->offset, k->numel,
+                                                   b->scale, b->wire, k->tag));
     }
     return HERD_OK;
 }

@@ -28,6 +28,11 @@ typedef struct herd_buckets {
     float scale;           /* applied after the sum: 1 / (ranks x micro-batches) */
     herd_wire_type wire;
     int launched;
+    /* ZeRO (train/zero.h): bucket i is reduce-scattered, split among the ranks as
+     * split[i * ranks + r]; NULL: allreduced. release_rest: stage 2's page release. */
+    const int *split;
+    int ranks;
+    bool release_rest;
 } herd_buckets;
 
 /* Plans buckets over m's parameters: the first (last layers') bucket holds about

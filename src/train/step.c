@@ -78,7 +78,11 @@ void herd_step_arm_reduction(herd_step_plan *p, herd_model *m, int n_micro, herd
     if (p->comm->size == 1 && n_micro == 1)
         return;
     herd_buckets_arm(&p->buckets, p->comm, 1.0f / (float)(p->comm->size * n_micro), p->wire);
+    p->n_micro = n_micro;
     p->buckets.model = m;
+    p->buckets.split = p->zero ? p->zero->counts : NULL;
+    p->buckets.ranks = p->comm->size;
+    p->buckets.release_rest = p->zero && p->zero->stage == 2;
     ctx->after_backward = bucket_hook;
     ctx->hook_user = p;
 }
@@ -102,7 +106,9 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
     }
     HERD_TRY(herd_model_reshape(m, b->n));
     herd_run_ctx ctx = herd_model_ctx(m, true, seed);
-    ctx.grad_beta = micro > 0 ? 1.0f : 0.0f;
+    /* ZeRO-2 reduces every micro-batch's gradients by themselves (the slice keeps the sum). */
+    bool each_micro = p->zero && p->zero->stage == 2;
+    ctx.grad_beta = micro > 0 && !each_micro ? 1.0f : 0.0f;
     ctx.trace = herd_timeline_sink(p->timeline);
     if (p->sync_bn && p->comm->size > 1)
         ctx.bn_group = herd_group_of_comm(p->comm);
@@ -118,9 +124,13 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
     s->correct += correct;
     s->samples += b->n;
     double t1 = herd_now();
-    if (micro == n_micro - 1)
+    if (micro == n_micro - 1 || each_micro)
         herd_step_arm_reduction(p, m, n_micro, &ctx);
     HERD_TRY(herd_model_backward(m, &ctx, b->x, p->dlogits));
+    if (each_micro && micro < n_micro - 1) {
+        HERD_TRY(p->comm->ops->wait_all(p->comm));
+        HERD_TRY(herd_zero_accumulate(p->zero, m, micro));
+    }
     double t2 = herd_now();
     s->t.forward += t1 - t0;
     s->t.backward += t2 - t1;
@@ -142,39 +152,65 @@ static herd_status sum_per_replica(void *plan, double *vals, int n)
     return HERD_OK;
 }
 
+/* The gradients this rank checks, clips and updates: its ZeRO slice, or all. */
+static void update_part(const herd_step_plan *p, const herd_model *m, size_t *first, size_t *count)
+{
+    *first = p->zero ? p->zero->lo : 0;
+    *count = p->zero ? p->zero->hi - p->zero->lo : m->n_param_floats;
+}
+
 herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p, float lr,
                             herd_step_stats *s)
 {
     double t0 = herd_now();
     HERD_TRY(p->comm->ops->wait_all(p->comm));
+    if (p->zero && p->zero->stage == 2)
+        HERD_TRY(herd_zero_finish_accumulation(p->zero, m, p->n_micro));
     double t1 = herd_now();
-    /* After the reduction every rank holds the same gradients, so every rank makes the
-     * same skip decision without another collective; pipeline stages agree on theirs. */
-    if (p->scaler && !p->stage_job)
+    size_t first, count;
+    update_part(p, m, &first, &count);
+    /* What the update depends on is agreed over the ranks that hold parts of the
+     * gradients: pipeline stages, or ZeRO's slices. Otherwise every rank holds the same
+     * reduced gradients and decides alike without another collective. */
+    herd_comm *agree = p->stage_job ? p->stage_job : p->zero ? p->comm : NULL;
+    if (p->scaler && !agree)
         HERD_TRY(herd_loss_scaler_unscale(p->scaler, m->be, m->grads, m->n_param_floats,
                                           &s->skipped));
-    if (p->scaler && p->stage_job) {
+    if (p->scaler && agree) {
         bool overflow = false;
-        HERD_TRY(m->be->grad_unscale_check(m->n_param_floats, m->grads, 1.0f / p->scaler->scale,
+        HERD_TRY(m->be->grad_unscale_check(count, m->grads + first, 1.0f / p->scaler->scale,
                                            &overflow));
         double any = overflow;
-        HERD_TRY(p->stage_job->ops->allreduce_f64(p->stage_job, &any, 1));
+        HERD_TRY(agree->ops->allreduce_f64(agree, &any, 1));
         s->skipped = any > 0;
         HERD_TRY(herd_loss_scaler_update(p->scaler, s->skipped));
     }
     if (!s->skipped && p->clip_grad_norm > 0.0f) {
+        /* Slices are disjoint: their squares add up. Pipeline stages are summed once
+         * per replica. */
+        herd_group_sum over_slices = herd_group_of_comm(p->comm);
         herd_group_sum per_replica = {.sum_f64 = sum_per_replica, .group = p, .ranks = 0};
-        HERD_TRY(herd_clip_grad_norm(m, p->clip_grad_norm, p->stage_job ? &per_replica : NULL,
-                                     NULL, &s->clipped));
+        const herd_group_sum *group = p->stage_job ? &per_replica : p->zero ? &over_slices : NULL;
+        HERD_TRY(herd_clip_grad_norm_part(m, first, count, p->clip_grad_norm, group, NULL,
+                                          &s->clipped));
     }
     if (!s->skipped)
         HERD_TRY(herd_optimizer_step(o, m, lr));
     double t2 = herd_now();
-    s->t.comm_wait += t1 - t0;
+    /* Every rank reaches the all-gather, skipped step or not: the parameters stay as
+     * they were everywhere then, and the collectives stay matched. */
+    if (p->zero) {
+        HERD_TRY(herd_zero_gather_params(p->zero, &p->buckets, m, p->comm));
+        HERD_TRY(p->comm->ops->wait_all(p->comm));
+    }
+    double t3 = herd_now();
+    s->t.comm_wait += (t1 - t0) + (t3 - t2);
     s->t.optimizer += t2 - t1;
     if (p->timeline) {
         herd_timeline_add(p->timeline, HERD_TL_COMM_WAIT, NULL, t0, t1);
         herd_timeline_add(p->timeline, HERD_TL_OPTIMIZER, NULL, t1, t2);
+        if (p->zero)
+            herd_timeline_add(p->timeline, HERD_TL_COMM_WAIT, NULL, t2, t3);
     }
     return HERD_OK;
 }

@@ -9,6 +9,7 @@
 #include "obs/timeline.h"
 #include "optim/optim.h"
 #include "train/buckets.h"
+#include "train/zero.h"
 
 /* How gradients of a step are combined across micro-batches and ranks. */
 typedef struct herd_step_plan {
@@ -32,6 +33,10 @@ typedef struct herd_step_plan {
     herd_comm *stage_job;
     int stage_replicas;
     float clip_grad_norm; /* --clip-grad-norm (0: off) */
+    /* --zero: each rank reduces, checks, clips and updates its slice of the buffers and
+     * the parameters are all-gathered after the update (NULL: plain allreduce). */
+    herd_zero *zero;
+    int n_micro; /* micro-batches of the step whose reductions are armed */
     herd_timeline *timeline; /* --timeline: phases and layers become events (NULL: off) */
 } herd_step_plan;
 
@@ -51,9 +56,10 @@ void herd_step_plan_free(herd_step_plan *p, herd_model *m);
 /* Synchronised batch norm's group: the sums are allreduce_f64 over c's ranks. */
 herd_group_sum herd_group_of_comm(herd_comm *c);
 
-/* Before the step's last backward: arms the buckets so that each starts its
- * reduction (scaled by 1/(ranks x n_micro)) once backward has produced it, through
- * ctx's after-backward hook. Nothing to do for one process without accumulation. */
+/* Before the step's last backward (with ZeRO stage 2: every backward): arms the
+ * buckets so that each starts its reduction (scaled by 1/(ranks x n_micro)) once
+ * backward has produced it, through ctx's after-backward hook. Nothing to do for one
+ * process without accumulation. */
 void herd_step_arm_reduction(herd_step_plan *p, herd_model *m, int n_micro, herd_run_ctx *ctx);
 
 /* Forward and backward of micro-batch `micro` of `n_micro` in a step: gradients
@@ -63,7 +69,9 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
                             int n_micro, float label_smoothing, uint64_t seed, herd_step_stats *s);
 /* Waits for the reductions (exposed communication) and updates the weights (with a
  * loss scaler: unscales first, and skips the update when gradients overflowed, here or
- * on any rank of stage_job); with clip_grad_norm, clips after that. */
+ * on any rank of stage_job, or of comm with ZeRO); with clip_grad_norm, clips after
+ * that. With ZeRO the update is the rank's slice's, and every rank leaves with the
+ * whole updated parameters (all-gathered). */
 herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p, float lr,
                             herd_step_stats *s);
 

@@ -62,6 +62,7 @@ typedef struct run {
     herd_loader *loader;
     herd_optimizer *opt;
     herd_step_plan plan;
+    herd_zero zero;          /* --zero: the slices (plan.zero points here) */
     herd_timeline *timeline; /* --timeline, else NULL */
     herd_train_state state;
     herd_train_result *res;
@@ -119,6 +120,9 @@ static herd_status validate(const herd_train_config *c)
         return HERD_ERR(HERD_ERR_INVALID_ARG,
                         "--batch-size %d does not divide into --micro-batches %d; pick a batch size "
                         "that is a multiple of the micro-batches", c->batch_size, c->micro_batches);
+    if (c->zero_stage < 0 || c->zero_stage > 2)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "ZeRO stage %d is not offered: 0 (off), 1 "
+                        "(optimizer state sharded) or 2 (and gradients)", c->zero_stage);
     if (!(c->clip_grad_norm >= 0.0f) || !isfinite(c->clip_grad_norm))
         return HERD_ERR(HERD_ERR_INVALID_ARG,
                         "gradient clipping needs a maximum norm > 0 (or 0 for none), got %g",
@@ -204,6 +208,7 @@ static void sign_config(herd_signature *s, const herd_train_config *c)
     else
         herd_signature_add(s, "loss_scale", "none");
     herd_signature_add(s, "clip_grad_norm", "%.9g", (double)c->clip_grad_norm);
+    herd_signature_add(s, "zero", "%d", c->zero_stage);
     herd_signature_add(s, "pipeline", "%d stages, %d micro-batches, %s, split %s",
                        c->pipeline_stages, c->micro_batches,
                        c->pp_schedule == HERD_PP_SCHEDULE_GPIPE ? "gpipe" : "1f1b",
@@ -283,7 +288,8 @@ static herd_status broadcast_state(run *r)
     if (dp->size > 1) {
         HERD_TRY(herd_comm_broadcast_buffer(dp, m->be, m->params, m->n_param_floats * sizeof(float), 0));
         HERD_TRY(herd_comm_broadcast_buffer(dp, m->be, m->buffers, m->n_buffer_floats * sizeof(float), 0));
-        for (int i = 0; i < herd_optimizer_state_count(r->opt); i++) {
+        /* ZeRO: each rank's state is its own slice (zero, or scattered at a resume). */
+        for (int i = 0; !r->cfg.zero_stage && i < herd_optimizer_state_count(r->opt); i++) {
             size_t n;
             float *buf = herd_optimizer_state(r->opt, i, NULL, &n);
             HERD_TRY(herd_comm_broadcast_buffer(dp, m->be, buf, n * sizeof(float), 0));
@@ -767,10 +773,17 @@ static herd_status setup(run *r)
     HERD_TRY(herd_loader_create(r->train, &lc, &r->loader));
     long batches = herd_loader_batches_per_epoch(r->loader);
     r->steps_per_epoch = (batches + per_step - 1) / per_step;
-    HERD_TRY(herd_optimizer_create(cfg, r->m, &r->opt));
-    HERD_TRY(herd_observer_open(cfg, r->m, r->comm->rank, &r->obs));
     HERD_TRY(herd_step_plan_init(&r->plan, r->m, r->dp, cfg->bucket_mb,
                                  wire_type(cfg->compress), cfg->sync_bn));
+    if (cfg->zero_stage) { /* the optimizer keeps state for this rank's slice only */
+        HERD_TRY(herd_zero_plan(&r->zero, cfg->zero_stage, &r->plan.buckets, r->m->n_param_floats,
+                                r->dp->rank, r->dp->size));
+        r->plan.zero = &r->zero;
+        HERD_TRY(herd_optimizer_create_part(cfg, r->m, r->zero.lo, r->zero.hi, &r->opt));
+    } else {
+        HERD_TRY(herd_optimizer_create(cfg, r->m, &r->opt));
+    }
+    HERD_TRY(herd_observer_open(cfg, r->m, r->comm->rank, &r->obs));
     if (cfg->dynamic_loss_scale) {
         HERD_TRY(herd_loss_scaler_init(&r->scaler, cfg->loss_scale_init, cfg->loss_scale_window));
         r->plan.scaler = &r->scaler;
@@ -850,6 +863,26 @@ static herd_status check_pipeline(const run *r)
     return HERD_OK;
 }
 
+/* --zero against the job and the device. */
+static herd_status check_zero(const run *r)
+{
+    const herd_train_config *c = &r->cfg;
+    if (!c->zero_stage)
+        return HERD_OK;
+    if (r->comm->size < 2)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "--zero %d shards the optimizer state across data-parallel ranks, and this "
+                        "job has one; start several (herd run -np N -- train ...) or drop --zero",
+                        c->zero_stage);
+    if (c->pipeline_stages > 1)
+        return HERD_ERR(HERD_ERR_UNSUPPORTED, "--zero with --pipeline-stages is not supported yet; "
+                        "use one of them");
+    if (!r->m->be->host_memory)
+        return HERD_ERR(HERD_ERR_UNSUPPORTED, "--zero on '%s' is not supported yet; train on the "
+                        "CPU", r->m->be->name);
+    return HERD_OK;
+}
+
 /* early: herd_train's checks of the arguments, agreed with the other ranks here. */
 static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_status early)
 {
@@ -869,6 +902,8 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
                       "replica checks or checkpoints yet", r->m->be->name);
     if (st == HERD_OK)
         st = check_pipeline(r);
+    if (st == HERD_OK)
+        st = check_zero(r);
     if (st == HERD_OK) /* process-wide on a GPU: ours again */
         st = r->m->be->set_precision(r->m->precision);
     if (st == HERD_OK)
@@ -908,6 +943,8 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
     r->res->skipped_steps = r->scaler.skipped;
     r->res->clipped_steps = r->clipped_steps;
     r->res->state_bytes = herd_optimizer_state_bytes(r->opt, r->m);
+    if (cfg->zero_stage == 2) /* held between steps: the reduced slice */
+        r->res->state_bytes.grads = (uint64_t)(r->zero.hi - r->zero.lo) * sizeof(float);
     if (steps_run > 0) {
         herd_phase_times mean = {0};
         herd_phases_add(&mean, &r->res->phases, 1.0 / (double)steps_run);
@@ -981,6 +1018,7 @@ herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
         st = obs_st;
     stop_timeline(&r, false); /* after a failure: nothing written, nothing leaked */
     herd_step_plan_free(&r.plan, r.m);
+    herd_zero_free(&r.zero, r.m->be);
     herd_optimizer_free(r.opt);
     release_whole(&r, r.ckpt_whole, r.ckpt_opt);
     herd_pipeline_free(r.pp);
