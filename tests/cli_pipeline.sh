@@ -36,21 +36,6 @@ check "2 stages with dynamic loss scaling: bitwise on one process" cmp -s "$tmp/
 # --clip-grad-norm: each stage holds part of the gradients, so the norm is summed over
 # the stages (once per replica); 2 stages x 2 replicas against one process, every step
 # clipped. The sums run in another order: close, not bitwise.
-maxdiff() { # max relative difference of two safetensors files' tensors
-  python3 - "$1" "$2" <<'PY'
-import json, struct, sys
-def load(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    head = json.loads(raw[8:8 + n])
-    return {k: struct.unpack("<%df" % ((v["data_offsets"][1] - v["data_offsets"][0]) // 4),
-                             raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
-            for k, v in head.items() if k != "__metadata__"}
-a, b = load(sys.argv[1]), load(sys.argv[2])
-assert a.keys() == b.keys()
-print("%.3g" % max(abs(x - y) / max(1.0, abs(y)) for k in a for x, y in zip(a[k], b[k])))
-PY
-}
 one --model mlp --epochs 1 --max-steps 25 --batch-size 8 --grad-accum 4 --clip-grad-norm 0.05 \
   --save "$tmp/one_clip.st" >"$tmp/one.out" 2>&1
 pipe 4 --model mlp --epochs 1 --max-steps 25 --batch-size 16 --micro-batches 2 --pipeline-stages 2 \

@@ -367,7 +367,7 @@ static void check_round_trip(herd_optimizer_kind kind)
     herd_train_state st = {.epoch = 1, .global_step = 3, .seed = 0xfedcba9876543210ull, .batch_size = 32,
                            .ranks = 2, .grad_accum = 3, .train_samples = 1000, .epoch_samples = 192, .epoch_seen = 192,
                            .epoch_loss_sum = 0.1 + 0.2, .epoch_correct = 17};
-    assert_herd_ok(herd_checkpoint_save(ck, &a->m, oa, &st));
+    assert_herd_ok(herd_checkpoint_save(ck, &a->m, oa, &st, NULL));
 
     tmodel *b = tmodel_new(2);
     herd_optimizer *ob = make_opt(b, kind);
@@ -439,7 +439,7 @@ static void test_checkpoint_latest_and_prune(void **s)
         train_steps(a, o, 1, (uint64_t)step);
         herd_train_state st = {.epoch = (int)(step / 10), .global_step = step, .seed = 1, .batch_size = 8,
                                .ranks = 1, .grad_accum = 1, .train_samples = 80};
-        assert_herd_ok(herd_checkpoint_save(dir, &a->m, o, &st));
+        assert_herd_ok(herd_checkpoint_save(dir, &a->m, o, &st, NULL));
     }
     char *lpath = join(dir, "latest");
     size_t len;
@@ -502,7 +502,7 @@ static void test_write_failures(void **s)
     herd_optimizer *o = make_opt(a, HERD_OPT_SGD);
     char *file = tu_write_file(dir, "plain-file", "x", 1);
     herd_train_state st = {.global_step = 1, .batch_size = 1, .ranks = 1, .grad_accum = 1, .train_samples = 1};
-    assert_int_equal(herd_checkpoint_save(file, &a->m, o, &st), HERD_ERR_IO);
+    assert_int_equal(herd_checkpoint_save(file, &a->m, o, &st, NULL), HERD_ERR_IO);
     assert_non_null(strstr(herd_last_error(), file));
     char *bad = join(dir, "no/such/dir/w.safetensors");
     assert_int_equal(herd_model_save(&a->m, bad), HERD_ERR_IO);
@@ -524,7 +524,7 @@ static void test_checkpoint_corrupt(void **s)
     train_steps(a, o, 2, 3);
     herd_train_state st = {.epoch = 1, .global_step = 2, .seed = 9, .batch_size = 4, .ranks = 1,
                            .grad_accum = 1, .train_samples = 8};
-    assert_herd_ok(herd_checkpoint_save(dir, &a->m, o, &st));
+    assert_herd_ok(herd_checkpoint_save(dir, &a->m, o, &st, NULL));
     char *wpath = join(dir, "ckpt-2.safetensors");
     char *spath = join(dir, "ckpt-2.state.safetensors");
     size_t wlen, slen;
@@ -624,7 +624,7 @@ static void test_checkpoint_bad_fields(void **s)
     herd_train_state st = {.epoch = 1, .global_step = 2, .seed = 9, .batch_size = 4, .ranks = 2,
                            .grad_accum = 1, .train_samples = 40, .epoch_samples = 8, .epoch_seen = 8,
                            .epoch_loss_sum = 9.5, .epoch_correct = 3};
-    assert_herd_ok(herd_checkpoint_save(dir, &a->m, o, &st));
+    assert_herd_ok(herd_checkpoint_save(dir, &a->m, o, &st, NULL));
     char *spath = join(dir, "ckpt-2.state.safetensors");
     herd_st_file *orig;
     assert_herd_ok(herd_safetensors_read(spath, &orig));

@@ -49,6 +49,22 @@ no_gpu_refusal() {
   grep -qE '^herd: error: .*herd was built without (CUDA|NCCL);' "$2" && return 0
   grep -qE '^herd: error: .*cuda backend: no CUDA device is visible \(' "$2" && ! gpu_present
 }
+# maxdiff A B: the largest |a - b| / max(1, |b|) over two safetensors files' tensors.
+maxdiff() {
+  python3 - "$1" "$2" <<'PY'
+import json, struct, sys
+def load(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    return {k: struct.unpack("<%df" % ((v["data_offsets"][1] - v["data_offsets"][0]) // 4),
+                             raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in head.items() if k != "__metadata__"}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert a.keys() == b.keys()
+print("%.3g" % max(abs(x - y) / max(1.0, abs(y)) for k in a for x, y in zip(a[k], b[k])))
+PY
+}
 finish() {
   local name part
   name=$(basename "$0" .sh)

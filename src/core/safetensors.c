@@ -56,10 +56,47 @@ static bool test_kill_this_write(void)
     return v && *v && atomic_fetch_add(&writes, 1) + 1 == atol(v);
 }
 
+/* One streamed part: asks its source for pieces until len bytes are written. */
+static int write_streamed(FILE *f, const herd_file_part *p, herd_status *failed)
+{
+    size_t written = 0;
+    while (written < p->len) {
+        const void *piece = NULL;
+        size_t bytes = 0;
+        herd_status st = p->next(p->user, &piece, &bytes);
+        if (st == HERD_OK && (bytes == 0 || bytes > p->len - written || !piece))
+            st = HERD_ERR(HERD_ERR_INTERNAL, "a streamed part gave %zu bytes with %zu of %zu "
+                          "left", bytes, p->len - written, p->len);
+        if (st != HERD_OK) {
+            *failed = st;
+            return EIO;
+        }
+        if (fwrite(piece, 1, bytes, f) != bytes)
+            return errno ? errno : EIO;
+        written += bytes;
+    }
+    return 0;
+}
+
 herd_status herd_write_file_atomic(const char *path, const void *const *parts,
                                    const size_t *lens, size_t n_parts)
 {
-    if (!path || (n_parts > 0 && (!parts || !lens)))
+    if (n_parts > 0 && (!parts || !lens))
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "write_file_atomic: parts must not be NULL");
+    herd_file_part *p = herd_xcalloc(n_parts ? n_parts : 1, sizeof *p);
+    if (!p)
+        return HERD_ERR_NOMEM;
+    for (size_t i = 0; i < n_parts; i++)
+        p[i] = (herd_file_part){.data = parts[i], .len = lens[i]};
+    herd_status st = herd_write_file_parts_atomic(path, p, n_parts);
+    free(p);
+    return st;
+}
+
+herd_status herd_write_file_parts_atomic(const char *path, const herd_file_part *parts,
+                                         size_t n_parts)
+{
+    if (!path || (n_parts > 0 && !parts))
         return HERD_ERR(HERD_ERR_INVALID_ARG, "write_file_atomic: path and parts must not be NULL");
     /* The temporary lives in the destination directory so rename() is atomic. */
     size_t tlen = strlen(path) + 16;
@@ -85,15 +122,20 @@ herd_status herd_write_file_atomic(const char *path, const void *const *parts,
         return st;
     }
     int err = 0;
+    herd_status source_failed = HERD_OK;
     errno = 0; /* so a short fwrite without errno reads as EIO, not a stale code */
     bool kill_here = test_kill_this_write();
     for (size_t i = 0; i < n_parts && !err; i++) {
+        const herd_file_part *p = &parts[i];
         if (kill_here && i == n_parts / 2) { /* a crash with the file half written */
-            fwrite(parts[i], 1, lens[i] / 2, f);
+            if (p->data)
+                fwrite(p->data, 1, p->len / 2, f);
             fflush(f);
             raise(SIGKILL);
         }
-        if (lens[i] > 0 && fwrite(parts[i], 1, lens[i], f) != lens[i])
+        if (!p->data && p->len > 0)
+            err = write_streamed(f, p, &source_failed);
+        else if (p->len > 0 && fwrite(p->data, 1, p->len, f) != p->len)
             err = errno ? errno : EIO;
     }
     if (!err && fflush(f) != 0)
@@ -107,6 +149,8 @@ herd_status herd_write_file_atomic(const char *path, const void *const *parts,
     if (err) {
         unlink(tmp);
         free(tmp);
+        if (source_failed != HERD_OK)
+            return HERD_ERR(source_failed, "cannot write '%s': %s", path, herd_last_error());
         return HERD_ERR(HERD_ERR_IO, "cannot write '%s': %s; check free disk space and permissions", path,
                         strerror(err));
     }
@@ -140,14 +184,12 @@ herd_status herd_safetensors_write(const char *path, const herd_st_entry *entrie
     herd_status st = HERD_OK;
     cJSON *root = cJSON_CreateObject();
     char *json = NULL;
-    const void **parts = NULL;
-    size_t *lens = NULL;
+    herd_file_part *parts = NULL;
     if (!root)
         return HERD_NOMEM(0);
 
     parts = calloc(n + 2, sizeof *parts);
-    lens = calloc(n + 2, sizeof *lens);
-    if (!parts || !lens) {
+    if (!parts) {
         st = HERD_NOMEM((n + 2) * sizeof *parts);
         goto out;
     }
@@ -163,7 +205,7 @@ herd_status herd_safetensors_write(const char *path, const herd_st_entry *entrie
             goto out;
         }
         if (e->ndim < 0 || e->ndim > 4 || shape_numel(e->ndim, e->shape, &numel) != 0 ||
-            (numel > 0 && !e->data)) {
+            (numel > 0 && !e->data && !e->next)) {
             st = HERD_ERR(HERD_ERR_INVALID_ARG, "cannot write '%s': tensor '%s' has an invalid shape or no data",
                           path, e->name);
             goto out;
@@ -182,8 +224,8 @@ herd_status herd_safetensors_write(const char *path, const herd_st_entry *entrie
         size_t bytes = numel * sizeof(float);
         cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
         cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(off + bytes)));
-        parts[i + 2] = e->data;
-        lens[i + 2] = bytes;
+        parts[i + 2] = (herd_file_part){.data = e->data, .len = bytes, .next = e->next,
+                                        .user = e->user};
         off += bytes;
     }
     if (n_meta > 0) {
@@ -217,15 +259,12 @@ herd_status herd_safetensors_write(const char *path, const herd_st_entry *entrie
     unsigned char len8[8];
     for (int i = 0; i < 8; i++)
         len8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
-    parts[0] = len8;
-    lens[0] = 8;
-    parts[1] = json;
-    lens[1] = hlen;
-    st = herd_write_file_atomic(path, parts, lens, n + 2);
+    parts[0] = (herd_file_part){.data = len8, .len = 8};
+    parts[1] = (herd_file_part){.data = json, .len = hlen};
+    st = herd_write_file_parts_atomic(path, parts, n + 2);
 out:
     free(json);
     free(parts);
-    free(lens);
     cJSON_Delete(root);
     return st;
 }

@@ -8,11 +8,17 @@
 
 #include "herd/herd.h"
 
+/* A source of a part's bytes written as they arrive (slices held by other ranks):
+ * each call gives the next piece (its own memory, valid until the next call). */
+typedef herd_status (*herd_part_source)(void *user, const void **piece, size_t *bytes);
+
 typedef struct herd_st_entry {
     const char *name;
     int ndim;
     int64_t shape[4];
-    const float *data; /* F32 */
+    const float *data; /* F32; or NULL and the bytes come from next(user) */
+    herd_part_source next;
+    void *user;
 } herd_st_entry;
 
 /* Writes atomically: a temporary file in the same directory, fsync, rename.
@@ -36,5 +42,15 @@ void herd_st_free(herd_st_file *f);
 /* Atomic write helper shared with other writers: writes `len` bytes of buf. */
 herd_status herd_write_file_atomic(const char *path, const void *const *parts,
                                    const size_t *lens, size_t n_parts);
+/* The same with parts that may be streamed: data, or (data NULL) pieces from next
+ * until len bytes came. A source's failure leaves no file and is returned. */
+typedef struct herd_file_part {
+    const void *data;
+    size_t len;
+    herd_part_source next;
+    void *user;
+} herd_file_part;
+herd_status herd_write_file_parts_atomic(const char *path, const herd_file_part *parts,
+                                         size_t n_parts);
 
 #endif

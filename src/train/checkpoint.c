@@ -151,7 +151,7 @@ static herd_status check_state(const herd_train_state *st, const char *path)
 }
 
 herd_status herd_checkpoint_save(const char *dir, const herd_model *m, herd_optimizer *o,
-                                 const herd_train_state *st)
+                                 const herd_train_state *st, const herd_state_slices *slices)
 {
     if (!dir || !*dir || !m || !st)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "checkpoint_save: directory, model and state must be given");
@@ -199,13 +199,18 @@ herd_status herd_checkpoint_save(const char *dir, const herd_model *m, herd_opti
                               "herd_version"};
         const char *values[] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11],
                                 v[12], o ? kind_name(herd_optimizer_get_kind(o)) : "none", HERD_VERSION};
-        herd_st_entry e[2];
+        herd_st_entry e[HERD_CKPT_MAX_STATE] = {0};
         int n = herd_optimizer_state_count(o);
-        for (int i = 0; i < n; i++) {
+        for (int i = 0; i < n && i < HERD_CKPT_MAX_STATE; i++) {
             size_t numel;
             e[i].data = herd_optimizer_state(o, i, &e[i].name, &numel);
+            if (slices) { /* streamed from the ranks that hold the slices */
+                e[i].data = NULL;
+                e[i].next = slices->next[i];
+                e[i].user = slices->user[i];
+                numel = slices->numel;
+            }
             e[i].ndim = 1;
-            memset(e[i].shape, 0, sizeof e[i].shape);
             e[i].shape[0] = (int64_t)numel;
         }
         rc = herd_safetensors_write(spath, e, (size_t)n, keys, values, 15);

@@ -8,6 +8,7 @@
 
 #include "herd/herd.h"
 #include "nn/model.h"
+#include "core/safetensors.h"
 #include "optim/optim.h"
 
 /* Where training stands. The position inside an epoch is counted in samples of the
@@ -31,8 +32,19 @@ typedef struct herd_train_state {
 /* The highest step a checkpoint may hold: steps are logged as doubles and counted on. */
 #define HERD_CKPT_MAX_STEP (1L << 53)
 
+/* Optimizer state the ranks hold in slices (ZeRO): each whole tensor's floats and,
+ * per state tensor of o, a source of its bytes in order, called while the file is
+ * written; o's own state is then not read. */
+#define HERD_CKPT_MAX_STATE 2
+typedef struct herd_state_slices {
+    size_t numel;
+    herd_part_source next[HERD_CKPT_MAX_STATE];
+    void *user[HERD_CKPT_MAX_STATE];
+} herd_state_slices;
+
+/* slices: NULL when o holds its state whole. */
 herd_status herd_checkpoint_save(const char *dir, const herd_model *m, herd_optimizer *o,
-                                 const herd_train_state *st);
+                                 const herd_train_state *st, const herd_state_slices *slices);
 /* Loads DIR/latest's checkpoint; *found is false (and HERD_OK) when DIR has none.
  * Every field is validated; an error names the file, the field and the value. */
 herd_status herd_checkpoint_load_latest(const char *dir, herd_model *m, herd_optimizer *o,

@@ -78,7 +78,6 @@ void herd_step_arm_reduction(herd_step_plan *p, herd_model *m, int n_micro, herd
     if (p->comm->size == 1 && n_micro == 1)
         return;
     herd_buckets_arm(&p->buckets, p->comm, 1.0f / (float)(p->comm->size * n_micro), p->wire);
-    p->n_micro = n_micro;
     p->buckets.model = m;
     p->buckets.split = p->zero ? p->zero->counts : NULL;
     p->buckets.ranks = p->comm->size;
@@ -106,9 +105,7 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
     }
     HERD_TRY(herd_model_reshape(m, b->n));
     herd_run_ctx ctx = herd_model_ctx(m, true, seed);
-    /* ZeRO-2 reduces every micro-batch's gradients by themselves (the slice keeps the sum). */
-    bool each_micro = p->zero && p->zero->stage == 2;
-    ctx.grad_beta = micro > 0 && !each_micro ? 1.0f : 0.0f;
+    ctx.grad_beta = micro > 0 ? 1.0f : 0.0f;
     ctx.trace = herd_timeline_sink(p->timeline);
     if (p->sync_bn && p->comm->size > 1)
         ctx.bn_group = herd_group_of_comm(p->comm);
@@ -124,13 +121,9 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
     s->correct += correct;
     s->samples += b->n;
     double t1 = herd_now();
-    if (micro == n_micro - 1 || each_micro)
+    if (micro == n_micro - 1)
         herd_step_arm_reduction(p, m, n_micro, &ctx);
     HERD_TRY(herd_model_backward(m, &ctx, b->x, p->dlogits));
-    if (each_micro && micro < n_micro - 1) {
-        HERD_TRY(p->comm->ops->wait_all(p->comm));
-        HERD_TRY(herd_zero_accumulate(p->zero, m, micro));
-    }
     double t2 = herd_now();
     s->t.forward += t1 - t0;
     s->t.backward += t2 - t1;
@@ -164,8 +157,6 @@ herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p,
 {
     double t0 = herd_now();
     HERD_TRY(p->comm->ops->wait_all(p->comm));
-    if (p->zero && p->zero->stage == 2)
-        HERD_TRY(herd_zero_finish_accumulation(p->zero, m, p->n_micro));
     double t1 = herd_now();
     size_t first, count;
     update_part(p, m, &first, &count);

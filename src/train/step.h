@@ -36,7 +36,6 @@ typedef struct herd_step_plan {
     /* --zero: each rank reduces, checks, clips and updates its slice of the buffers and
      * the parameters are all-gathered after the update (NULL: plain allreduce). */
     herd_zero *zero;
-    int n_micro; /* micro-batches of the step whose reductions are armed */
     herd_timeline *timeline; /* --timeline: phases and layers become events (NULL: off) */
 } herd_step_plan;
 
@@ -56,10 +55,9 @@ void herd_step_plan_free(herd_step_plan *p, herd_model *m);
 /* Synchronised batch norm's group: the sums are allreduce_f64 over c's ranks. */
 herd_group_sum herd_group_of_comm(herd_comm *c);
 
-/* Before the step's last backward (with ZeRO stage 2: every backward): arms the
- * buckets so that each starts its reduction (scaled by 1/(ranks x n_micro)) once
- * backward has produced it, through ctx's after-backward hook. Nothing to do for one
- * process without accumulation. */
+/* Before the step's last backward: arms the buckets so that each starts its
+ * reduction (scaled by 1/(ranks x n_micro)) once backward has produced it, through
+ * ctx's after-backward hook. Nothing to do for one process without accumulation. */
 void herd_step_arm_reduction(herd_step_plan *p, herd_model *m, int n_micro, herd_run_ctx *ctx);
 
 /* Forward and backward of micro-batch `micro` of `n_micro` in a step: gradients

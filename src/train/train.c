@@ -343,15 +343,17 @@ static herd_status load_resume_state(run *r)
     herd_train_state st;
     herd_model *m = r->m;
     herd_optimizer *o = r->opt;
-    if (r->pp) {
+    /* Pipeline stages and ZeRO's slices take their parts of a whole model. */
+    bool parts = r->pp || c->zero_stage;
+    if (parts) {
         HERD_TRY(whole_for_checkpoint(r, &r->ckpt_whole, &r->ckpt_opt));
         m = r->ckpt_whole;
         o = r->ckpt_opt;
     }
     HERD_TRY(herd_checkpoint_load_latest(c->checkpoint_dir, m, o, &st, &found));
-    if (r->pp && found) /* the stages take their steps from here, then broadcast_state's */
+    if (parts && found) /* the parts take their steps from here, then broadcast_state's */
         herd_optimizer_set_steps(r->opt, herd_optimizer_steps(o));
-    if (r->pp && !found) {
+    if (parts && !found) {
         release_whole(r, r->ckpt_whole, r->ckpt_opt);
         r->ckpt_whole = NULL;
         r->ckpt_opt = NULL;
@@ -394,15 +396,18 @@ static herd_status prepare_checkpoints(run *r)
     if (outcome != HERD_OK)
         return r->comm->rank == 0 ? (herd_status)outcome
                                   : HERD_ERR((herd_status)outcome, "rank 0 could not resume: %s", msg);
-    if (!r->pp)
+    if (!r->pp && !r->cfg.zero_stage)
         return HERD_OK;
     /* Rank 0 read the whole model: each stage of the first replica takes its slice
-     * (broadcast_state then gives it to the stage's group). */
+     * (broadcast_state then gives it to the stage's group), or each rank its ZeRO slice
+     * of the optimizer state (the parameters are broadcast whole). */
     long loaded = r->ckpt_whole != NULL;
     HERD_TRY(r->comm->ops->broadcast(r->comm, &loaded, sizeof loaded, 0));
     herd_status st = HERD_OK;
-    if (loaded)
+    if (loaded && r->pp)
         st = herd_pipeline_scatter(r->pp, r->opt, r->ckpt_whole, r->ckpt_opt);
+    else if (loaded)
+        st = herd_zero_scatter_state(&r->zero, r->dp, r->ckpt_opt, r->opt);
     release_whole(r, r->ckpt_whole, r->ckpt_opt);
     r->ckpt_whole = NULL;
     r->ckpt_opt = NULL;
@@ -445,9 +450,11 @@ static herd_status save_checkpoint(run *r)
     double t0 = herd_now();
     herd_status st = HERD_OK;
     bool rank0 = r->comm->rank == 0;
-    if (!r->pp) {
+    if (r->cfg.zero_stage) {
+        st = herd_zero_save(&r->zero, r->dp, r->cfg.checkpoint_dir, r->m, r->opt, &r->state);
+    } else if (!r->pp) {
         if (rank0)
-            st = herd_checkpoint_save(r->cfg.checkpoint_dir, r->m, r->opt, &r->state);
+            st = herd_checkpoint_save(r->cfg.checkpoint_dir, r->m, r->opt, &r->state, NULL);
     } else {
         herd_model *w = NULL;
         herd_optimizer *wo = NULL;
@@ -458,7 +465,7 @@ static herd_status save_checkpoint(run *r)
             st = herd_pipeline_gather(r->pp, r->opt, w, wo);
         if (st == HERD_OK && rank0) {
             herd_optimizer_set_steps(wo, herd_optimizer_steps(r->opt));
-            st = herd_checkpoint_save(r->cfg.checkpoint_dir, w, wo, &r->state);
+            st = herd_checkpoint_save(r->cfg.checkpoint_dir, w, wo, &r->state, NULL);
         }
         release_whole(r, w, wo);
     }
@@ -1018,7 +1025,7 @@ herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
         st = obs_st;
     stop_timeline(&r, false); /* after a failure: nothing written, nothing leaked */
     herd_step_plan_free(&r.plan, r.m);
-    herd_zero_free(&r.zero, r.m->be);
+    herd_zero_free(&r.zero);
     herd_optimizer_free(r.opt);
     release_whole(&r, r.ckpt_whole, r.ckpt_opt);
     herd_pipeline_free(r.pp);

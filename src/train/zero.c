@@ -23,7 +23,7 @@ herd_status herd_zero_plan(herd_zero *z, int stage, const herd_buckets *b, size_
     z->bounds = herd_xcalloc((size_t)ranks + 1, sizeof *z->bounds);
     z->counts = herd_xcalloc((size_t)(b->n > 0 ? b->n : 1) * (size_t)ranks, sizeof *z->counts);
     if (!z->bounds || !z->counts) {
-        herd_zero_free(z, NULL);
+        herd_zero_free(z);
         return HERD_ERR_NOMEM;
     }
     for (int r = 1; r < ranks; r++) {
@@ -38,7 +38,7 @@ herd_status herd_zero_plan(herd_zero *z, int stage, const herd_buckets *b, size_
         if (b->b[i].numel > (size_t)0x7fffffff) {
             herd_status st = HERD_ERR(HERD_ERR_UNSUPPORTED, "ZeRO: %s holds %zu floats, beyond one "
                                       "MPI call; lower --bucket-mb", b->b[i].tag, b->b[i].numel);
-            herd_zero_free(z, NULL);
+            herd_zero_free(z);
             return st;
         }
         for (int r = 0; r < ranks; r++) {
@@ -50,37 +50,11 @@ herd_status herd_zero_plan(herd_zero *z, int stage, const herd_buckets *b, size_
     return HERD_OK;
 }
 
-void herd_zero_free(herd_zero *z, const herd_backend *be)
+void herd_zero_free(herd_zero *z)
 {
     free(z->bounds);
     free(z->counts);
-    if (be && z->accum)
-        be->free(z->accum);
     memset(z, 0, sizeof *z);
-}
-
-herd_status herd_zero_accumulate(herd_zero *z, const herd_model *m, int micro)
-{
-    size_t n = z->hi - z->lo;
-    const float *slice = m->grads + z->lo;
-    if (!z->accum && n > 0) {
-        herd_mem_category was = herd_mem_category_set(HERD_MEM_GRADS);
-        z->accum = m->be->alloc(n * sizeof(float));
-        herd_mem_category_set(was);
-        if (!z->accum)
-            return HERD_ERR_NOMEM; /* the allocator said why */
-    }
-    if (n == 0)
-        return HERD_OK;
-    return micro == 0 ? m->be->copy(n, slice, z->accum) : m->be->axpy(n, 1.0f, slice, z->accum);
-}
-
-herd_status herd_zero_finish_accumulation(herd_zero *z, const herd_model *m, int n_micro)
-{
-    size_t n = z->hi - z->lo;
-    if (n_micro < 2 || n == 0)
-        return HERD_OK;
-    return m->be->axpy(n, 1.0f, z->accum, m->grads + z->lo);
 }
 
 herd_status herd_zero_gather_params(const herd_zero *z, const herd_buckets *b, herd_model *m,

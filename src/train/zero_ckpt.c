@@ -1,0 +1,146 @@
+/* ZeRO's checkpoints: the file holds whole optimizer-state tensors, as without ZeRO,
+ * so any grid resumes from it. Rank 0 writes it while the ranks' slices stream in, a
+ * piece at a time (no rank ever holds the whole state), and a resume hands each rank
+ * its slice of what rank 0 read. */
+#include "train/zero.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+/* Pieces of at most this many floats: one MPI message each, and rank 0's buffer. */
+#define PIECE_FLOATS ((size_t)1 << 24)
+#define STATE_TAG 1000
+
+static size_t slice_len(const herd_zero *z, int r) { return z->bounds[r + 1] - z->bounds[r]; }
+
+typedef struct slice_stream {
+    const herd_zero *z;
+    herd_comm *c;
+    const float *mine; /* rank 0's own slice of this tensor */
+    const char *name;
+    int tensor;
+    int rank;    /* the rank whose slice comes next */
+    size_t done; /* floats of it already given */
+    float *buf;
+} slice_stream;
+
+/* The next piece of one state tensor, in rank order (herd_part_source). */
+static herd_status next_piece(void *user, const void **piece, size_t *bytes)
+{
+    slice_stream *s = user;
+    while (s->rank < s->z->ranks && s->done == slice_len(s->z, s->rank)) {
+        s->rank++;
+        s->done = 0;
+    }
+    if (s->rank == s->z->ranks)
+        return HERD_ERR(HERD_ERR_INTERNAL, "optimizer state '%s': asked for more than its %zu "
+                        "floats", s->name, s->z->bounds[s->z->ranks]);
+    size_t n = slice_len(s->z, s->rank) - s->done;
+    n = n < PIECE_FLOATS ? n : PIECE_FLOATS;
+    if (s->rank == s->z->rank) {
+        *piece = s->mine + s->done;
+    } else {
+        char what[96];
+        snprintf(what, sizeof what, "rank 0: receiving the slice of optimizer state '%s' for the "
+                 "checkpoint", s->name);
+        herd_p2p req;
+        HERD_TRY(s->c->ops->p2p_start(s->c, &req, false, s->buf, n * sizeof(float), s->rank,
+                                      STATE_TAG + s->tensor));
+        HERD_TRY(s->c->ops->p2p_wait(s->c, &req, what));
+        *piece = s->buf;
+    }
+    s->done += n;
+    *bytes = n * sizeof(float);
+    return HERD_OK;
+}
+
+/* Rank 0: writes the checkpoint, then takes whatever a failed write left unsent, so
+ * that no sender waits for ever. */
+static herd_status save_on_root(const herd_zero *z, herd_comm *c, const char *dir,
+                                const herd_model *m, herd_optimizer *o, const herd_train_state *st)
+{
+    size_t biggest = 0;
+    for (int r = 1; r < z->ranks; r++)
+        biggest = slice_len(z, r) > biggest ? slice_len(z, r) : biggest;
+    biggest = biggest < PIECE_FLOATS ? biggest : PIECE_FLOATS;
+    float *buf = herd_xcalloc(biggest ? biggest : 1, sizeof *buf);
+    int n = herd_optimizer_state_count(o);
+    slice_stream streams[HERD_CKPT_MAX_STATE];
+    herd_state_slices slices = {.numel = z->bounds[z->ranks]};
+    for (int i = 0; i < n && i < HERD_CKPT_MAX_STATE; i++) {
+        streams[i] = (slice_stream){.z = z, .c = c, .tensor = i, .buf = buf};
+        streams[i].mine = herd_optimizer_state(o, i, &streams[i].name, NULL);
+        slices.next[i] = next_piece;
+        slices.user[i] = &streams[i];
+    }
+    herd_status written = buf ? herd_checkpoint_save(dir, m, o, st, &slices) : HERD_ERR_NOMEM;
+    char why[1024];
+    snprintf(why, sizeof why, "%s", herd_last_error());
+    herd_status drained = HERD_OK;
+    for (int i = 0; buf && i < n && i < HERD_CKPT_MAX_STATE && drained == HERD_OK; i++) {
+        const void *piece;
+        size_t bytes;
+        while (drained == HERD_OK && (streams[i].rank < z->ranks - 1 ||
+                                      streams[i].done < slice_len(z, streams[i].rank)))
+            drained = next_piece(&streams[i], &piece, &bytes);
+    }
+    free(buf);
+    if (written != HERD_OK)
+        return HERD_ERR(written, "%s", why);
+    return drained;
+}
+
+herd_status herd_zero_save(const herd_zero *z, herd_comm *c, const char *dir, const herd_model *m,
+                           herd_optimizer *o, const herd_train_state *st)
+{
+    if (c->rank == 0)
+        return save_on_root(z, c, dir, m, o, st);
+    for (int i = 0; i < herd_optimizer_state_count(o); i++) {
+        const char *name;
+        const float *mine = herd_optimizer_state(o, i, &name, NULL);
+        char what[96];
+        snprintf(what, sizeof what, "sending the slice of optimizer state '%s' to rank 0 for the "
+                 "checkpoint", name);
+        for (size_t done = 0; done < slice_len(z, z->rank);) {
+            size_t left = slice_len(z, z->rank) - done, n = left < PIECE_FLOATS ? left : PIECE_FLOATS;
+            herd_p2p req;
+            HERD_TRY(c->ops->p2p_start(c, &req, true, (void *)(mine + done), n * sizeof(float), 0,
+                                       STATE_TAG + i));
+            HERD_TRY(c->ops->p2p_wait(c, &req, what));
+            done += n;
+        }
+    }
+    return HERD_OK;
+}
+
+herd_status herd_zero_scatter_state(const herd_zero *z, herd_comm *c, herd_optimizer *whole,
+                                    herd_optimizer *mine)
+{
+    for (int i = 0; i < herd_optimizer_state_count(mine); i++) {
+        const char *name;
+        float *dst = herd_optimizer_state(mine, i, &name, NULL);
+        const float *src = c->rank == 0 ? herd_optimizer_state(whole, i, NULL, NULL) : NULL;
+        if (c->rank == 0)
+            memcpy(dst, src + z->lo, slice_len(z, 0) * sizeof(float));
+        for (int r = 1; r < z->ranks; r++) {
+            if (c->rank != 0 && c->rank != r)
+                continue;
+            char what[112];
+            snprintf(what, sizeof what, "%s the slice of optimizer state '%s' of the checkpoint",
+                     c->rank == 0 ? "sending" : "receiving", name);
+            for (size_t done = 0; done < slice_len(z, r);) {
+                size_t left = slice_len(z, r) - done, n = left < PIECE_FLOATS ? left : PIECE_FLOATS;
+                herd_p2p req;
+                void *buf = c->rank == 0 ? (void *)(src + z->bounds[r] + done) : dst + done;
+                HERD_TRY(c->ops->p2p_start(c, &req, c->rank == 0, buf, n * sizeof(float),
+                                           c->rank == 0 ? r : 0, STATE_TAG + i));
+                HERD_TRY(c->ops->p2p_wait(c, &req, what));
+                done += n;
+            }
+        }
+    }
+    return HERD_OK;
+}

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# ZeRO (--zero 1|2) through the CLI under mpirun: 100 steps end on plain data
+# parallelism's weights (bitwise where the sums run in the same order, 2 and 3 ranks,
+# SGD and AdamW, with and without accumulation and loss scaling), each rank holds 1/N
+# of the optimizer state, clipping matches one process, a checkpoint holds whole
+# tensors and resumes on other rank counts as if never stopped, the timeline shows the
+# reduce-scatters and all-gathers, and bad input is refused.
+set -u
+. "$(dirname "$0")/testlib.sh"
+have_mpi || skip_all "herd built without MPI, or its launcher (HERD_MPIEXEC, set by ctest) missing"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+mpirun=("${mpiexec[@]}")
+common=(--model lenet5 --data synthetic:1,28,28,10,2400 --threads 1 --eval-every 0 --quiet)
+train() { local np=$1; shift; timeout 180 "${mpirun[@]}" -np "$np" "$herd" train "${common[@]}" "$@"; }
+within() { awk -v d="$1" -v t="$2" 'BEGIN { exit !(d <= t) }'; }
+key() { grep -o "$1=[0-9.]*" "$2" | cut -d= -f2; }
+# Open MPI's reduce-scatter adds the ranks in its allreduce's order here (measured on 3
+# ranks); another MPI may not, and then only the sums' rounding may differ.
+openmpi=false
+"$herd" --version | grep -q "Open MPI" && openmpi=true
+
+# The same arithmetic as plain data parallelism, accumulated micro-batches included
+# (reduced once, on the last).
+for np in 2 3; do
+  for opt in "sgd --momentum 0.9 --lr 0.02" "adamw --lr 0.001"; do
+    for extra in "" "--grad-accum 2 --loss-scale dynamic"; do
+      args=(--epochs 1 --max-steps 100 --batch-size 8 --optimizer $opt $extra)
+      what="$np ranks, ${opt%% *}${extra:+, $extra}"
+      train "$np" "${args[@]}" --save "$tmp/plain.st" >"$tmp/plain.out" 2>&1
+      check "$what: plain data parallelism trains" test $? -eq 0
+      for z in 1 2; do
+        train "$np" "${args[@]}" --zero $z --save "$tmp/z.st" >"$tmp/z.out" 2>&1
+        check "$what, --zero $z: exit 0" test $? -eq 0
+        if [ $np = 3 ] && ! $openmpi; then
+          d=$(maxdiff "$tmp/plain.st" "$tmp/z.st")
+          check "$what, --zero $z: plain's weights within 1e-6 ($d)" within "$d" 1e-6
+        else
+          check "$what, --zero $z: bitwise plain's weights" cmp -s "$tmp/plain.st" "$tmp/z.st"
+        fi
+        check "$what, --zero $z: the same train_loss" \
+          test "$(key train_loss "$tmp/z.out")" = "$(key train_loss "$tmp/plain.out")"
+        p=$(key optimizer_state_bytes "$tmp/plain.out") s=$(key optimizer_state_bytes "$tmp/z.out")
+        check "$what, --zero $z: optimizer state $s bytes <= 1/$np of $p + 1%" \
+          awk -v s="$s" -v p="$p" -v n="$np" 'BEGIN { exit !(s > 0 && s <= p / n * 1.01) }'
+        g=$(key grad_bytes "$tmp/z.out") pg=$(key grad_bytes "$tmp/plain.out")
+        if [ $z = 2 ]; then
+          check "$what, --zero 2: gradients held $g bytes <= 1/$np of $pg + 1%" \
+            awk -v s="$g" -v p="$pg" -v n="$np" 'BEGIN { exit !(s > 0 && s <= p / n * 1.01) }'
+        fi
+      done
+    done
+  done
+done
+
+# The fp16 wire: each rank casts its slice of the sum the same way.
+train 2 --epochs 1 --max-steps 100 --batch-size 8 --compress fp16 --save "$tmp/plain.st" >/dev/null 2>&1
+train 2 --epochs 1 --max-steps 100 --batch-size 8 --compress fp16 --zero 2 --save "$tmp/z.st" >/dev/null 2>&1
+check "--compress fp16 --zero 2: bitwise plain's weights" cmp -s "$tmp/plain.st" "$tmp/z.st"
+
+# Clipping: the norm from each rank's slice, as one process with the same global batch.
+timeout 120 "$herd" train "${common[@]}" --epochs 1 --max-steps 50 --batch-size 8 --grad-accum 2 \
+  --clip-grad-norm 0.1 --save "$tmp/one.st" >"$tmp/one.out" 2>&1
+train 2 --epochs 1 --max-steps 50 --batch-size 8 --zero 1 --clip-grad-norm 0.1 \
+  --save "$tmp/z.st" >"$tmp/z.out" 2>&1
+check "--clip-grad-norm with --zero 1: every step clipped, as one process" \
+  test "$(key clipped_steps "$tmp/z.out")" = 50 -a "$(key clipped_steps "$tmp/one.out")" = 50
+d=$(maxdiff "$tmp/one.st" "$tmp/z.st")
+check "... and one process's weights within 1e-6 ($d)" within "$d" 1e-6
+
+# Checkpoints hold whole tensors: ZeRO's files are plain data parallelism's, bit for bit.
+ck=(--epochs 2 --batch-size 6 --optimizer adamw --lr 0.001)
+train 2 "${ck[@]}" --max-steps 30 --checkpoint-dir "$tmp/ckp" >/dev/null 2>&1
+train 2 "${ck[@]}" --max-steps 30 --checkpoint-dir "$tmp/ckz" --zero 2 >/dev/null 2>&1
+check "a ZeRO checkpoint's state file is plain data parallelism's" \
+  cmp -s "$tmp/ckp/ckpt-30.state.safetensors" "$tmp/ckz/ckpt-30.state.safetensors"
+check "... and so is its weights file" \
+  cmp -s "$tmp/ckp/ckpt-30.safetensors" "$tmp/ckz/ckpt-30.safetensors"
+
+# Saved with 3 ranks under --zero 1 (global batch 12), resumed with 3, 2 (--zero 2) and 1
+# rank (no ZeRO) at the same global batch. With 3 ranks: bitwise the run never stopped.
+# With 2 ranks, ZeRO-2 resumes bitwise as plain data parallelism does from the same
+# checkpoint; against the never-stopped run, fewer ranks add the gradients in another
+# order: the same losses (to the 4 digits printed), the weights within rounding.
+ck=(--epochs 2 --optimizer adamw --lr 0.001 --data synthetic:1,28,28,10,1200)
+train 3 "${ck[@]}" --batch-size 4 --zero 1 --save "$tmp/full.st" >"$tmp/full.out" 2>&1
+train 3 "${ck[@]}" --batch-size 4 --zero 1 --max-steps 30 --checkpoint-dir "$tmp/ck3" >/dev/null 2>&1
+for v in "3 4 --zero 1" "2 6 --zero 2" "2 6" "1 12"; do
+  set -- $v
+  np=$1 b=$2
+  shift 2
+  rm -rf "$tmp/ckr" && cp -r "$tmp/ck3" "$tmp/ckr"
+  train "$np" "${ck[@]}" --batch-size "$b" "$@" --checkpoint-dir "$tmp/ckr" --resume \
+    --save "$tmp/res_$np$*.st" >"$tmp/res.out" 2>&1
+  what="saved by 3 ranks with --zero 1, resumed by $np ${*:-without ZeRO}"
+  check "$what: exit 0" test $? -eq 0
+  check "$what: the never-stopped run's train_loss" \
+    test "$(key train_loss "$tmp/res.out")" = "$(key train_loss "$tmp/full.out")"
+  if [ $np = 3 ]; then
+    check "$what: bitwise the never-stopped weights" cmp -s "$tmp/full.st" "$tmp/res_$np$*.st"
+  else
+    d=$(maxdiff "$tmp/full.st" "$tmp/res_$np$*.st")
+    check "$what: the never-stopped weights within 1e-6 ($d)" within "$d" 1e-6
+  fi
+done
+check "resumed by 2 with --zero 2: bitwise as plain data parallelism resumed" \
+  cmp -s "$tmp/res_2--zero 2.st" "$tmp/res_2.st"
+
+# The timeline: each bucket's reduce-scatter and all-gather on the communication track.
+train 2 --epochs 1 --max-steps 3 --batch-size 8 --zero 1 --timeline "$tmp/trace.json" >/dev/null 2>&1
+check "timeline: reduce-scatter and all-gather events" python3 - "$tmp/trace.json" <<'PY'
+import json, sys
+ev = json.load(open(sys.argv[1]))
+ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+names = {e.get("name", "") for e in ev if e.get("cat") == "comm"}
+sys.exit(0 if any(n.startswith("reduce-scatter bucket") for n in names)
+         and any(n.startswith("all-gather bucket") for n in names)
+         and not any(n.startswith("allreduce bucket") for n in names) else 1)
+PY
+
+# With batch norm, --sync-bn and --check-replicas: the replicas stay bitwise equal.
+train 2 --model resnet20 --data synthetic:3,32,32,10,64 --epochs 1 --batch-size 8 --zero 2 \
+  --sync-bn --check-replicas >"$tmp/bn.out" 2>&1
+check "--zero 2 with --sync-bn and --check-replicas: exit 0" test $? -eq 0
+
+# Bad input, refused before training on every rank.
+"$herd" train "${common[@]}" --zero 3 >"$tmp/bad.out" 2>&1
+check "--zero 3: exit 2 naming what is offered" \
+  bash -c "[ $? -eq 2 ] && grep -q -- '--zero 3 (sharding the parameters as well) is not offered; use --zero 1' '$tmp/bad.out'"
+"$herd" train "${common[@]}" --zero x >"$tmp/bad.out" 2>&1
+check "--zero x: exit 2" bash -c "[ $? -eq 2 ] && grep -q -- \"--zero is 1 or 2, got 'x'\" '$tmp/bad.out'"
+train 1 --epochs 1 --zero 1 >"$tmp/bad.out" 2>&1
+check "--zero with one rank: refused, saying why" \
+  bash -c "[ $? -ne 0 ] && grep -q 'this job has one; start several' '$tmp/bad.out'"
+train 2 --epochs 1 --batch-size 8 --zero 1 --pipeline-stages 2 >"$tmp/bad.out" 2>&1
+check "--zero with --pipeline-stages: refused on every rank" \
+  bash -c "[ $? -ne 0 ] && [ \$(grep -c -- '--zero with --pipeline-stages is not supported yet' '$tmp/bad.out') -ge 2 ]"
+# A checkpoint whose optimizer state lacks a tensor the optimizer needs: named.
+python3 - "$tmp/ckz/ckpt-30.state.safetensors" <<'PY'
+import sys
+p = sys.argv[1]
+raw = bytearray(open(p, "rb").read())
+i = raw.find(b'"exp_avg_sq"')
+raw[i:i + 12] = b'"exp_avg_sx"'
+open(p, "wb").write(raw)
+PY
+train 2 "${ck[@]}" --batch-size 6 --zero 2 --checkpoint-dir "$tmp/ckz" --resume >"$tmp/bad.out" 2>&1
+check "a checkpoint without the optimizer's exp_avg_sq: refused, naming the tensor" \
+  bash -c "[ $? -ne 0 ] && grep -q \"lacks optimizer state 'exp_avg_sq'\" '$tmp/bad.out'"
+train 2 --epochs 2 --batch-size 6 --optimizer sgd --zero 1 --checkpoint-dir "$tmp/ckp" --resume \
+  >"$tmp/bad.out" 2>&1
+check "an AdamW checkpoint resumed with SGD under --zero: refused, naming both" \
+  bash -c "[ $? -ne 0 ] && grep -q \"was saved with optimizer 'adamw' but this run uses 'sgd'\" '$tmp/bad.out'"
+
+finish
