@@ -68,7 +68,7 @@ static void test_write_events(void **state)
         {.t0 = 12.0, .t1 = 12.5, .a = 2, .b = 7, .kind = HERD_TL_STEP},
         {.t0 = 12.1, .t1 = 12.2, .kind = HERD_TL_BWD_LAYER, .label = "conv \"1\""},
         {.t0 = 12.3, .t1 = 12.4, .queued = 25e-6, .a = 4096, .b = 7, .kind = HERD_TL_ALLREDUCE,
-         .label = "bucket 3"},
+         .label = "allreduce bucket 3"},
     };
     /* This rank's clock runs 2 s ahead of rank 0's, whose trace began at 9.5 s. */
     herd_clock_map map = {.since = 0, .until = 100, .offset_since = 2, .offset_until = 2};
@@ -118,7 +118,7 @@ static void test_queued_on_rank0_clock(void **state)
 {
     (void)state;
     herd_tl_event ev = {.t0 = 50.5, .t1 = 50.6, .queued = 0.5, .a = 8, .b = 1,
-                        .kind = HERD_TL_ALLREDUCE, .label = "bucket 0"};
+                        .kind = HERD_TL_ALLREDUCE, .label = "allreduce bucket 0"};
     herd_clock_map map = {.since = 0, .until = 100, .offset_since = 0, .offset_until = 1};
     char *text = NULL;
     size_t len = 0;
@@ -154,7 +154,7 @@ static void test_local_trace(void **state)
         for (int l = 0; l < layers; l++, t += 1e-3)
             herd_timeline_add(tl, HERD_TL_FWD_LAYER, "dense", t, t + 1e-3);
         herd_timeline_add(tl, HERD_TL_FORWARD, NULL, t0, t);
-        herd_timeline_comm(tl, "bucket 0", t - 1e-3, t, t + 2e-3, 400);
+        herd_timeline_comm(tl, "allreduce bucket 0", t - 1e-3, t, t + 2e-3, 400);
         t += 3e-3;
         herd_timeline_add(tl, HERD_TL_STEP, NULL, t0, t);
         if (s == steps / 2)

@@ -29,7 +29,7 @@ typedef struct herd_tl_event {
     double queued;  /* allreduce: seconds between launch by backward and its start */
     int64_t a, b;   /* step: epoch, step; allreduce: bytes on the wire, step */
     uint8_t kind;   /* herd_tl_kind */
-    char label[39]; /* layer name or reduction tag (after the kind's prefix) */
+    char label[39]; /* layer name (after the kind's prefix) or the collective's name */
 } herd_tl_event;
 
 /* Collective: rank 0 creates `path` and every rank measures its clock against rank
@@ -59,7 +59,8 @@ void herd_timeline_begin_step(herd_timeline *tl, int epoch, long step);
  * name for layer events, otherwise NULL. */
 void herd_timeline_add(herd_timeline *tl, herd_tl_kind kind, const char *label, double t0,
                        double t1);
-/* Communication thread: a reduction launched at `launched`, run from t0 to t1. */
+/* Communication thread: a collective named `tag` ("allreduce bucket 3",
+ * "all-gather bucket 0") launched at `launched`, run from t0 to t1. */
 void herd_timeline_comm(herd_timeline *tl, const char *tag, double launched, double t0,
                         double t1, size_t bytes);
 
