@@ -107,7 +107,8 @@ static void check_zero_parts(herd_comm *c)
     for (int r = 0; r < c->rank; r++)
         before += counts[r];
     const herd_wire_type wires[] = {HERD_WIRE_FP32, HERD_WIRE_FP16, HERD_WIRE_BF16};
-    float *g = aligned_alloc(4096, (size_t)n * sizeof *g), *ref = malloc((size_t)n * sizeof *ref);
+    float *g = aligned_alloc(4096, ((size_t)n * sizeof *g + 4095) / 4096 * 4096);
+    float *ref = malloc((size_t)n * sizeof *ref);
     for (int w = 0; w < 3; w++) {
         for (int i = 0; i < n; i++) /* not exact in any order: the same bits show the same sums */
             g[i] = ref[i] = sinf((float)i * 0.37f + (float)c->rank) * 3.0f;
