@@ -28,7 +28,7 @@ done
 . "$root/tests/testlib.sh" "$herd"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 mpirun=(mpirun --oversubscribe --bind-to none)
-echo "# $(date -u '+%F %T UTC'); $("$herd" --version | head -1); $(nproc) cores"
+echo "# $(date -u '+%F %T UTC'); $("$herd" --version | head -1); $(getconf _NPROCESSORS_ONLN) cores"
 key() { grep -o "$1=[0-9.]*" "$2" | head -n 1 | cut -d= -f2; }
 
 if [[ $parts == *memory* ]]; then

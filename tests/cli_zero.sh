@@ -14,18 +14,18 @@ common=(--model lenet5 --data synthetic:1,28,28,10,2400 --threads 1 --eval-every
 train() { local np=$1; shift; timeout 180 "${mpirun[@]}" -np "$np" "$herd" train "${common[@]}" "$@"; }
 within() { awk -v d="$1" -v t="$2" 'BEGIN { exit !(d <= t) }'; }
 key() { grep -o "$1=[0-9.]*" "$2" | cut -d= -f2; }
-# Open MPI's reduce-scatter adds the ranks in its allreduce's order here (measured on 3
-# ranks); another MPI may not, and then only the sums' rounding may differ.
-openmpi=false
-"$herd" --version | grep -q "Open MPI" && openmpi=true
 
 # The same arithmetic as plain data parallelism, accumulated micro-batches included
-# (reduced once, on the last). Under the sanitizers (5x slower) 2 ranks only: 3 run the
-# same code.
+# (reduced once, on the last): bitwise on 2 ranks, where a sum of two is the same in any
+# order. On 3 the reduce-scatter's ring adds in another order than the allreduce, so
+# within 1e-6, at learning rates where such rounding does not grow into different
+# training (at --lr 0.02, plain data parallelism on 3 ranks and one process with the
+# same global batch part by 2e-2 after 100 steps). Under the sanitizers (5x slower)
+# 2 ranks only: 3 run the same code.
 nps=(2 3)
 [ "${HERD_SANITIZED:-0}" = 1 ] && nps=(2)
 for np in "${nps[@]}"; do
-  for opt in "sgd --momentum 0.9 --lr 0.02" "adamw --lr 0.001"; do
+  for opt in "sgd --momentum 0.9 --lr 0.005" "adamw --lr 0.0002"; do
     for extra in "" "--grad-accum 2 --loss-scale dynamic"; do
       args=(--epochs 1 --max-steps 100 --batch-size 8 --optimizer $opt $extra)
       what="$np ranks, ${opt%% *}${extra:+, $extra}"
@@ -34,13 +34,13 @@ for np in "${nps[@]}"; do
       for z in 1 2; do
         train "$np" "${args[@]}" --zero $z --save "$tmp/z.st" >"$tmp/z.out" 2>&1
         check "$what, --zero $z: exit 0" test $? -eq 0
-        if [ $np = 3 ] && ! $openmpi; then
+        if [ $np = 3 ]; then
           d=$(maxdiff "$tmp/plain.st" "$tmp/z.st")
           check "$what, --zero $z: plain's weights within 1e-6 ($d)" within "$d" 1e-6
         else
           check "$what, --zero $z: bitwise plain's weights" cmp -s "$tmp/plain.st" "$tmp/z.st"
         fi
-        check "$what, --zero $z: the same train_loss" \
+        check "$what, --zero $z: the same train_loss (4 digits)" \
           test "$(key train_loss "$tmp/z.out")" = "$(key train_loss "$tmp/plain.out")"
         p=$(key optimizer_state_bytes "$tmp/plain.out") s=$(key optimizer_state_bytes "$tmp/z.out")
         check "$what, --zero $z: optimizer state $s bytes <= 1/$np of $p + 1%" \
@@ -71,42 +71,52 @@ d=$(maxdiff "$tmp/one.st" "$tmp/z.st")
 check "... and one process's weights within 1e-6 ($d)" within "$d" 1e-6
 
 # Checkpoints hold whole tensors: ZeRO's files are plain data parallelism's, bit for bit.
-ck=(--epochs 2 --batch-size 6 --optimizer adamw --lr 0.001)
-train 2 "${ck[@]}" --max-steps 30 --checkpoint-dir "$tmp/ckp" >/dev/null 2>&1
-train 2 "${ck[@]}" --max-steps 30 --checkpoint-dir "$tmp/ckz" --zero 2 >/dev/null 2>&1
+saved=(--epochs 2 --batch-size 6 --optimizer adamw --lr 0.0002)
+train 2 "${saved[@]}" --max-steps 30 --checkpoint-dir "$tmp/ckp" >/dev/null 2>&1
+train 2 "${saved[@]}" --max-steps 30 --checkpoint-dir "$tmp/ckz" --zero 2 >/dev/null 2>&1
 check "a ZeRO checkpoint's state file is plain data parallelism's" \
   cmp -s "$tmp/ckp/ckpt-30.state.safetensors" "$tmp/ckz/ckpt-30.state.safetensors"
 check "... and so is its weights file" \
   cmp -s "$tmp/ckp/ckpt-30.safetensors" "$tmp/ckz/ckpt-30.safetensors"
 
-# Saved with 3 ranks under --zero 1 (global batch 12), resumed with 3, 2 (--zero 2) and 1
-# rank (no ZeRO) at the same global batch. With 3 ranks: bitwise the run never stopped.
-# With 2 ranks, ZeRO-2 resumes bitwise as plain data parallelism does from the same
-# checkpoint; against the never-stopped run, fewer ranks add the gradients in another
-# order: the same losses (to the 4 digits printed), the weights within rounding.
-ck=(--epochs 2 --optimizer adamw --lr 0.001 --data synthetic:1,28,28,10,1200)
-train 3 "${ck[@]}" --batch-size 4 --zero 1 --save "$tmp/full.st" >"$tmp/full.out" 2>&1
-train 3 "${ck[@]}" --batch-size 4 --zero 1 --max-steps 30 --checkpoint-dir "$tmp/ck3" >/dev/null 2>&1
-for v in "3 4 --zero 1" "2 6 --zero 2" "2 6" "1 12"; do
-  set -- $v
-  np=$1 b=$2
-  shift 2
-  rm -rf "$tmp/ckr" && cp -r "$tmp/ck3" "$tmp/ckr"
-  train "$np" "${ck[@]}" --batch-size "$b" "$@" --checkpoint-dir "$tmp/ckr" --resume \
-    --save "$tmp/res_$np$*.st" >"$tmp/res.out" 2>&1
-  what="saved by 3 ranks with --zero 1, resumed by $np ${*:-without ZeRO}"
-  check "$what: exit 0" test $? -eq 0
-  check "$what: the never-stopped run's train_loss" \
-    test "$(key train_loss "$tmp/res.out")" = "$(key train_loss "$tmp/full.out")"
-  if [ $np = 3 ]; then
-    check "$what: bitwise the never-stopped weights" cmp -s "$tmp/full.st" "$tmp/res_$np$*.st"
-  else
-    d=$(maxdiff "$tmp/full.st" "$tmp/res_$np$*.st")
-    check "$what: the never-stopped weights within 1e-6 ($d)" within "$d" 1e-6
-  fi
+# Saved with 3 ranks under --zero 1 (global batch 12), resumed with 3, 2 (--zero 2 and
+# without) and 1 rank at the same global batch. With 3 ranks: bitwise the run never
+# stopped; with 2, ZeRO-2 resumes bitwise as plain data parallelism does from the same
+# file. Fewer ranks add the gradients in another order: with SGD the same losses (to
+# the 4 digits printed) and the weights within 1e-6 of the never-stopped run over these
+# 100 steps (past ~120 the orders part for good even without ZeRO: plain 3 and 1 ranks
+# were 1e-3 apart after 150 steps, measured); AdamW divides by the root of each
+# gradient's running square, so the rounding of gradients near zero moves weights by
+# up to lr x steps (measured: 2e-3 after 200 steps at --lr 0.0002, in conv1/conv2),
+# and only the exact checks are made for it.
+for opt in "sgd --momentum 0.9 --lr 0.005" "adamw --lr 0.0002"; do
+  o=${opt%% *}
+  ck=(--epochs 2 --optimizer $opt --data synthetic:1,28,28,10,600)
+  train 3 "${ck[@]}" --batch-size 4 --zero 1 --save "$tmp/full.st" >"$tmp/full.out" 2>&1
+  train 3 "${ck[@]}" --batch-size 4 --zero 1 --max-steps 30 --checkpoint-dir "$tmp/ck3" >/dev/null 2>&1
+  for v in "3 4 --zero 1" "2 6 --zero 2" "2 6" "1 12"; do
+    set -- $v
+    np=$1 b=$2
+    shift 2
+    rm -rf "$tmp/ckr" && cp -r "$tmp/ck3" "$tmp/ckr"
+    res="$tmp/res_$np$*.st"
+    train "$np" "${ck[@]}" --batch-size "$b" "$@" --checkpoint-dir "$tmp/ckr" --resume \
+      --save "$res" >"$tmp/res.out" 2>&1
+    what="$o: saved by 3 ranks with --zero 1, resumed by $np ${*:-without ZeRO}"
+    check "$what: exit 0" test $? -eq 0
+    if [ $np = 3 ]; then
+      check "$what: bitwise the never-stopped weights" cmp -s "$tmp/full.st" "$res"
+    elif [ $o = sgd ]; then
+      check "$what: the never-stopped run's train_loss" \
+        test "$(key train_loss "$tmp/res.out")" = "$(key train_loss "$tmp/full.out")"
+      d=$(maxdiff "$tmp/full.st" "$res")
+      check "$what: the never-stopped weights within 1e-6 ($d)" within "$d" 1e-6
+    fi
+  done
+  check "$o: resumed by 2 with --zero 2: bitwise as plain data parallelism resumed" \
+    cmp -s "$tmp/res_2--zero 2.st" "$tmp/res_2.st"
+  rm -rf "$tmp/ck3"
 done
-check "resumed by 2 with --zero 2: bitwise as plain data parallelism resumed" \
-  cmp -s "$tmp/res_2--zero 2.st" "$tmp/res_2.st"
 
 # The timeline: each bucket's reduce-scatter and all-gather on the communication track.
 train 2 --epochs 1 --max-steps 3 --batch-size 8 --zero 1 --timeline "$tmp/trace.json" >/dev/null 2>&1
@@ -146,7 +156,7 @@ i = raw.find(b'"exp_avg_sq"')
 raw[i:i + 12] = b'"exp_avg_sx"'
 open(p, "wb").write(raw)
 PY
-train 2 "${ck[@]}" --batch-size 6 --zero 2 --checkpoint-dir "$tmp/ckz" --resume >"$tmp/bad.out" 2>&1
+train 2 "${saved[@]}" --zero 2 --checkpoint-dir "$tmp/ckz" --resume >"$tmp/bad.out" 2>&1
 check "a checkpoint without the optimizer's exp_avg_sq: refused, naming the tensor" \
   bash -c "[ $? -ne 0 ] && grep -q \"lacks optimizer state 'exp_avg_sq'\" '$tmp/bad.out'"
 train 2 --epochs 2 --batch-size 6 --optimizer sgd --zero 1 --checkpoint-dir "$tmp/ckp" --resume \

@@ -426,6 +426,7 @@ static void mpi_destroy(herd_comm *c)
     }
     free(m->stage);
     free(m->displs);
+    free(m->ring);
     free(m);
     free(c);
 }

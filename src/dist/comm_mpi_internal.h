@@ -136,7 +136,9 @@ typedef struct comm_mpi {
     uint64_t started; /* seq of the last op handed to MPI */
     uint16_t *stage;  /* fp16/bf16 wire buffer, grown to the largest slice, then reused */
     size_t stage_cap;
-    int *displs;      /* all-gather displacements, one per rank */
+    int *displs;      /* ZeRO's parts: where each rank's starts */
+    void *ring;       /* the reduce-scatter's receive buffer, grown to the largest part */
+    size_t ring_cap;
     mpi_stall stall;
 
     /* libnbc's allreduce algorithm per size (comm_mpi_algo.c) */
