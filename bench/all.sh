@@ -9,7 +9,7 @@
 # timeline_overhead_resnet20, independent_pair, allreduce, fusion, p2p, predict, single_copy,
 # predict_cluster (needs root: network namespaces), and on CPUs with bf16 instructions
 # bf16_1thread, bf16_2ranks, time_to_accuracy_fp32/_bf16 (target 91%), bf16_lenet5_accuracy,
-# bf16_resnet20_accuracy (about 25 minutes).
+# bf16_resnet20_accuracy (about 25 minutes), zero (needs root: network namespaces).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 herd=${HERD:-$root/build/herd}
@@ -36,11 +36,12 @@ declare -A cmd=(
   [time_to_accuracy_bf16]="bash bench/time_to_accuracy.sh --ranks 2 --target 0.91 --precision bf16"
   [bf16_lenet5_accuracy]="bash bench/bf16_accuracy.sh --lenet5"
   [bf16_resnet20_accuracy]="bash bench/bf16_accuracy.sh --resnet20"
+  [zero]="bash bench/zero.sh --repeats 3"
 )
 order=(train_1thread scaling_2ranks time_to_accuracy timeline_overhead timeline_overhead_resnet20
        independent_pair allreduce fusion p2p predict single_copy predict_cluster
        bf16_1thread bf16_2ranks time_to_accuracy_fp32 time_to_accuracy_bf16 bf16_lenet5_accuracy
-       bf16_resnet20_accuracy)
+       bf16_resnet20_accuracy zero)
 
 while [ $# -gt 0 ]; do
   case $1 in
