@@ -177,11 +177,12 @@ herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p,
         HERD_TRY(herd_loss_scaler_update(p->scaler, s->skipped));
     }
     if (!s->skipped && p->clip_grad_norm > 0.0f) {
-        /* Slices are disjoint: their squares add up. Pipeline stages are summed once
-         * per replica. */
-        herd_group_sum over_slices = herd_group_of_comm(p->comm);
+        /* ZeRO's slices are disjoint: their squares add up over the ranks that hold
+         * them (with stages, the job: each stage's slices once). Pipeline stages without
+         * ZeRO hold whole stages, each counted once per replica. */
+        herd_group_sum over_slices = herd_group_of_comm(agree ? agree : p->comm);
         herd_group_sum per_replica = {.sum_f64 = sum_per_replica, .group = p, .ranks = 0};
-        const herd_group_sum *group = p->stage_job ? &per_replica : p->zero ? &over_slices : NULL;
+        const herd_group_sum *group = p->zero ? &over_slices : p->stage_job ? &per_replica : NULL;
         HERD_TRY(herd_clip_grad_norm_part(m, first, count, p->clip_grad_norm, group, NULL,
                                           &s->clipped));
     }

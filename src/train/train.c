@@ -335,6 +335,26 @@ static void release_whole(run *r, herd_model *m, herd_optimizer *o)
         herd_model_free(m);
 }
 
+/* Pipeline stages with ZeRO: a checkpoint travels through each stage's first replica,
+ * which holds its stage's whole optimizer state for the moment (others: their own).
+ * Collective over the job: an allocation that fails stops every rank. */
+static herd_status stage_optimizer_whole(run *r, herd_optimizer **out)
+{
+    *out = r->opt;
+    if (!r->cfg.zero_stage)
+        return HERD_OK;
+    herd_status st = HERD_OK;
+    if (r->dp->rank == 0 && (st = herd_optimizer_create(&r->cfg, r->m, out)) != HERD_OK)
+        *out = r->opt;
+    return herd_agree(r->comm, st, "holding a stage's optimizer state for a checkpoint");
+}
+
+static void stage_optimizer_release(run *r, herd_optimizer *o)
+{
+    if (o != r->opt)
+        herd_optimizer_free(o);
+}
+
 /* The state this run starts from, in this run's terms (rank 0). */
 static herd_status load_resume_state(run *r)
 {
@@ -404,10 +424,14 @@ static herd_status prepare_checkpoints(run *r)
     long loaded = r->ckpt_whole != NULL;
     HERD_TRY(r->comm->ops->broadcast(r->comm, &loaded, sizeof loaded, 0));
     herd_status st = HERD_OK;
+    herd_optimizer *stage_opt = r->opt;
     if (loaded && r->pp)
-        st = herd_pipeline_scatter(r->pp, r->opt, r->ckpt_whole, r->ckpt_opt);
-    else if (loaded)
-        st = herd_zero_scatter_state(&r->zero, r->dp, r->ckpt_opt, r->opt);
+        st = stage_optimizer_whole(r, &stage_opt);
+    if (loaded && r->pp && st == HERD_OK)
+        st = herd_pipeline_scatter(r->pp, stage_opt, r->ckpt_whole, r->ckpt_opt);
+    if (loaded && r->cfg.zero_stage && st == HERD_OK) /* each stage's first replica, or rank 0 */
+        st = herd_zero_scatter_state(&r->zero, r->dp, r->pp ? stage_opt : r->ckpt_opt, r->opt);
+    stage_optimizer_release(r, stage_opt);
     release_whole(r, r->ckpt_whole, r->ckpt_opt);
     r->ckpt_whole = NULL;
     r->ckpt_opt = NULL;
@@ -450,7 +474,7 @@ static herd_status save_checkpoint(run *r)
     double t0 = herd_now();
     herd_status st = HERD_OK;
     bool rank0 = r->comm->rank == 0;
-    if (r->cfg.zero_stage) {
+    if (r->cfg.zero_stage && !r->pp) {
         st = herd_zero_save(&r->zero, r->dp, r->cfg.checkpoint_dir, r->m, r->opt, &r->state);
     } else if (!r->pp) {
         if (rank0)
@@ -461,8 +485,14 @@ static herd_status save_checkpoint(run *r)
         if (rank0)
             st = whole_for_checkpoint(r, &w, &wo);
         st = herd_agree(r->comm, st, "preparing the checkpoint");
+        herd_optimizer *stage_opt = r->opt;
         if (st == HERD_OK)
-            st = herd_pipeline_gather(r->pp, r->opt, w, wo);
+            st = stage_optimizer_whole(r, &stage_opt);
+        if (st == HERD_OK && r->cfg.zero_stage)
+            st = herd_zero_gather_state(&r->zero, r->dp, r->opt, stage_opt);
+        if (st == HERD_OK)
+            st = herd_pipeline_gather(r->pp, stage_opt, w, wo);
+        stage_optimizer_release(r, stage_opt);
         if (st == HERD_OK && rank0) {
             herd_optimizer_set_steps(wo, herd_optimizer_steps(r->opt));
             st = herd_checkpoint_save(r->cfg.checkpoint_dir, w, wo, &r->state, NULL);
@@ -876,14 +906,17 @@ static herd_status check_zero(const run *r)
     const herd_train_config *c = &r->cfg;
     if (!c->zero_stage)
         return HERD_OK;
+    if (c->pipeline_stages > 1 && r->comm->size < 2 * c->pipeline_stages)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "--zero %d shards each stage's optimizer state across the stage's "
+                        "data-parallel replicas, and %d ranks in %d stages give one; start at least "
+                        "%d ranks or drop --zero", c->zero_stage, r->comm->size, c->pipeline_stages,
+                        2 * c->pipeline_stages);
     if (r->comm->size < 2)
         return HERD_ERR(HERD_ERR_INVALID_ARG,
                         "--zero %d shards the optimizer state across data-parallel ranks, and this "
                         "job has one; start several (herd run -np N -- train ...) or drop --zero",
                         c->zero_stage);
-    if (c->pipeline_stages > 1)
-        return HERD_ERR(HERD_ERR_UNSUPPORTED, "--zero with --pipeline-stages is not supported yet; "
-                        "use one of them");
     if (!r->m->be->host_memory)
         return HERD_ERR(HERD_ERR_UNSUPPORTED, "--zero on '%s' is not supported yet; train on the "
                         "CPU", r->m->be->name);

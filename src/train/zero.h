@@ -47,9 +47,13 @@ herd_status herd_zero_gather_params(const herd_zero *z, const herd_buckets *b, h
  * slice, a piece at a time, and returns the write's outcome; the others send. */
 herd_status herd_zero_save(const herd_zero *z, herd_comm *c, const char *dir, const herd_model *m,
                            herd_optimizer *o, const herd_train_state *st);
-/* A resume: the whole state rank 0 read into `whole` (rank 0 only) becomes each
+/* A resume: the whole state rank 0 of c read into `whole` (rank 0 only) becomes each
  * rank's slice in `mine`. */
 herd_status herd_zero_scatter_state(const herd_zero *z, herd_comm *c, herd_optimizer *whole,
                                     herd_optimizer *mine);
+/* The reverse, for pipeline stages, whose checkpoint travels through each stage's first
+ * replica: every rank's slice lands in rank 0's `whole`. */
+herd_status herd_zero_gather_state(const herd_zero *z, herd_comm *c, herd_optimizer *mine,
+                                   herd_optimizer *whole);
 
 #endif

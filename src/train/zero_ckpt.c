@@ -116,26 +116,31 @@ herd_status herd_zero_save(const herd_zero *z, herd_comm *c, const char *dir, co
     return HERD_OK;
 }
 
-herd_status herd_zero_scatter_state(const herd_zero *z, herd_comm *c, herd_optimizer *whole,
-                                    herd_optimizer *mine)
+/* Between `whole` on rank 0 of c and every rank's slice in `mine`: to_root gathers,
+ * otherwise scatters. */
+static herd_status move_slices(const herd_zero *z, herd_comm *c, herd_optimizer *whole,
+                               herd_optimizer *mine, bool to_root)
 {
     for (int i = 0; i < herd_optimizer_state_count(mine); i++) {
         const char *name;
-        float *dst = herd_optimizer_state(mine, i, &name, NULL);
-        const float *src = c->rank == 0 ? herd_optimizer_state(whole, i, NULL, NULL) : NULL;
-        if (c->rank == 0)
-            memcpy(dst, src + z->lo, slice_len(z, 0) * sizeof(float));
+        float *slice = herd_optimizer_state(mine, i, &name, NULL);
+        float *all = c->rank == 0 ? herd_optimizer_state(whole, i, NULL, NULL) : NULL;
+        if (c->rank == 0 && to_root)
+            memcpy(all + z->lo, slice, slice_len(z, 0) * sizeof(float));
+        else if (c->rank == 0)
+            memcpy(slice, all + z->lo, slice_len(z, 0) * sizeof(float));
         for (int r = 1; r < z->ranks; r++) {
             if (c->rank != 0 && c->rank != r)
                 continue;
+            bool sending = (c->rank == 0) != to_root;
             char what[112];
-            snprintf(what, sizeof what, "%s the slice of optimizer state '%s' of the checkpoint",
-                     c->rank == 0 ? "sending" : "receiving", name);
+            snprintf(what, sizeof what, "%s a slice of optimizer state '%s' (checkpoint)",
+                     sending ? "sending" : "receiving", name);
             for (size_t done = 0; done < slice_len(z, r);) {
                 size_t left = slice_len(z, r) - done, n = left < PIECE_FLOATS ? left : PIECE_FLOATS;
                 herd_p2p req;
-                void *buf = c->rank == 0 ? (void *)(src + z->bounds[r] + done) : dst + done;
-                HERD_TRY(c->ops->p2p_start(c, &req, c->rank == 0, buf, n * sizeof(float),
+                void *buf = c->rank == 0 ? (void *)(all + z->bounds[r] + done) : slice + done;
+                HERD_TRY(c->ops->p2p_start(c, &req, sending, buf, n * sizeof(float),
                                            c->rank == 0 ? r : 0, STATE_TAG + i));
                 HERD_TRY(c->ops->p2p_wait(c, &req, what));
                 done += n;
@@ -143,4 +148,16 @@ herd_status herd_zero_scatter_state(const herd_zero *z, herd_comm *c, herd_optim
         }
     }
     return HERD_OK;
+}
+
+herd_status herd_zero_scatter_state(const herd_zero *z, herd_comm *c, herd_optimizer *whole,
+                                    herd_optimizer *mine)
+{
+    return move_slices(z, c, whole, mine, false);
+}
+
+herd_status herd_zero_gather_state(const herd_zero *z, herd_comm *c, herd_optimizer *mine,
+                                   herd_optimizer *whole)
+{
+    return move_slices(z, c, whole, mine, true);
 }
