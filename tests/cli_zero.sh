@@ -143,9 +143,12 @@ train 4 "${pp[@]}" "${pa[@]}" --zero 2 --checkpoint-dir "$tmp/ckpz" --resume --s
 train 4 "${pp[@]}" "${pa[@]}" --save "$tmp/pp.st" >/dev/null 2>&1
 check "... resumed with --zero 2: bitwise the never-stopped plain pipeline" cmp -s "$tmp/pp.st" "$tmp/ppr.st"
 
-# The timeline: each bucket's reduce-scatter and all-gather on the communication track.
-train 2 --epochs 1 --max-steps 3 --batch-size 8 --zero 1 --timeline "$tmp/trace.json" >/dev/null 2>&1
-check "timeline: reduce-scatter and all-gather events" python3 - "$tmp/trace.json" <<'PY'
+# The timeline: each bucket's reduce-scatter and all-gather on the communication track,
+# and the all-gathers still running after their step ended (the training thread went
+# on to the next step; its forward waits per layer for its own bucket only).
+train 2 --model resnet20 --data synthetic:3,32,32,10,64 --epochs 1 --max-steps 3 --batch-size 8 \
+  --zero 1 --timeline "$tmp/trace.json" >/dev/null 2>&1
+check "timeline: reduce-scatter and all-gather events, no allreduce" python3 - "$tmp/trace.json" <<'PY'
 import json, sys
 ev = json.load(open(sys.argv[1]))
 ev = ev["traceEvents"] if isinstance(ev, dict) else ev
@@ -153,6 +156,18 @@ names = {e.get("name", "") for e in ev if e.get("cat") == "comm"}
 sys.exit(0 if any(n.startswith("reduce-scatter bucket") for n in names)
          and any(n.startswith("all-gather bucket") for n in names)
          and not any(n.startswith("allreduce bucket") for n in names) else 1)
+PY
+check "timeline: all-gathers launched in a step and ending after it" python3 - "$tmp/trace.json" <<'PY'
+import json, sys
+ev = json.load(open(sys.argv[1]))
+ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+steps = [e for e in ev if e.get("cat") == "step"]
+late = 0
+for a in (e for e in ev if e.get("cat") == "comm" and e["name"].startswith("all-gather")):
+    launched, end = a["ts"] - a["args"]["queued_us"], a["ts"] + a["dur"]
+    late += any(s["pid"] == a["pid"] and s["ts"] <= launched <= s["ts"] + s["dur"] < end
+                for s in steps)
+sys.exit(0 if late > 0 else 1)
 PY
 
 # With batch norm, --sync-bn and --check-replicas: the replicas stay bitwise equal.

@@ -103,6 +103,11 @@ typedef struct herd_comm_ops {
     herd_status (*reduce_scatter_start)(herd_comm *c, float *buf, const int *counts, float scale,
                                         herd_wire_type wire, bool release_rest, const char *tag);
     herd_status (*allgather_start)(herd_comm *c, float *buf, const int *counts, const char *tag);
+    /* The queued operations' count so far: the ticket of the last one started.
+     * wait_ticket blocks until every operation up to that ticket has completed (the
+     * ones started after it may still run), reporting failures as wait_all does. */
+    uint64_t (*ticket)(herd_comm *c);
+    herd_status (*wait_ticket)(herd_comm *c, uint64_t ticket);
 
     /* Blocking collectives for set-up and metrics (small). */
     herd_status (*broadcast)(herd_comm *c, void *buf, size_t bytes, int root);

@@ -43,6 +43,18 @@ static herd_status local_allgather_start(herd_comm *c, float *buf, const int *co
     return HERD_OK;
 }
 
+static uint64_t local_ticket(herd_comm *c)
+{
+    (void)c;
+    return 0; /* every operation completes as it starts */
+}
+
+static herd_status local_wait_ticket(herd_comm *c, uint64_t ticket)
+{
+    (void)c, (void)ticket;
+    return HERD_OK;
+}
+
 static herd_status local_wait_all(herd_comm *c)
 {
     (void)c;
@@ -149,6 +161,8 @@ static const herd_comm_ops local_ops = {
     .allreduce_start = local_allreduce_start,
     .reduce_scatter_start = local_reduce_scatter_start,
     .allgather_start = local_allgather_start,
+    .ticket = local_ticket,
+    .wait_ticket = local_wait_ticket,
     .wait_all = local_wait_all,
     .allreduce_f64_start = local_allreduce_f64_start,
     .allreduce_typed_start = local_allreduce_typed_start,

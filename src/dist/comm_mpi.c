@@ -224,6 +224,31 @@ static herd_status mpi_sendrecv_start(herd_comm *c, const void *sendbuf, size_t 
                                             .tag = "sendrecv"});
 }
 
+static uint64_t mpi_ticket(herd_comm *c)
+{
+    comm_mpi *m = c->impl;
+    pthread_mutex_lock(&m->mu);
+    uint64_t t = m->enqueued;
+    pthread_mutex_unlock(&m->mu);
+    return t;
+}
+
+static herd_status mpi_wait_ticket(herd_comm *c, uint64_t ticket)
+{
+    comm_mpi *m = c->impl;
+    pthread_mutex_lock(&m->mu);
+    while (m->completed < ticket) {
+        m->awaited = ticket;
+        pthread_cond_wait(&m->done_cv, &m->mu);
+    }
+    m->awaited = 0;
+    char err[sizeof m->async_error];
+    snprintf(err, sizeof err, "%s", m->async_error);
+    m->async_error[0] = '\0';
+    pthread_mutex_unlock(&m->mu);
+    return err[0] ? HERD_ERR(HERD_ERR_INTERNAL, "%s", err) : HERD_OK;
+}
+
 static herd_status mpi_wait_all(herd_comm *c)
 {
     comm_mpi *m = c->impl;
@@ -455,6 +480,8 @@ static const herd_comm_ops mpi_ops = {
     .allreduce_start = mpi_allreduce_start,
     .reduce_scatter_start = mpi_reduce_scatter_start,
     .allgather_start = mpi_allgather_start,
+    .ticket = mpi_ticket,
+    .wait_ticket = mpi_wait_ticket,
     .wait_all = mpi_wait_all,
     .allreduce_f64_start = mpi_allreduce_f64_start,
     .allreduce_typed_start = mpi_allreduce_typed_start,

@@ -122,6 +122,7 @@ typedef struct comm_mpi {
     /* under mu */
     mpi_op *head, *tail, *free_ops;
     uint64_t enqueued, completed;
+    uint64_t awaited; /* the ticket wait_ticket waits for (0: none) */
     bool shutdown;
     bool abort_requested;
     int abort_code;

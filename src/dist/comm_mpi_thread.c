@@ -519,10 +519,11 @@ static void run_head(comm_mpi *m, mpi_op *op)
         snprintf(op->error, sizeof op->error, "%s", err);
         op->done = true;
     }
-    /* Wake the waiters only when one can proceed: the owner of a blocking op, or
-     * wait_all once the queue is empty. Waking wait_all after every queued op costs
-     * a context switch each, which with few cores delays the next reduction. */
-    if (!comm_mpi_op_is_async(op->kind) || !m->head)
+    /* Wake the waiters only when one can proceed: the owner of a blocking op, wait_all
+     * once the queue is empty, or wait_ticket at its ticket. Waking wait_all after every
+     * queued op costs a context switch each, which with few cores delays the next
+     * reduction. */
+    if (!comm_mpi_op_is_async(op->kind) || !m->head || (m->awaited && op->seq >= m->awaited))
         pthread_cond_broadcast(&m->done_cv);
     pthread_mutex_unlock(&m->mu);
 }

@@ -58,6 +58,10 @@ typedef struct herd_run_ctx {
      * (gradient buckets start their reductions here). NULL: no hook. */
     herd_status (*after_backward)(void *user, int layer);
     void *hook_user;
+    /* Called before each layer's forward (ZeRO waits there for the all-gather of the
+     * layer's parameters). NULL: none. */
+    herd_status (*before_forward)(void *user, int layer);
+    void *before_user;
     /* Called after every layer's forward and backward (pipeline stages move their
      * transfers on: MPI progresses them only inside MPI calls). NULL: none. */
     void (*between_layers)(void *user);

@@ -307,6 +307,8 @@ herd_status herd_model_forward(herd_model *m, const herd_run_ctx *ctx, const flo
         const float *in[HERD_MAX_INPUTS] = {0};
         for (int k = 0; k < l->spec.n_inputs; k++)
             in[k] = layer_input(m, x, l->spec.inputs[k]);
+        if (ctx->before_forward)
+            HERD_TRY(ctx->before_forward(ctx->before_user, i));
         double t0 = herd_trace_start(ctx->trace);
         HERD_TRY(l->ops->forward(l, ctx, in, m->acts[i]));
         herd_trace_end(ctx->trace, HERD_TL_FWD_LAYER, l->spec.name, t0);

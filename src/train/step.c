@@ -66,6 +66,34 @@ herd_group_sum herd_group_of_comm(herd_comm *c)
     return (herd_group_sum){.sum_f64 = comm_sum_f64, .group = c, .ranks = c->size};
 }
 
+herd_status herd_step_params_ready(herd_step_plan *p)
+{
+    if (!p->gather_pending)
+        return HERD_OK;
+    p->gather_pending = false;
+    double t0 = herd_now();
+    herd_status st = p->comm->ops->wait_ticket(p->comm, p->zero->gather_ticket[0]);
+    p->gather_wait += herd_now() - t0;
+    return st;
+}
+
+/* Before a layer's forward: its parameters' all-gather has completed. Buckets were
+ * gathered from the highest index down, so the layer's lowest-index bucket came last. */
+static herd_status gather_hook(void *user, int layer)
+{
+    herd_step_plan *p = user;
+    int b = p->buckets.first_bucket_of_layer[layer];
+    if (!p->gather_pending || b < 0)
+        return HERD_OK;
+    double t0 = herd_now();
+    herd_status st = p->comm->ops->wait_ticket(p->comm, p->zero->gather_ticket[b]);
+    double t1 = herd_now();
+    p->gather_wait += t1 - t0;
+    if (p->timeline && t1 - t0 > 1e-6)
+        herd_timeline_add(p->timeline, HERD_TL_COMM_WAIT, NULL, t0, t1);
+    return st;
+}
+
 static herd_status bucket_hook(void *user, int layer)
 {
     herd_step_plan *p = user;
@@ -109,8 +137,14 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
     ctx.trace = herd_timeline_sink(p->timeline);
     if (p->sync_bn && p->comm->size > 1)
         ctx.bn_group = herd_group_of_comm(p->comm);
+    if (p->gather_pending) { /* the last update's parameters arrive layer by layer */
+        ctx.before_forward = gather_hook;
+        ctx.before_user = p;
+    }
+    p->gather_wait = 0;
     const float *logits;
     HERD_TRY(herd_model_forward(m, &ctx, b->x, &logits));
+    HERD_TRY(herd_step_params_ready(p)); /* buckets of layers without parameters */
     double loss_sum = 0;
     long correct = 0;
     HERD_TRY(m->be->softmax_xent(b->n, m->classes, logits, b->labels, label_smoothing, p->dlogits,
@@ -121,6 +155,8 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
     s->correct += correct;
     s->samples += b->n;
     double t1 = herd_now();
+    s->t.comm_wait += p->gather_wait;
+    s->t.forward -= p->gather_wait;
     if (micro == n_micro - 1)
         herd_step_arm_reduction(p, m, n_micro, &ctx);
     HERD_TRY(herd_model_backward(m, &ctx, b->x, p->dlogits));
@@ -193,7 +229,10 @@ herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p,
      * they were everywhere then, and the collectives stay matched. */
     if (p->zero) {
         HERD_TRY(herd_zero_gather_params(p->zero, &p->buckets, m, p->comm));
-        HERD_TRY(p->comm->ops->wait_all(p->comm));
+        if (p->overlap_gather)
+            p->gather_pending = true;
+        else
+            HERD_TRY(p->comm->ops->wait_all(p->comm));
     }
     double t3 = herd_now();
     s->t.comm_wait += (t1 - t0) + (t3 - t2);

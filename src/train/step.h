@@ -36,6 +36,12 @@ typedef struct herd_step_plan {
     /* --zero: each rank reduces, checks, clips and updates its slice of the buffers and
      * the parameters are all-gathered after the update (NULL: plain allreduce). */
     herd_zero *zero;
+    /* ZeRO: the all-gather of the updated parameters runs on into the next forward,
+     * each layer waiting for its own bucket's (set by the caller when nothing else
+     * reads the parameters between steps, or it calls herd_step_params_ready first). */
+    bool overlap_gather;
+    bool gather_pending;
+    double gather_wait; /* seconds the forward waited for it (exposed communication) */
     herd_timeline *timeline; /* --timeline: phases and layers become events (NULL: off) */
 } herd_step_plan;
 
@@ -51,6 +57,10 @@ typedef struct herd_step_stats {
 herd_status herd_step_plan_init(herd_step_plan *p, herd_model *m, herd_comm *comm,
                                 double bucket_mb, herd_wire_type wire, bool sync_bn);
 void herd_step_plan_free(herd_step_plan *p, herd_model *m);
+
+/* ZeRO with overlap_gather: waits until the parameters are all here (before anything
+ * but the training forward reads them: evaluation, checkpoints, the end). */
+herd_status herd_step_params_ready(herd_step_plan *p);
 
 /* Synchronised batch norm's group: the sums are allreduce_f64 over c's ranks. */
 herd_group_sum herd_group_of_comm(herd_comm *c);

@@ -452,6 +452,7 @@ static herd_status average_buffers(run *r)
 
 static herd_status evaluate(run *r, herd_progress *p)
 {
+    HERD_TRY(herd_step_params_ready(&r->plan));
     herd_eval_result ev;
     double t0 = herd_now();
     if (r->pp)
@@ -471,6 +472,7 @@ static herd_status evaluate(run *r, herd_progress *p)
  * send rank 0 their slices, so the file holds the whole model whatever the grid. */
 static herd_status save_checkpoint(run *r)
 {
+    HERD_TRY(herd_step_params_ready(&r->plan));
     double t0 = herd_now();
     herd_status st = HERD_OK;
     bool rank0 = r->comm->rank == 0;
@@ -601,6 +603,7 @@ static herd_status train_step(run *r, long sched_step, herd_step_stats *s, bool 
     size_t buffers = cfg->sync_bn ? r->m->n_buffer_floats : 0;
     if (r->state.global_step == 0 && r->m->be->host_memory &&
         herd_test_hook("diverge", r->comm->rank)) { /* the lowest mantissa bit of one weight */
+        HERD_TRY(herd_step_params_ready(&r->plan));
         uint32_t bits;
         memcpy(&bits, r->m->params, sizeof bits);
         bits ^= 1;
@@ -816,6 +819,10 @@ static herd_status setup(run *r)
         HERD_TRY(herd_zero_plan(&r->zero, cfg->zero_stage, &r->plan.buckets, r->m->n_param_floats,
                                 r->dp->rank, r->dp->size));
         r->plan.zero = &r->zero;
+        /* The parameters' all-gather runs on into the next forward unless something
+         * reads them right after the step (replica checks, histograms); pipeline
+         * stages run their own forward and wait at the end of the step. */
+        r->plan.overlap_gather = !r->pp && !cfg->check_replicas && cfg->histograms == 0;
         HERD_TRY(herd_optimizer_create_part(cfg, r->m, r->zero.lo, r->zero.hi, &r->opt));
     } else {
         HERD_TRY(herd_optimizer_create(cfg, r->m, &r->opt));
@@ -975,6 +982,7 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
     bool stop = false;
     for (int epoch = r->state.epoch; epoch < cfg->epochs && !stop; epoch++)
         HERD_TRY(run_epoch(r, epoch, t_start, &stop));
+    HERD_TRY(herd_step_params_ready(&r->plan)); /* the caller gets whole parameters */
     long steps_run = r->state.global_step - r->res->steps;
     r->res->steps = r->state.global_step;
     r->res->wall_s = herd_now() - t_start;
@@ -1050,9 +1058,12 @@ herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
     }
     herd_status st = train_run(&r, cfg, early);
     /* A failure can leave the last step's metrics in flight: every rank started that
-     * reduction, so it completes; its buffer must outlive it. */
+     * reduction, so it completes; its buffer must outlive it. So must the caller's
+     * model the parameters' all-gather (ZeRO) writes into. */
     if (r.metrics.pending)
         r.comm->ops->wait_all(r.comm);
+    if (r.plan.gather_pending)
+        r.plan.comm->ops->wait_all(r.plan.comm);
     herd_status obs_st = herd_observer_close(r.obs); /* flushes the last records */
     if (st == HERD_OK)
         st = obs_st;

@@ -22,7 +22,8 @@ herd_status herd_zero_plan(herd_zero *z, int stage, const herd_buckets *b, size_
     z->n_buckets = b->n;
     z->bounds = herd_xcalloc((size_t)ranks + 1, sizeof *z->bounds);
     z->counts = herd_xcalloc((size_t)(b->n > 0 ? b->n : 1) * (size_t)ranks, sizeof *z->counts);
-    if (!z->bounds || !z->counts) {
+    z->gather_ticket = herd_xcalloc((size_t)(b->n > 0 ? b->n : 1), sizeof *z->gather_ticket);
+    if (!z->bounds || !z->counts || !z->gather_ticket) {
         herd_zero_free(z);
         return HERD_ERR_NOMEM;
     }
@@ -54,15 +55,17 @@ void herd_zero_free(herd_zero *z)
 {
     free(z->bounds);
     free(z->counts);
+    free(z->gather_ticket);
     memset(z, 0, sizeof *z);
 }
 
-herd_status herd_zero_gather_params(const herd_zero *z, const herd_buckets *b, herd_model *m,
+herd_status herd_zero_gather_params(herd_zero *z, const herd_buckets *b, herd_model *m,
                                     herd_comm *c)
 {
     for (int i = b->n - 1; i >= 0; i--) {
         HERD_TRY(c->ops->allgather_start(c, m->params + b->b[i].offset, herd_zero_counts(z, i),
                                          b->b[i].tag));
+        z->gather_ticket[i] = c->ops->ticket(c);
     }
     return HERD_OK;
 }

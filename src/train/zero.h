@@ -26,6 +26,7 @@ typedef struct herd_zero {
     size_t lo, hi;  /* this rank's slice */
     int *counts;    /* bucket i: counts[i * ranks + r] floats of it belong to rank r */
     int n_buckets;
+    uint64_t *gather_ticket; /* bucket i's all-gather in the communicator's queue */
 } herd_zero;
 
 /* The slices of n_floats among `ranks`, and each of b's buckets split along them. */
@@ -38,8 +39,9 @@ static inline const int *herd_zero_counts(const herd_zero *z, int bucket)
 }
 
 /* Starts the all-gather of the updated parameters, bucket by bucket from the first
- * layers' (what the next forward needs first); complete at the communicator's wait_all. */
-herd_status herd_zero_gather_params(const herd_zero *z, const herd_buckets *b, herd_model *m,
+ * layers' (what the next forward needs first), noting each one's ticket; complete at
+ * the communicator's wait_all, or bucket by bucket at wait_ticket. */
+herd_status herd_zero_gather_params(herd_zero *z, const herd_buckets *b, herd_model *m,
                                     herd_comm *c);
 
 /* Checkpoints (zero_ckpt.c), collective over c (the ranks of the slices): rank 0
