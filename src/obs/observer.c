@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "nn/model.h"
 #include "obs/metrics.h"
 #include "obs/tensorboard.h"
@@ -24,6 +25,7 @@ struct herd_observer {
     herd_tb_writer *tb;
     herd_metrics_file *metrics;
     int log_every, histograms;
+    bool grad_histograms; /* false under ZeRO: rank 0 holds only its slice of them */
     float *staging; /* host copy of one tensor when the model lives on a device */
 };
 
@@ -45,6 +47,10 @@ herd_status herd_observer_open(const herd_train_config *cfg, const herd_model *m
     o->m = m;
     o->log_every = cfg->log_every > 0 ? cfg->log_every : 50;
     o->histograms = cfg->histograms;
+    o->grad_histograms = cfg->zero_stage == 0;
+    if (cfg->histograms > 0 && cfg->zero_stage)
+        herd_log(HERD_LOG_INFO, "--histograms with --zero %d: weights only; each rank holds only "
+                 "its slice of the reduced gradients", cfg->zero_stage);
     herd_status st = HERD_OK;
     if (cfg->logdir)
         st = herd_tb_writer_open(cfg->logdir, &o->tb);
@@ -161,7 +167,7 @@ static herd_status log_histograms(herd_observer *o, long step)
             continue;
         const float *sources[2] = {m->params + v->offset, m->grads + v->offset};
         const char *kinds[2] = {"weights", "grads"};
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < (o->grad_histograms ? 2 : 1); k++) {
             const float *x = sources[k];
             if (o->staging) {
                 HERD_TRY(m->be->memcpy_d2h(o->staging, x, v->numel * sizeof(float)));

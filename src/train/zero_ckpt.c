@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "dist/signature.h"
 
 /* Pieces of at most this many floats: one MPI message each, and rank 0's buffer. */
 #define PIECE_FLOATS ((size_t)1 << 24)
@@ -24,6 +25,7 @@ typedef struct slice_stream {
     int tensor;
     int rank;    /* the rank whose slice comes next */
     size_t done; /* floats of it already given */
+    size_t left; /* floats of the whole tensor not yet given */
     float *buf;
 } slice_stream;
 
@@ -31,13 +33,13 @@ typedef struct slice_stream {
 static herd_status next_piece(void *user, const void **piece, size_t *bytes)
 {
     slice_stream *s = user;
-    while (s->rank < s->z->ranks && s->done == slice_len(s->z, s->rank)) {
+    if (s->left == 0)
+        return HERD_ERR(HERD_ERR_INTERNAL, "optimizer state '%s': asked for more than its %zu "
+                        "floats", s->name, s->z->bounds[s->z->ranks]);
+    while (s->done == slice_len(s->z, s->rank)) { /* left > 0: a later rank has some */
         s->rank++;
         s->done = 0;
     }
-    if (s->rank == s->z->ranks)
-        return HERD_ERR(HERD_ERR_INTERNAL, "optimizer state '%s': asked for more than its %zu "
-                        "floats", s->name, s->z->bounds[s->z->ranks]);
     size_t n = slice_len(s->z, s->rank) - s->done;
     n = n < PIECE_FLOATS ? n : PIECE_FLOATS;
     if (s->rank == s->z->rank) {
@@ -53,6 +55,7 @@ static herd_status next_piece(void *user, const void **piece, size_t *bytes)
         *piece = s->buf;
     }
     s->done += n;
+    s->left -= n;
     *bytes = n * sizeof(float);
     return HERD_OK;
 }
@@ -60,34 +63,29 @@ static herd_status next_piece(void *user, const void **piece, size_t *bytes)
 /* Rank 0: writes the checkpoint, then takes whatever a failed write left unsent, so
  * that no sender waits for ever. */
 static herd_status save_on_root(const herd_zero *z, herd_comm *c, const char *dir,
-                                const herd_model *m, herd_optimizer *o, const herd_train_state *st)
+                                const herd_model *m, herd_optimizer *o, const herd_train_state *st,
+                                float *buf)
 {
-    size_t biggest = 0;
-    for (int r = 1; r < z->ranks; r++)
-        biggest = slice_len(z, r) > biggest ? slice_len(z, r) : biggest;
-    biggest = biggest < PIECE_FLOATS ? biggest : PIECE_FLOATS;
-    float *buf = herd_xcalloc(biggest ? biggest : 1, sizeof *buf);
     int n = herd_optimizer_state_count(o);
     slice_stream streams[HERD_CKPT_MAX_STATE];
     herd_state_slices slices = {.numel = z->bounds[z->ranks]};
     for (int i = 0; i < n && i < HERD_CKPT_MAX_STATE; i++) {
-        streams[i] = (slice_stream){.z = z, .c = c, .tensor = i, .buf = buf};
+        streams[i] = (slice_stream){.z = z, .c = c, .tensor = i, .buf = buf,
+                                    .left = z->bounds[z->ranks]};
         streams[i].mine = herd_optimizer_state(o, i, &streams[i].name, NULL);
         slices.next[i] = next_piece;
         slices.user[i] = &streams[i];
     }
-    herd_status written = buf ? herd_checkpoint_save(dir, m, o, st, &slices) : HERD_ERR_NOMEM;
+    herd_status written = herd_checkpoint_save(dir, m, o, st, &slices);
     char why[1024];
     snprintf(why, sizeof why, "%s", herd_last_error());
     herd_status drained = HERD_OK;
-    for (int i = 0; buf && i < n && i < HERD_CKPT_MAX_STATE && drained == HERD_OK; i++) {
+    for (int i = 0; i < n && i < HERD_CKPT_MAX_STATE && drained == HERD_OK; i++) {
         const void *piece;
         size_t bytes;
-        while (drained == HERD_OK && (streams[i].rank < z->ranks - 1 ||
-                                      streams[i].done < slice_len(z, streams[i].rank)))
+        while (drained == HERD_OK && streams[i].left > 0)
             drained = next_piece(&streams[i], &piece, &bytes);
     }
-    free(buf);
     if (written != HERD_OK)
         return HERD_ERR(written, "%s", why);
     return drained;
@@ -96,8 +94,28 @@ static herd_status save_on_root(const herd_zero *z, herd_comm *c, const char *di
 herd_status herd_zero_save(const herd_zero *z, herd_comm *c, const char *dir, const herd_model *m,
                            herd_optimizer *o, const herd_train_state *st)
 {
-    if (c->rank == 0)
-        return save_on_root(z, c, dir, m, o, st);
+    /* Rank 0's piece buffer, agreed first: a rank 0 without it would leave the others
+     * sending to no one. */
+    float *buf = NULL;
+    herd_status ready = HERD_OK;
+    if (c->rank == 0) {
+        size_t biggest = 0;
+        for (int r = 1; r < z->ranks; r++)
+            biggest = slice_len(z, r) > biggest ? slice_len(z, r) : biggest;
+        biggest = biggest < PIECE_FLOATS ? biggest : PIECE_FLOATS;
+        buf = herd_xcalloc(biggest ? biggest : 1, sizeof *buf);
+        ready = buf ? HERD_OK : HERD_ERR_NOMEM;
+    }
+    ready = herd_agree(c, ready, "preparing to write the optimizer state's slices");
+    if (ready != HERD_OK) {
+        free(buf);
+        return ready;
+    }
+    if (c->rank == 0) {
+        herd_status written = save_on_root(z, c, dir, m, o, st, buf);
+        free(buf);
+        return written;
+    }
     for (int i = 0; i < herd_optimizer_state_count(o); i++) {
         const char *name;
         const float *mine = herd_optimizer_state(o, i, &name, NULL);
