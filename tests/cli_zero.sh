@@ -13,7 +13,6 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 mpirun=("${mpiexec[@]}")
 common=(--model lenet5 --data synthetic:1,28,28,10,2400 --threads 1 --eval-every 0 --quiet)
 train() { local np=$1; shift; timeout 180 "${mpirun[@]}" -np "$np" "$herd" train "${common[@]}" "$@"; }
-within() { awk -v d="$1" -v t="$2" 'BEGIN { exit !(d <= t) }'; }
 key() { grep -o "$1=[0-9.]*" "$2" | cut -d= -f2; }
 
 # The same arithmetic as plain data parallelism, accumulated micro-batches included

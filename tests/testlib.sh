@@ -65,6 +65,8 @@ assert a.keys() == b.keys()
 print("%.3g" % max(abs(x - y) / max(1.0, abs(y)) for k in a for x, y in zip(a[k], b[k])))
 PY
 }
+# within D T: D <= T (numbers as maxdiff prints them).
+within() { awk -v d="$1" -v t="$2" 'BEGIN { exit !(d <= t) }'; }
 finish() {
   local name part
   name=$(basename "$0" .sh)
