@@ -1,13 +1,14 @@
 /* safetensors files that are well formed JSON but do not describe their data exactly:
  * the tensors must tile the data section, so a shifted header or inserted bytes are
  * refused instead of loading every tensor shifted. (Round trips and basic corruption
- * are in test_checkpoint.c.) */
+ * are in test_checkpoint.c.) Tensors streamed in pieces, as ZeRO's checkpoints write them. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "testutil.h"
 
+#include "core/error.h"
 #include "core/safetensors.h"
 
 /* Writes the 8-byte length `hlen_field`, the header text, then `data_len` zero bytes. */
@@ -152,12 +153,73 @@ static void test_st_header_text(void **s)
     free(dir);
 }
 
+/* A streamed tensor: 10 floats in pieces of 3 (the last of 1), or a failure at the
+ * piece fail_at. */
+typedef struct pieces {
+    float data[10];
+    size_t given;
+    int calls, fail_at;
+} pieces;
+
+static herd_status next_piece(void *user, const void **piece, size_t *bytes)
+{
+    pieces *p = user;
+    if (++p->calls == p->fail_at)
+        return HERD_ERR(HERD_ERR_IO, "rank 1 went away");
+    size_t n = 10 - p->given < 3 ? 10 - p->given : 3;
+    *piece = p->data + p->given;
+    *bytes = n * sizeof(float);
+    p->given += n;
+    return HERD_OK;
+}
+
+/* ZeRO's checkpoints: a tensor streamed in pieces writes the bytes a whole one does; a
+ * source that fails leaves no file (the old one stays) and its error is returned. */
+static void test_st_streamed(void **s)
+{
+    (void)s;
+    char *dir = tu_tempdir();
+    pieces src = {.fail_at = 0};
+    for (int i = 0; i < 10; i++)
+        src.data[i] = (float)i * 0.5f - 1.0f;
+    const char *keys[] = {"k"}, *values[] = {"v"};
+    herd_st_entry whole = {.name = "m", .ndim = 1, .shape = {10}, .data = src.data};
+    herd_st_entry streamed = {.name = "m", .ndim = 1, .shape = {10}, .next = next_piece,
+                              .user = &src};
+    char whole_path[512], stream_path[512];
+    snprintf(whole_path, sizeof whole_path, "%s/whole.safetensors", dir);
+    snprintf(stream_path, sizeof stream_path, "%s/streamed.safetensors", dir);
+    assert_herd_ok(herd_safetensors_write(whole_path, &whole, 1, keys, values, 1));
+    assert_herd_ok(herd_safetensors_write(stream_path, &streamed, 1, keys, values, 1));
+    assert_int_equal(src.calls, 4);
+    size_t a_len, b_len;
+    char *a = tu_read_file(whole_path, &a_len), *b = tu_read_file(stream_path, &b_len);
+    assert_int_equal(a_len, b_len);
+    assert_memory_equal(a, b, a_len);
+    free(b);
+
+    src = (pieces){.fail_at = 2};
+    memcpy(src.data, (float *)(void *)(a + a_len - 10 * sizeof(float)), 10 * sizeof(float));
+    assert_int_equal(herd_safetensors_write(stream_path, &streamed, 1, keys, values, 1),
+                     HERD_ERR_IO);
+    assert_non_null(strstr(herd_last_error(), "rank 1 went away"));
+    assert_non_null(strstr(herd_last_error(), stream_path));
+    b = tu_read_file(stream_path, &b_len); /* the earlier file, whole */
+    assert_int_equal(a_len, b_len);
+    assert_memory_equal(a, b, a_len);
+    free(a);
+    free(b);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_st_tiling),
         cmocka_unit_test(test_st_shifted_header),
         cmocka_unit_test(test_st_header_text),
+        cmocka_unit_test(test_st_streamed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
