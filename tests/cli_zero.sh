@@ -55,10 +55,26 @@ for np in "${nps[@]}"; do
   done
 done
 
-# The fp16 wire: each rank casts its slice of the sum the same way.
-train 2 --epochs 1 --max-steps 100 --batch-size 8 --compress fp16 --save "$tmp/plain.st" >/dev/null 2>&1
-train 2 --epochs 1 --max-steps 100 --batch-size 8 --compress fp16 --zero 2 --save "$tmp/z.st" >/dev/null 2>&1
-check "--compress fp16 --zero 2: bitwise plain's weights" cmp -s "$tmp/plain.st" "$tmp/z.st"
+# The 16-bit wires: each rank casts its slice of the sum the same way.
+for wire in fp16 bf16; do
+  train 2 --epochs 1 --max-steps 100 --batch-size 8 --compress $wire --save "$tmp/plain.st" >/dev/null 2>&1
+  train 2 --epochs 1 --max-steps 100 --batch-size 8 --compress $wire --zero 2 --save "$tmp/z.st" >/dev/null 2>&1
+  check "--compress $wire --zero 2: bitwise plain's weights" cmp -s "$tmp/plain.st" "$tmp/z.st"
+done
+
+# Overflow found on one rank's slice skips the step on every rank: rank 1 alone finds
+# inf in its slice of the first step (HERD_TEST_FAIL_AT=overflow:1), and rank 0's
+# summary counts the skip; the weights are those of the same run where rank 0 found it.
+ls=(--epochs 1 --max-steps 50 --batch-size 8 --loss-scale dynamic)
+for who in 0 1; do
+  HERD_TEST_FAIL_AT=overflow:$who train 2 "${ls[@]}" --zero 1 --save "$tmp/over$who.st" \
+    >"$tmp/over$who.out" 2>&1
+  check "overflow on rank $who's slice only: every rank skipped the step" \
+    test "$(key skipped_steps "$tmp/over$who.out")" = 1
+done
+check "... the same weights whichever rank found it" cmp -s "$tmp/over0.st" "$tmp/over1.st"
+train 2 "${ls[@]}" --zero 1 --save "$tmp/z.st" >/dev/null 2>&1
+check "... not those of a run that skipped nothing" bash -c "! cmp -s '$tmp/z.st' '$tmp/over1.st'"
 
 # Clipping: the norm from each rank's slice, as one process with the same global batch.
 timeout 120 "$herd" train "${common[@]}" --epochs 1 --max-steps 50 --batch-size 8 --grad-accum 2 \

@@ -1,9 +1,11 @@
 /* Failure injection, a test hook compiled into every build: HERD_TEST_FAIL_AT=SITE:RANK
  * makes rank RANK fail just before the collective named SITE (every site is
  * exercised by tests/cli_fail_points.sh). Unset, it costs one cached getenv. Never
- * set it outside tests. Two sites do something else: "diverge" flips one parameter
+ * set it outside tests. Three sites do something else: "diverge" flips one parameter
  * bit on that rank after its first step (for --check-replicas), "stop" makes that
- * rank stop itself with SIGSTOP before its second step (for the stall inspector). */
+ * rank stop itself with SIGSTOP before its second step (for the stall inspector),
+ * "overflow" makes that rank find inf in its part of the gradients once, where the
+ * loss scaler's decision is agreed over ranks holding parts (ZeRO, pipeline stages). */
 #ifndef HERD_CORE_TESTHOOK_H
 #define HERD_CORE_TESTHOOK_H
 
