@@ -276,32 +276,32 @@ static int ring_reduce_scatter(comm_mpi *m, char *x, const int *counts, MPI_Data
 /* ZeRO's reduce-scatter (comm.h). */
 static int reduce_scatter(comm_mpi *m, const mpi_op *op, char *err, size_t cap)
 {
-    int me = m->c->rank, n = 0, before = 0;
-    for (int r = 0; r < m->c->size; r++) {
-        before += r < me ? op->counts[r] : 0;
-        n += op->counts[r];
-    }
-    int mine = op->counts[me];
+    int n = (int)op->n, mine = op->counts[m->c->rank]; /* n: the counts' sum, checked */
     float *x = op->buf;
     int rc;
     if (op->wire == HERD_WIRE_FP32) {
         rc = ring_reduce_scatter(m, (char *)x, op->counts, MPI_FLOAT, sizeof *x, MPI_SUM, err, cap);
-        if (rc == MPI_SUCCESS && op->scale != 1.0f) /* after the sum, as the fp32 allreduce */
-            for (int i = before; i < before + mine; i++)
-                x[i] *= op->scale;
     } else {
         rc = to_wire(m, op, x, n, err, cap);
         if (rc == MPI_SUCCESS)
             rc = ring_reduce_scatter(m, (char *)m->stage, op->counts, m->half_type,
                                      sizeof *m->stage, wire_sum(m, op->wire), err, cap);
-        if (rc == MPI_SUCCESS)
-            from_wire(op->wire, m->stage + before, x + before, mine);
     }
-    if (rc == MPI_SUCCESS && op->release_rest) {
+    if (rc != MPI_SUCCESS)
+        return rc;
+    int before = m->displs[m->c->rank]; /* the ring set them */
+    if (op->wire == HERD_WIRE_FP32) {
+        if (op->scale != 1.0f) /* after the sum, as the fp32 allreduce */
+            for (int i = before; i < before + mine; i++)
+                x[i] *= op->scale;
+    } else {
+        from_wire(op->wire, m->stage + before, x + before, mine);
+    }
+    if (op->release_rest) {
         release_pages(x, (size_t)before);
         release_pages(x + before + mine, (size_t)(n - before - mine));
     }
-    return rc;
+    return MPI_SUCCESS;
 }
 
 /* ZeRO's all-gather (comm.h): every rank's part is already in place in its buffer. */

@@ -17,10 +17,10 @@ herd_status herd_clip_grad_norm_part(herd_model *m, size_t first, size_t count, 
     if (!(max_norm > 0.0f) || !isfinite(max_norm))
         return HERD_ERR(HERD_ERR_INVALID_ARG, "gradient clipping: the maximum norm is %g, "
                         "not a positive number", (double)max_norm);
-    double sq;
     if (first > m->n_param_floats || count > m->n_param_floats - first)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "gradient clipping: the part [%zu, +%zu) is not "
                         "inside the model's %zu parameter floats", first, count, m->n_param_floats);
+    double sq;
     HERD_TRY(m->be->sum_squares(count, m->grads + first, &sq));
     if (group && group->sum_f64)
         HERD_TRY(group->sum_f64(group->group, &sq, 1));

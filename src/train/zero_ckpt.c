@@ -17,6 +17,25 @@
 
 static size_t slice_len(const herd_zero *z, int r) { return z->bounds[r + 1] - z->bounds[r]; }
 
+/* One piece between this rank and `peer`: n floats, at most PIECE_FLOATS. */
+static herd_status transfer_piece(herd_comm *c, bool send, float *buf, size_t n, int peer,
+                                  int tensor, const char *what)
+{
+    herd_p2p req;
+    HERD_TRY(c->ops->p2p_start(c, &req, send, buf, n * sizeof(float), peer, STATE_TAG + tensor));
+    return c->ops->p2p_wait(c, &req, what);
+}
+
+/* n floats between this rank and `peer`, piece by piece (the other side does the same). */
+static herd_status transfer_slice(herd_comm *c, bool send, float *buf, size_t n, int peer,
+                                  int tensor, const char *what)
+{
+    for (size_t done = 0; done < n; done += PIECE_FLOATS)
+        HERD_TRY(transfer_piece(c, send, buf + done, n - done < PIECE_FLOATS ? n - done : PIECE_FLOATS,
+                                peer, tensor, what));
+    return HERD_OK;
+}
+
 typedef struct slice_stream {
     const herd_zero *z;
     herd_comm *c;
@@ -48,10 +67,7 @@ static herd_status next_piece(void *user, const void **piece, size_t *bytes)
         char what[96];
         snprintf(what, sizeof what, "rank 0: receiving the slice of optimizer state '%s' for the "
                  "checkpoint", s->name);
-        herd_p2p req;
-        HERD_TRY(s->c->ops->p2p_start(s->c, &req, false, s->buf, n * sizeof(float), s->rank,
-                                      STATE_TAG + s->tensor));
-        HERD_TRY(s->c->ops->p2p_wait(s->c, &req, what));
+        HERD_TRY(transfer_piece(s->c, false, s->buf, n, s->rank, s->tensor, what));
         *piece = s->buf;
     }
     s->done += n;
@@ -122,14 +138,7 @@ herd_status herd_zero_save(const herd_zero *z, herd_comm *c, const char *dir, co
         char what[96];
         snprintf(what, sizeof what, "sending the slice of optimizer state '%s' to rank 0 for the "
                  "checkpoint", name);
-        for (size_t done = 0; done < slice_len(z, z->rank);) {
-            size_t left = slice_len(z, z->rank) - done, n = left < PIECE_FLOATS ? left : PIECE_FLOATS;
-            herd_p2p req;
-            HERD_TRY(c->ops->p2p_start(c, &req, true, (void *)(mine + done), n * sizeof(float), 0,
-                                       STATE_TAG + i));
-            HERD_TRY(c->ops->p2p_wait(c, &req, what));
-            done += n;
-        }
+        HERD_TRY(transfer_slice(c, true, (float *)mine, slice_len(z, z->rank), 0, i, what));
     }
     return HERD_OK;
 }
@@ -154,15 +163,8 @@ static herd_status move_slices(const herd_zero *z, herd_comm *c, herd_optimizer 
             char what[112];
             snprintf(what, sizeof what, "%s a slice of optimizer state '%s' (checkpoint)",
                      sending ? "sending" : "receiving", name);
-            for (size_t done = 0; done < slice_len(z, r);) {
-                size_t left = slice_len(z, r) - done, n = left < PIECE_FLOATS ? left : PIECE_FLOATS;
-                herd_p2p req;
-                void *buf = c->rank == 0 ? (void *)(all + z->bounds[r] + done) : slice + done;
-                HERD_TRY(c->ops->p2p_start(c, &req, sending, buf, n * sizeof(float),
-                                           c->rank == 0 ? r : 0, STATE_TAG + i));
-                HERD_TRY(c->ops->p2p_wait(c, &req, what));
-                done += n;
-            }
+            HERD_TRY(transfer_slice(c, sending, c->rank == 0 ? all + z->bounds[r] : slice,
+                                    slice_len(z, r), c->rank == 0 ? r : 0, i, what));
         }
     }
     return HERD_OK;
