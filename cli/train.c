@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -45,6 +46,8 @@ static const char train_help[] =
     "                           (after the allreduce and the loss scaler; 0 = off, the default)\n"
     "  --seed N                 initialisation, shuffling, augmentation (default 42)\n"
     "  --checkpoint-dir DIR     save weights and training state every epoch\n"
+    "  --checkpoint-every-steps N  also every N steps (written in the background)\n"
+    "  --checkpoint-every-seconds S  also after the step during which S s passed\n"
     "  --resume                 continue from the latest checkpoint in --checkpoint-dir\n"
     "  --eval-every N           evaluate every N epochs (default 1; 0 = only at the end)\n"
     "  --max-steps N            stop after N steps in total\n"
@@ -55,6 +58,11 @@ static const char train_help[] =
     "  --compress fp16|bf16     cast gradients for the allreduce and back\n"
     "  --grad-accum K           accumulate K micro-batches, communicate on the last (1)\n"
     "  --bucket-mb X            gradient bucket size in MiB (25; the first is 1)\n"
+    "  --elastic-batch keep|scale  when the ranks differ from --elastic-ranks: keep the\n"
+    "                           global batch (--grad-accum, else --batch-size, changed) or\n"
+    "                           the per-rank batch with --lr scaled linearly (keep)\n"
+    "  --elastic-ranks N        the ranks --batch-size, --grad-accum and --lr are meant for\n"
+    "                           (herd run --max-restarts passes the first attempt's)\n"
     "  --zero 1|2               ZeRO: each rank keeps 1/N of the optimizer state (1), and of\n"
     "                           the reduced gradients (2); the traffic of one allreduce\n"
     "\n"
@@ -93,6 +101,7 @@ enum {
     OPT_STALL_WARNING, OPT_COMM_TIMEOUT, OPT_DEVICE, OPT_LOGDIR, OPT_HISTOGRAMS, OPT_METRICS,
     OPT_PRECISION, OPT_GPU_MEM, OPT_LOSS_SCALE,
     OPT_LOSS_SCALE_INIT, OPT_LOSS_SCALE_WINDOW, OPT_CLIP_GRAD_NORM, OPT_TIMELINE, OPT_ZERO,
+    OPT_CKPT_STEPS, OPT_CKPT_SECONDS, OPT_ELASTIC_BATCH, OPT_ELASTIC_RANKS,
 };
 
 static const struct option train_options[] = {
@@ -126,6 +135,10 @@ static const struct option train_options[] = {
     {"seed", required_argument, 0, OPT_SEED},
     {"checkpoint-dir", required_argument, 0, OPT_CKPT},
     {"resume", no_argument, 0, OPT_RESUME},
+    {"checkpoint-every-steps", required_argument, 0, OPT_CKPT_STEPS},
+    {"checkpoint-every-seconds", required_argument, 0, OPT_CKPT_SECONDS},
+    {"elastic-batch", required_argument, 0, OPT_ELASTIC_BATCH},
+    {"elastic-ranks", required_argument, 0, OPT_ELASTIC_RANKS},
     {"eval-every", required_argument, 0, OPT_EVAL},
     {"max-steps", required_argument, 0, OPT_MAX_STEPS},
     {"train-samples", required_argument, 0, OPT_TRAIN_SAMPLES},
@@ -294,6 +307,17 @@ static int parse_train_args(int argc, char **argv, train_args *a)
         case OPT_STAGE_SPLIT: c->stage_split = optarg; break;
         case OPT_CKPT: c->checkpoint_dir = optarg; break;
         case OPT_RESUME: c->resume = true; break;
+        case OPT_CKPT_STEPS: INT_ARG(1, 1L << 40, c->checkpoint_every_steps, "--checkpoint-every-steps"); break;
+        case OPT_CKPT_SECONDS: FLOAT_ARG(0.001, 1e9, c->checkpoint_every_s, "--checkpoint-every-seconds"); break;
+        case OPT_ELASTIC_BATCH:
+            if (strcmp(optarg, "keep") == 0)
+                c->elastic_batch = HERD_ELASTIC_KEEP;
+            else if (strcmp(optarg, "scale") == 0)
+                c->elastic_batch = HERD_ELASTIC_SCALE;
+            else
+                return cli_usage_error("train", "--elastic-batch is keep or scale, got '%s'", optarg);
+            break;
+        case OPT_ELASTIC_RANKS: INT_ARG(1, 1 << 20, c->elastic_ranks, "--elastic-ranks"); break;
         case OPT_EVAL: INT_ARG(0, 100000, c->eval_every, "--eval-every"); break;
         case OPT_MAX_STEPS: INT_ARG(1, 1L << 40, c->max_steps, "--max-steps"); break;
         case OPT_TRAIN_SAMPLES: INT_ARG(1, 1L << 40, a->train_samples, "--train-samples"); break;
@@ -334,6 +358,9 @@ static int parse_train_args(int argc, char **argv, train_args *a)
         return cli_usage_error("train", "--schedule step needs --milestones");
     if (c->resume && !c->checkpoint_dir)
         return cli_usage_error("train", "--resume needs --checkpoint-dir");
+    if ((c->checkpoint_every_steps || c->checkpoint_every_s > 0) && !c->checkpoint_dir)
+        return cli_usage_error("train", "--checkpoint-every-%s needs --checkpoint-dir",
+                               c->checkpoint_every_steps ? "steps" : "seconds");
     if (c->histograms && !c->logdir)
         return cli_usage_error("train", "--histograms writes TensorBoard files: add --logdir DIR");
     return cli_resolve_device("train", &a->device, a->gpu_memory_limit, a->memory_limit);
@@ -366,6 +393,20 @@ static void print_memory(const herd_train_result *res, int ranks, const char *de
     fprintf(stderr, "%s\n", ranks > HERD_RESULT_RANKS ? ", ..." : "");
 }
 
+/* Under herd run --max-restarts: one line the supervisor reads, saying where this rank
+ * failed and whether training had begun (a failure in set-up repeats: not restarted). */
+static void tell_supervisor(const herd_dist *dist, const herd_train_result *res)
+{
+    if (!getenv("HERD_RUN_SUPERVISED"))
+        return;
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    fprintf(stderr, "herd-run: failed rank=%d host=%s step=%ld phase=%s: %s\n",
+            dist ? herd_dist_rank(dist) : 0, host, res->steps,
+            res->training_started ? "training" : "setup", herd_last_error());
+    fflush(stderr);
+}
+
 int cmd_train(int argc, char **argv)
 {
     train_args a = {0};
@@ -375,10 +416,12 @@ int cmd_train(int argc, char **argv)
     herd_dataset *train = NULL, *test = NULL;
     herd_model *m = NULL;
     herd_dist *dist = NULL;
+    herd_train_result res = {0};
     herd_status st;
     rc = CLI_FAIL;
     if ((st = herd_dist_init(&a.dist, &dist)) != HERD_OK) {
         cli_fail(st, "cannot join the distributed job");
+        tell_supervisor(NULL, &res);
         return CLI_FAIL;
     }
     a.cfg.dist = dist;
@@ -425,7 +468,10 @@ int cmd_train(int argc, char **argv)
                 herd_model_name(m), herd_model_param_count(m), a.data, herd_dataset_size(train),
                 herd_dataset_size(test));
         cli_print_device(m, herd_dist_size(dist));
-        if (herd_dist_size(dist) > 1)
+        /* An elastic fit prints its own sizes. */
+        int stages = a.cfg.pipeline_stages > 1 ? a.cfg.pipeline_stages : 1;
+        bool refit = a.cfg.elastic_ranks && a.cfg.elastic_ranks != herd_dist_size(dist) / stages;
+        if (herd_dist_size(dist) > 1 && !refit)
             fprintf(stderr, "herd: %d ranks (%s), %d samples per rank per step, global batch %d\n",
                     herd_dist_size(dist), herd_dist_backend(dist), a.cfg.batch_size,
                     a.cfg.batch_size * a.cfg.grad_accum * herd_dist_size(dist) /
@@ -438,7 +484,6 @@ int cmd_train(int argc, char **argv)
                 a.cfg.pp_schedule == HERD_PP_SCHEDULE_GPIPE ? "gpipe" : "1f1b");
     cli_quiet_info(a.quiet);
     herd_console_progress progress = {.stream = stderr, .log_every = a.cfg.log_every};
-    herd_train_result res;
     st = herd_train(m, train, test, &a.cfg, a.quiet ? NULL : rank0_progress, &progress, &res);
     if (st != HERD_OK) {
         cli_fail(st, "training failed");
@@ -470,6 +515,11 @@ int cmd_train(int argc, char **argv)
     }
     if (a.cfg.clip_grad_norm > 0.0f)
         cli_summary_num(&s, "clipped_steps", (double)res.clipped_steps, 0);
+    if (res.restarts > 0 || getenv("HERD_RUN_SUPERVISED")) {
+        cli_summary_num(&s, "restarts", res.restarts, 0);
+        cli_summary_num(&s, "lost_steps", (double)res.lost_steps, 0);
+        cli_summary_num(&s, "recovery_s", res.recovery_s, 1);
+    }
     cli_summary_num(&s, "param_bytes", (double)res.state_bytes.params, 0);
     cli_summary_num(&s, "grad_bytes", (double)res.state_bytes.grads, 0);
     cli_summary_num(&s, "optimizer_state_bytes", (double)res.state_bytes.optimizer_state, 0);
@@ -482,6 +532,8 @@ int cmd_train(int argc, char **argv)
         cli_summary_print(&s, a.json);
     rc = CLI_OK;
 done:
+    if (rc != CLI_OK)
+        tell_supervisor(dist, &res);
     /* One failing rank must not leave the others waiting in a collective. */
     if (rc != CLI_OK && herd_dist_size(dist) > 1)
         herd_dist_abort(dist, rc, "herd train failed on this rank; stopping the job");

@@ -272,6 +272,9 @@ herd_status herd_compress_parse(const char *name, herd_compress *out);
 
 #define HERD_MAX_MILESTONES 8
 
+/* What an elastic run keeps when its number of replicas changes (herd_train_config). */
+typedef enum { HERD_ELASTIC_KEEP = 0, HERD_ELASTIC_SCALE = 1 } herd_elastic_batch;
+
 /* Pipeline schedules (--pp-schedule): PipeDream-Flush's one forward, one backward
  * (activations of at most P - s micro-batches held on stage s), or GPipe's all
  * forwards, then all backwards (all M held). */
@@ -349,6 +352,19 @@ typedef struct herd_train_config {
     /* Chrome trace-event JSON of every rank's steps, phases, layers and reductions,
      * merged and written by rank 0 (docs/observability.md). NULL = off. */
     const char *timeline_path;
+    /* Checkpoints inside epochs as well (with checkpoint_dir): after every N optimizer
+     * steps, and after the step during which S seconds of training passed since the last
+     * one (rank 0's clock decides for every rank). 0 = off. Without ZeRO or pipeline
+     * stages the parameters and optimizer state are copied and a thread writes them while
+     * training goes on. */
+    long checkpoint_every_steps;
+    double checkpoint_every_s;
+    /* Elastic runs (herd run --max-restarts): the replicas batch_size, grad_accum and lr
+     * were chosen for (0 = this run's). When this run has another number, KEEP keeps
+     * the global batch (grad_accum changed, else batch_size) and SCALE keeps the per-rank
+     * batch and scales lr by the global batch's change (linear rule). */
+    herd_elastic_batch elastic_batch;
+    int elastic_ranks;
 } herd_train_config;
 
 void herd_train_config_default(herd_train_config *cfg);
@@ -418,6 +434,14 @@ typedef struct herd_train_result {
     long clipped_steps;            /* steps whose gradients --clip-grad-norm scaled down */
     herd_state_bytes state_bytes;  /* this rank's */
     int stale_tmp_removed;         /* temporaries of interrupted checkpoint writes deleted at start */
+    bool training_started;         /* set, and steps kept current, once the first step begins */
+    /* Supervised restarts (herd run --max-restarts) up to this run, read from the
+     * checkpoint directory: failures, optimizer steps lost (trained after the checkpoint
+     * a restart resumed from), and seconds from the last step before each failure to the
+     * first step after it. */
+    int restarts;
+    long lost_steps;
+    double recovery_s;
     /* herd's memory on the model's device at most, since the process started or the
      * last herd_device_memory_reset_peak (0 where not counted, e.g. on GPUs): this
      * rank's, the largest of any rank's, and each of the first HERD_RESULT_RANKS

@@ -67,6 +67,7 @@ typedef struct run {
     herd_train_state state;
     herd_train_result *res;
     long steps_per_epoch;
+    long first_step;      /* global_step when this run began (after a resume) */
     double train_time;    /* seconds in training steps (excludes evaluation) */
     double train_samples; /* over all ranks */
     bool stop_requested;  /* a progress callback asked to stop */
@@ -143,19 +144,71 @@ static int replicas(const run *r)
     return stages > 1 && r->comm->size % stages == 0 ? r->comm->size / stages : r->comm->size;
 }
 
-/* Linear scaling rule with gradual warmup (Goyal et al. 2017). */
-static void resolve_config(run *r, const herd_train_config *cfg)
+/* An elastic run on another number of replicas than its batch was given for:
+ * keep the global batch (fewest micro-batches whose size is at most the given one)
+ * or the per-rank batch with lr scaled. Every rank computes the same. */
+static herd_status resolve_elastic(run *r)
+{
+    herd_train_config *c = &r->cfg;
+    int n0 = c->elastic_ranks, n = replicas(r);
+    if (n0 < 0 || (unsigned)c->elastic_batch > HERD_ELASTIC_SCALE)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "elastic ranks must be >= 0 (got %d) and the elastic "
+                        "batch keep or scale", n0);
+    if (n0 == 0 || n0 == n)
+        return HERD_OK;
+    long g0 = (long)n0 * c->batch_size * c->grad_accum;
+    bool rank0 = r->comm->rank == 0;
+    if (c->elastic_batch == HERD_ELASTIC_SCALE) {
+        long g = (long)n * c->batch_size * c->grad_accum;
+        float lr = c->lr_scaling ? c->lr : c->lr * (float)g / (float)g0; /* lr scaling sees g itself */
+        if (rank0)
+            herd_log(HERD_LOG_INFO, "elastic: %d replicas instead of %d: per-rank batch %d kept, "
+                     "global batch %ld (was %ld), lr %g%s", n, n0, c->batch_size, g, g0, (double)lr,
+                     c->lr_scaling ? " (--lr-scaling follows the global batch)" : " (linear rule)");
+        c->lr = lr;
+        return HERD_OK;
+    }
+    long micro_unit = c->micro_batches > 1 ? c->micro_batches : 1;
+    long per = g0 % n == 0 ? g0 / n : 0; /* samples per replica and step */
+    int accum = 0, batch = 0;
+    if (per > 0 && per % c->batch_size == 0 && per / c->batch_size <= 4096) {
+        batch = c->batch_size;
+        accum = (int)(per / c->batch_size);
+    }
+    for (long a = 1; !accum && per > 0 && a <= 4096 && a <= per; a++)
+        if (per % a == 0 && per / a <= c->batch_size && (per / a) % micro_unit == 0) {
+            accum = (int)a;
+            batch = (int)(per / a);
+        }
+    if (!accum)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "elastic: the global batch %ld (%d replicas x %d x %d) cannot be kept on %d "
+                        "replicas%s; restart with a number of ranks that divides it, or "
+                        "--elastic-batch scale", g0, n0, c->batch_size, c->grad_accum, n,
+                        per ? " in whole micro-batches" : "");
+    if (rank0)
+        herd_log(HERD_LOG_INFO, "elastic: %d replicas instead of %d: global batch %ld kept as %d x "
+                 "%d x %d (--batch-size %d --grad-accum %d)", n, n0, g0, n, batch, accum, batch, accum);
+    c->batch_size = batch;
+    c->grad_accum = accum;
+    return HERD_OK;
+}
+
+/* Linear scaling rule with gradual warmup (Goyal et al. 2017), after the elastic fit. */
+static herd_status resolve_config(run *r, const herd_train_config *cfg)
 {
     r->cfg = *cfg;
     if (r->cfg.pipeline_stages < 1) /* a config from before pipelines: zeroed */
         r->cfg.pipeline_stages = 1;
     if (r->cfg.micro_batches < 1)
         r->cfg.micro_batches = 1;
-    long global_batch = (long)cfg->batch_size * cfg->grad_accum * replicas(r);
+    HERD_TRY(resolve_elastic(r));
+    long global_batch = (long)r->cfg.batch_size * r->cfg.grad_accum * replicas(r);
     if (cfg->lr_scaling)
         r->cfg.lr = cfg->lr * (float)global_batch / 256.0f;
     if (cfg->warmup_epochs < 0) /* "auto" */
         r->cfg.warmup_epochs = cfg->lr_scaling ? (cfg->epochs < 5 ? (float)cfg->epochs : 5.0f) : 0.0f;
+    return HERD_OK;
 }
 
 /* Every field of herd_train_config is either compared below or named here as not
@@ -164,7 +217,7 @@ static void resolve_config(run *r, const herd_train_config *cfg)
  * writes them alone, no collective) and dist. A new field changes the size: compare
  * it (or add it to the list above), then update the size. */
 #if UINTPTR_MAX == UINT64_MAX
-_Static_assert(sizeof(herd_train_config) == 248,
+_Static_assert(sizeof(herd_train_config) == 272,
                "herd_train_config changed: add the new field to check_signature");
 #endif
 
@@ -215,6 +268,10 @@ static void sign_config(herd_signature *s, const herd_train_config *c)
                        c->stage_split ? c->stage_split : "by cost");
     /* The trace's flushes are collective: a rank without it would leave the others waiting. */
     herd_signature_add(s, "timeline", "%d", c->timeline_path != NULL);
+    herd_signature_add(s, "checkpoint_every", "%ld steps, %.17g s", c->checkpoint_every_steps,
+                       c->checkpoint_every_s);
+    herd_signature_add(s, "elastic", "%s from %d", c->elastic_batch == HERD_ELASTIC_SCALE ? "scale" : "keep",
+                       c->elastic_ranks);
 }
 
 /* The model, layer by layer, and the data: every rank must build the same graph. */
@@ -713,7 +770,7 @@ static herd_status run_epoch(run *r, int epoch, double t_start, bool *stop)
         herd_phases_add(&sum, &s.t, 1.0);
         r->train_time += s.t.total;
         r->clipped_steps += s.clipped;
-        r->state.global_step++;
+        r->res->steps = ++r->state.global_step;
         /* Histograms show this step's weights and gradients: written now, not when the
          * step's figures arrive. */
         herd_status hist = herd_observer_histograms(r->obs, r->state.global_step);
@@ -730,7 +787,7 @@ static herd_status run_epoch(run *r, int epoch, double t_start, bool *stop)
         herd_phases_add(&now.phases, &sum, 1.0 / (double)(step + 1 - first_step));
         now.elapsed_s = herd_now() - t_start;
         long left = (long)(cfg->epochs - epoch - 1) * r->steps_per_epoch + (r->steps_per_epoch - step - 1);
-        now.eta_s = (left > 0 ? left : 0) * (r->train_time / (double)(r->state.global_step - r->res->steps));
+        now.eta_s = (left > 0 ? left : 0) * (r->train_time / (double)(r->state.global_step - r->first_step));
         /* The previous step's figures came with this step's gradients. */
         HERD_TRY(deliver_metrics(r, &totals, &p, &want_stop));
         HERD_TRY(send_metrics(r, &s, &now, sum.total));
@@ -946,9 +1003,10 @@ static herd_status check_zero(const run *r)
 /* early: herd_train's checks of the arguments, agreed with the other ranks here. */
 static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_status early)
 {
-    resolve_config(r, user_cfg);
+    herd_status st = resolve_config(r, user_cfg);
     const herd_train_config *cfg = &r->cfg;
-    herd_status st = early;
+    if (early != HERD_OK)
+        st = early;
     /* A device model moves data only at the edges; the paths that still touch
      * parameters or gradients on the host (reductions across micro-batches, synchronised
      * batch norm, replica checks, optimizer-state checkpoints) are refused rather than
@@ -990,14 +1048,14 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
     HERD_TRY(broadcast_state(r));
     if (cfg->timeline_path)
         HERD_TRY(start_timeline(r));
-    r->res->steps = r->state.global_step; /* steps before this run (resume) */
+    r->first_step = r->res->steps = r->state.global_step; /* steps before this run (resume) */
     double t_start = herd_now();
     bool stop = false;
+    r->res->training_started = true; /* set-up's failures would repeat at a restart */
     for (int epoch = r->state.epoch; epoch < cfg->epochs && !stop; epoch++)
         HERD_TRY(run_epoch(r, epoch, t_start, &stop));
     HERD_TRY(herd_step_params_ready(&r->plan)); /* the caller gets whole parameters */
-    long steps_run = r->state.global_step - r->res->steps;
-    r->res->steps = r->state.global_step;
+    long steps_run = r->state.global_step - r->first_step;
     r->res->wall_s = herd_now() - t_start;
     r->res->samples_per_s = r->train_time > 0 ? r->train_samples / r->train_time : 0;
     r->res->loss_scale = cfg->dynamic_loss_scale ? r->scaler.scale : 0.0;
