@@ -426,6 +426,11 @@ int cmd_train(int argc, char **argv)
     }
     a.cfg.dist = dist;
     bool rank0 = herd_dist_rank(dist) == 0;
+    /* herd run --max-restarts says which attempt this is (restart accounting). */
+    long restarts = 0;
+    const char *told = getenv("HERD_RUN_RESTARTS");
+    if (getenv("HERD_RUN_SUPERVISED") && a.cfg.checkpoint_dir)
+        a.cfg.run_attempt = 1 + (told && cli_parse_int(told, 0, 1 << 20, &restarts) ? (int)restarts : 0);
     if ((st = cli_prepare_device(dist, a.device, a.gpu_memory_limit)) != HERD_OK) {
         cli_fail(st, "cannot use the device");
         goto done;

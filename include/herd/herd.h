@@ -352,6 +352,11 @@ typedef struct herd_train_config {
     /* Chrome trace-event JSON of every rank's steps, phases, layers and reductions,
      * merged and written by rank 0 (docs/observability.md). NULL = off. */
     const char *timeline_path;
+    /* Under herd run --max-restarts: 1 + the restarts so far (0 = not supervised). Rank 0
+     * then records its last step in checkpoint_dir/progress, from which a restart counts
+     * the steps lost and the time from the last step before the failure to the first
+     * after it (herd_train_result). */
+    int run_attempt;
     /* Checkpoints inside epochs as well (with checkpoint_dir): after every N optimizer
      * steps, and after the step during which S seconds of training passed since the last
      * one (rank 0's clock decides for every rank). 0 = off. Without ZeRO or pipeline
@@ -392,6 +397,9 @@ typedef struct herd_progress {
     bool evaluated;
     double loss_scale;            /* dynamic loss scale after this step (0 = not scaling) */
     long skipped_steps;           /* steps skipped for inf/NaN gradients so far */
+    int restarts;                 /* supervised restarts so far (herd_train_result has the why) */
+    long lost_steps;
+    double recovery_s;
 } herd_progress;
 
 /* Called after every step and at each epoch end, on every rank. With several ranks a

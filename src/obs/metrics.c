@@ -60,6 +60,11 @@ herd_status herd_metrics_write(herd_metrics_file *m, const herd_obs_figures *f)
     }
     if (f->loss_scale > 0)
         cJSON_AddNumberToObject(o, "loss_scale", f->loss_scale);
+    if (f->restarts > 0) {
+        cJSON_AddNumberToObject(o, "restarts", f->restarts);
+        cJSON_AddNumberToObject(o, "lost_steps", (double)f->lost_steps);
+        cJSON_AddNumberToObject(o, "recovery_s", f->recovery_s);
+    }
     char *line = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!line)

@@ -20,6 +20,9 @@ typedef struct herd_obs_figures {
     bool evaluated; /* epoch_end only: test_loss and test_acc hold */
     double test_loss, test_acc;
     double loss_scale; /* mixed precision's dynamic loss scale; 0 when not used (left out) */
+    int restarts;      /* supervised restarts so far; with lost_steps and recovery_s left out when 0 */
+    long lost_steps;
+    double recovery_s;
 } herd_obs_figures;
 
 typedef struct herd_metrics_file herd_metrics_file;

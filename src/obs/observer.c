@@ -105,6 +105,7 @@ static herd_obs_figures figures(const herd_progress *p, double loss, double acc,
         .evaluated = p->epoch_end && p->evaluated, .test_loss = p->test_loss,
         .test_acc = p->test_acc,
         .loss_scale = p->loss_scale, /* 0 when not scaling: left out of both files */
+        .restarts = p->restarts, .lost_steps = p->lost_steps, .recovery_s = p->recovery_s,
     };
 }
 

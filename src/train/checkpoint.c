@@ -191,7 +191,7 @@ herd_status herd_checkpoint_save(const char *dir, const herd_model *m, herd_opti
         snprintf(v[8], sizeof v[8], "%ld", st->epoch_samples);
         snprintf(v[9], sizeof v[9], "%.17g", st->epoch_loss_sum);
         snprintf(v[10], sizeof v[10], "%.17g", st->epoch_correct);
-        snprintf(v[11], sizeof v[11], "%ld", herd_optimizer_steps(o));
+        snprintf(v[11], sizeof v[11], "%ld", slices ? slices->optimizer_steps : herd_optimizer_steps(o));
         snprintf(v[12], sizeof v[12], "%ld", st->epoch_seen);
         const char *keys[] = {"epoch", "global_step", "seed", "batch_size", "ranks", "grad_accum",
                               "global_batch", "train_samples", "epoch_samples", "epoch_loss_sum",

@@ -38,6 +38,7 @@ typedef struct herd_train_state {
 #define HERD_CKPT_MAX_STATE 2
 typedef struct herd_state_slices {
     size_t numel;
+    long optimizer_steps; /* the steps of the optimizer the slices are from */
     herd_part_source next[HERD_CKPT_MAX_STATE];
     void *user[HERD_CKPT_MAX_STATE];
 } herd_state_slices;

@@ -15,6 +15,8 @@
 #include "dist/signature.h"
 #include "obs/observer.h"
 #include "train/checkpoint.h"
+#include "train/ckpt_writer.h"
+#include "train/restarts.h"
 #include "train/pipeline.h"
 #include "train/step.h"
 
@@ -30,7 +32,8 @@
  * at once, so totals, checkpoints, logs and the callback see every step's figures,
  * the same numbers as before, only later. */
 typedef struct step_metrics {
-    double stats[7];    /* loss, correct, samples, stop vote, agreement (3): reduced in place */
+    double stats[8];    /* loss, correct, samples, stop vote, agreement (3), checkpoint vote:
+                         * reduced in place */
     herd_status local;  /* this rank's part of the agreement */
     herd_progress p;    /* the step's progress; the reduced figures are filled in on arrival */
     herd_phase_times t; /* the step's own phases, for the observer */
@@ -68,6 +71,11 @@ typedef struct run {
     herd_train_result *res;
     long steps_per_epoch;
     long first_step;      /* global_step when this run began (after a resume) */
+    herd_ckpt_writer *writer; /* rank 0's background checkpoint writes, once one is made */
+    long saved_step;          /* global_step of the last checkpoint made (-1: none) */
+    double last_ckpt_time;    /* rank 0: when training began or the last checkpoint was made */
+    bool ckpt_due;            /* --checkpoint-every-seconds voted for a checkpoint */
+    herd_restart_log restarts; /* rank 0 of a supervised run (herd run --max-restarts) */
     double train_time;    /* seconds in training steps (excludes evaluation) */
     double train_samples; /* over all ranks */
     bool stop_requested;  /* a progress callback asked to stop */
@@ -217,7 +225,7 @@ static herd_status resolve_config(run *r, const herd_train_config *cfg)
  * writes them alone, no collective) and dist. A new field changes the size: compare
  * it (or add it to the list above), then update the size. */
 #if UINTPTR_MAX == UINT64_MAX
-_Static_assert(sizeof(herd_train_config) == 272,
+_Static_assert(sizeof(herd_train_config) == 280,
                "herd_train_config changed: add the new field to check_signature");
 #endif
 
@@ -270,6 +278,7 @@ static void sign_config(herd_signature *s, const herd_train_config *c)
     herd_signature_add(s, "timeline", "%d", c->timeline_path != NULL);
     herd_signature_add(s, "checkpoint_every", "%ld steps, %.17g s", c->checkpoint_every_steps,
                        c->checkpoint_every_s);
+    herd_signature_add(s, "run_attempt", "%d", c->run_attempt);
     herd_signature_add(s, "elastic", "%s from %d", c->elastic_batch == HERD_ELASTIC_SCALE ? "scale" : "keep",
                        c->elastic_ranks);
 }
@@ -536,8 +545,12 @@ static herd_status save_checkpoint(run *r)
     if (r->cfg.zero_stage && !r->pp) {
         st = herd_zero_save(&r->zero, r->dp, r->cfg.checkpoint_dir, r->m, r->opt, &r->state);
     } else if (!r->pp) {
-        if (rank0)
-            st = herd_checkpoint_save(r->cfg.checkpoint_dir, r->m, r->opt, &r->state, NULL);
+        /* Copied now, written by the writer's thread while training goes on; this
+         * returns the previous write's outcome. */
+        if (rank0 && !r->writer)
+            st = herd_ckpt_writer_create(&r->writer);
+        if (rank0 && st == HERD_OK)
+            st = herd_ckpt_writer_submit(r->writer, r->cfg.checkpoint_dir, r->m, r->opt, &r->state);
     } else {
         herd_model *w = NULL;
         herd_optimizer *wo = NULL;
@@ -559,9 +572,20 @@ static herd_status save_checkpoint(run *r)
         release_whole(r, w, wo);
     }
     HERD_TRY(st);
-    if (r->timeline && rank0) /* the writer's event; stages only hand their slices over */
-        herd_timeline_add(r->timeline, HERD_TL_CHECKPOINT, NULL, t0, herd_now());
+    r->saved_step = r->state.global_step;
+    r->last_ckpt_time = herd_now();
+    r->ckpt_due = false;
+    /* The writer's event (the copy, when a thread writes); stages only hand their slices over. */
+    if (r->timeline && rank0)
+        herd_timeline_add(r->timeline, HERD_TL_CHECKPOINT, NULL, t0, r->last_ckpt_time);
     return HERD_OK;
+}
+
+/* Rank 0 waits for the background write in progress; every rank learns its outcome. */
+static herd_status finish_checkpoint_writes(run *r)
+{
+    herd_status st = r->writer ? herd_ckpt_writer_wait(r->writer) : HERD_OK;
+    return herd_agree(r->comm, st, "writing the last checkpoint in the background");
 }
 
 /* Collective: the trace starts; the communicator records its reductions into it. */
@@ -691,7 +715,11 @@ static herd_status send_metrics(run *r, const herd_step_stats *s, const herd_pro
     /* The vote: a callback's request to stop (one rank's); max_steps needs none, every
      * rank knows it. The agreement: a failure on any rank since the last step (the
      * observer's, injected). */
-    double stats[7] = {s->loss_sum, (double)s->correct, (double)s->samples, r->stop_requested};
+    /* --checkpoint-every-seconds: rank 0's clock decides for every rank. */
+    bool ckpt_time = r->cfg.checkpoint_every_s > 0 && r->comm->rank == 0 &&
+                     herd_now() - r->last_ckpt_time >= r->cfg.checkpoint_every_s;
+    double stats[8] = {s->loss_sum, (double)s->correct, (double)s->samples, r->stop_requested,
+                       0, 0, 0, ckpt_time};
     memcpy(m->stats, stats, sizeof stats);
     m->local = r->deferred != HERD_OK ? r->deferred : herd_fail_point("stats", r->comm->rank);
     herd_agree_pack(m->local, r->comm->rank, m->stats + 4);
@@ -702,7 +730,7 @@ static herd_status send_metrics(run *r, const herd_step_stats *s, const herd_pro
     m->pending = true;
     if (r->comm->size == 1)
         return HERD_OK; /* the sum over one rank is the values */
-    return r->comm->ops->allreduce_f64_start(r->comm, m->stats, 7, "metrics");
+    return r->comm->ops->allreduce_f64_start(r->comm, m->stats, 8, "metrics");
 }
 
 /* Completes the pending step's reduction (already done by the gradient wait that
@@ -737,6 +765,7 @@ static herd_status deliver_metrics(run *r, epoch_totals *e, herd_progress *p, bo
     if (r->deferred == HERD_OK)
         r->deferred = obs_st;
     *want_stop |= v[3] > 0;
+    r->ckpt_due |= v[7] > 0;
     if (r->progress && !r->progress(p, r->user)) {
         r->stop_requested = true;
         *want_stop |= r->comm->size == 1; /* alone, nobody needs telling */
@@ -771,6 +800,10 @@ static herd_status run_epoch(run *r, int epoch, double t_start, bool *stop)
         r->train_time += s.t.total;
         r->clipped_steps += s.clipped;
         r->res->steps = ++r->state.global_step;
+        if (herd_restart_log_step(&r->restarts, r->state.global_step))
+            herd_log(HERD_LOG_INFO, "restart %d: training again %.1f s after the last step before the "
+                     "failure; %ld step(s) lost in all", r->restarts.restarts,
+                     r->restarts.recovery_s, r->restarts.lost_steps);
         /* Histograms show this step's weights and gradients: written now, not when the
          * step's figures arrive. */
         herd_status hist = herd_observer_histograms(r->obs, r->state.global_step);
@@ -781,6 +814,9 @@ static herd_status run_epoch(run *r, int epoch, double t_start, bool *stop)
         now.step = step + 1;
         now.loss_scale = cfg->dynamic_loss_scale ? r->scaler.scale : 0.0;
         now.skipped_steps = r->scaler.skipped;
+        now.restarts = r->restarts.restarts;
+        now.lost_steps = r->restarts.lost_steps;
+        now.recovery_s = r->restarts.recovery_s;
         now.global_step = r->state.global_step;
         now.lr = herd_lr_at(cfg, sched_step(r, epoch, step), r->steps_per_epoch);
         memset(&now.phases, 0, sizeof now.phases);
@@ -795,6 +831,18 @@ static herd_status run_epoch(run *r, int epoch, double t_start, bool *stop)
         /* Every rank decides alike: the vote arrived everywhere at once. */
         if (r->comm->size == 1 || at_max || want_stop)
             HERD_TRY(deliver_metrics(r, &totals, &p, &want_stop));
+        /* Checkpoints inside the epoch (its end and training's end save anyway). Every
+         * rank decides alike: the step count, the loader's batches and the votes are
+         * the same everywhere. The step's figures are delivered first: the state saved
+         * holds the epoch's sums up to it. */
+        bool every = cfg->checkpoint_every_steps > 0 &&
+                     r->state.global_step % cfg->checkpoint_every_steps == 0;
+        if (cfg->checkpoint_dir && (every || r->ckpt_due) && !at_max && !want_stop &&
+            herd_loader_batches_left(r->loader) > 0) {
+            HERD_TRY(deliver_metrics(r, &totals, &p, &want_stop));
+            activity(r, "writing a checkpoint");
+            HERD_TRY(agree(r, save_checkpoint(r), "writing a checkpoint"));
+        }
         if (want_stop || at_max) {
             *stop = true;
             break;
@@ -1052,6 +1100,10 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
     double t_start = herd_now();
     bool stop = false;
     r->res->training_started = true; /* set-up's failures would repeat at a restart */
+    r->last_ckpt_time = t_start;
+    if (r->comm->rank == 0 && cfg->checkpoint_dir)
+        HERD_TRY(herd_restart_log_open(&r->restarts, cfg->checkpoint_dir, cfg->run_attempt,
+                                       r->state.global_step));
     for (int epoch = r->state.epoch; epoch < cfg->epochs && !stop; epoch++)
         HERD_TRY(run_epoch(r, epoch, t_start, &stop));
     HERD_TRY(herd_step_params_ready(&r->plan)); /* the caller gets whole parameters */
@@ -1071,11 +1123,16 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
     }
     HERD_TRY(agree(r, herd_fail_point("final", r->comm->rank), "at the end of training"));
     HERD_TRY(average_buffers(r));
-    bool saved_at_epoch_end = r->state.epoch_samples == 0;
+    bool saved = r->state.epoch_samples == 0 || r->saved_step == r->state.global_step;
     st = HERD_OK;
-    if (cfg->checkpoint_dir && steps_run > 0 && !saved_at_epoch_end)
+    if (cfg->checkpoint_dir && steps_run > 0 && !saved)
         st = save_checkpoint(r);
     HERD_TRY(agree(r, st, "writing the last checkpoint"));
+    if (cfg->checkpoint_dir)
+        HERD_TRY(finish_checkpoint_writes(r));
+    r->res->restarts = r->restarts.restarts;
+    r->res->lost_steps = r->restarts.lost_steps;
+    r->res->recovery_s = r->restarts.recovery_s;
     if (r->pp && r->whole->params) { /* the caller's model on rank 0 gets the trained weights */
         st = herd_pipeline_gather(r->pp, NULL, r->comm->rank == 0 ? r->whole : NULL, NULL);
         HERD_TRY(agree(r, st, "collecting the trained stages"));
@@ -1121,7 +1178,7 @@ herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
     memset(result, 0, sizeof *result);
     result->test_loss = result->test_acc = -1;
     run r = {.m = m, .whole = m, .train = train, .test = test, .progress = progress, .user = user,
-             .res = result, .comm = cfg->dist};
+             .res = result, .comm = cfg->dist, .saved_step = -1, .restarts = {.fd = -1}};
     herd_comm *own = NULL;
     if (!r.comm) {
         HERD_TRY(herd_comm_local_create(&own));
@@ -1139,6 +1196,8 @@ herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
     if (st == HERD_OK)
         st = obs_st;
     stop_timeline(&r, false); /* after a failure: nothing written, nothing leaked */
+    herd_ckpt_writer_free(r.writer); /* a write in progress ends first: it reads m's views */
+    herd_restart_log_close(&r.restarts);
     herd_step_plan_free(&r.plan, r.m);
     herd_zero_free(&r.zero);
     herd_optimizer_free(r.opt);

@@ -84,7 +84,7 @@ static herd_status save_on_root(const herd_zero *z, herd_comm *c, const char *di
 {
     int n = herd_optimizer_state_count(o);
     slice_stream streams[HERD_CKPT_MAX_STATE];
-    herd_state_slices slices = {.numel = z->bounds[z->ranks]};
+    herd_state_slices slices = {.numel = z->bounds[z->ranks], .optimizer_steps = herd_optimizer_steps(o)};
     for (int i = 0; i < n && i < HERD_CKPT_MAX_STATE; i++) {
         streams[i] = (slice_stream){.z = z, .c = c, .tensor = i, .buf = buf,
                                     .left = z->bounds[z->ranks]};

@@ -1,0 +1,165 @@
+/* The background checkpoint writer (ckpt_writer.h). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "train/ckpt_writer.h"
+
+/* A copy of a flat buffer, kept between checkpoints. */
+typedef struct copy_buf {
+    float *data;
+    size_t cap, numel; /* floats allocated, and in this job */
+} copy_buf;
+
+struct herd_ckpt_writer {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool started, pending, quit;
+    /* The job: a shallow copy of the model whose parameters and buffers point at the
+     * copies, the optimizer state's copies (streamed to the file from here, o's own
+     * state being updated meanwhile), and the position. */
+    herd_model snap;
+    copy_buf params, buffers, state[HERD_CKPT_MAX_STATE];
+    herd_optimizer *opt;
+    herd_state_slices slices;
+    herd_train_state st;
+    char *dir;
+    /* The last write's outcome; its message, set in the writer's thread, travels here. */
+    herd_status status;
+    char msg[1024];
+};
+
+/* Gives a state copy to the file in one piece (herd_part_source). */
+static herd_status whole_copy(void *user, const void **piece, size_t *bytes)
+{
+    const copy_buf *b = user;
+    *piece = b->data;
+    *bytes = b->numel * sizeof(float);
+    return HERD_OK;
+}
+
+static void *writer_main(void *arg)
+{
+    herd_ckpt_writer *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->pending && !w->quit)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (!w->pending)
+            break;
+        pthread_mutex_unlock(&w->mu);
+        herd_status st = herd_checkpoint_save(w->dir, &w->snap, w->opt, &w->st, &w->slices);
+        pthread_mutex_lock(&w->mu);
+        w->status = st;
+        snprintf(w->msg, sizeof w->msg, "%s", st == HERD_OK ? "" : herd_last_error());
+        w->pending = false;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+herd_status herd_ckpt_writer_create(herd_ckpt_writer **out)
+{
+    *out = NULL;
+    herd_ckpt_writer *w = herd_xcalloc(1, sizeof *w);
+    if (!w)
+        return HERD_ERR_NOMEM;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    int rc = pthread_create(&w->thread, NULL, writer_main, w);
+    if (rc != 0) {
+        herd_ckpt_writer_free(w);
+        return HERD_ERR(HERD_ERR_INTERNAL, "cannot start the checkpoint writer thread: %s", strerror(rc));
+    }
+    w->started = true;
+    *out = w;
+    return HERD_OK;
+}
+
+herd_status herd_ckpt_writer_wait(herd_ckpt_writer *w)
+{
+    pthread_mutex_lock(&w->mu);
+    while (w->pending)
+        pthread_cond_wait(&w->cv, &w->mu);
+    herd_status st = w->status;
+    w->status = HERD_OK; /* reported once */
+    pthread_mutex_unlock(&w->mu);
+    return st == HERD_OK ? HERD_OK : HERD_ERR(st, "%s", w->msg);
+}
+
+/* Copies n floats into b, growing it. */
+static herd_status copy_into(copy_buf *b, const float *src, size_t n)
+{
+    if (n > b->cap) {
+        herd_aligned_free(b->data);
+        b->cap = 0;
+        if (!(b->data = herd_aligned_alloc(n * sizeof(float))))
+            return HERD_NOMEM(n * sizeof(float));
+        b->cap = n;
+    }
+    if (n)
+        memcpy(b->data, src, n * sizeof(float));
+    b->numel = n;
+    return HERD_OK;
+}
+
+herd_status herd_ckpt_writer_submit(herd_ckpt_writer *w, const char *dir, const herd_model *m,
+                                    herd_optimizer *o, const herd_train_state *st)
+{
+    herd_status prev = herd_ckpt_writer_wait(w); /* the thread is idle from here */
+    HERD_TRY(copy_into(&w->params, m->params, m->n_param_floats));
+    HERD_TRY(copy_into(&w->buffers, m->buffers, m->n_buffer_floats));
+    int n = herd_optimizer_state_count(o);
+    if (n > HERD_CKPT_MAX_STATE)
+        return HERD_ERR(HERD_ERR_INTERNAL, "an optimizer with %d state tensors; checkpoints hold %d", n,
+                        HERD_CKPT_MAX_STATE);
+    w->slices = (herd_state_slices){.numel = m->n_param_floats, .optimizer_steps = herd_optimizer_steps(o)};
+    for (int i = 0; i < n; i++) {
+        const char *name;
+        size_t numel;
+        const float *data = herd_optimizer_state(o, i, &name, &numel);
+        HERD_TRY(copy_into(&w->state[i], data, numel));
+        w->slices.next[i] = whole_copy;
+        w->slices.user[i] = &w->state[i];
+    }
+    char *d = strdup(dir);
+    if (!d)
+        return HERD_NOMEM(strlen(dir) + 1);
+    free(w->dir);
+    w->dir = d;
+    w->snap = *m;
+    w->snap.params = w->params.data;
+    w->snap.buffers = w->buffers.data;
+    w->opt = o;
+    w->st = *st;
+    pthread_mutex_lock(&w->mu);
+    w->pending = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return prev;
+}
+
+void herd_ckpt_writer_free(herd_ckpt_writer *w)
+{
+    if (!w)
+        return;
+    if (w->started) {
+        pthread_mutex_lock(&w->mu);
+        w->quit = true;
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+        pthread_join(w->thread, NULL); /* a pending write finishes first */
+    }
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    herd_aligned_free(w->params.data);
+    herd_aligned_free(w->buffers.data);
+    for (int i = 0; i < HERD_CKPT_MAX_STATE; i++)
+        herd_aligned_free(w->state[i].data);
+    free(w->dir);
+    free(w);
+}
