@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/fs.h"
 #include "core/log.h"
 #include "train/restarts.h"
 
@@ -28,6 +29,7 @@ herd_status herd_restart_log_open(herd_restart_log *l, const char *dir, int atte
     char path[4096];
     if (snprintf(path, sizeof path, "%s/progress", dir) >= (int)sizeof path)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "checkpoint directory path too long: '%.80s...'", dir);
+    HERD_TRY(herd_make_dirs(dir, "--checkpoint-dir"));
     l->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (l->fd < 0)
         return HERD_ERR(HERD_ERR_IO, "cannot open '%s' to record training's progress for restarts: %s",
