@@ -35,6 +35,7 @@ herd_status herd_restart_log_open(herd_restart_log *l, const char *dir, int atte
         return HERD_ERR(HERD_ERR_IO, "cannot open '%s' to record training's progress for restarts: %s",
                         path, strerror(errno));
     l->restarts = attempt - 1;
+    l->resumed_step = resumed_step;
     if (attempt == 1) /* a new job: an older job's record in the directory is not ours */
         return HERD_OK;
     char rec[RECORD_BYTES + 1] = "";
@@ -46,7 +47,8 @@ herd_status herd_restart_log_open(herd_restart_log *l, const char *dir, int atte
     if (got > 0 && sscanf(rec, "herd-progress step=%ld time=%lf restarts=%d lost_steps=%ld recovery_s=%lf%n",
                           &step, &at, &restarts, &lost, &recovery, &used) == 5 && used > 0 &&
         step >= 0 && lost >= 0 && recovery >= 0 && at > 0) {
-        l->lost_steps = lost + (step > resumed_step ? step - resumed_step : 0);
+        l->last_lost = step > resumed_step ? step - resumed_step : 0;
+        l->lost_steps = lost + l->last_lost;
         l->recovery_s = recovery;
         l->failed_at = at;
     } else if (got != 0) {
@@ -66,7 +68,8 @@ bool herd_restart_log_step(herd_restart_log *l, long step)
     if (first) {
         l->measuring = false;
         if (l->failed_at > 0 && now > l->failed_at)
-            l->recovery_s += now - l->failed_at;
+            l->last_recovery_s = now - l->failed_at;
+        l->recovery_s += l->last_recovery_s;
     }
     char rec[RECORD_BYTES];
     int n = snprintf(rec, sizeof rec, "herd-progress step=%ld time=%.6f restarts=%d lost_steps=%ld "

@@ -16,6 +16,9 @@ typedef struct herd_restart_log {
     long lost_steps;
     double recovery_s;
     double failed_at;  /* wall-clock time of the last step before the failure (0: none) */
+    long resumed_step; /* where this attempt began */
+    long last_lost;    /* this restart's share of the totals */
+    double last_recovery_s;
     bool measuring;    /* a restarted attempt's first step is still to come */
 } herd_restart_log;
 

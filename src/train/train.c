@@ -801,9 +801,10 @@ static herd_status run_epoch(run *r, int epoch, double t_start, bool *stop)
         r->clipped_steps += s.clipped;
         r->res->steps = ++r->state.global_step;
         if (herd_restart_log_step(&r->restarts, r->state.global_step))
-            herd_log(HERD_LOG_INFO, "restart %d: training again %.1f s after the last step before the "
-                     "failure; %ld step(s) lost in all", r->restarts.restarts,
-                     r->restarts.recovery_s, r->restarts.lost_steps);
+            herd_log(HERD_LOG_INFO, "restart %d: resumed at step %ld: %ld step(s) lost, training again "
+                     "%.1f s after the last step before the failure (in all: %ld steps, %.1f s)",
+                     r->restarts.restarts, r->restarts.resumed_step, r->restarts.last_lost,
+                     r->restarts.last_recovery_s, r->restarts.lost_steps, r->restarts.recovery_s);
         /* Histograms show this step's weights and gradients: written now, not when the
          * step's figures arrive. */
         herd_status hist = herd_observer_histograms(r->obs, r->state.global_step);

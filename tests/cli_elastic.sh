@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Fault-tolerant runs under herd run --max-restarts, on this machine:
+#  - a random rank killed with kill -9 at random moments, 10 times in one job: the job
+#    ends 0 with the weights of a run never stopped, bit for bit (resuming is bitwise),
+#    and each failure loses at most the steps since the last checkpoint;
+#  - a rank killed in the middle of a checkpoint's background write: the restart uses
+#    the previous complete checkpoint and ends on the same weights;
+#  - elastic: 3 ranks, one killed, the discovery command then offers 2: the job goes on
+#    with 2 and the global batch kept, and ends as a resume by hand on 2 ranks with
+#    --grad-accum 3 from the same checkpoint.
+# Every job runs under timeout.
+set -u
+. "$(dirname "$0")/testlib.sh"
+have_mpi || skip_all "herd built without MPI, or its launcher (HERD_MPIEXEC, set by ctest) missing"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+seed=${HERD_TEST_SEED:-$RANDOM}
+RANDOM=$seed
+echo "random seed $seed (HERD_TEST_SEED=$seed repeats it)"
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" "$2" | tail -n 1; }
+run=("$herd" run --mpirun "$HERD_MPIEXEC" --threads-per-rank 1)
+# The training ranks of the job whose checkpoints go to $1 (not herd run itself).
+ranks_of() {
+  local p
+  for p in $(pgrep -f -- "--checkpoint-dir $1"); do
+    tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- ' run ' && continue
+    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = herd ] && echo "$p"
+  done
+}
+# Waits until attempt $2 (restarts=$(($2 - 1))) of the job in $1 has trained a step.
+wait_training() {
+  local t
+  for t in $(seq 1 600); do
+    grep -q "^herd-progress step=[0-9]* time=[0-9.]* restarts=$(($2 - 1)) " "$1/progress" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# 1. Ten kills. 4000 samples, global batch 64: 63 steps per epoch, 12 epochs.
+S=20
+job=(train --model mlp --data synthetic:1,12,12,4,4000 --threads 1 --seed 3 --epochs 12 --batch-size 32
+     --optimizer adamw --lr 0.001 --eval-every 0 --quiet)
+timeout 300 "${run[@]}" -np 2 -- "${job[@]}" --save "$tmp/ref.st" >"$tmp/ref.out" 2>"$tmp/ref.err"
+check "the run never stopped: exits 0" test $? -eq 0
+timeout 600 "${run[@]}" -np 2 --max-restarts 10 -- "${job[@]}" --checkpoint-dir "$tmp/k" \
+  --checkpoint-every-steps $S --save "$tmp/k.st" >"$tmp/k.out" 2>"$tmp/k.err" &
+sup=$!
+killed=0
+for i in $(seq 1 10); do
+  wait_training "$tmp/k" "$i" || break
+  sleep "0.$((RANDOM % 9 + 1))"
+  mapfile -t pids < <(ranks_of "$tmp/k")
+  [ ${#pids[@]} -gt 0 ] || break
+  victim=${pids[$((RANDOM % ${#pids[@]}))]}
+  kill -9 "$victim" 2>/dev/null && killed=$((killed + 1))
+done
+wait $sup
+rc=$?
+check "10 kills sent while training ($killed)" test "$killed" -eq 10
+check "the job ends 0 after 10 restarts ($rc)" test $rc -eq 0
+check "herd run restarted it 10 times" test "$(grep -c '^herd: restart [0-9]*/10 ' "$tmp/k.err")" -eq 10
+check "the summary says restarts=10" test "$(field restarts "$tmp/k.out")" = 10
+check "the never-stopped run's weights, bit for bit" cmp -s "$tmp/ref.st" "$tmp/k.st"
+# Each restart's lost steps, as train logs them.
+lost=$(sed -n 's/^herd: restart [0-9]*: resumed at step [0-9]*: \([0-9]*\) step(s) lost.*/\1/p' "$tmp/k.err" |
+       sort -n | tail -n 1)
+echo "most steps lost by one failure: $lost; in all: $(field lost_steps "$tmp/k.out")"
+check "train logged 10 restarts" test "$(grep -c '^herd: restart [0-9]*: resumed at step' "$tmp/k.err")" -eq 10
+# A kill during a checkpoint's background write loses the steps trained meanwhile too.
+check "no failure lost more than $S steps, plus a write's ($lost)" test "${lost:-999}" -le $((2 * S))
+[ $fails -eq 0 ] || tail -n 30 "$tmp/k.err"
+
+# 2. Killed in the middle of step 40's weights file (the 4th write: 3 per checkpoint),
+# in the first attempt only: the restart resumes from step 20.
+HERD_TEST_KILL_IN_WRITE=4 timeout 300 "${run[@]}" -np 2 --max-restarts 1 -x HERD_TEST_KILL_IN_WRITE -- \
+  "${job[@]}" --checkpoint-dir "$tmp/w" --checkpoint-every-steps $S --save "$tmp/w.st" \
+  >"$tmp/w.out" 2>"$tmp/w.err"
+check "killed in a background write: the job ends 0 after 1 restart" \
+  test $? -eq 0 -a "$(field restarts "$tmp/w.out")" = 1
+check "killed in a background write: resumed from step 20" grep -q 'restart 1: ' "$tmp/w.err"
+check "killed in a background write: the never-stopped run's weights" cmp -s "$tmp/ref.st" "$tmp/w.st"
+
+# 3. Elastic: 3 ranks x 16 x 2 (global batch 96); a rank killed once training is under
+# way, and discovery then offers 2 slots. A resume by hand on 2 ranks from the checkpoint
+# the restart used (made again: 3 ranks trained to that step) ends on the same weights.
+cat >"$tmp/discover" <<DISC
+#!/bin/sh
+if [ -e "$tmp/two" ]; then echo localhost:2; else echo localhost:3; fi
+DISC
+chmod +x "$tmp/discover"
+el=(train --model mlp --data synthetic:1,12,12,4,2000 --threads 1 --seed 5 --epochs 3 --batch-size 16
+    --grad-accum 2 --lr 0.01 --eval-every 0)
+timeout 300 "${run[@]}" -np 3 --min-np 2 --max-restarts 1 --host-discovery "$tmp/discover" -- \
+  "${el[@]}" --checkpoint-dir "$tmp/e" --checkpoint-every-steps 5 --save "$tmp/e.st" \
+  >"$tmp/e.out" 2>"$tmp/e.err" &
+sup=$!
+wait_training "$tmp/e" 1 && sleep 0.3
+mapfile -t pids < <(ranks_of "$tmp/e")
+touch "$tmp/two"
+kill -9 "${pids[$((RANDOM % ${#pids[@]}))]}"
+wait $sup
+rc=$?
+check "elastic: the job ends 0 ($rc)" test $rc -eq 0
+check "elastic: relaunched on 2 ranks" grep -q '^herd: restart 1/1 .*relaunching on 2 rank' "$tmp/e.err"
+check "elastic: the global batch 96 kept as 2 x 16 x 3" grep -q 'global batch 96 kept as 2 x 16 x 3' "$tmp/e.err"
+check "elastic: ranks=2 in the summary" test "$(field ranks "$tmp/e.out")" = 2
+from=$(sed -n 's/^herd: restart 1: resumed at step \([0-9]*\):.*/\1/p' "$tmp/e.err")
+echo "the restart resumed at step ${from:-?}"
+if [ -n "$from" ] && [ "$from" -gt 0 ]; then
+  timeout 300 "${mpiexec[@]}" -np 3 "$herd" "${el[@]}" --quiet --checkpoint-dir "$tmp/e-hand" \
+    --max-steps "$from" >/dev/null 2>&1
+  timeout 300 "${mpiexec[@]}" -np 2 "$herd" "${el[@]}" --grad-accum 3 --checkpoint-dir "$tmp/e-hand" \
+    --resume --quiet --save "$tmp/hand.st" >/dev/null 2>&1
+fi
+check "elastic: a resume by hand on 2 ranks with --grad-accum 3 ends on the same weights" \
+  cmp -s "$tmp/e.st" "$tmp/hand.st"
+[ $fails -eq 0 ] || tail -n 30 "$tmp/e.err"
+finish
