@@ -4,7 +4,8 @@
  * herd does not start processes itself: the launcher already knows how to reach hosts,
  * bind ranks and wire them up, so this only builds a sensible command line for it —
  * Open MPI's mpirun, MPICH's Hydra mpiexec or Slurm's srun, each in its own flags —
- * and execs it. */
+ * and execs it; with --max-restarts it runs it, watches it and relaunches it instead
+ * (run_supervise.c), each attempt's command built by the same code. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -49,7 +50,20 @@ static const char run_help[] =
     "  --launcher KIND           the flags to speak: openmpi (mpirun), hydra (MPICH's\n"
     "                            mpiexec) or srun (default: --mpirun's kind, else herd's MPI)\n"
     "  --report-bindings         ask the launcher to print each rank's cores\n"
-    "  --dry-run                 print the command and exit\n"
+    "  --dry-run                 print the command (the first attempt's) and exit\n"
+    "\n"
+    "Restarts, for train with --checkpoint-dir (docs/cluster.md):\n"
+    "  --max-restarts K          run and watch the job; when it fails, relaunch it from\n"
+    "                            the latest checkpoint, up to K times (not after a set-up\n"
+    "                            failure, a usage error, SIGINT or SIGTERM)\n"
+    "  --min-np M, --max-np N    each restart runs min(N, slots offered) ranks, waiting\n"
+    "                            for M (defaults 1 and -np; -np is the first attempt's)\n"
+    "  --host-discovery CMD      shell command printing 'host:slots' lines, asked before\n"
+    "                            each attempt (default: -H, the hostfile read again, or\n"
+    "                            this machine with -np slots)\n"
+    "  --elastic-timeout S       how long to wait for M slots (default 600)\n"
+    "  --elastic-batch keep|scale  for train: keep the global batch, or the per-rank\n"
+    "                            batch with the lr scaled (default keep)\n"
     "\n"
     "Each rank gets --threads T (unless COMMAND has --threads already) and\n"
     "OMP_NUM_THREADS=T, OPENBLAS_NUM_THREADS=T. More ranks than cores on this machine\n"
@@ -98,97 +112,6 @@ static long max_ranks_per_host(long np, const run_host *hosts, int nhosts)
     return most > 0 ? most : 1;
 }
 
-#define MAX_HOSTS 4096
-
-/* Adds host "name" (len bytes) with slots; false when the list is full. */
-static bool add_host(run_host *hosts, int *n, const char *name, size_t len, long slots)
-{
-    if (*n >= MAX_HOSTS)
-        return false;
-    hosts[*n].name = strndup(name, len);
-    if (!hosts[*n].name) {
-        fprintf(stderr, "herd: error: out of memory\n");
-        exit(CLI_FAIL);
-    }
-    hosts[(*n)++].slots = slots;
-    return true;
-}
-
-/* "host" or "host:N" (len bytes) -> name length and slots (dflt without :N); false when
- * malformed. */
-static bool parse_host_slots(const char *p, size_t len, size_t *name_len, long dflt, long *slots)
-{
-    const char *colon = memchr(p, ':', len);
-    *name_len = colon ? (size_t)(colon - p) : len;
-    *slots = dflt;
-    if (*name_len == 0)
-        return false;
-    if (!colon)
-        return true;
-    char num[32];
-    size_t nl = len - *name_len - 1;
-    if (nl == 0 || nl >= sizeof num)
-        return false;
-    memcpy(num, colon + 1, nl);
-    num[nl] = '\0';
-    return cli_parse_int(num, 1, 1 << 20, slots);
-}
-
-/* "a:4,b:4" -> hosts (-H without :N means 1 slot, as in Open MPI). */
-static int parse_host_list(const char *spec, run_host *hosts)
-{
-    int n = 0;
-    for (const char *p = spec; *p;) {
-        const char *end = strchr(p, ',');
-        size_t len = end ? (size_t)(end - p) : strlen(p), name_len;
-        long slots;
-        if (!parse_host_slots(p, len, &name_len, 1, &slots) || !add_host(hosts, &n, p, name_len, slots))
-            return -1;
-        p = end ? end + 1 : p + len;
-    }
-    return n;
-}
-
-/* Hosts of an Open MPI hostfile ('host slots=N') or a Hydra one ('host:N'); 0 slots
- * when not given (the launcher then counts the host's cores, which we cannot see from
- * here). *colons: the file uses Hydra's form. Returns -1 with errno, or -2 for a bad
- * line (*bad_line set). */
-static int parse_hostfile(const char *path, run_host *hosts, bool *colons, int *bad_line)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    char line[1024];
-    int n = 0, lineno = 0;
-    bool slots_form = false;
-    *colons = false;
-    while (fgets(line, sizeof line, f)) {
-        lineno++;
-        char *hash = strchr(line, '#');
-        if (hash)
-            *hash = '\0';
-        char *tok = strtok(line, " \t\r\n");
-        if (!tok)
-            continue;
-        size_t name_len;
-        long slots;
-        bool ok = parse_host_slots(tok, strlen(tok), &name_len, 0, &slots);
-        *colons |= name_len < strlen(tok);
-        for (char *opt; ok && (opt = strtok(NULL, " \t\r\n"));)
-            if (strncmp(opt, "slots=", 6) == 0) {
-                ok = cli_parse_int(opt + 6, 1, 1 << 20, &slots);
-                slots_form = true;
-            }
-        if (!ok || (*colons && slots_form) || !add_host(hosts, &n, tok, name_len, slots)) {
-            *bad_line = lineno;
-            fclose(f);
-            return -2;
-        }
-    }
-    fclose(f);
-    return n;
-}
-
 /* True when file is an executable mpirun: a path as given, or found in PATH. */
 static bool find_executable(const char *name)
 {
@@ -219,25 +142,27 @@ static bool takes_threads(char **cmd, int n)
            (strcmp(cmd[0], "bench") == 0 && n > 1 && strcmp(cmd[1], "train") == 0);
 }
 
+const char *run_cmd_option(char *const *cmd, int n, const char *name, bool *given)
+{
+    size_t len = strlen(name);
+    *given = false;
+    for (int i = 1; i < n && strcmp(cmd[i], "--") != 0; i++) {
+        if (strncmp(cmd[i], name, len) != 0 || (cmd[i][len] != '=' && cmd[i][len] != '\0'))
+            continue;
+        *given = true;
+        if (cmd[i][len] == '=')
+            return cmd[i] + len + 1;
+        return i + 1 < n ? cmd[i + 1] : NULL;
+    }
+    return NULL;
+}
+
 /* The value of --threads N / --threads=N in the command, or 0. */
 static long user_threads(char **cmd, int n, bool *given)
 {
-    *given = false;
-    for (int i = 1; i < n; i++) {
-        const char *v = NULL;
-        if (strcmp(cmd[i], "--") == 0)
-            break;
-        if (strcmp(cmd[i], "--threads") == 0 && i + 1 < n)
-            v = cmd[i + 1];
-        else if (strncmp(cmd[i], "--threads=", 10) == 0)
-            v = cmd[i] + 10;
-        if (v) {
-            long t;
-            *given = true;
-            return cli_parse_int(v, 1, 4096, &t) ? t : 0; /* 0 = all cores: leave it */
-        }
-    }
-    return 0;
+    const char *v = run_cmd_option(cmd, n, "--threads", given);
+    long t;
+    return v && cli_parse_int(v, 1, 4096, &t) ? t : 0; /* 0 = all cores: leave it */
 }
 
 static bool exports(char **xvars, int nx, const char *name)
@@ -360,68 +285,15 @@ static int choose_launcher(const char *kind_flag, const char **launcher, bool dr
     return -1;
 }
 
-/* What the command line asked for. */
-typedef struct run_args {
-    long np, tpr;
-    const char *hosts, *hostfile, *launcher, *kind_flag, *bind;
-    bool dry_run, report;
-    char **xvars, **mca;
-    int nx, nmca;
-    const argvec *extra; /* --mpirun-args, split */
-    char **cmd;
-    int ncmd;
-} run_args;
-
 /* The packages that bring each kind's launcher (Debian). */
 static const char *const launcher_packages[] = {"openmpi-bin", "mpich", "slurm-client"};
 
-static int run_plan_and_exec(run_args *r)
+/* Cores and compute threads per rank: --threads-per-rank, the command's own --threads,
+ * Slurm's cores per task, else this machine's cores shared by a host's ranks. */
+static long threads_per_rank(const run_args *r, long per_host, long cores, bool local, long user_t)
 {
-    if (r->np == 0)
-        return cli_usage_error("run", "-np N is required");
-    if (r->hosts && r->hostfile)
-        return cli_usage_error("run", "give either -H or --hostfile, not both");
-    if (r->ncmd == 0)
-        return cli_usage_error("run", "no command; e.g. herd run -np 2 -- train --model lenet5");
-    static const char *const known[] = {"train", "eval", "bench", "models", "topo", "doctor",
-                                        "--version", "version"};
-    bool ok = false;
-    for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
-        ok |= strcmp(r->cmd[0], known[k]) == 0;
-    if (!ok)
-        return cli_usage_error("run", "'%s' is not a herd command; herd run starts herd itself "
-                               "(train, eval, bench, models, topo, doctor)", r->cmd[0]);
-    launch_kind kind;
-    const char *launcher = r->launcher, *how = NULL;
-    int rc = choose_launcher(r->kind_flag, &launcher, r->dry_run, &kind, &how);
-    if (rc >= 0)
-        return rc;
-
-    /* How many ranks share a host, and how many cores each may use. */
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    if (cores < 1)
-        cores = 1;
-    static run_host hosts[MAX_HOSTS];
-    int nhosts = 0, bad_line = 0;
-    bool colons = false;
-    bool local = !r->hosts && !r->hostfile;
-    if (r->hosts && (nhosts = parse_host_list(r->hosts, hosts)) <= 0)
-        return cli_usage_error("run", "bad host list '%s'; expected host[:slots],... such as a:4,b:4", r->hosts);
-    if (r->hostfile && (nhosts = parse_hostfile(r->hostfile, hosts, &colons, &bad_line)) <= 0) {
-        if (nhosts == -2)
-            fprintf(stderr, "herd: error: %s:%d: expected 'host', 'host slots=N' or 'host:N' "
-                            "(one form per file)\n", r->hostfile, bad_line);
-        else
-            fprintf(stderr, "herd: error: cannot read hosts from '%s': %s\n", r->hostfile,
-                    nhosts < 0 ? strerror(errno) : "no host lines");
-        return CLI_FAIL;
-    }
-    long per_host = local ? r->np : max_ranks_per_host(r->np, hosts, nhosts);
-    bool user_given;
-    long user_t = user_threads(r->cmd, r->ncmd, &user_given);
-    long t = r->tpr;
     const char *slurm_cpus = getenv("SLURM_CPUS_PER_TASK");
-    long st;
+    long t = r->tpr, st;
     if (!t && user_t)
         t = user_t; /* bind as many cores as the command will use */
     if (!t && slurm_cpus && cli_parse_int(slurm_cpus, 1, 4096, &st))
@@ -433,19 +305,25 @@ static int run_plan_and_exec(run_args *r)
             fprintf(stderr, "herd: note: assuming %ld cores per host like this one, so %ld "
                             "thread(s) per rank; set --threads-per-rank if not\n", cores, t);
     }
-    /* srun places tasks in its allocation, whose cores this machine's count does not tell. */
-    bool oversubscribed = local && kind != LAUNCH_SRUN && r->np * t > cores;
+    return t;
+}
 
+/* The launcher's own flags for one attempt: hosts, binding, exported variables (thread
+ * pools, the user's -x, and under supervision the attempt's number) and MPI settings. */
+static bool launcher_flags(const run_args *r, const run_attempt *at, long t, long env_t, bool oversubscribed,
+                           argvec *a, char *why, size_t cap)
+{
+    const run_hosts *h = at->hosts && at->hosts->n ? at->hosts : NULL;
+    long per_host = h ? max_ranks_per_host(at->np, h->v, h->n) : at->np;
     /* Thread pools of libraries that size themselves from the environment (OpenMP,
      * OpenBLAS) would otherwise each take every core of the host. */
-    long env_t = user_t ? user_t : t;
-    char omp[64], blas[64];
-    char **exported = calloc((size_t)r->nx + 2, sizeof *exported);
-    if (!exported) {
+    char omp[64], blas[64], restarts[64];
+    char **exported = calloc((size_t)r->nx + 4, sizeof *exported), **mca = calloc((size_t)r->nmca + 8, sizeof *mca);
+    if (!exported || !mca) {
         fprintf(stderr, "herd: error: out of memory\n");
-        return CLI_FAIL;
+        exit(CLI_FAIL);
     }
-    int nexp = 0;
+    int nexp = 0, nmca = r->nmca;
     snprintf(omp, sizeof omp, "OMP_NUM_THREADS=%ld", env_t);
     snprintf(blas, sizeof blas, "OPENBLAS_NUM_THREADS=%ld", env_t);
     if (!exports(r->xvars, r->nx, "OMP_NUM_THREADS"))
@@ -454,184 +332,282 @@ static int run_plan_and_exec(run_args *r)
         exported[nexp++] = blas;
     for (int k = 0; k < r->nx; k++)
         exported[nexp++] = r->xvars[k];
-    if (kind == LAUNCH_OPENMPI) {
-        choose_single_copy(r->mca, &r->nmca, r->xvars, r->nx, r->extra, per_host);
-        keepalive_defaults(r->mca, &r->nmca, r->xvars, r->nx, r->extra);
+    if (at->restarts >= 0) { /* herd train prints its failures for herd run to read */
+        snprintf(restarts, sizeof restarts, "HERD_RUN_RESTARTS=%ld", at->restarts);
+        exported[nexp++] = restarts;
+        exported[nexp++] = "HERD_RUN_SUPERVISED=1";
+    }
+    /* herd's own MPI settings go on a copy: every attempt chooses them afresh. */
+    memcpy(mca, r->mca, (size_t)r->nmca * sizeof *mca);
+    if (r->kind == LAUNCH_OPENMPI) {
+        choose_single_copy(mca, &nmca, r->xvars, r->nx, r->extra, per_host);
+        keepalive_defaults(mca, &nmca, r->xvars, r->nx, r->extra);
     }
     const char *plugin = strcmp(HERD_MPI_FAMILY, "openmpi") == 0 ? "pmix"
                          : strcmp(HERD_MPI_FAMILY, "mpich") == 0 ? "pmi2" : NULL;
     for (int k = 0; k < r->extra->n; k++)
         if (strncmp(r->extra->v[k], "--mpi", 5) == 0)
             plugin = NULL; /* the user's own --mpi= */
-    run_plan plan = {.kind = kind, .np = r->np, .threads = t, .host_spec = r->hosts,
-                     .hosts = nhosts ? hosts : NULL,
-                     .nhosts = nhosts, .hostfile = r->hostfile, .hostfile_colons = colons,
-                     .oversubscribed = oversubscribed, .bind = r->bind ? r->bind : "core",
-                     .report = r->report, .exports = exported, .nexports = nexp, .mca = r->mca,
-                     .nmca = r->nmca, .mpi_plugin = plugin};
-    argvec a = {0};
-    char why[512];
-    argv_push(&a, launcher);
-    bool built = run_launcher_args(&plan, &a, why, sizeof why);
+    run_plan plan = {.kind = r->kind, .np = at->np, .threads = t, .host_spec = at->host_spec,
+                     .hosts = h ? h->v : NULL, .nhosts = h ? h->n : 0, .hostfile = at->hostfile,
+                     .hostfile_colons = h && h->colons, .oversubscribed = oversubscribed,
+                     .bind = r->bind ? r->bind : "core", .report = r->report, .exports = exported,
+                     .nexports = nexp, .mca = mca, .nmca = nmca, .mpi_plugin = plugin};
+    bool built = run_launcher_args(&plan, a, why, cap);
     free(exported);
-    for (int k = 0; k < nhosts; k++)
-        free(hosts[k].name);
-    if (!built) {
-        argv_free(&a);
-        return cli_usage_error("run", "%s", why);
+    free(mca);
+    return built;
+}
+
+static bool cmd_has(const run_args *r, const char *flag)
+{
+    bool given;
+    run_cmd_option(r->cmd, r->ncmd, flag, &given);
+    return given;
+}
+
+/* Appends the herd command: this binary, COMMAND, --threads T where it takes them, and
+ * under supervision what lets each attempt carry on from the last (see docs/cluster.md). */
+static void push_command(const run_args *r, const run_attempt *at, const char *self, bool user_given, long t,
+                         argvec *a)
+{
+    argv_push(a, self);
+    for (int k = 0; k < r->ncmd; k++)
+        argv_push(a, r->cmd[k]);
+    if (!user_given && takes_threads(r->cmd, r->ncmd)) {
+        argv_push(a, "--threads");
+        argv_pushf(a, "%ld", t);
     }
-    for (int k = 0; k < r->extra->n; k++)
-        argv_push(&a, r->extra->v[k]);
+    if (at->restarts < 0)
+        return;
+    if (!cmd_has(r, "--resume"))
+        argv_push(a, "--resume"); /* with no checkpoint yet herd train starts afresh */
+    if (!cmd_has(r, "--elastic-batch")) {
+        argv_push(a, "--elastic-batch");
+        argv_push(a, r->elastic_batch);
+    }
+    /* The size the user's --batch-size, --grad-accum and --lr were given for. */
+    if (!cmd_has(r, "--elastic-ranks")) {
+        argv_push(a, "--elastic-ranks");
+        argv_pushf(a, "%ld", r->np);
+    }
+}
+
+int run_build_command(const run_args *r, const run_attempt *at, argvec *a)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < 1)
+        cores = 1;
+    bool local = !at->hosts || at->hosts->n == 0;
+    long per_host = local ? at->np : max_ranks_per_host(at->np, at->hosts->v, at->hosts->n);
+    bool user_given;
+    long user_t = user_threads(r->cmd, r->ncmd, &user_given);
+    long t = threads_per_rank(r, per_host, cores, local, user_t);
+    /* srun places tasks in its allocation, whose cores this machine's count does not tell. */
+    bool oversubscribed = local && r->kind != LAUNCH_SRUN && at->np * t > cores;
 
     /* The ranks run this very binary, by absolute path (the launcher's PATH may differ). */
-    char self[PATH_MAX];
+    char self[PATH_MAX], why[512];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0) {
         fprintf(stderr, "herd: error: cannot resolve /proc/self/exe: %s\n", strerror(errno));
-        argv_free(&a);
         return CLI_FAIL;
     }
     self[len] = '\0';
-    argv_push(&a, self);
-    for (int k = 0; k < r->ncmd; k++)
-        argv_push(&a, r->cmd[k]);
-    if (!user_given && takes_threads(r->cmd, r->ncmd)) {
-        argv_push(&a, "--threads");
-        argv_pushf(&a, "%ld", t);
-    }
+    argv_push(a, r->launcher);
+    if (!launcher_flags(r, at, t, user_t ? user_t : t, oversubscribed, a, why, sizeof why))
+        return cli_usage_error("run", "%s", why);
+    for (int k = 0; k < r->extra->n; k++)
+        argv_push(a, r->extra->v[k]);
+    push_command(r, at, self, user_given, t, a);
 
-    /* A dry run only shows the command, so it works where the launcher is not installed. */
-    if (!r->dry_run && !find_executable(launcher)) {
-        fprintf(stderr, "herd: error: %s not found%s; install it (Debian/Ubuntu: apt-get install %s) "
-                        "or pass --mpirun PATH\n", launcher, strchr(launcher, '/') ? "" : " in PATH",
-                launcher_packages[kind]);
-        argv_free(&a);
-        return CLI_FAIL;
-    }
-    fprintf(stderr, "herd: launcher: %s (%s)\nherd: launching:", launch_kind_name(kind), how);
-    for (int k = 0; k < a.n; k++) {
+    fprintf(stderr, "herd: launcher: %s (%s)\nherd: launching:", launch_kind_name(r->kind), r->how);
+    for (int k = 0; k < a->n; k++) {
         fputc(' ', stderr);
-        print_quoted(stderr, a.v[k]);
+        print_quoted(stderr, a->v[k]);
     }
     fputc('\n', stderr);
     if (oversubscribed)
         fprintf(stderr, "herd: note: %ld rank(s) x %ld thread(s) on %ld core(s): oversubscribed, "
-                        "ranks unbound; timings will not mean much\n", r->np, t, cores);
+                        "ranks unbound; timings will not mean much\n", at->np, t, cores);
     fflush(stderr);
-    if (r->dry_run) {
-        argv_free(&a);
-        return CLI_OK;
-    }
+    return -1;
+}
 
-    if (geteuid() == 0 && kind == LAUNCH_OPENMPI) {
+/* What every herd run needs: a size and a herd command. -1 when fine, else the exit code. */
+static int check_command(const run_args *r)
+{
+    if (r->np == 0)
+        return cli_usage_error("run", "-np N is required");
+    if (r->hosts && r->hostfile)
+        return cli_usage_error("run", "give either -H or --hostfile, not both");
+    if (r->ncmd == 0)
+        return cli_usage_error("run", "no command; e.g. herd run -np 2 -- train --model lenet5");
+    static const char *const known[] = {"train", "eval", "bench", "models", "topo", "doctor",
+                                        "--version", "version"};
+    for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
+        if (strcmp(r->cmd[0], known[k]) == 0)
+            return -1;
+    return cli_usage_error("run", "'%s' is not a herd command; herd run starts herd itself "
+                           "(train, eval, bench, models, topo, doctor)", r->cmd[0]);
+}
+
+/* The hosts of -H or --hostfile into h (none for this machine); -1 or the exit code. */
+static int read_fixed_hosts(const run_args *r, run_hosts *h)
+{
+    char why[PATH_MAX + 128];
+    if (r->hosts && !run_parse_host_list(r->hosts, h))
+        return cli_usage_error("run", "bad host list '%s'; expected host[:slots],... such as a:4,b:4", r->hosts);
+    if (r->hostfile && !run_read_hostfile(r->hostfile, h, why, sizeof why)) {
+        fprintf(stderr, "herd: error: %s\n", why);
+        return CLI_FAIL;
+    }
+    return -1;
+}
+
+/* Everything before the first launch: the command, the hosts, supervision's flags, the
+ * launcher. -1 when fine, else the exit code. */
+static int prepare(run_args *r, run_hosts *fixed)
+{
+    int rc = check_command(r);
+    if (rc < 0)
+        rc = read_fixed_hosts(r, fixed);
+    if (rc < 0)
+        rc = run_check_supervised(r, r->hosts || r->hostfile ? fixed : NULL);
+    if (rc < 0)
+        rc = choose_launcher(r->kind_flag, &r->launcher, r->dry_run, &r->kind, &r->how);
+    /* A dry run only shows the command, so it works where the launcher is not installed. */
+    if (rc < 0 && !r->dry_run && !find_executable(r->launcher)) {
+        fprintf(stderr, "herd: error: %s not found%s; install it (Debian/Ubuntu: apt-get install %s) "
+                        "or pass --mpirun PATH\n", r->launcher, strchr(r->launcher, '/') ? "" : " in PATH",
+                launcher_packages[r->kind]);
+        return CLI_FAIL;
+    }
+    if (rc < 0 && geteuid() == 0 && r->kind == LAUNCH_OPENMPI) {
         /* Open MPI refuses root without these; older mpirun versions only read the
          * environment, newer ones the flag. */
         setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
         setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
     }
-    execvp(launcher, a.v);
-    fprintf(stderr, "herd: error: cannot start %s: %s\n", launcher, strerror(errno));
-    argv_free(&a);
-    return CLI_FAIL;
+    return rc;
 }
 
-/* xvars has argc + 2 slots and mca argc + 8 (the -x and --mca values, and herd's own:
- * single copy and keepalive). */
+static int run_plan_and_exec(run_args *r)
+{
+    run_hosts fixed = {0};
+    int rc = prepare(r, &fixed);
+    argvec a = {0};
+    if (rc < 0 && r->max_restarts >= 0)
+        rc = run_supervise(r, &fixed);
+    else if (rc < 0)
+        rc = run_build_command(r, &(run_attempt){.np = r->np, .hosts = &fixed, .host_spec = r->hosts,
+                                                 .hostfile = r->hostfile, .restarts = -1}, &a);
+    run_hosts_free(&fixed);
+    if (rc < 0 && !r->dry_run) {
+        execvp(r->launcher, a.v);
+        fprintf(stderr, "herd: error: cannot start %s: %s\n", r->launcher, strerror(errno));
+        rc = CLI_FAIL;
+    }
+    argv_free(&a);
+    return rc < 0 ? CLI_OK : rc;
+}
+
+/* Parses one option at argv[*i] into r (leaving *i on its last word): -1 when done,
+ * else the exit code. xvars and mca have room for every word of argv. */
+static int parse_option(int argc, char **argv, int *i, run_args *r, argvec *extra)
+{
+    const char *a = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL;
+    char why[1024];
+    int rc = run_parse_supervise_flag(argc, argv, i, r);
+    if (rc != -2)
+        return rc;
+    /* Options whose value is taken as it is (checked later). */
+    static const struct {
+        const char *flag, *needs;
+    } words[] = {{"-H", "a host list such as a:4,b:4"}, {"--host", "a host list such as a:4,b:4"},
+                 {"--hostfile", "a file"}, {"--mpirun", "a path"}, {"--launcher", "openmpi, hydra or srun"}};
+    const char **dst[] = {&r->hosts, &r->hosts, &r->hostfile, &r->launcher, &r->kind_flag};
+    for (size_t k = 0; k < sizeof words / sizeof words[0]; k++)
+        if (strcmp(a, words[k].flag) == 0) {
+            if (!val)
+                return cli_usage_error("run", "%s needs %s", a, words[k].needs);
+            *dst[k] = argv[++*i];
+            return -1;
+        }
+    if (strcmp(a, "-np") == 0 || strcmp(a, "-n") == 0 || strcmp(a, "--np") == 0) {
+        if (!val || !cli_parse_int(argv[++*i], 1, 1 << 20, &r->np))
+            return cli_usage_error("run", "%s needs a number of ranks >= 1%s%s%s", a,
+                                   val ? ", got '" : "", val ? val : "", val ? "'" : "");
+    } else if (strcmp(a, "--threads-per-rank") == 0) {
+        if (!val || !cli_parse_int(argv[++*i], 1, 4096, &r->tpr))
+            return cli_usage_error("run", "--threads-per-rank needs an integer >= 1%s%s%s",
+                                   val ? ", got '" : "", val ? val : "", val ? "'" : "");
+    } else if (strcmp(a, "--bind-to") == 0) {
+        static const char *const kinds[] = {"core", "hwthread", "socket", "numa", "none"};
+        r->bind = val ? argv[++*i] : "";
+        bool known = false;
+        for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+            known |= strcmp(r->bind, kinds[k]) == 0;
+        if (!known)
+            return cli_usage_error("run", "--bind-to '%s': expected core, hwthread, socket, numa "
+                                   "or none", r->bind);
+    } else if (strcmp(a, "-x") == 0) {
+        if (!val || val[0] == '\0' || val[0] == '=')
+            return cli_usage_error("run", "-x needs a variable name, VAR or VAR=VALUE");
+        r->xvars[r->nx++] = argv[++*i];
+    } else if (strcmp(a, "--mca") == 0) {
+        if (*i + 2 >= argc)
+            return cli_usage_error("run", "--mca needs a key and a value");
+        r->mca[r->nmca++] = argv[++*i];
+        r->mca[r->nmca++] = argv[++*i];
+    } else if (strcmp(a, "--mpirun-args") == 0) {
+        if (!val)
+            return cli_usage_error("run", "--mpirun-args needs the flags as one argument");
+        if (!argv_split(extra, argv[++*i], why, sizeof why))
+            return cli_usage_error("run", "--mpirun-args: %s", why);
+    } else if (strcmp(a, "--dry-run") == 0) {
+        r->dry_run = true;
+    } else if (strcmp(a, "--report-bindings") == 0) {
+        r->report = true;
+    } else {
+        return cli_usage_error("run", "unknown option '%s'", a);
+    }
+    return -1;
+}
+
 static int run_with(int argc, char **argv, char **xvars, char **mca)
 {
-    long np = 0, tpr = 0;
-    const char *hosts = NULL, *hostfile = NULL, *launcher = NULL, *kind_flag = NULL, *bind = NULL;
-    bool dry_run = false, report = false;
-    int nx = 0, nmca = 0, i;
     argvec extra = {0};
-    char why[1024];
-
+    run_args r = {.xvars = xvars, .mca = mca, .extra = &extra, .max_restarts = -1, .elastic_timeout = -1};
+    int rc = -1, i;
     /* Hand-parsed: mpirun-style single-dash -np, and everything from the first
      * non-option (or after --) belongs to the command. */
-    for (i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool has_val = i + 1 < argc;
-        if (strcmp(a, "--") == 0) {
+    for (i = 1; i < argc && rc < 0; i++) {
+        if (strcmp(argv[i], "--") == 0) {
             i++;
             break;
         }
-        if (a[0] != '-')
+        if (argv[i][0] != '-')
             break;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             fputs(run_help, stdout);
-            return CLI_OK;
-        } else if (strcmp(a, "-np") == 0 || strcmp(a, "-n") == 0 || strcmp(a, "--np") == 0) {
-            if (!has_val || !cli_parse_int(argv[++i], 1, 1 << 20, &np))
-                return cli_usage_error("run", "%s needs a number of ranks >= 1%s%s%s", a,
-                                       has_val ? ", got '" : "", has_val ? argv[i] : "", has_val ? "'" : "");
-        } else if (strcmp(a, "-H") == 0 || strcmp(a, "--host") == 0) {
-            if (!has_val)
-                return cli_usage_error("run", "%s needs a host list such as a:4,b:4", a);
-            hosts = argv[++i];
-        } else if (strcmp(a, "--hostfile") == 0) {
-            if (!has_val)
-                return cli_usage_error("run", "--hostfile needs a file");
-            hostfile = argv[++i];
-        } else if (strcmp(a, "--threads-per-rank") == 0) {
-            if (!has_val || !cli_parse_int(argv[++i], 1, 4096, &tpr))
-                return cli_usage_error("run", "--threads-per-rank needs an integer >= 1%s%s%s",
-                                       has_val ? ", got '" : "", has_val ? argv[i] : "", has_val ? "'" : "");
-        } else if (strcmp(a, "--bind-to") == 0) {
-            static const char *const kinds[] = {"core", "hwthread", "socket", "numa", "none"};
-            bind = has_val ? argv[++i] : "";
-            bool known = false;
-            for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
-                known |= strcmp(bind, kinds[k]) == 0;
-            if (!known)
-                return cli_usage_error("run", "--bind-to '%s': expected core, hwthread, socket, numa "
-                                       "or none", bind);
-        } else if (strcmp(a, "-x") == 0) {
-            if (!has_val || argv[i + 1][0] == '\0' || argv[i + 1][0] == '=')
-                return cli_usage_error("run", "-x needs a variable name, VAR or VAR=VALUE");
-            xvars[nx++] = argv[++i];
-        } else if (strcmp(a, "--mca") == 0) {
-            if (i + 2 >= argc)
-                return cli_usage_error("run", "--mca needs a key and a value");
-            mca[nmca++] = argv[++i];
-            mca[nmca++] = argv[++i];
-        } else if (strcmp(a, "--mpirun-args") == 0) {
-            if (!has_val) {
-                argv_free(&extra);
-                return cli_usage_error("run", "--mpirun-args needs the flags as one argument");
-            }
-            if (!argv_split(&extra, argv[++i], why, sizeof why)) {
-                argv_free(&extra);
-                return cli_usage_error("run", "--mpirun-args: %s", why);
-            }
-        } else if (strcmp(a, "--mpirun") == 0) {
-            if (!has_val)
-                return cli_usage_error("run", "--mpirun needs a path");
-            launcher = argv[++i];
-        } else if (strcmp(a, "--launcher") == 0) {
-            if (!has_val)
-                return cli_usage_error("run", "--launcher needs openmpi, hydra or srun");
-            kind_flag = argv[++i];
-        } else if (strcmp(a, "--dry-run") == 0) {
-            dry_run = true;
-        } else if (strcmp(a, "--report-bindings") == 0) {
-            report = true;
+            rc = CLI_OK;
         } else {
-            argv_free(&extra);
-            return cli_usage_error("run", "unknown option '%s'", a);
+            rc = parse_option(argc, argv, &i, &r, &extra);
         }
     }
-    int rc = run_plan_and_exec(&(run_args){.np = np, .tpr = tpr, .hosts = hosts, .hostfile = hostfile,
-                                           .launcher = launcher, .kind_flag = kind_flag, .bind = bind,
-                                           .dry_run = dry_run, .report = report, .xvars = xvars,
-                                           .nx = nx, .mca = mca, .nmca = nmca, .extra = &extra,
-                                           .cmd = argv + i, .ncmd = argc - i});
+    if (rc < 0) {
+        r.cmd = argv + i;
+        r.ncmd = argc - i;
+        rc = run_plan_and_exec(&r);
+    }
     argv_free(&extra);
     return rc;
 }
 
 int cmd_run(int argc, char **argv)
 {
-    char **xvars = calloc((size_t)argc + 2, sizeof *xvars), **mca = calloc((size_t)argc + 8, sizeof *mca);
+    char **xvars = calloc((size_t)argc + 1, sizeof *xvars), **mca = calloc((size_t)argc + 1, sizeof *mca);
     int rc = CLI_FAIL;
     if (xvars && mca)
         rc = run_with(argc, argv, xvars, mca);

@@ -1,5 +1,6 @@
-/* herd run's pieces: the launcher kinds and their flags (run_launcher.c), the command
- * line being built, and what run.c decided. */
+/* herd run's pieces: the command line being built, host lists, the launcher kinds and
+ * their flags (run_launcher.c); what run.c decided and builds for each attempt;
+ * supervision (run_supervise.c). */
 #ifndef HERD_CLI_RUN_H
 #define HERD_CLI_RUN_H
 
@@ -34,6 +35,36 @@ typedef struct run_host {
     long slots; /* 0: not given */
 } run_host;
 
+/* A list of hosts: from -H, a hostfile or a --host-discovery command. */
+typedef struct run_hosts {
+    run_host *v;
+    int n, cap;
+    bool colons; /* a hostfile in Hydra's 'host:N' form */
+} run_hosts;
+
+#define RUN_MAX_HOSTS 4096
+
+/* Appends host name (len bytes); false when the list has RUN_MAX_HOSTS already. */
+bool run_hosts_add(run_hosts *h, const char *name, size_t len, long slots);
+void run_hosts_clear(run_hosts *h); /* empties h, keeps its storage */
+void run_hosts_free(run_hosts *h);
+/* The slots h offers, a host of unknown slots counting as 1. */
+long run_hosts_slots(const run_hosts *h);
+/* Hosts as "a:4,b:4" (slots: with each known slot count) or "a,b", cut to fit out. */
+void run_format_hosts(const run_host *v, int n, bool slots, char *out, size_t cap);
+/* "host" or "host:N" (len bytes) -> the name's length and slots (dflt without :N, N in
+ * 1..2^20); false when malformed. */
+bool run_parse_host_slots(const char *p, size_t len, size_t *name_len, long dflt, long *slots);
+/* "a:4,b:4" -> h (-H; "a" alone is 1 slot, as in Open MPI); false when malformed. */
+bool run_parse_host_list(const char *spec, run_hosts *h);
+/* Reads an Open MPI ('host slots=N') or Hydra ('host:N') hostfile into h (emptied
+ * first). False with why set when it cannot be read, a line is bad or it has no host. */
+bool run_read_hostfile(const char *path, run_hosts *h, char *why, size_t cap);
+
+/* The value of --name V or --name=V in a herd command (cmd[0] the subcommand; stops at
+ * "--"), NULL when absent; *given tells whether the flag is there at all. */
+const char *run_cmd_option(char *const *cmd, int n, const char *name, bool *given);
+
 /* What herd run decided; run_launcher_args turns it into the launcher's own flags. */
 typedef struct run_plan {
     launch_kind kind;
@@ -56,5 +87,47 @@ typedef struct run_plan {
 /* Appends the launcher's flags for p to a (after the launcher itself). Returns false
  * with why set when the kind cannot express what p asks. */
 bool run_launcher_args(const run_plan *p, argvec *a, char *why, size_t cap);
+
+/* What the command line asked for, and (kind, launcher, how) the launcher chosen. */
+typedef struct run_args {
+    long np, tpr;
+    const char *hosts, *hostfile, *launcher, *kind_flag, *bind;
+    bool dry_run, report;
+    char **xvars, **mca;
+    int nx, nmca;
+    const argvec *extra; /* --mpirun-args, split */
+    char **cmd;
+    int ncmd;
+    /* Supervision: max_restarts -1 means none (herd run execs the launcher). */
+    long max_restarts, min_np, max_np, elastic_timeout;
+    const char *discovery, *elastic_batch;
+    launch_kind kind;
+    const char *how; /* why this kind: "--launcher", "herd's MPI", ... */
+} run_args;
+
+/* One launch: its size and hosts. */
+typedef struct run_attempt {
+    long np;
+    const run_hosts *hosts; /* NULL or empty: this machine */
+    const char *host_spec;  /* -H as given, NULL for discovered hosts */
+    const char *hostfile;   /* --hostfile as given */
+    long restarts;          /* the attempt's number under supervision, -1 without */
+} run_attempt;
+
+/* Builds the launcher's whole command for one attempt into a and prints it (the
+ * launcher's kind, the command, notes). Returns -1 when fine, else the exit code. The
+ * same code serves the exec path and every supervised attempt. */
+int run_build_command(const run_args *r, const run_attempt *at, argvec *a);
+
+/* run_supervise.c: herd run --max-restarts. run_check_supervised refuses what cannot
+ * be supervised before anything starts (static: the hosts -H or the hostfile offer,
+ * NULL for this machine); -1 when fine, else the exit code. run_supervise launches,
+ * watches and relaunches the job (fixed: -H's hosts), and returns herd run's exit code. */
+/* run_parse_supervise_flag parses argv[*i] when it is one of supervision's flags
+ * (leaving *i on its last word): -2 when it is not one, -1 when parsed, else the exit
+ * code. */
+int run_parse_supervise_flag(int argc, char **argv, int *i, run_args *r);
+int run_check_supervised(run_args *r, const run_hosts *fixed);
+int run_supervise(const run_args *r, const run_hosts *fixed);
 
 #endif

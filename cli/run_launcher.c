@@ -1,6 +1,7 @@
-/* herd run's launchers: which kind a binary is, and each kind's own flags for ranks,
- * hosts, binding, threads and exported variables (Open MPI's mpirun, MPICH's Hydra
- * mpiexec, Slurm's srun). */
+/* herd run's pieces: the command line being built, host lists (-H, hostfiles), the
+ * launchers — which kind a binary is, and each kind's own flags for ranks, hosts,
+ * binding, threads and exported variables (Open MPI's mpirun, MPICH's Hydra mpiexec,
+ * Slurm's srun). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +92,119 @@ bool argv_split(argvec *a, const char *s, char *why, size_t cap)
     return true;
 }
 
+bool run_hosts_add(run_hosts *h, const char *name, size_t len, long slots)
+{
+    if (h->n >= RUN_MAX_HOSTS)
+        return false;
+    if (h->n == h->cap) {
+        h->cap = h->cap ? 2 * h->cap : 16;
+        h->v = realloc(h->v, (size_t)h->cap * sizeof *h->v);
+    }
+    if (!h->v || !(h->v[h->n].name = strndup(name, len))) {
+        fprintf(stderr, "herd: error: out of memory\n");
+        exit(CLI_FAIL);
+    }
+    h->v[h->n++].slots = slots;
+    return true;
+}
+
+void run_hosts_clear(run_hosts *h)
+{
+    for (int i = 0; i < h->n; i++)
+        free(h->v[i].name);
+    h->n = 0;
+    h->colons = false;
+}
+
+void run_hosts_free(run_hosts *h)
+{
+    run_hosts_clear(h);
+    free(h->v);
+    *h = (run_hosts){0};
+}
+
+long run_hosts_slots(const run_hosts *h)
+{
+    long total = 0;
+    for (int i = 0; i < h->n; i++)
+        total += h->v[i].slots > 0 ? h->v[i].slots : 1;
+    return total;
+}
+
+bool run_parse_host_slots(const char *p, size_t len, size_t *name_len, long dflt, long *slots)
+{
+    const char *colon = memchr(p, ':', len);
+    *name_len = colon ? (size_t)(colon - p) : len;
+    *slots = dflt;
+    if (*name_len == 0)
+        return false;
+    if (!colon)
+        return true;
+    char num[32];
+    size_t nl = len - *name_len - 1;
+    if (nl == 0 || nl >= sizeof num)
+        return false;
+    memcpy(num, colon + 1, nl);
+    num[nl] = '\0';
+    return cli_parse_int(num, 1, 1 << 20, slots);
+}
+
+bool run_parse_host_list(const char *spec, run_hosts *h)
+{
+    for (const char *p = spec; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p), name_len;
+        long slots;
+        if (!run_parse_host_slots(p, len, &name_len, 1, &slots) || !run_hosts_add(h, p, name_len, slots))
+            return false;
+        p = end ? end + 1 : p + len;
+    }
+    return h->n > 0;
+}
+
+/* Slots 0 when a line does not give them (the launcher then counts the host's cores,
+ * which we cannot see from here). */
+bool run_read_hostfile(const char *path, run_hosts *h, char *why, size_t cap)
+{
+    run_hosts_clear(h);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(why, cap, "cannot read hosts from '%s': %s", path, strerror(errno));
+        return false;
+    }
+    char line[1024];
+    int lineno = 0;
+    bool slots_form = false;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = '\0';
+        char *tok = strtok(line, " \t\r\n");
+        if (!tok)
+            continue;
+        size_t name_len;
+        long slots;
+        bool ok = run_parse_host_slots(tok, strlen(tok), &name_len, 0, &slots);
+        h->colons |= name_len < strlen(tok);
+        for (char *opt; ok && (opt = strtok(NULL, " \t\r\n"));)
+            if (strncmp(opt, "slots=", 6) == 0) {
+                ok = cli_parse_int(opt + 6, 1, 1 << 20, &slots);
+                slots_form = true;
+            }
+        if (!ok || (h->colons && slots_form) || !run_hosts_add(h, tok, name_len, slots)) {
+            snprintf(why, cap, "%s:%d: expected 'host', 'host slots=N' or 'host:N' (one form per "
+                               "file)", path, lineno);
+            fclose(f);
+            return false;
+        }
+    }
+    fclose(f);
+    if (h->n == 0)
+        snprintf(why, cap, "cannot read hosts from '%s': no host lines", path);
+    return h->n > 0;
+}
+
 static const char *const kind_names[] = {"openmpi", "hydra", "srun"};
 
 const char *launch_kind_name(launch_kind k) { return kind_names[k]; }
@@ -158,16 +272,18 @@ bool launch_kind_detect(const char *path, launch_kind *k, char *why, size_t cap)
     return false;
 }
 
-/* Hosts as "a:4,b:4" (Open MPI's -H, Hydra's -hosts) or "a,b" (srun's -w). */
-static void host_list(const run_plan *p, bool slots, char *out, size_t cap)
+/* Open MPI's -H and Hydra's -hosts take "a:4,b:4", srun's -w "a,b". */
+void run_format_hosts(const run_host *v, int n, bool slots, char *out, size_t cap)
 {
     out[0] = '\0';
-    for (int i = 0; i < p->nhosts; i++) {
+    for (int i = 0; i < n; i++) {
         size_t len = strlen(out);
-        if (slots && p->hosts[i].slots > 0)
-            snprintf(out + len, cap - len, "%s%s:%ld", i ? "," : "", p->hosts[i].name, p->hosts[i].slots);
+        if (len + 1 >= cap)
+            break;
+        if (slots && v[i].slots > 0)
+            snprintf(out + len, cap - len, "%s%s:%ld", i ? "," : "", v[i].name, v[i].slots);
         else
-            snprintf(out + len, cap - len, "%s%s", i ? "," : "", p->hosts[i].name);
+            snprintf(out + len, cap - len, "%s%s", i ? "," : "", v[i].name);
     }
 }
 
@@ -182,7 +298,7 @@ static void push_ranks_and_hosts(const run_plan *p, argvec *a, const char *const
         argv_push(a, flags[1]);
         argv_push(a, p->hostfile);
     } else if (p->nhosts > 0) {
-        host_list(p, true, list, cap);
+        run_format_hosts(p->hosts, p->nhosts, true, list, cap);
         argv_push(a, flags[2]);
         argv_push(a, p->host_spec ? p->host_spec : list);
     }
@@ -265,7 +381,7 @@ static bool srun_args(const run_plan *p, argvec *a, char *list, size_t cap, char
                                     "hosts have %ld and %ld slots", p->hosts[0].slots, p->hosts[i].slots);
                 return false;
             }
-        host_list(p, false, list, cap);
+        run_format_hosts(p->hosts, p->nhosts, false, list, cap);
         argv_push(a, "-w");
         argv_push(a, list);
         if (p->hosts[0].slots > 0)

@@ -1,0 +1,751 @@
+/* herd run --max-restarts: supervise the MPI job and relaunch it from its latest
+ * checkpoint when it fails (as torchrun --max-restarts and Horovod's elastic mode do).
+ *
+ * The launcher runs in a process group of its own, so that SIGINT and SIGTERM reach it
+ * through herd run, which then never restarts. Its stderr passes through a pipe line by
+ * line, and on its way herd run reads what failed: herd train's "herd-run: failed" line
+ * and Open MPI's notices. Before each attempt herd run asks where the job may run (a
+ * discovery command, the hostfile read again, -H, or this machine) and sizes it. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "run.h"
+
+int run_parse_supervise_flag(int argc, char **argv, int *i, run_args *r)
+{
+    const char *a = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL;
+    bool np_flag = strcmp(a, "--min-np") == 0 || strcmp(a, "--max-np") == 0;
+    long *num = strcmp(a, "--max-restarts") == 0      ? &r->max_restarts
+                : strcmp(a, "--min-np") == 0          ? &r->min_np
+                : strcmp(a, "--max-np") == 0          ? &r->max_np
+                : strcmp(a, "--elastic-timeout") == 0 ? &r->elastic_timeout
+                                                      : NULL;
+    if (num) {
+        long lo = np_flag ? 1 : 0, hi = np_flag ? 1 << 20 : 1 << 30;
+        if (!val || !cli_parse_int(val, lo, hi, num))
+            return cli_usage_error("run", "%s needs an integer >= %ld%s%s%s", a, lo, val ? ", got '" : "",
+                                   val ? val : "", val ? "'" : "");
+    } else if (strcmp(a, "--host-discovery") == 0) {
+        if (!val || !*val)
+            return cli_usage_error("run", "--host-discovery needs a command printing host:slots lines");
+        r->discovery = val;
+    } else if (strcmp(a, "--elastic-batch") == 0) {
+        if (!val || (strcmp(val, "keep") != 0 && strcmp(val, "scale") != 0))
+            return cli_usage_error("run", "--elastic-batch '%s': expected keep or scale", val ? val : "");
+        r->elastic_batch = val;
+    } else {
+        return -2;
+    }
+    ++*i;
+    return -1;
+}
+
+/* The elastic flags given without --max-restarts, or NULL. */
+static const char *elastic_flag(const run_args *r)
+{
+    return r->min_np ? "--min-np" : r->max_np ? "--max-np" : r->discovery ? "--host-discovery"
+           : r->elastic_timeout >= 0 ? "--elastic-timeout" : r->elastic_batch ? "--elastic-batch" : NULL;
+}
+
+int run_check_supervised(run_args *r, const run_hosts *fixed)
+{
+    const char *elastic = elastic_flag(r);
+    if (r->max_restarts < 0)
+        return elastic ? cli_usage_error("run", "%s shapes restarts: it goes with --max-restarts K", elastic) : -1;
+    if (strcmp(r->cmd[0], "train") != 0)
+        return cli_usage_error("run", "--max-restarts restarts herd train from its checkpoints; '%s' "
+                               "has none", r->cmd[0]);
+    bool given;
+    const char *dir = run_cmd_option(r->cmd, r->ncmd, "--checkpoint-dir", &given);
+    if (!dir || !*dir)
+        return cli_usage_error("run", "--max-restarts needs train's --checkpoint-dir DIR: each "
+                               "restart resumes from the latest checkpoint there");
+    if (r->discovery && fixed)
+        return cli_usage_error("run", "--host-discovery finds the hosts; give it without -H or --hostfile");
+    r->min_np = r->min_np ? r->min_np : 1;
+    r->max_np = r->max_np ? r->max_np : r->np;
+    r->elastic_timeout = r->elastic_timeout >= 0 ? r->elastic_timeout : 600;
+    r->elastic_batch = r->elastic_batch ? r->elastic_batch : "keep";
+    if (r->min_np > r->max_np)
+        return cli_usage_error("run", "--min-np %ld is above --max-np %ld", r->min_np, r->max_np);
+    if (r->np < r->min_np || r->np > r->max_np)
+        return cli_usage_error("run", "-np %ld is outside --min-np %ld .. --max-np %ld", r->np,
+                               r->min_np, r->max_np);
+    long slots = fixed ? run_hosts_slots(fixed) : r->np;
+    const char *source = r->hosts ? "-H" : "the hostfile";
+    /* A fixed source never offers more: such a job could only wait for nothing. */
+    if (fixed && r->min_np > slots)
+        return cli_usage_error("run", "--min-np %ld is more than the %ld slot(s) %s offers", r->min_np,
+                               slots, source);
+    if (fixed && r->np > slots)
+        return cli_usage_error("run", "-np %ld is more than the %ld slot(s) %s offers (a host without "
+                               "a slot count counts 1)", r->np, slots, source);
+    return -1;
+}
+
+/* ---- Child processes and signals ---- */
+
+/* SIGINT or SIGTERM received (0: none), and the launcher's process group to pass it to. */
+static volatile sig_atomic_t stop_signal, child_group;
+
+static void on_signal(int sig)
+{
+    stop_signal = sig;
+    if (child_group > 0)
+        kill(-(pid_t)child_group, sig);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* "SIGKILL", or "signal N" for a number without a name. */
+static const char *signal_name(int sig)
+{
+    static char buf[32];
+    const char *abbrev = sigabbrev_np(sig);
+    if (abbrev)
+        snprintf(buf, sizeof buf, "SIG%s", abbrev);
+    else
+        snprintf(buf, sizeof buf, "signal %d", sig);
+    return buf;
+}
+
+/* "exited with status N" or "was killed by SIGX" for a wait status, into out. */
+static void status_text(int status, char *out, size_t cap)
+{
+    if (WIFSIGNALED(status))
+        snprintf(out, cap, "was killed by %s", signal_name(WTERMSIG(status)));
+    else
+        snprintf(out, cap, "exited with status %d", WEXITSTATUS(status));
+}
+
+static int exit_code(int status)
+{
+    return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
+/* In a child before exec: its own process group (so that a timeout or a forwarded
+ * signal reaches everything it starts) and no terminal input (a background group
+ * reading the terminal would stop). exec resets the caught signals and keeps the
+ * ignored ones. */
+static void child_setup(void)
+{
+    setpgid(0, 0);
+    int null = open("/dev/null", O_RDONLY);
+    if (null >= 0 && null != 0) {
+        dup2(null, 0);
+        close(null);
+    }
+}
+
+/* ---- Host discovery ---- */
+
+/* The discovery command's time limit: 30 s; tests shorten it. */
+static double discovery_timeout(void)
+{
+    const char *v = getenv("HERD_RUN_DISCOVERY_TIMEOUT");
+    double t;
+    return v && cli_parse_float(v, 0.1, 86400, &t) ? t : 30;
+}
+
+/* Reads fd into a growing buffer until EOF. False past 1 MiB, on a signal (why set)
+ * or at the deadline (why empty). */
+static bool read_all(int fd, double deadline, char **out, size_t *n, char *why, size_t cap)
+{
+    size_t size = 4096;
+    *n = 0;
+    *out = malloc(size);
+    for (;;) {
+        if (!*out) {
+            fprintf(stderr, "herd: error: out of memory\n");
+            exit(CLI_FAIL);
+        }
+        double left = deadline - now_s();
+        if (stop_signal || left <= 0) {
+            snprintf(why, cap, "%s%s", stop_signal ? "stopped by " : "", stop_signal ? signal_name(stop_signal) : "");
+            return false;
+        }
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, (int)(left * 1000) + 1) <= 0)
+            continue;
+        ssize_t got = read(fd, *out + *n, size - *n - 1);
+        if (got == 0)
+            break;
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            snprintf(why, cap, "cannot read its output: %s", strerror(errno));
+            return false;
+        }
+        *n += (size_t)got;
+        if (*n > 1 << 20) {
+            snprintf(why, cap, "printed more than 1 MiB");
+            return false;
+        }
+        if (*n + 1 == size)
+            *out = realloc(*out, size *= 2);
+    }
+    (*out)[*n] = '\0';
+    return true;
+}
+
+/* Waits for pid until the deadline (then kills its group); its wait status, or -1. */
+static int reap_by(pid_t pid, double deadline)
+{
+    int status;
+    for (;;) {
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid)
+            return status;
+        if (w < 0 && errno != EINTR)
+            return -1;
+        if (now_s() >= deadline || stop_signal) {
+            kill(-pid, SIGKILL);
+            while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+                ;
+            return -1;
+        }
+        nanosleep(&(struct timespec){.tv_nsec = 20 * 1000 * 1000}, NULL);
+    }
+}
+
+/* Runs cmd with /bin/sh -c, stderr passed through; its stdout into *out (freed by the
+ * caller). False with why set when it cannot run, fails or overruns its time. */
+static bool run_discovery(const char *cmd, char **out, char *why, size_t cap)
+{
+    double limit = discovery_timeout();
+    int fds[2];
+    *out = NULL;
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+        snprintf(why, cap, "--host-discovery: pipe: %s", strerror(errno));
+        return false;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        child_setup();
+        dup2(fds[1], 1);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    if (pid < 0) {
+        snprintf(why, cap, "--host-discovery: fork: %s", strerror(errno));
+        close(fds[0]);
+        return false;
+    }
+    setpgid(pid, pid);
+    size_t n = 0;
+    char reason[256] = "";
+    double deadline = now_s() + limit;
+    bool ok = read_all(fds[0], deadline, out, &n, reason, sizeof reason);
+    close(fds[0]);
+    int status = reap_by(pid, ok ? deadline : 0); /* past the deadline: killed, -1 */
+    if (!ok && !reason[0])
+        status = -1;
+    if (status < 0 && !reason[0])
+        snprintf(reason, sizeof reason, "did not finish within %g s; killed", limit);
+    else if (ok && status != 0)
+        status_text(status, reason, sizeof reason);
+    else if (ok && memchr(*out, '\0', n))
+        snprintf(reason, sizeof reason, "printed a NUL byte");
+    if (!reason[0])
+        return true;
+    snprintf(why, cap, "--host-discovery '%s' %s", cmd, reason);
+    free(*out);
+    *out = NULL;
+    return false;
+}
+
+/* One line of discovery output, trimmed: "host" or "host:slots" into h. */
+static bool discovery_line(char *line, run_hosts *h, const char **what)
+{
+    size_t len = strlen(line), name_len;
+    long slots;
+    *what = "a space inside";
+    if (strpbrk(line, " \t\r\v\f"))
+        return false;
+    *what = "expected host or host:slots, slots an integer from 1 to 1048576";
+    if (!run_parse_host_slots(line, len, &name_len, 1, &slots))
+        return false;
+    *what = "a host already listed";
+    for (int i = 0; i < h->n; i++)
+        if (strlen(h->v[i].name) == name_len && strncmp(h->v[i].name, line, name_len) == 0)
+            return false;
+    *what = "more hosts than herd run takes (4096)";
+    return run_hosts_add(h, line, name_len, slots);
+}
+
+/* Asks the discovery command for hosts (Horovod's format: one host:slots a line,
+ * "host" alone 1 slot, blank lines ignored), strictly, into h. */
+static bool discover(const char *cmd, run_hosts *h, char *why, size_t cap)
+{
+    char *out;
+    run_hosts_clear(h);
+    if (!run_discovery(cmd, &out, why, cap))
+        return false;
+    int lineno = 0;
+    bool ok = true;
+    for (char *line = out, *next; ok && line; line = next) {
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        lineno++;
+        while (*line == ' ' || *line == '\t')
+            line++;
+        size_t len = strlen(line);
+        while (len > 0 && strchr(" \t\r", line[len - 1]))
+            line[--len] = '\0';
+        const char *what;
+        if (len > 0 && !discovery_line(line, h, &what)) {
+            snprintf(why, cap, "--host-discovery '%s': line %d '%.200s': %s", cmd, lineno, line, what);
+            ok = false;
+        }
+    }
+    free(out);
+    if (ok && h->n == 0)
+        snprintf(why, cap, "--host-discovery '%s' printed no host", cmd);
+    return ok && h->n > 0;
+}
+
+/* ---- Failures ---- */
+
+/* How much a piece of evidence tells about which rank failed and how; a later line
+ * replaces an earlier one's account only when it tells more. A rank killed by a signal
+ * outranks herd's own lines, which other ranks print as they notice the loss. */
+enum { EV_NONE, EV_LAUNCHER, EV_EXIT, EV_HERD, EV_SIGNAL };
+
+typedef struct failure {
+    double at;   /* seconds after the job's start, at the first sign of it */
+    time_t wall;
+    long rank;   /* -1: unknown */
+    char host[64];
+    char how[256];
+    int evidence;
+    bool herd_line; /* herd train printed its failure line */
+    bool setup;     /* ... saying it failed before training began */
+    bool signalled; /* a rank died of a signal */
+    int code;       /* the launcher's exit code */
+} failure;
+
+/* What the launcher's stderr has said so far in its messages of several lines. */
+typedef struct watch {
+    failure *f;
+    double t0;
+    long abort_rank;    /* "MPI_ABORT was invoked on rank R": its errorcode is next */
+    bool nonzero_block; /* inside "exited with non-zero status": name, then code */
+    long block_rank;
+} watch;
+
+static void learn(watch *w, int evidence, long rank, const char *host, const char *how)
+{
+    failure *f = w->f;
+    if (f->evidence == EV_NONE) {
+        f->at = now_s() - w->t0;
+        f->wall = time(NULL);
+    }
+    if (evidence <= f->evidence)
+        return;
+    f->evidence = evidence;
+    f->rank = rank;
+    snprintf(f->host, sizeof f->host, "%s", host);
+    snprintf(f->how, sizeof f->how, "%s", how);
+}
+
+/* herd train: "herd-run: failed rank=R host=H step=N phase=setup|training: MESSAGE". */
+static bool herd_failure_line(watch *w, const char *line)
+{
+    const char *p = strstr(line, "herd-run: failed ");
+    long rank, step;
+    char host[64], phase[16], how[256];
+    int msg = 0;
+    if (!p || sscanf(p, "herd-run: failed rank=%ld host=%63s step=%ld phase=%15[a-z]:%n", &rank, host, &step,
+                     phase, &msg) < 4 || !msg)
+        return false;
+    bool setup = strcmp(phase, "setup") == 0;
+    p += msg + strspn(p + msg, " ");
+    if (setup)
+        snprintf(how, sizeof how, "herd train failed in set-up: %s", p);
+    else
+        snprintf(how, sizeof how, "herd train failed at step %ld: %s", step, p);
+    w->f->herd_line = true;
+    w->f->setup |= setup;
+    learn(w, EV_HERD, rank, host, how);
+    return true;
+}
+
+/* Open MPI's mpirun: "... noticed that process rank R with PID P on node H exited on
+ * signal S (NAME).", "MPI_ABORT was invoked on rank R ..." / "with errorcode N.", and
+ * "... exited with non-zero status ..." / "Process name: [[J,S],R]" / "Exit code: N". */
+static void open_mpi_line(watch *w, const char *line)
+{
+    const char *p;
+    long rank;
+    int n;
+    char host[64], how[96];
+    if ((p = strstr(line, "noticed that process rank ")) &&
+        sscanf(p, "noticed that process rank %ld with PID %*d on node %63s exited on signal %d", &rank, host,
+               &n) == 3) {
+        snprintf(how, sizeof how, "killed by %s", signal_name(n));
+        w->f->signalled = true;
+        learn(w, EV_SIGNAL, rank, host, how);
+    } else if ((p = strstr(line, "MPI_ABORT was invoked on rank ")) && sscanf(p, "MPI_ABORT was invoked on "
+                                                                                 "rank %ld", &rank) == 1) {
+        w->abort_rank = rank;
+    } else if (w->abort_rank >= 0 && sscanf(line, " with errorcode %d", &n) == 1) {
+        snprintf(how, sizeof how, "called MPI_Abort with error code %d", n);
+        learn(w, EV_EXIT, w->abort_rank, "", how);
+        w->abort_rank = -1;
+    } else if (strstr(line, "exited with non-zero status")) {
+        w->nonzero_block = true;
+    } else if (w->nonzero_block && (p = strstr(line, "Process name:")) &&
+               sscanf(p, "Process name: [[%*d,%*d],%ld]", &rank) == 1) {
+        w->block_rank = rank;
+    } else if (w->nonzero_block && (p = strstr(line, "Exit code:")) && sscanf(p, "Exit code: %d", &n) == 1) {
+        snprintf(how, sizeof how, "exit code %d", n);
+        learn(w, EV_EXIT, w->block_rank, "", how);
+        w->nonzero_block = false;
+    }
+}
+
+/* "rank R on H (how)", "rank R (how)" or "how". */
+static void describe(const failure *f, char *out, size_t cap)
+{
+    if (f->rank < 0)
+        snprintf(out, cap, "%s", f->how);
+    else if (f->host[0])
+        snprintf(out, cap, "rank %ld on %s (%s)", f->rank, f->host, f->how);
+    else
+        snprintf(out, cap, "rank %ld (%s)", f->rank, f->how);
+}
+
+/* ---- One attempt ---- */
+
+/* The launcher's stderr on its way through: whole lines passed on and read. */
+typedef struct pump {
+    int fd;
+    char buf[4096];
+    size_t n;
+} pump;
+
+static void pass_line(watch *w, char *line, size_t len)
+{
+    fwrite(line, 1, len, stderr);
+    fputc('\n', stderr);
+    line[len] = '\0';
+    if (!herd_failure_line(w, line))
+        open_mpi_line(w, line);
+}
+
+/* Reads what is there; false at the end of the stream. A line longer than the buffer
+ * passes in pieces (only its first is read for failures). */
+static bool pump_read(pump *p, watch *w)
+{
+    ssize_t got = read(p->fd, p->buf + p->n, sizeof p->buf - 1 - p->n);
+    if (got < 0 && (errno == EINTR || errno == EAGAIN))
+        return true;
+    if (got <= 0) {
+        if (p->n)
+            pass_line(w, p->buf, p->n);
+        p->n = 0;
+        return false;
+    }
+    p->n += (size_t)got;
+    char *start = p->buf, *nl;
+    while ((nl = memchr(start, '\n', p->n - (size_t)(start - p->buf)))) {
+        pass_line(w, start, (size_t)(nl - start));
+        start = nl + 1;
+    }
+    p->n -= (size_t)(start - p->buf);
+    memmove(p->buf, start, p->n);
+    if (p->n == sizeof p->buf - 1) {
+        pass_line(w, p->buf, p->n);
+        p->n = 0;
+    }
+    return true;
+}
+
+/* Starts argv in its own process group, its stderr into *err. The pid, or -1 (said). */
+static pid_t launch(char **argv, int *err)
+{
+    int errp[2], execp[2]; /* execp carries exec's errno, and closes when exec works */
+    if (pipe2(errp, O_CLOEXEC) != 0) {
+        fprintf(stderr, "herd: error: pipe: %s\n", strerror(errno));
+        return -1;
+    }
+    if (pipe2(execp, O_CLOEXEC) != 0) {
+        fprintf(stderr, "herd: error: pipe: %s\n", strerror(errno));
+        close(errp[0]);
+        close(errp[1]);
+        return -1;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        child_setup();
+        dup2(errp[1], 2);
+        execvp(argv[0], argv);
+        int e = errno;
+        ssize_t told = write(execp[1], &e, sizeof e);
+        _exit(told < 0 ? 126 : 127);
+    }
+    close(errp[1]);
+    close(execp[1]);
+    int e = 0;
+    if (pid > 0) {
+        setpgid(pid, pid); /* also here: a signal may come before the child's own call */
+        child_group = pid;
+        if (stop_signal)
+            kill(-pid, stop_signal);
+        while (read(execp[0], &e, sizeof e) < 0 && errno == EINTR)
+            ;
+    }
+    close(execp[0]);
+    if (pid < 0 || e) {
+        fprintf(stderr, "herd: error: cannot start %s: %s\n", argv[0], strerror(pid < 0 ? errno : e));
+        if (pid > 0)
+            while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+        child_group = 0;
+        close(errp[0]);
+        return -1;
+    }
+    *err = errp[0];
+    return pid;
+}
+
+/* Passes the launcher's stderr on until it exits; its wait status. */
+static int watch_launcher(pid_t pid, int fd, watch *w)
+{
+    pump p = {.fd = fd};
+    bool open = true;
+    int status = 0;
+    for (;;) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (open && poll(&pfd, 1, 200) > 0)
+            open = pump_read(&p, w);
+        pid_t got = waitpid(pid, &status, open ? WNOHANG : 0);
+        if (got == pid)
+            break;
+        if (got < 0 && errno != EINTR)
+            break;
+    }
+    child_group = 0;
+    /* Its last words may still be in the pipe, which a rank it left behind may hold
+     * open: read on for at most a second. */
+    double until = now_s() + 1;
+    while (open && now_s() < until) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int ready = poll(&pfd, 1, 100);
+        if (ready == 0)
+            break;
+        if (ready > 0)
+            open = pump_read(&p, w);
+    }
+    if (p.n)
+        pass_line(w, p.buf, p.n);
+    close(fd);
+    return status;
+}
+
+/* ---- The supervisor ---- */
+
+typedef struct supervisor {
+    const run_args *r;
+    const run_hosts *fixed; /* -H's hosts */
+    run_hosts found;        /* discovered, or the hostfile as last read */
+    failure *failures;      /* max_restarts + 1 */
+    int nfail;
+    int last_code;
+    double t0;
+} supervisor;
+
+/* Prints every failure so far and returns code. */
+static int stop(supervisor *s, int code)
+{
+    if (s->nfail)
+        fprintf(stderr, "herd: %d failure(s):\n", s->nfail);
+    for (int i = 0; i < s->nfail; i++) {
+        const failure *f = &s->failures[i];
+        char when[64], what[512];
+        struct tm tm;
+        strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S %Z", localtime_r(&f->wall, &tm));
+        describe(f, what, sizeof what);
+        fprintf(stderr, "herd:   %d. %.1f s after the start (%s): %s\n", i + 1, f->at, when, what);
+    }
+    return code;
+}
+
+/* The hosts on offer now (NULL: this machine), or NULL with why set. */
+static const run_hosts *offered(supervisor *s, char *why, size_t cap, bool *failed)
+{
+    const run_args *r = s->r;
+    *failed = false;
+    if (r->discovery)
+        *failed = !discover(r->discovery, &s->found, why, cap);
+    else if (r->hostfile)
+        *failed = !run_read_hostfile(r->hostfile, &s->found, why, cap);
+    else
+        return r->hosts ? s->fixed : NULL;
+    return *failed ? NULL : &s->found;
+}
+
+/* Where does the job's size come from, for messages. */
+static const char *source_name(const run_args *r)
+{
+    return r->discovery ? "--host-discovery" : r->hostfile ? "the hostfile" : r->hosts ? "-H" : "this machine";
+}
+
+static void sleep_s(double t)
+{
+    struct timespec ts = {.tv_sec = (time_t)t, .tv_nsec = (long)((t - (double)(time_t)t) * 1e9)};
+    while (!stop_signal && nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+/* Asks for hosts until they offer --min-np slots (every 2 s, for --elastic-timeout s):
+ * -1 with *hosts and *np set, else the exit code, the failures listed. */
+static int wait_for_slots(supervisor *s, long attempt, const run_hosts **hosts, long *np)
+{
+    const run_args *r = s->r;
+    double start = now_s(), limit = r->dry_run ? 0 : (double)r->elastic_timeout;
+    int fail_code = attempt == 0 ? CLI_FAIL : s->last_code;
+    bool told = false, failed;
+    char why[1024], list[256] = "this machine";
+    for (;;) {
+        *hosts = offered(s, why, sizeof why, &failed);
+        if (failed) {
+            fprintf(stderr, "herd: error: %s\n", why);
+            return stop(s, stop_signal ? 128 + stop_signal : fail_code);
+        }
+        long slots = *hosts ? run_hosts_slots(*hosts) : r->np, cap = attempt == 0 ? r->np : r->max_np;
+        if (slots >= r->min_np) {
+            *np = slots < cap ? slots : cap;
+            return -1;
+        }
+        if (*hosts)
+            run_format_hosts((*hosts)->v, (*hosts)->n, true, list, sizeof list);
+        if (!told)
+            fprintf(stderr, "herd: %s offers %ld slot(s) (%s), --min-np needs %ld: waiting up to %ld s\n",
+                    source_name(r), slots, list, r->min_np, r->elastic_timeout);
+        told = true;
+        double left = start + limit - now_s();
+        if (left <= 0 || stop_signal) {
+            fprintf(stderr, "herd: error: %s offers %ld slot(s) (%s), fewer than --min-np %ld, after "
+                            "%.0f s of waiting\n", source_name(r), slots, list, r->min_np, limit);
+            return stop(s, stop_signal ? 128 + stop_signal : fail_code);
+        }
+        sleep_s(left < 2 ? left : 2);
+    }
+}
+
+/* Whether a failed attempt is worth another: NULL, or why not. */
+static const char *no_restart(const supervisor *s, const failure *f, long attempt)
+{
+    if (stop_signal)
+        return "herd run was asked to stop";
+    if (f->setup && !f->signalled)
+        return "herd train failed before training began, which another attempt would repeat";
+    if (f->code == CLI_USAGE && !f->herd_line)
+        return "the launcher exited with code 2, a usage error";
+    if (attempt >= s->r->max_restarts)
+        return "no restarts left";
+    return NULL;
+}
+
+/* Runs one attempt: -1 to restart, else herd run's exit code. */
+static int attempt(supervisor *s, long k, char **argv)
+{
+    failure *f = &s->failures[s->nfail];
+    *f = (failure){.rank = -1};
+    watch w = {.f = f, .t0 = s->t0, .abort_rank = -1, .block_rank = -1};
+    int fd;
+    pid_t pid = launch(argv, &fd);
+    if (pid < 0)
+        return stop(s, CLI_FAIL);
+    int status = watch_launcher(pid, fd, &w);
+    if (status == 0)
+        return CLI_OK;
+    char st[64], how[128];
+    status_text(status, st, sizeof st);
+    snprintf(how, sizeof how, "the launcher %s", st);
+    learn(&w, EV_LAUNCHER, -1, "", how);
+    f->code = s->last_code = exit_code(status);
+    s->nfail++;
+    const char *why = no_restart(s, f, k);
+    if (!why)
+        return -1;
+    fprintf(stderr, "herd: not restarting: %s\n", why);
+    return stop(s, f->code);
+}
+
+static void print_restart(const supervisor *s, long k, long np, const run_hosts *hosts)
+{
+    char what[512], list[256] = "this machine";
+    describe(&s->failures[s->nfail - 1], what, sizeof what);
+    if (hosts)
+        run_format_hosts(hosts->v, hosts->n, true, list, sizeof list);
+    fprintf(stderr, "herd: restart %ld/%ld after %s: relaunching on %ld rank(s) (%s)\n", k, s->r->max_restarts,
+            what, np, list);
+}
+
+/* Passes sig on to the launcher, unless herd run was started ignoring it (nohup, a
+ * shell's background job), which the launcher then inherits. */
+static void catch_signal(int sig, struct sigaction *old)
+{
+    struct sigaction act = {.sa_handler = on_signal};
+    sigemptyset(&act.sa_mask);
+    sigaction(sig, NULL, old);
+    if (old->sa_handler != SIG_IGN)
+        sigaction(sig, &act, NULL);
+}
+
+int run_supervise(const run_args *r, const run_hosts *fixed)
+{
+    supervisor s = {.r = r, .fixed = fixed, .t0 = now_s(),
+                    .failures = calloc((size_t)r->max_restarts + 1, sizeof *s.failures)};
+    if (!s.failures) {
+        fprintf(stderr, "herd: error: out of memory\n");
+        return CLI_FAIL;
+    }
+    struct sigaction old_int, old_term;
+    catch_signal(SIGINT, &old_int);
+    catch_signal(SIGTERM, &old_term);
+    stop_signal = 0;
+    int rc = -1;
+    for (long k = 0; rc < 0; k++) {
+        const run_hosts *hosts = NULL;
+        long np = 0;
+        rc = wait_for_slots(&s, k, &hosts, &np);
+        if (rc >= 0)
+            break;
+        if (k > 0)
+            print_restart(&s, k, np, hosts);
+        argvec a = {0};
+        rc = run_build_command(r, &(run_attempt){.np = np, .hosts = hosts, .host_spec = r->hosts,
+                                                 .hostfile = r->hostfile, .restarts = k}, &a);
+        if (rc >= 0 && k > 0)
+            rc = stop(&s, s.last_code); /* discovery gave what the launcher cannot take */
+        else if (rc < 0 && r->dry_run)
+            rc = CLI_OK;
+        else if (rc < 0)
+            rc = attempt(&s, k, a.v);
+        argv_free(&a);
+    }
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    run_hosts_free(&s.found);
+    free(s.failures);
+    return rc;
+}
