@@ -308,13 +308,38 @@ static long threads_per_rank(const run_args *r, long per_host, long cores, bool 
     return t;
 }
 
+/* How an attempt's ranks share the hosts' cores. */
+typedef struct sizing {
+    bool local;          /* every rank on this machine */
+    long per_host;       /* the most ranks on one host */
+    long threads;        /* cores and compute threads per rank */
+    long env_threads;    /* OMP_NUM_THREADS: the command's own --threads, else threads */
+    bool oversubscribed; /* more ranks x threads than this machine's cores */
+} sizing;
+
+/* Whether every host names this machine (localhost, a loopback address, its own
+ * name): such a job shares this machine's cores as one without hosts does, and may
+ * have to be oversubscribed (a --host-discovery printing localhost:3 on 2 cores). */
+static bool only_this_machine(const run_hosts *h)
+{
+    char self[256] = "";
+    gethostname(self, sizeof self - 1);
+    size_t short_len = strcspn(self, ".");
+    for (int i = 0; i < h->n; i++) {
+        const char *n = h->v[i].name;
+        if (strcmp(n, "localhost") != 0 && strncmp(n, "127.", 4) != 0 && strcmp(n, "::1") != 0 &&
+            strcmp(n, self) != 0 && !(strlen(n) == short_len && strncmp(n, self, short_len) == 0))
+            return false;
+    }
+    return true;
+}
+
 /* The launcher's own flags for one attempt: hosts, binding, exported variables (thread
  * pools, the user's -x, and under supervision the attempt's number) and MPI settings. */
-static bool launcher_flags(const run_args *r, const run_attempt *at, long t, long env_t, bool oversubscribed,
-                           argvec *a, char *why, size_t cap)
+static bool launcher_flags(const run_args *r, const run_attempt *at, const sizing *z, argvec *a, char *why,
+                           size_t cap)
 {
     const run_hosts *h = at->hosts && at->hosts->n ? at->hosts : NULL;
-    long per_host = h ? max_ranks_per_host(at->np, h->v, h->n) : at->np;
     /* Thread pools of libraries that size themselves from the environment (OpenMP,
      * OpenBLAS) would otherwise each take every core of the host. */
     char omp[64], blas[64], restarts[64];
@@ -324,8 +349,8 @@ static bool launcher_flags(const run_args *r, const run_attempt *at, long t, lon
         exit(CLI_FAIL);
     }
     int nexp = 0, nmca = r->nmca;
-    snprintf(omp, sizeof omp, "OMP_NUM_THREADS=%ld", env_t);
-    snprintf(blas, sizeof blas, "OPENBLAS_NUM_THREADS=%ld", env_t);
+    snprintf(omp, sizeof omp, "OMP_NUM_THREADS=%ld", z->env_threads);
+    snprintf(blas, sizeof blas, "OPENBLAS_NUM_THREADS=%ld", z->env_threads);
     if (!exports(r->xvars, r->nx, "OMP_NUM_THREADS"))
         exported[nexp++] = omp;
     if (!exports(r->xvars, r->nx, "OPENBLAS_NUM_THREADS"))
@@ -340,7 +365,7 @@ static bool launcher_flags(const run_args *r, const run_attempt *at, long t, lon
     /* herd's own MPI settings go on a copy: every attempt chooses them afresh. */
     memcpy(mca, r->mca, (size_t)r->nmca * sizeof *mca);
     if (r->kind == LAUNCH_OPENMPI) {
-        choose_single_copy(mca, &nmca, r->xvars, r->nx, r->extra, per_host);
+        choose_single_copy(mca, &nmca, r->xvars, r->nx, r->extra, z->per_host);
         keepalive_defaults(mca, &nmca, r->xvars, r->nx, r->extra);
     }
     const char *plugin = strcmp(HERD_MPI_FAMILY, "openmpi") == 0 ? "pmix"
@@ -348,9 +373,9 @@ static bool launcher_flags(const run_args *r, const run_attempt *at, long t, lon
     for (int k = 0; k < r->extra->n; k++)
         if (strncmp(r->extra->v[k], "--mpi", 5) == 0)
             plugin = NULL; /* the user's own --mpi= */
-    run_plan plan = {.kind = r->kind, .np = at->np, .threads = t, .host_spec = at->host_spec,
+    run_plan plan = {.kind = r->kind, .np = at->np, .threads = z->threads, .host_spec = at->host_spec,
                      .hosts = h ? h->v : NULL, .nhosts = h ? h->n : 0, .hostfile = at->hostfile,
-                     .hostfile_colons = h && h->colons, .oversubscribed = oversubscribed,
+                     .hostfile_colons = h && h->colons, .oversubscribed = z->oversubscribed,
                      .bind = r->bind ? r->bind : "core", .report = r->report, .exports = exported,
                      .nexports = nexp, .mca = mca, .nmca = nmca, .mpi_plugin = plugin};
     bool built = run_launcher_args(&plan, a, why, cap);
@@ -398,13 +423,14 @@ int run_build_command(const run_args *r, const run_attempt *at, argvec *a)
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (cores < 1)
         cores = 1;
-    bool local = !at->hosts || at->hosts->n == 0;
-    long per_host = local ? at->np : max_ranks_per_host(at->np, at->hosts->v, at->hosts->n);
+    sizing z = {.local = !at->hosts || at->hosts->n == 0 || only_this_machine(at->hosts)};
+    z.per_host = z.local ? at->np : max_ranks_per_host(at->np, at->hosts->v, at->hosts->n);
     bool user_given;
     long user_t = user_threads(r->cmd, r->ncmd, &user_given);
-    long t = threads_per_rank(r, per_host, cores, local, user_t);
+    long t = z.threads = threads_per_rank(r, z.per_host, cores, z.local, user_t);
+    z.env_threads = user_t ? user_t : t;
     /* srun places tasks in its allocation, whose cores this machine's count does not tell. */
-    bool oversubscribed = local && r->kind != LAUNCH_SRUN && at->np * t > cores;
+    z.oversubscribed = z.local && r->kind != LAUNCH_SRUN && at->np * t > cores;
 
     /* The ranks run this very binary, by absolute path (the launcher's PATH may differ). */
     char self[PATH_MAX], why[512];
@@ -415,7 +441,7 @@ int run_build_command(const run_args *r, const run_attempt *at, argvec *a)
     }
     self[len] = '\0';
     argv_push(a, r->launcher);
-    if (!launcher_flags(r, at, t, user_t ? user_t : t, oversubscribed, a, why, sizeof why))
+    if (!launcher_flags(r, at, &z, a, why, sizeof why))
         return cli_usage_error("run", "%s", why);
     for (int k = 0; k < r->extra->n; k++)
         argv_push(a, r->extra->v[k]);
@@ -427,7 +453,7 @@ int run_build_command(const run_args *r, const run_attempt *at, argvec *a)
         print_quoted(stderr, a->v[k]);
     }
     fputc('\n', stderr);
-    if (oversubscribed)
+    if (z.oversubscribed)
         fprintf(stderr, "herd: note: %ld rank(s) x %ld thread(s) on %ld core(s): oversubscribed, "
                         "ranks unbound; timings will not mean much\n", at->np, t, cores);
     fflush(stderr);

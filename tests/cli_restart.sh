@@ -78,6 +78,11 @@ check "dry run: --elastic-batch scale, the command's own --resume not doubled" b
   "grep -q -- '--resume --threads [0-9]* --elastic-batch scale --elastic-ranks 2\$' '$tmp/err'"
 sup --dry-run -np 3 --max-restarts 1 --host-discovery 'printf "a:2\n\nb\n"' -- "${train[@]}"
 check "dry run with discovery: its hosts as -H ('b' alone: 1 slot)" err_has " -np 3 -H a:2,b:1 "
+if [ "$(getconf _NPROCESSORS_ONLN)" -lt 3 ]; then
+  sup --dry-run -np 3 --threads-per-rank 1 --max-restarts 1 --host-discovery 'echo localhost:3' -- "${train[@]}"
+  check "discovery offering localhost:3 on fewer cores: oversubscribed as a local job" \
+    err_has " -np 3 -H localhost:3 --oversubscribe --bind-to none "
+fi
 
 # ---- Discovery output parsed strictly; failures named ----
 discovery_error() { # discovery_error NAME WORD COMMAND
