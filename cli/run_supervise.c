@@ -30,10 +30,11 @@ int run_parse_supervise_flag(int argc, char **argv, int *i, run_args *r)
                 : strcmp(a, "--elastic-timeout") == 0 ? &r->elastic_timeout
                                                       : NULL;
     if (num) {
-        long lo = np_flag ? 1 : 0, hi = np_flag ? 1 << 20 : 1 << 30;
+        /* At most 10000 restarts: their failures are kept, K + 1 records. */
+        long lo = np_flag ? 1 : 0, hi = np_flag ? 1 << 20 : num == &r->max_restarts ? 10000 : 1 << 30;
         if (!val || !cli_parse_int(val, lo, hi, num))
-            return cli_usage_error("run", "%s needs an integer >= %ld%s%s%s", a, lo, val ? ", got '" : "",
-                                   val ? val : "", val ? "'" : "");
+            return cli_usage_error("run", "%s needs an integer from %ld to %ld%s%s%s", a, lo, hi,
+                                   val ? ", got '" : "", val ? val : "", val ? "'" : "");
     } else if (strcmp(a, "--host-discovery") == 0) {
         if (!val || !*val)
             return cli_usage_error("run", "--host-discovery needs a command printing host:slots lines");
@@ -538,8 +539,10 @@ static int watch_launcher(pid_t pid, int fd, watch *w)
         pid_t got = waitpid(pid, &status, open ? WNOHANG : 0);
         if (got == pid)
             break;
-        if (got < 0 && errno != EINTR)
+        if (got < 0 && errno != EINTR) {
+            status = 1 << 8; /* lost (ECHILD): a failure with exit code 1 */
             break;
+        }
     }
     child_group = 0;
     /* Its last words may still be in the pipe, which a rank it left behind may hold
@@ -624,6 +627,10 @@ static int wait_for_slots(supervisor *s, long attempt, const run_hosts **hosts, 
     bool told = false, failed;
     char why[1024], list[256] = "this machine";
     for (;;) {
+        if (stop_signal) {
+            fprintf(stderr, "herd: not restarting: herd run was asked to stop\n");
+            return stop(s, 128 + stop_signal);
+        }
         *hosts = offered(s, why, sizeof why, &failed);
         if (failed) {
             fprintf(stderr, "herd: error: %s\n", why);
@@ -641,10 +648,10 @@ static int wait_for_slots(supervisor *s, long attempt, const run_hosts **hosts, 
                     source_name(r), slots, list, r->min_np, r->elastic_timeout);
         told = true;
         double left = start + limit - now_s();
-        if (left <= 0 || stop_signal) {
+        if (left <= 0) {
             fprintf(stderr, "herd: error: %s offers %ld slot(s) (%s), fewer than --min-np %ld, after "
                             "%.0f s of waiting\n", source_name(r), slots, list, r->min_np, limit);
-            return stop(s, stop_signal ? 128 + stop_signal : fail_code);
+            return stop(s, fail_code);
         }
         sleep_s(left < 2 ? left : 2);
     }
@@ -719,10 +726,12 @@ int run_supervise(const run_args *r, const run_hosts *fixed)
         fprintf(stderr, "herd: error: out of memory\n");
         return CLI_FAIL;
     }
-    struct sigaction old_int, old_term;
+    struct sigaction old_int, old_term, old_chld, dfl = {.sa_handler = SIG_DFL};
+    stop_signal = 0;
     catch_signal(SIGINT, &old_int);
     catch_signal(SIGTERM, &old_term);
-    stop_signal = 0;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(SIGCHLD, &dfl, &old_chld); /* an inherited SIG_IGN leaves nothing to wait for */
     int rc = -1;
     for (long k = 0; rc < 0; k++) {
         const run_hosts *hosts = NULL;
@@ -745,6 +754,7 @@ int run_supervise(const run_args *r, const run_hosts *fixed)
     }
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGCHLD, &old_chld, NULL);
     run_hosts_free(&s.found);
     free(s.failures);
     return rc;
