@@ -326,7 +326,9 @@ static bool discover(const char *cmd, run_hosts *h, char *why, size_t cap)
 /* How much a piece of evidence tells about which rank failed and how; a later line
  * replaces an earlier one's account only when it tells more. A rank killed by a signal
  * outranks herd's own lines, which other ranks print as they notice the loss. */
-enum { EV_NONE, EV_LAUNCHER, EV_EXIT, EV_HERD, EV_SIGNAL };
+/* Evidence of what failed, weakest first: a stronger kind replaces a weaker one. A lost
+ * host outranks the stall it causes on the ranks that lost it. */
+enum { EV_NONE, EV_LAUNCHER, EV_EXIT, EV_HERD, EV_STALL, EV_HOST, EV_SIGNAL };
 
 typedef struct failure {
     double at;   /* seconds after the job's start, at the first sign of it */
@@ -348,6 +350,7 @@ typedef struct watch {
     long abort_rank;    /* "MPI_ABORT was invoked on rank R": its errorcode is next */
     bool nonzero_block; /* inside "exited with non-zero status": name, then code */
     long block_rank;
+    bool lost_daemon;   /* after "lost communication with a remote daemon": its host next */
 } watch;
 
 static void learn(watch *w, int evidence, long rank, const char *host, const char *how)
@@ -421,10 +424,46 @@ static void open_mpi_line(watch *w, const char *line)
     }
 }
 
-/* "rank R on H (how)", "rank R (how)" or "how". */
+/* herd's stall inspector ending the job: "... (stall timeout); ranks unreachable: R on H
+ * (...)" or "ranks not yet arrived: R on H (...)", the first rank named. */
+static void herd_stall_line(watch *w, const char *line)
+{
+    static const char *const kinds[][2] = {{"ranks unreachable: ", "unreachable at the stall timeout"},
+                                           {"ranks not yet arrived: ", "stalled past the stall timeout"}};
+    if (!strstr(line, "(stall timeout)"))
+        return;
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        const char *p = strstr(line, kinds[k][0]);
+        long rank;
+        char host[64];
+        if (p && sscanf(p + strlen(kinds[k][0]), "%ld on %63[^ ;(]", &rank, host) == 2) {
+            learn(w, EV_STALL, rank, host, kinds[k][1]);
+            return;
+        }
+    }
+}
+
+/* Open MPI's mpirun when a host's daemon stops answering: "ORTE has lost communication
+ * with a remote daemon." then "Remote daemon: [[J,D],V] on node H". */
+static void lost_daemon_line(watch *w, const char *line)
+{
+    const char *p;
+    char host[64];
+    if (strstr(line, "lost communication with a remote daemon"))
+        w->lost_daemon = true;
+    else if (w->lost_daemon && (p = strstr(line, "Remote daemon:")) &&
+             sscanf(p, "Remote daemon: [[%*d,%*d],%*d] on node %63s", host) == 1) {
+        learn(w, EV_HOST, -1, host, "host lost: mpirun's connection to its daemon there broke");
+        w->lost_daemon = false;
+    }
+}
+
+/* "rank R on H (how)", "rank R (how)", "H (how)" or "how". */
 static void describe(const failure *f, char *out, size_t cap)
 {
-    if (f->rank < 0)
+    if (f->rank < 0 && f->host[0])
+        snprintf(out, cap, "%s (%s)", f->host, f->how);
+    else if (f->rank < 0)
         snprintf(out, cap, "%s", f->how);
     else if (f->host[0])
         snprintf(out, cap, "rank %ld on %s (%s)", f->rank, f->host, f->how);
@@ -446,8 +485,11 @@ static void pass_line(watch *w, char *line, size_t len)
     fwrite(line, 1, len, stderr);
     fputc('\n', stderr);
     line[len] = '\0';
-    if (!herd_failure_line(w, line))
-        open_mpi_line(w, line);
+    if (herd_failure_line(w, line))
+        return;
+    herd_stall_line(w, line);
+    lost_daemon_line(w, line);
+    open_mpi_line(w, line);
 }
 
 /* Reads what is there; false at the end of the stream. A line longer than the buffer

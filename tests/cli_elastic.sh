@@ -26,20 +26,30 @@ ranks_of() {
     [ "$(cat "/proc/$p/comm" 2>/dev/null)" = herd ] && echo "$p"
   done
 }
-# Waits until attempt $2 (restarts=$(($2 - 1))) of the job in $1 has trained a step.
-wait_training() {
-  local t
-  for t in $(seq 1 600); do
-    grep -q "^herd-progress step=[0-9]* time=[0-9.]* restarts=$(($2 - 1)) " "$1/progress" 2>/dev/null && return 0
-    sleep 0.1
+# progress DIR ATTEMPT: the step attempt ATTEMPT of the job in DIR last recorded (empty
+# before its first step).
+progress() {
+  sed -n "s/^herd-progress step=\([0-9]*\) time=[0-9.]* restarts=$(($2 - 1)) .*/\1/p" "$1/progress" 2>/dev/null
+}
+# wait_step DIR ATTEMPT [AHEAD]: waits until that attempt has trained a step, then
+# AHEAD more steps; false after 60 s.
+wait_step() {
+  local t first="" now
+  for t in $(seq 1 3000); do
+    now=$(progress "$1" "$2")
+    [ -z "$first" ] && first=$now
+    [ -n "$now" ] && [ "$now" -ge $((first + ${3:-0})) ] && return 0
+    sleep 0.02
   done
   return 1
 }
 
-# 1. Ten kills. 4000 samples, global batch 64: 63 steps per epoch, 12 epochs.
+# 1. Ten kills, each after a random number (0-49) of steps into an attempt, of a random
+# rank. 4000 samples, global batch 64: 63 steps per epoch, 16 epochs: more steps than
+# ten attempts take.
 S=20
-job=(train --model mlp --data synthetic:1,12,12,4,4000 --threads 1 --seed 3 --epochs 12 --batch-size 32
-     --optimizer adamw --lr 0.001 --eval-every 0 --quiet)
+job=(train --model lenet5 --data synthetic:1,28,28,10,4000 --threads 1 --seed 3 --epochs 16 --batch-size 32
+     --lr 0.01 --eval-every 0 --quiet)
 timeout 300 "${run[@]}" -np 2 -- "${job[@]}" --save "$tmp/ref.st" >"$tmp/ref.out" 2>"$tmp/ref.err"
 check "the run never stopped: exits 0" test $? -eq 0
 timeout 600 "${run[@]}" -np 2 --max-restarts 10 -- "${job[@]}" --checkpoint-dir "$tmp/k" \
@@ -47,8 +57,7 @@ timeout 600 "${run[@]}" -np 2 --max-restarts 10 -- "${job[@]}" --checkpoint-dir 
 sup=$!
 killed=0
 for i in $(seq 1 10); do
-  wait_training "$tmp/k" "$i" || break
-  sleep "0.$((RANDOM % 9 + 1))"
+  wait_step "$tmp/k" "$i" $((RANDOM % 50)) || break
   mapfile -t pids < <(ranks_of "$tmp/k")
   [ ${#pids[@]} -gt 0 ] || break
   victim=${pids[$((RANDOM % ${#pids[@]}))]}
@@ -62,10 +71,10 @@ check "herd run restarted it 10 times" test "$(grep -c '^herd: restart [0-9]*/10
 check "the summary says restarts=10" test "$(field restarts "$tmp/k.out")" = 10
 check "the never-stopped run's weights, bit for bit" cmp -s "$tmp/ref.st" "$tmp/k.st"
 # Each restart's lost steps, as train logs them.
-lost=$(sed -n 's/^herd: restart [0-9]*: resumed at step [0-9]*: \([0-9]*\) step(s) lost.*/\1/p' "$tmp/k.err" |
+lost=$(sed -n 's/^herd: warning: restart [0-9]*: resumed at step [0-9]*: \([0-9]*\) step(s) lost.*/\1/p' "$tmp/k.err" |
        sort -n | tail -n 1)
 echo "most steps lost by one failure: $lost; in all: $(field lost_steps "$tmp/k.out")"
-check "train logged 10 restarts" test "$(grep -c '^herd: restart [0-9]*: resumed at step' "$tmp/k.err")" -eq 10
+check "train logged 10 restarts" test "$(grep -c '^herd: warning: restart [0-9]*: resumed at step' "$tmp/k.err")" -eq 10
 # A kill during a checkpoint's background write loses the steps trained meanwhile too.
 check "no failure lost more than $S steps, plus a write's ($lost)" test "${lost:-999}" -le $((2 * S))
 [ $fails -eq 0 ] || tail -n 30 "$tmp/k.err"
@@ -77,7 +86,7 @@ HERD_TEST_KILL_IN_WRITE=4 timeout 300 "${run[@]}" -np 2 --max-restarts 1 -x HERD
   >"$tmp/w.out" 2>"$tmp/w.err"
 check "killed in a background write: the job ends 0 after 1 restart" \
   test $? -eq 0 -a "$(field restarts "$tmp/w.out")" = 1
-check "killed in a background write: resumed from step 20" grep -q 'restart 1: ' "$tmp/w.err"
+check "killed in a background write: resumed from step 20" grep -q 'restart 1: resumed at step 20:' "$tmp/w.err"
 check "killed in a background write: the never-stopped run's weights" cmp -s "$tmp/ref.st" "$tmp/w.st"
 
 # 3. Elastic: 3 ranks x 16 x 2 (global batch 96); a rank killed once training is under
@@ -94,7 +103,7 @@ timeout 300 "${run[@]}" -np 3 --min-np 2 --max-restarts 1 --host-discovery "$tmp
   "${el[@]}" --checkpoint-dir "$tmp/e" --checkpoint-every-steps 5 --save "$tmp/e.st" \
   >"$tmp/e.out" 2>"$tmp/e.err" &
 sup=$!
-wait_training "$tmp/e" 1 && sleep 0.3
+wait_step "$tmp/e" 1 3
 mapfile -t pids < <(ranks_of "$tmp/e")
 touch "$tmp/two"
 kill -9 "${pids[$((RANDOM % ${#pids[@]}))]}"
@@ -104,7 +113,7 @@ check "elastic: the job ends 0 ($rc)" test $rc -eq 0
 check "elastic: relaunched on 2 ranks" grep -q '^herd: restart 1/1 .*relaunching on 2 rank' "$tmp/e.err"
 check "elastic: the global batch 96 kept as 2 x 16 x 3" grep -q 'global batch 96 kept as 2 x 16 x 3' "$tmp/e.err"
 check "elastic: ranks=2 in the summary" test "$(field ranks "$tmp/e.out")" = 2
-from=$(sed -n 's/^herd: restart 1: resumed at step \([0-9]*\):.*/\1/p' "$tmp/e.err")
+from=$(sed -n 's/^herd: warning: restart 1: resumed at step \([0-9]*\):.*/\1/p' "$tmp/e.err")
 echo "the restart resumed at step ${from:-?}"
 if [ -n "$from" ] && [ "$from" -gt 0 ]; then
   timeout 300 "${mpiexec[@]}" -np 3 "$herd" "${el[@]}" --quiet --checkpoint-dir "$tmp/e-hand" \

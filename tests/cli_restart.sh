@@ -151,6 +151,16 @@ check "MPI_Abort and non-zero exit read: exit 7 ($rc)" test "$rc" -eq 7
 check "MPI_Abort: rank 3, error code 5" err_has "1\. .*: rank 3 (called MPI_Abort with error code 5)$"
 check "non-zero exit: rank 2, exit code 7" err_has "2\. .*: rank 2 (exit code 7)$"
 
+# A host lost: rank 0's stall timeout names the unreachable rank; mpirun's lost daemon
+# names the host, and outranks it.
+stall='herd: error: rank 0 on host n1: collective #9 (allreduce) did not complete within 8 s (stall timeout); ranks unreachable: 1 on n2 (no answer for 9 s); ending the job in 10 s'
+plan "echo '$stall' >&2; exit 1" 'exit 0'
+sup -np 2 --max-restarts 1 -- "${train[@]}"
+check "stall timeout: names rank 1 on n2" err_has "restart 1/1 after rank 1 on n2 (unreachable at the stall timeout):"
+plan "echo '$stall' >&2; printf 'ORTE has lost communication with a remote daemon.\n\n  HNP daemon   : [[21815,0],0] on node n1\n  Remote daemon: [[21815,0],1] on node n2\n' >&2; exit 1" 'exit 0'
+sup -np 2 --max-restarts 1 -- "${train[@]}"
+check "lost daemon: names host n2" err_has "restart 1/1 after n2 (host lost: mpirun's connection to its daemon there broke):"
+
 plan 'echo no rank named >&2; exit 1' 'exit 0'
 sup -np 2 --max-restarts 1 -- "${train[@]}"
 check "no rank named: the launcher's status" err_has "restart 1/1 after the launcher exited with status 1:"

@@ -801,7 +801,8 @@ static herd_status run_epoch(run *r, int epoch, double t_start, bool *stop)
         r->clipped_steps += s.clipped;
         r->res->steps = ++r->state.global_step;
         if (herd_restart_log_step(&r->restarts, r->state.global_step))
-            herd_log(HERD_LOG_INFO, "restart %d: resumed at step %ld: %ld step(s) lost, training again "
+            /* Said even under --quiet: something failed, and this is what it cost. */
+            herd_log(HERD_LOG_WARNING, "restart %d: resumed at step %ld: %ld step(s) lost, training again "
                      "%.1f s after the last step before the failure (in all: %ld steps, %.1f s)",
                      r->restarts.restarts, r->restarts.resumed_step, r->restarts.last_lost,
                      r->restarts.last_recovery_s, r->restarts.lost_steps, r->restarts.recovery_s);
