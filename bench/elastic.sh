@@ -5,10 +5,11 @@
 #     interleaved, --repeats times each: the whole process's wall time (date around it,
 #     so start-up and the wait for the last background write count) and its median.
 #  2. recovery: herd run -np 2 --max-restarts 1 -- train lenet5 (Fashion-MNIST, or
-#     synthetic data without it) with --checkpoint-every-steps 50; one rank killed with
-#     kill -9 after 15 s of training: when the kill was sent, when herd run relaunched,
-#     and training's own count (recovery_s: the last step before the failure to the first
-#     step after it; lost_steps), --repeats times.
+#     synthetic data without it) with --checkpoint-every-steps 50; a random rank killed
+#     with kill -9 at a random step from 300 to 349 (read from the progress record): from
+#     the kill to herd run's relaunch line and to the restarted attempt's first step, and
+#     training's own count (recovery_s: the last step before the failure to the first step
+#     after it; lost_steps), --repeats times.
 #
 #   bench/elastic.sh [--repeats 5] [--parts overhead,recovery]
 set -u
@@ -58,26 +59,40 @@ fi
 if [[ $parts == *recovery* ]]; then
   data=synthetic:1,28,28,10,60000
   [ -d /usr/share/datasets/fashion-mnist ] && data=fashion-mnist
-  echo "## 2. recovery: herd run -np 2 --max-restarts 1, lenet5 on $data, batch 64, every 50 steps, kill -9 after 15 s"
+  echo "## 2. recovery: herd run -np 2 --max-restarts 1, lenet5 on $data, batch 64, every 50 steps;" \
+    "a random rank killed (kill -9) at step 300 + 0..49"
+  # The step attempt $2 last recorded in $1/progress (empty before its first).
+  progress() { sed -n "s/^herd-progress step=\([0-9]*\) time=[0-9.]* restarts=$2 .*/\1/p" "$1/progress" 2>/dev/null; }
   for ((i = 1; i <= repeats; i++)); do
     rm -rf "$tmp/rk" "$tmp/err"
     "$herd" run -np 2 --max-restarts 1 -- train --model lenet5 --data "$data" --batch-size 64 \
-      --epochs 2 --eval-every 0 --checkpoint-dir "$tmp/rk" --checkpoint-every-steps 50 --quiet \
-      >"$tmp/out" 2>"$tmp/err" &
+      --epochs 3 --eval-every 0 --checkpoint-dir "$tmp/rk" --checkpoint-every-steps 50 --quiet \
+      >"$tmp/out" 2> >(while IFS= read -r l; do printf '%s %s\n' "$(now)" "$l"; done >"$tmp/err") &
     sup=$!
-    for ((w = 0; w < 300 && ! -s "$tmp/rk/progress"; w++)); do sleep 0.1; done
-    sleep 15
-    victim=$(pgrep -f -- "--checkpoint-dir $tmp/rk" | while read -r p; do
-      [ "$(ps -o comm= -p "$p")" = herd ] && grep -q 'train' "/proc/$p/cmdline" && \
-        ! grep -q -- '--max-restarts' "/proc/$p/cmdline" && echo "$p"; done | tail -n 1)
+    target=$((300 + RANDOM % 50))
+    for ((w = 0; w < 6000; w++)); do
+      st=$(progress "$tmp/rk" 0)
+      [ -n "$st" ] && [ "$st" -ge $target ] && break
+      sleep 0.01
+    done
+    victim=$(for p in $(pgrep -f -- "--checkpoint-dir $tmp/rk"); do
+      tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- ' run ' && continue
+      [ "$(cat "/proc/$p/comm" 2>/dev/null)" = herd ] && echo "$p"; done | shuf -n 1)
     t_kill=$(now)
     kill -9 "$victim"
+    t_first=""
+    for ((w = 0; w < 6000; w++)); do
+      [ -n "$(progress "$tmp/rk" 1)" ] && { t_first=$(now); break; }
+      sleep 0.01
+    done
     wait "$sup"
     rc=$?
-    relaunch=$(grep -m1 'restart 1/1' "$tmp/err" || true)
-    echo "run $i: exit $rc, killed pid $victim at $t_kill; restarts=$(key restarts "$tmp/out")" \
-      "lost_steps=$(key lost_steps "$tmp/out") recovery_s=$(key recovery_s "$tmp/out")"
-    grep -E '^herd: (restart|run)' "$tmp/err" | head -3 | sed 's/^/  /'
-    [ -n "$relaunch" ] || { echo "  no relaunch seen"; tail -5 "$tmp/err" | sed 's/^/  /'; }
+    sleep 0.2
+    t_relaunch=$(awk '/ herd: restart 1\/1 / { print $1; exit }' "$tmp/err")
+    printf 'run %d: exit %d, killed at step %s; kill -> relaunch %.2f s, kill -> first step %.2f s;' "$i" "$rc" \
+      "$st" "$(awk -v a="$t_kill" -v b="${t_relaunch:-0}" 'BEGIN { print b - a }')" \
+      "$(awk -v a="$t_kill" -v b="${t_first:-0}" 'BEGIN { print b - a }')"
+    echo " train: restarts=$(key restarts "$tmp/out") lost_steps=$(key lost_steps "$tmp/out") recovery_s=$(key recovery_s "$tmp/out")"
+    grep -E ' herd: (restart 1/1|warning: restart 1)' "$tmp/err" | cut -d' ' -f2- | sed 's/^/  /'
   done
 fi

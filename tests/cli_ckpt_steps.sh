@@ -89,6 +89,14 @@ if have_mpi; then
   check "keep: the weights of a resume by hand with --grad-accum 3, bit for bit" cmp -s "$tmp/keep.st" "$tmp/hand.st"
   "${mpirun[@]}" -np 2 "$herd" train "${el[@]}" --max-steps 1 --elastic-ranks 3 --elastic-batch scale >"$tmp/out" 2>&1
   check "scale: per-rank batch kept, lr 0.01 x 64/96" grep -q 'per-rank batch 16 kept, global batch 64 (was 96), lr 0.00666667' "$tmp/out"
+  # ZeRO's checkpoints are collective: inside epochs too, and the weights stay the same.
+  zr=(--model mlp --data synthetic:1,12,12,4,500 --threads 1 --seed 7 --epochs 2 --batch-size 32
+      --optimizer adamw --lr 0.002 --zero 1 --quiet)
+  "${mpirun[@]}" -np 2 "$herd" train "${zr[@]}" --save "$tmp/z.st" >/dev/null 2>&1
+  "${mpirun[@]}" -np 2 "$herd" train "${zr[@]}" --checkpoint-dir "$tmp/zk" --checkpoint-every-steps 3 \
+    --save "$tmp/zk.st" >/dev/null 2>&1
+  check "--zero 1 every 3 steps: the weights without checkpoints, and step 15's checkpoint" \
+    bash -c "cmp -s '$tmp/z.st' '$tmp/zk.st' && test -e '$tmp/zk/ckpt-15.state.safetensors'"
   "${mpirun[@]}" -np 2 "$herd" train "${el[@]}" --batch-size 15 --grad-accum 1 --elastic-ranks 3 >"$tmp/out" 2>&1
   check "keep: a global batch of 45 on 2 ranks refused, naming scale" grep -q 'cannot be kept on 2 replicas.*--elastic-batch scale' "$tmp/out"
 else

@@ -89,6 +89,21 @@ check "killed in a background write: the job ends 0 after 1 restart" \
 check "killed in a background write: resumed from step 20" grep -q 'restart 1: resumed at step 20:' "$tmp/w.err"
 check "killed in a background write: the never-stopped run's weights" cmp -s "$tmp/ref.st" "$tmp/w.st"
 
+# 2b. A rank stopped (SIGSTOP) hangs the job: past --comm-timeout herd ends it, naming
+# the rank, and herd run relaunches it from the last checkpoint.
+timeout 300 "${run[@]}" -np 2 --max-restarts 1 -- "${job[@]}" --checkpoint-dir "$tmp/h" \
+  --checkpoint-every-steps $S --stall-warning 1 --comm-timeout 3 --save "$tmp/h.st" >"$tmp/h.out" 2>"$tmp/h.err" &
+sup=$!
+wait_step "$tmp/h" 1 $((RANDOM % 50))
+mapfile -t pids < <(ranks_of "$tmp/h")
+kill -STOP "${pids[$((RANDOM % ${#pids[@]}))]}"
+wait $sup
+rc=$?
+check "hung rank: the job ends 0 after 1 restart ($rc)" test $rc -eq 0 -a "$(field restarts "$tmp/h.out")" = 1
+check "hung rank: herd run names the stalled rank" grep -Eq '^herd: restart 1/1 after rank [01] on [^ ]+ \((unreachable at|stalled past) the stall timeout\)' "$tmp/h.err"
+check "hung rank: the never-stopped run's weights" cmp -s "$tmp/ref.st" "$tmp/h.st"
+[ $fails -eq 0 ] || tail -n 30 "$tmp/h.err"
+
 # 3. Elastic: 3 ranks x 16 x 2 (global batch 96); a rank killed once training is under
 # way, and discovery then offers 2 slots. A resume by hand on 2 ranks from the checkpoint
 # the restart used (made again: 3 ranks trained to that step) ends on the same weights.
