@@ -65,7 +65,7 @@ if [[ $parts == *recovery* ]]; then
   progress() { sed -n "s/^herd-progress step=\([0-9]*\) time=[0-9.]* restarts=$2 .*/\1/p" "$1/progress" 2>/dev/null; }
   for ((i = 1; i <= repeats; i++)); do
     rm -rf "$tmp/rk" "$tmp/err"
-    "$herd" run -np 2 --max-restarts 1 -- train --model lenet5 --data "$data" --batch-size 64 \
+    "$herd" run -np 2 --max-restarts 1 ${RUN_FLAGS:-} -- train --model lenet5 --data "$data" --batch-size 64 \
       --epochs 3 --eval-every 0 --checkpoint-dir "$tmp/rk" --checkpoint-every-steps 50 --quiet \
       >"$tmp/out" 2> >(while IFS= read -r l; do printf '%s %s\n' "$(now)" "$l"; done >"$tmp/err") &
     sup=$!

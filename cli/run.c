@@ -222,15 +222,21 @@ static void choose_single_copy(char **mca, int *nmca, char **xvars, int nx, cons
  * these, a host unreachable for 10-15 s ends the job (mpirun's "lost communication
  * with a remote daemon"), and the cut-off daemons lose their lifeline likewise;
  * herd's stall timeout leaves the launcher 10 s for it before its own abort
- * (src/dist/comm_mpi_stall.c). docs/cluster.md has the why and the trade-off. The
- * user's own setting (--mca, -x, --mpirun-args or the environment) wins. */
-static void keepalive_defaults(char **mca, int *nmca, char **xvars, int nx, const argvec *extra)
+ * (src/dist/comm_mpi_stall.c). docs/cluster.md has the why and the trade-off.
+ * Supervised (herd run --max-restarts), the ranks left after one dies are killed at
+ * once instead of after mpirun's 1 s grace, which herd's ranks do not use: a restart
+ * trains again 0.85 s after a kill instead of 1.9 s (docs/performance.md). The user's
+ * own setting (--mca, -x, --mpirun-args or the environment) wins. */
+static void launcher_defaults(char **mca, int *nmca, char **xvars, int nx, const argvec *extra,
+                              bool supervised)
 {
     static const char *const params[][2] = {{"oob_tcp_keepalive_time", "5"},
                                             {"oob_tcp_keepalive_intvl", "2"},
-                                            {"oob_tcp_keepalive_probes", "5"}};
+                                            {"oob_tcp_keepalive_probes", "5"},
+                                            {"odls_base_sigkill_timeout", "0"}};
+    size_t n = sizeof params / sizeof params[0] - (supervised ? 0 : 1);
     int given = *nmca;
-    for (size_t k = 0; k < sizeof params / sizeof params[0]; k++)
+    for (size_t k = 0; k < n; k++)
         if (!user_sets_mca(params[k][0], mca, given, xvars, nx, extra)) {
             mca[(*nmca)++] = (char *)params[k][0];
             mca[(*nmca)++] = (char *)params[k][1];
@@ -343,7 +349,7 @@ static bool launcher_flags(const run_args *r, const run_attempt *at, const sizin
     /* Thread pools of libraries that size themselves from the environment (OpenMP,
      * OpenBLAS) would otherwise each take every core of the host. */
     char omp[64], blas[64], restarts[64];
-    char **exported = calloc((size_t)r->nx + 4, sizeof *exported), **mca = calloc((size_t)r->nmca + 8, sizeof *mca);
+    char **exported = calloc((size_t)r->nx + 4, sizeof *exported), **mca = calloc((size_t)r->nmca + 10, sizeof *mca);
     if (!exported || !mca) {
         fprintf(stderr, "herd: error: out of memory\n");
         exit(CLI_FAIL);
@@ -366,7 +372,7 @@ static bool launcher_flags(const run_args *r, const run_attempt *at, const sizin
     memcpy(mca, r->mca, (size_t)r->nmca * sizeof *mca);
     if (r->kind == LAUNCH_OPENMPI) {
         choose_single_copy(mca, &nmca, r->xvars, r->nx, r->extra, z->per_host);
-        keepalive_defaults(mca, &nmca, r->xvars, r->nx, r->extra);
+        launcher_defaults(mca, &nmca, r->xvars, r->nx, r->extra, at->restarts >= 0);
     }
     const char *plugin = strcmp(HERD_MPI_FAMILY, "openmpi") == 0 ? "pmix"
                          : strcmp(HERD_MPI_FAMILY, "mpich") == 0 ? "pmi2" : NULL;

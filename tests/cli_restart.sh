@@ -74,6 +74,11 @@ check "dry run: --resume --elastic-batch keep --elastic-ranks 2 appended" \
 check "dry run: HERD_RUN_RESTARTS=0 and HERD_RUN_SUPERVISED=1 exported" \
   err_has "-x HERD_RUN_RESTARTS=0 -x HERD_RUN_SUPERVISED=1 "
 check "dry run: nothing launched" test "$(calls)" -eq 0
+check "dry run: the ranks left after a death killed at once (odls_base_sigkill_timeout 0)" \
+  err_has "--mca odls_base_sigkill_timeout 0 "
+sup --dry-run -np 2 --max-restarts 2 --mca odls_base_sigkill_timeout 3 -- "${train[@]}"
+check "dry run: the user's odls_base_sigkill_timeout kept" \
+  bash -c "grep -q 'sigkill_timeout 3 ' '$tmp/err' && ! grep -q 'sigkill_timeout 0' '$tmp/err'"
 sup --dry-run -np 2 --max-restarts 2 --elastic-batch scale -- "${train[@]}" --resume
 check "dry run: --elastic-batch scale, the command's own --resume not doubled" bash -c \
   "grep -q -- '--resume --threads [0-9]* --elastic-batch scale --elastic-ranks 2\$' '$tmp/err'"

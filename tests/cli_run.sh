@@ -72,6 +72,7 @@ check "one rank: no single-copy choice" hasnt "single_copy_mechanism"
 # Keepalive on mpirun's daemon connections, so that a vanished host ends the job.
 dry -np 2 -- models
 check "keepalive defaults added" has "--mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 2 --mca oob_tcp_keepalive_probes 5 "
+check "mpirun's kill grace left alone when not supervised" hasnt "odls_base_sigkill_timeout"
 dry -np 2 --mca oob_tcp_keepalive_time 60 -- models
 check "user's keepalive time kept, the others added" bash -c "[ \$(grep -o 'oob_tcp_keepalive_time' '$tmp/err' | wc -l) -eq 1 ] && grep -q 'keepalive_time 60 .*keepalive_intvl 2 ' '$tmp/err'"
 OMPI_MCA_oob_tcp_keepalive_probes=3 dry -np 2 -- models
