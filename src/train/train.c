@@ -1103,9 +1103,10 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
     bool stop = false;
     r->res->training_started = true; /* set-up's failures would repeat at a restart */
     r->last_ckpt_time = t_start;
+    st = HERD_OK;
     if (r->comm->rank == 0 && cfg->checkpoint_dir)
-        HERD_TRY(herd_restart_log_open(&r->restarts, cfg->checkpoint_dir, cfg->run_attempt,
-                                       r->state.global_step));
+        st = herd_restart_log_open(&r->restarts, cfg->checkpoint_dir, cfg->run_attempt, r->state.global_step);
+    HERD_TRY(agree(r, st, "opening the progress record for restarts"));
     for (int epoch = r->state.epoch; epoch < cfg->epochs && !stop; epoch++)
         HERD_TRY(run_epoch(r, epoch, t_start, &stop));
     HERD_TRY(herd_step_params_ready(&r->plan)); /* the caller gets whole parameters */
