@@ -169,8 +169,8 @@ static herd_status resolve_elastic(run *r)
     if (c->elastic_batch == HERD_ELASTIC_SCALE) {
         long g = (long)n * c->batch_size * c->grad_accum;
         float lr = c->lr_scaling ? c->lr : c->lr * (float)g / (float)g0; /* lr scaling sees g itself */
-        if (rank0)
-            herd_log(HERD_LOG_INFO, "elastic: %d replicas instead of %d: per-rank batch %d kept, "
+        if (rank0) /* said even under --quiet, as a restart is: the run differs from its flags */
+            herd_log(HERD_LOG_WARNING, "elastic: %d replicas instead of %d: per-rank batch %d kept, "
                      "global batch %ld (was %ld), lr %g%s", n, n0, c->batch_size, g, g0, (double)lr,
                      c->lr_scaling ? " (--lr-scaling follows the global batch)" : " (linear rule)");
         c->lr = lr;
@@ -195,7 +195,7 @@ static herd_status resolve_elastic(run *r)
                         "--elastic-batch scale", g0, n0, c->batch_size, c->grad_accum, n,
                         per ? " in whole micro-batches" : "");
     if (rank0)
-        herd_log(HERD_LOG_INFO, "elastic: %d replicas instead of %d: global batch %ld kept as %d x "
+        herd_log(HERD_LOG_WARNING, "elastic: %d replicas instead of %d: global batch %ld kept as %d x "
                  "%d x %d (--batch-size %d --grad-accum %d)", n, n0, g0, n, batch, accum, batch, accum);
     c->batch_size = batch;
     c->grad_accum = accum;
