@@ -12,6 +12,7 @@ packages=(
   dataset-fashion-mnist
   protobuf-compiler python3-protobuf # tests: event files read with TensorBoard's own schema
   iproute2 iputils-ping # tests: the namespace cluster (ip netns) and a ping through its relay
+  slurmctld slurmd slurm-client munge # tests: cluster_slurm, a one-node Slurm (srun --mpi=pmix)
 )
 # The PyTorch reference and the kernel micro-benchmarks (bench/, tests/make_fixtures.py)
 # are optional: HERD_WITH_TORCH=1. PyTorch runs its GEMMs on the OpenMP OpenBLAS, which
