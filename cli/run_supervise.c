@@ -3,8 +3,8 @@
  *
  * The launcher runs in a process group of its own, so that SIGINT and SIGTERM reach it
  * through herd run, which then never restarts. Its stderr passes through a pipe line by
- * line, and on its way herd run reads what failed: herd train's "herd-run: failed" line
- * and Open MPI's notices. Before each attempt herd run asks where the job may run (a
+ * line, and on its way herd run reads what failed: herd train's "herd-run: failed" line,
+ * Open MPI's notices and srun's. Before each attempt herd run asks where the job may run (a
  * discovery command, the hostfile read again, -H, or this machine) and sizes it. */
 #include <errno.h>
 #include <fcntl.h>
@@ -424,6 +424,45 @@ static void open_mpi_line(watch *w, const char *line)
     }
 }
 
+/* Slurm's srun: "srun: error: H: task R: Killed" (strsignal's words, perhaps with " (core
+ * dumped)") or "srun: error: H: task R: Exited with exit code N"; of "tasks 0-1" the
+ * first is named. */
+static void srun_line(watch *w, const char *line)
+{
+    const char *p = strstr(line, "srun: error: ");
+    if (!p)
+        return;
+    p += strlen("srun: error: ");
+    size_t hl = strcspn(p, ": ");
+    const char *t = p + hl;
+    if (hl == 0 || hl >= 64 || strncmp(t, ": task", 6) != 0)
+        return;
+    char host[64], how[96], *end;
+    snprintf(host, sizeof host, "%.*s", (int)hl, p);
+    t += 6 + (t[6] == 's');
+    long rank = strtol(t, &end, 10);
+    const char *msg = strstr(end, ": ");
+    int n;
+    if (end == t || *end == '\0' || !msg || rank < 0)
+        return;
+    msg += 2;
+    if (sscanf(msg, "Exited with exit code %d", &n) == 1) {
+        snprintf(how, sizeof how, "exit code %d", n);
+        learn(w, EV_EXIT, rank, host, how);
+        return;
+    }
+    for (n = 1; n < NSIG; n++) {
+        const char *name = strsignal(n);
+        size_t len = name ? strlen(name) : 0;
+        if (len && strncmp(msg, name, len) == 0 && (msg[len] == '\0' || msg[len] == ' ')) {
+            snprintf(how, sizeof how, "killed by %s", signal_name(n));
+            w->f->signalled = true;
+            learn(w, EV_SIGNAL, rank, host, how);
+            return;
+        }
+    }
+}
+
 /* herd's stall inspector ending the job: "... (stall timeout); ranks unreachable: R on H
  * (...)" or "ranks not yet arrived: R on H (...)", the first rank named. */
 static void herd_stall_line(watch *w, const char *line)
@@ -490,6 +529,7 @@ static void pass_line(watch *w, char *line, size_t len)
     herd_stall_line(w, line);
     lost_daemon_line(w, line);
     open_mpi_line(w, line);
+    srun_line(w, line);
 }
 
 /* Reads what is there; false at the end of the stream. A line longer than the buffer

@@ -166,6 +166,15 @@ plan "echo '$stall' >&2; printf 'ORTE has lost communication with a remote daemo
 sup -np 2 --max-restarts 1 -- "${train[@]}"
 check "lost daemon: names host n2" err_has "restart 1/1 after n2 (host lost: mpirun's connection to its daemon there broke):"
 
+# srun's notices: "task R: <strsignal's words>" and "tasks R-S: Exited with exit code N".
+plan 'echo "srun: error: n3: task 1: Killed" >&2; exit 137' \
+  'echo "srun: error: n3: tasks 0-1: Exited with exit code 3" >&2; exit 3'
+sup -np 2 --max-restarts 1 -- "${train[@]}"
+check "srun: a killed task named, rank 1 on n3 (SIGKILL)" \
+  err_has "restart 1/1 after rank 1 on n3 (killed by SIGKILL):"
+check "srun: an exit code, the first task named ($rc)" bash -c \
+  "[ $rc -eq 3 ] && grep -q '2\\. .*: rank 0 on n3 (exit code 3)\$' '$tmp/err'"
+
 plan 'echo no rank named >&2; exit 1' 'exit 0'
 sup -np 2 --max-restarts 1 -- "${train[@]}"
 check "no rank named: the launcher's status" err_has "restart 1/1 after the launcher exited with status 1:"
