@@ -13,6 +13,7 @@ packages=(
   protobuf-compiler python3-protobuf # tests: event files read with TensorBoard's own schema
   iproute2 iputils-ping # tests: the namespace cluster (ip netns) and a ping through its relay
   slurmctld slurmd slurm-client munge # tests: cluster_slurm, a one-node Slurm (srun --mpi=pmix)
+  clang libclang-rt-dev # make test: the ASan build under clang, with the libFuzzer targets (tests/fuzz)
 )
 # The PyTorch reference and the kernel micro-benchmarks (bench/, tests/make_fixtures.py)
 # are optional: HERD_WITH_TORCH=1. PyTorch runs its GEMMs on the OpenMP OpenBLAS, which
