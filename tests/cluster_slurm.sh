@@ -197,7 +197,7 @@ check "salloc + herd run --launcher srun: srun with --mpi=pmix" \
 # --max-restarts inside an allocation: a rank killed with kill -9 once the job has a
 # checkpoint; herd run relaunches the job from it and it ends 0. Under the launcher
 # herd run chooses by itself (mpirun, which starts its daemons with srun) and srun.
-job=(train --model lenet5 --data synthetic:1,28,28,10,12000 --epochs 4 --batch-size 32 --quiet
+job=(train --model lenet5 --data synthetic:1,28,28,10,4000 --epochs 3 --batch-size 32 --quiet
      --checkpoint-every-steps 20)
 ranks_of() { pgrep -f "^$herd train .*$1" || true; } # the ranks of the job using dir $1
 restart() { # restart NAME DIR HERD-RUN-FLAG...
@@ -216,6 +216,8 @@ restart() { # restart NAME DIR HERD-RUN-FLAG...
   check "$name: a rank killed ($pid), the job restarted and ended 0 ($rc)" test -n "$pid" -a "$rc" -eq 0
   check "$name: one restart, then training to the end" bash -c "[ \$(grep -c '^herd: restart 1/1 after ' '$dir.out') -eq 1 ] &&
     grep -q '^model=lenet5 .*ranks=2' '$dir.out'"
+  check "$name: the restart names the killed rank, this node and SIGKILL" \
+    grep -q "^herd: restart 1/1 after rank [01] on $node (killed by SIGKILL)" "$dir.out"
   grep '^herd: restart ' "$dir.out"
   [ "$rc" -eq 0 ] || tail -n 20 "$dir.out"
 }
