@@ -259,7 +259,7 @@ static int choose_launcher(const char *kind_flag, const char **launcher, bool dr
             *how = "herd's MPI";
         }
         /* The launcher CMake found for herd's MPI, when it is of that kind. */
-        *launcher = *kind == own && HERD_MPIEXEC[0] ? HERD_MPIEXEC : defaults[*kind];
+        *launcher = *kind == own && HERD_MPIEXEC[0] != '\0' ? HERD_MPIEXEC : defaults[*kind];
         return -1;
     }
     if (kind_flag)

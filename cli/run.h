@@ -60,6 +60,12 @@ bool run_parse_host_list(const char *spec, run_hosts *h);
 /* Reads an Open MPI ('host slots=N') or Hydra ('host:N') hostfile into h (emptied
  * first). False with why set when it cannot be read, a line is bad or it has no host. */
 bool run_read_hostfile(const char *path, run_hosts *h, char *why, size_t cap);
+/* The first byte of name (len bytes) that no host name may hold (',', a space or a control byte), or NULL. */
+const char *run_host_name_bad(const char *name, size_t len);
+/* The output of a --host-discovery command CMD (Horovod's format: one host or host:slots
+ * a line, blank lines ignored), strictly, into h (emptied first); out is modified. False
+ * with why set on a bad line or no host. */
+bool run_parse_discovery(char *out, const char *cmd, run_hosts *h, char *why, size_t cap);
 
 /* The value of --name V or --name=V in a herd command (cmd[0] the subcommand; stops at
  * "--"), NULL when absent; *given tells whether the flag is there at all. */

@@ -155,11 +155,22 @@ bool run_parse_host_list(const char *spec, run_hosts *h)
         const char *end = strchr(p, ',');
         size_t len = end ? (size_t)(end - p) : strlen(p), name_len;
         long slots;
-        if (!run_parse_host_slots(p, len, &name_len, 1, &slots) || !run_hosts_add(h, p, name_len, slots))
+        if (!run_parse_host_slots(p, len, &name_len, 1, &slots) || run_host_name_bad(p, name_len) ||
+            !run_hosts_add(h, p, name_len, slots))
             return false;
         p = end ? end + 1 : p + len;
     }
     return h->n > 0;
+}
+
+/* The first byte of a host name a launcher would split or misread (',' separates hosts
+ * in the lists herd passes on; spaces and control bytes are no part of a name), or NULL. */
+const char *run_host_name_bad(const char *name, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (name[i] == ',' || (unsigned char)name[i] <= 0x20 || name[i] == 0x7f)
+            return name + i;
+    return NULL;
 }
 
 /* Slots 0 when a line does not give them (the launcher then counts the host's cores,
@@ -172,11 +183,22 @@ bool run_read_hostfile(const char *path, run_hosts *h, char *why, size_t cap)
         snprintf(why, cap, "cannot read hosts from '%s': %s", path, strerror(errno));
         return false;
     }
-    char line[1024];
+    char *line = NULL;
+    size_t line_cap = 0;
+    ssize_t got;
     int lineno = 0;
     bool slots_form = false;
-    while (fgets(line, sizeof line, f)) {
+    while ((got = getline(&line, &line_cap, f)) >= 0) {
         lineno++;
+        /* A NUL byte would end the line early and hide the rest of it. */
+        const char *nul = memchr(line, '\0', (size_t)got);
+        if (nul) {
+            snprintf(why, cap, "%s:%d: a NUL byte at column %d: not a text file", path, lineno,
+                     (int)(nul - line) + 1);
+            free(line);
+            fclose(f);
+            return false;
+        }
         char *hash = strchr(line, '#');
         if (hash)
             *hash = '\0';
@@ -186,6 +208,15 @@ bool run_read_hostfile(const char *path, run_hosts *h, char *why, size_t cap)
         size_t name_len;
         long slots;
         bool ok = run_parse_host_slots(tok, strlen(tok), &name_len, 0, &slots);
+        const char *bad = ok ? run_host_name_bad(tok, name_len) : NULL;
+        if (bad) {
+            snprintf(why, cap, "%s:%d: host name '%.*s' holds byte 0x%02x at column %d (a ',' or a "
+                               "control byte)", path, lineno, (int)name_len, tok, (unsigned char)*bad,
+                     (int)(bad - line) + 1);
+            free(line);
+            fclose(f);
+            return false;
+        }
         h->colons |= name_len < strlen(tok);
         for (char *opt; ok && (opt = strtok(NULL, " \t\r\n"));)
             if (strncmp(opt, "slots=", 6) == 0) {
@@ -195,10 +226,12 @@ bool run_read_hostfile(const char *path, run_hosts *h, char *why, size_t cap)
         if (!ok || (h->colons && slots_form) || !run_hosts_add(h, tok, name_len, slots)) {
             snprintf(why, cap, "%s:%d: expected 'host', 'host slots=N' or 'host:N' (one form per "
                                "file)", path, lineno);
+            free(line);
             fclose(f);
             return false;
         }
     }
+    free(line);
     fclose(f);
     if (h->n == 0)
         snprintf(why, cap, "cannot read hosts from '%s': no host lines", path);

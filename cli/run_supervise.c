@@ -281,6 +281,9 @@ static bool discovery_line(char *line, run_hosts *h, const char **what)
     *what = "expected host or host:slots, slots an integer from 1 to 1048576";
     if (!run_parse_host_slots(line, len, &name_len, 1, &slots))
         return false;
+    *what = "a ',' or a control byte in the host name";
+    if (run_host_name_bad(line, name_len))
+        return false;
     *what = "a host already listed";
     for (int i = 0; i < h->n; i++)
         if (strlen(h->v[i].name) == name_len && strncmp(h->v[i].name, line, name_len) == 0)
@@ -297,6 +300,14 @@ static bool discover(const char *cmd, run_hosts *h, char *why, size_t cap)
     run_hosts_clear(h);
     if (!run_discovery(cmd, &out, why, cap))
         return false;
+    bool ok = run_parse_discovery(out, cmd, h, why, cap);
+    free(out);
+    return ok;
+}
+
+bool run_parse_discovery(char *out, const char *cmd, run_hosts *h, char *why, size_t cap)
+{
+    run_hosts_clear(h);
     int lineno = 0;
     bool ok = true;
     for (char *line = out, *next; ok && line; line = next) {
@@ -315,7 +326,6 @@ static bool discover(const char *cmd, run_hosts *h, char *why, size_t cap)
             ok = false;
         }
     }
-    free(out);
     if (ok && h->n == 0)
         snprintf(why, cap, "--host-discovery '%s' printed no host", cmd);
     return ok && h->n > 0;

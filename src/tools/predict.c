@@ -108,6 +108,10 @@ herd_status herd_comm_link_from_bench_json(const char *json, herd_comm_link *out
     if (cJSON_IsString(coll) && strcmp(coll->valuestring, "allreduce") != 0)
         st = HERD_ERR(HERD_ERR_FORMAT, "the benchmark measured '%s'; predict needs allreduce "
                       "(herd bench allreduce -J FILE)", coll->valuestring);
+    else if (cJSON_IsNumber(ranks) && (ranks->valuedouble != floor(ranks->valuedouble) ||
+                                       ranks->valuedouble > (double)(1 << 24)))
+        st = HERD_ERR(HERD_ERR_FORMAT, "\"ranks\" is %g, not a whole number of ranks (up to %d)",
+                      ranks->valuedouble, 1 << 24);
     else if (n < 2 || !cJSON_IsArray(results))
         st = HERD_ERR(HERD_ERR_FORMAT, "expected \"ranks\" >= 2 and a \"results\" array (herd bench "
                       "allreduce -J FILE under mpirun -np 2 or more); a 1-rank run measures no link");
@@ -119,8 +123,15 @@ herd_status herd_comm_link_from_bench_json(const char *json, herd_comm_link *out
         const cJSON *b = cJSON_GetObjectItemCaseSensitive(r, "bytes");
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(r, "time_us");
         const cJSON *wrong = cJSON_GetObjectItemCaseSensitive(r, "wrong");
-        if (!cJSON_IsNumber(b) || !cJSON_IsNumber(t) || t->valuedouble <= 0 || b->valuedouble < 0) {
+        if (!cJSON_IsNumber(b) || !cJSON_IsNumber(t) || !(t->valuedouble > 0) || !(b->valuedouble >= 0)) {
             st = HERD_ERR(HERD_ERR_FORMAT, "result %d lacks \"bytes\" or a positive \"time_us\"", points);
+            break;
+        }
+        /* cJSON reads 1e999 as infinity: no measurement is that. */
+        if (!isfinite(t->valuedouble) || !isfinite(b->valuedouble)) {
+            st = HERD_ERR(HERD_ERR_FORMAT, "result %d: \"%s\" is %g, not a finite number", points,
+                          isfinite(b->valuedouble) ? "time_us" : "bytes",
+                          isfinite(b->valuedouble) ? t->valuedouble : b->valuedouble);
             break;
         }
         if (cJSON_IsNumber(wrong) && wrong->valuedouble > 0) {
