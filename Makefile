@@ -11,7 +11,7 @@ RUN_FLAGS ?= --model lenet5 --data fashion-mnist --epochs 10 --batch-size 128 --
              --lr-scaling linear --momentum 0.9 --nesterov --weight-decay 5e-4 --schedule cosine \
              --warmup-epochs 1
 
-.PHONY: all deps build run test test-fast asan mpich install clean bench print-run-flags
+.PHONY: all deps build run test test-fast asan asan-build fuzz mpich install clean bench print-run-flags
 
 all: build
 
@@ -39,10 +39,21 @@ test: deps
 test-fast: build
 	cd $(BUILD) && ctest --output-on-failure -j 2
 
-asan:
-	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DHERD_SANITIZE=ON >/dev/null
+# The sanitizer build is clang's when clang is installed: it then also builds the
+# libFuzzer targets of every parser (tests/fuzz), from the same instrumented library.
+ASAN_CC ?= $(shell command -v clang 2>/dev/null || command -v cc)
+FUZZ_SECONDS ?= 60
+
+asan-build:
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_C_COMPILER=$(ASAN_CC) -DCMAKE_BUILD_TYPE=Debug -DHERD_SANITIZE=ON >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+
+asan: asan-build
 	cd $(ASAN_BUILD) && HERD_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 2
+
+# Every fuzz target for FUZZ_SECONDS each: executions, coverage, crashes; N passed, N failed.
+fuzz: asan-build
+	bash tests/fuzz/run.sh $(ASAN_BUILD) $(FUZZ_SECONDS)
 
 # herd against MPICH (no CUDA backend, to save time) and its tests labelled mpi: every
 # one that launches ranks, through MPICH's own launcher.
