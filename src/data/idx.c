@@ -131,6 +131,39 @@ static herd_status idx_read(idx_file *f, void *buf, size_t len, size_t expected_
     return HERD_OK;
 }
 
+/* Reads exactly len bytes into a new buffer (*out). The buffer grows as the data arrives
+ * (from 16 MiB, doubling), so a header declaring gigabytes in a file that holds a few
+ * bytes (a gzip stream says its size only at the end) fails as truncated without
+ * allocating what it declares. */
+#define IDX_GROW_FROM ((size_t)16 << 20)
+static herd_status idx_read_new(idx_file *f, size_t len, size_t expected_total, uint8_t **out)
+{
+    size_t cap = len < IDX_GROW_FROM ? len : IDX_GROW_FROM, done = 0;
+    uint8_t *buf = malloc(cap ? cap : 1);
+    if (!buf)
+        return HERD_NOMEM(cap);
+    for (;;) {
+        herd_status st = idx_read(f, buf + done, cap - done, expected_total);
+        if (st != HERD_OK) {
+            free(buf);
+            return st;
+        }
+        done = cap;
+        if (cap == len)
+            break;
+        size_t next = cap < len / 2 ? 2 * cap : len;
+        uint8_t *grown = realloc(buf, next);
+        if (!grown) {
+            free(buf);
+            return HERD_NOMEM(next);
+        }
+        buf = grown;
+        cap = next;
+    }
+    *out = buf;
+    return HERD_OK;
+}
+
 /* After the data its header declares, the file must end: extra bytes mean the header or
  * the file is wrong, and guessing which would load wrong samples. */
 static herd_status idx_expect_end(idx_file *f)
@@ -214,14 +247,11 @@ static herd_status idx_read_images(const char *path, size_t *n, int *rows, int *
                       path, 16 + bytes, (size_t)sb.st_size);
         goto done;
     }
-    uint8_t *buf = malloc(bytes);
-    if (!buf) {
-        st = HERD_NOMEM(bytes);
+    uint8_t *buf = NULL;
+    st = idx_read_new(&f, bytes, 16 + bytes, &buf);
+    if (st != HERD_OK)
         goto done;
-    }
-    st = idx_read(&f, buf, bytes, 16 + bytes);
-    if (st == HERD_OK)
-        st = idx_expect_end(&f);
+    st = idx_expect_end(&f);
     if (st != HERD_OK) {
         free(buf);
         goto done;
@@ -248,14 +278,11 @@ static herd_status idx_read_labels(const char *path, size_t *n, uint8_t **labels
         st = HERD_ERR(HERD_ERR_FORMAT, "%s: implausible label count %u", path, count);
         goto done;
     }
-    uint8_t *buf = malloc(count);
-    if (!buf) {
-        st = HERD_NOMEM(count);
+    uint8_t *buf = NULL;
+    st = idx_read_new(&f, count, 8 + (size_t)count, &buf);
+    if (st != HERD_OK)
         goto done;
-    }
-    st = idx_read(&f, buf, count, 8 + (size_t)count);
-    if (st == HERD_OK)
-        st = idx_expect_end(&f);
+    st = idx_expect_end(&f);
     if (st != HERD_OK) {
         free(buf);
         goto done;
