@@ -11,7 +11,7 @@
 # config (SLURM_CONF), key, socket, ports, spool, state, log and pid files, all under
 # this test's temporary directory; the test stops exactly the daemons it started (by
 # PID, on failure too), and every process that carries its SLURM_CONF (slurmstepd,
-# ranks). A guard outside the test's process group does the same if the test itself is
+# ranks). A guard outside the test's process tree does the same if the test itself is
 # killed (a ctest timeout). It skips (77) without root, without the Debian packages
 # slurmctld, slurmd, slurm-client and munge (scripts/install-deps.sh), with a herd built
 # without MPI, and when a slurmctld or slurmd already runs here: it does not share a
@@ -120,16 +120,17 @@ daemon() { # daemon NAME ARG...: starts NAME in the foreground, in the backgroun
   echo "$! $1" >>"$S/daemons"
 }
 cleanup() {
-  kill -- "-$guard" 2>/dev/null # the guard and its sleep (its own process group)
+  kill -- "-$(cat "$S/guard.pid")" 2>/dev/null # the guard and its sleep (its own process group)
   bash "$S/stop.sh"
   rm -rf "$tmp"
 }
 trap cleanup EXIT
 trap 'exit 143' INT TERM
 # The guard: when the test is gone without its trap (SIGKILL), it stops what it started.
-setsid bash -c 'while kill -0 '$$' 2>/dev/null; do sleep 1; done; bash "$1/stop.sh"; rm -rf "$2"' \
-  guard "$S" "$tmp" </dev/null >/dev/null 2>&1 &
-guard=$!
+# Started in a subshell that exits at once, it is no child of the test's, so whatever
+# kills the test's process tree (ctest's timeout) leaves it to clean up.
+(setsid bash -c 'while kill -0 '$$' 2>/dev/null; do sleep 1; done; bash "$1/stop.sh"; rm -rf "$2"' \
+  guard "$S" "$tmp" </dev/null >/dev/null 2>&1 & echo $! >"$S/guard.pid")
 
 daemon munged --foreground --force --key-file="$S/munge/key" --socket="$S/munge/socket" \
   --pid-file="$S/run/munged.pid" --log-file="$S/log/munged.log" --seed-file="$S/munge/seed"
