@@ -33,9 +33,12 @@ running=$(echo $running)
 for v in $(compgen -e | grep '^SLURM_'); do unset "$v"; done
 
 S=$tmp/slurm
-mkdir -p "$S"/{etc,state,spool,log,run,tmpfs,munge}
+mkdir -p "$S"/{etc,state,spool,log,run,tmpfs,munge,shm}
 chmod 700 "$S/munge"
 export SLURM_CONF=$S/etc/slurm.conf
+# Open MPI's shared-memory segments of ranks started by srun (no orted to remove them
+# after a kill) go here rather than to /dev/shm.
+export OMPI_MCA_btl_vader_backing_directory=$S/shm
 node=$(hostname -s)
 cpus=$(getconf _NPROCESSORS_ONLN)
 read -r ctld_port slurmd_port < <(python3 -c '
@@ -112,6 +115,11 @@ for _ in \$(seq 50); do alive "\${pids[@]}" || break; sleep 0.2; done
 end KILL "\${d[@]}"
 # Their children (slurmctld's slurmscriptd), should a daemon have died without them.
 kill -KILL \$(ours slurmctld slurmscriptd slurmd slurmstepd munged) 2>/dev/null
+# The OpenMP runtime of the sanitizer build (LLVM's) registers each process in
+# /dev/shm/__KMP_REGISTERED_LIB_<pid>_0; a rank killed leaves its file behind.
+for p in \$(cat "$S/rank.pids" 2>/dev/null); do
+  [ -e "/proc/\$p" ] || rm -f "/dev/shm/__KMP_REGISTERED_LIB_\${p}_0"
+done
 exit 0
 EOF
 : >"$S/daemons"
@@ -175,6 +183,7 @@ ranks="^$herd ${train[*]}\$"
 timeout 60 srun --mpi=pmix -n 2 "$herd" "${train[@]}" >kill.out 2>&1 &
 for _ in $(seq 100); do [ "$(pgrep -cf "$ranks")" -ge 2 ] && break; sleep 0.2; done
 sleep 2
+pgrep -f "$ranks" >>"$S/rank.pids"
 start=$(date +%s)
 kill -9 "$(pgrep -f "$ranks" | tail -n 1)"
 wait $!
@@ -212,6 +221,7 @@ restart() { # restart NAME DIR HERD-RUN-FLAG...
     pid=""
     sleep 0.1
   done
+  ranks_of "$dir" >>"$S/rank.pids"
   [ -n "$pid" ] && kill -9 "$pid"
   wait $run || rc=$?
   check "$name: a rank killed ($pid), the job restarted and ended 0 ($rc)" test -n "$pid" -a "$rc" -eq 0
