@@ -36,9 +36,11 @@ S=$tmp/slurm
 mkdir -p "$S"/{etc,state,spool,log,run,tmpfs,munge,shm}
 chmod 700 "$S/munge"
 export SLURM_CONF=$S/etc/slurm.conf
-# Open MPI's shared-memory segments of ranks started by srun (no orted to remove them
-# after a kill) go here rather than to /dev/shm.
-export OMPI_MCA_btl_vader_backing_directory=$S/shm
+# Open MPI's session directories (mpirun's) and shared-memory segments (those of ranks
+# started by srun have no orted to remove them after a kill) go here too, not to /tmp
+# and /dev/shm.
+mkdir -p "$S/ompi"
+export OMPI_MCA_orte_tmpdir_base=$S/ompi OMPI_MCA_btl_vader_backing_directory=$S/shm
 node=$(hostname -s)
 cpus=$(getconf _NPROCESSORS_ONLN)
 read -r ctld_port slurmd_port < <(python3 -c '
