@@ -49,9 +49,10 @@ s = [socket.socket() for _ in range(2)]
 for x in s: x.bind(("", 0))
 print(*[x.getsockname()[1] for x in s])')
 # linuxproc/none: no cgroups needed, so it runs in containers too (no CPU binding).
+# Addresses on loopback: the host name need not resolve.
 cat >"$SLURM_CONF" <<EOF
 ClusterName=herdtest
-SlurmctldHost=$node
+SlurmctldHost=$node(127.0.0.1)
 SlurmctldPort=$ctld_port
 SlurmdPort=$slurmd_port
 AuthType=auth/munge
@@ -74,7 +75,7 @@ TmpFS=$S/tmpfs
 PlugStackConfig=$S/etc/plugstack.conf
 MpiDefault=none
 ReturnToService=2
-NodeName=$node CPUs=$cpus State=UNKNOWN
+NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
 PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
 EOF
 : >"$S/etc/plugstack.conf"
