@@ -48,7 +48,8 @@ static const char run_help[] =
     "  --mpirun PATH             the launcher binary, its kind read from its --version\n"
     "                            (default: the launcher of herd's own MPI)\n"
     "  --launcher KIND           the flags to speak: openmpi (mpirun), hydra (MPICH's\n"
-    "                            mpiexec) or srun (default: --mpirun's kind, else herd's MPI)\n"
+    "                            mpiexec) or srun (default: --mpirun's kind, else srun inside\n"
+    "                            a Slurm allocation, else herd's MPI)\n"
     "  --report-bindings         ask the launcher to print each rank's cores\n"
     "  --dry-run                 print the command (the first attempt's) and exit\n"
     "\n"
@@ -257,6 +258,22 @@ static int choose_launcher(const char *kind_flag, const char **launcher, bool dr
         if (!kind_flag) {
             *kind = own;
             *how = "herd's MPI";
+        }
+        /* Inside a Slurm allocation srun knows its nodes, cores and PMI: it starts the
+         * ranks, as on clusters users expect (--launcher picks herd's MPI's own). */
+        const char *job = getenv("SLURM_JOB_ID");
+        static char slurm_how[160];
+        if (!kind_flag && job && *job) {
+            bool have_srun = find_executable("srun");
+            if (have_srun)
+                snprintf(slurm_how, sizeof slurm_how, "inside Slurm job %s; --launcher %s for herd's "
+                         "MPI's own", job, launch_kind_name(own));
+            else
+                snprintf(slurm_how, sizeof slurm_how, "herd's MPI: inside Slurm job %s, but srun is "
+                         "not in PATH", job);
+            *how = slurm_how;
+            if (have_srun)
+                *kind = LAUNCH_SRUN;
         }
         /* The launcher CMake found for herd's MPI, when it is of that kind. */
         *launcher = *kind == own && HERD_MPIEXEC[0] != '\0' ? HERD_MPIEXEC : defaults[*kind];

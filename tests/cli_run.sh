@@ -14,6 +14,21 @@ self=$(readlink -f "$herd")
 "$herd" run --help >"$tmp/help"; check "run --help exits 0" test $? -eq 0
 check "herd --help lists run" bash -c "'$herd' --help | grep -q '^  run '"
 
+# Inside a Slurm allocation herd run picks srun by itself (a fake srun in PATH), unless
+# --launcher says otherwise, and says so when srun is missing.
+mkdir -p "$tmp/slurmbin"
+printf '#!/bin/sh\necho "slurm 22.05.8"\n' >"$tmp/slurmbin/srun"
+chmod +x "$tmp/slurmbin/srun"
+SLURM_JOB_ID=77 PATH="$tmp/slurmbin:$PATH" "$herd" run --dry-run -np 2 -- models >"$tmp/out" 2>"$tmp/err"
+check "inside Slurm job 77: srun chosen, saying why" has "^herd: launcher: srun (inside Slurm job 77; --launcher "
+check "inside Slurm job 77: srun's command" has "^herd: launching: [^ ]*srun -n 2 "
+SLURM_JOB_ID=77 PATH="$tmp/slurmbin:$PATH" "$herd" run --dry-run --launcher openmpi -np 2 -- models >"$tmp/out" 2>"$tmp/err"
+check "inside Slurm job 77 with --launcher openmpi: mpirun" has "^herd: launcher: openmpi (--launcher)"
+SLURM_JOB_ID=77 PATH="/usr/bin:/bin" "$herd" run --dry-run -np 2 -- models >"$tmp/out" 2>"$tmp/err"
+if ! PATH=/usr/bin:/bin command -v srun >/dev/null; then
+  check "inside Slurm job 77 without srun: herd's MPI, saying so" has "inside Slurm job 77, but srun is not in PATH)"
+fi
+
 dry -np 1 -- train --model mlp
 check "dry run exits 0" test $? -eq 0
 check "prints 'herd: launching: mpirun ...'" grep -q "^herd: launching: [^ ]*mpirun[^ ]* " "$tmp/err"

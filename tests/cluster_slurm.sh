@@ -200,16 +200,17 @@ check "srun: the message names the killed task" grep -q "task 1: Killed" kill.ou
 bench=(bench train --model lenet5 --steps 5)
 timeout 120 salloc -n 2 --cpus-per-task=1 "$herd" run -np 2 -- "${bench[@]}" >run.out 2>&1
 check "salloc + herd run: one 2-rank summary" grep -q "ranks=2 .*samples_per_s=" run.out
-check "salloc + herd run: the launcher it chose by itself is herd's MPI's (mpirun reads the allocation)" \
-  grep -q "^herd: launcher: openmpi (herd's MPI)" run.out
-timeout 120 salloc -n 2 --cpus-per-task=1 "$herd" run --launcher srun -np 2 -- "${bench[@]}" >srun.out 2>&1
-check "salloc + herd run --launcher srun: one 2-rank summary" grep -q "ranks=2 .*samples_per_s=" srun.out
-check "salloc + herd run --launcher srun: srun with --mpi=pmix" \
-  bash -c "grep -q '^herd: launcher: srun (--launcher)' srun.out && grep -q '^herd: launching: srun .*--mpi=pmix' srun.out"
+check "salloc + herd run: srun chosen by itself inside the allocation, with --mpi=pmix" \
+  bash -c "grep -q '^herd: launcher: srun (inside Slurm job [0-9]*; --launcher openmpi' run.out &&
+    grep -q '^herd: launching: srun .*--mpi=pmix' run.out"
+timeout 120 salloc -n 2 --cpus-per-task=1 "$herd" run --launcher openmpi -np 2 -- "${bench[@]}" >mpirun.out 2>&1
+check "salloc + herd run --launcher openmpi: one 2-rank summary" grep -q "ranks=2 .*samples_per_s=" mpirun.out
+check "salloc + herd run --launcher openmpi: mpirun (which reads the allocation)" \
+  grep -q '^herd: launcher: openmpi (--launcher)' mpirun.out
 
 # --max-restarts inside an allocation: a rank killed with kill -9 once the job has a
 # checkpoint; herd run relaunches the job from it and it ends 0. Under the launcher
-# herd run chooses by itself (mpirun, which starts its daemons with srun) and srun.
+# herd run chooses by itself (srun) and mpirun (which starts its daemons with srun).
 job=(train --model lenet5 --data synthetic:1,28,28,10,4000 --epochs 3 --batch-size 32 --quiet
      --checkpoint-every-steps 20)
 ranks_of() { pgrep -f "^$herd train .*$1" || true; } # the ranks of the job using dir $1
@@ -235,7 +236,7 @@ restart() { # restart NAME DIR HERD-RUN-FLAG...
   grep '^herd: restart ' "$dir.out"
   [ "$rc" -eq 0 ] || tail -n 20 "$dir.out"
 }
-restart "salloc + herd run --max-restarts 1" "$tmp/restart-mpirun"
-restart "salloc + herd run --launcher srun --max-restarts 1" "$tmp/restart-srun" --launcher srun
+restart "salloc + herd run --max-restarts 1 (srun)" "$tmp/restart-srun"
+restart "salloc + herd run --launcher openmpi --max-restarts 1" "$tmp/restart-mpirun" --launcher openmpi
 
 finish

@@ -28,6 +28,9 @@ skipped_part() { # skipped_part WHAT: a part not run here, named again by finish
 # first on PATH, which may be another MPI's: "${mpiexec[@]}" -np 2 "$herd" ... Variables
 # for the ranks go in the launcher's environment (local ranks inherit it, under Open
 # MPI and Hydra alike).
+# herd run starts srun inside a Slurm allocation: a suite run inside one keeps the
+# launchers the tests name (cluster_slurm makes allocations of its own).
+unset SLURM_JOB_ID SLURM_JOBID
 mpiexec=()
 if [ -n "${HERD_MPIEXEC:-}" ]; then
   read -r -a mpiexec <<<"${HERD_MPIEXEC_PREFLAGS:-}"
