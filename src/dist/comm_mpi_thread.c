@@ -437,8 +437,9 @@ static void run_op(comm_mpi *m, mpi_op *op, char *err, size_t cap)
     case MPI_OP_ALLGATHER: {
         what = "MPI_Iallgather";
         /* MPI forbids aliasing the send buffer with the receive buffer. */
-        const void *src = op->src == (char *)op->data + (size_t)m->c->rank * op->bytes ? MPI_IN_PLACE
-                                                                                          : op->src;
+        const void *src = op->data && op->src == (char *)op->data + (size_t)m->c->rank * op->bytes
+                              ? MPI_IN_PLACE
+                              : op->src;
         rc = MPI_Iallgather(src, (int)op->bytes, MPI_BYTE, op->data, (int)op->bytes, MPI_BYTE,
                             m->world, &req);
         break;
@@ -450,8 +451,10 @@ static void run_op(comm_mpi *m, mpi_op *op, char *err, size_t cap)
     case MPI_OP_GATHER: {
         what = "MPI_Igatherv";
         bool root = m->c->rank == op->root;
-        const void *src = root && op->src == (char *)op->data + op->displs[op->root] ? MPI_IN_PLACE
-                                                                                     : op->src;
+        /* No arithmetic on a NULL data pointer (nothing gathered): undefined behaviour. */
+        const void *src = root && op->data && op->src == (char *)op->data + op->displs[op->root]
+                              ? MPI_IN_PLACE
+                              : op->src;
         rc = MPI_Igatherv(src, (int)op->bytes, MPI_BYTE, op->data, op->counts, op->displs,
                           MPI_BYTE, op->root, m->world, &req);
         break;

@@ -446,7 +446,8 @@ static herd_status merge_track(herd_timeline *tl, tl_buffer *b, const int64_t *n
         for (int r = 0; r < c->size; r++) {
             herd_clock_map map = {tl->sync_prev, tl->sync_now, tl->offset_prev[r], tl->offset_now[r]};
             size_t n = (size_t)n_of[stride * r];
-            herd_timeline_write_events(tl->out, all + at, n, r, &map, tl->origin, &tl->written);
+            if (n > 0) /* none at all: `all` is NULL, and NULL + 0 is undefined */
+                herd_timeline_write_events(tl->out, all + at, n, r, &map, tl->origin, &tl->written);
             at += n;
         }
     }
