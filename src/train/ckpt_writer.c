@@ -110,7 +110,9 @@ static herd_status copy_into(copy_buf *b, const float *src, size_t n)
 herd_status herd_ckpt_writer_submit(herd_ckpt_writer *w, const char *dir, const herd_model *m,
                                     herd_optimizer *o, const herd_train_state *st)
 {
-    herd_status prev = herd_ckpt_writer_wait(w); /* the thread is idle from here */
+    /* The thread is idle from here. A failed write is reported before anything else can
+     * overwrite its message, and no new write starts after it. */
+    HERD_TRY(herd_ckpt_writer_wait(w));
     HERD_TRY(copy_into(&w->params, m->params, m->n_param_floats));
     HERD_TRY(copy_into(&w->buffers, m->buffers, m->n_buffer_floats));
     int n = herd_optimizer_state_count(o);
@@ -140,7 +142,7 @@ herd_status herd_ckpt_writer_submit(herd_ckpt_writer *w, const char *dir, const 
     w->pending = true;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
-    return prev;
+    return HERD_OK;
 }
 
 void herd_ckpt_writer_free(herd_ckpt_writer *w)
