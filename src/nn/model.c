@@ -209,12 +209,15 @@ static void free_activations(herd_model *m)
 {
     if (!m->acts)
         return;
-    for (int i = 0; i < m->n_layers; i++) {
+    for (int i = 0; i < m->n_layers; i++)
         m->be->free(m->acts[i]);
-        m->be->free(m->dacts[i]);
-    }
+    for (int k = 0; k < m->n_grad_slots; k++)
+        m->be->free(m->grad_slots[k]);
     free(m->acts);
     free(m->dacts);
+    free(m->grad_slots);
+    m->grad_slots = NULL;
+    m->n_grad_slots = 0;
     m->be->free(m->scratch);
     m->be->free(m->dinput);
     m->acts = m->dacts = NULL;
@@ -224,6 +227,70 @@ static void free_activations(herd_model *m)
 }
 
 static herd_status reshape(herd_model *m, int batch);
+
+/*
+ * Gradient buffers by liveness. Layer i's output gradient is first written by the
+ * backward of its last consumer and last read by i's own backward, so it lives over
+ * the backward steps last_consumer(i) down to i. Spans taken in the order they start
+ * share a slot when the slot's previous owner ended before (a higher index); the slot
+ * grows to its largest owner. A chain needs two slots and a residual net a few,
+ * instead of one per layer (resnet50 at batch 32 held 4.7 GB of them).
+ */
+static herd_status plan_grad_slots(herd_model *m)
+{
+    int n = m->n_layers;
+    int *last_use = herd_xcalloc((size_t)n, sizeof *last_use);
+    int *slot_of = herd_xcalloc((size_t)n, sizeof *slot_of);
+    int *slot_end = herd_xcalloc((size_t)n, sizeof *slot_end); /* previous owner's index */
+    size_t *slot_bytes = herd_xcalloc((size_t)n, sizeof *slot_bytes);
+    m->grad_slots = herd_xcalloc((size_t)n, sizeof *m->grad_slots);
+    herd_status st = HERD_OK;
+    if (!last_use || !slot_of || !slot_end || !slot_bytes || !m->grad_slots) {
+        st = HERD_ERR_NOMEM;
+        goto out;
+    }
+    for (int j = 0; j < n; j++) {
+        last_use[j] = -1;
+        for (int k = 0; k < m->layers[j].spec.n_inputs; k++) {
+            int src = m->layers[j].spec.inputs[k];
+            if (src >= 0 && j > last_use[src])
+                last_use[src] = j;
+        }
+    }
+    /* Backward visits layers from the last: spans start at step last_use, descending. */
+    for (int step = n - 1; step >= 0; step--) {
+        for (int i = step - 1; i >= 0; i--) {
+            if (last_use[i] != step)
+                continue;
+            size_t bytes = herd_shape_numel(m->layers[i].out_shape) * sizeof(float);
+            int pick = -1;
+            for (int k = 0; k < m->n_grad_slots; k++)
+                if (slot_end[k] > step && (pick < 0 || slot_bytes[k] > slot_bytes[pick]))
+                    pick = k;
+            if (pick < 0)
+                pick = m->n_grad_slots++;
+            slot_of[i] = pick;
+            slot_end[pick] = i;
+            if (bytes > slot_bytes[pick])
+                slot_bytes[pick] = bytes;
+        }
+    }
+    for (int k = 0; k < m->n_grad_slots; k++) {
+        m->grad_slots[k] = m->be->alloc(slot_bytes[k]);
+        if (!m->grad_slots[k]) {
+            st = HERD_ERR_NOMEM; /* the allocator said why */
+            goto out;
+        }
+    }
+    for (int i = 0; i < n - 1; i++)
+        m->dacts[i] = m->grad_slots[slot_of[i]];
+out:
+    free(last_use);
+    free(slot_of);
+    free(slot_end);
+    free(slot_bytes);
+    return st;
+}
 
 herd_status herd_model_reshape(herd_model *m, int batch)
 {
@@ -254,8 +321,7 @@ static herd_status reshape(herd_model *m, int batch)
         l->batch = batch;
         size_t bytes = herd_shape_numel(l->out_shape) * sizeof(float);
         m->acts[i] = m->be->alloc(bytes);
-        m->dacts[i] = m->be->alloc(bytes);
-        if (!m->acts[i] || !m->dacts[i])
+        if (!m->acts[i])
             return HERD_ERR_NOMEM; /* the allocator said why */
         if (m->consumers[i] > 1 && bytes > largest)
             largest = bytes;
@@ -266,6 +332,7 @@ static herd_status reshape(herd_model *m, int batch)
             HERD_TRY(st);
         }
     }
+    HERD_TRY(plan_grad_slots(m));
     size_t in_bytes = (size_t)batch * m->in_c * m->in_h * m->in_w * sizeof(float);
     if (m->input_grad) {
         m->dinput = m->be->alloc(in_bytes);

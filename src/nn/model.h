@@ -20,9 +20,14 @@ struct herd_model {
     size_t n_buffer_floats; /* batch-norm running statistics etc. */
     float *params, *grads, *buffers;
 
-    /* Per-batch activations: acts[i] is layer i's output, dacts[i] its gradient. */
+    /* Per-batch activations: acts[i] is layer i's output, dacts[i] its gradient (NULL
+     * for the last layer, whose gradient comes from the loss). Gradients live only
+     * from their last consumer's backward to their own, so they share the buffers
+     * grad_slots[0..n_grad_slots) where those spans do not overlap. */
     int batch;
     float **acts, **dacts;
+    float **grad_slots;
+    int n_grad_slots;
     float *scratch;       /* for gradients of outputs that feed several layers */
     size_t scratch_floats;
     int *consumers;       /* how many layers read layer i's output */
