@@ -34,9 +34,13 @@ struct herd_conv_plan {
      */
     bool share_x, share_dy;
     const float *fwd_x, *bwd_dy;
-    /* One scratchpad, sized for the largest primitive, shared by all three. */
-    void *scratch;
+    /* One scratchpad, sized for the largest primitive, shared by all three. It and the
+     * copies that live during one call only (f_dst, d_ddst, d_dsrc, w_src, w_ddst) are
+     * bound to the process's transient arena at each call; f_src and the weights'
+     * copies are the plan's own (the forward's copy of x waits for the backward). */
+    size_t scratch_bytes;
     dnnl_memory_t scratch_mem;
+    bool in_arena;
 };
 
 /*
@@ -86,7 +90,8 @@ static void release(herd_conv_plan *p)
             dnnl_primitive_desc_destroy(pds[i]);
     herd_cpu_free(p->dw_acc);
     herd_cpu_free(p->db_acc);
-    herd_cpu_free(p->scratch);
+    if (p->in_arena)
+        herd_dnnl_arena_leave();
     herd_conv_desc d = p->d;
     memset(p, 0, sizeof *p);
     p->d = d;
@@ -109,11 +114,42 @@ static const dnnl_memory_desc_t *query(const_dnnl_primitive_desc_t pd, dnnl_quer
  * convert in the reorder; fp32 ones take the caller's values). */
 static herd_status input_port(const herd_conv_plan *p, herd_dnnl_port *port,
                               const dnnl_memory_desc_t *user_md, const dnnl_memory_desc_t *prim_md,
-                              const char *what)
+                              bool transient, const char *what)
 {
-    if (p->bf16 == (int)HERD_CPU_BF16_EMULATED)
+    bool round = p->bf16 == (int)HERD_CPU_BF16_EMULATED;
+    if (transient)
+        return herd_dnnl_port_init_transient(port, user_md, prim_md, true, round, what);
+    if (round)
         return herd_dnnl_port_init_bf16_rounded(port, user_md, prim_md, what);
     return herd_dnnl_port_init(port, user_md, prim_md, true, what);
+}
+
+/* The ports that live in the arena, in the order of their places there. */
+static int transient_ports(herd_conv_plan *p, herd_dnnl_port **out)
+{
+    herd_dnnl_port *all[] = {&p->f_dst, &p->d_ddst, &p->d_dsrc, &p->w_src, &p->w_ddst};
+    int n = 0;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i]->transient)
+            out[n++] = all[i];
+    return n;
+}
+
+/* Points the scratchpad and the transient copies at their places in the arena. */
+static herd_status bind_arena(herd_conv_plan *p, char *base)
+{
+    size_t at = 0;
+    if (p->scratch_mem) {
+        HERD_DNNL(dnnl_memory_set_data_handle(p->scratch_mem, base), "conv scratchpad");
+        at = p->scratch_bytes;
+    }
+    herd_dnnl_port *ports[5];
+    int n = transient_ports(p, ports);
+    for (int i = 0; i < n; i++) {
+        HERD_TRY(herd_dnnl_port_bind(ports[i], base + at, "conv arena"));
+        at += herd_dnnl_port_transient_bytes(ports[i]);
+    }
+    return HERD_OK;
 }
 
 /* True when oneDNN's pick is its generic code (GEMM-based or reference) rather than a
@@ -212,29 +248,29 @@ static herd_status build(herd_conv_plan *p)
     HERD_TRY(create_direction(&cd, f32, p->fwd_pd, &p->bwd_w_pd, &p->bwd_w,
                               "convolution backward weights"));
 
-    HERD_TRY(input_port(p, &p->f_src, &src_u, query(p->fwd_pd, dnnl_query_src_md),
+    HERD_TRY(input_port(p, &p->f_src, &src_u, query(p->fwd_pd, dnnl_query_src_md), false,
                         "conv fwd src reorder"));
-    HERD_TRY(input_port(p, &p->f_w, &w_u, query(p->fwd_pd, dnnl_query_weights_md),
+    HERD_TRY(input_port(p, &p->f_w, &w_u, query(p->fwd_pd, dnnl_query_weights_md), false,
                         "conv fwd weights reorder"));
-    HERD_TRY(herd_dnnl_port_init(&p->f_dst, &dst_u, query(p->fwd_pd, dnnl_query_dst_md), false,
-                                 "conv fwd dst reorder"));
+    HERD_TRY(herd_dnnl_port_init_transient(&p->f_dst, &dst_u, query(p->fwd_pd, dnnl_query_dst_md),
+                                           false, false, "conv fwd dst reorder"));
     p->share_x = dnnl_memory_desc_equal(query(p->fwd_pd, dnnl_query_src_md),
                                         query(p->bwd_w_pd, dnnl_query_src_md));
     p->share_dy = dnnl_memory_desc_equal(query(p->bwd_data_pd, dnnl_query_diff_dst_md),
                                          query(p->bwd_w_pd, dnnl_query_diff_dst_md));
     if (!p->share_dy)
         HERD_TRY(input_port(p, &p->d_ddst, &dst_u,
-                            query(p->bwd_data_pd, dnnl_query_diff_dst_md),
+                            query(p->bwd_data_pd, dnnl_query_diff_dst_md), true,
                             "conv bwd data diff_dst reorder"));
-    HERD_TRY(input_port(p, &p->d_w, &w_u, query(p->bwd_data_pd, dnnl_query_weights_md),
+    HERD_TRY(input_port(p, &p->d_w, &w_u, query(p->bwd_data_pd, dnnl_query_weights_md), false,
                         "conv bwd data weights reorder"));
-    HERD_TRY(herd_dnnl_port_init(&p->d_dsrc, &src_u,
-                                 query(p->bwd_data_pd, dnnl_query_diff_src_md), false,
-                                 "conv bwd data diff_src reorder"));
+    HERD_TRY(herd_dnnl_port_init_transient(&p->d_dsrc, &src_u,
+                                           query(p->bwd_data_pd, dnnl_query_diff_src_md), false,
+                                           false, "conv bwd data diff_src reorder"));
     if (!p->share_x)
-        HERD_TRY(input_port(p, &p->w_src, &src_u, query(p->bwd_w_pd, dnnl_query_src_md),
+        HERD_TRY(input_port(p, &p->w_src, &src_u, query(p->bwd_w_pd, dnnl_query_src_md), true,
                             "conv bwd weights src reorder"));
-    HERD_TRY(input_port(p, &p->w_ddst, &dst_u, query(p->bwd_w_pd, dnnl_query_diff_dst_md),
+    HERD_TRY(input_port(p, &p->w_ddst, &dst_u, query(p->bwd_w_pd, dnnl_query_diff_dst_md), true,
                         "conv bwd weights diff_dst reorder"));
     HERD_TRY(herd_dnnl_port_init(&p->w_dw, &w_u, query(p->bwd_w_pd, dnnl_query_diff_weights_md),
                                  false, "conv bwd weights diff_weights reorder"));
@@ -254,7 +290,16 @@ static herd_status build(herd_conv_plan *p)
             return HERD_ERR_NOMEM; /* the allocator said why */
     }
     const_dnnl_primitive_desc_t pds[3] = {p->fwd_pd, p->bwd_data_pd, p->bwd_w_pd};
-    return herd_dnnl_scratch_init(pds, 3, &p->scratch, &p->scratch_mem, "conv scratchpad");
+    HERD_TRY(herd_dnnl_scratch_init_transient(pds, 3, &p->scratch_bytes, &p->scratch_mem,
+                                              "conv scratchpad"));
+    size_t need = p->scratch_bytes;
+    herd_dnnl_port *ports[5];
+    int n = transient_ports(p, ports);
+    for (int i = 0; i < n; i++)
+        need += herd_dnnl_port_transient_bytes(ports[i]);
+    HERD_TRY(herd_dnnl_arena_join(need));
+    p->in_arena = true;
+    return HERD_OK;
 }
 
 herd_status herd_cpu_conv2d_plan(const herd_conv_desc *d, herd_conv_plan **plan)
@@ -296,11 +341,9 @@ static int add_scratch(const herd_conv_plan *p, dnnl_exec_arg_t *args, int n)
     return n;
 }
 
-herd_status herd_cpu_conv2d_fwd(herd_conv_plan *p, const float *x, const float *w,
-                                const float *b, float *y)
+static herd_status conv_fwd(herd_conv_plan *p, const float *x, const float *w, const float *b,
+                           float *y)
 {
-    HERD_TRY(herd_check_conv2d_fwd(p, x, w, b, y));
-    HERD_TRY(current(p));
     p->fwd_x = p->bwd_dy = NULL;
     HERD_TRY(herd_dnnl_port_in(&p->f_src, x, "conv fwd src"));
     p->fwd_x = x;
@@ -319,13 +362,12 @@ herd_status herd_cpu_conv2d_fwd(herd_conv_plan *p, const float *x, const float *
     return herd_dnnl_port_out_finish(&p->f_dst, "conv fwd dst");
 }
 
-herd_status herd_cpu_conv2d_bwd_data(herd_conv_plan *p, const float *dy, const float *w,
-                                     float *dx)
+/* kept: the arena still holds this plan's copy of the output gradient. */
+static herd_status conv_bwd_data(herd_conv_plan *p, const float *dy, const float *w, float *dx,
+                                 bool kept)
 {
-    HERD_TRY(herd_check_conv2d_bwd_data(p, dy, w, dx));
-    HERD_TRY(current(p));
     herd_dnnl_port *ddst = p->share_dy ? &p->w_ddst : &p->d_ddst;
-    bool have_dy = p->share_dy && dy == p->bwd_dy;
+    bool have_dy = p->share_dy && dy == p->bwd_dy && kept;
     p->bwd_dy = NULL;
     if (!have_dy)
         HERD_TRY(herd_dnnl_port_in(ddst, dy, "conv bwd data diff_dst"));
@@ -345,11 +387,9 @@ static void accumulate(float *dst, const float *src, size_t n)
         dst[i] += src[i];
 }
 
-herd_status herd_cpu_conv2d_bwd_weights(herd_conv_plan *p, const float *x, const float *dy,
-                                        float *dw, float *db, float beta)
+static herd_status conv_bwd_weights(herd_conv_plan *p, const float *x, const float *dy,
+                                    float *dw, float *db, float beta)
 {
-    HERD_TRY(herd_check_conv2d_bwd_weights(p, x, dy, dw, db, beta));
-    HERD_TRY(current(p));
     bool acc = beta != 0.0f;
     herd_dnnl_port *src = p->share_x ? &p->f_src : &p->w_src;
     bool have_x = p->share_x && x == p->fwd_x;
@@ -378,4 +418,44 @@ herd_status herd_cpu_conv2d_bwd_weights(herd_conv_plan *p, const float *x, const
             accumulate(db, p->db_acc, (size_t)p->d.c_out);
     }
     return HERD_OK;
+}
+
+/* The public calls: checked, made current, then run holding the arena. */
+herd_status herd_cpu_conv2d_fwd(herd_conv_plan *p, const float *x, const float *w,
+                                const float *b, float *y)
+{
+    HERD_TRY(herd_check_conv2d_fwd(p, x, w, b, y));
+    HERD_TRY(current(p));
+    bool kept;
+    herd_status st = bind_arena(p, herd_dnnl_arena_lock(p, &kept));
+    if (st == HERD_OK)
+        st = conv_fwd(p, x, w, b, y);
+    herd_dnnl_arena_unlock();
+    return st;
+}
+
+herd_status herd_cpu_conv2d_bwd_data(herd_conv_plan *p, const float *dy, const float *w,
+                                     float *dx)
+{
+    HERD_TRY(herd_check_conv2d_bwd_data(p, dy, w, dx));
+    HERD_TRY(current(p));
+    bool kept;
+    herd_status st = bind_arena(p, herd_dnnl_arena_lock(p, &kept));
+    if (st == HERD_OK)
+        st = conv_bwd_data(p, dy, w, dx, kept);
+    herd_dnnl_arena_unlock();
+    return st;
+}
+
+herd_status herd_cpu_conv2d_bwd_weights(herd_conv_plan *p, const float *x, const float *dy,
+                                        float *dw, float *db, float beta)
+{
+    HERD_TRY(herd_check_conv2d_bwd_weights(p, x, dy, dw, db, beta));
+    HERD_TRY(current(p));
+    bool kept;
+    herd_status st = bind_arena(p, herd_dnnl_arena_lock(p, &kept));
+    if (st == HERD_OK)
+        st = conv_bwd_weights(p, x, dy, dw, db, beta);
+    herd_dnnl_arena_unlock();
+    return st;
 }

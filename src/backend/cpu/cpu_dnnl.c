@@ -4,6 +4,7 @@
 #include "backend/cpu/cpu_dnnl.h"
 #include "backend/cpu/cpu_ops.h"
 
+#include <pthread.h>
 #include <string.h>
 
 herd_status herd_dnnl_typed_md(dnnl_memory_desc_t *md, int ndims, const dnnl_dim_t *dims,
@@ -24,7 +25,7 @@ herd_status herd_dnnl_plain_md(dnnl_memory_desc_t *md, int ndims, const dnnl_dim
 
 static herd_status port_init(herd_dnnl_port *port, const dnnl_memory_desc_t *user_md,
                              const dnnl_memory_desc_t *prim_md, bool is_input, bool round_bf16,
-                             const char *what)
+                             bool transient, const char *what)
 {
     dnnl_engine_t eng;
     dnnl_stream_t stream;
@@ -38,10 +39,14 @@ static herd_status port_init(herd_dnnl_port *port, const dnnl_memory_desc_t *use
         return HERD_OK;
     }
     port->inner_bytes = dnnl_memory_desc_get_size(prim_md);
-    port->inner_buf = herd_cpu_alloc(port->inner_bytes);
-    if (!port->inner_buf)
-        return HERD_ERR_NOMEM; /* the allocator said why */
-    HERD_DNNL(dnnl_memory_create(&port->inner, prim_md, eng, port->inner_buf), what);
+    port->transient = transient;
+    if (!transient) {
+        port->inner_buf = herd_cpu_alloc(port->inner_bytes);
+        if (!port->inner_buf)
+            return HERD_ERR_NOMEM; /* the allocator said why */
+    }
+    HERD_DNNL(dnnl_memory_create(&port->inner, prim_md, eng,
+                                 transient ? DNNL_MEMORY_NONE : port->inner_buf), what);
     dnnl_primitive_desc_t rpd;
     const dnnl_memory_desc_t *src = is_input ? user_md : prim_md;
     const dnnl_memory_desc_t *dst = is_input ? prim_md : user_md;
@@ -56,7 +61,31 @@ herd_status herd_dnnl_port_init(herd_dnnl_port *port, const dnnl_memory_desc_t *
                                 const dnnl_memory_desc_t *prim_md, bool is_input,
                                 const char *what)
 {
-    return port_init(port, user_md, prim_md, is_input, false, what);
+    return port_init(port, user_md, prim_md, is_input, false, false, what);
+}
+
+herd_status herd_dnnl_port_init_transient(herd_dnnl_port *port, const dnnl_memory_desc_t *user_md,
+                                          const dnnl_memory_desc_t *prim_md, bool is_input,
+                                          bool round_bf16, const char *what)
+{
+    if (round_bf16 && (dnnl_memory_desc_get_size(prim_md) % sizeof(float) ||
+                       prim_md->data_type != dnnl_f32))
+        return HERD_ERR(HERD_ERR_INTERNAL, "%s: rounding to bf16 needs an fp32 tensor", what);
+    return port_init(port, user_md, prim_md, is_input, round_bf16, true, what);
+}
+
+size_t herd_dnnl_port_transient_bytes(const herd_dnnl_port *port)
+{
+    return port->transient ? (port->inner_bytes + 63) / 64 * 64 : 0;
+}
+
+herd_status herd_dnnl_port_bind(herd_dnnl_port *port, void *buf, const char *what)
+{
+    if (!port->transient)
+        return HERD_OK;
+    port->inner_buf = buf;
+    HERD_DNNL(dnnl_memory_set_data_handle(port->inner, buf), what);
+    return HERD_OK;
 }
 
 herd_status herd_dnnl_port_init_bf16_rounded(herd_dnnl_port *port,
@@ -66,7 +95,7 @@ herd_status herd_dnnl_port_init_bf16_rounded(herd_dnnl_port *port,
     if (dnnl_memory_desc_get_size(prim_md) % sizeof(float) ||
         prim_md->data_type != dnnl_f32)
         return HERD_ERR(HERD_ERR_INTERNAL, "%s: rounding to bf16 needs an fp32 tensor", what);
-    return port_init(port, user_md, prim_md, true, true, what);
+    return port_init(port, user_md, prim_md, true, true, false, what);
 }
 
 void herd_dnnl_port_free(herd_dnnl_port *port)
@@ -77,7 +106,8 @@ void herd_dnnl_port_free(herd_dnnl_port *port)
         dnnl_memory_destroy(port->inner);
     if (port->user)
         dnnl_memory_destroy(port->user);
-    herd_cpu_free(port->inner_buf);
+    if (!port->transient)
+        herd_cpu_free(port->inner_buf);
     memset(port, 0, sizeof *port);
 }
 
@@ -167,25 +197,92 @@ herd_status herd_dnnl_exec(dnnl_primitive_t prim, int nargs, const dnnl_exec_arg
     return HERD_OK;
 }
 
-herd_status herd_dnnl_scratch_init(const const_dnnl_primitive_desc_t *pds, int n, void **buf,
-                                   dnnl_memory_t *mem, const char *what)
+static herd_status scratch_init(const const_dnnl_primitive_desc_t *pds, int n, void **buf,
+                                size_t *out_bytes, dnnl_memory_t *mem, const char *what)
 {
     size_t bytes = 0;
     for (int i = 0; i < n; i++) {
         size_t b = herd_dnnl_scratchpad_bytes(pds[i]);
         bytes = b > bytes ? b : bytes;
     }
+    if (out_bytes)
+        *out_bytes = (bytes + 63) / 64 * 64;
     if (!bytes)
         return HERD_OK;
     dnnl_engine_t eng;
     dnnl_stream_t stream;
     HERD_TRY(herd_dnnl_get(&eng, &stream));
-    *buf = herd_cpu_alloc(bytes);
-    if (!*buf)
-        return HERD_ERR_NOMEM; /* the allocator said why */
+    if (buf) {
+        *buf = herd_cpu_alloc(bytes);
+        if (!*buf)
+            return HERD_ERR_NOMEM; /* the allocator said why */
+    }
     dnnl_memory_desc_t md;
     dnnl_dims_t dims = {(dnnl_dim_t)bytes};
     HERD_DNNL(dnnl_memory_desc_init_by_tag(&md, 1, dims, dnnl_u8, dnnl_a), what);
-    HERD_DNNL(dnnl_memory_create(mem, &md, eng, *buf), what);
+    HERD_DNNL(dnnl_memory_create(mem, &md, eng, buf ? *buf : DNNL_MEMORY_NONE), what);
     return HERD_OK;
 }
+
+herd_status herd_dnnl_scratch_init(const const_dnnl_primitive_desc_t *pds, int n, void **buf,
+                                   dnnl_memory_t *mem, const char *what)
+{
+    return scratch_init(pds, n, buf, NULL, mem, what);
+}
+
+herd_status herd_dnnl_scratch_init_transient(const const_dnnl_primitive_desc_t *pds, int n,
+                                             size_t *bytes, dnnl_memory_t *mem, const char *what)
+{
+    return scratch_init(pds, n, NULL, bytes, mem, what);
+}
+
+static struct {
+    pthread_mutex_t mu; /* held by a call using the arena, and by joins and leaves */
+    char *buf;
+    size_t bytes;
+    int users;
+    const void *owner; /* who used it last; NULL after it moved */
+} arena = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, NULL};
+
+herd_status herd_dnnl_arena_join(size_t bytes)
+{
+    pthread_mutex_lock(&arena.mu);
+    herd_status st = HERD_OK;
+    if (bytes > arena.bytes) {
+        char *grown = herd_cpu_alloc(bytes);
+        if (!grown) {
+            st = HERD_ERR_NOMEM; /* the allocator said why */
+        } else {
+            herd_cpu_free(arena.buf);
+            arena.buf = grown;
+            arena.bytes = bytes;
+            arena.owner = NULL;
+        }
+    }
+    if (st == HERD_OK)
+        arena.users++;
+    pthread_mutex_unlock(&arena.mu);
+    return st;
+}
+
+void herd_dnnl_arena_leave(void)
+{
+    pthread_mutex_lock(&arena.mu);
+    if (--arena.users == 0) {
+        herd_cpu_free(arena.buf);
+        arena.buf = NULL;
+        arena.bytes = 0;
+        arena.owner = NULL;
+    }
+    pthread_mutex_unlock(&arena.mu);
+}
+
+char *herd_dnnl_arena_lock(const void *owner, bool *kept)
+{
+    pthread_mutex_lock(&arena.mu);
+    *kept = arena.owner == owner;
+    arena.owner = owner;
+    return arena.buf;
+}
+
+void herd_dnnl_arena_unlock(void) { pthread_mutex_unlock(&arena.mu); }
