@@ -23,7 +23,7 @@ resnet50 on 3x224x224 with 1000, or --shape), optionally channels_last, with TF3
 
 Usage: /usr/bin/python3 bench/torch_reference.py [--models mlp,lenet5,resnet20]
        [--threads 1] [--batch-size 128] [--steps 50] [--warmup 5] [--json] [--ddp N]
-       [--precision fp32|bf16] [--shape C,H,W,CLASSES (synthetic data, 1 process)]
+       [--precision fp32|bf16] [--shape C,H,W,CLASSES (synthetic data)]
        /usr/bin/python3 bench/torch_reference.py --time-to-acc [--target 0.89]
        /usr/bin/python3 bench/torch_reference.py --time-to-acc --ddp 2 $(make -s print-run-flags)
        python3 bench/torch_reference.py --device cuda [--models resnet20,resnet50]
@@ -200,10 +200,15 @@ def _ddp_throughput(rank, world, args, out_queue):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     keep = []  # the DDP modules live until the process ends (see _ddp_entry)
-    x_train, y_train = load_fashion_mnist(args.data_dir, "train")
+    shape, classes = None, 10
+    if args.shape:  # the same random batches on every rank, sharded as below
+        x_train, y_train, shape, classes = synthetic(args)
+    else:
+        x_train, y_train = load_fashion_mnist(args.data_dir, "train")
     for model in (args.models or "mlp,lenet5,resnet20").split(","):
         torch.manual_seed(args.seed)
-        net = DDP(herd_torch_models.build(model))  # broadcasts rank 0's weights
+        # DDP broadcasts rank 0's weights.
+        net = DDP(herd_torch_models.build(model, *((shape, classes) if shape else ())))
         keep.append(net)
         net.train()
         opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=0.9, weight_decay=5e-4)

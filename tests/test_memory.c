@@ -217,6 +217,36 @@ static void test_refusals_while_sizing(void **state)
     free(dir);
 }
 
+/* Output gradients share buffers by liveness: resnet20's 60-odd layers need a few
+ * (its residual adds keep a block's input gradient alive across the block), and
+ * every layer but the last has one, at least as large as its output. */
+static void test_gradient_buffers_shared(void **state)
+{
+    (void)state;
+    herd_model *m;
+    assert_int_equal(herd_model_create_shape("resnet20", 1, 28, 28, 10, &m), HERD_OK);
+    assert_int_equal(herd_model_reshape(m, 4), HERD_OK);
+    printf("resnet20: %d layers, %d gradient buffers\n", m->n_layers, m->n_grad_slots);
+    assert_true(m->n_layers > 50);
+    assert_true(m->n_grad_slots >= 2 && m->n_grad_slots <= 4);
+    assert_null(m->dacts[m->n_layers - 1]); /* the loss gives the last layer's */
+    for (int i = 0; i < m->n_layers - 1; i++) {
+        int k = 0;
+        while (k < m->n_grad_slots && m->grad_slots[k] != m->dacts[i])
+            k++;
+        assert_true(k < m->n_grad_slots);
+    }
+    /* No two gradients live at once share one: layer j's backward reads its own and
+     * writes its inputs'. */
+    for (int j = 0; j < m->n_layers; j++)
+        for (int k = 0; k < m->layers[j].spec.n_inputs; k++) {
+            int src = m->layers[j].spec.inputs[k];
+            if (src >= 0 && j < m->n_layers - 1)
+                assert_ptr_not_equal(m->dacts[src], m->dacts[j]);
+        }
+    herd_model_free(m);
+}
+
 /* One epoch in batches of 16 on one thread, stopping after max_steps (0 = none). */
 static herd_train_config short_run(long max_steps)
 {
@@ -307,6 +337,7 @@ int main(void)
         cmocka_unit_test_teardown(test_huge_request, lift_cap),
         cmocka_unit_test_teardown(test_refusals_while_sizing, lift_cap),
         cmocka_unit_test_teardown(test_train_figures, lift_cap),
+        cmocka_unit_test(test_gradient_buffers_shared),
         cmocka_unit_test_teardown(test_train_refused, lift_cap),
     };
     return tu_run(tests, NULL, NULL);
