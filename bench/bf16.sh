@@ -104,7 +104,6 @@ echo
 echo "| model | herd fp32 | herd bf16 | herd bf16/fp32 | PyTorch fp32 | PyTorch bf16 | PyTorch bf16/fp32 | herd bf16 / PyTorch bf16 |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 for m in "${model_list[@]}"; do
-  [ "$ranks" -gt 1 ] && [ "$m" = resnet50 ] && continue
   hf=${sps[herd,$m,fp32]} hb=${sps[herd,$m,bf16]} tf=${sps[torch,$m,fp32]} tb=${sps[torch,$m,bf16]}
   echo "| $m | $hf ($(fraction "$hf" "$m" fp32)) | $hb ($(fraction "$hb" "$m" bf16)) | $(ratio "$hb" "$hf")" \
        "| $tf ($(fraction "$tf" "$m" fp32)) | $tb ($(fraction "$tb" "$m" bf16)) | $(ratio "$tb" "$tf") | $(ratio "$hb" "$tb") |"

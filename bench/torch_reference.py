@@ -492,8 +492,8 @@ def main():
     if args.precision not in ("fp32", "bf16") or args.channels_last:
         p.error("on the CPU --precision is fp32 or bf16 (autocast); --channels-last is for "
                 "--device cuda")
-    if args.shape and (args.ddp or args.time_to_acc):
-        p.error("--shape (synthetic data) is for the 1-process throughput on the CPU")
+    if args.shape and args.time_to_acc:
+        p.error("--shape (synthetic data) is for the throughput on the CPU")
     if args.ddp:
         if args.ddp < 1:
             p.error("--ddp needs N >= 1")
