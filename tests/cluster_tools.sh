@@ -51,8 +51,15 @@ done
 
 # The agent under MPICH's launcher (hydra): one process per host, each with its hostname.
 if command -v "${NC_HYDRA:-mpiexec.hydra}" >/dev/null; then
-  NC_TIMEOUT=30 nc_hydra -n 3 hostname >"$tmp/out" 2>"$tmp/err"
-  rc=$?
+  # hydra itself ended on SIGPIPE (exit 141) once, under the sanitizer pass's load: it
+  # wrote to a proxy that `hostname` had already let exit (a race in MPICH's launcher,
+  # not in the agent), so that one exit is tried again once, and said so.
+  for attempt in 1 2; do
+    NC_TIMEOUT=30 nc_hydra -n 3 hostname >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    [ $rc -eq 141 ] && [ $attempt -eq 1 ] || break
+    echo "note: mpiexec.hydra ended on SIGPIPE (exit 141); running it again once"
+  done
   check "hydra through the agent: exits 0 ($rc)" test $rc -eq 0
   check "hydra through the agent: ran on node1, node2, node3" \
     bash -c "[ \"\$(sort '$tmp/out' | tr '\n' ' ')\" = 'node1 node2 node3 ' ]"
