@@ -30,6 +30,9 @@ static herd_status port_init(herd_dnnl_port *port, const dnnl_memory_desc_t *use
     dnnl_engine_t eng;
     dnnl_stream_t stream;
     HERD_TRY(herd_dnnl_get(&eng, &stream));
+    if (round_bf16 && (dnnl_memory_desc_get_size(prim_md) % sizeof(float) ||
+                       prim_md->data_type != dnnl_f32))
+        return HERD_ERR(HERD_ERR_INTERNAL, "%s: rounding to bf16 needs an fp32 tensor", what);
     memset(port, 0, sizeof *port);
     port->round_bf16 = round_bf16;
     HERD_DNNL(dnnl_memory_create(&port->user, user_md, eng, DNNL_MEMORY_NONE), what);
@@ -68,9 +71,6 @@ herd_status herd_dnnl_port_init_transient(herd_dnnl_port *port, const dnnl_memor
                                           const dnnl_memory_desc_t *prim_md, bool is_input,
                                           bool round_bf16, const char *what)
 {
-    if (round_bf16 && (dnnl_memory_desc_get_size(prim_md) % sizeof(float) ||
-                       prim_md->data_type != dnnl_f32))
-        return HERD_ERR(HERD_ERR_INTERNAL, "%s: rounding to bf16 needs an fp32 tensor", what);
     return port_init(port, user_md, prim_md, is_input, round_bf16, true, what);
 }
 
@@ -92,9 +92,6 @@ herd_status herd_dnnl_port_init_bf16_rounded(herd_dnnl_port *port,
                                             const dnnl_memory_desc_t *user_md,
                                             const dnnl_memory_desc_t *prim_md, const char *what)
 {
-    if (dnnl_memory_desc_get_size(prim_md) % sizeof(float) ||
-        prim_md->data_type != dnnl_f32)
-        return HERD_ERR(HERD_ERR_INTERNAL, "%s: rounding to bf16 needs an fp32 tensor", what);
     return port_init(port, user_md, prim_md, true, true, false, what);
 }
 
