@@ -12,6 +12,8 @@
 #   and of the reference's (torch.mm on OpenBLAS), N = 1024; sets GEMM_HERD, GEMM_TORCH and
 #   GEMM_LIMIT (the larger: the best the machine reached today).
 # frac ACHIEVED_GFLOPS CORES: achieved ÷ (GEMM_LIMIT × CORES), two decimals.
+# bench_rss ARGS...: runs "$herd" ARGS under /usr/bin/time and prints the command, its
+#   exit status, herd's stderr lines that matter, its summary and its peak RSS (VmHWM).
 
 bench_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 python=${PYTHON:-/usr/bin/python3}
@@ -81,4 +83,16 @@ frac() {
   if [ "$1" = - ] || [ -z "${GEMM_LIMIT:-}" ]; then echo -; return; fi
   awk -v s="$1" -v f="$(model_mflops "$2")" -v l="$GEMM_LIMIT" -v c="$3" \
     'BEGIN { if (f == "" || l <= 0) print "-"; else printf "%.2f", 3 * f * 1e6 * s / (l * 1e9 * c) }'
+}
+
+bench_rss() {
+  local t
+  t=$(mktemp -d)
+  echo "\$ herd $*"
+  /usr/bin/time -o "$t/rss" -f "%M" "$herd" "$@" >"$t/out" 2>"$t/err"
+  echo "exit=$?"
+  grep -E "^herd: (training|peak memory|error)" "$t/err"
+  tail -n 1 "$t/out" | grep "=" || true
+  awk '/^[0-9]+$/ { printf "peak_rss_mib=%.1f\n", $1 / 1024 }' "$t/rss" # after time's note of a failure
+  rm -rf "$t"
 }

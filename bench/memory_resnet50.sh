@@ -13,16 +13,11 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "# $(date -u '+%F %T UTC'), 2 threads"
-for herd in "$@"; do
+for herd in "$@"; do # bench_rss runs $herd
   echo "## $herd: $("$herd" --version | head -n 1)"
   for p in fp32 bf16; do
-    echo "\$ herd train --model resnet50 --data synthetic:3,224,224,1000,64 --batch-size 32 --max-steps 1 --threads 2 --eval-every 0 --precision $p"
-    /usr/bin/time -o "$tmp/rss" -f "%M" "$herd" train --model resnet50 --data synthetic:3,224,224,1000,64 \
-      --batch-size 32 --max-steps 1 --threads 2 --eval-every 0 --precision "$p" >"$tmp/out" 2>"$tmp/err"
-    echo "exit=$?"
-    grep -E "^herd: (peak memory|error)" "$tmp/err"
-    tail -n 1 "$tmp/out" | tr ' ' '\n' | grep -E "^(train_loss|memory_peak_mib)=" | paste -sd ' '
-    awk '/^[0-9]+$/ { printf "peak_rss_mib=%.1f\n", $1 / 1024 }' "$tmp/rss"
+    bench_rss train --model resnet50 --data synthetic:3,224,224,1000,64 --batch-size 32 --max-steps 1 \
+      --threads 2 --eval-every 0 --precision "$p"
   done
 done
 bench_reference_setup || exit 1

@@ -11,28 +11,19 @@
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 herd=$(readlink -f "${1:-$root/build/herd}")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-# run ARGS...: herd's stderr lines that matter, its summary, its peak RSS.
-run() {
-  echo "\$ herd $*"
-  /usr/bin/time -o "$tmp/rss" -f "%M" "$herd" "$@" >"$tmp/out" 2>"$tmp/err"
-  echo "exit=$?"
-  grep -E "^herd: (training|peak memory|error)" "$tmp/err"
-  tail -n 1 "$tmp/out" | grep "=" || true
-  awk '/^[0-9]+$/ { printf "peak_rss_mib=%.1f\n", $1 / 1024 }' "$tmp/rss" # after time's note of a failure
-}
+# shellcheck source=bench/lib.sh
+. "$root/bench/lib.sh"
 echo "# $(date -u '+%F %T UTC'); $("$herd" --version | head -1)"
 echo "## baselines: the program started; the data set loaded (the model name is unknown)"
-run train --help
-run train --model no-such-model
+bench_rss train --help
+bench_rss train --model no-such-model
 for model in mlp lenet5 resnet20; do
   echo "## $model, fashion-mnist, batch 128, 20 steps, 1 thread, then the test set"
-  run train --model "$model" --max-steps 20 --threads 1
+  bench_rss train --model "$model" --max-steps 20 --threads 1
 done
 echo "## resnet20 as above with plain NCHW convolutions (no reorder buffers; slower)"
-HERD_CONV_LAYOUT=plain run train --model resnet20 --max-steps 20 --threads 1
+HERD_CONV_LAYOUT=plain bench_rss train --model resnet20 --max-steps 20 --threads 1
 echo "## widemlp, fashion-mnist, batch 64, 5 steps, 1 thread, under 300M and 500M"
 for limit in 300M 500M; do
-  run train --model widemlp --batch-size 64 --max-steps 5 --threads 1 --memory-limit $limit
+  bench_rss train --model widemlp --batch-size 64 --max-steps 5 --threads 1 --memory-limit $limit
 done
