@@ -27,7 +27,7 @@
 const char *fz_dir(void);
 /* fz_dir()/name, in a static buffer of the caller's choosing. */
 void fz_path(char *out, size_t cap, const char *name);
-/* Writes bytes to fz_dir()/name; returns the path (static per name slot) or aborts. */
+/* Writes len bytes of data to path (made by fz_path), or aborts. */
 void fz_write(const char *path, const void *data, size_t len);
 /* A NUL-terminated copy of data (the caller frees it). */
 char *fz_strndup(const uint8_t *data, size_t size);
