@@ -39,6 +39,10 @@ typedef struct herd_conv_desc {
     int c_out, kh, kw, stride, pad;
     int h_out, w_out; /* filled by herd_conv_desc_finish */
     bool bias;
+    /* The input x (and dx) / the output y (and dy) are bf16 activations in the blocked
+     * layout of herd_bf16_act_ops, not fp32 NCHW: only for backends that have those
+     * ops, and only while they are in use. */
+    bool bf16_in, bf16_out;
 } herd_conv_desc;
 
 typedef struct herd_pool_desc {
@@ -61,6 +65,52 @@ typedef struct herd_adamw_args {
     float lr, beta1, beta2, eps, weight_decay;
     long step; /* 1-based, for bias correction */
 } herd_adamw_args;
+
+/*
+ * bf16 activations between layers, in oneDNN's nChw16c layout: per sample, blocks of
+ * 16 channels, each block h x w pixels of 16 channel values (2 bytes each, bf16 bits).
+ * In a bf16 run, convolutions read and write them without reorders, and these ops
+ * carry them through batch norm, ReLU, residual adds and the final pooling, so the
+ * layers between two convolutions move half the bytes they move in fp32. Channels are
+ * a multiple of 16, so the layout has no padding and `n` counts the same values as
+ * the NCHW tensor. Parameters, statistics and their gradients stay fp32; reductions
+ * run in double, and sum per sample first, then over samples in order, so any thread
+ * count gives the same bits. The BN ops are the fp32 split ops (bn_stats ...) on
+ * this layout, with the same meaning; local BN calls them back to back.
+ */
+typedef struct herd_bf16_act_ops {
+    /* Whether the backend's current arithmetic reads them natively (bf16 precision on
+     * a CPU with bf16 instructions): only then does a model keep activations in them. */
+    bool (*in_use)(void);
+    herd_status (*from_f32)(int n, int c, int hw, const float *x, uint16_t *y); /* NCHW fp32 -> */
+    herd_status (*to_f32)(int n, int c, int hw, const uint16_t *x, float *y);   /* -> NCHW fp32 */
+    herd_status (*relu_fwd)(size_t n, const uint16_t *x, uint16_t *y);
+    herd_status (*relu_bwd)(size_t n, const uint16_t *y, const uint16_t *dy, uint16_t *dx);
+    herd_status (*add)(size_t n, const uint16_t *a, const uint16_t *b, uint16_t *y);
+    herd_status (*accumulate)(size_t n, const uint16_t *x, uint16_t *y); /* y += x */
+    herd_status (*copy)(size_t n, const uint16_t *x, uint16_t *y);
+    /* Mean over H*W per (n, c) into fp32 n x c, and its gradient. */
+    herd_status (*global_avgpool_fwd)(int n, int c, int hw, const uint16_t *x, float *y);
+    herd_status (*global_avgpool_bwd)(int n, int c, int hw, const float *dy, uint16_t *dx);
+    herd_status (*bn_stats)(int n, int c, int hw, const uint16_t *x, const double *sum,
+                            int64_t count, double *out);
+    herd_status (*bn_apply_train)(int n, int c, int hw, const uint16_t *x, const float *gamma,
+                                  const float *beta, const double *sum, const double *sqdev,
+                                  int64_t count, uint16_t *y, float *save_mean,
+                                  float *save_invstd, float *running_mean, float *running_var,
+                                  float momentum, float eps);
+    herd_status (*bn_fwd_infer)(int n, int c, int hw, const uint16_t *x, const float *gamma,
+                                const float *beta, uint16_t *y, const float *running_mean,
+                                const float *running_var, float eps);
+    herd_status (*bn_bwd_reduce)(int n, int c, int hw, const uint16_t *x, const uint16_t *dy,
+                                 const float *save_mean, const float *save_invstd,
+                                 double *sum_dy, double *sum_dy_xc, float *dgamma, float *dbeta,
+                                 float beta);
+    herd_status (*bn_bwd_apply)(int n, int c, int hw, const uint16_t *x, const uint16_t *dy,
+                                const float *gamma, const float *save_mean,
+                                const float *save_invstd, const double *sum_dy,
+                                const double *sum_dy_xc, int64_t count, uint16_t *dx);
+} herd_bf16_act_ops;
 
 struct herd_device_info;
 
@@ -187,6 +237,8 @@ typedef struct herd_backend {
     /* The arithmetic of gemm and convolutions from now on (herd_precision). Backends
      * refuse what they cannot do, with a message saying so. */
     herd_status (*set_precision)(herd_precision p);
+    /* bf16 activations between layers (above); NULL where the backend has none. */
+    const herd_bf16_act_ops *bf16_acts;
     /* Memory: cap what the backend's allocator holds (0 = none); what it holds, by
      * category (NULL where not counted); and describe the device for peak-FLOP/s
      * figures (NULL for the CPU backend). */

@@ -107,6 +107,7 @@ static const herd_backend cpu_backend = {
     .grad_unscale_check = herd_cpu_grad_unscale_check,
     .sum_squares = herd_cpu_sum_squares,
     .set_precision = herd_cpu_set_precision,
+    .bf16_acts = &herd_cpu_bf16_act_ops,
 };
 
 const herd_backend *herd_backend_cpu(void) { return &cpu_backend; }

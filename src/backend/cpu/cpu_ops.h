@@ -89,6 +89,9 @@ herd_status herd_cpu_set_precision(herd_precision p);
 bool herd_cpu_native_bf16(void);
 void herd_cpu_round_bf16(float *x, size_t n); /* each value to its nearest bf16 */
 
+/* cpu_act_bf16.c: bf16 activations in nChw16c between layers (backend.h). */
+extern const herd_bf16_act_ops herd_cpu_bf16_act_ops;
+
 /* Elementwise loops below this many elements stay on one thread: forking costs more. */
 #define HERD_CPU_PAR_MIN 32768
 
