@@ -50,12 +50,30 @@ check "... and none in bf16" bash -c "! grep -q '\"BF16\"' '$tmp/w.st'"
 "$herd" bench train --model mlp --data "$data" --device cpu --precision bf16 --steps 2 --warmup 1 >"$tmp/out" 2>&1
 check "bench train --precision bf16 reports it" grep -q "precision=bf16" "$tmp/out"
 
+if [ -z "${HERD_CPU_BF16:-}" ]; then # native: resnet20 keeps bf16 activations between layers
+  r20=(--model resnet20 --data "$data" --batch-size 32 --threads 1 --device cpu --seed 3 --epochs 1
+       --precision bf16)
+  activations() { sed -n 's/.*peak memory.* activations \([0-9.]*\).*/\1/p' "$1"; }
+  "$herd" train "${r20[@]}" >"$tmp/out" 2>"$tmp/err"
+  check "resnet20 trains and evaluates with bf16 activations" \
+    bash -c "test $? -eq 0 && grep -q 'test_acc=' '$tmp/out'"
+  HERD_BF16_ACTIVATIONS=fp32 "$herd" train "${r20[@]}" >"$tmp/out32" 2>"$tmp/err32"
+  a16=$(activations "$tmp/err") a32=$(activations "$tmp/err32")
+  check "... in half the memory of fp32 activations ($a16 against $a32 MiB)" \
+    awk -v a="$a16" -v b="$a32" 'BEGIN { exit !(a > 0 && a <= 0.55 * b) }'
+fi
+
 if have_mpi; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
   for c in none bf16; do
     timeout 120 "${mpiexec[@]}" -np 2 "$herd" train "${common[@]}" --epochs 1 --precision bf16 \
       --compress "$c" >"$tmp/out" 2>&1
     check "2 ranks in bf16, --compress $c" bash -c "test $? -eq 0 && grep -q 'precision=bf16' '$tmp/out'"
+  done
+  for mode in --sync-bn "--pipeline-stages 2"; do # batch norm over ranks; stages cut between blocks
+    timeout 120 "${mpiexec[@]}" -np 2 "$herd" train "${common[@]}" --model resnet20 --epochs 1 \
+      --precision bf16 $mode >"$tmp/out" 2>&1
+    check "2 ranks of resnet20 in bf16, $mode" bash -c "test $? -eq 0 && grep -q 'precision=bf16' '$tmp/out'"
   done
 fi
 finish

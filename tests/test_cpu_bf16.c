@@ -374,6 +374,72 @@ static void test_resnet20_native(void **state)
     against_pytorch("resnet20", true, resnet20_bounds);
 }
 
+/* The same with fp32 activations between layers (HERD_BF16_ACTIVATIONS=fp32): both
+ * choices stay within the bounds. */
+static void test_resnet20_native_fp32_acts(void **state)
+{
+    (void)state;
+    setenv("HERD_BF16_ACTIVATIONS", "fp32", 1);
+    against_pytorch("resnet20", true, resnet20_bounds);
+    unsetenv("HERD_BF16_ACTIVATIONS");
+}
+
+/* ------------------------------------------------------------------ activation formats */
+
+/* Layers whose output the model keeps in bf16, as a string of 'b' and '.'. */
+static void formats(herd_model *m, char *out)
+{
+    for (int i = 0; i < m->n_layers; i++)
+        out[i] = m->layers[i].out_format == HERD_ACT_BF16 ? 'b' : '.';
+    out[m->n_layers] = 0;
+}
+
+/* resnet20 in native bf16 keeps every output up to the pooling in bf16 (convolutions,
+ * batch norms, ReLUs and adds, all with 16, 32 or 64 channels); the pooling's and the
+ * classifier's are fp32, and so are all of them in fp32 and in emulated bf16. lenet5
+ * has none: its first convolution has 6 channels, and its second feeds a max pool. */
+static void test_act_formats(void **state)
+{
+    (void)state;
+    herd_model *r, *l;
+    assert_herd_ok(herd_model_create_shape("resnet20", 1, 28, 28, 10, &r));
+    assert_herd_ok(herd_model_create_shape("lenet5", 1, 28, 28, 10, &l));
+    char got[256], want[256];
+    assert_true(r->n_layers < 255 && l->n_layers < 255);
+    use_bf16(true);
+    assert_herd_ok(herd_model_reshape(r, 4));
+    assert_herd_ok(herd_model_reshape(l, 4));
+    formats(r, got);
+    int pool = -1;
+    for (int i = 0; i < r->n_layers; i++)
+        if (strcmp(r->layers[i].ops->type, "global_avgpool") == 0)
+            pool = i;
+    assert_true(pool > 0);
+    for (int i = 0; i < r->n_layers; i++)
+        want[i] = i < pool ? 'b' : '.';
+    want[r->n_layers] = 0;
+    assert_string_equal(got, want);
+    assert_int_equal(r->layers[pool].in_format[0], HERD_ACT_BF16);
+    assert_int_equal(r->layers[0].in_format[0], HERD_ACT_F32); /* the model input */
+    formats(l, got);
+    memset(want, '.', (size_t)l->n_layers);
+    want[l->n_layers] = 0;
+    assert_string_equal(got, want);
+
+    use_bf16(false); /* emulated: fp32 activations, reshaped at the same batch size */
+    assert_herd_ok(herd_model_reshape(r, 4));
+    formats(r, got);
+    memset(want, '.', (size_t)r->n_layers);
+    want[r->n_layers] = 0;
+    assert_string_equal(got, want);
+    use_fp32();
+    assert_herd_ok(herd_model_reshape(r, 4));
+    formats(r, got);
+    assert_string_equal(got, want);
+    herd_model_free(r);
+    herd_model_free(l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -381,7 +447,8 @@ int main(void)
         cmocka_unit_test(test_gemm_native),     cmocka_unit_test(test_conv_emulated),
         cmocka_unit_test(test_conv_native),     cmocka_unit_test(test_lenet5_emulated),
         cmocka_unit_test(test_lenet5_native),   cmocka_unit_test(test_resnet20_emulated),
-        cmocka_unit_test(test_resnet20_native),
+        cmocka_unit_test(test_resnet20_native), cmocka_unit_test(test_resnet20_native_fp32_acts),
+        cmocka_unit_test(test_act_formats),
     };
     return tu_run(tests, setup, NULL);
 }

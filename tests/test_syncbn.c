@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_ops.h"
 #include "nn/model.h"
 #include "testutil.h"
 #include "train/step.h"
@@ -163,13 +164,24 @@ static const char *MODEL =
     " {\"type\": \"conv2d\", \"name\": \"c2\", \"out\": 4, \"kernel\": 1},"
     " {\"type\": \"batchnorm\", \"name\": \"bn2\"},"
     " {\"type\": \"flatten\"}, {\"type\": \"linear\", \"name\": \"head\", \"out\": 5}]}";
+/* With 16 channels, in native bf16 the first conv, bn and relu keep bf16 activations
+ * (herd_bf16_act_ops); bn2 feeds flatten, so it and c2 stay fp32. */
+static const char *MODEL16 =
+    "{\"layers\": [{\"type\": \"conv2d\", \"name\": \"pre\", \"out\": 16, \"kernel\": 3, \"pad\": 1},"
+    " {\"type\": \"batchnorm\", \"name\": \"bn\"}, {\"type\": \"relu\"},"
+    " {\"type\": \"conv2d\", \"name\": \"c2\", \"out\": 16, \"kernel\": 1},"
+    " {\"type\": \"batchnorm\", \"name\": \"bn2\"},"
+    " {\"type\": \"flatten\"}, {\"type\": \"linear\", \"name\": \"head\", \"out\": 5}]}";
 enum { IC = 2, IH = 4, IW = 4, CLASSES = 5, N = 6, STEPS = 2 };
+
+static const char *model_text = NULL; /* MODEL unless a test sets MODEL16 */
 
 static herd_model *make_model(void)
 {
     herd_layer_spec *specs;
     int n_specs;
-    assert_herd_ok(herd_model_parse_text(MODEL, "syncbn", CLASSES, &specs, &n_specs));
+    assert_herd_ok(herd_model_parse_text(model_text ? model_text : MODEL, "syncbn", CLASSES,
+                                         &specs, &n_specs));
     herd_model *m = calloc(1, sizeof *m);
     m->in_c = IC, m->in_h = IH, m->in_w = IW, m->classes = CLASSES;
     snprintf(m->name, sizeof m->name, "syncbn");
@@ -224,9 +236,9 @@ static void *rank_main(void *arg)
     return NULL;
 }
 
-static void test_layer_threads(void **state)
+/* tol: how far K ranks may be from one process (outputs, gradients, statistics). */
+static void check_layer_threads(double tol)
 {
-    (void)state;
     const size_t per = (size_t)IC * IH * IW;
     float x[N * IC * IH * IW];
     tu_fill_uniform(x, N * per, -1, 1, 21);
@@ -264,7 +276,9 @@ static void test_layer_threads(void **state)
         pthread_barrier_destroy(&w.bar);
         /* Per step and BN layer: 2 allreduces forward, 1 backward. */
         assert_int_equal(w.calls[0], STEPS * 2 * 3);
-        assert_true(tu_max_rel_err(logits, ref_logits, N * CLASSES) < TOL);
+        double lerr = tu_max_rel_err(logits, ref_logits, N * CLASSES);
+        if (!(lerr < tol))
+            fail_msg("%d ranks: logits differ from one process by %.3g", k, lerr);
         /* Averaged gradients (what the gradient allreduce computes) are the
          * single-process gradients of the mean loss; running statistics agree. */
         herd_model *m0 = jobs[0].m;
@@ -273,16 +287,43 @@ static void test_layer_threads(void **state)
             for (size_t i = 0; i < m0->n_param_floats; i++)
                 avg[i] += jobs[r].m->grads[i] / (float)k;
             assert_true(tu_max_rel_err(jobs[r].m->buffers, ref->buffers, ref->n_buffer_floats) <
-                        TOL);
+                        tol);
         }
         double err = tu_max_rel_err(avg, ref->grads, ref->n_param_floats);
-        if (err > TOL)
+        if (!(err <= tol))
             fail_msg("%d ranks: averaged gradients differ from one process by %.3g", k, err);
+        printf("%d ranks: logits %.2e, gradients %.2e from one process\n", k, lerr, err);
         free(avg);
         for (int r = 0; r < k; r++)
             herd_model_free(jobs[r].m);
     }
     herd_model_free(ref);
+}
+
+static void test_layer_threads(void **state)
+{
+    (void)state;
+    check_layer_threads(TOL);
+}
+
+/* The same through bf16 activations: the per-channel sums are the same in double,
+ * added in another order, and each rank rounds its own outputs to bf16, so the ranks
+ * agree with one process within bf16's rounding. */
+static void test_layer_threads_bf16(void **state)
+{
+    (void)state;
+    if (!herd_cpu_native_bf16())
+        tu_skip("oneDNN dispatches to %s here: no native bf16 to test", herd_cpu_isa());
+    assert_herd_ok(be->set_precision(HERD_PRECISION_BF16));
+    model_text = MODEL16;
+    herd_model *m = make_model();
+    assert_herd_ok(herd_model_reshape(m, N));
+    assert_int_equal(m->layers[1].out_format, HERD_ACT_BF16); /* bn */
+    assert_int_equal(m->layers[4].out_format, HERD_ACT_F32);  /* bn2 */
+    herd_model_free(m);
+    check_layer_threads(2e-2);
+    model_text = NULL;
+    assert_herd_ok(be->set_precision(HERD_PRECISION_FP32));
 }
 
 int main(void)
@@ -291,6 +332,7 @@ int main(void)
         cmocka_unit_test(test_split_ops),
         cmocka_unit_test(test_split_ops_errors),
         cmocka_unit_test(test_layer_threads),
+        cmocka_unit_test(test_layer_threads_bf16),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

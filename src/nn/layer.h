@@ -70,6 +70,20 @@ typedef struct herd_run_ctx {
     const herd_trace_sink *trace;
 } herd_run_ctx;
 
+/* How a layer's activations are stored (the model picks, herd_model_reshape). */
+typedef enum herd_act_format {
+    HERD_ACT_F32,  /* fp32 NCHW */
+    HERD_ACT_BF16, /* bf16 in the blocked layout of the backend's herd_bf16_act_ops */
+} herd_act_format;
+
+/* What a layer type does with bf16 activations. */
+typedef enum herd_bf16_role {
+    HERD_BF16_NONE,     /* reads and writes fp32 only */
+    HERD_BF16_PRODUCES, /* reads either, writes bf16 where its readers take it (conv2d) */
+    HERD_BF16_KEEPS,    /* writes the format its inputs have (batchnorm, relu, add) */
+    HERD_BF16_CONSUMES, /* reads either, writes fp32 (global_avgpool) */
+} herd_bf16_role;
+
 typedef struct herd_layer_ops {
     const char *type;
     int n_inputs; /* 1, or 2 for add */
@@ -90,6 +104,7 @@ typedef struct herd_layer_ops {
                             const float *y, const float *dy, float *const *dx);
     void (*destroy)(herd_layer *l, const herd_backend *be); /* NULL: nothing to free */
     double (*flops)(const herd_layer *l); /* forward FLOPs per sample (2 per multiply-add) */
+    herd_bf16_role bf16;
 } herd_layer_ops;
 
 struct herd_layer {
@@ -98,6 +113,9 @@ struct herd_layer {
     herd_shape in_shape[HERD_MAX_INPUTS]; /* per sample (n = current batch after reshape) */
     herd_shape out_shape;
     int batch;
+    /* Set by the model before reshape; forward and backward get tensors (x, dx; y, dy)
+     * in these formats. */
+    herd_act_format in_format[HERD_MAX_INPUTS], out_format;
     int first_tensor; /* index of its first tensor view in the model */
     int n_tensors;
     void *state;      /* layer-private: plans, saved statistics, masks */

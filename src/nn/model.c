@@ -228,6 +228,13 @@ static void free_activations(herd_model *m)
 
 static herd_status reshape(herd_model *m, int batch);
 
+/* Bytes of layer l's output (and of its gradient): bf16 activations take half. */
+static size_t act_bytes(const herd_layer *l)
+{
+    size_t elem = l->out_format == HERD_ACT_BF16 ? sizeof(uint16_t) : sizeof(float);
+    return herd_shape_numel(l->out_shape) * elem;
+}
+
 /*
  * Gradient buffers by liveness. Layer i's output gradient is first written by the
  * backward of its last consumer and last read by i's own backward, so it lives over
@@ -262,7 +269,7 @@ static herd_status plan_grad_slots(herd_model *m)
         for (int i = step - 1; i >= 0; i--) {
             if (last_use[i] != step)
                 continue;
-            size_t bytes = herd_shape_numel(m->layers[i].out_shape) * sizeof(float);
+            size_t bytes = act_bytes(&m->layers[i]);
             int pick = -1;
             for (int k = 0; k < m->n_grad_slots; k++)
                 if (slot_end[k] > step && (pick < 0 || slot_bytes[k] > slot_bytes[pick]))
@@ -292,12 +299,81 @@ out:
     return st;
 }
 
+/* HERD_BF16_ACTIVATIONS=fp32 keeps fp32 activations between layers in bf16 runs (to
+ * compare the two; docs/performance.md). */
+static bool bf16_acts_wanted(const herd_model *m)
+{
+    const char *env = getenv("HERD_BF16_ACTIVATIONS");
+    if (env && strcmp(env, "fp32") == 0)
+        return false;
+    const herd_bf16_act_ops *ops = m->be->bf16_acts;
+    return ops && ops->in_use(); /* the backend's arithmetic, which convolutions follow */
+}
+
+/* Whether layer j takes a bf16 output of layer i among its inputs. */
+static bool takes_bf16(const herd_model *m, const bool *bf16, int j)
+{
+    herd_bf16_role role = m->layers[j].ops->bf16;
+    return role == HERD_BF16_PRODUCES || role == HERD_BF16_CONSUMES ||
+           (role == HERD_BF16_KEEPS && bf16[j]);
+}
+
+/*
+ * Which outputs are bf16: those of layers that write them (convolutions, and layers
+ * that keep the format when all their inputs are bf16) with channels in whole blocks
+ * of 16, when every reader takes them. The model's output (logits, or what a pipeline
+ * stage sends on) and its input stay fp32. Starting from every candidate, an output
+ * that breaks a rule is dropped until none does; dropping only ever makes more break.
+ */
+static herd_status plan_act_formats(herd_model *m)
+{
+    int n = m->n_layers;
+    bool *bf16 = NULL;
+    if (m->bf16_acts && !(bf16 = herd_xcalloc((size_t)n, sizeof *bf16)))
+        return HERD_ERR_NOMEM;
+    for (int i = 0; i < n && bf16; i++) {
+        const herd_layer *l = &m->layers[i];
+        herd_bf16_role role = l->ops->bf16;
+        bf16[i] = i < n - 1 && m->consumers[i] > 0 && l->out_shape.c % 16 == 0 &&
+                  (role == HERD_BF16_PRODUCES || role == HERD_BF16_KEEPS);
+    }
+    for (bool changed = bf16 != NULL; changed;) {
+        changed = false;
+        for (int i = 0; i < n; i++) {
+            if (!bf16[i])
+                continue;
+            const herd_layer *l = &m->layers[i];
+            bool ok = true;
+            for (int k = 0; k < l->spec.n_inputs && l->ops->bf16 == HERD_BF16_KEEPS; k++)
+                ok = ok && l->spec.inputs[k] >= 0 && bf16[l->spec.inputs[k]];
+            for (int j = i + 1; j < n && ok; j++)
+                for (int k = 0; k < m->layers[j].spec.n_inputs; k++)
+                    if (m->layers[j].spec.inputs[k] == i && !takes_bf16(m, bf16, j))
+                        ok = false;
+            if (!ok)
+                bf16[i] = false, changed = true;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        herd_layer *l = &m->layers[i];
+        l->out_format = bf16 && bf16[i] ? HERD_ACT_BF16 : HERD_ACT_F32;
+        for (int k = 0; k < l->spec.n_inputs; k++) {
+            int src = l->spec.inputs[k];
+            l->in_format[k] = src >= 0 && bf16 && bf16[src] ? HERD_ACT_BF16 : HERD_ACT_F32;
+        }
+    }
+    free(bf16);
+    return HERD_OK;
+}
+
 herd_status herd_model_reshape(herd_model *m, int batch)
 {
     if (batch <= 0)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "batch size must be positive, got %d", batch);
-    if (batch == m->batch)
+    bool bf16 = bf16_acts_wanted(m);
+    if (batch == m->batch && bf16 == m->bf16_acts)
         return HERD_OK;
+    m->bf16_acts = bf16;
     herd_mem_category was = herd_mem_category_set(HERD_MEM_ACTIVATIONS);
     herd_status st = reshape(m, batch);
     herd_mem_category_set(was);
@@ -308,6 +384,7 @@ herd_status herd_model_reshape(herd_model *m, int batch)
 static herd_status reshape(herd_model *m, int batch)
 {
     free_activations(m);
+    HERD_TRY(plan_act_formats(m));
     m->acts = herd_xcalloc((size_t)m->n_layers, sizeof(float *));
     m->dacts = herd_xcalloc((size_t)m->n_layers, sizeof(float *));
     if (!m->acts || !m->dacts)
@@ -319,7 +396,7 @@ static herd_status reshape(herd_model *m, int batch)
             l->in_shape[k].n = batch;
         l->out_shape.n = batch;
         l->batch = batch;
-        size_t bytes = herd_shape_numel(l->out_shape) * sizeof(float);
+        size_t bytes = act_bytes(l);
         m->acts[i] = m->be->alloc(bytes);
         if (!m->acts[i])
             return HERD_ERR_NOMEM; /* the allocator said why */
@@ -424,7 +501,11 @@ herd_status herd_model_backward(herd_model *m, const herd_run_ctx *ctx, const fl
             int src = l->spec.inputs[k];
             if (src < 0 && !m->input_grad)
                 continue;
-            if (via_scratch[k])
+            if (via_scratch[k] && l->in_format[k] == HERD_ACT_BF16)
+                st = be->bf16_acts->accumulate(herd_shape_numel(m->layers[src].out_shape),
+                                               (const uint16_t *)din[k],
+                                               (uint16_t *)m->dacts[src]);
+            else if (via_scratch[k])
                 st = src < 0 ? be->axpy(input_numel, 1.0f, din[k], m->dinput)
                              : be->axpy(herd_shape_numel(m->layers[src].out_shape), 1.0f, din[k],
                                         m->dacts[src]);

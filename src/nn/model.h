@@ -25,6 +25,10 @@ struct herd_model {
      * from their last consumer's backward to their own, so they share the buffers
      * grad_slots[0..n_grad_slots) where those spans do not overlap. */
     int batch;
+    /* Activations between layers that take them are bf16 (herd_bf16_act_ops): chosen
+     * at reshape from the backend's arithmetic (a change of it reshapes). Each layer's
+     * in_format / out_format says which of its tensors are. */
+    bool bf16_acts;
     float **acts, **dacts;
     float **grad_slots;
     int n_grad_slots;

@@ -183,16 +183,33 @@ static herd_status create_direction(const void *desc, const void *f32_desc,
     return herd_dnnl_create_prim(pd, prim, what);
 }
 
+/* The caller's activation tensor: fp32 NCHW, or bf16 nChw16c (herd_bf16_act_ops). */
+static herd_status activation_md(dnnl_memory_desc_t *md, const dnnl_dim_t *dims, bool bf16)
+{
+    if (!bf16)
+        return herd_dnnl_plain_md(md, 4, dims, false);
+    HERD_DNNL(dnnl_memory_desc_init_by_tag(md, 4, dims, dnnl_bf16, dnnl_aBcd16b),
+              "bf16 activation descriptor");
+    return HERD_OK;
+}
+
 /*
  * bf16: the primitives read bf16 activations, weights and output gradients (converted
- * by the input reorders) and write fp32 outputs, weight and bias gradients, so
- * everything outside the convolution stays fp32.
+ * by the input reorders) and write fp32 weight and bias gradients. Outputs and input
+ * gradients are fp32 too, unless the caller keeps bf16 activations (d->bf16_in,
+ * bf16_out): then the primitives read and write the caller's tensors directly, as
+ * they are already in the layout and type they prefer.
  */
 static herd_status build(herd_conv_plan *p)
 {
     const herd_conv_desc *d = &p->d;
     p->bf16 = (int)herd_cpu_bf16();
     dnnl_data_type_t in_type = p->bf16 == (int)HERD_CPU_BF16_NATIVE ? dnnl_bf16 : dnnl_f32;
+    if ((d->bf16_in || d->bf16_out) && in_type != dnnl_bf16)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "conv2d: bf16 activations need native bf16 arithmetic, and the "
+                        "backend's precision is now %s; reshape the model after changing it",
+                        p->bf16 == (int)HERD_CPU_BF16_OFF ? "fp32" : "emulated bf16");
     bool any = use_blocked_layout();
     dnnl_alg_kind_t alg = conv_algorithm();
     dnnl_dims_t src_dims = {d->n, d->c_in, d->h_in, d->w_in};
@@ -204,20 +221,23 @@ static herd_status build(herd_conv_plan *p)
     /* Right padding that makes oneDNN's output size equal PyTorch's floor rule. */
     dnnl_dims_t pad_r = {(dnnl_dim_t)(d->h_out - 1) * d->stride + d->kh - d->h_in - d->pad,
                           (dnnl_dim_t)(d->w_out - 1) * d->stride + d->kw - d->w_in - d->pad};
-    /* _u: the caller's fp32 tensors; _in: what the primitives read; _out: what they write. */
+    /* _u: the caller's tensors; _in: what the primitives read; _out: what they write
+     * (_32: the same in fp32, for the fp32 fallback). */
     dnnl_memory_desc_t src_u, w_u, dst_u, bias_u, src_in, w_in, dst_in, src_out, w_out, dst_out,
-        none;
+        src_32, dst_32, none;
     memset(&none, 0, sizeof none);
-    HERD_TRY(herd_dnnl_plain_md(&src_u, 4, src_dims, false));
+    HERD_TRY(activation_md(&src_u, src_dims, d->bf16_in));
     HERD_TRY(herd_dnnl_plain_md(&w_u, 4, w_dims, false));
-    HERD_TRY(herd_dnnl_plain_md(&dst_u, 4, dst_dims, false));
+    HERD_TRY(activation_md(&dst_u, dst_dims, d->bf16_out));
     HERD_TRY(herd_dnnl_plain_md(&bias_u, 1, bias_dims, false));
     HERD_TRY(herd_dnnl_typed_md(&src_in, 4, src_dims, in_type, any));
     HERD_TRY(herd_dnnl_typed_md(&w_in, 4, w_dims, in_type, any));
     HERD_TRY(herd_dnnl_typed_md(&dst_in, 4, dst_dims, in_type, any));
-    HERD_TRY(herd_dnnl_plain_md(&src_out, 4, src_dims, any));
+    HERD_TRY(herd_dnnl_typed_md(&src_out, 4, src_dims, d->bf16_in ? dnnl_bf16 : dnnl_f32, any));
     HERD_TRY(herd_dnnl_plain_md(&w_out, 4, w_dims, any));
-    HERD_TRY(herd_dnnl_plain_md(&dst_out, 4, dst_dims, any));
+    HERD_TRY(herd_dnnl_typed_md(&dst_out, 4, dst_dims, d->bf16_out ? dnnl_bf16 : dnnl_f32, any));
+    HERD_TRY(herd_dnnl_plain_md(&src_32, 4, src_dims, any));
+    HERD_TRY(herd_dnnl_plain_md(&dst_32, 4, dst_dims, any));
     const dnnl_memory_desc_t *bias_md = d->bias ? &bias_u : &none;
 
     /* cd: as the arithmetic asks; cd32: the same in fp32, for directions that bf16
@@ -227,14 +247,14 @@ static herd_status build(herd_conv_plan *p)
     HERD_DNNL(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, alg, &src_in, &w_in,
                                                  bias_md, &dst_out, strides, pad_l, pad_r),
               "convolution forward descriptor");
-    HERD_DNNL(dnnl_convolution_forward_desc_init(&cd32, dnnl_forward_training, alg, &src_out,
-                                                 &w_out, bias_md, &dst_out, strides, pad_l, pad_r),
+    HERD_DNNL(dnnl_convolution_forward_desc_init(&cd32, dnnl_forward_training, alg, &src_32,
+                                                 &w_out, bias_md, &dst_32, strides, pad_l, pad_r),
               "convolution forward descriptor");
     HERD_TRY(create_direction(&cd, f32, NULL, &p->fwd_pd, &p->fwd, "convolution forward"));
     HERD_DNNL(dnnl_convolution_backward_data_desc_init(&cd, alg, &src_out, &w_in, &dst_in,
                                                        strides, pad_l, pad_r),
               "convolution backward data descriptor");
-    HERD_DNNL(dnnl_convolution_backward_data_desc_init(&cd32, alg, &src_out, &w_out, &dst_out,
+    HERD_DNNL(dnnl_convolution_backward_data_desc_init(&cd32, alg, &src_32, &w_out, &dst_32,
                                                        strides, pad_l, pad_r),
               "convolution backward data descriptor");
     HERD_TRY(create_direction(&cd, f32, p->fwd_pd, &p->bwd_data_pd, &p->bwd_data,
@@ -242,8 +262,8 @@ static herd_status build(herd_conv_plan *p)
     HERD_DNNL(dnnl_convolution_backward_weights_desc_init(&cd, alg, &src_in, &w_out, bias_md,
                                                           &dst_in, strides, pad_l, pad_r),
               "convolution backward weights descriptor");
-    HERD_DNNL(dnnl_convolution_backward_weights_desc_init(&cd32, alg, &src_out, &w_out, bias_md,
-                                                          &dst_out, strides, pad_l, pad_r),
+    HERD_DNNL(dnnl_convolution_backward_weights_desc_init(&cd32, alg, &src_32, &w_out, bias_md,
+                                                          &dst_32, strides, pad_l, pad_r),
               "convolution backward weights descriptor");
     HERD_TRY(create_direction(&cd, f32, p->fwd_pd, &p->bwd_w_pd, &p->bwd_w,
                               "convolution backward weights"));

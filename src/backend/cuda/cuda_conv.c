@@ -167,6 +167,9 @@ herd_status herd_cuda_conv2d_plan(const herd_conv_desc *d, herd_conv_plan **plan
 {
     herd_conv_desc fin;
     HERD_TRY(herd_check_conv2d_plan(d, plan, &fin));
+    if (fin.bf16_in || fin.bf16_out) /* the backend has no bf16_acts table */
+        return HERD_ERR(HERD_ERR_UNSUPPORTED, "conv2d_plan: the CUDA backend takes fp32 NCHW "
+                        "activations only, not bf16 blocked ones");
     herd_conv_plan *p = calloc(1, sizeof *p);
     if (!p)
         return HERD_NOMEM(sizeof *p);

@@ -20,6 +20,9 @@ static herd_status add_setup(herd_layer *l, herd_model *m)
 static herd_status add_forward(herd_layer *l, const herd_run_ctx *ctx, const float *const *x,
                                float *y)
 {
+    if (l->out_format == HERD_ACT_BF16)
+        return ctx->be->bf16_acts->add(herd_shape_numel(l->out_shape), herd_bf16(x[0]),
+                                       herd_bf16(x[1]), (uint16_t *)y);
     return ctx->be->add(herd_shape_numel(l->out_shape), x[0], x[1], y);
 }
 
@@ -28,9 +31,12 @@ static herd_status add_backward(herd_layer *l, const herd_run_ctx *ctx, const fl
 {
     (void)x, (void)y;
     size_t n = herd_shape_numel(l->out_shape);
-    for (int k = 0; k < 2; k++)
-        if (dx[k])
+    for (int k = 0; k < 2; k++) {
+        if (dx[k] && l->out_format == HERD_ACT_BF16)
+            HERD_TRY(ctx->be->bf16_acts->copy(n, herd_bf16(dy), (uint16_t *)dx[k]));
+        else if (dx[k])
             HERD_TRY(ctx->be->copy(n, dy, dx[k]));
+    }
     return HERD_OK;
 }
 
@@ -41,5 +47,5 @@ static const char *const add_keys[] = {NULL};
 const herd_layer_ops herd_layer_add = {
     .type = "add", .n_inputs = 2, .setup = add_setup, .forward = add_forward,
     .backward = add_backward, .flops = add_flops,
-    .keys = add_keys,
+    .keys = add_keys, .bf16 = HERD_BF16_KEEPS,
 };

@@ -2,7 +2,8 @@
  * running statistics in evaluation (PyTorch semantics). With ctx->bn_group spanning
  * more than one rank, training statistics are those of the global batch
  * (synchronised BN, as torch.nn.SyncBatchNorm): the backend's split ops compute
- * per-channel sums, the group adds them over ranks, the next op uses them. */
+ * per-channel sums, the group adds them over ranks, the next op uses them. bf16
+ * activations take the same split ops, with nothing in between on one rank. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -67,31 +68,59 @@ static bool bn_sync(const herd_run_ctx *ctx)
     return ctx->training && ctx->bn_group.sum_f64 && ctx->bn_group.ranks > 1;
 }
 
-/* Forward over the global batch: sum of x (and the local count, so ranks whose
- * batches differ in size still agree on the mean), allreduce, squared deviations
- * from the global mean, allreduce, normalise. Two passes as in local BN, so one rank
- * gives exactly the local result. */
-static herd_status bn_forward_sync(herd_layer *l, const herd_run_ctx *ctx, const float *x,
-                                   float *y)
+/* The split ops on the layer's format: they serve synchronised BN, and bf16
+ * activations, whose local BN is the same steps back to back. */
+static bool bn_bf16(const herd_layer *l) { return l->out_format == HERD_ACT_BF16; }
+
+static herd_status split_stats(const herd_layer *l, const herd_run_ctx *ctx, const float *x,
+                               const double *sum, int64_t count, double *out)
 {
-    bn_state *st = l->state;
-    const herd_backend *be = ctx->be;
-    const herd_group_sum *group = &ctx->bn_group;
     herd_shape s = l->in_shape[0];
     int n = l->batch, c = s.c, hw = s.h * s.w;
+    if (bn_bf16(l))
+        return ctx->be->bf16_acts->bn_stats(n, c, hw, herd_bf16(x), sum, count, out);
+    return ctx->be->bn_stats(n, c, hw, x, sum, count, out);
+}
+
+static herd_status split_apply(const herd_layer *l, const herd_run_ctx *ctx, const float *x,
+                               const double *sum, const double *sq, int64_t count, float *y)
+{
+    bn_state *st = l->state;
+    herd_shape s = l->in_shape[0];
+    int n = l->batch, c = s.c, hw = s.h * s.w;
+    const float *gamma = herd_layer_param(l, ctx, 0), *beta = herd_layer_param(l, ctx, 1);
+    float *rmean = herd_layer_param(l, ctx, 2), *rvar = herd_layer_param(l, ctx, 3);
+    float momentum = l->spec.momentum, eps = l->spec.eps;
+    if (bn_bf16(l))
+        return ctx->be->bf16_acts->bn_apply_train(n, c, hw, herd_bf16(x), gamma, beta, sum, sq,
+                                                  count, (uint16_t *)y, st->save_mean,
+                                                  st->save_invstd, rmean, rvar, momentum, eps);
+    return ctx->be->bn_apply_train(n, c, hw, x, gamma, beta, sum, sq, count, y, st->save_mean,
+                                   st->save_invstd, rmean, rvar, momentum, eps);
+}
+
+/* Forward in split steps: sum of x (and the local count, so ranks whose batches
+ * differ in size still agree on the mean), allreduce when synchronised, squared
+ * deviations from the mean, allreduce, normalise. Two passes as in local BN, so one
+ * rank gives exactly the local result. */
+static herd_status bn_forward_split(herd_layer *l, const herd_run_ctx *ctx, const float *x,
+                                    float *y, bool sync)
+{
+    bn_state *st = l->state;
+    const herd_group_sum *group = &ctx->bn_group;
+    int c = l->in_shape[0].c;
     double *sum = st->red, *sq = st->red + c + 1;
-    HERD_TRY(be->bn_stats(n, c, hw, x, NULL, 0, sum));
-    sum[c] = (double)n * hw;
-    HERD_TRY(group->sum_f64(group->group, sum, c + 1));
+    HERD_TRY(split_stats(l, ctx, x, NULL, 0, sum));
+    sum[c] = (double)l->batch * l->in_shape[0].h * l->in_shape[0].w;
+    if (sync)
+        HERD_TRY(group->sum_f64(group->group, sum, c + 1));
     int64_t count = llround(sum[c]);
-    HERD_TRY(be->bn_stats(n, c, hw, x, sum, count, sq));
-    HERD_TRY(group->sum_f64(group->group, sq, c));
-    HERD_TRY(be->bn_apply_train(n, c, hw, x, herd_layer_param(l, ctx, 0),
-                                herd_layer_param(l, ctx, 1), sum, sq, count, y, st->save_mean,
-                                st->save_invstd, herd_layer_param(l, ctx, 2),
-                                herd_layer_param(l, ctx, 3), l->spec.momentum, l->spec.eps));
+    HERD_TRY(split_stats(l, ctx, x, sum, count, sq));
+    if (sync)
+        HERD_TRY(group->sum_f64(group->group, sq, c));
+    HERD_TRY(split_apply(l, ctx, x, sum, sq, count, y));
     st->count = count;
-    st->synced = true;
+    st->synced = sync;
     return HERD_OK;
 }
 
@@ -100,23 +129,26 @@ static herd_status bn_forward(herd_layer *l, const herd_run_ctx *ctx, const floa
 {
     bn_state *st = l->state;
     herd_shape s = l->in_shape[0];
-    if (bn_sync(ctx))
-        return bn_forward_sync(l, ctx, x[0], y);
+    int n = l->batch, c = s.c, hw = s.h * s.w;
+    if (bn_sync(ctx) || (ctx->training && bn_bf16(l)))
+        return bn_forward_split(l, ctx, x[0], y, bn_sync(ctx));
     st->synced = false;
     const float *gamma = herd_layer_param(l, ctx, 0), *beta = herd_layer_param(l, ctx, 1);
     float *rmean = herd_layer_param(l, ctx, 2), *rvar = herd_layer_param(l, ctx, 3);
+    if (bn_bf16(l))
+        return ctx->be->bf16_acts->bn_fwd_infer(n, c, hw, herd_bf16(x[0]), gamma, beta,
+                                                (uint16_t *)y, rmean, rvar, l->spec.eps);
     if (ctx->training)
-        return ctx->be->bn_fwd_train(l->batch, s.c, s.h * s.w, x[0], gamma, beta, y, st->save_mean,
+        return ctx->be->bn_fwd_train(n, c, hw, x[0], gamma, beta, y, st->save_mean,
                                      st->save_invstd, rmean, rvar, l->spec.momentum, l->spec.eps);
-    return ctx->be->bn_fwd_infer(l->batch, s.c, s.h * s.w, x[0], gamma, beta, y, rmean, rvar,
-                                 l->spec.eps);
+    return ctx->be->bn_fwd_infer(n, c, hw, x[0], gamma, beta, y, rmean, rvar, l->spec.eps);
 }
 
-/* Backward of synchronised BN: dgamma/dbeta from this rank's batch (the gradient
+/* Backward in split steps: dgamma/dbeta from this rank's batch (the gradient
  * allreduce averages them like any parameter gradient); dx needs the sums of dy and
- * dy*(x - mean) over the global batch. */
-static herd_status bn_backward_sync(herd_layer *l, const herd_run_ctx *ctx, const float *x,
-                                    const float *dy, float *dx)
+ * dy*(x - mean) over the global batch when synchronised. */
+static herd_status bn_backward_split(herd_layer *l, const herd_run_ctx *ctx, const float *x,
+                                     const float *dy, float *dx)
 {
     bn_state *st = l->state;
     const herd_backend *be = ctx->be;
@@ -124,21 +156,32 @@ static herd_status bn_backward_sync(herd_layer *l, const herd_run_ctx *ctx, cons
     herd_shape s = l->in_shape[0];
     int n = l->batch, c = s.c, hw = s.h * s.w;
     double *sum_dy = st->red, *sum_dy_xc = st->red + c;
-    HERD_TRY(be->bn_bwd_reduce(n, c, hw, x, dy, st->save_mean, st->save_invstd, sum_dy,
-                               sum_dy_xc, herd_layer_grad(l, ctx, 0), herd_layer_grad(l, ctx, 1),
-                               ctx->grad_beta));
+    float *dgamma = herd_layer_grad(l, ctx, 0), *dbeta = herd_layer_grad(l, ctx, 1);
+    const float *gamma = herd_layer_param(l, ctx, 0);
+    if (bn_bf16(l))
+        HERD_TRY(be->bf16_acts->bn_bwd_reduce(n, c, hw, herd_bf16(x), herd_bf16(dy),
+                                              st->save_mean, st->save_invstd, sum_dy, sum_dy_xc,
+                                              dgamma, dbeta, ctx->grad_beta));
+    else
+        HERD_TRY(be->bn_bwd_reduce(n, c, hw, x, dy, st->save_mean, st->save_invstd, sum_dy,
+                                   sum_dy_xc, dgamma, dbeta, ctx->grad_beta));
     /* No input gradient (BN on the model input): every rank runs the same model, so
      * all of them skip this allreduce together. */
     if (!dx)
         return HERD_OK;
-    if (!group->sum_f64 || group->ranks <= 1)
+    if (st->synced && (!group->sum_f64 || group->ranks <= 1))
         return HERD_ERR(HERD_ERR_INVALID_ARG,
                         "batchnorm '%s': forward used synchronised statistics but backward has "
                         "no multi-rank bn_group; pass the same run context to both",
                         l->spec.name);
-    HERD_TRY(group->sum_f64(group->group, sum_dy, 2 * c));
-    return be->bn_bwd_apply(n, c, hw, x, dy, herd_layer_param(l, ctx, 0), st->save_mean,
-                            st->save_invstd, sum_dy, sum_dy_xc, st->count, dx);
+    if (st->synced)
+        HERD_TRY(group->sum_f64(group->group, sum_dy, 2 * c));
+    if (bn_bf16(l))
+        return be->bf16_acts->bn_bwd_apply(n, c, hw, herd_bf16(x), herd_bf16(dy), gamma,
+                                           st->save_mean, st->save_invstd, sum_dy, sum_dy_xc,
+                                           st->count, (uint16_t *)dx);
+    return be->bn_bwd_apply(n, c, hw, x, dy, gamma, st->save_mean, st->save_invstd, sum_dy,
+                            sum_dy_xc, st->count, dx);
 }
 
 static herd_status bn_backward(herd_layer *l, const herd_run_ctx *ctx, const float *const *x,
@@ -147,8 +190,8 @@ static herd_status bn_backward(herd_layer *l, const herd_run_ctx *ctx, const flo
     (void)y;
     bn_state *st = l->state;
     herd_shape s = l->in_shape[0];
-    if (st->synced)
-        return bn_backward_sync(l, ctx, x[0], dy, dx[0]);
+    if (st->synced || bn_bf16(l))
+        return bn_backward_split(l, ctx, x[0], dy, dx[0]);
     /* dx[0] is NULL when BN reads the model input: the backend then skips dx. */
     return ctx->be->bn_bwd(l->batch, s.c, s.h * s.w, x[0], dy, herd_layer_param(l, ctx, 0),
                            st->save_mean, st->save_invstd, dx[0], herd_layer_grad(l, ctx, 0),
@@ -175,5 +218,5 @@ const herd_layer_ops herd_layer_batchnorm = {
     .type = "batchnorm", .n_inputs = 1, .setup = bn_setup, .init_params = bn_init,
     .reshape = bn_reshape, .forward = bn_forward, .backward = bn_backward, .destroy = bn_destroy,
     .flops = bn_flops,
-    .keys = batchnorm_keys,
+    .keys = batchnorm_keys, .bf16 = HERD_BF16_KEEPS,
 };

@@ -22,6 +22,10 @@ static inline float *herd_view_data(herd_model *m, const herd_layer *l, int k)
     return (v->is_buffer ? m->buffers : m->params) + v->offset;
 }
 
+/* An activation the model keeps in bf16 (l->in_format / out_format say which): the
+ * model's buffers are float arrays, so its bits travel as float pointers. */
+static inline const uint16_t *herd_bf16(const float *act) { return (const uint16_t *)act; }
+
 #define HERD_LAYER_FAIL(l, ...) HERD_ERR(HERD_ERR_INVALID_ARG, __VA_ARGS__)
 
 #endif

@@ -1,5 +1,6 @@
 /* 2-D convolution (cross-correlation, as in PyTorch); weight [out, in, kh, kw].
- * The backend builds a plan per batch size (oneDNN primitives, cuDNN descriptors). */
+ * The backend builds a plan per batch size (oneDNN primitives, cuDNN descriptors),
+ * for the formats of its input and output (fp32, or bf16 activations). */
 #include <stdlib.h>
 
 #include "nn/layers/common.h"
@@ -53,6 +54,8 @@ static herd_status conv_reshape(herd_layer *l, const herd_backend *be, int batch
         be->conv2d_plan_free(st->plan);
     st->plan = NULL;
     st->desc.n = batch;
+    st->desc.bf16_in = l->in_format[0] == HERD_ACT_BF16;
+    st->desc.bf16_out = l->out_format == HERD_ACT_BF16;
     return be->conv2d_plan(&st->desc, &st->plan);
 }
 
@@ -99,5 +102,5 @@ const herd_layer_ops herd_layer_conv2d = {
     .type = "conv2d", .n_inputs = 1, .setup = conv_setup, .init_params = conv_init,
     .reshape = conv_reshape, .forward = conv_forward, .backward = conv_backward,
     .destroy = conv_destroy, .flops = conv_flops,
-    .keys = conv2d_keys,
+    .keys = conv2d_keys, .bf16 = HERD_BF16_PRODUCES,
 };

@@ -12,6 +12,9 @@ static herd_status gap_forward(herd_layer *l, const herd_run_ctx *ctx, const flo
                                float *y)
 {
     herd_shape in = l->in_shape[0];
+    if (l->in_format[0] == HERD_ACT_BF16)
+        return ctx->be->bf16_acts->global_avgpool_fwd(l->batch, in.c, in.h * in.w,
+                                                      herd_bf16(x[0]), y);
     return ctx->be->global_avgpool_fwd(l->batch, in.c, in.h * in.w, x[0], y);
 }
 
@@ -20,6 +23,9 @@ static herd_status gap_backward(herd_layer *l, const herd_run_ctx *ctx, const fl
 {
     (void)x, (void)y;
     herd_shape in = l->in_shape[0];
+    if (dx[0] && l->in_format[0] == HERD_ACT_BF16)
+        return ctx->be->bf16_acts->global_avgpool_bwd(l->batch, in.c, in.h * in.w, dy,
+                                                      (uint16_t *)dx[0]);
     return dx[0] ? ctx->be->global_avgpool_bwd(l->batch, in.c, in.h * in.w, dy, dx[0]) : HERD_OK;
 }
 
@@ -30,5 +36,5 @@ static const char *const global_avgpool_keys[] = {NULL};
 const herd_layer_ops herd_layer_global_avgpool = {
     .type = "global_avgpool", .n_inputs = 1, .setup = gap_setup, .forward = gap_forward,
     .backward = gap_backward, .flops = gap_flops,
-    .keys = global_avgpool_keys,
+    .keys = global_avgpool_keys, .bf16 = HERD_BF16_CONSUMES,
 };
