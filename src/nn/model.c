@@ -310,7 +310,7 @@ static bool bf16_acts_wanted(const herd_model *m)
     return ops && ops->in_use(); /* the backend's arithmetic, which convolutions follow */
 }
 
-/* Whether layer j takes a bf16 output of layer i among its inputs. */
+/* Whether layer j can read bf16 inputs, given the outputs chosen so far. */
 static bool takes_bf16(const herd_model *m, const bool *bf16, int j)
 {
     herd_bf16_role role = m->layers[j].ops->bf16;
@@ -350,8 +350,10 @@ static herd_status plan_act_formats(herd_model *m)
                 for (int k = 0; k < m->layers[j].spec.n_inputs; k++)
                     if (m->layers[j].spec.inputs[k] == i && !takes_bf16(m, bf16, j))
                         ok = false;
-            if (!ok)
-                bf16[i] = false, changed = true;
+            if (!ok) {
+                bf16[i] = false;
+                changed = true;
+            }
         }
     }
     for (int i = 0; i < n; i++) {
