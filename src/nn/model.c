@@ -65,6 +65,10 @@ static herd_status setup_layers(herd_model *m, const herd_layer_spec *specs, int
     if (!m->layers || !m->consumers || !m->grad_written)
         return HERD_ERR_NOMEM;
     m->n_layers = n;
+    /* HERD_BF16_ACTIVATIONS=fp32 keeps fp32 activations between layers in bf16 runs
+     * (to compare the two; docs/performance.md). */
+    const char *acts = getenv("HERD_BF16_ACTIVATIONS");
+    m->fp32_acts_only = acts && strcmp(acts, "fp32") == 0;
     herd_shape input = {1, m->in_c, m->in_h, m->in_w};
     for (int i = 0; i < n; i++) {
         herd_layer *l = &m->layers[i];
@@ -299,12 +303,10 @@ out:
     return st;
 }
 
-/* HERD_BF16_ACTIVATIONS=fp32 keeps fp32 activations between layers in bf16 runs (to
- * compare the two; docs/performance.md). */
+/* Asked at every reshape (each step): the environment was read at setup. */
 static bool bf16_acts_wanted(const herd_model *m)
 {
-    const char *env = getenv("HERD_BF16_ACTIVATIONS");
-    if (env && strcmp(env, "fp32") == 0)
+    if (m->fp32_acts_only)
         return false;
     const herd_bf16_act_ops *ops = m->be->bf16_acts;
     return ops && ops->in_use(); /* the backend's arithmetic, which convolutions follow */

@@ -29,6 +29,7 @@ struct herd_model {
      * at reshape from the backend's arithmetic (a change of it reshapes). Each layer's
      * in_format / out_format says which of its tensors are. */
     bool bf16_acts;
+    bool fp32_acts_only; /* HERD_BF16_ACTIVATIONS=fp32 at setup: bf16 runs keep fp32 ones */
     float **acts, **dacts;
     float **grad_slots;
     int n_grad_slots;
