@@ -6,6 +6,7 @@
  * TF32 tensor cores, and each direction runs with the math type of the algorithm
  * picked for it. A plan re-picks when the precision changed since it was built. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/cuda.h"
 
@@ -44,14 +45,26 @@ void herd_cuda_conv2d_plan_free(herd_conv_plan *p)
     free(p);
 }
 
-/* The first heuristic choice that succeeded and fits the cap. cuDNN lists them best
- * first; the workspace size comes back with each. */
+/* Deterministic algorithms only, unless HERD_CUDNN_ANY_ALGO=1 (for measuring what that
+ * costs): cuDNN's atomics-based algorithms (backward filter, backward data) sum in
+ * another order on every call, so two GPU runs would differ in the last bits and a
+ * resumed run would not end on the uninterrupted run's bytes, as it does on the CPU. */
+static bool any_algo(void)
+{
+    const char *v = getenv("HERD_CUDNN_ANY_ALGO");
+    return v && strcmp(v, "1") == 0;
+}
+
+/* The first heuristic choice that succeeded, fits the cap and is deterministic. cuDNN
+ * lists them best first; the workspace size comes back with each. */
 #define PICK(kind, results, count, algo_out, ws_out, math_out, what)                     \
     do {                                                                                 \
         int found_ = 0;                                                                  \
+        bool any_ = any_algo();                                                          \
         for (int i_ = 0; i_ < (count) && !found_; i_++)                                  \
             if ((results)[i_].status == CUDNN_STATUS_SUCCESS &&                          \
-                (results)[i_].memory <= WORKSPACE_CAP) {                                 \
+                (results)[i_].memory <= WORKSPACE_CAP &&                                 \
+                (any_ || (results)[i_].determinism == CUDNN_DETERMINISTIC)) {            \
                 *(algo_out) = (results)[i_].algo;                                        \
                 *(ws_out) = (results)[i_].memory;                                        \
                 *(math_out) = (results)[i_].mathType;                                    \
@@ -59,7 +72,7 @@ void herd_cuda_conv2d_plan_free(herd_conv_plan *p)
             }                                                                            \
         if (!found_)                                                                     \
             return HERD_ERR(HERD_ERR_UNSUPPORTED,                                        \
-                            "cuDNN has no " what " algorithm for conv n=%d c_in=%d %dx%d " \
+                            "cuDNN has no deterministic " what " algorithm for conv n=%d c_in=%d %dx%d " \
                             "c_out=%d k=%dx%d stride %d pad %d within %zu MiB of workspace", \
                             d->n, d->c_in, d->h_in, d->w_in, d->c_out, d->kh, d->kw,     \
                             d->stride, d->pad, WORKSPACE_CAP >> 20);                     \

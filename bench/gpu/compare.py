@@ -1,0 +1,44 @@
+#!/usr/bin/env python3
+"""Compares the tensors of two safetensors files written by herd (--save).
+
+usage: compare.py A B TOL   prints the largest difference relative to the largest
+weight, and whether the files are byte-identical; exits 0 when that difference is at
+most TOL (TOL 0: the bytes must be identical). Standard library only: it runs on the
+GPU machine's Python and here alike.
+"""
+import json
+import struct
+import sys
+
+
+def tensors(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    data = raw[8 + n:]
+    out = {}
+    for name, t in head.items():
+        if name == "__metadata__" or t.get("dtype") != "F32":
+            continue
+        a, b = t["data_offsets"]
+        out[name] = struct.unpack("<%df" % ((b - a) // 4), data[a:b])
+    return out
+
+
+def main():
+    a, b, tol = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    x, y = tensors(a), tensors(b)
+    if sorted(x) != sorted(y):
+        print("different tensors: %s vs %s" % (sorted(set(x) ^ set(y))[:5], ""))
+        return 1
+    big = max((abs(v) for t in x.values() for v in t), default=0.0) or 1.0
+    diff = max((abs(p - q) for k in x for p, q in zip(x[k], y[k])), default=0.0)
+    same = open(a, "rb").read() == open(b, "rb").read()
+    rel = diff / big
+    print("max |difference| / max |weight| = %.3g%s" % (rel, " (byte-identical)" if same else ""))
+    ok = same if tol == 0 else rel <= tol
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

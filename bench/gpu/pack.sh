@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Builds herd with CUDA here and packs what a GPU machine without herd's libraries needs
+# into .dev/ (ignored by git; name it in the device call's carry), for bench/gpu/check.sh.
+#   usage (project root): bench/gpu/pack.sh [BUILD_DIR]
+# The GPU image has CUDA, cuDNN and NCCL (inside its PyTorch) but no MPI, oneDNN or hwloc:
+# herd is built against MPICH, whose launcher (Hydra) runs from any folder, and travels
+# with every non-CUDA, non-libc library it loads, UCX's transport modules and Hydra.
+# .dev/env.sh, sourced there, unpacks them and sets HL (herd's LD_LIBRARY_PATH) and PATH.
+set -eu
+B=${1:-build-gpu}
+launch=(); command -v ccache >/dev/null && launch=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+mkdir -p "$B"; log=$B/pack.log
+cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DHERD_CUDA=ON -DHERD_NCCL=ON -DHERD_NATIVE=OFF \
+  -DHERD_MPI=mpich "${launch[@]}" >"$log" 2>&1 || { tail -20 "$log"; exit 1; }
+cmake --build "$B" -j"$(nproc)" >>"$log" 2>&1 || { tail -30 "$log"; exit 1; }
+rm -rf .dev; mkdir -p .dev/tests .dev/bin .dev/lib/ucx
+cp "$B/herd" .dev/
+# The CUDA tests and the device-independent tests that take a device (sim in CI, cuda there).
+find "$B" -maxdepth 3 -type f -perm -u+x -name 'test_*' \( -name '*cuda*' -o -name '*gpu*' \
+  -o -name 'test_comm_device' \) -exec cp {} .dev/tests/ \;
+hydra=$(readlink -f "$(command -v mpiexec.hydra)")
+cp "$hydra" "$(dirname "$hydra")/hydra_pmi_proxy" .dev/bin/
+ucx=/usr/lib/x86_64-linux-gnu/ucx
+cp -L "$ucx"/libuct_cma.so.0 "$ucx"/libuct_ib.so.0 "$ucx"/libuct_rdmacm.so.0 .dev/lib/ucx/ 2>/dev/null || true
+for f in .dev/herd .dev/tests/* .dev/bin/mpiexec.hydra .dev/bin/hydra_pmi_proxy .dev/lib/ucx/*; do
+  ldd "$f" 2>/dev/null
+done | awk '$3 ~ /^\// {print $3}' | sort -u |
+  grep -v -E "/(libc|libm|libpthread|libdl|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|cuda|cudnn|cublas|nccl|libnvidia" |
+  while read -r l; do cp -L "$l" .dev/lib/; done
+tar -C .dev -cJf .dev/lib.tar.xz lib && rm -rf .dev/lib
+cat >.dev/env.sh <<'ENV'
+# Sourced on the GPU machine from the project root (bench/gpu/check.sh does it).
+D=$PWD/.dev
+U=${TMPDIR:-/tmp}/herd-dev # unpacked outside the tree, which stays small enough to travel
+mkdir -p "$U"; [ -d "$U/lib" ] || tar -C "$U" -xJf "$D/lib.tar.xz"
+_dirs=$(find /usr/local/cuda/targets /usr/local/cuda/lib64 /opt/torch/.venv/lib/python3.12/site-packages/nvidia \
+  \( -name 'libcudnn.so.9' -o -name 'libcublas.so.13' -o -name 'libcudart.so.13' -o -name 'libnccl.so.2' \) \
+  2>/dev/null | xargs -r -n1 dirname | sort -u | paste -sd:)
+HL=$U/lib:$_dirs
+export PATH=$D/bin:$PATH UCX_MODULE_DIR=$U/lib/ucx
+ENV
+du -sh .dev
