@@ -147,6 +147,13 @@ try:
 except AttributeError:
     print("phase fields not found"); sys.exit(1)
 PY
+# What deterministic cuDNN algorithms cost (informational: a benchmark, not a check).
+for any in 0 1; do
+  for p in fp32 tf32; do
+    echo "resnet50 x 64 $p, HERD_CUDNN_ANY_ALGO=$any: $(HERD_CUDNN_ANY_ALGO=$any herd bench train \
+      "${B[@]}" --precision $p 2>&1 | tail -n1)"
+  done
+done
 herd train --model resnet50 --data synthetic:3,224,224,1000,512 --batch-size 256 --epochs 1 \
   --device cuda --gpu-memory-limit 2G --quiet >/dev/null 2>"$tmp/mem.err"
 rc=$?
