@@ -2,8 +2,8 @@
  * gives the same bits (uploaded, run, downloaded); host pointers handed to device ops,
  * device pointers where a host value goes, freed blocks, ranges past a block and
  * copies the wrong way are refused by name; a host read or write of a device pointer
- * faults; the memory cap refuses; and whole training runs on "sim" end with the CPU's
- * parameters, bit for bit. */
+ * faults; the memory cap refuses; the staged communicator reduces device buffers; and
+ * whole training runs on "sim" end with the CPU's parameters, bit for bit. */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -16,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "dist/comm.h"
 #include "nn/model.h"
 
 static const herd_backend *cpu, *sim;
@@ -579,6 +580,34 @@ static void test_precision(void **state)
     assert_herd_ok(sim->set_precision(HERD_PRECISION_FP32));
 }
 
+/* ------------------------------------------------------------ communicators */
+
+/* A device backend other than cuda gets the staged communicator, which reaches device
+ * memory only through the backend's copies. */
+static void test_staged_comm(void **state)
+{
+    (void)state;
+    herd_comm *local, *c;
+    assert_herd_ok(herd_comm_local_create(&local));
+    assert_herd_ok(herd_comm_device_create(local, sim, &c));
+    assert_string_equal(c->ops->name, "mpi-staged");
+    float h[10];
+    for (int i = 0; i < 10; i++)
+        h[i] = (float)i;
+    float *d = sim->alloc(sizeof h);
+    assert_herd_ok(sim->memcpy_h2d(d, h, sizeof h));
+    assert_herd_ok(c->ops->allreduce_start(c, d + 4, 6, 0.5f, HERD_WIRE_FP32, "bucket 0"));
+    assert_herd_ok(c->ops->allreduce_start(c, d, 4, 2.0f, HERD_WIRE_FP32, "bucket 1"));
+    assert_herd_ok(c->ops->wait_all(c));
+    assert_herd_ok(sim->memcpy_d2h(h, d, sizeof h));
+    for (int i = 0; i < 10; i++)
+        assert_true(h[i] == (i < 4 ? 2.0f : 0.5f) * (float)i);
+    assert_herd_ok(herd_comm_broadcast_buffer(c, sim, d, sizeof h, 0));
+    sim->free(d);
+    herd_comm_destroy(c);
+    herd_comm_destroy(local);
+}
+
 /* ------------------------------------------------------------ whole models */
 
 static float *host_params(const herd_model *m)
@@ -690,6 +719,7 @@ int main(void)
         cmocka_unit_test(test_host_access_faults),
         cmocka_unit_test(test_memory_limit),
         cmocka_unit_test(test_precision),
+        cmocka_unit_test(test_staged_comm),
         cmocka_unit_test(test_train_lenet5),
         cmocka_unit_test(test_train_resnet20),
     };
