@@ -610,14 +610,7 @@ static void test_staged_comm(void **state)
 
 /* ------------------------------------------------------------ whole models */
 
-static float *host_params(const herd_model *m)
-{
-    size_t bytes = m->n_param_floats * sizeof(float);
-    float *h = malloc(bytes);
-    assert_non_null(h);
-    assert_herd_ok(m->be->memcpy_d2h(h, m->params, bytes));
-    return h;
-}
+static float *host_params(const herd_model *m) { return tu_model_host_copy(m, false); }
 
 static void train_both(const char *model, const char *data, herd_train_config *cfg, int steps)
 {
@@ -646,13 +639,10 @@ static void train_both(const char *model, const char *data, herd_train_config *c
         fail_msg("%s: parameters after %d steps differ between cpu and sim (max rel %g)", model,
                  steps, tu_max_rel_err(s1, c1, n));
     /* Buffers too (batch-norm running statistics). */
-    if (mc->n_buffer_floats) {
-        size_t nb = mc->n_buffer_floats * sizeof(float);
-        float *bs = malloc(nb);
-        assert_herd_ok(ms->be->memcpy_d2h(bs, ms->buffers, nb));
-        assert_memory_equal(bs, mc->buffers, nb);
-        free(bs);
-    }
+    float *bs = tu_model_host_copy(ms, true);
+    if (mc->n_buffer_floats)
+        assert_memory_equal(bs, mc->buffers, mc->n_buffer_floats * sizeof(float));
+    free(bs);
     herd_eval_result ec, es;
     assert_herd_ok(herd_evaluate(mc, ds, 32, 1, &ec));
     assert_herd_ok(herd_evaluate(ms, ds, 32, 1, &es));
