@@ -476,6 +476,33 @@ static void test_copies(void **state)
     sim->free(d);
 }
 
+static char g_logged[512];
+
+static void keep_log(herd_log_level level, const char *msg, void *user)
+{
+    (void)user;
+    if (level == HERD_LOG_ERROR)
+        snprintf(g_logged, sizeof g_logged, "%s", msg);
+}
+
+/* free() cannot fail, so a bad one is logged as an error and otherwise ignored. */
+static void test_bad_free_logged(void **state)
+{
+    (void)state;
+    herd_set_log_fn(keep_log, NULL);
+    float host[4], *d = sim->alloc(sizeof host);
+    sim->free(host);
+    assert_non_null(strstr(g_logged, "not the start of a live simulated-device allocation (host"));
+    g_logged[0] = '\0';
+    sim->free(d + 1);
+    assert_non_null(strstr(g_logged, "an address inside a block"));
+    sim->free(d);
+    g_logged[0] = '\0';
+    sim->free(d);
+    assert_non_null(strstr(g_logged, "freed already"));
+    herd_set_log_fn(NULL, NULL);
+}
+
 /* ------------------------------------------------------------ host access faults */
 
 static volatile void *g_expected_fault;
@@ -706,6 +733,7 @@ int main(void)
         cmocka_unit_test(test_scaling),
         cmocka_unit_test(test_host_pointers_refused),
         cmocka_unit_test(test_copies),
+        cmocka_unit_test(test_bad_free_logged),
         cmocka_unit_test(test_host_access_faults),
         cmocka_unit_test(test_memory_limit),
         cmocka_unit_test(test_precision),
