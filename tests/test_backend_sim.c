@@ -685,35 +685,42 @@ static void train_both(const char *model, const char *data, herd_train_config *c
     assert_true(after.current == before.current);
 }
 
-static void test_train_lenet5(void **state)
+/* One epoch on one thread, no evaluation during training. */
+static herd_train_config one_epoch(int batch_size)
 {
-    (void)state;
     herd_train_config cfg;
     herd_train_config_default(&cfg);
     cfg.epochs = 1;
     cfg.threads = 1;
+    cfg.eval_every = 0;
+    cfg.batch_size = batch_size;
+    return cfg;
+}
+
+/* SGD with Nesterov momentum and weight decay, label smoothing, and the host values
+ * of loss scaling (grad_unscale_check) and clipping (sum_squares) at every step. */
+static void test_train_lenet5(void **state)
+{
+    (void)state;
+    herd_train_config cfg = one_epoch(32);
     cfg.lr = 0.05f;
     cfg.momentum = 0.9f;
     cfg.nesterov = true;
     cfg.weight_decay = 5e-4f;
     cfg.label_smoothing = 0.1f;
-    cfg.eval_every = 0;
-    cfg.batch_size = 32;
+    cfg.dynamic_loss_scale = true;
+    cfg.clip_grad_norm = 0.05f; /* below the gradients' norm: it scales them */
     train_both("lenet5", "synthetic:1,28,28,10,128", &cfg, 4);
 }
 
+/* Batch norm, residual adds, global pooling; AdamW. */
 static void test_train_resnet20(void **state)
 {
     (void)state;
-    herd_train_config cfg;
-    herd_train_config_default(&cfg);
-    cfg.epochs = 1;
-    cfg.threads = 1;
+    herd_train_config cfg = one_epoch(8);
     cfg.optimizer = HERD_OPT_ADAMW;
     cfg.lr = 1e-3f;
     cfg.weight_decay = 0.01f;
-    cfg.eval_every = 0;
-    cfg.batch_size = 8;
     train_both("resnet20", "synthetic:3,16,16,10,16", &cfg, 2);
 }
 
