@@ -39,7 +39,7 @@ for t in .dev/tests/*; do
 done
 
 # ---- features on the GPU against the CPU: lenet5 (conv, pool, dropout-free), 32 steps
-L=(--model lenet5 --data synthetic:1,28,28,10,1024 --epochs 1 --batch-size 32 --seed 3 --quiet
+L=(--model lenet5 --data synthetic:1,28,28,10,1024 --epochs 1 --batch-size 32 --seed 3 --quiet --threads 4
    --lr 0.05 --momentum 0.9 --eval-every 1)
 run_pair() { # run_pair NAME TOL FLAGS...: cuda against cpu with the same flags
   local name=$1 tol=$2; shift 2
@@ -78,7 +78,7 @@ mpi 2 train "${L[@]}" --max-steps 8 --device cuda --pipeline-stages 2 --micro-ba
 rc=$?; [ $rc -eq 0 ] || tail -n3 "$tmp/pp2.out"
 check "--pipeline-stages 2 on cuda (exit $rc) = the whole model on cuda at step 8 (1e-5)" \
   same "$tmp/plain8.cuda" "$tmp/pp2.cuda" 1e-5
-R=(--model resnet20 --data synthetic:3,32,32,10,256 --epochs 1 --batch-size 16 --seed 3 --quiet)
+R=(--model resnet20 --data synthetic:3,32,32,10,256 --epochs 1 --batch-size 16 --seed 3 --quiet --threads 4)
 mpi 2 train "${R[@]}" --device cpu --sync-bn --save "$tmp/sbn.cpu" >"$tmp/sbn.cpu.out" 2>&1
 mpi 2 train "${R[@]}" --device cuda --sync-bn --save "$tmp/sbn.cuda" >"$tmp/sbn.cuda.out" 2>&1
 rc=$?; [ $rc -eq 0 ] || tail -n3 "$tmp/sbn.cuda.out"
