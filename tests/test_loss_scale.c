@@ -164,6 +164,8 @@ static void test_overflow_skips_step(void **state)
     (void)state;
     check_overflow_skips_step("cpu");
     check_overflow_skips_step("sim"); /* the skip decided from the device's flag */
+    if (herd_backend_cuda_visible())
+        check_overflow_skips_step("cuda");
 }
 
 static void test_growth_after_window(void **state)
