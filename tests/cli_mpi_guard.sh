@@ -2,10 +2,10 @@
 # Ranks agree or stop, under mpirun -np 2 through the CLI: every flag that changes the
 # collectives or the update is compared at start (a difference names the rank, the
 # field and both values), including a difference deep in a long model; --check-replicas
-# stops a job whose replicas diverged (a test hook flips one bit on rank 1); a stopped
-# rank (SIGSTOP, rank 1 and rank 0) is named in the stall warning and the job aborts
-# non-zero after --comm-timeout. Every mpirun runs under timeout; no timing assertions
-# beyond generous bounds.
+# stops a job whose replicas diverged (a test hook flips one bit on rank 1), on the CPU
+# and on the simulated device; a stopped rank (SIGSTOP, rank 1 and rank 0) is named in
+# the stall warning and the job aborts non-zero after --comm-timeout. Every mpirun runs
+# under timeout; no timing assertions beyond generous bounds.
 set -u
 . "$(dirname "$0")/testlib.sh"
 have_mpi || skip_all "herd built without MPI, or its launcher (HERD_MPIEXEC, set by ctest) missing"
@@ -55,15 +55,18 @@ for width, name in ((8, "a"), (9, "b")):
 PY
 mismatch "a difference in layer 79 of 82" "layer 7[0-9]" "" "" "$tmp/deep_a.json" "$tmp/deep_b.json"
 
-# --check-replicas with one bit of one weight flipped on rank 1 after step 1.
-HERD_TEST_FAIL_AT=diverge:1 timeout 60 "${mpirun[@]}" -np 2 "$herd" "${common[@]}" --model mlp \
-  --check-replicas >"$tmp/out" 2>"$tmp/err"
-rc=$?
-check "--check-replicas, diverged replica: non-zero exit (exit $rc)" test $rc -ne 0 -a $rc -ne 124
-check "--check-replicas names the diverged rank" grep -q "replicas diverged at step 1: rank 1 differs from rank 0" "$tmp/err"
-HERD_TEST_FAIL_AT=diverge:1 timeout 60 "${mpirun[@]}" -np 2 "$herd" "${common[@]}" --model mlp \
-  >"$tmp/out" 2>"$tmp/err"
-check "the same divergence without --check-replicas goes unnoticed (the hook works)" test $? -eq 0
+# --check-replicas with one bit of one weight flipped on rank 1 after step 1, on the
+# CPU and on the simulated device (whose parameters the check copies out).
+for dev in cpu sim; do
+  HERD_TEST_FAIL_AT=diverge:1 timeout 60 "${mpirun[@]}" -np 2 "$herd" "${common[@]}" --model mlp \
+    --device $dev --check-replicas >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  check "--check-replicas on $dev, diverged replica: non-zero exit (exit $rc)" test $rc -ne 0 -a $rc -ne 124
+  check "--check-replicas on $dev names the diverged rank" grep -q "replicas diverged at step 1: rank 1 differs from rank 0" "$tmp/err"
+  HERD_TEST_FAIL_AT=diverge:1 timeout 60 "${mpirun[@]}" -np 2 "$herd" "${common[@]}" --model mlp \
+    --device $dev >"$tmp/out" 2>"$tmp/err"
+  check "the same divergence on $dev without --check-replicas goes unnoticed (the hook works)" test $? -eq 0
+done
 
 # A rank stops (SIGSTOP from a test hook before its second step): the other side
 # names it after --stall-warning and the job aborts non-zero after --comm-timeout.

@@ -4,9 +4,11 @@
  * callback sees every step once, in order, with the single process's losses (the
  * metrics travel a step late), and a stop asked by one rank's callback stops every
  * rank after the same step.
- * Usage: mpi_equivalence MODEL B LR [sync-bn | clip=X]
+ * Usage: mpi_equivalence MODEL B LR [sync-bn | clip=X] [device=NAME]
  * clip=X trains with --clip-grad-norm X and checks that every step was clipped: the
- * norm of the averaged gradients is the single process's norm.
+ * norm of the averaged gradients is the single process's norm. device=NAME trains
+ * both on that device ("sim": the simulated one, whose gradients, batch-norm sums and
+ * replica checks cross through host memory); the parameters are compared on the host.
  *
  * The learning rates are modest and the sync-BN case uses a small BN network
  * (tests/models/bnnet.json): resnet20 is so sensitive to rounding that one process on
@@ -51,6 +53,7 @@ static bool record(const herd_progress *p, void *user)
 
 static float g_clip; /* clip=X */
 static long g_clipped;
+static const char *g_device = "cpu"; /* device=NAME */
 
 static herd_status train(const char *model, int batch, float lr, bool sync_bn, herd_dist *dist,
                          steps_seen *seen, herd_model **out, long *steps)
@@ -60,7 +63,7 @@ static herd_status train(const char *model, int batch, float lr, bool sync_bn, h
     if (st != HERD_OK)
         return st;
     herd_model *m = NULL;
-    st = herd_model_create(model, ds, &m);
+    st = herd_model_create_device(model, ds, g_device, &m);
     if (st == HERD_OK)
         st = herd_model_init_params(m, 5);
     herd_train_config cfg;
@@ -92,16 +95,24 @@ static herd_status train(const char *model, int batch, float lr, bool sync_bn, h
 int main(int argc, char **argv)
 {
     if (argc < 4)
-        return fprintf(stderr, "usage: mpi_equivalence MODEL B LR [sync-bn | clip=X]\n"), 2;
+        return fprintf(stderr, "usage: mpi_equivalence MODEL B LR [sync-bn | clip=X] "
+                       "[device=NAME]\n"), 2;
     const char *model = argv[1];
     int batch = atoi(argv[2]);
     float lr = (float)atof(argv[3]);
-    bool sync_bn = argc > 4 && strcmp(argv[4], "sync-bn") == 0;
-    if (argc > 4 && strncmp(argv[4], "clip=", 5) == 0)
-        g_clip = (float)atof(argv[4] + 5);
+    bool sync_bn = false;
+    for (int a = 4; a < argc; a++) {
+        sync_bn |= strcmp(argv[a], "sync-bn") == 0;
+        if (strncmp(argv[a], "clip=", 5) == 0)
+            g_clip = (float)atof(argv[a] + 5);
+        if (strncmp(argv[a], "device=", 7) == 0)
+            g_device = argv[a] + 7;
+    }
     herd_dist *dist;
     if (herd_dist_init(NULL, &dist) != HERD_OK)
         return fail("joining the job");
+    if (herd_dist_bind_device(dist, g_device) != HERD_OK)
+        return fail("binding the device");
     int rank = herd_dist_rank(dist), size = herd_dist_size(dist);
     herd_model *dp = NULL, *single = NULL, *stopped = NULL;
     steps_seen dp_seen = {0}, single_seen = {0}, stop_seen = {.stop_at = 5};
@@ -141,10 +152,14 @@ int main(int argc, char **argv)
             rc = 1;
         double worst = 0;
         const char *where = "";
+        float *dp_p, *dp_b, *one_p, *one_b; /* host copies: the models may be on a device */
+        if (herd_model_stage(dp, true, &dp_p, &dp_b) != HERD_OK ||
+            herd_model_stage(single, true, &one_p, &one_b) != HERD_OK)
+            return fail("copying the parameters to the host");
         for (int v = 0; v < dp->n_views; v++) {
             const herd_tensor_view *tv = &dp->views[v];
-            const float *a = (tv->is_buffer ? dp->buffers : dp->params) + tv->offset;
-            const float *b = (tv->is_buffer ? single->buffers : single->params) + tv->offset;
+            const float *a = (tv->is_buffer ? dp_b : dp_p) + tv->offset;
+            const float *b = (tv->is_buffer ? one_b : one_p) + tv->offset;
             for (size_t i = 0; i < tv->numel; i++) {
                 double e = fabs((double)a[i] - b[i]) / fmax(1.0, fabs((double)b[i]));
                 if (e > worst || isnan(e)) {
@@ -153,8 +168,10 @@ int main(int argc, char **argv)
                 }
             }
         }
-        printf("%s, %d ranks x batch %d%s vs 1 x %d after 20 steps: max relative difference %.3g (%s)\n",
-               model, size, batch, sync_bn ? " (sync BN)" : "", batch * size, worst, where);
+        free(dp_p), free(dp_b), free(one_p), free(one_b);
+        printf("%s on %s, %d ranks x batch %d%s vs 1 x %d after 20 steps: max relative "
+               "difference %.3g (%s)\n", model, g_device, size, batch, sync_bn ? " (sync BN)" : "",
+               batch * size, worst, where);
         rc |= worst <= 1e-5 ? 0 : 1;
         printf("%s\n", rc ? "FAIL" : "ok");
         herd_model_free(single);

@@ -123,11 +123,70 @@ static void test_check_replicas(void **state)
     assert_int_equal(herd_check_replicas(&c, NULL, 3, NULL, 0, 1), HERD_ERR_INVALID_ARG);
 }
 
+/* allreduce_f64 for herd_agree: the other ranks are fine, so the sum is this rank's. */
+static herd_status fake_allreduce_f64(herd_comm *c, double *vals, int n)
+{
+    (void)c, (void)vals, (void)n;
+    return HERD_OK;
+}
+
+static const herd_comm_ops fake_agree_ops = {.name = "fake", .allgather = fake_allgather,
+                                             .allreduce_f64 = fake_allreduce_f64};
+
+/* A device model's parameters: hashed from a host copy made once and kept; the CPU's
+ * where they are. */
+static void test_check_replicas_on_device(void **state)
+{
+    (void)state;
+    const herd_backend *sim = herd_backend_sim();
+    assert_non_null(sim);
+    float params[37], buffers[5];
+    tu_fill_uniform(params, 37, -1, 1, 8);
+    tu_fill_uniform(buffers, 5, 0, 1, 9);
+    uint64_t hp = herd_hash_floats(params, 37), hb = herd_hash_floats(buffers, 5);
+    float *dp = sim->alloc(sizeof params), *db = sim->alloc(sizeof buffers);
+    assert_non_null(dp);
+    assert_non_null(db);
+    assert_herd_ok(sim->memcpy_h2d(dp, params, sizeof params));
+    assert_herd_ok(sim->memcpy_h2d(db, buffers, sizeof buffers));
+    fake f = {.hashes = {{0, 0}, {hp, hb}, {hp, hb}}};
+    herd_comm c = {.ops = &fake_agree_ops, .rank = 0, .size = 3, .impl = &f};
+    herd_replica_stage s = {0};
+    assert_herd_ok(herd_check_replicas_on(&c, sim, &s, dp, 37, db, 5, 1));
+    float *host = s.host;
+    assert_non_null(host);
+    assert_int_equal(s.floats, 42);
+    f.hashes[2][1] = hb ^ 4;
+    assert_int_equal(herd_check_replicas_on(&c, sim, &s, dp, 37, db, 5, 2), HERD_ERR_INTERNAL);
+    assert_non_null(strstr(herd_last_error(), "step 2: rank 2 differs from rank 0 in their buffers"));
+    assert_ptr_equal(s.host, host); /* kept across checks */
+    f.hashes[2][1] = hb;
+    /* The device's copy changes: rank 0 differs from both others. */
+    flip(params, 3, 0);
+    assert_herd_ok(sim->memcpy_h2d(dp, params, sizeof params));
+    assert_int_equal(herd_check_replicas_on(&c, sim, &s, dp, 37, db, 5, 3), HERD_ERR_INTERNAL);
+    assert_non_null(strstr(herd_last_error(), "ranks 1, 2 differ from rank 0 in their parameters"));
+    /* A failed copy (a host array where device memory belongs) fails the check. */
+    int calls = f.calls;
+    assert_int_not_equal(herd_check_replicas_on(&c, sim, &s, params, 37, db, 5, 4), HERD_OK);
+    assert_int_equal(f.calls, calls); /* no hashes were gathered */
+    herd_replica_stage_free(&s);
+    assert_null(s.host);
+    sim->free(dp);
+    sim->free(db);
+
+    /* The CPU: no copy. */
+    flip(params, 3, 0);
+    assert_herd_ok(herd_check_replicas_on(&c, herd_backend_cpu(), &s, params, 37, buffers, 5, 5));
+    assert_null(s.host);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hash_bits),
         cmocka_unit_test(test_check_replicas),
+        cmocka_unit_test(test_check_replicas_on_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

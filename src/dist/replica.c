@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "dist/signature.h"
 
 /* Odd multipliers (any odd constant makes multiplication a bijection mod 2^64);
  * these are well-mixing ones from the splitmix/xxhash family of constants. */
@@ -117,4 +118,39 @@ herd_status herd_check_replicas(herd_comm *c, const float *params, size_t n,
                   k ? "buffer" : "parameter", all[k], all[2 * first + k], first);
     free(all);
     return st;
+}
+
+void herd_replica_stage_free(herd_replica_stage *s)
+{
+    free(s->host);
+    s->host = NULL;
+    s->floats = 0;
+}
+
+static herd_status download(const herd_backend *be, herd_replica_stage *s, const float *params,
+                            size_t n, const float *buffers, size_t nb)
+{
+    if (s->floats < n + nb) {
+        free(s->host);
+        s->floats = 0;
+        if (!(s->host = malloc((n + nb) * sizeof(float))))
+            return HERD_NOMEM((n + nb) * sizeof(float));
+        s->floats = n + nb;
+    }
+    HERD_TRY(be->memcpy_d2h(s->host, params, n * sizeof(float)));
+    return be->memcpy_d2h(s->host + n, buffers, nb * sizeof(float));
+}
+
+herd_status herd_check_replicas_on(herd_comm *c, const herd_backend *be, herd_replica_stage *s,
+                                   const float *params, size_t n, const float *buffers,
+                                   size_t nb, long step)
+{
+    if (be->host_memory || !c || c->size <= 1)
+        return herd_check_replicas(c, params, n, buffers, nb, step);
+    if ((!params && n) || (!buffers && nb))
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "check_replicas: NULL array");
+    /* Every rank reaches the hashes' all-gather, or none does. */
+    HERD_TRY(herd_agree(c, download(be, s, params, n, buffers, nb),
+                        "copying the parameters to the host for the replica check"));
+    return herd_check_replicas(c, s->host, n, s->host + n, nb, step);
 }

@@ -20,6 +20,7 @@ herd_status herd_step_plan_init(herd_step_plan *p, herd_model *m, herd_comm *com
 void herd_step_plan_free(herd_step_plan *p, herd_model *m)
 {
     herd_buckets_free(&p->buckets);
+    herd_replica_stage_free(&p->replica_stage);
     m->be->free(p->dlogits);
     m->be->free(p->x_dev);
     m->be->free(p->labels_dev);
@@ -105,6 +106,13 @@ void herd_step_arm_reduction(herd_step_plan *p, herd_model *m, int n_micro, herd
     /* One process without accumulation has nothing to combine. */
     if (p->comm->size == 1 && n_micro == 1)
         return;
+    /* One rank on a device has no device communicator, and the local one would scale
+     * device memory on the host: herd_apply_step takes the mean over the micro-batches
+     * on the device instead, the same multiplications as the buckets'. */
+    if (p->comm->size == 1 && !m->be->host_memory) {
+        p->device_scale = 1.0f / (float)n_micro;
+        return;
+    }
     herd_buckets_arm(&p->buckets, p->comm, 1.0f / (float)(p->comm->size * n_micro), p->wire);
     p->buckets.model = m;
     p->buckets.split = p->zero ? p->zero->counts : NULL;
@@ -196,6 +204,11 @@ herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p,
     double t1 = herd_now();
     size_t first, count;
     update_part(p, m, &first, &count);
+    if (p->device_scale != 0.0f) {
+        float scale = p->device_scale;
+        p->device_scale = 0.0f;
+        HERD_TRY(m->be->grad_unscale_check(m->n_param_floats, m->grads, scale, NULL));
+    }
     /* What the update depends on is agreed over the ranks that hold parts of the
      * gradients: pipeline stages, or ZeRO's slices. Otherwise every rank holds the same
      * reduced gradients and decides alike without another collective. */

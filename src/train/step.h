@@ -4,6 +4,7 @@
 #define HERD_TRAIN_STEP_H
 
 #include "data/dataset.h"
+#include "dist/replica.h"
 #include "nn/model.h"
 #include "optim/loss_scale.h"
 #include "obs/timeline.h"
@@ -25,6 +26,9 @@ typedef struct herd_step_plan {
     int32_t *labels_dev;
     int input_capacity;
     herd_loss_scaler *scaler; /* dynamic loss scaling, NULL = none */
+    /* One rank on a device with micro-batches: the gradients' scale that
+     * herd_apply_step applies (0: none; the buckets scale everywhere else). */
+    float device_scale;
     /* With pipeline stages each rank sees only its stage's gradients, so what the update
      * depends on is agreed over this communicator (the job): an overflow found on any
      * rank skips the step everywhere, and clipping's sum of squares counts each stage
@@ -43,6 +47,7 @@ typedef struct herd_step_plan {
     bool gather_pending;
     double gather_wait; /* seconds the forward waited for it (exposed communication) */
     herd_timeline *timeline; /* --timeline: phases and layers become events (NULL: off) */
+    herd_replica_stage replica_stage; /* --check-replicas on a device: the host copy */
 } herd_step_plan;
 
 typedef struct herd_step_stats {

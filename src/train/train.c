@@ -631,6 +631,18 @@ static void activity(run *r, const char *what)
     r->comm->ops->set_activity(r->comm, buf);
 }
 
+/* The "diverge" test hook: flips the lowest mantissa bit of the first weight on this
+ * rank (through the backend's copies, which are memcpy on the CPU). */
+static herd_status flip_weight_bit(run *r)
+{
+    HERD_TRY(herd_step_params_ready(&r->plan));
+    const herd_backend *be = r->m->be;
+    uint32_t bits;
+    HERD_TRY(be->memcpy_d2h(&bits, r->m->params, sizeof bits));
+    bits ^= 1;
+    return be->memcpy_h2d(r->m->params, &bits, sizeof bits);
+}
+
 /* One optimizer step at schedule position sched_step: K micro-batches from the
  * loader, reduction, update. *has is false when the epoch had no batch left. */
 static herd_status train_step(run *r, long sched_step, herd_step_stats *s, bool *has)
@@ -682,18 +694,13 @@ static herd_status train_step(run *r, long sched_step, herd_step_stats *s, bool 
         herd_timeline_add(r->timeline, HERD_TL_STEP, NULL, t0, t1);
     /* Per-rank batch-norm statistics differ by design (only --sync-bn shares them). */
     size_t buffers = cfg->sync_bn ? r->m->n_buffer_floats : 0;
-    if (r->state.global_step == 0 && r->m->be->host_memory &&
-        herd_test_hook("diverge", r->comm->rank)) { /* the lowest mantissa bit of one weight */
-        HERD_TRY(herd_step_params_ready(&r->plan));
-        uint32_t bits;
-        memcpy(&bits, r->m->params, sizeof bits);
-        bits ^= 1;
-        memcpy(r->m->params, &bits, sizeof bits);
-    }
+    if (r->state.global_step == 0 && herd_test_hook("diverge", r->comm->rank))
+        HERD_TRY(flip_weight_bit(r)); /* the test hook */
     if (cfg->check_replicas) {
         HERD_TRY(herd_fail_point("replicas", r->comm->rank));
-        HERD_TRY(herd_check_replicas(r->dp, r->m->params, r->m->n_param_floats, r->m->buffers,
-                                     buffers, r->state.global_step + 1));
+        HERD_TRY(herd_check_replicas_on(r->dp, r->m->be, &r->plan.replica_stage, r->m->params,
+                                        r->m->n_param_floats, r->m->buffers, buffers,
+                                        r->state.global_step + 1));
     }
     return HERD_OK;
 }
@@ -1058,16 +1065,12 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
     if (early != HERD_OK)
         st = early;
     /* A device model moves data only at the edges; the paths that still touch
-     * parameters or gradients on the host (reductions across micro-batches, synchronised
-     * batch norm, replica checks, optimizer-state checkpoints) are refused rather than
-     * crash. Gradients across ranks go through a device communicator (NCCL, or MPI
-     * staged through host memory). */
-    if (st == HERD_OK && !r->m->be->host_memory &&
-        (cfg->grad_accum > 1 || cfg->check_replicas || cfg->checkpoint_dir ||
-         (cfg->sync_bn && r->comm->size > 1)))
-        st = HERD_ERR(HERD_ERR_UNSUPPORTED,
-                      "training on '%s' does not support gradient accumulation, --sync-bn, "
-                      "replica checks or checkpoints yet", r->m->be->name);
+     * parameters or gradients on the host (optimizer-state checkpoints) are refused
+     * rather than crash. Gradients across ranks go through a device communicator
+     * (NCCL, or MPI staged through host memory). */
+    if (st == HERD_OK && !r->m->be->host_memory && cfg->checkpoint_dir)
+        st = HERD_ERR(HERD_ERR_UNSUPPORTED, "training on '%s' does not support checkpoints yet",
+                      r->m->be->name);
     if (st == HERD_OK)
         st = check_pipeline(r);
     if (st == HERD_OK)

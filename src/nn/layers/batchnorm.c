@@ -11,10 +11,11 @@
 
 typedef struct bn_state {
     float *save_mean, *save_invstd; /* from the last training forward, for backward */
-    /* Synchronised BN: per-channel sums exchanged between ranks, 2c + 1 doubles, kept
-     * here so a step allocates nothing. Host memory, because allreduce_f64 reduces
-     * host memory (a device backend will have to stage these few doubles). */
-    double *red;
+    /* The split ops' per-channel sums, 2c + 1 doubles of backend memory, kept here so
+     * a step allocates nothing. allreduce_f64 adds host memory: a device backend's
+     * sums travel through `host` (2c + 1 doubles; NULL on the CPU, which reduces red
+     * in place). The last slot carries the batch's count in the forward's sum. */
+    double *red, *host;
     int64_t count;  /* values per channel in the global batch of the last forward */
     bool synced;    /* the last training forward used global statistics */
 } bn_state;
@@ -58,7 +59,9 @@ static herd_status bn_reshape(herd_layer *l, const herd_backend *be, int batch)
         return HERD_ERR_NOMEM; /* the allocator said why */
     if (!st->save_invstd && !(st->save_invstd = be->alloc(bytes)))
         return HERD_ERR_NOMEM;
-    if (!st->red && !(st->red = herd_xcalloc(2 * c + 1, sizeof(double))))
+    if (!st->red && !(st->red = be->alloc((2 * c + 1) * sizeof(double))))
+        return HERD_ERR_NOMEM;
+    if (!be->host_memory && !st->host && !(st->host = herd_xcalloc(2 * c + 1, sizeof(double))))
         return HERD_ERR_NOMEM;
     return HERD_OK;
 }
@@ -99,6 +102,26 @@ static herd_status split_apply(const herd_layer *l, const herd_run_ctx *ctx, con
                                    st->save_invstd, rmean, rvar, momentum, eps);
 }
 
+/* Adds n per-channel sums (backend memory) over the group, and with `count` the
+ * batch's count (a host value) in slot n. The CPU reduces them where they are; a
+ * device's go to the host and back. */
+static herd_status group_sum(const bn_state *st, const herd_run_ctx *ctx, double *vals, int n,
+                             double *count)
+{
+    const herd_backend *be = ctx->be;
+    const herd_group_sum *group = &ctx->bn_group;
+    double *h = be->host_memory ? vals : st->host;
+    size_t bytes = (size_t)n * sizeof(double);
+    if (!be->host_memory)
+        HERD_TRY(be->memcpy_d2h(h, vals, bytes));
+    if (count)
+        h[n] = *count;
+    HERD_TRY(group->sum_f64(group->group, h, n + (count != NULL)));
+    if (count)
+        *count = h[n];
+    return be->host_memory ? HERD_OK : be->memcpy_h2d(vals, h, bytes);
+}
+
 /* Forward in split steps: sum of x (and the local count, so ranks whose batches
  * differ in size still agree on the mean), allreduce when synchronised, squared
  * deviations from the mean, allreduce, normalise. Two passes as in local BN, so one
@@ -107,17 +130,16 @@ static herd_status bn_forward_split(herd_layer *l, const herd_run_ctx *ctx, cons
                                     float *y, bool sync)
 {
     bn_state *st = l->state;
-    const herd_group_sum *group = &ctx->bn_group;
     int c = l->in_shape[0].c;
     double *sum = st->red, *sq = st->red + c + 1;
     HERD_TRY(split_stats(l, ctx, x, NULL, 0, sum));
-    sum[c] = (double)l->batch * l->in_shape[0].h * l->in_shape[0].w;
+    double values = (double)l->batch * l->in_shape[0].h * l->in_shape[0].w;
     if (sync)
-        HERD_TRY(group->sum_f64(group->group, sum, c + 1));
-    int64_t count = llround(sum[c]);
+        HERD_TRY(group_sum(st, ctx, sum, c, &values));
+    int64_t count = llround(values);
     HERD_TRY(split_stats(l, ctx, x, sum, count, sq));
     if (sync)
-        HERD_TRY(group->sum_f64(group->group, sq, c));
+        HERD_TRY(group_sum(st, ctx, sq, c, NULL));
     HERD_TRY(split_apply(l, ctx, x, sum, sq, count, y));
     st->count = count;
     st->synced = sync;
@@ -175,7 +197,7 @@ static herd_status bn_backward_split(herd_layer *l, const herd_run_ctx *ctx, con
                         "no multi-rank bn_group; pass the same run context to both",
                         l->spec.name);
     if (st->synced)
-        HERD_TRY(group->sum_f64(group->group, sum_dy, 2 * c));
+        HERD_TRY(group_sum(st, ctx, sum_dy, 2 * c, NULL));
     if (bn_bf16(l))
         return be->bf16_acts->bn_bwd_apply(n, c, hw, herd_bf16(x), herd_bf16(dy), gamma,
                                            st->save_mean, st->save_invstd, sum_dy, sum_dy_xc,
@@ -204,7 +226,8 @@ static void bn_destroy(herd_layer *l, const herd_backend *be)
     if (st) {
         be->free(st->save_mean);
         be->free(st->save_invstd);
-        free(st->red);
+        be->free(st->red);
+        free(st->host);
     }
     free(st);
     l->state = NULL;
