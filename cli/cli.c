@@ -112,7 +112,8 @@ int cli_resolve_device(const char *cmd, const char **device, uint64_t gpu_memory
 {
     if (!*device)
         *device = herd_default_device();
-    if (gpu_memory_limit && strcmp(*device, "cuda") != 0)
+    /* sim is a device like cuda: its allocator takes the same cap, so tests can use it. */
+    if (gpu_memory_limit && strcmp(*device, "cuda") != 0 && strcmp(*device, "sim") != 0)
         return cli_usage_error(cmd, "--gpu-memory-limit is for GPUs, but the device is %s "
                                "(use --device cuda, or --memory-limit)", *device);
     /* On a GPU both cap the same memory: one would silently override the other. */
@@ -135,7 +136,9 @@ void cli_print_device(const herd_model *m, int ranks)
     const char *device = herd_model_device(m);
     fprintf(stderr, "herd: device %s, precision %s\n", device,
             herd_precision_name(herd_model_precision(m)));
-    if (ranks > 1 && strcmp(device, "cpu") != 0)
+    if (ranks > 1 && strcmp(device, "sim") == 0) /* never NCCL: herd_comm_device_create */
+        fprintf(stderr, "herd: gradients reduced by MPI through host memory\n");
+    else if (ranks > 1 && strcmp(device, "cpu") != 0)
         fprintf(stderr, herd_have_nccl() ? "herd: gradients reduced by NCCL between the GPUs\n"
                                          : "herd: NCCL not built in: gradients reduced by MPI "
                                            "through host memory\n");
