@@ -13,7 +13,7 @@ static const char eval_help[] =
     "  --data DATA          dataset spec (default fashion-mnist; see herd train --help)\n"
     "  --split train|test   which split to evaluate (default test)\n"
     "  --batch-size N       (default 256)\n"
-    "  --device cpu|cuda    where to evaluate (default: cuda when a GPU is visible, else cpu);\n"
+    "  --device cpu|cuda|sim where to evaluate (default: cuda when a GPU is visible, else cpu);\n"
     "                       the weights load on any device, whichever one wrote them\n"
     "  --threads N          (default: all cores)\n"
     "  --json               print the summary as a JSON object\n";
