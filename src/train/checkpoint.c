@@ -213,8 +213,8 @@ static herd_status write_state(const char *spath, herd_optimizer *o, const herd_
             e[i].user = slices->user[i];
             numel = slices->numel;
         } else { /* in the backend's memory, a device's too: copied out a piece at a time */
-            if (!buf && !(buf = herd_xcalloc(numel < DOWNLOAD_FLOATS ? (numel ? numel : 1) : DOWNLOAD_FLOATS,
-                                             sizeof *buf)))
+            size_t floats = numel < DOWNLOAD_FLOATS ? numel : DOWNLOAD_FLOATS; /* the tensors' common size */
+            if (!buf && !(buf = herd_xcalloc(floats ? floats : 1, sizeof *buf)))
                 return HERD_ERR_NOMEM;
             down[i] = (state_download){.o = o, .tensor = i, .numel = numel, .buf = buf};
             e[i].next = next_download;
