@@ -6,7 +6,8 @@
 # on sim resumes on the CPU and the other way round, the files byte for byte the same;
 # the background writer (--checkpoint-every-steps), a kill in its write; herd eval and
 # --save on sim; a mismatched model refused with the directory untouched; 2 ranks on
-# sim, and herd run --max-restarts after a kill. Every mpirun runs under timeout.
+# sim, herd run --max-restarts after a kill, and --zero and --pipeline-stages where
+# they run on a device. Every mpirun runs under timeout.
 set -u
 . "$(dirname "$0")/testlib.sh"
 export OMP_NUM_THREADS=1
@@ -159,6 +160,33 @@ if have_mpi; then
     "${mpirun[@]}" -np 2 "$herd" train "${zr[@]}" --checkpoint-dir "$tmp/zk" --resume --save "$tmp/zr.st" \
       >/dev/null 2>&1
     check "--zero 1 on sim resumed at step 11: the uninterrupted weights" cmp -s "$tmp/z.st" "$tmp/zr.st"
+    "${mpirun[@]}" -np 2 "$herd" train "${m2[@]}" --device cpu --zero 1 --checkpoint-dir "$tmp/zc" \
+      --max-steps 11 >/dev/null 2>&1
+    "${mpirun[@]}" -np 2 "$herd" train "${zr[@]}" --checkpoint-dir "$tmp/zc" --resume --save "$tmp/zx.st" \
+      >/dev/null 2>&1
+    check "--zero 1: written on cpu, resumed on sim: the uninterrupted weights" cmp -s "$tmp/z.st" "$tmp/zx.st"
+  fi
+  # Pipeline stages on sim: the stages' parameters and state gathered to rank 0 for the
+  # file, and scattered back at a resume; with --zero 1 (4 ranks) through each stage's
+  # first replica. 512 samples: every batch whole.
+  p2=(--model mlp --data synthetic:1,12,12,4,512 --threads 1 --seed 7 --epochs 3 --batch-size 32
+      --optimizer adamw --lr 0.002 --quiet --device sim --pipeline-stages 2)
+  "${mpirun[@]}" -np 2 "$herd" train "${p2[@]}" --save "$tmp/p.st" >"$tmp/out" 2>"$tmp/err"
+  if grep -q "pipeline stages on 'sim' are not supported" "$tmp/err"; then
+    skipped_part "--pipeline-stages on sim: pipelines do not run on a device in this build"
+  else
+    for np in 2 4; do
+      extra=() && [ $np = 4 ] && extra=(--zero 1)
+      "${mpirun[@]}" -np $np "$herd" train "${p2[@]}" "${extra[@]}" --save "$tmp/p$np.st" >/dev/null 2>&1
+      "${mpirun[@]}" -np $np "$herd" train "${p2[@]}" "${extra[@]}" --checkpoint-dir "$tmp/pk$np" \
+        --checkpoint-every-steps 5 --max-steps 7 >/dev/null 2>&1
+      "${mpirun[@]}" -np $np "$herd" train "${p2[@]}" "${extra[@]}" --checkpoint-dir "$tmp/pk$np" --resume \
+        --save "$tmp/pr$np.st" >"$tmp/out" 2>"$tmp/err"
+      check "2 stages on $np ranks${extra[*]:+ ${extra[*]}} on sim, resumed at step 7: exits 0 ($(tail -n 1 "$tmp/err"))" \
+        test -s "$tmp/pr$np.st"
+      check "2 stages on $np ranks${extra[*]:+ ${extra[*]}} on sim, resumed: the uninterrupted weights" \
+        cmp -s "$tmp/p$np.st" "$tmp/pr$np.st"
+    done
   fi
 else
   skipped_part "2 ranks on sim: herd built without MPI, or its launcher missing"
