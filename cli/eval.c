@@ -13,6 +13,8 @@ static const char eval_help[] =
     "  --data DATA          dataset spec (default fashion-mnist; see herd train --help)\n"
     "  --split train|test   which split to evaluate (default test)\n"
     "  --batch-size N       (default 256)\n"
+    "  --device cpu|cuda|sim where to evaluate (default: cuda when a GPU is visible, else cpu);\n"
+    "                       the weights load on any device, whichever one wrote them\n"
     "  --threads N          (default: all cores)\n"
     "  --json               print the summary as a JSON object\n";
 
@@ -22,9 +24,10 @@ int cmd_eval(int argc, char **argv)
         {"model", required_argument, 0, 'm'}, {"checkpoint", required_argument, 0, 'c'},
         {"data", required_argument, 0, 'd'},  {"split", required_argument, 0, 's'},
         {"batch-size", required_argument, 0, 'b'}, {"threads", required_argument, 0, 't'},
-        {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+        {"device", required_argument, 0, 'v'}, {"json", no_argument, 0, 'j'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
-    const char *model = NULL, *ckpt = NULL, *data = "fashion-mnist";
+    const char *model = NULL, *ckpt = NULL, *data = "fashion-mnist", *device = NULL;
     herd_split split = HERD_SPLIT_TEST;
     long batch = 256, threads = 0;
     bool json = false;
@@ -48,6 +51,7 @@ int cmd_eval(int argc, char **argv)
             if (!cli_parse_int(optarg, 0, 4096, &threads))
                 return cli_usage_error("eval", "--threads must be an integer >= 0, got '%s'", optarg);
             break;
+        case 'v': device = optarg; break;
         case 'j': json = true; break;
         case 'h': fputs(eval_help, stdout); return CLI_OK;
         default: return cli_usage_error("eval", "unknown or incomplete option");
@@ -57,6 +61,9 @@ int cmd_eval(int argc, char **argv)
         return cli_usage_error("eval", "unexpected argument '%s'", argv[optind]);
     if (!model || !ckpt)
         return cli_usage_error("eval", "--model and --checkpoint are required");
+    int urc = cli_resolve_device("eval", &device, 0, 0);
+    if (urc >= 0)
+        return urc;
     herd_dataset *ds = NULL;
     herd_model *m = NULL;
     herd_status st;
@@ -64,7 +71,7 @@ int cmd_eval(int argc, char **argv)
     herd_eval_result r;
     if ((st = herd_dataset_open(data, split, &ds)) != HERD_OK)
         cli_fail(st, "cannot open the data");
-    else if ((st = herd_model_create(model, ds, &m)) != HERD_OK)
+    else if ((st = herd_model_create_device(model, ds, device, &m)) != HERD_OK)
         cli_fail(st, "cannot build the model");
     else if ((st = herd_model_load(m, ckpt)) != HERD_OK)
         cli_fail(st, "cannot load the weights");

@@ -1,5 +1,6 @@
 /* safetensors round trips and corruption handling, model weights, and
- * checkpoints (round trip, `latest`, pruning, corrupt files). */
+ * checkpoints (round trip, `latest`, pruning, corrupt files, and on the simulated
+ * device: one format with the CPU's, the background writer, a mismatched load). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include "nn/model.h"
 #include "optim/optim.h"
 #include "train/checkpoint.h"
+#include "train/ckpt_writer.h"
 
 /* ------------------------------------------------------------ tiny model */
 
@@ -429,6 +431,245 @@ static void test_checkpoint_round_trip_adamw(void **s)
     check_round_trip(HERD_OPT_ADAMW);
 }
 
+/* ------------------------------------------------------------ on a device */
+
+/* The tiny model with its parameters, gradients and buffers in be's memory: on the
+ * simulated device the host cannot read them, so every copy the checkpoint code
+ * forgets faults. */
+static tmodel *tmodel_on(const herd_backend *be, uint64_t seed)
+{
+    tmodel *t = tmodel_new(seed);
+    float **bufs[] = {&t->m.params, &t->m.grads, &t->m.buffers};
+    size_t n[] = {t->m.n_param_floats, t->m.n_param_floats, t->m.n_buffer_floats};
+    for (int i = 0; i < 3; i++) {
+        float *dev = be->alloc(n[i] * sizeof(float));
+        assert_non_null(dev);
+        assert_herd_ok(be->memcpy_h2d(dev, *bufs[i], n[i] * sizeof(float)));
+        free(*bufs[i]);
+        *bufs[i] = dev;
+    }
+    t->m.be = be;
+    return t;
+}
+
+static void tmodel_on_free(tmodel *t)
+{
+    t->m.be->free(t->m.params);
+    t->m.be->free(t->m.grads);
+    t->m.be->free(t->m.buffers);
+    free(t);
+}
+
+/* n floats of be's memory, in a host copy the caller frees. */
+static float *host_copy(const herd_backend *be, const float *p, size_t n)
+{
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    assert_herd_ok(be->memcpy_d2h(h, p, n * sizeof *h));
+    return h;
+}
+
+/* The steps of train_steps, with the gradients uploaded. */
+static void train_steps_on(tmodel *t, herd_optimizer *o, int n, uint64_t seed)
+{
+    float *g = malloc(t->m.n_param_floats * sizeof *g);
+    for (int i = 0; i < n; i++) {
+        tu_fill_uniform(g, t->m.n_param_floats, -1, 1, seed + (uint64_t)i);
+        assert_herd_ok(t->m.be->memcpy_h2d(t->m.grads, g, t->m.n_param_floats * sizeof *g));
+        assert_herd_ok(herd_optimizer_step(o, &t->m, 0.01f));
+    }
+    free(g);
+}
+
+/* a's and b's parameters, buffers and optimizer state, bit for bit, wherever they live. */
+static void assert_same_training(tmodel *a, herd_optimizer *oa, tmodel *b, herd_optimizer *ob)
+{
+    size_t np = a->m.n_param_floats, nb = a->m.n_buffer_floats;
+    float *pa = host_copy(a->m.be, a->m.params, np), *pb = host_copy(b->m.be, b->m.params, np);
+    float *ba = host_copy(a->m.be, a->m.buffers, nb), *bb = host_copy(b->m.be, b->m.buffers, nb);
+    assert_memory_equal(pa, pb, np * sizeof(float));
+    assert_memory_equal(ba, bb, nb * sizeof(float));
+    assert_int_equal(herd_optimizer_steps(oa), herd_optimizer_steps(ob));
+    for (int i = 0; i < herd_optimizer_state_count(oa); i++) {
+        size_t na, nb2;
+        herd_optimizer_state(oa, i, NULL, &na);
+        herd_optimizer_state(ob, i, NULL, &nb2);
+        assert_int_equal(na, nb2);
+        float *sa = malloc(na * sizeof *sa), *sb = malloc(na * sizeof *sb);
+        assert_herd_ok(herd_optimizer_state_download(oa, i, 0, na, sa));
+        assert_herd_ok(herd_optimizer_state_download(ob, i, 0, na, sb));
+        assert_memory_equal(sa, sb, na * sizeof(float));
+        free(sa);
+        free(sb);
+    }
+    free(pa);
+    free(pb);
+    free(ba);
+    free(bb);
+}
+
+static void assert_same_file(const char *x, const char *y)
+{
+    size_t lx, ly;
+    unsigned char *a = slurp(x, &lx), *b = slurp(y, &ly);
+    assert_int_equal(lx, ly);
+    assert_memory_equal(a, b, lx);
+    free(a);
+    free(b);
+}
+
+/* One format: a checkpoint written from the simulated device is byte for byte the
+ * CPU's of the same training, and each resumes on the other, continuing bit for bit. */
+static void check_across_devices(herd_optimizer_kind kind)
+{
+    const herd_backend *dev = herd_backend_sim(), *cpu = herd_backend_cpu();
+    const herd_backend *where[2] = {cpu, dev};
+    char *dir = tu_tempdir();
+    char *ck[2] = {join(dir, "cpu"), join(dir, "sim")};
+    tmodel *a[2];
+    herd_optimizer *oa[2];
+    herd_train_state st = {.epoch = 0, .global_step = 3, .seed = 5, .batch_size = 8, .ranks = 1,
+                           .grad_accum = 1, .train_samples = 80, .epoch_samples = 24, .epoch_seen = 24,
+                           .epoch_loss_sum = 1.5, .epoch_correct = 4};
+    for (int k = 0; k < 2; k++) {
+        a[k] = tmodel_on(where[k], 1);
+        oa[k] = make_opt(a[k], kind);
+        train_steps_on(a[k], oa[k], 3, 10);
+        assert_herd_ok(herd_checkpoint_save(ck[k], &a[k]->m, oa[k], &st, NULL));
+    }
+    assert_same_training(a[0], oa[0], a[1], oa[1]); /* the premise: the same arithmetic */
+    char *w[2] = {join(ck[0], "ckpt-3.safetensors"), join(ck[1], "ckpt-3.safetensors")};
+    char *sp[2] = {join(ck[0], "ckpt-3.state.safetensors"), join(ck[1], "ckpt-3.state.safetensors")};
+    assert_same_file(w[0], w[1]);
+    assert_same_file(sp[0], sp[1]);
+    /* Written on k, resumed on j (another start, so the load must overwrite it). */
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < 2; j++) {
+            tmodel *b = tmodel_on(where[j], 2);
+            herd_optimizer *ob = make_opt(b, kind);
+            herd_train_state got;
+            bool found = false;
+            assert_herd_ok(herd_checkpoint_load_latest(ck[k], &b->m, ob, &got, &found));
+            assert_true(found);
+            assert_int_equal(got.global_step, 3);
+            assert_same_training(a[j], oa[j], b, ob);
+            train_steps_on(b, ob, 2, 99);
+            tmodel *c = tmodel_on(where[j], 1); /* the uninterrupted run on j */
+            herd_optimizer *oc = make_opt(c, kind);
+            train_steps_on(c, oc, 3, 10);
+            train_steps_on(c, oc, 2, 99);
+            assert_same_training(c, oc, b, ob);
+            herd_optimizer_free(oc);
+            tmodel_on_free(c);
+            herd_optimizer_free(ob);
+            tmodel_on_free(b);
+        }
+    for (int k = 0; k < 2; k++) {
+        herd_optimizer_free(oa[k]);
+        tmodel_on_free(a[k]);
+        free(ck[k]);
+        free(w[k]);
+        free(sp[k]);
+    }
+    tu_rmtree(dir);
+    free(dir);
+}
+
+static void test_checkpoint_across_devices_sgd(void **s)
+{
+    (void)s;
+    check_across_devices(HERD_OPT_SGD);
+}
+
+static void test_checkpoint_across_devices_adamw(void **s)
+{
+    (void)s;
+    check_across_devices(HERD_OPT_ADAMW);
+}
+
+/* The background writer on a device: what it writes is the state when it was handed
+ * the job, though the steps after change device memory while the thread writes. */
+static void test_writer_on_device(void **s)
+{
+    (void)s;
+    char *dir = tu_tempdir();
+    tmodel *a = tmodel_on(herd_backend_sim(), 1), *ref = tmodel_on(herd_backend_cpu(), 1);
+    herd_optimizer *oa = make_opt(a, HERD_OPT_ADAMW), *oref = make_opt(ref, HERD_OPT_ADAMW);
+    train_steps_on(a, oa, 3, 10);
+    train_steps_on(ref, oref, 3, 10);
+    herd_train_state st = {.epoch = 0, .global_step = 3, .seed = 5, .batch_size = 8, .ranks = 1,
+                           .grad_accum = 1, .train_samples = 80, .epoch_samples = 24};
+    herd_ckpt_writer *w;
+    assert_herd_ok(herd_ckpt_writer_create(&w));
+    assert_herd_ok(herd_ckpt_writer_submit(w, dir, &a->m, oa, &st));
+    train_steps_on(a, oa, 4, 50); /* while the thread may still write */
+    assert_herd_ok(herd_ckpt_writer_wait(w));
+    herd_ckpt_writer_free(w);
+
+    tmodel *b = tmodel_on(herd_backend_sim(), 2);
+    herd_optimizer *ob = make_opt(b, HERD_OPT_ADAMW);
+    herd_train_state got;
+    bool found = false;
+    assert_herd_ok(herd_checkpoint_load_latest(dir, &b->m, ob, &got, &found));
+    assert_true(found);
+    assert_same_training(ref, oref, b, ob);
+    herd_optimizer_free(oa);
+    herd_optimizer_free(ob);
+    herd_optimizer_free(oref);
+    tmodel_on_free(a);
+    tmodel_on_free(b);
+    tmodel_on_free(ref);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* A checkpoint of another model loaded into a device model: refused before anything
+ * changes, on the device as on the CPU, and the directory's files stay as they were. */
+static void test_device_load_mismatch(void **s)
+{
+    (void)s;
+    char *dir = tu_tempdir();
+    tmodel *a = tmodel_on(herd_backend_cpu(), 1);
+    herd_optimizer *oa = make_opt(a, HERD_OPT_SGD);
+    herd_train_state st = {.epoch = 1, .global_step = 4, .seed = 5, .batch_size = 8, .ranks = 1,
+                           .grad_accum = 1, .train_samples = 32};
+    assert_herd_ok(herd_checkpoint_save(dir, &a->m, oa, &st, NULL));
+    char *wpath = join(dir, "ckpt-4.safetensors"), *spath = join(dir, "ckpt-4.state.safetensors");
+    size_t lw, ls;
+    unsigned char *w0 = slurp(wpath, &lw), *s0 = slurp(spath, &ls);
+
+    tmodel *b = tmodel_on(herd_backend_sim(), 2);
+    b->views[4].shape[0] = 4; /* fc.weight [4, 6] instead of [3, 8]: another model */
+    b->views[4].shape[1] = 6;
+    herd_optimizer *ob = make_opt(b, HERD_OPT_SGD);
+    float *before = host_copy(b->m.be, b->m.params, b->m.n_param_floats);
+    herd_train_state got = {0};
+    bool found = true;
+    expect_format_error(herd_checkpoint_load_latest(dir, &b->m, ob, &got, &found), wpath);
+    assert_false(found);
+    assert_non_null(strstr(herd_last_error(), "fc.weight"));
+    float *after = host_copy(b->m.be, b->m.params, b->m.n_param_floats);
+    assert_memory_equal(before, after, b->m.n_param_floats * sizeof(float));
+    size_t lw2, ls2;
+    unsigned char *w1 = slurp(wpath, &lw2), *s1 = slurp(spath, &ls2);
+    assert_true(lw == lw2 && ls == ls2);
+    assert_memory_equal(w0, w1, lw);
+    assert_memory_equal(s0, s1, ls);
+    free(w0);
+    free(w1);
+    free(s0);
+    free(s1);
+    free(before);
+    free(after);
+    free(wpath);
+    free(spath);
+    herd_optimizer_free(oa);
+    herd_optimizer_free(ob);
+    tmodel_on_free(a);
+    tmodel_on_free(b);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 static void test_checkpoint_latest_and_prune(void **s)
 {
     (void)s;
@@ -777,6 +1018,10 @@ int main(void)
         cmocka_unit_test(test_checkpoint_bad_fields),
         cmocka_unit_test(test_state_continue),
         cmocka_unit_test(test_checkpoint_stale_tmp),
+        cmocka_unit_test(test_checkpoint_across_devices_sgd),
+        cmocka_unit_test(test_checkpoint_across_devices_adamw),
+        cmocka_unit_test(test_writer_on_device),
+        cmocka_unit_test(test_device_load_mismatch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,6 +7,7 @@
 
 #include "testutil.h"
 
+#include "backend/backend.h"
 #include "backend/cpu/cpu.h"
 #include "nn/model.h"
 #include "optim/optim.h"
@@ -158,6 +159,42 @@ static void check_against_reference(herd_train_config *cfg, int steps)
     free(buf0);
     free(w), free(b), free(v2), free(wd);
     tmodel_free(t);
+}
+
+/* The state's staging copies, on the CPU and on the simulated device (whose memory the
+ * host cannot read): a range uploaded comes back where it went, the rest stays zero,
+ * and a range outside the state or a tensor that does not exist is refused by name. */
+static void test_state_staging(void **s)
+{
+    (void)s;
+    const herd_backend *bes[] = {herd_backend_cpu(), herd_backend_sim()};
+    for (int k = 0; k < 2; k++) {
+        tmodel *t = tmodel_new();
+        t->m.be = bes[k];
+        herd_train_config cfg;
+        herd_train_config_default(&cfg);
+        cfg.optimizer = HERD_OPT_ADAMW;
+        herd_optimizer *o;
+        size_t lo = 5, n = t->m.n_param_floats - lo;
+        assert_herd_ok(herd_optimizer_create_part(&cfg, &t->m, lo, t->m.n_param_floats, &o));
+        float in[7], out[64] = {0}, zero[64] = {0};
+        assert_true(n <= 64 && n > 2 + 7);
+        tu_fill_uniform(in, 7, -1, 1, 3);
+        assert_herd_ok(herd_optimizer_state_upload(o, 1, 2, 7, in));
+        assert_herd_ok(herd_optimizer_state_download(o, 1, 0, n, out));
+        assert_memory_equal(out, zero, 2 * sizeof(float));
+        assert_memory_equal(out + 2, in, sizeof in);
+        assert_memory_equal(out + 9, zero, (n - 9) * sizeof(float));
+        assert_herd_ok(herd_optimizer_state_download(o, 0, 0, n, out)); /* the other tensor */
+        assert_memory_equal(out, zero, n * sizeof(float));
+        assert_herd_ok(herd_optimizer_state_download(o, 0, n, 0, out)); /* empty, at the end */
+        assert_int_equal(herd_optimizer_state_download(o, 0, n - 1, 2, out), HERD_ERR_INVALID_ARG);
+        assert_non_null(strstr(herd_last_error(), "outside optimizer state 'exp_avg'"));
+        assert_int_equal(herd_optimizer_state_upload(o, 2, 0, 1, in), HERD_ERR_INVALID_ARG);
+        assert_non_null(strstr(herd_last_error(), "no optimizer state tensor 2"));
+        herd_optimizer_free(o);
+        tmodel_free(t);
+    }
 }
 
 static herd_train_config sgd_cfg(float momentum, bool nesterov, float wd, bool decoupled)
@@ -415,6 +452,7 @@ int main(void)
         cmocka_unit_test(test_schedules),
         cmocka_unit_test(test_config_default),
         cmocka_unit_test(test_compress_names),
+        cmocka_unit_test(test_state_staging),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -197,10 +197,13 @@ herd_status herd_model_stage(const herd_model *m, bool download, float **params,
     *buffers = herd_xcalloc(1, bb ? bb : 1);
     if (!*params || !*buffers)
         return HERD_NOMEM(pb + bb);
-    if (!download)
-        return HERD_OK;
-    HERD_TRY(m->be->memcpy_d2h(*params, m->params, pb));
-    return m->be->memcpy_d2h(*buffers, m->buffers, bb);
+    return download ? herd_model_download(m, *params, *buffers) : HERD_OK;
+}
+
+herd_status herd_model_download(const herd_model *m, float *params, float *buffers)
+{
+    HERD_TRY(m->be->memcpy_d2h(params, m->params, m->n_param_floats * sizeof(float)));
+    return m->be->memcpy_d2h(buffers, m->buffers, m->n_buffer_floats * sizeof(float));
 }
 
 herd_status herd_model_unstage(const herd_model *m, const float *params, const float *buffers)

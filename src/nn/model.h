@@ -85,6 +85,9 @@ herd_status herd_model_backward(herd_model *m, const herd_run_ctx *ctx, const fl
  * values when download. The caller frees both, also after an error. */
 herd_status herd_model_stage(const herd_model *m, bool download, float **params,
                              float **buffers);
+/* The same into host memory the caller holds (n_param_floats and n_buffer_floats
+ * floats): a copy kept from one use to the next (the checkpoint writer's). */
+herd_status herd_model_download(const herd_model *m, float *params, float *buffers);
 /* Uploads staged copies into the model's parameters and buffers. */
 herd_status herd_model_unstage(const herd_model *m, const float *params, const float *buffers);
 

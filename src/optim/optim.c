@@ -200,6 +200,48 @@ float *herd_optimizer_state(herd_optimizer *o, int i, const char **name, size_t 
     return o->state[i];
 }
 
+/* The state tensor's bytes [first, first + n) floats, or an error naming the misuse. */
+static herd_status state_range(const herd_optimizer *o, int i, size_t first, size_t n, const char *op,
+                               float **at)
+{
+    if (!o || i < 0 || i >= o->n_state)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: no optimizer state tensor %d", op, i);
+    size_t len = o->hi - o->lo;
+    if (first > len || n > len - first)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: floats [%zu, %zu) lie outside optimizer state "
+                        "'%s' of %zu floats", op, first, first + n, o->state_name[i], len);
+    *at = o->state[i] + first;
+    return HERD_OK;
+}
+
+herd_status herd_optimizer_state_download(const herd_optimizer *o, int i, size_t first, size_t n,
+                                          float *host)
+{
+    float *at = NULL;
+    HERD_TRY(state_range(o, i, first, n, "optimizer_state_download", &at));
+    if (n == 0)
+        return HERD_OK;
+    if (o->be->host_memory) { /* such a backend need not have the copies (backend.h) */
+        memcpy(host, at, n * sizeof(float));
+        return HERD_OK;
+    }
+    return o->be->memcpy_d2h(host, at, n * sizeof(float));
+}
+
+herd_status herd_optimizer_state_upload(herd_optimizer *o, int i, size_t first, size_t n,
+                                        const float *host)
+{
+    float *at = NULL;
+    HERD_TRY(state_range(o, i, first, n, "optimizer_state_upload", &at));
+    if (n == 0)
+        return HERD_OK;
+    if (o->be->host_memory) {
+        memcpy(at, host, n * sizeof(float));
+        return HERD_OK;
+    }
+    return o->be->memcpy_h2d(at, host, n * sizeof(float));
+}
+
 void herd_optimizer_part(const herd_optimizer *o, size_t *lo, size_t *hi)
 {
     *lo = o ? o->lo : 0;

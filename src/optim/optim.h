@@ -22,7 +22,17 @@ void herd_optimizer_free(herd_optimizer *o);
 /* Optimizer state as named flat tensors (as long as the optimizer's part of the
  * parameters), for checkpoints: "momentum" for SGD, "exp_avg" and "exp_avg_sq" for AdamW. */
 int herd_optimizer_state_count(const herd_optimizer *o);
+/* The state lives in the backend's memory: a device pointer on a device backend, for
+ * kernels and device communicators only; the host reads and writes it through
+ * herd_optimizer_state_download/_upload. */
 float *herd_optimizer_state(herd_optimizer *o, int i, const char **name, size_t *numel);
+/* Floats [first, first + n) of state tensor i to or from host memory: a memcpy on a
+ * host-memory backend, the backend's copies on a device. Checkpoints stage the state
+ * through these, a piece at a time or whole. */
+herd_status herd_optimizer_state_download(const herd_optimizer *o, int i, size_t first, size_t n,
+                                          float *host);
+herd_status herd_optimizer_state_upload(herd_optimizer *o, int i, size_t first, size_t n,
+                                        const float *host);
 long herd_optimizer_steps(const herd_optimizer *o);
 herd_optimizer_kind herd_optimizer_get_kind(const herd_optimizer *o);
 void herd_optimizer_set_steps(herd_optimizer *o, long steps);

@@ -150,14 +150,89 @@ static herd_status check_state(const herd_train_state *st, const char *path)
     return HERD_OK;
 }
 
+/* Floats of the optimizer's state copied out at a time while the file is written: the
+ * host holds one such piece, not a copy of the state. */
+#define DOWNLOAD_FLOATS ((size_t)1 << 22)
+
+/* An optimizer's state tensor, given to the file a downloaded piece at a time
+ * (herd_part_source). The tensors share buf: each is written whole before the next. */
+typedef struct state_download {
+    herd_optimizer *o;
+    int tensor;
+    size_t done, numel;
+    float *buf;
+} state_download;
+
+static herd_status next_download(void *user, const void **piece, size_t *bytes)
+{
+    state_download *d = user;
+    size_t n = d->numel - d->done < DOWNLOAD_FLOATS ? d->numel - d->done : DOWNLOAD_FLOATS;
+    HERD_TRY(herd_optimizer_state_download(d->o, d->tensor, d->done, n, d->buf));
+    d->done += n;
+    *piece = d->buf;
+    *bytes = n * sizeof(float);
+    return HERD_OK;
+}
+
+/* The state file: the counters and position as metadata, and o's state, copied out of
+ * the backend's memory a piece at a time (the host cannot read a device's), or
+ * streamed from the slices. */
+static herd_status write_state(const char *spath, herd_optimizer *o, const herd_train_state *st,
+                               const herd_state_slices *slices)
+{
+    char v[13][40];
+    snprintf(v[0], sizeof v[0], "%d", st->epoch);
+    snprintf(v[1], sizeof v[1], "%ld", st->global_step);
+    snprintf(v[2], sizeof v[2], "%" PRIu64, st->seed);
+    snprintf(v[3], sizeof v[3], "%d", st->batch_size);
+    snprintf(v[4], sizeof v[4], "%d", st->ranks);
+    snprintf(v[5], sizeof v[5], "%d", st->grad_accum);
+    snprintf(v[6], sizeof v[6], "%ld", (long)st->batch_size * st->ranks * st->grad_accum);
+    snprintf(v[7], sizeof v[7], "%ld", st->train_samples);
+    snprintf(v[8], sizeof v[8], "%ld", st->epoch_samples);
+    snprintf(v[9], sizeof v[9], "%.17g", st->epoch_loss_sum);
+    snprintf(v[10], sizeof v[10], "%.17g", st->epoch_correct);
+    snprintf(v[11], sizeof v[11], "%ld", slices ? slices->optimizer_steps : herd_optimizer_steps(o));
+    snprintf(v[12], sizeof v[12], "%ld", st->epoch_seen);
+    const char *keys[] = {"epoch", "global_step", "seed", "batch_size", "ranks", "grad_accum",
+                          "global_batch", "train_samples", "epoch_samples", "epoch_loss_sum",
+                          "epoch_correct", "optimizer_steps", "epoch_seen", "optimizer",
+                          "herd_version"};
+    const char *values[] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11],
+                            v[12], o ? kind_name(herd_optimizer_get_kind(o)) : "none", HERD_VERSION};
+    herd_st_entry e[HERD_CKPT_MAX_STATE] = {0};
+    state_download down[HERD_CKPT_MAX_STATE];
+    float *buf = NULL;
+    int n = herd_optimizer_state_count(o);
+    n = n < HERD_CKPT_MAX_STATE ? n : HERD_CKPT_MAX_STATE;
+    for (int i = 0; i < n; i++) {
+        size_t numel;
+        herd_optimizer_state(o, i, &e[i].name, &numel);
+        if (slices) { /* streamed from the ranks that hold the slices */
+            e[i].next = slices->next[i];
+            e[i].user = slices->user[i];
+            numel = slices->numel;
+        } else { /* in the backend's memory, a device's too: copied out a piece at a time */
+            size_t floats = numel < DOWNLOAD_FLOATS ? numel : DOWNLOAD_FLOATS; /* the tensors' common size */
+            if (!buf && !(buf = herd_xcalloc(floats ? floats : 1, sizeof *buf)))
+                return HERD_ERR_NOMEM;
+            down[i] = (state_download){.o = o, .tensor = i, .numel = numel, .buf = buf};
+            e[i].next = next_download;
+            e[i].user = &down[i];
+        }
+        e[i].ndim = 1;
+        e[i].shape[0] = (int64_t)numel;
+    }
+    herd_status rc = herd_safetensors_write(spath, e, (size_t)n, keys, values, 15);
+    free(buf);
+    return rc;
+}
+
 herd_status herd_checkpoint_save(const char *dir, const herd_model *m, herd_optimizer *o,
                                  const herd_train_state *st, const herd_state_slices *slices)
 {
     if (!dir || !*dir || !m || !st)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "checkpoint_save: directory, model and state must be given");
-    if (!m->be->host_memory)
-        return HERD_ERR(HERD_ERR_UNSUPPORTED, "checkpoints of a model on '%s' are not supported "
-                        "yet (the optimizer state is not staged through the host)", m->be->name);
     if (st->legacy)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "checkpoint_save: a legacy state has no position to save");
     if (check_state(st, "checkpoint_save") != HERD_OK)
@@ -178,43 +253,8 @@ herd_status herd_checkpoint_save(const char *dir, const herd_model *m, herd_opti
         const char *values[] = {"pt", HERD_VERSION, m->name, gs};
         rc = herd_weights_write(m, wpath, keys, values, 4);
     }
-    if (rc == HERD_OK) {
-        char v[13][40];
-        snprintf(v[0], sizeof v[0], "%d", st->epoch);
-        snprintf(v[1], sizeof v[1], "%ld", st->global_step);
-        snprintf(v[2], sizeof v[2], "%" PRIu64, st->seed);
-        snprintf(v[3], sizeof v[3], "%d", st->batch_size);
-        snprintf(v[4], sizeof v[4], "%d", st->ranks);
-        snprintf(v[5], sizeof v[5], "%d", st->grad_accum);
-        snprintf(v[6], sizeof v[6], "%ld", (long)st->batch_size * st->ranks * st->grad_accum);
-        snprintf(v[7], sizeof v[7], "%ld", st->train_samples);
-        snprintf(v[8], sizeof v[8], "%ld", st->epoch_samples);
-        snprintf(v[9], sizeof v[9], "%.17g", st->epoch_loss_sum);
-        snprintf(v[10], sizeof v[10], "%.17g", st->epoch_correct);
-        snprintf(v[11], sizeof v[11], "%ld", slices ? slices->optimizer_steps : herd_optimizer_steps(o));
-        snprintf(v[12], sizeof v[12], "%ld", st->epoch_seen);
-        const char *keys[] = {"epoch", "global_step", "seed", "batch_size", "ranks", "grad_accum",
-                              "global_batch", "train_samples", "epoch_samples", "epoch_loss_sum",
-                              "epoch_correct", "optimizer_steps", "epoch_seen", "optimizer",
-                              "herd_version"};
-        const char *values[] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11],
-                                v[12], o ? kind_name(herd_optimizer_get_kind(o)) : "none", HERD_VERSION};
-        herd_st_entry e[HERD_CKPT_MAX_STATE] = {0};
-        int n = herd_optimizer_state_count(o);
-        for (int i = 0; i < n && i < HERD_CKPT_MAX_STATE; i++) {
-            size_t numel;
-            e[i].data = herd_optimizer_state(o, i, &e[i].name, &numel);
-            if (slices) { /* streamed from the ranks that hold the slices */
-                e[i].data = NULL;
-                e[i].next = slices->next[i];
-                e[i].user = slices->user[i];
-                numel = slices->numel;
-            }
-            e[i].ndim = 1;
-            e[i].shape[0] = (int64_t)numel;
-        }
-        rc = herd_safetensors_write(spath, e, (size_t)n, keys, values, 15);
-    }
+    if (rc == HERD_OK)
+        rc = write_state(spath, o, st, slices);
     if (rc == HERD_OK) {
         char text[64];
         int len = snprintf(text, sizeof text, "%s\n", base);
@@ -316,9 +356,6 @@ herd_status herd_checkpoint_load_latest(const char *dir, herd_model *m, herd_opt
 {
     if (!dir || !m || !st || !found)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "checkpoint_load_latest: directory, model, state and found must be given");
-    if (!m->be->host_memory)
-        return HERD_ERR(HERD_ERR_UNSUPPORTED, "checkpoints of a model on '%s' are not supported "
-                        "yet (the optimizer state is not staged through the host)", m->be->name);
     *found = false;
     char *lpath = path_join(dir, "latest", "");
     if (!lpath)
@@ -387,9 +424,11 @@ herd_status herd_checkpoint_load_latest(const char *dir, herd_model *m, herd_opt
         for (int i = 0; rc == HERD_OK && o && i < herd_optimizer_state_count(o); i++) {
             const char *name;
             size_t numel;
-            float *dst = herd_optimizer_state(o, i, &name, &numel);
-            memcpy(dst, herd_st_find(sf, name, NULL, NULL), numel * sizeof(float));
+            herd_optimizer_state(o, i, &name, &numel);
+            rc = herd_optimizer_state_upload(o, i, 0, numel, herd_st_find(sf, name, NULL, NULL));
         }
+    }
+    if (rc == HERD_OK) {
         herd_optimizer_set_steps(o, osteps);
         *st = loaded;
         *found = true;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "core/error.h"
 #include "train/ckpt_writer.h"
 
@@ -91,18 +92,16 @@ herd_status herd_ckpt_writer_wait(herd_ckpt_writer *w)
     return st == HERD_OK ? HERD_OK : HERD_ERR(st, "%s", w->msg);
 }
 
-/* Copies n floats into b, growing it. */
-static herd_status copy_into(copy_buf *b, const float *src, size_t n)
+/* Makes room for n floats in b. */
+static herd_status reserve(copy_buf *b, size_t n)
 {
     if (n > b->cap) {
         herd_aligned_free(b->data);
         b->cap = 0;
-        if (!(b->data = herd_aligned_alloc(n * sizeof(float))))
+        if (!(b->data = herd_aligned_alloc((n ? n : 1) * sizeof(float))))
             return HERD_NOMEM(n * sizeof(float));
         b->cap = n;
     }
-    if (n)
-        memcpy(b->data, src, n * sizeof(float));
     b->numel = n;
     return HERD_OK;
 }
@@ -113,8 +112,11 @@ herd_status herd_ckpt_writer_submit(herd_ckpt_writer *w, const char *dir, const 
     /* The thread is idle from here. A failed write is reported before anything else can
      * overwrite its message, and no new write starts after it. */
     HERD_TRY(herd_ckpt_writer_wait(w));
-    HERD_TRY(copy_into(&w->params, m->params, m->n_param_floats));
-    HERD_TRY(copy_into(&w->buffers, m->buffers, m->n_buffer_floats));
+    /* Copies out of the backend's memory (a device's through its copies, complete on
+     * return): the steps after this one may change the model and o meanwhile. */
+    HERD_TRY(reserve(&w->params, m->n_param_floats));
+    HERD_TRY(reserve(&w->buffers, m->n_buffer_floats));
+    HERD_TRY(herd_model_download(m, w->params.data, w->buffers.data));
     int n = herd_optimizer_state_count(o);
     if (n > HERD_CKPT_MAX_STATE)
         return HERD_ERR(HERD_ERR_INTERNAL, "an optimizer with %d state tensors; checkpoints hold %d", n,
@@ -123,8 +125,9 @@ herd_status herd_ckpt_writer_submit(herd_ckpt_writer *w, const char *dir, const 
     for (int i = 0; i < n; i++) {
         const char *name;
         size_t numel;
-        const float *data = herd_optimizer_state(o, i, &name, &numel);
-        HERD_TRY(copy_into(&w->state[i], data, numel));
+        herd_optimizer_state(o, i, &name, &numel);
+        HERD_TRY(reserve(&w->state[i], numel));
+        HERD_TRY(herd_optimizer_state_download(o, i, 0, numel, w->state[i].data));
         w->slices.next[i] = whole_copy;
         w->slices.user[i] = &w->state[i];
     }
@@ -136,6 +139,7 @@ herd_status herd_ckpt_writer_submit(herd_ckpt_writer *w, const char *dir, const 
     w->snap = *m;
     w->snap.params = w->params.data;
     w->snap.buffers = w->buffers.data;
+    w->snap.be = herd_backend_cpu(); /* the copies are host memory, whatever the model's device */
     w->opt = o;
     w->st = *st;
     pthread_mutex_lock(&w->mu);

@@ -1,8 +1,9 @@
 /* Checkpoints written while training goes on: the parameters, buffers and optimizer
- * state are copied (a memcpy of the flat buffers), and a thread of its own writes,
- * fsyncs and publishes them with herd_checkpoint_save, atomically as ever. A kill
- * during the write leaves `latest` naming the previous complete checkpoint. One
- * write at a time: the next copy waits for the previous write. */
+ * state are copied into host memory (a memcpy of the flat buffers, or from a device
+ * through its copies), and a thread of its own writes, fsyncs and publishes them with
+ * herd_checkpoint_save, atomically as ever. A kill during the write leaves `latest`
+ * naming the previous complete checkpoint. One write at a time: the next copy waits
+ * for the previous write. */
 #ifndef HERD_TRAIN_CKPT_WRITER_H
 #define HERD_TRAIN_CKPT_WRITER_H
 

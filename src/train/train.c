@@ -342,6 +342,13 @@ static herd_status check_signature(run *r)
     return st;
 }
 
+/* The data-parallel ranks for the checkpoint's pieces, which travel in host memory:
+ * a device communicator's transfers take device memory, the one it wraps host memory. */
+static herd_comm *ckpt_comm(const run *r)
+{
+    return r->dp == r->device_comm ? herd_comm_wrapped(r->dp) : r->dp;
+}
+
 /* Rank 0's model, buffers and optimizer state become everyone's (with pipeline
  * stages: the first replica's stage becomes its group's). */
 static herd_status broadcast_state(run *r)
@@ -496,7 +503,7 @@ static herd_status prepare_checkpoints(run *r)
     if (loaded && r->pp && st == HERD_OK)
         st = herd_pipeline_scatter(r->pp, stage_opt, r->ckpt_whole, r->ckpt_opt);
     if (loaded && r->cfg.zero_stage && st == HERD_OK) /* each stage's first replica, or rank 0 */
-        st = herd_zero_scatter_state(&r->zero, r->dp, r->pp ? stage_opt : r->ckpt_opt, r->opt);
+        st = herd_zero_scatter_state(&r->zero, ckpt_comm(r), r->pp ? stage_opt : r->ckpt_opt, r->opt);
     stage_optimizer_release(r, stage_opt);
     release_whole(r, r->ckpt_whole, r->ckpt_opt);
     r->ckpt_whole = NULL;
@@ -543,7 +550,7 @@ static herd_status save_checkpoint(run *r)
     herd_status st = HERD_OK;
     bool rank0 = r->comm->rank == 0;
     if (r->cfg.zero_stage && !r->pp) {
-        st = herd_zero_save(&r->zero, r->dp, r->cfg.checkpoint_dir, r->m, r->opt, &r->state);
+        st = herd_zero_save(&r->zero, ckpt_comm(r), r->cfg.checkpoint_dir, r->m, r->opt, &r->state);
     } else if (!r->pp) {
         /* Copied now, written by the writer's thread while training goes on; this
          * returns the previous write's outcome. */
@@ -561,7 +568,7 @@ static herd_status save_checkpoint(run *r)
         if (st == HERD_OK)
             st = stage_optimizer_whole(r, &stage_opt);
         if (st == HERD_OK && r->cfg.zero_stage)
-            st = herd_zero_gather_state(&r->zero, r->dp, r->opt, stage_opt);
+            st = herd_zero_gather_state(&r->zero, ckpt_comm(r), r->opt, stage_opt);
         if (st == HERD_OK)
             st = herd_pipeline_gather(r->pp, stage_opt, w, wo);
         stage_optimizer_release(r, stage_opt);
@@ -1064,13 +1071,6 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
     const herd_train_config *cfg = &r->cfg;
     if (early != HERD_OK)
         st = early;
-    /* A device model moves data only at the edges; the paths that still touch
-     * parameters or gradients on the host (optimizer-state checkpoints) are refused
-     * rather than crash. Gradients across ranks go through a device communicator
-     * (NCCL, or MPI staged through host memory). */
-    if (st == HERD_OK && !r->m->be->host_memory && cfg->checkpoint_dir)
-        st = HERD_ERR(HERD_ERR_UNSUPPORTED, "training on '%s' does not support checkpoints yet",
-                      r->m->be->name);
     if (st == HERD_OK)
         st = check_pipeline(r);
     if (st == HERD_OK)
