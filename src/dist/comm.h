@@ -232,6 +232,9 @@ typedef herd_status (*herd_comm_wrap_fn)(herd_comm *host, const struct herd_back
 herd_status herd_comm_wrapper_split(herd_comm *c, int color, int key, const char *name,
                                     herd_comm_wrap_fn make, herd_comm **out);
 herd_comm *herd_comm_wrapped(const herd_comm *c); /* host */
+/* The communicator for host buffers among c's ranks: the host of a wrapper (whose own
+ * p2p and reductions take device buffers), else c itself. */
+herd_comm *herd_comm_host_side(herd_comm *c);
 void *herd_comm_wrapper_impl(const herd_comm *c);
 /* Attaches a trace sink to c (NULL detaches), and to the host c wraps if it is a
  * wrapper: the communicator that runs a reduction records it. Call with nothing pending. */

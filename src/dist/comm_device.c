@@ -43,6 +43,8 @@ static bool is_wrapper(const herd_comm *c)
     return c->impl && c->ops == &((const wrapper *)c->impl)->ops;
 }
 
+herd_comm *herd_comm_host_side(herd_comm *c) { return is_wrapper(c) ? herd_comm_wrapped(c) : c; }
+
 void herd_comm_set_trace(herd_comm *c, const herd_trace_sink *trace)
 {
     c->trace = trace;
