@@ -3,7 +3,8 @@
  * named by argv[1] ("cpu", the default, or "sim", the simulated device whose memory
  * the host cannot touch): exact sums and averages of several buckets, the fp16 wire,
  * the buffer broadcast that makes replicas start equal, and a timeline opened on the
- * wrapper recording the reductions the wrapped MPI communicator runs. ZeRO's halves:
+ * wrapper recording the reductions the wrapped MPI communicator runs ("cuda": the same
+ * over GPU memory, one GPU per rank, or ranks sharing one). ZeRO's halves:
  * a reduce-scatter over uneven parts (one of them empty) lands each rank's sum in its
  * part, bitwise the MPI communicator's on host memory; all-gathers land every rank's
  * part, one ticket at a time. Pipelines: a split gives groups that reduce device
@@ -227,10 +228,10 @@ done:
 int main(int argc, char **argv)
 {
     const char *device = argc > 1 ? argv[1] : "cpu";
-    be = strcmp(device, "sim") == 0 ? herd_backend_sim() : herd_backend_cpu();
     herd_comm *mpi, *c;
     MT_OK(herd_comm_create_default(&(herd_comm_config){0}, &mpi));
     mt_rank = mpi->rank;
+    be = mt_backend(mpi, device);
     MT_OK(herd_comm_staged_create(mpi, be, &c));
     MT_CHECK(c->rank == mpi->rank && c->size == mpi->size, "identity %d/%d", c->rank, c->size);
     check_allreduce(mpi, c);
