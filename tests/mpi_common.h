@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "core/clock.h"
 #include "dist/comm.h"
 
@@ -51,6 +52,29 @@ static inline double mt_compute(double seconds)
         for (int i = 0; i < 2000; i++)
             acc = acc * 0.999 + i;
     return acc;
+}
+
+/* The backend a test's device argument names ("cpu", "sim" or "cuda": this rank's GPU
+ * bound first); a device this machine lacks ends the test as skipped (77). */
+static inline const herd_backend *mt_backend(herd_comm *c, const char *device)
+{
+    const herd_backend *be = NULL;
+    if (strcmp(device, "cpu") == 0) {
+        be = herd_backend_cpu();
+    } else if (strcmp(device, "sim") == 0) {
+        be = herd_backend_sim();
+    } else if (strcmp(device, "cuda") == 0) {
+        if (herd_dist_bind_device(c, device) == HERD_OK)
+            be = herd_backend_cuda();
+    } else {
+        fprintf(stderr, "rank %d: unknown device '%s' (cpu, sim or cuda)\n", mt_rank, device);
+        exit(2);
+    }
+    if (!be) {
+        printf("SKIPPED: rank %d: no %s device here: %s\n", mt_rank, device, herd_last_error());
+        exit(77);
+    }
+    return be;
 }
 
 /* One new temporary file's name, made by rank 0, on every rank (path: 64 bytes). */

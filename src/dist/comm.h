@@ -177,32 +177,64 @@ void herd_comm_destroy(herd_comm *c);
 /* *v becomes its largest value over the ranks (a collective's time is its slowest rank's). */
 herd_status herd_comm_max_f64(herd_comm *c, double *v);
 
-/* Gradients in device memory (comm_device.c, comm_nccl.c). Each wraps `host` (not
- * owned; it must outlive the wrapper): allreduce_start / wait_all take buffers of
- * backend `be`, every other call goes to `host` with host memory as before.
+/* Gradients in device memory (comm_device.c, comm_staged.c, comm_nccl.c). Each wraps
+ * `host` (not owned; it must outlive the wrapper): the gradient operations
+ * (allreduce_start, reduce_scatter_start, allgather_start, ticket, wait_ticket) take
+ * buffers of backend `be`, and so do p2p_start/p2p_wait, whose transfers go through
+ * host buffers (copied out at the start of a send, in at the end of a receive); split
+ * gives a wrapper of the same kind over a split of host. Every other call goes to
+ * `host` with host memory as before.
  *   nccl:   NCCL on the ranks of host (bootstrapped through it), one GPU per rank;
  *           reductions run on a communication stream that waits for the gradients'
- *           producers, and wait_all orders the compute stream after them (the host
- *           does not block). HERD_ERR_UNSUPPORTED when built without NCCL.
+ *           producers, and wait_all / wait_ticket order the compute stream after them
+ *           (the host does not block). HERD_ERR_UNSUPPORTED when built without NCCL.
  *   staged: copies each buffer to host memory, reduces it with `host`, and copies it
- *           back in wait_all (any backend; MPI through host memory for a GPU).
- *   device: nccl for the cuda backend when built with NCCL, else staged. */
+ *           back in wait_all / wait_ticket (any backend; MPI through host memory for a
+ *           GPU). Over a host of one rank nothing is copied: a scale applies on the
+ *           device.
+ *   device: nccl for the cuda backend when built with NCCL and host has several
+ *           ranks, else staged.
+ * release_rest (ZeRO-2's page release) is for host memory only: a wrapper reduces into
+ * the device buffer, which stays whole. */
 struct herd_backend;
 herd_status herd_comm_nccl_create(herd_comm *host, herd_comm **out);
 herd_status herd_comm_staged_create(herd_comm *host, const struct herd_backend *be,
                                     herd_comm **out);
 herd_status herd_comm_device_create(herd_comm *host, const struct herd_backend *be,
                                     herd_comm **out);
+/* One process's communicator for buffers of be: local for host memory, else a device
+ * wrapper over a local communicator that it owns (pipeline stages of one replica). */
+herd_status herd_comm_device_local_create(const struct herd_backend *be, herd_comm **out);
+/* counts' sum over c's ranks (*n) and where c's rank's part begins in it (*mine_at),
+ * for reduce_scatter_start and allgather_start; an error naming op when counts is
+ * NULL or holds a negative count. */
+herd_status herd_comm_parts(const herd_comm *c, const int *counts, const char *op, size_t *n,
+                            size_t *mine_at);
 /* Broadcast of a buffer in be's memory (through the host for a device backend). */
 herd_status herd_comm_broadcast_buffer(herd_comm *c, const struct herd_backend *be, void *buf,
                                        size_t bytes, int root);
 /* The wrappers' common part: a comm with host's identity and own's operations, where
- * the blocking collectives, allreduce_f64_start, set_activity and abort forward to
- * host when own leaves them NULL (own's wait_all must then also complete host's). own must define allreduce_start and wait_all (the device-memory
- * reductions are what a wrapper is for). own->destroy frees impl and then the comm
- * itself (one free(c)). NULL when out of memory. */
-herd_comm *herd_comm_wrap(herd_comm *host, const herd_comm_ops *own, void *impl);
+ * the blocking collectives, allreduce_f64_start, p2p_progress, set_activity and abort
+ * forward to host when own leaves them NULL (own's wait_all must then also complete
+ * host's), and p2p_start/p2p_wait stage be's buffers through host memory around host's
+ * (be NULL or host memory: forwarded as they are). own must define allreduce_start and
+ * wait_all (the device-memory reductions are what a wrapper is for). own->destroy frees
+ * impl and then the comm itself (one free(c)). NULL when out of memory. */
+herd_comm *herd_comm_wrap(herd_comm *host, const struct herd_backend *be,
+                          const herd_comm_ops *own, void *impl);
+/* From now on destroying wrapper c destroys its host after it (a split's, or a local
+ * communicator made for it). */
+void herd_comm_wrapper_own_host(herd_comm *c);
+/* A wrapper's split: host's split, wrapped by `make` into a wrapper of c's kind that
+ * owns it. */
+typedef herd_status (*herd_comm_wrap_fn)(herd_comm *host, const struct herd_backend *be,
+                                         herd_comm **out);
+herd_status herd_comm_wrapper_split(herd_comm *c, int color, int key, const char *name,
+                                    herd_comm_wrap_fn make, herd_comm **out);
 herd_comm *herd_comm_wrapped(const herd_comm *c); /* host */
+/* The communicator for host buffers among c's ranks: the host of a wrapper (whose own
+ * p2p and reductions take device buffers), else c itself. */
+herd_comm *herd_comm_host_side(herd_comm *c);
 void *herd_comm_wrapper_impl(const herd_comm *c);
 /* Attaches a trace sink to c (NULL detaches), and to the host c wraps if it is a
  * wrapper: the communicator that runs a reduction records it. Call with nothing pending. */

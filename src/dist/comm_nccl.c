@@ -3,7 +3,18 @@
  * Reductions run on a communication stream of their own that first waits for an
  * event recorded on the compute stream, so a bucket's reduction overlaps the rest
  * of backward; wait_all makes the compute stream wait for the communication stream,
- * and the optimizer's kernels queue behind it without the host blocking. */
+ * and the optimizer's kernels queue behind it without the host blocking; wait_ticket
+ * does the same up to one operation (an event recorded after each).
+ *
+ * ZeRO's parts differ in size per rank (a bucket is cut where the ranks' slices of
+ * the whole flat buffer fall, so most buckets are one rank's alone: counts like
+ * [n, 0]), and ncclReduceScatter/ncclAllGather take one count for every rank. Padding
+ * every part to the largest would move and hold up to N times the bucket; instead a
+ * reduce-scatter is one ncclReduce per part to the rank that owns it and an all-gather
+ * one ncclBroadcast per part from its owner, grouped so that NCCL runs them together
+ * (about the bytes on the wire of the collectives themselves, in place, no copies).
+ * Point-to-point transfers (pipeline stages) go through host memory and the MPI
+ * communicator (comm_device.c). */
 #include "core/error.h"
 #include "dist/comm.h"
 
@@ -24,6 +35,10 @@
                             ncclGetLastError(NULL));                                       \
     } while (0)
 
+/* Events recorded after the last operations, by ticket modulo this: a slot reused by
+ * a later operation still orders after the earlier one (one stream, in order). */
+#define NCCL_TICKET_EVENTS 64
+
 typedef struct nccl_impl {
     ncclComm_t comm;
     cudaStream_t stream;        /* communication */
@@ -31,6 +46,8 @@ typedef struct nccl_impl {
     cudaEvent_t comm_done;      /* recorded on the communication stream in wait_all */
     void *wire;                 /* fp16/bf16 copies of a bucket (--compress) */
     size_t wire_bytes;
+    uint64_t queued;            /* operations started: the last one's ticket */
+    cudaEvent_t after[NCCL_TICKET_EVENTS]; /* after[t % N]: recorded after operation t */
 } nccl_impl;
 
 static nccl_impl *impl_of(herd_comm *c) { return herd_comm_wrapper_impl(c); }
@@ -63,6 +80,36 @@ static herd_status order_after_compute(nccl_impl *k)
     return HERD_OK;
 }
 
+/* An operation was queued: its ticket, and the event that marks its end. */
+static herd_status queued(nccl_impl *k)
+{
+    k->queued++;
+    HERD_CUDA(cudaEventRecord(k->after[k->queued % NCCL_TICKET_EVENTS], k->stream),
+              "recording a reduction's event");
+    return HERD_OK;
+}
+
+/* A sum scaled by 1/ranks is NCCL's average, where it has one. */
+static bool is_average(const herd_comm *c, float scale)
+{
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0)
+    return scale * (float)c->size == 1.0f;
+#else
+    (void)c, (void)scale;
+    return false;
+#endif
+}
+
+static ncclRedOp_t sum_or_average(const herd_comm *c, float scale)
+{
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0)
+    if (is_average(c, scale))
+        return ncclAvg;
+#endif
+    (void)c, (void)scale;
+    return ncclSum;
+}
+
 static herd_status nccl_allreduce_start(herd_comm *c, float *buf, size_t n, float scale,
                                         herd_wire_type wire, const char *tag)
 {
@@ -76,16 +123,12 @@ static herd_status nccl_allreduce_start(herd_comm *c, float *buf, size_t n, floa
         HERD_TRY(wire_room(k, n)); /* before the event: its zeroing is compute-stream work */
     HERD_TRY(order_after_compute(k));
     if (wire == HERD_WIRE_FP32) {
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0)
-        if (scale * (float)c->size == 1.0f) {
-            HERD_NCCL(ncclAllReduce(buf, buf, n, ncclFloat32, ncclAvg, k->comm, k->stream),
-                      "ncclAllReduce (average)");
-            return HERD_OK;
-        }
-#endif
-        HERD_NCCL(ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, k->comm, k->stream),
-                  "ncclAllReduce (sum)");
-        return herd_cuda_scale_on(n, buf, scale, k->stream);
+        HERD_NCCL(ncclAllReduce(buf, buf, n, ncclFloat32, sum_or_average(c, scale), k->comm,
+                                k->stream),
+                  "ncclAllReduce");
+        if (!is_average(c, scale))
+            HERD_TRY(herd_cuda_scale_on(n, buf, scale, k->stream));
+        return queued(k);
     }
     /* Scaled before the cast so that the sum of the ranks' halves cannot overflow
      * where the mean would not. */
@@ -94,7 +137,107 @@ static herd_status nccl_allreduce_start(herd_comm *c, float *buf, size_t n, floa
     HERD_NCCL(ncclAllReduce(k->wire, k->wire, n, bf16 ? ncclBfloat16 : ncclFloat16, ncclSum,
                             k->comm, k->stream),
               "ncclAllReduce (16-bit)");
-    return herd_cuda_cast_from_16(n, k->wire, bf16, buf, k->stream);
+    HERD_TRY(herd_cuda_cast_from_16(n, k->wire, bf16, buf, k->stream));
+    return queued(k);
+}
+
+/* One NCCL call per rank's part of buf (elements of elem bytes), grouped: reduce the
+ * part to its rank (reduce) or broadcast it from there, in place. Every rank skips
+ * the same empty parts. The group is ended whatever happened inside it. */
+static herd_status per_part(herd_comm *c, void *buf, size_t elem, ncclDataType_t type,
+                            const int *counts, bool reduce, ncclRedOp_t op)
+{
+    nccl_impl *k = impl_of(c);
+    HERD_NCCL(ncclGroupStart(), "ncclGroupStart");
+    ncclResult_t r = ncclSuccess;
+    size_t at = 0;
+    for (int root = 0; r == ncclSuccess && root < c->size; at += (size_t)counts[root++]) {
+        if (counts[root] == 0)
+            continue;
+        char *part = (char *)buf + at * elem;
+        r = reduce ? ncclReduce(part, part, (size_t)counts[root], type, op, root, k->comm, k->stream)
+                   : ncclBroadcast(part, part, (size_t)counts[root], type, root, k->comm, k->stream);
+    }
+    ncclResult_t end = ncclGroupEnd();
+    HERD_NCCL(r, reduce ? "ncclReduce (a rank's part)" : "ncclBroadcast (a rank's part)");
+    HERD_NCCL(end, "ncclGroupEnd");
+    return HERD_OK;
+}
+
+static herd_status nccl_reduce_scatter_start(herd_comm *c, float *buf, const int *counts,
+                                             float scale, herd_wire_type wire, bool release_rest,
+                                             const char *tag)
+{
+    (void)release_rest, (void)tag; /* host memory only (comm.h) */
+    nccl_impl *k = impl_of(c);
+    size_t n, at;
+    HERD_TRY(herd_comm_parts(c, counts, "reduce_scatter_start", &n, &at));
+    size_t mine = (size_t)counts[c->rank];
+    if (n == 0)
+        return HERD_OK;
+    if (!buf)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "reduce_scatter_start: NULL buffer for %zu elements", n);
+    if (wire != HERD_WIRE_FP32)
+        HERD_TRY(wire_room(k, n));
+    HERD_TRY(order_after_compute(k));
+    if (wire == HERD_WIRE_FP32) {
+        HERD_TRY(per_part(c, buf, sizeof(float), ncclFloat32, counts, true, sum_or_average(c, scale)));
+        if (!is_average(c, scale) && mine)
+            HERD_TRY(herd_cuda_scale_on(mine, buf + at, scale, k->stream));
+        return queued(k);
+    }
+    /* As allreduce_start: each rank's values scaled, then cast, then summed. */
+    bool bf16 = wire == HERD_WIRE_BF16;
+    HERD_TRY(herd_cuda_cast_to_16(n, buf, scale, bf16, k->wire, k->stream));
+    HERD_TRY(per_part(c, k->wire, 2, bf16 ? ncclBfloat16 : ncclFloat16, counts, true, ncclSum));
+    if (mine)
+        HERD_TRY(herd_cuda_cast_from_16(mine, (char *)k->wire + at * 2, bf16, buf + at, k->stream));
+    return queued(k);
+}
+
+static herd_status nccl_allgather_start(herd_comm *c, float *buf, const int *counts, const char *tag)
+{
+    (void)tag;
+    nccl_impl *k = impl_of(c);
+    size_t n, at;
+    HERD_TRY(herd_comm_parts(c, counts, "allgather_start", &n, &at));
+    if (n == 0)
+        return HERD_OK;
+    if (!buf)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "allgather_start: NULL buffer for %zu elements", n);
+    HERD_TRY(order_after_compute(k)); /* the optimizer's update of this rank's part */
+    HERD_TRY(per_part(c, buf, sizeof(float), ncclFloat32, counts, false, ncclSum));
+    return queued(k);
+}
+
+static uint64_t nccl_ticket(herd_comm *c) { return impl_of(c)->queued; }
+
+/* Reports a failed operation as wait_all does. */
+static herd_status async_error(nccl_impl *k)
+{
+    ncclResult_t async = ncclSuccess;
+    HERD_NCCL(ncclCommGetAsyncError(k->comm, &async), "reading the communicator's state");
+    if (async != ncclSuccess)
+        return HERD_ERR(HERD_ERR_INTERNAL,
+                        "NCCL: a reduction failed: %s; rerun with NCCL_DEBUG=WARN for details",
+                        ncclGetErrorString(async));
+    return HERD_OK;
+}
+
+/* The compute stream waits for operations up to `ticket` (the host does not). */
+static herd_status nccl_wait_ticket(herd_comm *c, uint64_t ticket)
+{
+    nccl_impl *k = impl_of(c);
+    if (ticket > k->queued)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "wait_ticket: ticket %llu, but %llu operations were "
+                        "started", (unsigned long long)ticket, (unsigned long long)k->queued);
+    HERD_TRY(async_error(k));
+    if (ticket == 0)
+        return HERD_OK;
+    HERD_CUDA(cudaStreamWaitEvent(herd_cuda_ctx_get()->stream,
+                                  k->after[ticket % NCCL_TICKET_EVENTS], 0),
+              "ordering the forward after the parameters' all-gather");
+    return HERD_OK;
 }
 
 static herd_status nccl_wait_all(herd_comm *c)
@@ -103,16 +246,23 @@ static herd_status nccl_wait_all(herd_comm *c)
     /* Host-memory reductions (allreduce_f64_start) go to the host communicator. */
     herd_comm *host = herd_comm_wrapped(c);
     HERD_TRY(host->ops->wait_all(host));
-    ncclResult_t async = ncclSuccess;
-    HERD_NCCL(ncclCommGetAsyncError(k->comm, &async), "reading the communicator's state");
-    if (async != ncclSuccess)
-        return HERD_ERR(HERD_ERR_INTERNAL,
-                        "NCCL: a reduction failed: %s; rerun with NCCL_DEBUG=WARN for details",
-                        ncclGetErrorString(async));
+    HERD_TRY(async_error(k));
     HERD_CUDA(cudaEventRecord(k->comm_done, k->stream), "recording the reductions' event");
     HERD_CUDA(cudaStreamWaitEvent(herd_cuda_ctx_get()->stream, k->comm_done, 0),
               "ordering the optimizer after the reductions");
     return HERD_OK;
+}
+
+/* A group's own NCCL communicator, bootstrapped over the group. */
+static herd_status nccl_over(herd_comm *host, const herd_backend *be, herd_comm **out)
+{
+    (void)be;
+    return herd_comm_nccl_create(host, out);
+}
+
+static herd_status nccl_split(herd_comm *c, int color, int key, const char *name, herd_comm **out)
+{
+    return herd_comm_wrapper_split(c, color, key, name, nccl_over, out);
 }
 
 /* In-place sum of a buffer already in its type (the allreduce benchmark's). */
@@ -130,7 +280,7 @@ static herd_status nccl_allreduce_typed_start(herd_comm *c, void *buf, size_t n,
                                                 : ncclFloat32;
     HERD_TRY(order_after_compute(k));
     HERD_NCCL(ncclAllReduce(buf, buf, n, t, ncclSum, k->comm, k->stream), "ncclAllReduce");
-    return HERD_OK;
+    return queued(k);
 }
 
 static herd_status nccl_sync(herd_comm *c)
@@ -152,6 +302,9 @@ static void nccl_destroy(herd_comm *c)
         cudaEventDestroy(k->compute_ready);
     if (k->comm_done)
         cudaEventDestroy(k->comm_done);
+    for (int i = 0; i < NCCL_TICKET_EVENTS; i++)
+        if (k->after[i])
+            cudaEventDestroy(k->after[i]);
     if (k->stream)
         cudaStreamDestroy(k->stream);
     herd_cuda_free(k->wire);
@@ -167,6 +320,12 @@ static const herd_comm_ops nccl_ops = {
     .device_memory = true,
     .sync = nccl_sync,
     .allreduce_typed_start = nccl_allreduce_typed_start,
+    .reduce_scatter_start = nccl_reduce_scatter_start,
+    .allgather_start = nccl_allgather_start,
+    .ticket = nccl_ticket,
+    .wait_ticket = nccl_wait_ticket,
+    .split = nccl_split,
+    /* p2p_start / p2p_wait: the wrapper's, through host memory and MPI */
     /* the collectives for set-up and metrics: the MPI communicator's, in host memory */
 };
 
@@ -181,6 +340,9 @@ static herd_status nccl_setup(herd_comm *c, herd_comm *host, nccl_impl *k)
               "creating an event");
     HERD_CUDA(cudaEventCreateWithFlags(&k->comm_done, cudaEventDisableTiming),
               "creating an event");
+    for (int i = 0; i < NCCL_TICKET_EVENTS; i++)
+        HERD_CUDA(cudaEventCreateWithFlags(&k->after[i], cudaEventDisableTiming),
+                  "creating an event");
     ncclUniqueId id;
     memset(&id, 0, sizeof id); /* only rank 0's is used; the others' travel uninitialised otherwise */
     herd_status st = HERD_OK;
@@ -214,7 +376,7 @@ herd_status herd_comm_nccl_create(herd_comm *host, herd_comm **out)
     nccl_impl *k = herd_xcalloc(1, sizeof *k);
     if (!k)
         return HERD_ERR_NOMEM;
-    herd_comm *c = herd_comm_wrap(host, &nccl_ops, k);
+    herd_comm *c = herd_comm_wrap(host, herd_backend_cuda(), &nccl_ops, k);
     if (!c) {
         free(k);
         return HERD_ERR_NOMEM;

@@ -27,6 +27,22 @@ static void stage_offsets(const herd_model *whole, int first, size_t *param_at, 
         }
 }
 
+/* n floats from src to dst, both in be's memory (the stage and the whole model share
+ * the backend). */
+static herd_status copy_floats(const herd_backend *be, const float *src, float *dst, size_t n)
+{
+    return n ? be->copy(n, src, dst) : HERD_OK;
+}
+
+/* Host bytes (the loader's batch) into be's memory. */
+static herd_status upload(const herd_backend *be, void *dst, const void *src, size_t bytes)
+{
+    if (!be->host_memory)
+        return be->memcpy_h2d(dst, src, bytes);
+    memcpy(dst, src, bytes);
+    return HERD_OK;
+}
+
 static herd_status alloc_slot(herd_pipeline *pp, herd_model *whole, herd_pp_slot *slot)
 {
     slot->m = herd_xcalloc(1, sizeof *slot->m);
@@ -95,10 +111,8 @@ static herd_status build_stage(herd_pipeline *pp, const herd_train_config *cfg, 
     if (whole->params) { /* the caller's weights (loaded or initialised), not the seed's */
         size_t param_at, buffer_at;
         stage_offsets(whole, first, &param_at, &buffer_at);
-        HERD_TRY(m->be->memcpy_d2h(m->params, whole->params + param_at,
-                                   m->n_param_floats * sizeof(float)));
-        HERD_TRY(m->be->memcpy_d2h(m->buffers, whole->buffers + buffer_at,
-                                   m->n_buffer_floats * sizeof(float)));
+        HERD_TRY(copy_floats(m->be, whole->params + param_at, m->params, m->n_param_floats));
+        HERD_TRY(copy_floats(m->be, whole->buffers + buffer_at, m->buffers, m->n_buffer_floats));
     }
     herd_shape in = {1, m->in_c, m->in_h, m->in_w};
     pp->in_per_sample = herd_shape_per_sample(in);
@@ -130,11 +144,12 @@ herd_status herd_pipeline_create(const herd_train_config *cfg, herd_model *whole
     pp->micro_size = cfg->batch_size / cfg->micro_batches;
     herd_status st = plan_stages(pp, cfg, whole);
     if (st == HERD_OK) {
-        /* A stage group of one reduces nothing, but accumulates through the same code. */
+        /* A stage group of one reduces nothing, but accumulates through the same code
+         * (on a device, scaling the device's gradients). */
         char name[32];
         snprintf(name, sizeof name, "stage group %d", pp->stage);
         st = pp->replicas > 1 ? job->ops->split(job, pp->stage, pp->replica, name, &pp->group)
-                              : herd_comm_local_create(&pp->group);
+                              : herd_comm_device_local_create(whole->be, &pp->group);
     }
     if (st == HERD_OK)
         st = build_stage(pp, cfg, whole);
@@ -255,10 +270,11 @@ static herd_status run_forward(step_run *r, int mb)
     HERD_TRY(wait_p2p(r, &sl->send_grad, "sending the input gradient", sl->mb));
     sl->n = b.n;
     sl->mb = r->done + mb;
+    const herd_backend *be = pp->m->be;
     if (pp->stage == 0)
-        memcpy(sl->input, b.x, (size_t)b.n * pp->in_per_sample * sizeof(float));
+        HERD_TRY(upload(be, sl->input, b.x, (size_t)b.n * pp->in_per_sample * sizeof(float)));
     if (last)
-        memcpy(sl->labels, b.labels, (size_t)b.n * sizeof(int32_t));
+        HERD_TRY(upload(be, sl->labels, b.labels, (size_t)b.n * sizeof(int32_t)));
     HERD_TRY(wait_p2p(r, &sl->recv_act, "receiving the activations", r->done + mb));
     if (pp->stage > 0 && sl->recv_act.bytes != (size_t)b.n * pp->in_per_sample * sizeof(float))
         return HERD_ERR(HERD_ERR_INTERNAL,
@@ -359,8 +375,9 @@ herd_status herd_pipeline_forward_backward(herd_pipeline *pp, herd_step_plan *pl
 
 typedef struct pp_eval {
     herd_pipeline *pp;
-    float *in;      /* a later stage's received activations */
-    size_t in_cap;  /* floats */
+    float *in;        /* stage 0: the batch; later stages: the received activations */
+    int32_t *labels;  /* the last stage's labels */
+    size_t in_cap, labels_cap; /* elements */
 } pp_eval;
 
 static herd_status transfer(herd_comm *c, bool send, void *buf, size_t bytes, int peer, int tag,
@@ -371,6 +388,17 @@ static herd_status transfer(herd_comm *c, bool send, void *buf, size_t bytes, in
     return c->ops->p2p_wait(c, &req, what);
 }
 
+/* *buf holds at least `need` elements of `elem` bytes in be's memory. */
+static herd_status room(const herd_backend *be, void **buf, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return HERD_OK;
+    be->free(*buf);
+    *buf = be->alloc(need * elem);
+    *cap = *buf ? need : 0;
+    return *buf ? HERD_OK : HERD_ERR_NOMEM; /* the allocator said why */
+}
+
 static herd_status eval_batch(void *user, const herd_batch *b, double *loss, double *correct,
                               double *samples)
 {
@@ -378,32 +406,38 @@ static herd_status eval_batch(void *user, const herd_batch *b, double *loss, dou
     herd_pipeline *pp = e->pp;
     herd_comm *job = pp->job;
     herd_model *sm = pp->slots[0].m;
+    const herd_backend *be = pp->m->be;
+    bool last = pp->stage == pp->stages - 1;
     char what[96];
+    size_t need = (size_t)b->n * pp->in_per_sample;
     const float *x = b->x;
+    const int32_t *labels = b->labels;
+    if (pp->stage > 0 || !be->host_memory) /* the CPU reads the loader's batch directly */
+        HERD_TRY(room(be, (void **)&e->in, &e->in_cap, need, sizeof(float)));
     if (pp->stage > 0) {
-        size_t need = (size_t)b->n * pp->in_per_sample;
-        if (need > e->in_cap) {
-            free(e->in);
-            e->in = herd_xcalloc(need, sizeof(float));
-            e->in_cap = e->in ? need : 0;
-            if (!e->in)
-                return HERD_NOMEM(need * sizeof(float));
-        }
         snprintf(what, sizeof what, "stage %d: receiving activations to evaluate", pp->stage);
         HERD_TRY(transfer(job, false, e->in, need * sizeof(float), job->rank - 1, TAG_EVAL, what));
         x = e->in;
+    } else if (!be->host_memory) {
+        HERD_TRY(be->memcpy_h2d(e->in, b->x, need * sizeof(float)));
+        x = e->in;
+    }
+    if (last && !be->host_memory) {
+        HERD_TRY(room(be, (void **)&e->labels, &e->labels_cap, (size_t)b->n, sizeof(int32_t)));
+        HERD_TRY(be->memcpy_h2d(e->labels, b->labels, (size_t)b->n * sizeof(int32_t)));
+        labels = e->labels;
     }
     HERD_TRY(herd_model_reshape(sm, b->n));
     herd_run_ctx ctx = herd_model_ctx(pp->m, false, 0);
     const float *out;
     HERD_TRY(herd_model_forward(sm, &ctx, x, &out));
-    if (pp->stage < pp->stages - 1) {
+    if (!last) {
         snprintf(what, sizeof what, "stage %d: sending activations to evaluate", pp->stage);
         return transfer(job, true, (void *)out, (size_t)b->n * pp->out_per_sample * sizeof(float),
                         job->rank + 1, TAG_EVAL, what);
     }
     long c = 0;
-    HERD_TRY(pp->m->be->softmax_xent(b->n, pp->m->classes, out, b->labels, 0.0f, NULL, loss, &c));
+    HERD_TRY(be->softmax_xent(b->n, pp->m->classes, out, labels, 0.0f, NULL, loss, &c));
     *correct = (double)c;
     *samples = b->n;
     return HERD_OK;
@@ -415,7 +449,8 @@ herd_status herd_pipeline_evaluate(herd_pipeline *pp, herd_dataset *ds, int batc
     pp_eval e = {.pp = pp};
     herd_status st = herd_eval_sliced(ds, batch_size, pp->replica, pp->replicas, pp->job,
                                       eval_batch, &e, r);
-    free(e.in);
+    pp->m->be->free(e.in);
+    pp->m->be->free(e.labels);
     return st;
 }
 
@@ -464,10 +499,8 @@ static herd_status move_pieces(herd_pipeline *pp, herd_optimizer *opt, herd_mode
                 float *dst = whole_piece(pp, whole, whole_opt, s, i, &n);
                 if (s == 0) {
                     float *src = stage_piece(pp->m, opt, i, &mine);
-                    if (to_rank0)
-                        memcpy(dst, src, n * sizeof(float));
-                    else
-                        memcpy(src, dst, n * sizeof(float));
+                    st = to_rank0 ? copy_floats(pp->m->be, src, dst, n)
+                                  : copy_floats(pp->m->be, dst, src, n);
                     continue;
                 }
                 snprintf(what, sizeof what, "%s stage %d's tensors (part %d)",

@@ -56,7 +56,9 @@ typedef struct herd_pipeline {
  * cfg->stage_split or balanced by measured per-layer cost; parameters copied from
  * whole's slice when whole holds parameters, else initialised from cfg->seed (the
  * same values). Collective over job; errors are agreed before return, so every rank
- * fails alike. */
+ * fails alike. On a device backend job is a device communicator
+ * (herd_comm_device_create): activations travel between stages through host memory,
+ * and the stage groups it splits into reduce device gradients. */
 herd_status herd_pipeline_create(const herd_train_config *cfg, herd_model *whole, herd_comm *job,
                                  herd_pipeline **out);
 void herd_pipeline_free(herd_pipeline *pp);

@@ -1035,13 +1035,10 @@ static herd_status check_pipeline(const run *r)
         return HERD_ERR(HERD_ERR_INVALID_ARG,
                         "%d ranks do not divide into pipelines of %d stages; start a multiple of %d "
                         "ranks (stages x data-parallel replicas)", r->comm->size, P, P);
-    if (!r->m->be->host_memory)
-        return HERD_ERR(HERD_ERR_UNSUPPORTED, "pipeline stages on '%s' are not supported yet; "
-                        "train them on the CPU", r->m->be->name);
     return HERD_OK;
 }
 
-/* --zero against the job and the device. */
+/* --zero against the job. */
 static herd_status check_zero(const run *r)
 {
     const herd_train_config *c = &r->cfg;
@@ -1058,9 +1055,6 @@ static herd_status check_zero(const run *r)
                         "--zero %d shards the optimizer state across data-parallel ranks, and this "
                         "job has one; start several (herd run -np N -- train ...) or drop --zero",
                         c->zero_stage);
-    if (!r->m->be->host_memory)
-        return HERD_ERR(HERD_ERR_UNSUPPORTED, "--zero on '%s' is not supported yet; train on the "
-                        "CPU", r->m->be->name);
     return HERD_OK;
 }
 
@@ -1120,7 +1114,9 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
     r->res->skipped_steps = r->scaler.skipped;
     r->res->clipped_steps = r->clipped_steps;
     r->res->state_bytes = herd_optimizer_state_bytes(r->opt, r->m);
-    if (cfg->zero_stage == 2) /* held between steps: the reduced slice */
+    /* Held between steps: the reduced slice. A device's gradients stay one whole buffer
+     * (backward writes into it; no pages to give back), so there stage 2 holds what 1 does. */
+    if (cfg->zero_stage == 2 && r->m->be->host_memory)
         r->res->state_bytes.grads = (uint64_t)(r->zero.hi - r->zero.lo) * sizeof(float);
     if (steps_run > 0) {
         herd_phase_times mean = {0};
