@@ -106,10 +106,11 @@ void herd_step_arm_reduction(herd_step_plan *p, herd_model *m, int n_micro, herd
     /* One process without accumulation has nothing to combine. */
     if (p->comm->size == 1 && n_micro == 1)
         return;
-    /* One rank on a device has no device communicator, and the local one would scale
-     * device memory on the host: herd_apply_step takes the mean over the micro-batches
-     * on the device instead, the same multiplications as the buckets'. */
-    if (p->comm->size == 1 && !m->be->host_memory) {
+    /* One rank on a device without a device communicator (the local one would scale
+     * device memory on the host): herd_apply_step takes the mean over the micro-batches
+     * on the device instead, the same multiplications as the buckets'. A pipeline
+     * stage's one-replica group is a device wrapper and scales on the device itself. */
+    if (p->comm->size == 1 && !m->be->host_memory && herd_comm_host_side(p->comm) == p->comm) {
         p->device_scale = 1.0f / (float)n_micro;
         return;
     }

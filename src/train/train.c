@@ -346,7 +346,7 @@ static herd_status check_signature(run *r)
  * a device communicator's transfers take device memory, the one it wraps host memory. */
 static herd_comm *ckpt_comm(const run *r)
 {
-    return r->dp == r->device_comm ? herd_comm_wrapped(r->dp) : r->dp;
+    return herd_comm_host_side(r->dp);
 }
 
 /* Rank 0's model, buffers and optimizer state become everyone's (with pipeline
