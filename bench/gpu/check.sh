@@ -33,10 +33,17 @@ date -u; nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total 
 herd --version
 echo "cores: $(nproc)"
 
-# ---- the CUDA unit tests
-for t in .dev/tests/*; do
+# ---- the CUDA unit tests, and the MPI tests that take a device with 2 ranks on the one GPU
+for t in .dev/tests/test_*; do
   check "$(basename "$t")" env LD_LIBRARY_PATH="$HL" HERD_TEST_DEVICE=cuda timeout 300 "$t"
 done
+
+mpitest() { LD_LIBRARY_PATH=$HL timeout 300 mpiexec.hydra -np 2 .dev/tests/"$@"; }
+check "mpi_staged cuda, 2 ranks" mpitest mpi_staged cuda
+check "mpi_pipeline cuda, 2 ranks (2 stages, within 1e-4 of one CPU process)" mpitest mpi_pipeline cuda
+check "mpi_equivalence lenet5 on cuda, 2 ranks" mpitest mpi_equivalence lenet5 8 0.01 device=cuda
+check "mpi_equivalence bnnet --sync-bn on cuda, 2 ranks" mpitest mpi_equivalence \
+  tests/models/bnnet.json 4 0.05 sync-bn device=cuda
 
 # ---- features on the GPU against the CPU: lenet5 (conv, pool, dropout-free), 32 steps
 L=(--model lenet5 --data synthetic:1,28,28,10,1024 --epochs 1 --batch-size 32 --seed 3 --quiet --threads 4
@@ -84,38 +91,10 @@ mpi 2 train "${R[@]}" --device cuda --sync-bn --save "$tmp/sbn.cuda" >"$tmp/sbn.
 rc=$?; [ $rc -eq 0 ] || tail -n3 "$tmp/sbn.cuda.out"
 check "resnet20 --sync-bn, 2 ranks: cuda (exit $rc) = cpu (1e-4)" same "$tmp/sbn.cpu" "$tmp/sbn.cuda" 1e-4
 
-# ---- checkpoints: stop and resume, kill and resume, CPU <-> GPU
+# ---- checkpoints: one process (kill in a background write, stop, CPU <-> GPU, eval, another
+# model: bench/gpu/check_ckpt.sh), then 2 ranks sharing the GPU
+check "bench/gpu/check_ckpt.sh on cuda" env LD_LIBRARY_PATH="$HL" bench/gpu/check_ckpt.sh .dev/herd cuda
 C=("${L[@]}" --epochs 3)
-herd train "${C[@]}" --device cuda --save "$tmp/full.cuda" >/dev/null 2>&1
-herd train "${C[@]}" --device cuda --checkpoint-dir "$tmp/ck" --max-steps 40 >/dev/null 2>&1
-herd train "${C[@]}" --device cuda --checkpoint-dir "$tmp/ck" --resume --save "$tmp/res.cuda" \
-  >"$tmp/res.out" 2>&1
-rc=$?; [ $rc -eq 0 ] || tail -n3 "$tmp/res.out"
-check "cuda: stopped at step 40, resumed (exit $rc): the uninterrupted weights byte for byte" \
-  same "$tmp/full.cuda" "$tmp/res.cuda" 0
-herd train "${C[@]}" --device cuda --checkpoint-dir "$tmp/kill" --checkpoint-every-steps 7 \
-  --save "$tmp/never" >/dev/null 2>&1 &
-pid=$!; sleep 4; kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
-echo "killed at: $(cat "$tmp/kill/latest" 2>/dev/null)"
-herd train "${C[@]}" --device cuda --checkpoint-dir "$tmp/kill" --resume --save "$tmp/kill.cuda" \
-  >"$tmp/kill.out" 2>&1
-rc=$?; [ $rc -eq 0 ] || tail -n3 "$tmp/kill.out"
-check "cuda: killed (-9) while checkpointing every 7 steps, resumed (exit $rc): byte for byte" \
-  same "$tmp/full.cuda" "$tmp/kill.cuda" 0
-X=("${L[@]}" --max-steps 8)
-herd train "${X[@]}" --device cpu --save "$tmp/full.cpu" >/dev/null 2>&1
-herd train "${L[@]}" --max-steps 4 --device cpu --checkpoint-dir "$tmp/c2g" >/dev/null 2>&1
-herd train "${X[@]}" --device cuda --checkpoint-dir "$tmp/c2g" --resume --save "$tmp/c2g.st" \
-  >"$tmp/c2g.out" 2>&1
-rc=$?; [ $rc -eq 0 ] || tail -n3 "$tmp/c2g.out"
-check "a CPU checkpoint (step 4) resumed on the GPU (exit $rc) = the uninterrupted CPU run (1e-5)" \
-  same "$tmp/full.cpu" "$tmp/c2g.st" 1e-5
-herd train "${L[@]}" --max-steps 4 --device cuda --checkpoint-dir "$tmp/g2c" >/dev/null 2>&1
-herd train "${X[@]}" --device cpu --checkpoint-dir "$tmp/g2c" --resume --save "$tmp/g2c.st" \
-  >"$tmp/g2c.out" 2>&1
-rc=$?; [ $rc -eq 0 ] || tail -n3 "$tmp/g2c.out"
-check "a GPU checkpoint (step 4) resumed on the CPU (exit $rc) = the uninterrupted CPU run (1e-5)" \
-  same "$tmp/full.cpu" "$tmp/g2c.st" 1e-5
 mpi 2 train "${C[@]}" --device cuda --batch-size 16 --checkpoint-dir "$tmp/ck2" --max-steps 40 \
   >/dev/null 2>&1
 mpi 2 train "${C[@]}" --device cuda --batch-size 16 --save "$tmp/full2.cuda" >/dev/null 2>&1
@@ -123,14 +102,6 @@ mpi 2 train "${C[@]}" --device cuda --batch-size 16 --checkpoint-dir "$tmp/ck2" 
   --save "$tmp/res2.cuda" >"$tmp/res2.out" 2>&1
 rc=$?; [ $rc -eq 0 ] || tail -n3 "$tmp/res2.out"
 check "2 ranks on cuda: stopped and resumed (exit $rc): byte for byte" same "$tmp/full2.cuda" "$tmp/res2.cuda" 0
-ls "$tmp/ck" >"$tmp/before"
-herd train --model mlp --data synthetic:1,28,28,10,1024 --device cuda --checkpoint-dir "$tmp/ck" \
-  --resume --quiet >/dev/null 2>"$tmp/bad.err"
-rc=$?
-head -c 400 "$tmp/bad.err"; echo
-check "another model's checkpoint on cuda: exit 1, checkpoints untouched" \
-  bash -c "test $rc -eq 1 && ls '$tmp/ck' | cmp -s - '$tmp/before'"
-
 # ---- true phase times, the memory cap
 B=(--model resnet50 --data synthetic:3,224,224,1000,256 --batch-size 64 --steps 12 --device cuda)
 herd bench train "${B[@]}" --precision tf32 >"$tmp/bench.out" 2>&1

@@ -18,6 +18,8 @@ cp "$B/herd" .dev/
 # The CUDA tests and the device-independent tests that take a device (sim in CI, cuda there).
 find "$B" -maxdepth 3 -type f -perm -u+x -name 'test_*' \( -name '*cuda*' -o -name '*gpu*' \
   -o -name 'test_comm_device' \) -exec cp {} .dev/tests/ \;
+# The MPI tests that take a device (run there under Hydra with 2 ranks on the one GPU).
+for t in mpi_equivalence mpi_pipeline mpi_staged test_loss_scale; do cp "$B/tests/$t" .dev/tests/; done
 hydra=$(readlink -f "$(command -v mpiexec.hydra)")
 cp "$hydra" "$(dirname "$hydra")/hydra_pmi_proxy" .dev/bin/
 ucx=/usr/lib/x86_64-linux-gnu/ucx
