@@ -246,6 +246,11 @@ typedef struct herd_backend {
     void (*memory_usage)(herd_memory_usage *out);
     void (*memory_reset_peak)(void);
     herd_status (*device_info)(struct herd_device_info *out);
+    /* The device this process computes on as the other processes of its host see it:
+     * its index here (*ordinal) and, in id, a text two processes of one host share
+     * exactly when they compute on the same device (a GPU's PCI bus id, which is what
+     * NCCL refuses to see twice). NULL where processes never share a device (the CPU). */
+    herd_status (*device_identity)(int *ordinal, char *id, size_t cap);
 } herd_backend;
 
 /* What this thread's next allocations are for (HERD_MEM_WORKSPACE unless set): the
@@ -280,9 +285,10 @@ const herd_backend *herd_backend_cuda(void);
 void herd_backend_cuda_shutdown(void);
 /* Whether a CUDA GPU is visible to this build, without initialising the backend. */
 bool herd_backend_cuda_visible(void);
-/* One GPU per rank: makes GPU local_rank the device herd_backend_cuda() will use.
- * Must come before the backend's first use; fails when the host has fewer visible
- * GPUs than local_size ranks. */
+/* Makes GPU (local_rank % visible GPUs) the device herd_backend_cuda() will use, and
+ * logs which one it took: one GPU per rank where the host has enough, else several
+ * ranks take turns on each (herd_comm_device_create then reduces through MPI, as
+ * NCCL refuses two ranks on one GPU). Must come before the backend's first use. */
 herd_status herd_backend_cuda_bind(int local_rank, int local_size);
 
 /* ------------------------------------------------------------ argument checks

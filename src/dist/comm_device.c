@@ -6,6 +6,7 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "dist/comm.h"
+#include "dist/gpu_share.h"
 
 /* ---- the wrapper: host's identity, host's collectives for host memory */
 
@@ -230,11 +231,10 @@ herd_status herd_comm_staged_create(herd_comm *host, const herd_backend *be, her
 
 herd_status herd_comm_device_create(herd_comm *host, const herd_backend *be, herd_comm **out)
 {
-#if HERD_HAVE_NCCL
-    if (strcmp(be->name, "cuda") == 0)
-        return herd_comm_nccl_create(host, out);
-#endif
-    return herd_comm_staged_create(host, be, out);
+    *out = NULL;
+    bool nccl; /* not when two ranks share a GPU: the same answer on every rank */
+    HERD_TRY(herd_device_reduction(host, be, &nccl));
+    return nccl ? herd_comm_nccl_create(host, out) : herd_comm_staged_create(host, be, out);
 }
 
 herd_status herd_comm_broadcast_buffer(herd_comm *c, const herd_backend *be, void *buf,
