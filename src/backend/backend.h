@@ -251,7 +251,18 @@ typedef struct herd_backend {
      * exactly when they compute on the same device (a GPU's PCI bus id, which is what
      * NCCL refuses to see twice). NULL where processes never share a device (the CPU). */
     herd_status (*device_identity)(int *ordinal, char *id, size_t cap);
+    /* Phase times on the device's own clock, where host clocks mislead (a GPU runs its
+     * kernels after the host has queued them and moved on). timer_mark records a mark in
+     * slot 0..HERD_TIMER_SLOTS-1 after the work queued so far, without waiting;
+     * timer_elapsed waits until mark `to` is reached and gives the seconds the device
+     * spent from mark `from` (recorded before it) to it. NULL where host clocks are
+     * right: the CPU computes while the host waits. */
+    herd_status (*timer_mark)(int slot);
+    herd_status (*timer_elapsed)(int from, int to, double *seconds);
 } herd_backend;
+
+/* The marks a backend's timer holds at once (slots are reused round the ring). */
+#define HERD_TIMER_SLOTS 256
 
 /* What this thread's next allocations are for (HERD_MEM_WORKSPACE unless set): the
  * callers that know say it, the allocator counts it. Returns the previous one, to

@@ -189,6 +189,8 @@ static const herd_backend cuda_backend = {
     .set_memory_limit = herd_cuda_set_memory_limit,
     .device_info = cuda_device_info,
     .device_identity = cuda_device_identity,
+    .timer_mark = herd_cuda_timer_mark,
+    .timer_elapsed = herd_cuda_timer_elapsed,
 };
 
 static bool g_shut_down;
@@ -198,6 +200,7 @@ void herd_backend_cuda_shutdown(void)
     if (g_shut_down || g_init_error[0] || !g_ctx.stream)
         return;
     cudaStreamSynchronize(g_ctx.stream);
+    herd_cuda_timer_release();
     herd_cuda_alloc_release();
     cudnnDestroy(g_ctx.cudnn);
     cublasDestroy(g_ctx.cublas);
