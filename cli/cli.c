@@ -112,7 +112,8 @@ int cli_resolve_device(const char *cmd, const char **device, uint64_t gpu_memory
 {
     if (!*device)
         *device = herd_default_device();
-    if (gpu_memory_limit && strcmp(*device, "cuda") != 0)
+    /* sim is a device like cuda: its allocator takes the same cap, so tests can use it. */
+    if (gpu_memory_limit && strcmp(*device, "cuda") != 0 && strcmp(*device, "sim") != 0)
         return cli_usage_error(cmd, "--gpu-memory-limit is for GPUs, but the device is %s "
                                "(use --device cuda, or --memory-limit)", *device);
     /* On a GPU both cap the same memory: one would silently override the other. */

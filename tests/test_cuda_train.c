@@ -14,15 +14,7 @@
 
 #define DATA "synthetic:1,28,28,10,256"
 
-/* Host copy of a model's parameters, whichever backend holds them. */
-static float *host_params(const herd_model *m)
-{
-    size_t bytes = m->n_param_floats * sizeof(float);
-    float *h = malloc(bytes);
-    assert_non_null(h);
-    assert_herd_ok(m->be->memcpy_d2h(h, m->params, bytes));
-    return h;
-}
+static float *host_params(const herd_model *m) { return tu_model_host_copy(m, false); }
 
 static herd_model *make(const char *device, herd_dataset *ds)
 {

@@ -179,6 +179,18 @@ const float *tu_fixture_tensor(const herd_st_file *f, const char *name, size_t n
     return p;
 }
 
+float *tu_model_host_copy(const herd_model *m, bool buffers)
+{
+    size_t bytes = (buffers ? m->n_buffer_floats : m->n_param_floats) * sizeof(float);
+    float *h = malloc(bytes ? bytes : 1);
+    assert_non_null(h);
+    herd_status st = m->be->memcpy_d2h(h, buffers ? m->buffers : m->params, bytes);
+    if (st != HERD_OK)
+        fail_msg("downloading the %s of '%s' from %s: %s", buffers ? "buffers" : "parameters",
+                 m->name, m->be->name, herd_last_error());
+    return h;
+}
+
 void tu_fixture_load_init(herd_model *m, const herd_st_file *f)
 {
     char key[160];

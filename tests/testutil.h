@@ -43,6 +43,9 @@ struct herd_st_file;
 struct herd_model;
 const float *tu_fixture_tensor(const struct herd_st_file *f, const char *name, size_t numel);
 void tu_fixture_load_init(struct herd_model *m, const struct herd_st_file *f);
+/* A malloc'd host copy of a model's parameters (buffers: its buffers instead), wherever
+ * they live: downloaded from a device backend (cuda, sim), copied on the CPU. */
+float *tu_model_host_copy(const struct herd_model *m, bool buffers);
 
 /* ctest's SKIP_RETURN_CODE (tests/CMakeLists.txt): the test could not run here. */
 #define TU_SKIP_CODE 77

@@ -106,6 +106,8 @@ herd_status herd_model_create_shape(const char *name_or_path, int c, int h, int 
 /* herd_model_create on a named device: "cpu" (what herd_model_create uses) or "cuda"
  * (the current GPU, single process, fp32). There is no fallback: "cuda" in a build
  * without CUDA or with no usable GPU fails with HERD_ERR_UNSUPPORTED and says why.
+ * "sim" is a simulated device for tests: the CPU's arithmetic behind device memory
+ * the host cannot read (a host access faults), with its own memory cap and counts.
  * Parameters live on the device; herd_model_tensor_info's data pointer is then
  * device memory, while save/load and checkpoints copy through the host. */
 herd_status herd_model_create_device(const char *name_or_path, const herd_dataset *ds,
@@ -145,14 +147,14 @@ herd_status herd_precision_parse(const char *name, herd_precision *out);
 herd_status herd_model_set_precision(herd_model *m, herd_precision p);
 herd_precision herd_model_precision(const herd_model *m);
 
-/* Names the device a model lives on ("cpu", "cuda"). */
+/* Names the device a model lives on ("cpu", "cuda", "sim"). */
 const char *herd_model_device(const herd_model *m);
 /* The device used when none is named: "cuda" when herd was built with CUDA and a GPU
  * is visible, "cpu" otherwise. Does not initialise the GPU. */
 const char *herd_default_device(void);
 /* Caps the memory herd holds on `device` (0 = no cap): "cpu" counts every block of
  * herd_device_memory_usage; "cuda" what its caching allocator keeps, cached blocks
- * included. Allocations beyond the cap fail with HERD_ERR_NOMEM naming the request,
+ * included; "sim" counts like "cpu". Allocations beyond the cap fail with HERD_ERR_NOMEM naming the request,
  * what it is for, what herd holds and the cap. */
 herd_status herd_device_set_memory_limit(const char *device, uint64_t bytes);
 
@@ -174,7 +176,8 @@ typedef struct herd_memory_usage {
 
 /* herd's own memory on `device` in this process: "cpu" counts every block the CPU
  * backend allocates for models, optimizers and kernels (not the data set, the
- * loader's batches, MPI's buffers or oneDNN's internal caches). "cuda" is not
+ * loader's batches, MPI's buffers or oneDNN's internal caches); "sim" every block of
+ * its device memory (the CPU plans behind its convolutions count as "cpu"). "cuda" is not
  * counted this way (HERD_ERR_UNSUPPORTED; its caching allocator has its own cap). */
 herd_status herd_device_memory_usage(const char *device, herd_memory_usage *out);
 /* Starts a new peak from what is held now. */

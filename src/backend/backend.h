@@ -285,6 +285,12 @@ typedef struct herd_device_info {
 double herd_peak_flops_per_clock_sm(int cc_major, int cc_minor, herd_precision p);
 
 const herd_backend *herd_backend_cpu(void);
+/* The simulated device ("sim", src/backend/sim), for tests of device code paths
+ * without a GPU: the CPU backend's arithmetic behind device memory the host cannot
+ * read (a host access to a device pointer faults; memcpy_h2d/d2h are the only way
+ * across), every op checking that its pointers are live device allocations. NULL,
+ * with herd_last_error() saying why, when its address space cannot be reserved. */
+const herd_backend *herd_backend_sim(void);
 /* The GPU backend on the current CUDA device. NULL, with herd_last_error() saying
  * why, when herd was built without CUDA (HERD_HAVE_CUDA unset) or no usable GPU is
  * visible; callers fall back to the CPU or report the error. */

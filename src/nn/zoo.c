@@ -57,7 +57,16 @@ static herd_status backend_for(const char *device, const herd_backend **be)
         }
         return HERD_OK;
     }
-    return HERD_ERR(HERD_ERR_INVALID_ARG, "unknown device '%s' (use cpu or cuda)", device);
+    if (strcmp(device, "sim") == 0) { /* the simulated device, for tests */
+        *be = herd_backend_sim();
+        if (!*be) {
+            char why[400];
+            snprintf(why, sizeof why, "%s", herd_last_error());
+            return HERD_ERR(HERD_ERR_UNSUPPORTED, "device sim is not available: %s", why);
+        }
+        return HERD_OK;
+    }
+    return HERD_ERR(HERD_ERR_INVALID_ARG, "unknown device '%s' (use cpu, cuda or sim)", device);
 }
 
 static herd_status create_on(const char *name_or_path, int c, int h, int w, int classes,

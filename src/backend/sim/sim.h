@@ -1,0 +1,27 @@
+/* The simulated device's internals shared between its files. */
+#ifndef HERD_BACKEND_SIM_H
+#define HERD_BACKEND_SIM_H
+
+#include "backend/backend.h"
+
+/* sim_mem.c: device memory. Two address ranges of the same size are reserved: the
+ * device range, which stays PROT_NONE for good (a host access to a device pointer
+ * faults), and its shadow, where each live block's pages are readable and writable.
+ * A device pointer p is stored at p + (shadow - device). */
+herd_status herd_sim_mem_init(void);
+void *herd_sim_alloc(size_t bytes);
+void herd_sim_free(void *p);
+herd_status herd_sim_set_memory_limit(uint64_t bytes);
+void herd_sim_memory_usage(herd_memory_usage *out);
+void herd_sim_memory_reset_peak(void);
+
+/* The shadow address of [p, p + bytes), which must lie in one live block: NULL stays
+ * NULL (the shared argument checks refuse it where it matters); a host pointer, a
+ * freed block or a range past a block's end is an error naming op and arg. */
+herd_status herd_sim_dev(const char *op, const char *arg, const void *p, size_t bytes,
+                         void **shadow);
+/* Refuses a device pointer where the op takes a host value. */
+herd_status herd_sim_host(const char *op, const char *arg, const void *p);
+bool herd_sim_is_device(const void *p);
+
+#endif

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# --device sim from the CLI: the same training as --device cpu (one rank and, with MPI,
+# two, whose gradients go through the staged communicator), its memory cap, and its
+# refusal of precisions it does not simulate. Library-level equality, bit for bit, is
+# tests/test_backend_sim.c's.
+set -u
+. "$(dirname "$0")/testlib.sh"
+data="synthetic:1,12,12,4,256"
+train() { "$herd" train --model mlp --data "$data" --epochs 1 --batch-size 32 --threads 1 --json "$@"; }
+# The summary's values that must not depend on the device (no timings, names or memory).
+results() { python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+print(" ".join("%s=%s" % (k, d[k]) for k in ("steps", "train_loss", "train_acc", "test_loss", "test_acc")))' "$1"; }
+
+"$herd" train --help >"$tmp/help" 2>&1
+check "train --help documents --device sim" grep -q "sim: a simulated device for tests" "$tmp/help"
+
+train --device cpu >"$tmp/cpu.json" 2>"$tmp/err"
+check "mlp trains on the cpu" test $? -eq 0
+train --device sim >"$tmp/sim.json" 2>"$tmp/err"
+check "mlp trains on sim" test $? -eq 0
+check "the header names the device" grep -q "herd: device sim, precision fp32" "$tmp/err"
+check "the summary names the device" grep -q '"device": "sim"' "$tmp/sim.json"
+check "sim ends where the cpu does ($(results "$tmp/sim.json"))" \
+  test "$(results "$tmp/sim.json")" = "$(results "$tmp/cpu.json")"
+
+train --device sim --gpu-memory-limit 1M >/dev/null 2>"$tmp/err"
+check "--gpu-memory-limit 1M on sim exits 1 at the first allocation over it" \
+  bash -c "test $? -eq 1 && grep -q 'memory limit reached' '$tmp/err'"
+train --device sim --gpu-memory-limit 64M >/dev/null 2>"$tmp/err"
+check "--gpu-memory-limit 64M on sim trains" test $? -eq 0
+train --device sim --memory-limit 1M >/dev/null 2>"$tmp/err"
+check "--memory-limit 1M on sim exits 1" bash -c "test $? -eq 1 && grep -q 'memory limit reached' '$tmp/err'"
+train --device sim --precision bf16 >/dev/null 2>"$tmp/err"
+check "--precision bf16 on sim exits 1 naming sim" \
+  bash -c "test $? -eq 1 && grep -q 'not available on the sim backend' '$tmp/err'"
+
+if have_mpi; then
+  timeout 300 "${mpiexec[@]}" -np 2 "$herd" train --model mlp --data "$data" --epochs 1 \
+    --batch-size 16 --threads 1 --json --device cpu >"$tmp/cpu2.json" 2>"$tmp/err2"
+  check "2 ranks train on the cpu" test $? -eq 0
+  timeout 300 "${mpiexec[@]}" -np 2 "$herd" train --model mlp --data "$data" --epochs 1 \
+    --batch-size 16 --threads 1 --json --device sim >"$tmp/sim2.json" 2>"$tmp/err2"
+  check "2 ranks train on sim" test $? -eq 0
+  check "... reducing through host memory" grep -q "gradients reduced by MPI through host memory" "$tmp/err2"
+  check "2 ranks on sim end where 2 on the cpu do ($(results "$tmp/sim2.json"))" \
+    test "$(results "$tmp/sim2.json")" = "$(results "$tmp/cpu2.json")"
+else
+  skipped_part "2 ranks on sim (no MPI launcher)"
+fi
+
+finish
