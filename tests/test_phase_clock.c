@@ -127,13 +127,15 @@ static herd_status host_elapsed(int from, int to, double *seconds)
     return HERD_OK;
 }
 
-/* `steps` steps of n_micro micro-batches of mlp on synthetic data; the weights in *w. */
-static void train(const herd_backend *timed, int steps, int n_micro, float **w, size_t *n)
+/* `steps` steps of n_micro micro-batches of mlp on synthetic data on device (timed:
+ * the CPU backend's ops with a timer instead); the weights in *w. */
+static void train(const char *device, const herd_backend *timed, int steps, int n_micro,
+                  float **w, size_t *n)
 {
     herd_dataset *ds;
     assert_herd_ok(herd_dataset_open("synthetic:1,8,8,4,1024", HERD_SPLIT_TRAIN, &ds));
     herd_model *m;
-    assert_herd_ok(herd_model_create("mlp", ds, &m));
+    assert_herd_ok(herd_model_create_device("mlp", ds, device, &m));
     assert_herd_ok(herd_model_init_params(m, 7));
     if (timed)
         m->be = timed; /* the same ops, with a timer */
@@ -168,11 +170,11 @@ static void train(const herd_backend *timed, int steps, int n_micro, float **w, 
         if (sum > total)
             fail_msg("step %d: phases %.9f s, more than the step's %.9f s", step, sum, total);
         /* Each micro-batch's start, forward and backward, then reductions and update. */
-        assert_int_equal(marks_made, timed ? 3 * n_micro + 2 : 0);
+        if (strcmp(device, "cpu") == 0)
+            assert_int_equal(marks_made, timed ? 3 * n_micro + 2 : 0);
     }
     *n = m->n_param_floats;
-    *w = malloc(*n * sizeof **w);
-    memcpy(*w, m->params, *n * sizeof **w);
+    *w = tu_model_host_copy(m, false);
     herd_loader_free(loader);
     herd_step_plan_free(&plan, m);
     herd_optimizer_free(opt);
@@ -192,13 +194,60 @@ static void test_training_steps(void **state)
     for (size_t i = 0; i < sizeof micro / sizeof micro[0]; i++) {
         float *plain, *with_timer;
         size_t n, n2;
-        train(NULL, 3, micro[i], &plain, &n);
-        train(&timed, 3, micro[i], &with_timer, &n2);
+        train("cpu", NULL, 3, micro[i], &plain, &n);
+        train("cpu", &timed, 3, micro[i], &with_timer, &n2);
         assert_int_equal(n, n2);
         assert_memory_equal(plain, with_timer, n * sizeof *plain); /* timing changes nothing */
         free(plain);
         free(with_timer);
     }
+}
+
+/* The simulated device has a timer on host clocks: its steps take the device path
+ * (marks, one read at the end) and end where the CPU's do. */
+static void test_sim_steps(void **state)
+{
+    (void)state;
+    if (!herd_backend_sim())
+        tu_skip("no simulated device here: %s", herd_last_error());
+    assert_non_null(herd_backend_sim()->timer_mark);
+    float *cpu_w, *sim_w;
+    size_t n, n2;
+    train("cpu", NULL, 3, 1, &cpu_w, &n);
+    train("sim", NULL, 3, 1, &sim_w, &n2);
+    assert_int_equal(n, n2);
+    assert_memory_equal(cpu_w, sim_w, n * sizeof *cpu_w);
+    free(cpu_w);
+    free(sim_w);
+}
+
+/* herd_train on sim: the mean phases, and the data wait, within the mean step. */
+static void test_sim_train(void **state)
+{
+    (void)state;
+    if (!herd_backend_sim())
+        tu_skip("no simulated device here: %s", herd_last_error());
+    herd_dataset *ds;
+    assert_herd_ok(herd_dataset_open("synthetic:1,8,8,4,512", HERD_SPLIT_TRAIN, &ds));
+    herd_model *m;
+    assert_herd_ok(herd_model_create_device("mlp", ds, "sim", &m));
+    herd_train_config cfg;
+    herd_train_config_default(&cfg);
+    cfg.epochs = 1;
+    cfg.batch_size = 32;
+    cfg.threads = 1;
+    herd_train_result res;
+    assert_herd_ok(herd_train(m, ds, NULL, &cfg, NULL, NULL, &res));
+    const herd_phase_times *t = &res.phases;
+    assert_true(res.steps == 16);
+    assert_true(t->forward > 0 && t->backward > 0 && t->optimizer > 0 && t->comm_wait >= 0);
+    double sum = t->data_wait + t->forward + t->backward + t->comm_wait + t->optimizer;
+    if (!(sum <= t->total))
+        fail_msg("mean phases %.9f s (data %.9f, fwd %.9f, bwd %.9f, comm %.9f, opt %.9f), more "
+                 "than the mean step's %.9f s", sum, t->data_wait, t->forward, t->backward,
+                 t->comm_wait, t->optimizer, t->total);
+    herd_model_free(m);
+    herd_dataset_free(ds);
 }
 
 int main(void)
@@ -207,6 +256,8 @@ int main(void)
         cmocka_unit_test(test_marks),
         cmocka_unit_test(test_ring_overflow),
         cmocka_unit_test(test_training_steps),
+        cmocka_unit_test(test_sim_steps),
+        cmocka_unit_test(test_sim_train),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -329,6 +329,8 @@ herd_status herd_backend_cuda_bind(int local_rank, int local_size);
 herd_status herd_check_arrays(const char *op, const void *const *arrays, size_t count);
 herd_status herd_check_set_threads(int threads); /* 0 = all cores */
 herd_status herd_check_grad_beta(const char *op, float beta); /* beta is 0 or 1 */
+/* A slot of timer_mark / timer_elapsed: 0..HERD_TIMER_SLOTS-1. */
+herd_status herd_check_timer_slot(int slot);
 
 /* Validates a row-major gemm call (sizes, leading dimensions, pointers); *empty is
  * set when there is nothing to compute (m or n is 0). */

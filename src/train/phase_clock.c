@@ -15,7 +15,9 @@ void herd_phase_clock_init(herd_phase_clock *c, const herd_backend *be)
 static int slot_of(const herd_phase_clock *c, int i) { return (c->first + i) % HERD_TIMER_SLOTS; }
 
 /* Adds the intervals between the marks so far to c->sum, with one wait (for the last
- * mark), and to tl anchored at the wait's return; the last mark begins what follows. */
+ * mark), and to tl from the host's time of the first mark (an idle device reaches a
+ * mark as the host records it: each step starts after the last one's wait); the last
+ * mark begins what follows. */
 static herd_status read_marks(herd_phase_clock *c, herd_timeline *tl)
 {
     static const herd_tl_kind kinds[HERD_PHASE_COUNT] = {
@@ -24,17 +26,18 @@ static herd_status read_marks(herd_phase_clock *c, herd_timeline *tl)
     int last = c->n - 1;
     double span;
     HERD_TRY(c->be->timer_elapsed(slot_of(c, 0), slot_of(c, last), &span));
-    double now = herd_now(), at = 0; /* seconds from the first mark */
+    double at = c->first_host; /* the host's time of the device reaching each mark */
     for (int i = 1; i <= last; i++) {
         double dt;
         HERD_TRY(c->be->timer_elapsed(slot_of(c, i - 1), slot_of(c, i), &dt));
         herd_phase ph = (herd_phase)c->phase[i];
         c->sum[ph] += dt;
         if (tl && ph != HERD_PHASE_GAP && ph != HERD_PHASE_START)
-            herd_timeline_add(tl, kinds[ph], NULL, now - span + at, now - span + at + dt);
+            herd_timeline_add(tl, kinds[ph], NULL, at, at + dt);
         at += dt;
     }
     c->first = slot_of(c, last);
+    c->first_host += span;
     c->n = 1;
     c->phase[0] = HERD_PHASE_START;
     return HERD_OK;
@@ -45,6 +48,7 @@ herd_status herd_phase_mark_device(herd_phase_clock *c, herd_phase since_last)
     if (since_last == HERD_PHASE_START) {
         c->n = 0;
         memset(c->sum, 0, sizeof c->sum);
+        c->first_host = herd_now();
     } else if (c->n == 0) {
         return HERD_OK; /* no step begun: host clocks */
     }

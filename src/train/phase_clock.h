@@ -26,6 +26,7 @@ typedef struct herd_phase_clock {
     const herd_backend *be; /* NULL: host clocks */
     int n;                  /* marks of this step so far (0: no step begun) */
     int first;              /* the slot of this step's first mark in the ring */
+    double first_host;      /* herd_now() when the device reached it */
     unsigned char phase[HERD_TIMER_SLOTS];
     double sum[HERD_PHASE_COUNT]; /* seconds of the marks already read this step */
 } herd_phase_clock;
@@ -45,10 +46,10 @@ static inline herd_status herd_phase_mark(herd_phase_clock *c, herd_phase since_
 
 /* The step's end: waits for its last mark and sets t's forward, backward, optimizer
  * and comm_wait to the device's times (leaving data_wait and total), adding the
- * phases to tl (NULL: none) on the host's clock as of the wait's return (a step of
- * more marks than the ring holds read the earlier ones on the way: only the last
- * ring's reach tl). Nothing without a step begun by START; the clock is ready for
- * the next step either way. */
+ * phases to tl (NULL: none) on the host's clock from the step's start (a step of more
+ * marks than the ring holds reads the earlier ones on the way: only the last ring's
+ * reach tl). Nothing without a step begun by START; the clock is ready for the next
+ * step either way. */
 herd_status herd_phase_clock_finish(herd_phase_clock *c, herd_phase_times *t, herd_timeline *tl);
 
 #endif

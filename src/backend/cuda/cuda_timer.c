@@ -5,17 +5,9 @@
 
 static cudaEvent_t g_marks[HERD_TIMER_SLOTS];
 
-static herd_status check_slot(int slot)
-{
-    if (slot < 0 || slot >= HERD_TIMER_SLOTS)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "timer slot %d outside 0..%d", slot,
-                        HERD_TIMER_SLOTS - 1);
-    return HERD_OK;
-}
-
 herd_status herd_cuda_timer_mark(int slot)
 {
-    HERD_TRY(check_slot(slot));
+    HERD_TRY(herd_check_timer_slot(slot));
     if (!g_marks[slot])
         HERD_CUDA(cudaEventCreateWithFlags(&g_marks[slot], cudaEventDefault),
                   "creating a timing event");
@@ -26,8 +18,8 @@ herd_status herd_cuda_timer_mark(int slot)
 
 herd_status herd_cuda_timer_elapsed(int from, int to, double *seconds)
 {
-    HERD_TRY(check_slot(from));
-    HERD_TRY(check_slot(to));
+    HERD_TRY(herd_check_timer_slot(from));
+    HERD_TRY(herd_check_timer_slot(to));
     if (!g_marks[from] || !g_marks[to])
         return HERD_ERR(HERD_ERR_INVALID_ARG, "timer slot %d has no mark yet",
                         g_marks[from] ? to : from);
