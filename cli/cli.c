@@ -131,17 +131,11 @@ herd_status cli_prepare_device(herd_dist *dist, const char *device, uint64_t gpu
     return st;
 }
 
-void cli_print_device(const herd_model *m, int ranks)
+void cli_print_device(const herd_model *m)
 {
     const char *device = herd_model_device(m);
     fprintf(stderr, "herd: device %s, precision %s\n", device,
             herd_precision_name(herd_model_precision(m)));
-    if (ranks > 1 && strcmp(device, "sim") == 0) /* never NCCL: herd_comm_device_create */
-        fprintf(stderr, "herd: gradients reduced by MPI through host memory\n");
-    else if (ranks > 1 && strcmp(device, "cpu") != 0)
-        fprintf(stderr, herd_have_nccl() ? "herd: gradients reduced by NCCL between the GPUs\n"
-                                         : "herd: NCCL not built in: gradients reduced by MPI "
-                                           "through host memory\n");
 }
 
 void cli_print_json(cJSON *doc)

@@ -474,7 +474,7 @@ int cmd_train(int argc, char **argv)
         fprintf(stderr, "herd: training %s (%zu parameters) on %s: %zu train / %zu test samples\n",
                 herd_model_name(m), herd_model_param_count(m), a.data, herd_dataset_size(train),
                 herd_dataset_size(test));
-        cli_print_device(m, herd_dist_size(dist));
+        cli_print_device(m);
         /* An elastic fit prints its own sizes. */
         int stages = a.cfg.pipeline_stages > 1 ? a.cfg.pipeline_stages : 1;
         bool refit = a.cfg.elastic_ranks && a.cfg.elastic_ranks != herd_dist_size(dist) / stages;

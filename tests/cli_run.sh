@@ -159,11 +159,13 @@ unset HERD_TEST_UNSET_VAR
 usage "hydra -x of an unset variable" -np 2 --dry-run --launcher hydra -x HERD_TEST_UNSET_VAR -- models
 
 # Slurm's srun: -n, -w + --ntasks-per-node, --cpus-per-task, --cpu-bind, --mpi, --export.
+# Without MPI herd has no PMI plugin to ask for: srun gets no --mpi= at all.
 plugin=pmix; "$herd" --version | grep -q "MPI: MPICH" && plugin=pmi2
+mpiflag="--mpi=$plugin "; "$herd" --version | grep -q "MPI: none" && { plugin="(none)"; mpiflag=""; }
 srun() { "$herd" run --dry-run --launcher srun "$@" >"$tmp/out" 2>"$tmp/err"; }
 srun -np 8 -H a:4,b:4 --threads-per-rank 2 -x FOO=1 -- train --model mlp
 check "srun: -n, -w, --ntasks-per-node" has "srun -n 8 -w a,b --ntasks-per-node=4 "
-check "srun: --cpus-per-task, --cpu-bind=cores, --mpi=$plugin (herd's MPI)" has "--cpus-per-task=2 --cpu-bind=cores --mpi=$plugin "
+check "srun: --cpus-per-task, --cpu-bind=cores, --mpi=$plugin (herd's MPI)" has "--cpus-per-task=2 --cpu-bind=cores $mpiflag--export"
 check "srun: --export=ALL and the variables" has "--export=ALL,OMP_NUM_THREADS=2,OPENBLAS_NUM_THREADS=2,FOO=1 $self train --model mlp --threads 2\$"
 srun -np 2 --bind-to socket --report-bindings --mpirun-args "--mpi=none" -- models
 check "srun: --cpu-bind=verbose,sockets" has "--cpu-bind=verbose,sockets "

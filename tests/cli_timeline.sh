@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# --timeline: the trace of one process and of a 2-rank job (herd train and herd bench
-# train) is the documented Chrome trace, with every rank's events nested as they
+# --timeline: the trace of one process (also on the simulated device) and of a 2-rank
+# job (herd train and herd bench train) is the documented Chrome trace, with every rank's events nested as they
 # happened (checked by tests/check_timeline.py); an unwritable path fails on every rank.
 set -u
 . "$(dirname "$0")/testlib.sh"
@@ -16,6 +16,14 @@ common=(--model mlp --data synthetic:1,12,12,4,500 --threads 1 --eval-every 1 --
 check "one process: training with --timeline exits 0" test $? -eq 0
 check "one process: the trace nests and has evaluation and checkpoints" \
   timeline "$tmp/one.json" --ranks 1 --steps 5 --eval --checkpoint
+
+# The simulated device: phases from its timer (marks read at each step's end) still
+# hold their layers and sit inside their steps.
+"$herd" train "${common[@]}" --batch-size 128 --device sim --timeline "$tmp/sim.json" \
+  >"$tmp/out" 2>"$tmp/err"
+check "sim: training with --timeline exits 0" test $? -eq 0
+check "sim: the device-timed phases nest with the layers" \
+  timeline "$tmp/sim.json" --ranks 1 --steps 5 --eval
 
 "$herd" train "${common[@]}" --timeline "$tmp/missing/dir/t.json" >"$tmp/out" 2>"$tmp/err"
 rc=$?

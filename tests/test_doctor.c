@@ -267,13 +267,17 @@ static void test_gpus_per_host(void **state)
     EXPECT(f, check_gpus_per_host, HERD_CHECK_SKIP, "ranks per host unknown");
     f->envp[0] = "OMPI_COMM_WORLD_LOCAL_SIZE=2";
     EXPECT(f, check_gpus_per_host, HERD_CHECK_PASS, "2 ranks per host, 2 GPU(s) visible");
-    f->envp[0] = "OMPI_COMM_WORLD_LOCAL_SIZE=4";
-    EXPECT(f, check_gpus_per_host, HERD_CHECK_FAIL, "share GPUs");
+    /* More ranks than GPUs: they take turns (round robin), and reduce through MPI. */
+    f->envp[0] = "OMPI_COMM_WORLD_LOCAL_SIZE=5";
+    EXPECT(f, check_gpus_per_host, HERD_CHECK_WARN, "5 ranks per host but 2 GPU(s) visible: "
+           "local ranks 0,2,4 share GPU 0; local ranks 1,3 share GPU 1; NCCL cannot put two "
+           "ranks on one GPU, so gradients will be reduced by MPI through host memory");
     f->env.ranks_per_host = 1; /* --ranks-per-host wins over the environment */
     EXPECT(f, check_gpus_per_host, HERD_CHECK_WARN, "1 GPU(s) stay idle");
     f->env.ranks_per_host = 2;
     f->envp[1] = "CUDA_VISIBLE_DEVICES=1";
-    EXPECT(f, check_gpus_per_host, HERD_CHECK_FAIL, "1 GPU(s) visible (CUDA_VISIBLE_DEVICES)");
+    EXPECT(f, check_gpus_per_host, HERD_CHECK_WARN, "1 GPU(s) visible (CUDA_VISIBLE_DEVICES): "
+           "local ranks 0,1 share GPU 0;");
     f->envp[1] = "CUDA_VISIBLE_DEVICES=";
     EXPECT(f, check_gpus_per_host, HERD_CHECK_SKIP, "no NVIDIA GPU visible");
 }

@@ -98,6 +98,14 @@ herd_status herd_check_arrays(const char *op, const void *const *arrays, size_t 
     return HERD_OK;
 }
 
+herd_status herd_check_timer_slot(int slot)
+{
+    if (slot < 0 || slot >= HERD_TIMER_SLOTS)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "timer slot %d outside 0..%d", slot,
+                        HERD_TIMER_SLOTS - 1);
+    return HERD_OK;
+}
+
 herd_status herd_check_grad_beta(const char *op, float beta)
 {
     if (beta != 0.0f && beta != 1.0f)

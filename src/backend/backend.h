@@ -246,7 +246,23 @@ typedef struct herd_backend {
     void (*memory_usage)(herd_memory_usage *out);
     void (*memory_reset_peak)(void);
     herd_status (*device_info)(struct herd_device_info *out);
+    /* The device this process computes on as the other processes of its host see it:
+     * its index here (*ordinal) and, in id, a text two processes of one host share
+     * exactly when they compute on the same device (a GPU's PCI bus id, which is what
+     * NCCL refuses to see twice). NULL where processes never share a device (the CPU). */
+    herd_status (*device_identity)(int *ordinal, char *id, size_t cap);
+    /* Phase times on the device's own clock, where host clocks mislead (a GPU runs its
+     * kernels after the host has queued them and moved on). timer_mark records a mark in
+     * slot 0..HERD_TIMER_SLOTS-1 after the work queued so far, without waiting;
+     * timer_elapsed waits until mark `to` is reached and gives the seconds the device
+     * spent from mark `from` (recorded before it) to it. NULL where host clocks are
+     * right: the CPU computes while the host waits. */
+    herd_status (*timer_mark)(int slot);
+    herd_status (*timer_elapsed)(int from, int to, double *seconds);
 } herd_backend;
+
+/* The marks a backend's timer holds at once (slots are reused round the ring). */
+#define HERD_TIMER_SLOTS 256
 
 /* What this thread's next allocations are for (HERD_MEM_WORKSPACE unless set): the
  * callers that know say it, the allocator counts it. Returns the previous one, to
@@ -286,9 +302,10 @@ const herd_backend *herd_backend_cuda(void);
 void herd_backend_cuda_shutdown(void);
 /* Whether a CUDA GPU is visible to this build, without initialising the backend. */
 bool herd_backend_cuda_visible(void);
-/* One GPU per rank: makes GPU local_rank the device herd_backend_cuda() will use.
- * Must come before the backend's first use; fails when the host has fewer visible
- * GPUs than local_size ranks. */
+/* Makes GPU (local_rank % visible GPUs) the device herd_backend_cuda() will use, and
+ * logs which one it took: one GPU per rank where the host has enough, else several
+ * ranks take turns on each (herd_comm_device_create then reduces through MPI, as
+ * NCCL refuses two ranks on one GPU). Must come before the backend's first use. */
 herd_status herd_backend_cuda_bind(int local_rank, int local_size);
 
 /* ------------------------------------------------------------ argument checks
@@ -312,6 +329,8 @@ herd_status herd_backend_cuda_bind(int local_rank, int local_size);
 herd_status herd_check_arrays(const char *op, const void *const *arrays, size_t count);
 herd_status herd_check_set_threads(int threads); /* 0 = all cores */
 herd_status herd_check_grad_beta(const char *op, float beta); /* beta is 0 or 1 */
+/* A slot of timer_mark / timer_elapsed: 0..HERD_TIMER_SLOTS-1. */
+herd_status herd_check_timer_slot(int slot);
 
 /* Validates a row-major gemm call (sizes, leading dimensions, pointers); *empty is
  * set when there is nothing to compute (m or n is 0). */

@@ -7,6 +7,7 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "dist/comm.h"
+#include "dist/gpu_share.h"
 
 /* ---- the wrapper: host's identity, host's collectives for host memory */
 
@@ -271,12 +272,10 @@ herd_comm *herd_comm_wrap(herd_comm *host, const herd_backend *be, const herd_co
 
 herd_status herd_comm_device_create(herd_comm *host, const herd_backend *be, herd_comm **out)
 {
-#if HERD_HAVE_NCCL
-    /* One rank has nothing to exchange: staged then only scales, without NCCL. */
-    if (strcmp(be->name, "cuda") == 0 && host->size > 1)
-        return herd_comm_nccl_create(host, out);
-#endif
-    return herd_comm_staged_create(host, be, out);
+    *out = NULL;
+    bool nccl; /* not when two ranks share a GPU: the same answer on every rank */
+    HERD_TRY(herd_device_reduction(host, be, &nccl));
+    return nccl ? herd_comm_nccl_create(host, out) : herd_comm_staged_create(host, be, out);
 }
 
 herd_status herd_comm_device_local_create(const herd_backend *be, herd_comm **out)

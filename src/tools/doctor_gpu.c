@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist/gpu_share.h"
 #include "tools/doctor.h"
 
 static bool truthy(const char *v) { return v && *v && strcmp(v, "0") != 0; }
@@ -139,6 +140,28 @@ void check_nvidia_uvm(const herd_doctor_env *e, herd_check *c)
         doc_set(c, HERD_CHECK_PASS, NULL, "nvidia and nvidia_uvm are loaded");
 }
 
+/* More ranks than GPUs: ranks take GPUs round robin (herd_backend_cuda_bind), and a job
+ * whose ranks share one reduces through MPI; named the way training names them. */
+static void shared_gpus(herd_check *c, int ranks, int visible, const char *seen)
+{
+    herd_gpu_seat *seats = calloc((size_t)ranks, sizeof *seats);
+    if (!seats) {
+        doc_set(c, HERD_CHECK_SKIP, NULL, "could not check: out of memory for %d ranks", ranks);
+        return;
+    }
+    for (int r = 0; r < ranks; r++) {
+        snprintf(seats[r].id, sizeof seats[r].id, "%d", r % visible);
+        snprintf(seats[r].name, sizeof seats[r].name, "GPU %d", r % visible);
+    }
+    char who[320]; /* with the rest of the line, within the check's detail */
+    herd_gpu_shared(seats, ranks, "local ranks", who, sizeof who);
+    free(seats);
+    doc_set(c, HERD_CHECK_WARN, "for NCCL, start at most one rank per GPU (mpirun -npernode N) "
+            "or unset CUDA_VISIBLE_DEVICES restrictions", "%d ranks per host but %s: %s; "
+            HERD_GPU_SHARE_WHY ", so gradients will be reduced by MPI through host memory",
+            ranks, seen, who);
+}
+
 void check_gpus_per_host(const herd_doctor_env *e, herd_check *c)
 {
     int gpus = doc_count_entries(e, "/proc/driver/nvidia/gpus");
@@ -163,9 +186,7 @@ void check_gpus_per_host(const herd_doctor_env *e, herd_check *c)
         doc_set(c, HERD_CHECK_SKIP, NULL, "could not check: %s, ranks per host unknown; run it under "
                 "the launcher (mpirun -np N herd doctor) or give --ranks-per-host N", seen);
     else if (ranks > visible)
-        doc_set(c, HERD_CHECK_FAIL, "start at most one rank per GPU (mpirun -npernode N), or "
-                "unset CUDA_VISIBLE_DEVICES restrictions", "%d ranks per host but %s: ranks would "
-                "share GPUs", ranks, seen);
+        shared_gpus(c, ranks, visible, seen);
     else if (ranks < visible)
         doc_set(c, HERD_CHECK_WARN, "start one rank per GPU", "%d rank(s) per host and %s: %d "
                 "GPU(s) stay idle", ranks, seen, visible - ranks);

@@ -14,6 +14,7 @@ herd_status herd_step_plan_init(herd_step_plan *p, herd_model *m, herd_comm *com
     p->comm = comm;
     p->wire = wire;
     p->sync_bn = sync_bn;
+    herd_phase_clock_init(&p->clock, m->be);
     return herd_buckets_plan(m, bucket_mb, herd_bucket_first_mb(bucket_mb), &p->buckets);
 }
 
@@ -72,10 +73,11 @@ herd_status herd_step_params_ready(herd_step_plan *p)
     if (!p->gather_pending)
         return HERD_OK;
     p->gather_pending = false;
+    HERD_TRY(herd_phase_mark(&p->clock, HERD_PHASE_FORWARD));
     double t0 = herd_now();
     herd_status st = p->comm->ops->wait_ticket(p->comm, p->zero->gather_ticket[0]);
     p->gather_wait += herd_now() - t0;
-    return st;
+    return st != HERD_OK ? st : herd_phase_mark(&p->clock, HERD_PHASE_COMM);
 }
 
 /* Before a layer's forward: its parameters' all-gather has completed. Buckets were
@@ -86,13 +88,14 @@ static herd_status gather_hook(void *user, int layer)
     int b = p->buckets.first_bucket_of_layer[layer];
     if (!p->gather_pending || b < 0)
         return HERD_OK;
+    HERD_TRY(herd_phase_mark(&p->clock, HERD_PHASE_FORWARD));
     double t0 = herd_now();
     herd_status st = p->comm->ops->wait_ticket(p->comm, p->zero->gather_ticket[b]);
     double t1 = herd_now();
     p->gather_wait += t1 - t0;
-    if (p->timeline && t1 - t0 > 1e-6)
+    if (p->timeline && t1 - t0 > 1e-6 && !herd_phase_clock_timing(&p->clock))
         herd_timeline_add(p->timeline, HERD_TL_COMM_WAIT, NULL, t0, t1);
-    return st;
+    return st != HERD_OK ? st : herd_phase_mark(&p->clock, HERD_PHASE_COMM);
 }
 
 static herd_status bucket_hook(void *user, int layer)
@@ -126,6 +129,7 @@ void herd_step_arm_reduction(herd_step_plan *p, herd_model *m, int n_micro, herd
 herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *host, int micro,
                             int n_micro, float label_smoothing, uint64_t seed, herd_step_stats *s)
 {
+    HERD_TRY(herd_phase_mark(&p->clock, micro == 0 ? HERD_PHASE_START : HERD_PHASE_GAP));
     double t0 = herd_now();
     herd_batch dev;
     HERD_TRY(batch_to_backend(m, &p->x_dev, &p->labels_dev, &p->input_capacity, host, &dev));
@@ -164,15 +168,17 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
     s->correct += correct;
     s->samples += b->n;
     double t1 = herd_now();
+    HERD_TRY(herd_phase_mark(&p->clock, HERD_PHASE_FORWARD));
     s->t.comm_wait += p->gather_wait;
     s->t.forward -= p->gather_wait;
     if (micro == n_micro - 1)
         herd_step_arm_reduction(p, m, n_micro, &ctx);
     HERD_TRY(herd_model_backward(m, &ctx, b->x, p->dlogits));
     double t2 = herd_now();
+    HERD_TRY(herd_phase_mark(&p->clock, HERD_PHASE_BACKWARD));
     s->t.forward += t1 - t0;
     s->t.backward += t2 - t1;
-    if (p->timeline) {
+    if (p->timeline && !herd_phase_clock_timing(&p->clock)) {
         herd_timeline_add(p->timeline, HERD_TL_FORWARD, NULL, t0, t1);
         herd_timeline_add(p->timeline, HERD_TL_BACKWARD, NULL, t1, t2);
     }
@@ -203,6 +209,7 @@ herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p,
     double t0 = herd_now();
     HERD_TRY(p->comm->ops->wait_all(p->comm));
     double t1 = herd_now();
+    HERD_TRY(herd_phase_mark(&p->clock, HERD_PHASE_COMM));
     size_t first, count;
     update_part(p, m, &first, &count);
     if (p->device_scale != 0.0f) {
@@ -241,6 +248,7 @@ herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p,
     if (!s->skipped)
         HERD_TRY(herd_optimizer_step(o, m, lr));
     double t2 = herd_now();
+    HERD_TRY(herd_phase_mark(&p->clock, HERD_PHASE_OPTIMIZER));
     /* Every rank reaches the all-gather, skipped step or not: the parameters stay as
      * they were everywhere then, and the collectives stay matched. */
     if (p->zero) {
@@ -251,15 +259,18 @@ herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p,
             HERD_TRY(p->comm->ops->wait_all(p->comm));
     }
     double t3 = herd_now();
+    if (p->zero)
+        HERD_TRY(herd_phase_mark(&p->clock, HERD_PHASE_COMM));
     s->t.comm_wait += (t1 - t0) + (t3 - t2);
     s->t.optimizer += t2 - t1;
-    if (p->timeline) {
+    if (p->timeline && !herd_phase_clock_timing(&p->clock)) {
         herd_timeline_add(p->timeline, HERD_TL_COMM_WAIT, NULL, t0, t1);
         herd_timeline_add(p->timeline, HERD_TL_OPTIMIZER, NULL, t1, t2);
         if (p->zero)
             herd_timeline_add(p->timeline, HERD_TL_COMM_WAIT, NULL, t2, t3);
     }
-    return HERD_OK;
+    /* The device's phases replace the host's: one wait, for the step's last work. */
+    return herd_phase_clock_finish(&p->clock, &s->t, p->timeline);
 }
 
 herd_status herd_eval_sliced(herd_dataset *ds, int batch_size, int slice_index, int slices,

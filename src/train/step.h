@@ -10,6 +10,7 @@
 #include "obs/timeline.h"
 #include "optim/optim.h"
 #include "train/buckets.h"
+#include "train/phase_clock.h"
 #include "train/zero.h"
 
 /* How gradients of a step are combined across micro-batches and ranks. */
@@ -48,6 +49,7 @@ typedef struct herd_step_plan {
     double gather_wait; /* seconds the forward waited for it (exposed communication) */
     herd_timeline *timeline; /* --timeline: phases and layers become events (NULL: off) */
     herd_replica_stage replica_stage; /* --check-replicas on a device: the host copy */
+    herd_phase_clock clock;  /* the phases on the device's clock, where it has one */
 } herd_step_plan;
 
 typedef struct herd_step_stats {

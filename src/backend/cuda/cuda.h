@@ -45,6 +45,12 @@ herd_status herd_cuda_scratch(int slot, size_t bytes, void **p);
 /* Pinned host memory for results that come back to the host (loss sums). */
 herd_status herd_cuda_host_scratch(size_t bytes, void **p);
 
+/* The phase timer (cuda_timer.c): backend.h's timer_mark / timer_elapsed, and the
+ * events given back at shutdown. */
+herd_status herd_cuda_timer_mark(int slot);
+herd_status herd_cuda_timer_elapsed(int from, int to, double *seconds);
+void herd_cuda_timer_release(void);
+
 #define HERD_CUDA_HINT                                                                   \
     "; rerun with CUDA_LAUNCH_BLOCKING=1 (and compute-sanitizer) to find the failing " \
     "kernel, or use --device cpu"

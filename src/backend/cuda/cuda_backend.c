@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "backend/cuda/cuda.h"
+#include "core/log.h"
 
 static herd_cuda_ctx g_ctx;
 static char g_init_error[400];
@@ -113,20 +114,32 @@ herd_status herd_backend_cuda_bind(int local_rank, int local_size)
                         "no CUDA device is visible (%s); check nvidia-smi and "
                         "CUDA_VISIBLE_DEVICES, or use --device cpu",
                         ce != cudaSuccess ? cudaGetErrorString(ce) : "0 devices");
-    if (local_size > count)
-        return HERD_ERR(HERD_ERR_UNSUPPORTED,
-                        "%d ranks on this host but only %d GPU(s) visible: herd uses one GPU per "
-                        "rank; start at most %d ranks per host (mpirun --map-by ppr:%d:node)",
-                        local_size, count, count, count);
-    if (local_rank < 0 || local_rank >= count)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "local rank %d has no GPU (%d visible)", local_rank,
-                        count);
-    if (g_ctx.stream && g_ctx.device != local_rank)
+    if (local_rank < 0 || local_rank >= local_size)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "local rank %d of %d ranks on this host",
+                        local_rank, local_size);
+    /* Round robin: with fewer GPUs than ranks several ranks take turns on one. */
+    int device = local_rank % count;
+    if (g_ctx.stream && g_ctx.device != device)
         return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "the cuda backend already runs on GPU %d; bind rank %d's GPU before "
-                        "creating any model",
-                        g_ctx.device, local_rank);
-    g_bound_device = local_rank;
+                        "the cuda backend already runs on GPU %d; bind local rank %d's GPU %d "
+                        "before creating any model",
+                        g_ctx.device, local_rank, device);
+    char bus[32] = "bus id unknown";
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, device) != cudaSuccess)
+        snprintf(bus, sizeof bus, "bus id unknown");
+    g_bound_device = device;
+    herd_log(HERD_LOG_INFO, "local rank %d of %d: GPU %d of %d (%s)%s", local_rank, local_size,
+             device, count, bus, local_size > count ? ", shared with other ranks" : "");
+    return HERD_OK;
+}
+
+/* The PCI bus id: NCCL tells ranks' GPUs apart by it, and it names the same GPU
+ * whatever index CUDA_VISIBLE_DEVICES gives it in each process. */
+static herd_status cuda_device_identity(int *ordinal, char *id, size_t cap)
+{
+    *ordinal = g_ctx.device;
+    HERD_CUDA(cudaDeviceGetPCIBusId(id, cap > INT32_MAX ? INT32_MAX : (int)cap, g_ctx.device),
+              "reading the GPU's PCI bus id");
     return HERD_OK;
 }
 
@@ -175,6 +188,9 @@ static const herd_backend cuda_backend = {
     .set_precision = cuda_set_precision,
     .set_memory_limit = herd_cuda_set_memory_limit,
     .device_info = cuda_device_info,
+    .device_identity = cuda_device_identity,
+    .timer_mark = herd_cuda_timer_mark,
+    .timer_elapsed = herd_cuda_timer_elapsed,
 };
 
 static bool g_shut_down;
@@ -184,6 +200,7 @@ void herd_backend_cuda_shutdown(void)
     if (g_shut_down || g_init_error[0] || !g_ctx.stream)
         return;
     cudaStreamSynchronize(g_ctx.stream);
+    herd_cuda_timer_release();
     herd_cuda_alloc_release();
     cudnnDestroy(g_ctx.cudnn);
     cublasDestroy(g_ctx.cublas);

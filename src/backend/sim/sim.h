@@ -24,4 +24,8 @@ herd_status herd_sim_dev(const char *op, const char *arg, const void *p, size_t 
 herd_status herd_sim_host(const char *op, const char *arg, const void *p);
 bool herd_sim_is_device(const void *p);
 
+/* sim_timer.c: backend.h's timer_mark / timer_elapsed on host clocks. */
+herd_status herd_sim_timer_mark(int slot);
+herd_status herd_sim_timer_elapsed(int from, int to, double *seconds);
+
 #endif

@@ -550,6 +550,8 @@ static const herd_backend sim_backend = {
     .memory_usage = herd_sim_memory_usage,
     .memory_reset_peak = herd_sim_memory_reset_peak,
     .device_info = NULL,
+    .timer_mark = herd_sim_timer_mark,
+    .timer_elapsed = herd_sim_timer_elapsed,
 };
 
 const herd_backend *herd_backend_sim(void)
