@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda.h"
+#include "core/log.h"
 
 /* Workspace cap per algorithm: faster algorithms that want more are skipped. */
 #define WORKSPACE_CAP ((size_t)512 << 20)
@@ -49,10 +50,36 @@ void herd_cuda_conv2d_plan_free(herd_conv_plan *p)
  * costs): cuDNN's atomics-based algorithms (backward filter, backward data) sum in
  * another order on every call, so two GPU runs would differ in the last bits and a
  * resumed run would not end on the uninterrupted run's bytes, as it does on the CPU. */
-static bool any_algo(void)
+static bool env_is_1(const char *name);
+static bool any_algo(void) { return env_is_1("HERD_CUDNN_ANY_ALGO"); }
+
+static bool env_is_1(const char *name)
 {
-    const char *v = getenv("HERD_CUDNN_ANY_ALGO");
+    const char *v = getenv(name);
     return v && strcmp(v, "1") == 0;
+}
+
+/* FFT and Winograd algorithms compute through transforms whose rounding differs from a
+ * direct sum's by far more than fp32's last bits (seen: 1e-3 of resnet20's gradients).
+ * HERD_CUDNN_EXACT=1 leaves them out, to measure what they change and cost. */
+static bool transform_fwd(cudnnConvolutionFwdAlgo_t a)
+{
+    return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+           a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD ||
+           a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+}
+static bool transform_bd(cudnnConvolutionBwdDataAlgo_t a)
+{
+    return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT ||
+           a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+           a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD ||
+           a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+}
+static bool transform_bf(cudnnConvolutionBwdFilterAlgo_t a)
+{
+    return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT ||
+           a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
+           a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
 }
 
 /* The first heuristic choice that succeeded, fits the cap and is deterministic. cuDNN
@@ -60,10 +87,11 @@ static bool any_algo(void)
 #define PICK(kind, results, count, algo_out, ws_out, math_out, what)                     \
     do {                                                                                 \
         int found_ = 0;                                                                  \
-        bool any_ = any_algo();                                                          \
+        bool any_ = any_algo(), exact_ = env_is_1("HERD_CUDNN_EXACT");                   \
         for (int i_ = 0; i_ < (count) && !found_; i_++)                                  \
             if ((results)[i_].status == CUDNN_STATUS_SUCCESS &&                          \
                 (results)[i_].memory <= WORKSPACE_CAP &&                                 \
+                !(exact_ && transform_##kind((results)[i_].algo)) &&                     \
                 (any_ || (results)[i_].determinism == CUDNN_DETERMINISTIC)) {            \
                 *(algo_out) = (results)[i_].algo;                                        \
                 *(ws_out) = (results)[i_].memory;                                        \
@@ -143,6 +171,11 @@ static herd_status pick_algos(herd_conv_plan *p)
                    bf),
                "backward filter algorithm choice");
     PICK(bf, bf, count, &p->bwd_filter_algo, &ws_w, &p->bwd_filter_math, "backward-filter");
+    if (env_is_1("HERD_CUDNN_LOG"))
+        herd_log(HERD_LOG_INFO, "cuDNN conv n=%d c_in=%d %dx%d c_out=%d k=%d stride %d: forward "
+                 "algorithm %d, backward data %d, backward filter %d (%s)", d->n, d->c_in, d->h_in,
+                 d->w_in, d->c_out, d->kh, d->stride, (int)p->fwd_algo, (int)p->bwd_data_algo,
+                 (int)p->bwd_filter_algo, p->tf32 ? "tf32" : "fp32");
     if (!p->tf32) /* fp32 stays FMA whatever the heuristics report */
         p->fwd_math = p->bwd_data_math = p->bwd_filter_math = CUDNN_FMA_MATH;
 
