@@ -17,32 +17,7 @@
 set -u
 herd=$1
 dev=${2:-cuda}
-here=$(cd "$(dirname "$0")/../.." && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-check() {
-  local name=$1; shift
-  if "$@"; then echo "ok: $name"; else echo "FAIL: $name"; fails=$((fails + 1)); fi
-}
-# maxdiff A B: the largest |a - b| / max(1, |b|) over two safetensors files' tensors.
-maxdiff() {
-  python3 - "$1" "$2" <<'PY'
-import json, struct, sys
-def load(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    head = json.loads(raw[8:8 + n])
-    return {k: struct.unpack("<%df" % ((v["data_offsets"][1] - v["data_offsets"][0]) // 4),
-                             raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
-            for k, v in head.items() if k != "__metadata__"}
-a, b = load(sys.argv[1]), load(sys.argv[2])
-assert a.keys() == b.keys()
-print("%.3g" % max(abs(x - y) / max(1.0, abs(y)) for k in a for x, y in zip(a[k], b[k])))
-PY
-}
-within() { awk -v d="$1" -v t="$2" 'BEGIN { exit !(d <= t) }'; }
-field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" "$2"; }
+. "$(dirname "$0")/lib.sh"
 "$herd" --version
 # mlp (cuBLAS matrix products, deterministic) for the bitwise checks; AdamW: two state
 # tensors. 16 steps per epoch.
@@ -114,5 +89,4 @@ check "another model's checkpoint on $dev: exit 1 ($rc), saying so" \
 (cd "$tmp/st" && ls -l --time-style=+%s.%N && md5sum -- *) >"$tmp/after"
 check "another model's checkpoint on $dev: the directory untouched" cmp -s "$tmp/before" "$tmp/after"
 
-echo "check_ckpt on $dev: $fails check(s) failed"
-exit $((fails > 0))
+summary "check_ckpt on $dev"

@@ -21,16 +21,8 @@
 set -u
 herd=$1
 dev=${2:-cuda}
-here=$(cd "$(dirname "$0")/../.." && pwd)
+. "$(dirname "$0")/lib.sh"
 read -r -a mpiexec <<<"${MPIEXEC:-mpiexec.hydra -launcher fork}"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-check() {
-  local name=$1; shift
-  if "$@"; then echo "ok: $name"; else echo "FAIL: $name"; fails=$((fails + 1)); fi
-}
-field() { sed -n "s/.*\<$1=\([^ ]*\).*/\1/p" "$2" | tail -n 1; }
 # phases_within FILE: forward + backward + comm_wait + optimizer <= step (bench: *_ms).
 phases_within() {
   awk -v f="$(field forward_ms "$1")" -v b="$(field backward_ms "$1")" \
@@ -110,5 +102,4 @@ tail -n 1 "$tmp/twob.out"
 check "2-rank bench on $dev: exits 0 ($rc)" test $rc -eq 0
 check "2-rank bench: phases within the step" phases_within "$tmp/twob.out"
 
-echo "check_infra: $fails failed"
-[ "$fails" -eq 0 ]
+summary check_infra

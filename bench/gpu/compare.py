@@ -3,8 +3,10 @@
 
 usage: compare.py A B TOL   prints the largest difference relative to the largest
 weight, and whether the files are byte-identical; exits 0 when that difference is at
-most TOL (TOL 0: the bytes must be identical). Standard library only: it runs on the
-GPU machine's Python and here alike.
+most TOL (TOL 0: the bytes must be identical).
+       compare.py --maxdiff A B   prints the largest |a - b| / max(1, |b|) (the measure of
+tests/testlib.sh's maxdiff).
+Standard library only: it runs on the GPU machine's Python and here alike.
 """
 import json
 import struct
@@ -25,7 +27,19 @@ def tensors(path):
     return out
 
 
+def maxdiff(a, b):
+    x, y = tensors(a), tensors(b)
+    if sorted(x) != sorted(y):
+        print("different tensors")
+        return 1
+    print("%.3g" % max((abs(p - q) / max(1.0, abs(q)) for k in x for p, q in zip(x[k], y[k])),
+                       default=0.0))
+    return 0
+
+
 def main():
+    if sys.argv[1] == "--maxdiff":
+        return maxdiff(sys.argv[2], sys.argv[3])
     a, b, tol = sys.argv[1], sys.argv[2], float(sys.argv[3])
     x, y = tensors(a), tensors(b)
     if sorted(x) != sorted(y):

@@ -10,7 +10,7 @@ mkdir -p "$out"
 exec > >(tee "$out/conv-algos.txt") 2>&1
 cd "$(dirname "$0")/../.."
 . .dev/env.sh
-tmp=$(mktemp -d)
+. bench/gpu/lib.sh
 herd() { LD_LIBRARY_PATH=$HL timeout 120 .dev/herd "$@"; }
 nvidia-smi -L
 L=(--model lenet5 --data synthetic:1,28,28,10,1024 --batch-size 32)
@@ -33,9 +33,4 @@ for exact in 0 1; do
     .dev/tests/mpi_pipeline cuda 2>&1 | grep -E "FAIL|match" | sed 's/^/  /'
 done
 B=(--model resnet50 --data synthetic:3,224,224,1000,256 --batch-size 64 --steps 12 --device cuda)
-for exact in 0 1; do
-  for p in fp32 tf32; do
-    echo "resnet50 x 64 $p, HERD_CUDNN_EXACT=$exact: $(HERD_CUDNN_EXACT=$exact herd bench train \
-      "${B[@]}" --precision $p 2>&1 | tail -n1)"
-  done
-done
+LD_LIBRARY_PATH=$HL bench_pair HERD_CUDNN_EXACT .dev/herd "${B[@]}"
