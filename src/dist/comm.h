@@ -133,7 +133,8 @@ typedef struct herd_comm_ops {
      * `peer` of c with `tag`, outside the queue of collectives, called from the
      * training thread; transfers complete in any order. p2p_wait blocks until it is
      * done; past the stall timeout it ends the job naming `what` ("stage 1: the
-     * activations of micro-batch 3 from stage 0") and the peer's rank and host. */
+     * activations of micro-batch 3 from stage 0") and the peer's rank and host. A
+     * receive may get up to `bytes`: p2p_wait sets req->bytes to what arrived. */
     herd_status (*split)(herd_comm *c, int color, int key, const char *name, herd_comm **out);
     herd_status (*p2p_start)(herd_comm *c, herd_p2p *req, bool send, void *buf, size_t bytes,
                              int peer, int tag);
