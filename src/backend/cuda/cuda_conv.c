@@ -50,17 +50,17 @@ void herd_cuda_conv2d_plan_free(herd_conv_plan *p)
  * costs): cuDNN's atomics-based algorithms (backward filter, backward data) sum in
  * another order on every call, so two GPU runs would differ in the last bits and a
  * resumed run would not end on the uninterrupted run's bytes, as it does on the CPU. */
-static bool env_is_1(const char *name);
-static bool any_algo(void) { return env_is_1("HERD_CUDNN_ANY_ALGO"); }
-
 static bool env_is_1(const char *name)
 {
     const char *v = getenv(name);
     return v && strcmp(v, "1") == 0;
 }
 
+static bool any_algo(void) { return env_is_1("HERD_CUDNN_ANY_ALGO"); }
+
 /* FFT and Winograd algorithms compute through transforms whose rounding differs from a
- * direct sum's by far more than fp32's last bits (seen: 1e-3 of resnet20's gradients).
+ * direct sum's by far more than fp32's last bits (seen on an H200: lenet5 1.6e-5 from the
+ * CPU after 8 steps with them, 7.3e-8 without).
  * HERD_CUDNN_EXACT=1 leaves them out, to measure what they change and cost. */
 static bool transform_fwd(cudnnConvolutionFwdAlgo_t a)
 {
