@@ -259,6 +259,11 @@ typedef struct herd_backend {
      * right: the CPU computes while the host waits. */
     herd_status (*timer_mark)(int slot);
     herd_status (*timer_elapsed)(int from, int to, double *seconds);
+    /* herd_now() when the device reached mark `slot`, where the backend knows it exactly
+     * (the simulated device marks on the host's clock); NULL where the host can only
+     * guess (a GPU: the phase clock takes the host's time as it records a step's first
+     * mark, right for a device that has drained the last step). */
+    herd_status (*timer_host_time)(int slot, double *host_seconds);
 } herd_backend;
 
 /* The marks a backend's timer holds at once (slots are reused round the ring). */

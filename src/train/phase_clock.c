@@ -55,6 +55,10 @@ herd_status herd_phase_mark_device(herd_phase_clock *c, herd_phase since_last)
     if (c->n == HERD_TIMER_SLOTS) /* the ring is full: read it (one wait) and go on */
         HERD_TRY(read_marks(c, NULL));
     HERD_TRY(c->be->timer_mark(slot_of(c, c->n)));
+    /* A host preempted between its clock reading and the mark would shift every phase
+     * of the step from its layers: where the backend knows the mark's time, use it. */
+    if (since_last == HERD_PHASE_START && c->be->timer_host_time)
+        HERD_TRY(c->be->timer_host_time(slot_of(c, 0), &c->first_host));
     c->phase[c->n++] = (unsigned char)since_last;
     return HERD_OK;
 }

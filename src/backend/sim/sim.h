@@ -24,8 +24,9 @@ herd_status herd_sim_dev(const char *op, const char *arg, const void *p, size_t 
 herd_status herd_sim_host(const char *op, const char *arg, const void *p);
 bool herd_sim_is_device(const void *p);
 
-/* sim_timer.c: backend.h's timer_mark / timer_elapsed on host clocks. */
+/* sim_timer.c: backend.h's timer_mark / timer_elapsed / timer_host_time on host clocks. */
 herd_status herd_sim_timer_mark(int slot);
 herd_status herd_sim_timer_elapsed(int from, int to, double *seconds);
+herd_status herd_sim_timer_host_time(int slot, double *host_seconds);
 
 #endif

@@ -552,6 +552,7 @@ static const herd_backend sim_backend = {
     .device_info = NULL,
     .timer_mark = herd_sim_timer_mark,
     .timer_elapsed = herd_sim_timer_elapsed,
+    .timer_host_time = herd_sim_timer_host_time,
 };
 
 const herd_backend *herd_backend_sim(void)

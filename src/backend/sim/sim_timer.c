@@ -15,13 +15,25 @@ herd_status herd_sim_timer_mark(int slot)
     return HERD_OK;
 }
 
+static herd_status check_marked(int slot)
+{
+    HERD_TRY(herd_check_timer_slot(slot));
+    if (!g_marked[slot])
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "timer slot %d has no mark yet", slot);
+    return HERD_OK;
+}
+
+herd_status herd_sim_timer_host_time(int slot, double *host_seconds)
+{
+    HERD_TRY(check_marked(slot));
+    *host_seconds = g_marks[slot];
+    return HERD_OK;
+}
+
 herd_status herd_sim_timer_elapsed(int from, int to, double *seconds)
 {
-    HERD_TRY(herd_check_timer_slot(from));
-    HERD_TRY(herd_check_timer_slot(to));
-    if (!g_marked[from] || !g_marked[to])
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "timer slot %d has no mark yet",
-                        g_marked[from] ? to : from);
+    HERD_TRY(check_marked(from));
+    HERD_TRY(check_marked(to));
     *seconds = g_marks[to] - g_marks[from];
     return HERD_OK;
 }
