@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   libdnnl-dev ocl-icd-opencl-dev libcjson-dev zlib1g-dev libcmocka-dev
+  libxxhash-dev # checkpoint checksums (XXH3)
   openmpi-bin libopenmpi-dev libhwloc-dev
   mpich libmpich-dev # make test builds herd a second time against MPICH (Open MPI stays the default)
   libprotobuf-c-dev protobuf-c-compiler libplplot-dev plplot-driver-cairo

@@ -84,6 +84,63 @@ static void test_st_tiling(void **s)
     free(dir);
 }
 
+/* Sets a crafted file's checksum to its bytes' so the checks behind it are reached. */
+static void resum(unsigned char *raw, size_t len)
+{
+    uint64_t hlen = 0;
+    for (int i = 0; i < 8; i++)
+        hlen |= (uint64_t)raw[i] << (8 * i);
+    size_t slot;
+    assert_int_equal(herd_st_checksum_slot(raw + 8, hlen < len - 8 ? hlen : len - 8, &slot), 0);
+    char digits[HERD_ST_SUM_DIGITS + 1];
+    snprintf(digits, sizeof digits, "%016llx", (unsigned long long)herd_st_checksum(raw, len, slot + 8));
+    memcpy(raw + 8 + slot, digits, HERD_ST_SUM_DIGITS);
+}
+
+/* The checksum: written by the writer, any changed byte (data or header) refused,
+ * a file without one (another writer's) read. */
+static void test_st_checksum(void **s)
+{
+    (void)s;
+    char *dir = tu_tempdir();
+    float a[4] = {1, 2, 3, 4};
+    herd_st_entry e[] = {{.name = "w", .ndim = 1, .shape = {4}, .data = a}};
+    const char *k[] = {"step"}, *v[] = {"10"};
+    char *path = tu_write_file(dir, "w.safetensors", "", 0);
+    assert_herd_ok(herd_safetensors_write(path, e, 1, k, v, 1));
+    size_t len;
+    unsigned char *raw = (unsigned char *)tu_read_file(path, &len);
+    herd_st_file *f = NULL;
+    assert_herd_ok(herd_safetensors_read(path, &f));
+    assert_non_null(herd_st_meta(f, HERD_ST_SUM_KEY));
+    herd_st_free(f);
+    raw[len - 1] ^= 0x01; /* a data bit */
+    char *p = tu_write_file(dir, "data.safetensors", raw, len);
+    expect_refused(p, "checksum mismatch: the header records herd_xxh3");
+    free(p);
+    raw[len - 1] ^= 0x01;
+    char *ten = strstr((char *)raw + 8, "\"10\"");
+    ten[1] = '2'; /* a metadata field: covered too */
+    p = tu_write_file(dir, "meta.safetensors", raw, len);
+    expect_refused(p, "checksum mismatch");
+    free(p);
+    resum(raw, len); /* the same change with a checksum made for it: read */
+    p = tu_write_file(dir, "resummed.safetensors", raw, len);
+    assert_herd_ok(herd_safetensors_read(p, &f));
+    assert_string_equal(herd_st_meta(f, "step"), "20");
+    herd_st_free(f);
+    free(p);
+    const char *other = "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+    p = craft(dir, "other.safetensors", other, strlen(other), 4);
+    assert_herd_ok(herd_safetensors_read(p, &f));
+    herd_st_free(f);
+    free(p);
+    free(raw);
+    free(path);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 /* The reported bug: a header length one short (or one long) of what the writer wrote. */
 static void test_st_shifted_header(void **s)
 {
@@ -99,6 +156,7 @@ static void test_st_shifted_header(void **s)
     /* The writer pads the JSON with spaces, so one byte less still parses. */
     assert_int_equal(raw[8 + hlen - 1], ' ');
     raw[0] = (unsigned char)(hlen - 1);
+    resum(raw, len);
     char *p = tu_write_file(dir, "short.safetensors", raw, len);
     expect_refused(p, "the tensors end at data byte 16 (tensor 'w') but the data section has 17 bytes");
     free(p);
@@ -108,6 +166,7 @@ static void test_st_shifted_header(void **s)
     memcpy(ins, raw, 8 + hlen);
     ins[8 + hlen] = 0x42;
     memcpy(ins + 9 + hlen, raw + 8 + hlen, len - 8 - hlen);
+    resum(ins, len + 1);
     p = tu_write_file(dir, "inserted.safetensors", ins, len + 1);
     expect_refused(p, "but the data section has 17 bytes");
     free(p);
@@ -217,6 +276,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_st_tiling),
+        cmocka_unit_test(test_st_checksum),
         cmocka_unit_test(test_st_shifted_header),
         cmocka_unit_test(test_st_header_text),
         cmocka_unit_test(test_st_streamed),

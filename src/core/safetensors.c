@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "core/error.h"
 
@@ -60,7 +61,7 @@ static bool test_kill_this_write(void)
 }
 
 /* One streamed part: asks its source for pieces until len bytes are written. */
-static int write_streamed(FILE *f, const herd_file_part *p, herd_status *failed)
+static int write_streamed(FILE *f, const herd_file_part *p, XXH3_state_t *hash, herd_status *failed)
 {
     size_t written = 0;
     while (written < p->len) {
@@ -76,6 +77,8 @@ static int write_streamed(FILE *f, const herd_file_part *p, herd_status *failed)
         }
         if (fwrite(piece, 1, bytes, f) != bytes)
             return errno ? errno : EIO;
+        if (hash)
+            XXH3_64bits_update(hash, piece, bytes);
         written += bytes;
     }
     return 0;
@@ -96,8 +99,10 @@ herd_status herd_write_file_atomic(const char *path, const void *const *parts,
     return st;
 }
 
-herd_status herd_write_file_parts_atomic(const char *path, const herd_file_part *parts,
-                                         size_t n_parts)
+/* slot: the file offset of HERD_ST_SUM_DIGITS placeholder digits that get the hash of
+ * every byte written (placeholder included), once all were written; or -1. */
+static herd_status write_parts_atomic(const char *path, const herd_file_part *parts, size_t n_parts,
+                                      long slot)
 {
     if (!path || (n_parts > 0 && !parts))
         return HERD_ERR(HERD_ERR_INVALID_ARG, "write_file_atomic: path and parts must not be NULL");
@@ -126,6 +131,9 @@ herd_status herd_write_file_parts_atomic(const char *path, const herd_file_part 
     }
     int err = 0;
     herd_status source_failed = HERD_OK;
+    XXH3_state_t *hash = slot >= 0 ? XXH3_createState() : NULL;
+    if (slot >= 0 && (!hash || XXH3_64bits_reset(hash) != XXH_OK))
+        err = ENOMEM;
     errno = 0; /* so a short fwrite without errno reads as EIO, not a stale code */
     bool kill_here = test_kill_this_write();
     for (size_t i = 0; i < n_parts && !err; i++) {
@@ -137,12 +145,21 @@ herd_status herd_write_file_parts_atomic(const char *path, const herd_file_part 
             raise(SIGKILL);
         }
         if (!p->data && p->len > 0)
-            err = write_streamed(f, p, &source_failed);
+            err = write_streamed(f, p, hash, &source_failed);
         else if (p->len > 0 && fwrite(p->data, 1, p->len, f) != p->len)
             err = errno ? errno : EIO;
+        else if (hash && p->len > 0)
+            XXH3_64bits_update(hash, p->data, p->len);
     }
     if (!err && fflush(f) != 0)
         err = errno;
+    if (!err && hash) { /* the data went by once; the digest goes into the header's slot */
+        char digits[HERD_ST_SUM_DIGITS + 1];
+        snprintf(digits, sizeof digits, "%016llx", (unsigned long long)XXH3_64bits_digest(hash));
+        if (pwrite(fileno(f), digits, HERD_ST_SUM_DIGITS, slot) != HERD_ST_SUM_DIGITS)
+            err = errno ? errno : EIO;
+    }
+    XXH3_freeState(hash);
     if (!err && fsync(fileno(f)) != 0)
         err = errno;
     if (fclose(f) != 0 && !err)
@@ -159,6 +176,54 @@ herd_status herd_write_file_parts_atomic(const char *path, const herd_file_part 
     }
     free(tmp);
     return fsync_dir_of(path);
+}
+
+herd_status herd_write_file_parts_atomic(const char *path, const herd_file_part *parts,
+                                         size_t n_parts)
+{
+    return write_parts_atomic(path, parts, n_parts, -1);
+}
+
+/* --------------------------------------------------------------- checksum */
+
+#define SUM_PREFIX "\"" HERD_ST_SUM_KEY "\":\""
+
+static bool is_lower_hex(unsigned char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
+
+int herd_st_checksum_slot(const unsigned char *header, size_t len, size_t *slot)
+{
+    /* Inside a JSON string every quote is escaped, so the unescaped key-quote-colon-quote
+     * sequence is the key itself: the first one is the only candidate. */
+    const size_t plen = strlen(SUM_PREFIX), need = plen + HERD_ST_SUM_DIGITS + 1;
+    for (size_t i = 0; len >= need && i <= len - need; i++) {
+        if (header[i] != '"' || memcmp(header + i, SUM_PREFIX, plen) != 0)
+            continue;
+        const unsigned char *d = header + i + plen;
+        for (int k = 0; k < HERD_ST_SUM_DIGITS; k++)
+            if (!is_lower_hex(d[k]))
+                return -1;
+        if (d[HERD_ST_SUM_DIGITS] != '"')
+            return -1;
+        *slot = i + plen;
+        return 0;
+    }
+    return -1;
+}
+
+uint64_t herd_st_checksum(const unsigned char *file, size_t len, size_t slot)
+{
+    static const char zeros[HERD_ST_SUM_DIGITS + 1] = "0000000000000000";
+    XXH3_state_t *h = XXH3_createState();
+    if (!h || XXH3_64bits_reset(h) != XXH_OK) {
+        XXH3_freeState(h);
+        return 0; /* no digest is 0 in practice; a mismatch is then reported, never a pass */
+    }
+    XXH3_64bits_update(h, file, slot);
+    XXH3_64bits_update(h, zeros, HERD_ST_SUM_DIGITS);
+    XXH3_64bits_update(h, file + slot + HERD_ST_SUM_DIGITS, len - slot - HERD_ST_SUM_DIGITS);
+    uint64_t sum = XXH3_64bits_digest(h);
+    XXH3_freeState(h);
+    return sum;
 }
 
 /* ----------------------------------------------------------------- writer */
@@ -231,23 +296,29 @@ herd_status herd_safetensors_write(const char *path, const herd_st_entry *entrie
                                         .user = e->user};
         off += bytes;
     }
-    if (n_meta > 0) {
-        cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
-        if (!meta) {
-            st = HERD_NOMEM(0);
+    cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
+    if (!meta) {
+        st = HERD_NOMEM(0);
+        goto out;
+    }
+    for (size_t i = 0; i < n_meta; i++) {
+        if (!keys[i] || !values[i] || strcmp(keys[i], HERD_ST_SUM_KEY) == 0) {
+            st = HERD_ERR(HERD_ERR_INVALID_ARG, "cannot write '%s': metadata entry %zu is NULL or "
+                          "the reserved '" HERD_ST_SUM_KEY "'", path, i);
             goto out;
         }
-        for (size_t i = 0; i < n_meta; i++) {
-            if (!keys[i] || !values[i]) {
-                st = HERD_ERR(HERD_ERR_INVALID_ARG, "cannot write '%s': metadata entry %zu is NULL", path, i);
-                goto out;
-            }
-            cJSON_AddStringToObject(meta, keys[i], values[i]);
-        }
+        cJSON_AddStringToObject(meta, keys[i], values[i]);
     }
+    /* Zeros now; the digest of the whole file (these zeros included) replaces them. */
+    cJSON_AddStringToObject(meta, HERD_ST_SUM_KEY, "0000000000000000");
     json = cJSON_PrintUnformatted(root);
     if (!json) {
         st = HERD_NOMEM(0);
+        goto out;
+    }
+    size_t slot;
+    if (herd_st_checksum_slot((const unsigned char *)json, strlen(json), &slot) != 0) {
+        st = HERD_ERR(HERD_ERR_INTERNAL, "cannot write '%s': its header lacks the checksum's slot", path);
         goto out;
     }
     /* Pad with spaces so the data start 8-byte aligned (readers may mmap it). */
@@ -264,7 +335,7 @@ herd_status herd_safetensors_write(const char *path, const herd_st_entry *entrie
         len8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
     parts[0] = (herd_file_part){.data = len8, .len = 8};
     parts[1] = (herd_file_part){.data = json, .len = hlen};
-    st = herd_write_file_parts_atomic(path, parts, n + 2);
+    st = write_parts_atomic(path, parts, n + 2, (long)(8 + slot));
 out:
     free(json);
     free(parts);
@@ -437,6 +508,20 @@ herd_status herd_safetensors_read(const char *path, herd_st_file **out)
     if (hlen > ST_MAX_HEADER)
         BAD("'%s': the header is %llu bytes, over the %u-byte limit" ST_HINT, path,
             (unsigned long long)hlen, ST_MAX_HEADER);
+    /* The checksum first: a changed byte anywhere is reported as such, not as whatever
+     * the parser would make of it. Files without one (other writers, older herd)
+     * are read as before; the checkpoint loader says so. */
+    size_t slot = 0;
+    bool summed = herd_st_checksum_slot(buf + 8, (size_t)hlen, &slot) == 0;
+    if (summed) {
+        slot += 8;
+        char got[HERD_ST_SUM_DIGITS + 1];
+        snprintf(got, sizeof got, "%016llx", (unsigned long long)herd_st_checksum(buf, len, slot));
+        if (memcmp(got, buf + slot, HERD_ST_SUM_DIGITS) != 0)
+            BAD("'%s': checksum mismatch: the header records " HERD_ST_SUM_KEY " %.16s but the file's "
+                "%zu bytes hash to %s: the file was changed or damaged after it was written" ST_HINT,
+                path, (const char *)buf + slot, len, got);
+    }
     const char *header = (const char *)buf + 8, *json_end = NULL;
     root = cJSON_ParseWithLengthOpts(header, (size_t)hlen, &json_end, 0);
     if (!cJSON_IsObject(root))
@@ -504,6 +589,12 @@ herd_status herd_safetensors_read(const char *path, herd_st_file **out)
         if (st != HERD_OK)
             goto out;
     }
+
+    const char *recorded = herd_st_meta(f, HERD_ST_SUM_KEY);
+    if (recorded && (!summed || strlen(recorded) != HERD_ST_SUM_DIGITS ||
+                     memcmp(recorded, buf + slot, HERD_ST_SUM_DIGITS) != 0))
+        BAD("'%s': __metadata__ '" HERD_ST_SUM_KEY "' is '%.40s', not the 16 lowercase hex digits "
+            "herd writes" ST_HINT, path, recorded);
 
     /* The format requires the byte ranges to tile the data section exactly (no holes, no
      * overlaps): a header length that is off, or inserted bytes, would otherwise load every

@@ -22,15 +22,27 @@ typedef struct herd_st_entry {
 } herd_st_entry;
 
 /* Writes atomically: a temporary file in the same directory, fsync, rename.
- * meta is n_meta key/value pairs (keys[i], values[i]) stored in __metadata__. */
+ * meta is n_meta key/value pairs (keys[i], values[i]) stored in __metadata__, with
+ * HERD_ST_SUM_KEY added: the file's checksum, computed while the data stream by and
+ * written into its fixed-width slot in the header before the rename. */
 herd_status herd_safetensors_write(const char *path, const herd_st_entry *entries, size_t n,
                                    const char *const *keys, const char *const *values,
                                    size_t n_meta);
 
+/* The checksum: XXH3-64 of every byte of the file (header and data) with the 16
+ * lowercase hex digits of its own value read as '0's, stored as those digits. */
+#define HERD_ST_SUM_KEY "herd_xxh3"
+#define HERD_ST_SUM_DIGITS 16
+/* Where the digits sit in a header's JSON (header: the len bytes after the length
+ * field; *slot counts from there): 0, or -1 when the header holds no checksum. */
+int herd_st_checksum_slot(const unsigned char *header, size_t len, size_t *slot);
+/* The checksum of a whole file whose digits sit at file offset slot. */
+uint64_t herd_st_checksum(const unsigned char *file, size_t len, size_t slot);
+
 typedef struct herd_st_file herd_st_file;
 
-/* Reads and validates the whole file (header JSON, offsets inside the data,
- * sizes matching shapes). Only F32 tensors are accepted. */
+/* Reads and validates the whole file (its checksum when it has one, header JSON,
+ * offsets inside the data, sizes matching shapes). Only F32 tensors are accepted. */
 herd_status herd_safetensors_read(const char *path, herd_st_file **out);
 /* The tensor's data, or NULL if absent. */
 const float *herd_st_find(const herd_st_file *f, const char *name, int *ndim, int64_t shape[4]);

@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/log.h"
 #include "core/safetensors.h"
 #include "nn/weights.h"
 
@@ -123,6 +124,17 @@ static herd_status check_state(const herd_train_state *st, const char *path)
     if (st->batch_size < 1)
         return HERD_ERR(HERD_ERR_FORMAT, "'%s': field 'batch_size' is %d, not positive; " CORRUPT_HINT,
                         path, st->batch_size);
+    if (st->clipped_steps < 0 || st->clipped_steps > st->global_step || st->skipped_steps < 0 ||
+        st->skipped_steps > st->global_step)
+        return HERD_ERR(HERD_ERR_FORMAT, "'%s': field '%s' is %ld, not in 0..%ld ('global_step'); "
+                        CORRUPT_HINT, path, st->clipped_steps < 0 || st->clipped_steps > st->global_step
+                        ? "clipped_steps" : "skipped_steps", st->clipped_steps < 0 ||
+                        st->clipped_steps > st->global_step ? st->clipped_steps : st->skipped_steps,
+                        st->global_step);
+    if (!(st->loss_scale >= 0) || !isfinite(st->loss_scale) || st->loss_scale_clean < 0)
+        return HERD_ERR(HERD_ERR_FORMAT, "'%s': field 'loss_scale' is %.9g with %ld clean steps, not a "
+                        "finite scale >= 0 (0: none); " CORRUPT_HINT, path, st->loss_scale,
+                        st->loss_scale_clean);
     if (st->legacy)
         return HERD_OK;
     if (st->ranks < 1 || st->grad_accum < 1)
@@ -180,7 +192,7 @@ static herd_status next_download(void *user, const void **piece, size_t *bytes)
 static herd_status write_state(const char *spath, herd_optimizer *o, const herd_train_state *st,
                                const herd_state_slices *slices)
 {
-    char v[13][40];
+    char v[17][40];
     snprintf(v[0], sizeof v[0], "%d", st->epoch);
     snprintf(v[1], sizeof v[1], "%ld", st->global_step);
     snprintf(v[2], sizeof v[2], "%" PRIu64, st->seed);
@@ -194,12 +206,18 @@ static herd_status write_state(const char *spath, herd_optimizer *o, const herd_
     snprintf(v[10], sizeof v[10], "%.17g", st->epoch_correct);
     snprintf(v[11], sizeof v[11], "%ld", slices ? slices->optimizer_steps : herd_optimizer_steps(o));
     snprintf(v[12], sizeof v[12], "%ld", st->epoch_seen);
+    snprintf(v[13], sizeof v[13], "%ld", st->clipped_steps);
+    snprintf(v[14], sizeof v[14], "%ld", st->skipped_steps);
+    snprintf(v[15], sizeof v[15], "%.9g", st->loss_scale);
+    snprintf(v[16], sizeof v[16], "%ld", st->loss_scale_clean);
     const char *keys[] = {"epoch", "global_step", "seed", "batch_size", "ranks", "grad_accum",
                           "global_batch", "train_samples", "epoch_samples", "epoch_loss_sum",
-                          "epoch_correct", "optimizer_steps", "epoch_seen", "optimizer",
+                          "epoch_correct", "optimizer_steps", "epoch_seen", "clipped_steps",
+                          "skipped_steps", "loss_scale", "loss_scale_clean_steps", "optimizer",
                           "herd_version"};
     const char *values[] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11],
-                            v[12], o ? kind_name(herd_optimizer_get_kind(o)) : "none", HERD_VERSION};
+                            v[12], v[13], v[14], v[15], v[16],
+                            o ? kind_name(herd_optimizer_get_kind(o)) : "none", HERD_VERSION};
     herd_st_entry e[HERD_CKPT_MAX_STATE] = {0};
     state_download down[HERD_CKPT_MAX_STATE];
     float *buf = NULL;
@@ -223,7 +241,7 @@ static herd_status write_state(const char *spath, herd_optimizer *o, const herd_
         e[i].ndim = 1;
         e[i].shape[0] = (int64_t)numel;
     }
-    herd_status rc = herd_safetensors_write(spath, e, (size_t)n, keys, values, 15);
+    herd_status rc = herd_safetensors_write(spath, e, (size_t)n, keys, values, 19);
     free(buf);
     return rc;
 }
@@ -310,7 +328,7 @@ static herd_status meta_double(const herd_st_file *f, const char *path, const ch
 static herd_status read_state(const herd_st_file *sf, const char *spath, long name_step,
                               herd_train_state *st, long *osteps)
 {
-    unsigned long long epoch, gstep, seed, batch, ost, ranks = 0, accum = 0, gbatch, n = 0, pos = 0, seen = 0;
+    unsigned long long epoch = 0, gstep = 0, seed = 0, batch = 0, ost = 0, ranks = 0, accum = 0, gbatch, n = 0, pos = 0, seen = 0;
     const unsigned long long max_step = HERD_CKPT_MAX_STEP;
     *st = (herd_train_state){0};
     HERD_TRY(meta_int(sf, spath, "epoch", 0, INT_MAX - 1, &epoch));
@@ -338,6 +356,18 @@ static herd_status read_state(const herd_st_file *sf, const char *spath, long na
             return HERD_ERR(HERD_ERR_FORMAT, "'%s': field 'global_batch' is %llu, not 'batch_size' x "
                             "'ranks' x 'grad_accum' = %llu; " CORRUPT_HINT, spath, gbatch, batch * ranks * accum);
     }
+    /* Checkpoints before these counters were kept: counted from 0, the scale from
+     * --loss-scale-init (docs/reliability.md). */
+    unsigned long long clipped = 0, skipped = 0, clean = 0;
+    if (herd_st_meta(sf, "clipped_steps")) {
+        HERD_TRY(meta_int(sf, spath, "clipped_steps", 0, gstep, &clipped));
+        HERD_TRY(meta_int(sf, spath, "skipped_steps", 0, gstep, &skipped));
+        HERD_TRY(meta_int(sf, spath, "loss_scale_clean_steps", 0, gstep, &clean));
+        HERD_TRY(meta_double(sf, spath, "loss_scale", &st->loss_scale));
+    }
+    st->clipped_steps = (long)clipped;
+    st->skipped_steps = (long)skipped;
+    st->loss_scale_clean = (long)clean;
     st->epoch = (int)epoch;
     st->global_step = (long)gstep;
     st->seed = (uint64_t)seed;
@@ -351,56 +381,96 @@ static herd_status read_state(const herd_st_file *sf, const char *spath, long na
     return check_state(st, spath);
 }
 
-herd_status herd_checkpoint_load_latest(const char *dir, herd_model *m, herd_optimizer *o,
-                                        herd_train_state *st, bool *found)
+/* The first non-finite value of f's tensors: an error naming the file, the tensor and
+ * the index. Blocks are or-reduced first (vectorized), so a clean file costs one pass. */
+static herd_status check_finite(const herd_st_file *f, const char *path)
 {
-    if (!dir || !m || !st || !found)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "checkpoint_load_latest: directory, model, state and found must be given");
-    *found = false;
-    char *lpath = path_join(dir, "latest", "");
-    if (!lpath)
-        return HERD_ERR_NOMEM;
-    FILE *lf = fopen(lpath, "rb");
-    if (!lf) {
-        int err = errno;
-        herd_status rc = HERD_OK;
-        if (err != ENOENT && err != ENOTDIR)
-            rc = HERD_ERR(HERD_ERR_IO, "cannot read '%s': %s", lpath, strerror(err));
-        free(lpath);
-        return rc; /* no checkpoint yet: a fresh start */
+    enum { BLOCK = 4096 };
+    for (size_t t = 0; t < herd_st_count(f); t++) {
+        const char *name = herd_st_name(f, t);
+        int ndim;
+        int64_t shape[4];
+        const float *x = herd_st_find(f, name, &ndim, shape);
+        size_t n = 1;
+        for (int d = 0; d < ndim; d++)
+            n *= (size_t)shape[d];
+        const uint32_t *u = (const uint32_t *)(const void *)x;
+        for (size_t lo = 0; lo < n; lo += BLOCK) {
+            size_t hi = n - lo < BLOCK ? n : lo + BLOCK;
+            uint32_t all_exp = 0; /* an all-ones exponent is Inf or NaN */
+            for (size_t i = lo; i < hi; i++)
+                all_exp |= (u[i] & 0x7f800000u) == 0x7f800000u;
+            if (!all_exp)
+                continue;
+            size_t first = lo, count = 0;
+            while (isfinite(x[first]))
+                first++;
+            for (size_t i = first; i < n; i++)
+                count += !isfinite(x[i]);
+            return HERD_ERR(HERD_ERR_FORMAT, "'%s': tensor '%s' holds %g at index %zu (%zu of its %zu "
+                            "values are not finite); " CORRUPT_HINT, path, name, (double)x[first], first,
+                            count, n);
+        }
     }
-    char text[80] = {0};
-    size_t got = fread(text, 1, sizeof text - 1, lf);
-    fclose(lf);
-    while (got > 0 && isspace((unsigned char)text[got - 1]))
-        text[--got] = '\0';
-    long step;
-    if (parse_ckpt_name(text, "", &step) != 0) {
-        herd_status rc = HERD_ERR(HERD_ERR_FORMAT,
-                                  "'%s' should name a checkpoint like 'ckpt-1000' but holds '%.40s'; "
-                                  "fix or delete it to start afresh", lpath, text);
-        free(lpath);
-        return rc;
-    }
-    free(lpath);
+    return HERD_OK;
+}
 
-    char *wpath = path_join(dir, text, ".safetensors");
-    char *spath = path_join(dir, text, ".state.safetensors");
-    herd_st_file *wf = NULL, *sf = NULL;
+/* A file herd wrote before checksums were kept is read as before, once said. */
+static void note_unsummed(const herd_st_file *f, const char *path)
+{
+    if (!herd_st_meta(f, HERD_ST_SUM_KEY))
+        herd_log(HERD_LOG_WARNING, "'%s' has no checksum (written by an older herd): its values are "
+                 "checked, a changed byte is not found", path);
+}
+
+/* The weights' step must be the state's (a renamed or mixed-up file otherwise loads). */
+static herd_status check_pair(const herd_st_file *wf, const char *wpath, const char *spath, long step)
+{
+    const char *s = herd_st_meta(wf, "global_step");
+    if (!s) { /* before herd recorded it: nothing to compare */
+        herd_log(HERD_LOG_WARNING, "'%s' does not record its step (written by an older herd): that it "
+                 "belongs with '%s' is not checked", wpath, spath);
+        return HERD_OK;
+    }
+    char *end;
+    errno = 0;
+    long w = isdigit((unsigned char)s[0]) ? strtol(s, &end, 10) : -1;
+    if (w < 0 || errno || *end)
+        return HERD_ERR(HERD_ERR_FORMAT, "'%s': field 'global_step' is '%.40s', not a step; " CORRUPT_HINT,
+                        wpath, s);
+    if (w != step)
+        return HERD_ERR(HERD_ERR_FORMAT, "'%s' holds the weights of step %ld but '%s' the state of step "
+                        "%ld: the files are from different checkpoints; " CORRUPT_HINT, wpath, w, spath,
+                        step);
+    return HERD_OK;
+}
+
+/* Reads DIR/<base>'s two files and checks everything against m and o, changing
+ * nothing: on success the caller owns *wf and *sf. */
+static herd_status verify_checkpoint(const char *dir, const char *base, long step, const herd_model *m,
+                                     herd_optimizer *o, herd_st_file **wf, herd_st_file **sf,
+                                     herd_train_state *loaded, long *osteps, bool quiet)
+{
+    *wf = *sf = NULL;
+    char *wpath = path_join(dir, base, ".safetensors");
+    char *spath = path_join(dir, base, ".state.safetensors");
     herd_status rc = (wpath && spath) ? HERD_OK : HERD_ERR_NOMEM;
     if (rc == HERD_OK)
-        rc = herd_safetensors_read(wpath, &wf);
+        rc = herd_safetensors_read(wpath, wf);
     if (rc == HERD_OK)
-        rc = herd_safetensors_read(spath, &sf);
+        rc = herd_safetensors_read(spath, sf);
+    if (rc == HERD_OK && !quiet) {
+        note_unsummed(*wf, wpath);
+        note_unsummed(*sf, spath);
+    }
     if (rc == HERD_OK)
-        rc = herd_weights_check(m, wf, wpath);
-
-    herd_train_state loaded;
-    long osteps = 0;
+        rc = herd_weights_check(m, *wf, wpath);
     if (rc == HERD_OK)
-        rc = read_state(sf, spath, step, &loaded, &osteps);
+        rc = read_state(*sf, spath, step, loaded, osteps);
+    if (rc == HERD_OK)
+        rc = quiet && !herd_st_meta(*wf, "global_step") ? HERD_OK : check_pair(*wf, wpath, spath, step);
     if (rc == HERD_OK && o) {
-        const char *kind = herd_st_meta(sf, "optimizer");
+        const char *kind = herd_st_meta(*sf, "optimizer");
         const char *want = kind_name(herd_optimizer_get_kind(o));
         if (!kind || strcmp(kind, want) != 0)
             rc = HERD_ERR(HERD_ERR_FORMAT,
@@ -412,21 +482,132 @@ herd_status herd_checkpoint_load_latest(const char *dir, herd_model *m, herd_opt
             herd_optimizer_state(o, i, &name, &numel);
             int ndim;
             int64_t shape[4];
-            if (!herd_st_find(sf, name, &ndim, shape) || ndim != 1 || (size_t)shape[0] != numel)
+            if (!herd_st_find(*sf, name, &ndim, shape) || ndim != 1 || (size_t)shape[0] != numel)
                 rc = HERD_ERR(HERD_ERR_FORMAT,
                               "'%s' lacks optimizer state '%s' of %zu floats; was it saved from a "
                               "different model?", spath, name, numel);
         }
     }
-    /* Only now that both files are known good does anything change. */
-    if (rc == HERD_OK) {
-        rc = herd_weights_apply(m, wf);
-        for (int i = 0; rc == HERD_OK && o && i < herd_optimizer_state_count(o); i++) {
-            const char *name;
-            size_t numel;
-            herd_optimizer_state(o, i, &name, &numel);
-            rc = herd_optimizer_state_upload(o, i, 0, numel, herd_st_find(sf, name, NULL, NULL));
+    if (rc == HERD_OK)
+        rc = check_finite(*wf, wpath);
+    if (rc == HERD_OK)
+        rc = check_finite(*sf, spath);
+    if (rc != HERD_OK) {
+        herd_st_free(*wf);
+        herd_st_free(*sf);
+        *wf = *sf = NULL;
+    }
+    free(wpath);
+    free(spath);
+    return rc;
+}
+
+/* The newest checkpoint in dir other than ckpt-<bad> that passes verify_checkpoint; -1 if none. */
+static long earlier_good(const char *dir, long bad, const herd_model *m, herd_optimizer *o)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    long *steps = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *ent;
+    while ((ent = readdir(d)) != NULL) {
+        long s;
+        if (parse_ckpt_name(ent->d_name, ".state.safetensors", &s) != 0 || s == bad)
+            continue;
+        if (n == cap) {
+            long *g = realloc(steps, (cap = cap ? 2 * cap : 8) * sizeof *g);
+            if (!g)
+                break;
+            steps = g;
         }
+        steps[n++] = s;
+    }
+    closedir(d);
+    qsort(steps, n, sizeof *steps, cmp_long_desc);
+    long good = -1;
+    for (size_t i = 0; i < n && good < 0; i++) {
+        char base[48];
+        snprintf(base, sizeof base, "ckpt-%ld", steps[i]);
+        herd_st_file *wf, *sf;
+        herd_train_state st;
+        long osteps;
+        if (verify_checkpoint(dir, base, steps[i], m, o, &wf, &sf, &st, &osteps, true) == HERD_OK)
+            good = steps[i];
+        herd_st_free(wf);
+        herd_st_free(sf);
+    }
+    free(steps);
+    return good;
+}
+
+/* DIR/latest's checkpoint name and step; *found false when there is none. */
+static herd_status read_latest(const char *dir, char text[80], long *step, bool *found)
+{
+    char *lpath = path_join(dir, "latest", "");
+    if (!lpath)
+        return HERD_ERR_NOMEM;
+    herd_status rc = HERD_OK;
+    struct stat sb;
+    FILE *lf = NULL;
+    if (stat(lpath, &sb) == 0 && S_ISDIR(sb.st_mode))
+        rc = HERD_ERR(HERD_ERR_FORMAT, "'%s' is a directory; it should be a file naming the newest "
+                      "checkpoint, like 'ckpt-1000': remove the directory (a fresh start) or replace it "
+                      "with such a file", lpath);
+    else if (!(lf = fopen(lpath, "rb")) && errno != ENOENT && errno != ENOTDIR)
+        rc = HERD_ERR(HERD_ERR_IO, "cannot read '%s': %s", lpath, strerror(errno));
+    if (!lf) {
+        free(lpath);
+        return rc; /* none yet: a fresh start */
+    }
+    memset(text, 0, 80);
+    size_t got = fread(text, 1, 79, lf);
+    fclose(lf);
+    while (got > 0 && isspace((unsigned char)text[got - 1]))
+        text[--got] = '\0';
+    if (parse_ckpt_name(text, "", step) != 0)
+        rc = HERD_ERR(HERD_ERR_FORMAT, "'%s' should name a checkpoint like 'ckpt-1000' but holds '%.40s'; "
+                      "fix or delete it to start afresh", lpath, text);
+    *found = rc == HERD_OK;
+    free(lpath);
+    return rc;
+}
+
+herd_status herd_checkpoint_load_latest(const char *dir, herd_model *m, herd_optimizer *o,
+                                        herd_train_state *st, bool *found)
+{
+    if (!dir || !m || !st || !found)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "checkpoint_load_latest: directory, model, state and found must be given");
+    *found = false;
+    char text[80];
+    long step;
+    bool have = false;
+    HERD_TRY(read_latest(dir, text, &step, &have));
+    if (!have)
+        return HERD_OK;
+    herd_st_file *wf, *sf;
+    herd_train_state loaded;
+    long osteps = 0;
+    herd_status rc = verify_checkpoint(dir, text, step, m, o, &wf, &sf, &loaded, &osteps, false);
+    if (rc != HERD_OK && rc != HERD_ERR_NOMEM) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", herd_last_error());
+        long good = earlier_good(dir, step, m, o);
+        if (good >= 0)
+            return HERD_ERR(rc, "%s. '%s/ckpt-%ld' passes every check: to resume from it, run "
+                            "printf 'ckpt-%ld\\n' > '%s/latest' and then this command again", why, dir,
+                            good, good, dir);
+        return HERD_ERR(rc, "%s. No other checkpoint in '%s' passes the checks either", why, dir);
+    }
+    if (rc != HERD_OK)
+        return rc;
+    /* Only now that both files are known good does anything change. */
+    rc = herd_weights_apply(m, wf);
+    for (int i = 0; rc == HERD_OK && o && i < herd_optimizer_state_count(o); i++) {
+        const char *name;
+        size_t numel;
+        herd_optimizer_state(o, i, &name, &numel);
+        rc = herd_optimizer_state_upload(o, i, 0, numel, herd_st_find(sf, name, NULL, NULL));
     }
     if (rc == HERD_OK) {
         herd_optimizer_set_steps(o, osteps);
@@ -435,8 +616,6 @@ herd_status herd_checkpoint_load_latest(const char *dir, herd_model *m, herd_opt
     }
     herd_st_free(wf);
     herd_st_free(sf);
-    free(wpath);
-    free(spath);
     return rc;
 }
 

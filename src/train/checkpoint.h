@@ -27,6 +27,13 @@ typedef struct herd_train_state {
     long epoch_seen; /* samples the sums cover: epoch_samples, or fewer after an older checkpoint */
     double epoch_loss_sum, epoch_correct;
     bool legacy; /* loaded from a checkpoint without epoch_samples (herd 0.x): position unknown */
+    /* Counters over the whole run, so a resumed run reports what an uninterrupted one
+     * would: steps --clip-grad-norm scaled down, steps the loss scaler skipped, and the
+     * dynamic loss scale with its clean steps in a row (loss_scale 0: none recorded,
+     * the run's --loss-scale-init holds; older checkpoints have all 0). */
+    long clipped_steps, skipped_steps;
+    double loss_scale;
+    long loss_scale_clean;
 } herd_train_state;
 
 /* The highest step a checkpoint may hold: steps are logged as doubles and counted on. */
@@ -47,7 +54,11 @@ typedef struct herd_state_slices {
 herd_status herd_checkpoint_save(const char *dir, const herd_model *m, herd_optimizer *o,
                                  const herd_train_state *st, const herd_state_slices *slices);
 /* Loads DIR/latest's checkpoint; *found is false (and HERD_OK) when DIR has none.
- * Every field is validated; an error names the file, the field and the value. */
+ * Every field is validated; an error names the file, the field and the value. Both
+ * files' checksums are verified (a file without one, from an older herd, is loaded
+ * with a warning), every tensor must hold finite values, and the weights' step must
+ * be the state's. When the checkpoint is refused, the error says which earlier
+ * checkpoint in DIR passes all of this and how to resume from it. */
 herd_status herd_checkpoint_load_latest(const char *dir, herd_model *m, herd_optimizer *o,
                                         herd_train_state *st, bool *found);
 /* Fits a loaded state to this run. now holds the run's seed, batch_size, ranks,

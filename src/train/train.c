@@ -541,6 +541,26 @@ static herd_status evaluate(run *r, herd_progress *p)
     return HERD_OK;
 }
 
+/* The run's counters go into the checkpoint's state and come back from it (a state
+ * without them, fresh or older, holds 0: counting starts there, the scale stays). */
+static void save_counters(run *r)
+{
+    r->state.clipped_steps = r->clipped_steps;
+    r->state.skipped_steps = r->scaler.skipped;
+    r->state.loss_scale = r->cfg.dynamic_loss_scale ? r->scaler.scale : 0.0;
+    r->state.loss_scale_clean = r->scaler.clean_steps;
+}
+
+static void resume_counters(run *r)
+{
+    r->clipped_steps = r->state.clipped_steps;
+    r->scaler.skipped = r->state.skipped_steps;
+    if (r->cfg.dynamic_loss_scale && r->state.loss_scale > 0) {
+        r->scaler.scale = (float)r->state.loss_scale;
+        r->scaler.clean_steps = (int)r->state.loss_scale_clean;
+    }
+}
+
 /* Every rank calls it; rank 0 writes. With pipeline stages the first replica's stages
  * send rank 0 their slices, so the file holds the whole model whatever the grid. */
 static herd_status save_checkpoint(run *r)
@@ -549,6 +569,7 @@ static herd_status save_checkpoint(run *r)
     double t0 = herd_now();
     herd_status st = HERD_OK;
     bool rank0 = r->comm->rank == 0;
+    save_counters(r);
     if (r->cfg.zero_stage && !r->pp) {
         st = herd_zero_save(&r->zero, ckpt_comm(r), r->cfg.checkpoint_dir, r->m, r->opt, &r->state);
     } else if (!r->pp) {
@@ -1093,6 +1114,7 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
     if (cfg->checkpoint_dir) /* every rank joins: rank 0's outcome is broadcast */
         HERD_TRY(prepare_checkpoints(r));
     HERD_TRY(broadcast_state(r));
+    resume_counters(r);
     if (cfg->timeline_path)
         HERD_TRY(start_timeline(r));
     r->first_step = r->res->steps = r->state.global_step; /* steps before this run (resume) */

@@ -6,7 +6,10 @@
  * (0 <= epoch <= global_step <= 2^53, positive batch, ranks and accumulation,
  * epoch_seen <= epoch_samples < train_samples, a whole epoch_correct <= epoch_seen, a
  * finite loss sum >= 0), and the model's parameters equal to the weights file's
- * tensors. With HERD_FUZZ_SEED=FILE set, writes a valid input to FILE instead. */
+ * tensors, every value finite. Inputs of even size get their files' checksums made
+ * valid (when they have the field), so mutations reach the parsers behind it; odd ones
+ * keep theirs, and a file whose checksum does not match its bytes must be refused.
+ * With HERD_FUZZ_SEED=FILE set, writes a valid input to FILE instead. */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -98,6 +101,57 @@ static void write_seed(const char *out)
     herd_model_free(m);
 }
 
+/* A safetensors file's checksum as herd would compute it; *slot -1 without one. */
+static uint64_t file_sum(const uint8_t *b, size_t n, long *slot)
+{
+    *slot = -1;
+    if (n < 8)
+        return 0;
+    uint64_t hlen = 0;
+    for (int i = 0; i < 8; i++)
+        hlen |= (uint64_t)b[i] << (8 * i);
+    size_t at;
+    if (herd_st_checksum_slot(b + 8, hlen < n - 8 ? (size_t)hlen : n - 8, &at) != 0)
+        return 0;
+    *slot = (long)(at + 8);
+    return herd_st_checksum(b, n, at + 8);
+}
+
+/* Whether the file's recorded checksum matches its bytes (true without one). */
+static bool sum_matches(const uint8_t *b, size_t n)
+{
+    long slot;
+    uint64_t sum = file_sum(b, n, &slot);
+    char digits[HERD_ST_SUM_DIGITS + 1];
+    snprintf(digits, sizeof digits, "%016llx", (unsigned long long)sum);
+    return slot < 0 || memcmp(b + slot, digits, HERD_ST_SUM_DIGITS) == 0;
+}
+
+/* A copy of the file with its checksum made valid. */
+static uint8_t *resummed(const uint8_t *b, size_t n)
+{
+    uint8_t *c = malloc(n ? n : 1);
+    if (!c)
+        abort();
+    memcpy(c, b, n);
+    long slot;
+    uint64_t sum = file_sum(c, n, &slot);
+    if (slot >= 0) {
+        char digits[HERD_ST_SUM_DIGITS + 1];
+        snprintf(digits, sizeof digits, "%016llx", (unsigned long long)sum);
+        memcpy(c + slot, digits, HERD_ST_SUM_DIGITS);
+    }
+    return c;
+}
+
+static bool all_finite(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return false;
+    return true;
+}
+
 static herd_model *model;
 static herd_optimizer *opt;
 
@@ -141,14 +195,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     snprintf(lpath, sizeof lpath, "%s/latest", dir);
     snprintf(wpath, sizeof wpath, "%s/%s.safetensors", dir, name);
     snprintf(spath, sizeof spath, "%s/%s.state.safetensors", dir, name);
+    bool fix = (size & 1) == 0;
+    uint8_t *wdata = fix ? resummed(part[1], len[1]) : NULL;
+    uint8_t *sdata = fix ? resummed(part[2], len[2]) : NULL;
+    const uint8_t *wbytes = fix ? wdata : part[1], *sbytes = fix ? sdata : part[2];
+    bool sums_ok = sum_matches(wbytes, len[1]) && sum_matches(sbytes, len[2]);
     fz_write(lpath, part[0], len[0]);
-    fz_write(wpath, part[1], len[1]);
-    fz_write(spath, part[2], len[2]);
+    fz_write(wpath, wbytes, len[1]);
+    fz_write(spath, sbytes, len[2]);
+    free(wdata);
+    free(sdata);
     herd_train_state st;
     bool found = false;
     herd_status rc = herd_checkpoint_load_latest(dir, model, opt, &st, &found);
     if (rc == HERD_OK) {
         FZ_CHECK(found, "a latest file, yet nothing found");
+        FZ_CHECK(sums_ok, "a file whose checksum does not match its bytes was loaded");
+        FZ_CHECK(all_finite(model->params, model->n_param_floats) &&
+                 all_finite(model->buffers, model->n_buffer_floats), "a non-finite weight was loaded");
+        for (int i = 0; i < herd_optimizer_state_count(opt); i++) {
+            size_t n;
+            const float *x = herd_optimizer_state(opt, i, NULL, &n);
+            FZ_CHECK(all_finite(x, n), "a non-finite optimizer state value was loaded");
+        }
         char want[64];
         snprintf(want, sizeof want, "ckpt-%ld", st.global_step);
         FZ_CHECK(e - b == strlen(want) && memcmp(part[0] + b, want, e - b) == 0,
