@@ -57,6 +57,30 @@ static const char *elastic_flag(const run_args *r)
            : r->elastic_timeout >= 0 ? "--elastic-timeout" : r->elastic_batch ? "--elastic-batch" : NULL;
 }
 
+/* The fewest ranks train runs with (herd_train_min_ranks), from its --pipeline-stages
+ * and --zero; what asks for them into why. Values train refuses count as absent: it
+ * says so itself. */
+static long train_min_ranks(const run_args *r, char *why, size_t cap)
+{
+    bool given;
+    long stages = 1, zero = 0;
+    const char *v = run_cmd_option(r->cmd, r->ncmd, "--pipeline-stages", &given);
+    if (!v || !cli_parse_int(v, 1, 64, &stages))
+        stages = 1;
+    v = run_cmd_option(r->cmd, r->ncmd, "--zero", &given);
+    if (!v || !cli_parse_int(v, 1, 2, &zero))
+        zero = 0;
+    long need = herd_train_min_ranks((int)stages, (int)zero);
+    if (stages > 1 && zero)
+        snprintf(why, cap, "train --pipeline-stages %ld --zero %ld needs %ld stages x 2 replicas", stages,
+                 zero, stages);
+    else if (stages > 1)
+        snprintf(why, cap, "train --pipeline-stages %ld needs a rank per stage", stages);
+    else
+        snprintf(why, cap, "train --zero %ld shards over at least 2 data-parallel ranks", zero);
+    return need;
+}
+
 int run_check_supervised(run_args *r, const run_hosts *fixed)
 {
     const char *elastic = elastic_flag(r);
@@ -72,7 +96,16 @@ int run_check_supervised(run_args *r, const run_hosts *fixed)
                                "restart resumes from the latest checkpoint there");
     if (r->discovery && fixed)
         return cli_usage_error("run", "--host-discovery finds the hosts; give it without -H or --hostfile");
-    r->min_np = r->min_np ? r->min_np : 1;
+    /* A restart the discovery shrinks below what train can run would fail at set-up. */
+    char why[160];
+    long need = train_min_ranks(r, why, sizeof why);
+    if (need > 1 && r->min_np && r->min_np < need)
+        return cli_usage_error("run", "--min-np %ld is below the smallest job train can run: %s, so "
+                               "%ld ranks; give --min-np %ld or more", r->min_np, why, need, need);
+    if (need > 1 && r->np < need)
+        return cli_usage_error("run", "-np %ld is below the smallest job train can run: %s, so %ld ranks",
+                               r->np, why, need);
+    r->min_np = r->min_np ? r->min_np : need;
     r->max_np = r->max_np ? r->max_np : r->np;
     r->elastic_timeout = r->elastic_timeout >= 0 ? r->elastic_timeout : 600;
     r->elastic_batch = r->elastic_batch ? r->elastic_batch : "keep";

@@ -307,7 +307,11 @@ static int parse_train_args(int argc, char **argv, train_args *a)
                 return cli_usage_error("train", "--pp-schedule is 1f1b or gpipe, got '%s'", optarg);
             break;
         case OPT_STAGE_SPLIT: c->stage_split = optarg; break;
-        case OPT_CKPT: c->checkpoint_dir = optarg; break;
+        case OPT_CKPT:
+            if (!*optarg)
+                return cli_usage_error("train", "--checkpoint-dir needs a directory, got ''");
+            c->checkpoint_dir = optarg;
+            break;
         case OPT_RESUME: c->resume = true; break;
         case OPT_CKPT_STEPS: INT_ARG(1, 1L << 40, c->checkpoint_every_steps, "--checkpoint-every-steps"); break;
         case OPT_CKPT_SECONDS: FLOAT_ARG(0.001, 1e9, c->checkpoint_every_s, "--checkpoint-every-seconds"); break;

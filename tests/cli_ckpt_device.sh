@@ -87,10 +87,17 @@ mlp=(--model mlp --data synthetic:1,12,12,4,500 --threads 1 --seed 7 --epochs 3 
 "$herd" train "${common[@]}" --device sim --checkpoint-dir "$tmp/other" --resume >"$tmp/out" 2>"$tmp/err"
 rc=$?
 check "another model's checkpoint on sim: exit 1 ($rc)" test $rc -eq 1
-check "another model's checkpoint on sim: names the file and the cause" \
-  grep -q "other/ckpt-5.safetensors'.*was it saved from a different model" "$tmp/err"
+check "another model's checkpoint on sim: refused by the run's identity (run.json), naming both models" \
+  grep -q "are of another run (started .*): model 'mlp' (.*) there, '.*' (.*) here" "$tmp/err"
 (cd "$tmp/other" && ls -l --time-style=+%s.%N && md5sum *) >"$tmp/after"
 check "another model's checkpoint on sim: the directory untouched" cmp -s "$tmp/before" "$tmp/after"
+# Without run.json (a directory of an older herd) the load's own check refuses it.
+rm "$tmp/other/run.json"
+"$herd" train "${common[@]}" --device sim --checkpoint-dir "$tmp/other" --resume >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "another model's checkpoint on sim, no run.json: exit 1 ($rc)" test $rc -eq 1
+check "another model's checkpoint on sim, no run.json: names the file and the cause" \
+  grep -q "other/ckpt-5.safetensors'.*was it saved from a different model" "$tmp/err"
 "$herd" eval --model "$bnnet" --data synthetic:1,12,12,4,500 --device sim \
   --checkpoint "$tmp/other/ckpt-5.safetensors" >/dev/null 2>"$tmp/err"
 rc=$?

@@ -462,6 +462,11 @@ typedef struct herd_train_result {
     uint64_t rank_memory_peak_bytes[HERD_RESULT_RANKS];
 } herd_train_result;
 
+/* The fewest ranks herd_train runs with these pipeline stages (1 = none) and ZeRO stage
+ * (0 = off): the stages, twice them with ZeRO (two replicas to shard over); a job must
+ * also be a multiple of the stages. herd run --min-np checks against it. */
+int herd_train_min_ranks(int pipeline_stages, int zero_stage);
+
 herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
                        const herd_train_config *cfg, herd_progress_fn progress, void *user,
                        herd_train_result *result);

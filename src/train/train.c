@@ -15,6 +15,7 @@
 #include "dist/signature.h"
 #include "obs/observer.h"
 #include "train/checkpoint.h"
+#include "train/ckpt_dir.h"
 #include "train/ckpt_writer.h"
 #include "train/restarts.h"
 #include "train/pipeline.h"
@@ -87,6 +88,7 @@ typedef struct run {
      * until they are handed to the stages. */
     herd_model *ckpt_whole;
     herd_optimizer *ckpt_opt;
+    herd_ckpt_dir owner; /* rank 0: the checkpoint directory's lock, held until the end */
 } run;
 
 static herd_status validate(const herd_train_config *c)
@@ -110,6 +112,8 @@ static herd_status validate(const herd_train_config *c)
                         c->warmup_epochs);
     if (c->resume && !c->checkpoint_dir)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "--resume needs --checkpoint-dir");
+    if (c->checkpoint_dir && !*c->checkpoint_dir)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "--checkpoint-dir is empty: name a directory");
     if (c->n_milestones < 0 || c->n_milestones > HERD_MAX_MILESTONES)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "at most %d milestones", HERD_MAX_MILESTONES);
     if (c->grad_accum < 1)
@@ -465,16 +469,31 @@ static herd_status load_resume_state(run *r)
     return herd_observer_resume(r->obs, r->state.epoch, r->state.global_step);
 }
 
-/* Rank 0 clears interrupted checkpoint writes and, with --resume, reads the
- * checkpoint and shares it, so ranks need no shared file system; its outcome travels
- * first so that a failure stops every rank, not only rank 0. */
+/* Rank 0, the only writer, claims the directory (ckpt_dir.h); a supervised restart
+ * waits a while for its predecessor to exit and drop the lock. */
+static herd_status claim_checkpoint_dir(run *r)
+{
+    const herd_train_state *s = &r->state;
+    herd_run_identity id = {.model = r->whole->name, .parameters = herd_model_param_count(r->whole),
+                            .data = r->train->spec, .train_samples = (long)r->train->n,
+                            .seed = r->cfg.seed,
+                            .global_batch = (long)s->batch_size * s->grad_accum * s->ranks};
+    return herd_ckpt_dir_claim(&r->owner, r->cfg.checkpoint_dir, &id, r->cfg.resume,
+                               r->cfg.run_attempt > 1 ? 30.0 : 0.0);
+}
+
+/* Rank 0 claims the directory, clears interrupted checkpoint writes and, with --resume,
+ * reads the checkpoint and shares it, so ranks need no shared file system; its outcome
+ * travels first so that a failure stops every rank, not only rank 0. */
 static herd_status prepare_checkpoints(run *r)
 {
     long outcome = HERD_OK;
     char msg[1024] = "";
     if (r->comm->rank == 0) {
         int removed = 0;
-        herd_status s = herd_checkpoint_remove_stale(r->cfg.checkpoint_dir, &removed);
+        herd_status s = claim_checkpoint_dir(r);
+        if (s == HERD_OK)
+            s = herd_checkpoint_remove_stale(r->cfg.checkpoint_dir, &removed);
         r->res->stale_tmp_removed = removed;
         if (s == HERD_OK && r->cfg.resume)
             s = load_resume_state(r);
@@ -488,7 +507,8 @@ static herd_status prepare_checkpoints(run *r)
     }
     if (outcome != HERD_OK)
         return r->comm->rank == 0 ? (herd_status)outcome
-                                  : HERD_ERR((herd_status)outcome, "rank 0 could not resume: %s", msg);
+                                  : HERD_ERR((herd_status)outcome, "rank 0 could not use the checkpoint "
+                                                             "directory: %s", msg);
     if (!r->pp && !r->cfg.zero_stage)
         return HERD_OK;
     /* Rank 0 read the whole model: each stage of the first replica takes its slice
@@ -1059,24 +1079,28 @@ static herd_status check_pipeline(const run *r)
     return HERD_OK;
 }
 
+int herd_train_min_ranks(int pipeline_stages, int zero_stage)
+{
+    int stages = pipeline_stages > 1 ? pipeline_stages : 1;
+    return zero_stage ? 2 * stages : stages;
+}
+
 /* --zero against the job. */
 static herd_status check_zero(const run *r)
 {
     const herd_train_config *c = &r->cfg;
-    if (!c->zero_stage)
+    if (r->comm->size >= herd_train_min_ranks(c->pipeline_stages, c->zero_stage))
         return HERD_OK;
-    if (c->pipeline_stages > 1 && r->comm->size < 2 * c->pipeline_stages)
+    if (c->pipeline_stages > 1)
         return HERD_ERR(HERD_ERR_INVALID_ARG,
                         "--zero %d shards each stage's optimizer state across the stage's "
                         "data-parallel replicas, and %d ranks in %d stages give one; start at least "
                         "%d ranks or drop --zero", c->zero_stage, r->comm->size, c->pipeline_stages,
                         2 * c->pipeline_stages);
-    if (r->comm->size < 2)
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "--zero %d shards the optimizer state across data-parallel ranks, and this "
-                        "job has one; start several (herd run -np N -- train ...) or drop --zero",
-                        c->zero_stage);
-    return HERD_OK;
+    return HERD_ERR(HERD_ERR_INVALID_ARG,
+                    "--zero %d shards the optimizer state across data-parallel ranks, and this "
+                    "job has one; start several (herd run -np N -- train ...) or drop --zero",
+                    c->zero_stage);
 }
 
 /* early: herd_train's checks of the arguments, agreed with the other ranks here. */
@@ -1202,7 +1226,8 @@ herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
     memset(result, 0, sizeof *result);
     result->test_loss = result->test_acc = -1;
     run r = {.m = m, .whole = m, .train = train, .test = test, .progress = progress, .user = user,
-             .res = result, .comm = cfg->dist, .saved_step = -1, .restarts = {.fd = -1}};
+             .res = result, .comm = cfg->dist, .saved_step = -1, .restarts = {.fd = -1},
+             .owner = HERD_CKPT_DIR_INIT};
     herd_comm *own = NULL;
     if (!r.comm) {
         HERD_TRY(herd_comm_local_create(&own));
@@ -1226,6 +1251,7 @@ herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
     herd_zero_free(&r.zero);
     herd_optimizer_free(r.opt);
     release_whole(&r, r.ckpt_whole, r.ckpt_opt);
+    herd_ckpt_dir_release(&r.owner); /* after the last write */
     herd_pipeline_free(r.pp);
     herd_loader_free(r.loader);
     herd_comm_destroy(r.device_comm);
