@@ -524,7 +524,8 @@ static long earlier_good(const char *dir, long bad, const herd_model *m, herd_op
         steps[n++] = s;
     }
     closedir(d);
-    qsort(steps, n, sizeof *steps, cmp_long_desc);
+    if (n > 0) /* qsort's array may not be NULL, even empty */
+        qsort(steps, n, sizeof *steps, cmp_long_desc);
     long good = -1;
     for (size_t i = 0; i < n && good < 0; i++) {
         char base[48];
