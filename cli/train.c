@@ -394,7 +394,7 @@ static bool rank0_progress(const herd_progress *p, void *user)
 static void print_memory(const herd_train_result *res, int ranks, const char *device)
 {
     static const char *what[HERD_MEM_CATEGORIES] = {"parameters", "gradients", "optimizer state",
-                                                    "activations", "workspace"};
+                                                    "activations", "workspace", "checkpoint"};
     const double MiB = 1048576.0;
     herd_memory_usage use;
     if (herd_device_memory_usage(device, &use) == HERD_OK) {

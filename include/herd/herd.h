@@ -165,6 +165,7 @@ typedef enum {
     HERD_MEM_OPTIMIZER,    /* optimizer state (momentum; Adam's moments) */
     HERD_MEM_ACTIVATIONS,  /* layer outputs and their gradients, micro-batch slots, loss gradient */
     HERD_MEM_WORKSPACE,    /* kernels' plans and scratch, and anything else */
+    HERD_MEM_CHECKPOINT,   /* the checkpoint writer's copies, a resume's read buffers (cpu) */
     HERD_MEM_CATEGORIES
 } herd_mem_category;
 

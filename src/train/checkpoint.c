@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/safetensors.h"
@@ -351,6 +352,21 @@ static herd_status read_state(const herd_st_file *sf, const char *spath, long na
     return check_state(st, spath);
 }
 
+/* What reading the pair costs at most, counted against --memory-limit before it is
+ * spent: each file's tensors stay until applied, and each file is first read whole
+ * (herd_safetensors_read), the larger of those two buffers at the peak. A file that
+ * cannot be stat'ed counts 0 here; reading it says why. */
+static herd_status read_buffers_hold(const char *wpath, const char *spath, uint64_t *held)
+{
+    struct stat ws, ss;
+    uint64_t w = stat(wpath, &ws) == 0 ? (uint64_t)ws.st_size : 0;
+    uint64_t s = stat(spath, &ss) == 0 ? (uint64_t)ss.st_size : 0;
+    uint64_t bytes = w + s + (w > s ? w : s);
+    HERD_TRY(herd_host_memory_hold(bytes, HERD_MEM_CHECKPOINT));
+    *held = bytes;
+    return HERD_OK;
+}
+
 herd_status herd_checkpoint_load_latest(const char *dir, herd_model *m, herd_optimizer *o,
                                         herd_train_state *st, bool *found)
 {
@@ -388,6 +404,9 @@ herd_status herd_checkpoint_load_latest(const char *dir, herd_model *m, herd_opt
     char *spath = path_join(dir, text, ".state.safetensors");
     herd_st_file *wf = NULL, *sf = NULL;
     herd_status rc = (wpath && spath) ? HERD_OK : HERD_ERR_NOMEM;
+    uint64_t held = 0;
+    if (rc == HERD_OK && (rc = read_buffers_hold(wpath, spath, &held)) != HERD_OK)
+        rc = HERD_ERR(rc, "resuming from '%s' and '%s': %s", wpath, spath, herd_last_error());
     if (rc == HERD_OK)
         rc = herd_safetensors_read(wpath, &wf);
     if (rc == HERD_OK)
@@ -435,6 +454,7 @@ herd_status herd_checkpoint_load_latest(const char *dir, herd_model *m, herd_opt
     }
     herd_st_free(wf);
     herd_st_free(sf);
+    herd_host_memory_release(held, HERD_MEM_CHECKPOINT);
     free(wpath);
     free(spath);
     return rc;

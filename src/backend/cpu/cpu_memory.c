@@ -100,6 +100,30 @@ void herd_cpu_free(void *ptr)
     free(p);
 }
 
+herd_status herd_host_memory_hold(uint64_t bytes, herd_mem_category c)
+{
+    pthread_mutex_lock(&mu);
+    bool ok = fits(bytes, (int)c);
+    if (ok) {
+        in_use += bytes;
+        by_category[c] += bytes;
+        if (in_use > peak) {
+            peak = in_use;
+            memcpy(at_peak, by_category, sizeof at_peak);
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    return ok ? HERD_OK : HERD_ERR_NOMEM; /* fits said why */
+}
+
+void herd_host_memory_release(uint64_t bytes, herd_mem_category c)
+{
+    pthread_mutex_lock(&mu);
+    in_use -= bytes < in_use ? bytes : in_use;
+    by_category[c] -= bytes < by_category[c] ? bytes : by_category[c];
+    pthread_mutex_unlock(&mu);
+}
+
 herd_status herd_cpu_set_memory_limit(uint64_t bytes)
 {
     pthread_mutex_lock(&mu);
