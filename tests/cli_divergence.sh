@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A diverging run (mlp at --lr 1000: the loss turns inf/NaN within a few steps) without a
 # loss scaler: exit 1 naming the step and the tensor, no --save file, checkpoints free of
-# NaN; --on-nonfinite skip finishes with the steps counted; 2 ranks, plain and --zero 1,
-# stop together (no hang); and --device sim, whose memory the host cannot read.
+# NaN; --on-nonfinite skip finishes with the steps counted; 2 ranks, plain, --zero 1
+# and 2 pipeline stages stop together (no hang); and --device sim, whose memory the host cannot read.
 set -u
 . "$(dirname "$0")/testlib.sh"
 data="synthetic:1,28,28,10,512"
@@ -48,13 +48,13 @@ check "--device sim: exit 1 naming the step" bash -c "test $? -eq 1 && grep -q '
 
 if have_mpi; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-  for zero in "" "--zero 1"; do
+  for zero in "" "--zero 1" "--pipeline-stages 2"; do
     # shellcheck disable=SC2086
     timeout 120 "${mpiexec[@]}" -np 2 "$herd" train --model mlp --data "$data" --lr 1000 \
       --max-steps 40 --batch-size 32 --threads 1 $zero >"$tmp/out" 2>"$tmp/err"
     rc=$?
     check "2 ranks ${zero:-plain}: exit 1, no hang ($rc)" test $rc -eq 1
-    check "... both ranks name the step" \
+    check "... both ranks name the step (${zero:-plain})" \
       test "$(grep -c 'training diverged at step' "$tmp/err")" -eq 2
   done
 else
