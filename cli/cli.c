@@ -26,12 +26,46 @@ int cli_fail(herd_status st, const char *what)
     return CLI_FAIL;
 }
 
+/* One grammar for every number a flag takes: an optional '-', decimal digits, for
+ * floats a fraction and an exponent; nothing else (no spaces, '+', hex, inf or nan,
+ * which strtol/strtod would take and strtoull would turn " -1" into 2^64-1).
+ * Returns the length of the number at s (0: none). */
+static size_t number_span(const char *s, bool allow_sign, bool allow_float)
+{
+    const char *p = s;
+    if (allow_sign && *p == '-')
+        p++;
+    size_t digits = 0;
+    while (*p >= '0' && *p <= '9')
+        p++, digits++;
+    if (allow_float && *p == '.') {
+        p++;
+        while (*p >= '0' && *p <= '9')
+            p++, digits++;
+    }
+    if (!digits)
+        return 0;
+    if (allow_float && (*p == 'e' || *p == 'E')) {
+        const char *e = p + 1;
+        if (*e == '-' || *e == '+')
+            e++;
+        if (!(*e >= '0' && *e <= '9'))
+            return 0;
+        while (*e >= '0' && *e <= '9')
+            e++;
+        p = e;
+    }
+    return (size_t)(p - s);
+}
+
 bool cli_parse_int(const char *s, long lo, long hi, long *out)
 {
-    char *end;
+    size_t n = number_span(s, true, false);
+    if (!n || s[n])
+        return false;
     errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
+    long v = strtol(s, NULL, 10);
+    if (errno || v < lo || v > hi)
         return false;
     *out = v;
     return true;
@@ -39,10 +73,12 @@ bool cli_parse_int(const char *s, long lo, long hi, long *out)
 
 bool cli_parse_float(const char *s, double lo, double hi, double *out)
 {
-    char *end;
+    size_t n = number_span(s, true, true);
+    if (!n || s[n])
+        return false;
     errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi)
+    double v = strtod(s, NULL);
+    if (errno || !isfinite(v) || v < lo || v > hi)
         return false;
     *out = v;
     return true;
@@ -51,11 +87,14 @@ bool cli_parse_float(const char *s, double lo, double hi, double *out)
 /* Byte counts as nccl-tests writes them: 8, 64K, 128M, 1G (binary multiples). */
 bool cli_parse_size(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
 {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s || errno || *s == '-')
+    size_t n = number_span(s, false, false);
+    if (!n)
         return false;
+    errno = 0;
+    unsigned long long v = strtoull(s, NULL, 10);
+    if (errno)
+        return false;
+    const char *end = s + n;
     unsigned shift = 0;
     switch (*end) {
     case 'k': case 'K': shift = 10, end++; break;

@@ -17,6 +17,8 @@ int cli_fail(herd_status st, const char *what);
 /* Library information lines (HERD_LOG_INFO) are dropped while quiet (--quiet). */
 void cli_quiet_info(bool quiet);
 
+/* Strict numbers for every flag: an optional '-' and decimal digits (floats: also a
+ * fraction and an exponent), nothing around them; no hex, inf or nan; in [lo, hi]. */
 bool cli_parse_int(const char *s, long lo, long hi, long *out);
 bool cli_parse_float(const char *s, double lo, double hi, double *out);
 /* Sizes with K/M/G suffixes (powers of 1024) and an optional B: "64K", "1G", "4096". */

@@ -46,6 +46,9 @@ static const char train_help[] =
     "  --loss-scale-window N    clean steps before the scale doubles (default 2000)\n"
     "  --clip-grad-norm X       scale gradients down to global L2 norm X before each update\n"
     "                           (after the allreduce and the loss scaler; 0 = off, the default)\n"
+    "  --on-nonfinite stop|skip  a non-finite loss or gradient without --loss-scale: stop with\n"
+    "                           an error naming step and tensor, nothing saved (stop, the\n"
+    "                           default), or skip the step's update (counted in skipped_steps)\n"
     "  --seed N                 initialisation, shuffling, augmentation (default 42)\n"
     "  --checkpoint-dir DIR     save weights and training state every epoch\n"
     "  --checkpoint-every-steps N  also every N steps (written in the background)\n"
@@ -103,7 +106,7 @@ enum {
     OPT_STALL_WARNING, OPT_COMM_TIMEOUT, OPT_DEVICE, OPT_LOGDIR, OPT_HISTOGRAMS, OPT_METRICS,
     OPT_PRECISION, OPT_GPU_MEM, OPT_LOSS_SCALE,
     OPT_LOSS_SCALE_INIT, OPT_LOSS_SCALE_WINDOW, OPT_CLIP_GRAD_NORM, OPT_TIMELINE, OPT_ZERO,
-    OPT_CKPT_STEPS, OPT_CKPT_SECONDS, OPT_ELASTIC_BATCH, OPT_ELASTIC_RANKS,
+    OPT_CKPT_STEPS, OPT_CKPT_SECONDS, OPT_ELASTIC_BATCH, OPT_ELASTIC_RANKS, OPT_ON_NONFINITE,
 };
 
 static const struct option train_options[] = {
@@ -133,6 +136,7 @@ static const struct option train_options[] = {
     {"loss-scale-init", required_argument, 0, OPT_LOSS_SCALE_INIT},
     {"loss-scale-window", required_argument, 0, OPT_LOSS_SCALE_WINDOW},
     {"clip-grad-norm", required_argument, 0, OPT_CLIP_GRAD_NORM},
+    {"on-nonfinite", required_argument, 0, OPT_ON_NONFINITE},
     {"zero", required_argument, 0, OPT_ZERO},
     {"seed", required_argument, 0, OPT_SEED},
     {"checkpoint-dir", required_argument, 0, OPT_CKPT},
@@ -203,6 +207,7 @@ static int parse_train_args(int argc, char **argv, train_args *a)
     int opt;
     long iv;
     double fv;
+    bool pp_schedule_given = false;
 #define INT_ARG(lo, hi, dst, what)                                                  \
     do {                                                                            \
         if (!cli_parse_int(optarg, lo, hi, &iv))                                    \
@@ -285,6 +290,11 @@ static int parse_train_args(int argc, char **argv, train_args *a)
         case OPT_LOSS_SCALE_INIT: FLOAT_ARG(1, 1e38, c->loss_scale_init, "--loss-scale-init"); break;
         case OPT_LOSS_SCALE_WINDOW: INT_ARG(1, 1 << 30, c->loss_scale_window, "--loss-scale-window"); break;
         case OPT_CLIP_GRAD_NORM: FLOAT_ARG(0, 1e38, c->clip_grad_norm, "--clip-grad-norm"); break;
+        case OPT_ON_NONFINITE:
+            if (strcmp(optarg, "stop") != 0 && strcmp(optarg, "skip") != 0)
+                return cli_usage_error("train", "--on-nonfinite is stop or skip, got '%s'", optarg);
+            c->skip_nonfinite = optarg[1] == 'k';
+            break;
         case OPT_ZERO:
             if (strcmp(optarg, "1") == 0 || strcmp(optarg, "2") == 0)
                 c->zero_stage = optarg[0] - '0';
@@ -299,6 +309,7 @@ static int parse_train_args(int argc, char **argv, train_args *a)
         case OPT_PP_STAGES: INT_ARG(1, 64, c->pipeline_stages, "--pipeline-stages"); break;
         case OPT_MICRO_BATCHES: INT_ARG(1, 1 << 20, c->micro_batches, "--micro-batches"); break;
         case OPT_PP_SCHEDULE:
+            pp_schedule_given = true;
             if (strcmp(optarg, "1f1b") == 0)
                 c->pp_schedule = HERD_PP_SCHEDULE_1F1B;
             else if (strcmp(optarg, "gpipe") == 0)
@@ -367,6 +378,11 @@ static int parse_train_args(int argc, char **argv, train_args *a)
     if ((c->checkpoint_every_steps || c->checkpoint_every_s > 0) && !c->checkpoint_dir)
         return cli_usage_error("train", "--checkpoint-every-%s needs --checkpoint-dir",
                                c->checkpoint_every_steps ? "steps" : "seconds");
+    /* Like --micro-batches (refused in herd_train, where the ranks agree): given alone,
+     * these would be ignored. */
+    if (c->pipeline_stages <= 1 && (pp_schedule_given || c->stage_split))
+        return cli_usage_error("train", "--%s needs --pipeline-stages > 1",
+                               c->stage_split ? "stage-split" : "pp-schedule");
     if (c->histograms && !c->logdir)
         return cli_usage_error("train", "--histograms writes TensorBoard files: add --logdir DIR");
     return cli_resolve_device("train", &a->device, a->gpu_memory_limit, a->memory_limit);
@@ -382,7 +398,7 @@ static bool rank0_progress(const herd_progress *p, void *user)
 static void print_memory(const herd_train_result *res, int ranks, const char *device)
 {
     static const char *what[HERD_MEM_CATEGORIES] = {"parameters", "gradients", "optimizer state",
-                                                    "activations", "workspace"};
+                                                    "activations", "workspace", "checkpoint"};
     const double MiB = 1048576.0;
     herd_memory_usage use;
     if (herd_device_memory_usage(device, &use) == HERD_OK) {
@@ -520,10 +536,10 @@ int cmd_train(int argc, char **argv)
     cli_summary_num(&s, "ranks", herd_dist_size(dist), 0);
     cli_summary_str(&s, "device", herd_model_device(m));
     cli_summary_str(&s, "precision", herd_precision_name(herd_model_precision(m)));
-    if (a.cfg.dynamic_loss_scale) {
+    if (a.cfg.dynamic_loss_scale)
         cli_summary_num(&s, "loss_scale", res.loss_scale, 0);
+    if (a.cfg.dynamic_loss_scale || a.cfg.skip_nonfinite)
         cli_summary_num(&s, "skipped_steps", (double)res.skipped_steps, 0);
-    }
     if (a.cfg.clip_grad_norm > 0.0f)
         cli_summary_num(&s, "clipped_steps", (double)res.clipped_steps, 0);
     if (res.restarts > 0 || getenv("HERD_RUN_SUPERVISED")) {

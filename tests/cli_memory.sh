@@ -49,6 +49,25 @@ train --model lenet5 --memory-limit 64M --quiet --json >"$tmp/out" 2>"$tmp/err"
 check "--json has memory_peak_mib" grep -q '"memory_peak_mib": [0-9]' "$tmp/out"
 check "--quiet prints no breakdown" bash -c "! grep -q 'peak memory' '$tmp/err'"
 
+# Checkpoints' host memory counts too: the background writer's copies (mlp: parameters
+# and momentum, 2.6 MiB each) and a resume's read buffers (each file's tensors, and the
+# larger file read whole: 7.7 MiB). mlp trains in 8.2 MiB at --batch-size 32, so a 12M
+# cap refuses both.
+train --model mlp --checkpoint-dir "$tmp/mck" --checkpoint-every-steps 2 >"$tmp/out" 2>"$tmp/err"
+check "the writer's copies are in the breakdown (checkpoint buffers 5.1 MiB)" \
+  grep -q "^herd: peak memory 13.3 MiB: .*, checkpoint 5.1$" "$tmp/err"
+train --model mlp --epochs 2 --checkpoint-dir "$tmp/mck" --resume >"$tmp/out" 2>"$tmp/err"
+check "a resume's read buffers are in the breakdown (7.7 MiB)" \
+  grep -q "^herd: peak memory 15.3 MiB: .*, checkpoint 7.7$" "$tmp/err"
+train --model mlp --memory-limit 12M >/dev/null 2>&1
+check "mlp trains under 12M without checkpoints" test $? -eq 0
+train --model mlp --memory-limit 12M --checkpoint-dir "$tmp/mck2" --checkpoint-every-steps 2 >/dev/null 2>"$tmp/err"
+check "12M refuses the writer's copies: exit 1 naming them" \
+  bash -c "test $? -eq 1 && grep -q 'of checkpoint buffers on top of .* exceeds --memory-limit 12.0 MiB' '$tmp/err'"
+train --model mlp --epochs 2 --memory-limit 12M --checkpoint-dir "$tmp/mck" --resume >/dev/null 2>"$tmp/err"
+check "12M refuses the resume's read buffers: exit 1 naming the files" \
+  bash -c "test $? -eq 1 && grep -q \"resuming from '.*ckpt-16.safetensors'.*7.7 MiB of checkpoint buffers .* exceeds --memory-limit 12.0 MiB\" '$tmp/err'"
+
 "$herd" bench train --model mlp --data "$data" --device cpu --steps 1 --warmup 0 \
   --memory-limit 1M >/dev/null 2>"$tmp/err"
 check "bench train over the limit: exit 1 naming it" \

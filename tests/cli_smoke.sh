@@ -45,6 +45,20 @@ check "errors start with 'herd: error:'" grep -q "^herd: error:" "$tmp/err"
 "$herd" train --model mlp --epochs zero >/dev/null 2>"$tmp/err"
 check "bad flag value exits 2" test $? -eq 2
 check "bad flag value says what is wrong" grep -q -- "--epochs must be" "$tmp/err"
+# One strict number parser for every flag: no spaces, hex, inf or nan; a negative size
+# is not 2^64-1; and stage flags need stages (exit 2, naming the flag and the value).
+for arg in "--memory-limit= -1" "--memory-limit=-1" "--checkpoint-every-seconds=0x10" "--lr= 0.1" \
+           "--lr=0.1 " "--lr=inf" "--clip-grad-norm=nan" "--epochs=0x10" "--epochs=+3"; do
+  "$herd" train --model mlp --data "$data" --checkpoint-dir "$tmp/strict" "$arg" >/dev/null 2>"$tmp/err"
+  rc=$?; flag=${arg%%=*}; value=${arg#*=}
+  check "'$arg' is refused (exit 2) naming the flag and the value" \
+    test $rc -eq 2 -a "$(grep -cF -e "$flag" "$tmp/err")" -eq 1 -a "$(grep -cF -e "'$value'" "$tmp/err")" -eq 1
+done
+for arg in "--pp-schedule=gpipe" "--stage-split=2"; do
+  "$herd" train --model mlp --data "$data" "$arg" >/dev/null 2>"$tmp/err"
+  check "'$arg' without --pipeline-stages is refused (exit 2)" \
+    bash -c "test $? -eq 2 && grep -q -- '${arg%%=*} needs --pipeline-stages' '$tmp/err'"
+done
 "$herd" train --model mlp --data idx:/nonexistent >/dev/null 2>"$tmp/err"
 check "missing data exits 1 naming the path" bash -c "test $? -eq 1 && grep -q '^herd: error: .*/nonexistent' '$tmp/err'"
 head -c 100 "$tmp/final.safetensors" >"$tmp/trunc.safetensors"

@@ -165,6 +165,7 @@ typedef enum {
     HERD_MEM_OPTIMIZER,    /* optimizer state (momentum; Adam's moments) */
     HERD_MEM_ACTIVATIONS,  /* layer outputs and their gradients, micro-batch slots, loss gradient */
     HERD_MEM_WORKSPACE,    /* kernels' plans and scratch, and anything else */
+    HERD_MEM_CHECKPOINT,   /* the checkpoint writer's copies, a resume's read buffers (cpu) */
     HERD_MEM_CATEGORIES
 } herd_mem_category;
 
@@ -345,8 +346,13 @@ typedef struct herd_train_config {
     int loss_scale_window;  /* 2000 */
     /* Gradient clipping by global L2 norm before each update, after the reduction and
      * the loss scaler (torch.nn.utils.clip_grad_norm_: scaled by max / (norm + 1e-6)
-     * when above max); 0 = off. A non-finite norm stops training with an error. */
+     * when above max); 0 = off. */
     float clip_grad_norm;
+    /* A non-finite loss or gradient that no loss scaler handles: false (the default)
+     * stops training with an error naming the step and the tensor, before the update,
+     * so no NaN reaches the weights or a checkpoint; true skips the step's update and
+     * counts it in skipped_steps, as the dynamic loss scaler does. */
+    bool skip_nonfinite;
     /* ZeRO (sharded data parallelism) over the data-parallel ranks: 0 = off; 1 = each
      * rank keeps the optimizer state of its 1/N slice of the parameters; 2 = and only
      * that slice of the reduced gradients. Gradients are reduce-scattered and the
@@ -399,7 +405,8 @@ typedef struct herd_progress {
     double test_loss, test_acc;   /* valid when epoch_end and evaluated */
     bool evaluated;
     double loss_scale;            /* dynamic loss scale after this step (0 = not scaling) */
-    long skipped_steps;           /* steps skipped for inf/NaN gradients so far */
+    long skipped_steps;           /* steps skipped for inf/NaN gradients so far (loss
+                                   * scaler or skip_nonfinite) */
     int restarts;                 /* supervised restarts so far (herd_train_result has the why) */
     long lost_steps;
     double recovery_s;

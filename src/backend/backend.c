@@ -463,6 +463,6 @@ herd_mem_category herd_mem_category_current(void) { return mem_category; }
 const char *herd_mem_category_name(int c)
 {
     static const char *names[] = {"parameters", "gradients", "optimizer state", "activations",
-                                  "workspace"};
+                                  "workspace", "checkpoint buffers"};
     return c >= 0 && c < HERD_MEM_CATEGORIES ? names[c] : "?";
 }

@@ -275,6 +275,11 @@ typedef struct herd_backend {
 herd_mem_category herd_mem_category_set(herd_mem_category c);
 herd_mem_category herd_mem_category_current(void);
 const char *herd_mem_category_name(int c); /* "parameters", "gradients", ... */
+/* Host memory herd holds outside the CPU allocator (a file read whole), counted against
+ * --memory-limit on the CPU and in its peak like an allocation: hold refuses what would
+ * exceed the cap (HERD_ERR_NOMEM naming it), release gives back what hold counted. */
+herd_status herd_host_memory_hold(uint64_t bytes, herd_mem_category c);
+void herd_host_memory_release(uint64_t bytes, herd_mem_category c);
 
 /* A GPU as the bench reports it. */
 typedef struct herd_device_info {

@@ -53,6 +53,7 @@ void herd_train_config_default(herd_train_config *cfg)
     cfg->loss_scale_init = 65536.0f; /* 2^16, as torch.cuda.amp.GradScaler */
     cfg->loss_scale_window = 2000;
     cfg->clip_grad_norm = 0.0f;
+    cfg->skip_nonfinite = false; /* stop */
 }
 
 const char *herd_compress_name(herd_compress c)

@@ -49,6 +49,16 @@ herd_status herd_clip_grad_norm(herd_model *m, float max_norm, const herd_group_
  * summing over the ranks); only that part is scaled. */
 herd_status herd_clip_grad_norm_part(herd_model *m, size_t first, size_t count, float max_norm,
                                      const herd_group_sum *group, double *norm, bool *clipped);
+/* Its two halves, for a caller that checks the norm itself: the sum of squares of the
+ * part (summed over group; non-finite when any value is), and the scaling to max_norm
+ * of a part whose global norm is `norm` (finite). */
+herd_status herd_grad_sum_squares_part(const herd_model *m, size_t first, size_t count,
+                                       const herd_group_sum *group, double *sq);
+herd_status herd_clip_grad_to(herd_model *m, size_t first, size_t count, float max_norm,
+                              double norm, bool *clipped);
+/* The first parameter view whose gradient in [first, first+count) holds inf or NaN (its
+ * index in m->views, or -1), read through the backend's copies: for error messages. */
+herd_status herd_first_nonfinite_grad(const herd_model *m, size_t first, size_t count, int *view);
 
 /* What this rank holds of parameters, gradients and optimizer state, in bytes. */
 herd_state_bytes herd_optimizer_state_bytes(herd_optimizer *o, const herd_model *m);

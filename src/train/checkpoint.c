@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/log.h"
@@ -574,6 +575,27 @@ static herd_status read_latest(const char *dir, char text[80], long *step, bool 
     return rc;
 }
 
+/* What reading the pair costs at most, counted against --memory-limit before it is
+ * spent: each file's tensors stay until applied, and each file is first read whole
+ * (herd_safetensors_read), the larger of those two buffers at the peak. A file that
+ * cannot be stat'ed counts 0 here; reading it says why. */
+static herd_status read_buffers_hold(const char *dir, const char *base, uint64_t *held)
+{
+    char *wpath = path_join(dir, base, ".safetensors");
+    char *spath = path_join(dir, base, ".state.safetensors");
+    herd_status rc = wpath && spath ? HERD_OK : HERD_ERR_NOMEM;
+    struct stat ws, ss;
+    uint64_t w = rc == HERD_OK && stat(wpath, &ws) == 0 ? (uint64_t)ws.st_size : 0;
+    uint64_t s = rc == HERD_OK && stat(spath, &ss) == 0 ? (uint64_t)ss.st_size : 0;
+    uint64_t bytes = w + s + (w > s ? w : s);
+    if (rc == HERD_OK && (rc = herd_host_memory_hold(bytes, HERD_MEM_CHECKPOINT)) != HERD_OK)
+        rc = HERD_ERR(rc, "resuming from '%s' and '%s': %s", wpath, spath, herd_last_error());
+    *held = rc == HERD_OK ? bytes : 0;
+    free(wpath);
+    free(spath);
+    return rc;
+}
+
 herd_status herd_checkpoint_load_latest(const char *dir, herd_model *m, herd_optimizer *o,
                                         herd_train_state *st, bool *found)
 {
@@ -586,6 +608,8 @@ herd_status herd_checkpoint_load_latest(const char *dir, herd_model *m, herd_opt
     HERD_TRY(read_latest(dir, text, &step, &have));
     if (!have)
         return HERD_OK;
+    uint64_t held;
+    HERD_TRY(read_buffers_hold(dir, text, &held));
     herd_st_file *wf, *sf;
     herd_train_state loaded;
     long osteps = 0;
@@ -593,17 +617,17 @@ herd_status herd_checkpoint_load_latest(const char *dir, herd_model *m, herd_opt
     if (rc != HERD_OK && rc != HERD_ERR_NOMEM) {
         char why[1024];
         snprintf(why, sizeof why, "%s", herd_last_error());
-        long good = earlier_good(dir, step, m, o);
+        long good = earlier_good(dir, step, m, o); /* under the same hold: one pair at a time */
         if (good >= 0)
-            return HERD_ERR(rc, "%s. '%s/ckpt-%ld' passes every check: to resume from it, run "
-                            "printf 'ckpt-%ld\\n' > '%s/latest' and then this command again", why, dir,
-                            good, good, dir);
-        return HERD_ERR(rc, "%s. No other checkpoint in '%s' passes the checks either", why, dir);
+            rc = HERD_ERR(rc, "%s. '%s/ckpt-%ld' passes every check: to resume from it, run "
+                          "printf 'ckpt-%ld\\n' > '%s/latest' and then this command again", why, dir,
+                          good, good, dir);
+        else
+            rc = HERD_ERR(rc, "%s. No other checkpoint in '%s' passes the checks either", why, dir);
     }
-    if (rc != HERD_OK)
-        return rc;
     /* Only now that both files are known good does anything change. */
-    rc = herd_weights_apply(m, wf);
+    if (rc == HERD_OK)
+        rc = herd_weights_apply(m, wf);
     for (int i = 0; rc == HERD_OK && o && i < herd_optimizer_state_count(o); i++) {
         const char *name;
         size_t numel;
@@ -617,6 +641,7 @@ herd_status herd_checkpoint_load_latest(const char *dir, herd_model *m, herd_opt
     }
     herd_st_free(wf);
     herd_st_free(sf);
+    herd_host_memory_release(held, HERD_MEM_CHECKPOINT);
     return rc;
 }
 

@@ -92,14 +92,19 @@ herd_status herd_ckpt_writer_wait(herd_ckpt_writer *w)
     return st == HERD_OK ? HERD_OK : HERD_ERR(st, "%s", w->msg);
 }
 
-/* Makes room for n floats in b. */
+/* Makes room for n floats in b: host memory from the CPU's allocator, so the copies
+ * count against --memory-limit and in memory_peak_mib like the model's own memory. */
 static herd_status reserve(copy_buf *b, size_t n)
 {
     if (n > b->cap) {
-        herd_aligned_free(b->data);
+        const herd_backend *cpu = herd_backend_cpu();
+        cpu->free(b->data);
         b->cap = 0;
-        if (!(b->data = herd_aligned_alloc((n ? n : 1) * sizeof(float))))
-            return HERD_NOMEM(n * sizeof(float));
+        herd_mem_category was = herd_mem_category_set(HERD_MEM_CHECKPOINT);
+        b->data = cpu->alloc((n ? n : 1) * sizeof(float));
+        herd_mem_category_set(was);
+        if (!b->data)
+            return HERD_ERR_NOMEM; /* the allocator said why */
         b->cap = n;
     }
     b->numel = n;
@@ -162,10 +167,11 @@ void herd_ckpt_writer_free(herd_ckpt_writer *w)
     }
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
-    herd_aligned_free(w->params.data);
-    herd_aligned_free(w->buffers.data);
+    const herd_backend *cpu = herd_backend_cpu();
+    cpu->free(w->params.data);
+    cpu->free(w->buffers.data);
     for (int i = 0; i < HERD_CKPT_MAX_STATE; i++)
-        herd_aligned_free(w->state[i].data);
+        cpu->free(w->state[i].data);
     free(w->dir);
     free(w);
 }

@@ -1,5 +1,7 @@
 #include "train/step.h"
 
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/clock.h"
@@ -196,6 +198,60 @@ static herd_status sum_per_replica(void *plan, double *vals, int n)
     return HERD_OK;
 }
 
+/* Inf or NaN in the reduced gradients, without a loss scaler (every rank of the job
+ * comes here alike, having the same sum of squares): with skip_nonfinite the step is
+ * skipped; otherwise the error names the step and "loss" when a rank's loss was not
+ * finite, else the first parameter whose gradient is not. That is agreed with one
+ * allreduce (this path only) over the ranks that compare the same model: the
+ * data-parallel ones (ZeRO's slices), a pipeline stage naming its own parameters. */
+static herd_status nonfinite(herd_step_plan *p, herd_model *m, size_t first, size_t count,
+                             herd_step_stats *s)
+{
+    if (p->skip_nonfinite) {
+        s->skipped = true;
+        if (p->skipped)
+            (*p->skipped)++;
+        if (!isfinite(s->loss_sum)) /* the epoch's mean loss stays finite, and checkpointable */
+            s->loss_sum = 0;
+        return HERD_OK;
+    }
+    int view = -1;
+    herd_status st = herd_first_nonfinite_grad(m, first, count, &view);
+    /* [0]: ranks whose loss was not finite; [1 + v]: ranks finding view v first. */
+    size_t n = 1 + (size_t)m->n_views;
+    double small[64], *votes = n <= 64 ? small : calloc(n, sizeof *votes);
+    if (!votes)
+        return HERD_NOMEM(n * sizeof *votes);
+    memset(votes, 0, n * sizeof *votes);
+    votes[0] = !isfinite(s->loss_sum);
+    if (view >= 0)
+        votes[1 + view] = 1;
+    herd_comm *c = p->comm; /* the same model's views on every rank of it */
+    herd_status red = c->size > 1 ? c->ops->allreduce_f64(c, votes, (int)n) : HERD_OK;
+    int named = -1;
+    for (int v = 0; v < m->n_views && named < 0; v++)
+        if (votes[1 + v] > 0)
+            named = v;
+    bool loss = votes[0] > 0;
+    if (votes != small)
+        free(votes);
+    HERD_TRY(st);
+    HERD_TRY(red);
+    char what[160];
+    if (loss)
+        snprintf(what, sizeof what, "the loss is not finite");
+    else if (named >= 0)
+        snprintf(what, sizeof what, "the gradient of '%s' holds inf or NaN", m->views[named].name);
+    else
+        snprintf(what, sizeof what, "the gradients of another pipeline stage hold inf or NaN");
+    return HERD_ERR(HERD_ERR_INVALID_ARG,
+                    "training diverged at step %ld: %s; nothing of this step was applied or "
+                    "saved (the last checkpoint holds the last good state). Lower --lr, add "
+                    "--clip-grad-norm or a warmup, or use --on-nonfinite skip (or --loss-scale "
+                    "dynamic) to skip such steps",
+                    p->step, what);
+}
+
 /* The gradients this rank checks, clips and updates: its ZeRO slice, or all. */
 static void update_part(const herd_step_plan *p, const herd_model *m, size_t *first, size_t *count)
 {
@@ -235,15 +291,24 @@ herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p,
         s->skipped = any > 0;
         HERD_TRY(herd_loss_scaler_update(p->scaler, s->skipped));
     }
-    if (!s->skipped && p->clip_grad_norm > 0.0f) {
+    /* Clipping's sum of squares is also the check for inf/NaN that no loss scaler made
+     * (one read of the gradients; with clipping, none more): a non-finite value makes
+     * the sum non-finite, and the sum is the same on every rank that holds a part. */
+    if (!s->skipped && (p->clip_grad_norm > 0.0f || !p->scaler)) {
         /* ZeRO's slices are disjoint: their squares add up over the ranks that hold
          * them (with stages, the job: each stage's slices once). Pipeline stages without
          * ZeRO hold whole stages, each counted once per replica. */
         herd_group_sum over_slices = herd_group_of_comm(agree ? agree : p->comm);
         herd_group_sum per_replica = {.sum_f64 = sum_per_replica, .group = p, .ranks = 0};
         const herd_group_sum *group = p->zero ? &over_slices : p->stage_job ? &per_replica : NULL;
-        HERD_TRY(herd_clip_grad_norm_part(m, first, count, p->clip_grad_norm, group, NULL,
-                                          &s->clipped));
+        double sq;
+        HERD_TRY(herd_grad_sum_squares_part(m, first, count, group, &sq));
+        if (!isfinite(sq) && !p->scaler)
+            HERD_TRY(nonfinite(p, m, first, count, s));
+        else if (p->clip_grad_norm > 0.0f && !isfinite(sq))
+            HERD_TRY(herd_clip_grad_norm_part(m, first, count, p->clip_grad_norm, NULL, NULL, NULL));
+        else if (p->clip_grad_norm > 0.0f)
+            HERD_TRY(herd_clip_grad_to(m, first, count, p->clip_grad_norm, sqrt(sq), &s->clipped));
     }
     if (!s->skipped)
         HERD_TRY(herd_optimizer_step(o, m, lr));

@@ -38,6 +38,13 @@ typedef struct herd_step_plan {
     herd_comm *stage_job;
     int stage_replicas;
     float clip_grad_norm; /* --clip-grad-norm (0: off) */
+    /* Without a loss scaler, a non-finite gradient (found from the sum of squares that
+     * clipping takes anyway, agreed over the same ranks) stops training with an error
+     * naming `step` and the tensor, before the update; with skip_nonfinite the update
+     * is skipped instead and counted in *skipped (NULL: not counted). */
+    bool skip_nonfinite;
+    long *skipped;
+    long step; /* the step's number, for messages */
     /* --zero: each rank reduces, checks, clips and updates its slice of the buffers and
      * the parameters are all-gathered after the update (NULL: plain allreduce). */
     herd_zero *zero;
@@ -56,7 +63,7 @@ typedef struct herd_step_stats {
     double loss_sum; /* summed per-sample loss */
     long correct;
     long samples;
-    bool skipped;       /* the loss scaler found inf/NaN gradients: no update */
+    bool skipped;       /* inf/NaN gradients (loss scaler, or skip_nonfinite): no update */
     bool clipped;       /* the gradients were scaled down to --clip-grad-norm */
     herd_phase_times t; /* data_wait is filled by the caller */
 } herd_step_stats;

@@ -229,7 +229,7 @@ static herd_status resolve_config(run *r, const herd_train_config *cfg)
  * writes them alone, no collective) and dist. A new field changes the size: compare
  * it (or add it to the list above), then update the size. */
 #if UINTPTR_MAX == UINT64_MAX
-_Static_assert(sizeof(herd_train_config) == 280,
+_Static_assert(sizeof(herd_train_config) == 288,
                "herd_train_config changed: add the new field to check_signature");
 #endif
 
@@ -273,6 +273,7 @@ static void sign_config(herd_signature *s, const herd_train_config *c)
     else
         herd_signature_add(s, "loss_scale", "none");
     herd_signature_add(s, "clip_grad_norm", "%.9g", (double)c->clip_grad_norm);
+    herd_signature_add(s, "on_nonfinite", "%s", c->skip_nonfinite ? "skip" : "stop");
     herd_signature_add(s, "zero", "%d", c->zero_stage);
     herd_signature_add(s, "pipeline", "%d stages, %d micro-batches, %s, split %s",
                        c->pipeline_stages, c->micro_batches,
@@ -735,6 +736,7 @@ static herd_status train_step(run *r, long sched_step, herd_step_stats *s, bool 
         HERD_TRY(herd_pipeline_forward_backward(r->pp, &r->plan, r->loader, n_micro,
                                                 cfg->label_smoothing, seed, s));
     activity(r, "waiting for gradient reductions");
+    r->plan.step = r->state.global_step + 1;
     HERD_TRY(herd_apply_step(r->m, r->opt, &r->plan, lr, s));
     double t1 = herd_now();
     s->t.total = t1 - t0;
@@ -1008,6 +1010,8 @@ static herd_status setup(run *r)
         r->plan.scaler = &r->scaler;
     }
     r->plan.clip_grad_norm = cfg->clip_grad_norm;
+    r->plan.skip_nonfinite = cfg->skip_nonfinite;
+    r->plan.skipped = &r->scaler.skipped; /* one count of skipped steps, scaler or not */
     if (r->pp) {
         r->plan.stage_job = r->comm;
         r->plan.stage_replicas = r->pp->replicas;
@@ -1063,6 +1067,10 @@ static herd_status check_pipeline(const run *r)
         if (c->micro_batches > 1)
             return HERD_ERR(HERD_ERR_INVALID_ARG, "--micro-batches %d needs --pipeline-stages > 1; "
                             "without stages, use --grad-accum", c->micro_batches);
+        /* Silently ignored otherwise: a schedule or split only means something to stages. */
+        if (c->stage_split || c->pp_schedule != HERD_PP_SCHEDULE_1F1B)
+            return HERD_ERR(HERD_ERR_INVALID_ARG, "--%s needs --pipeline-stages > 1",
+                            c->stage_split ? "stage-split" : "pp-schedule");
         if (!r->m->params)
             return HERD_ERR(HERD_ERR_INVALID_ARG, "model '%s' is a plan without parameters; only "
                             "training with pipeline stages builds them", r->m->name);

@@ -38,6 +38,23 @@ static bool fits(uint64_t bytes, int category)
     return false;
 }
 
+/* Counts `bytes` of `category` when they stay within the cap (else fits says why). */
+static bool count_if_fits(uint64_t bytes, int category)
+{
+    pthread_mutex_lock(&mu);
+    bool ok = fits(bytes, category);
+    if (ok) {
+        in_use += bytes;
+        by_category[category] += bytes;
+        if (in_use > peak) {
+            peak = in_use;
+            memcpy(at_peak, by_category, sizeof at_peak);
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    return ok;
+}
+
 void *herd_cpu_alloc(size_t bytes)
 {
     int category = herd_mem_category_current();
@@ -65,18 +82,7 @@ void *herd_cpu_alloc(size_t bytes)
                  mib(rounded), herd_mem_category_name(category), mib(held));
         return NULL;
     }
-    pthread_mutex_lock(&mu);
-    ok = fits(rounded, category);
-    if (ok) {
-        in_use += rounded;
-        by_category[category] += rounded;
-        if (in_use > peak) {
-            peak = in_use;
-            memcpy(at_peak, by_category, sizeof at_peak);
-        }
-    }
-    pthread_mutex_unlock(&mu);
-    if (!ok) {
+    if (!count_if_fits(rounded, category)) {
         free(p);
         return NULL;
     }
@@ -98,6 +104,19 @@ void herd_cpu_free(void *ptr)
     by_category[h->category] -= h->bytes;
     pthread_mutex_unlock(&mu);
     free(p);
+}
+
+herd_status herd_host_memory_hold(uint64_t bytes, herd_mem_category c)
+{
+    return count_if_fits(bytes, (int)c) ? HERD_OK : HERD_ERR_NOMEM; /* fits said why */
+}
+
+void herd_host_memory_release(uint64_t bytes, herd_mem_category c)
+{
+    pthread_mutex_lock(&mu);
+    in_use -= bytes < in_use ? bytes : in_use;
+    by_category[c] -= bytes < by_category[c] ? bytes : by_category[c];
+    pthread_mutex_unlock(&mu);
 }
 
 herd_status herd_cpu_set_memory_limit(uint64_t bytes)
