@@ -60,7 +60,7 @@ static const char *elastic_flag(const run_args *r)
 /* The fewest ranks train runs with (herd_train_min_ranks), from its --pipeline-stages
  * and --zero; what asks for them into why. Values train refuses count as absent: it
  * says so itself. */
-static long train_min_ranks(const run_args *r, char *why, size_t cap)
+static long train_min_ranks(const run_args *r, long *multiple, char *why, size_t cap)
 {
     bool given;
     long stages = 1, zero = 0;
@@ -71,6 +71,7 @@ static long train_min_ranks(const run_args *r, char *why, size_t cap)
     if (!v || !cli_parse_int(v, 1, 2, &zero))
         zero = 0;
     long need = herd_train_min_ranks((int)stages, (int)zero);
+    *multiple = stages;
     if (stages > 1 && zero)
         snprintf(why, cap, "train --pipeline-stages %ld --zero %ld needs %ld stages x 2 replicas", stages,
                  zero, stages);
@@ -98,19 +99,26 @@ int run_check_supervised(run_args *r, const run_hosts *fixed)
         return cli_usage_error("run", "--host-discovery finds the hosts; give it without -H or --hostfile");
     /* A restart the discovery shrinks below what train can run would fail at set-up. */
     char why[160];
-    long need = train_min_ranks(r, why, sizeof why);
+    long need = train_min_ranks(r, &r->np_multiple, why, sizeof why);
     if (need > 1 && r->min_np && r->min_np < need)
         return cli_usage_error("run", "--min-np %ld is below the smallest job train can run: %s, so "
                                "%ld ranks; give --min-np %ld or more", r->min_np, why, need, need);
     if (need > 1 && r->np < need)
         return cli_usage_error("run", "-np %ld is below the smallest job train can run: %s, so %ld ranks",
                                r->np, why, need);
+    if (r->np % r->np_multiple != 0)
+        return cli_usage_error("run", "-np %ld is not a multiple of train's --pipeline-stages %ld", r->np,
+                               r->np_multiple);
     r->min_np = r->min_np ? r->min_np : need;
     r->max_np = r->max_np ? r->max_np : r->np;
     r->elastic_timeout = r->elastic_timeout >= 0 ? r->elastic_timeout : 600;
     r->elastic_batch = r->elastic_batch ? r->elastic_batch : "keep";
     if (r->min_np > r->max_np)
         return cli_usage_error("run", "--min-np %ld is above --max-np %ld", r->min_np, r->max_np);
+    if (r->min_np % r->np_multiple != 0 || r->max_np % r->np_multiple != 0)
+        return cli_usage_error("run", "--%s-np %ld is not a multiple of train's --pipeline-stages %ld",
+                               r->min_np % r->np_multiple ? "min" : "max",
+                               r->min_np % r->np_multiple ? r->min_np : r->max_np, r->np_multiple);
     if (r->np < r->min_np || r->np > r->max_np)
         return cli_usage_error("run", "-np %ld is outside --min-np %ld .. --max-np %ld", r->np,
                                r->min_np, r->max_np);
@@ -762,8 +770,10 @@ static int wait_for_slots(supervisor *s, long attempt, const run_hosts **hosts, 
             return stop(s, stop_signal ? 128 + stop_signal : fail_code);
         }
         long slots = *hosts ? run_hosts_slots(*hosts) : r->np, cap = attempt == 0 ? r->np : r->max_np;
-        if (slots >= r->min_np) {
-            *np = slots < cap ? slots : cap;
+        /* Whole pipelines only: 3 slots run 2 ranks of a 2-stage job, not 3 that train refuses. */
+        long usable = (slots < cap ? slots : cap) / r->np_multiple * r->np_multiple;
+        if (usable >= r->min_np) {
+            *np = usable;
             return -1;
         }
         if (*hosts)

@@ -496,8 +496,7 @@ int cmd_train(int argc, char **argv)
                 herd_dataset_size(test));
         cli_print_device(m);
         /* An elastic fit prints its own sizes. */
-        int stages = a.cfg.pipeline_stages > 1 ? a.cfg.pipeline_stages : 1;
-        bool refit = a.cfg.elastic_ranks && a.cfg.elastic_ranks != herd_dist_size(dist) / stages;
+        bool refit = a.cfg.elastic_ranks && a.cfg.elastic_ranks != herd_dist_size(dist);
         if (herd_dist_size(dist) > 1 && !refit)
             fprintf(stderr, "herd: %d ranks (%s), %d samples per rank per step, global batch %d\n",
                     herd_dist_size(dist), herd_dist_backend(dist), a.cfg.batch_size,

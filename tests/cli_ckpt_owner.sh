@@ -123,6 +123,10 @@ minnp "--min-np 3 with --pipeline-stages 2 --zero 1" 2 "needs 2 stages x 2 repli
 minnp "-np 1 with --zero 1 (--min-np not given)" 2 "np 1 is below the smallest job" \
   -np 1 --max-restarts 1 -- "${job[@]}" --zero 1
 minnp "--min-np 2 with --zero 1" 0 "train" -np 2 --max-restarts 1 --min-np 2 -- "${job[@]}" --zero 1
+minnp "-np 3 with --pipeline-stages 2" 2 "np 3 is not a multiple of train's --pipeline-stages 2" \
+  -np 3 --max-restarts 1 -- "${job[@]}" --pipeline-stages 2
+minnp "--max-np 5 with --pipeline-stages 2" 2 "max-np 5 is not a multiple of train's --pipeline-stages 2" \
+  -np 4 --max-np 5 --max-restarts 1 -- "${job[@]}" --pipeline-stages 2
 
 # ---- Under MPI ----
 if ! have_mpi; then

@@ -7,7 +7,9 @@
 #    the previous complete checkpoint and ends on the same weights;
 #  - elastic: 3 ranks, one killed, the discovery command then offers 2: the job goes on
 #    with 2 and the global batch kept, and ends as a resume by hand on 2 ranks with
-#    --grad-accum 3 from the same checkpoint.
+#    --grad-accum 3 from the same checkpoint;
+#  - elastic pipelines: 2 pipelines of 2 stages, one rank killed, 3 slots offered: the
+#    restart runs one whole pipeline with the global batch kept.
 # Every job runs under timeout.
 set -u
 . "$(dirname "$0")/testlib.sh"
@@ -142,4 +144,34 @@ fi
 check "elastic: a resume by hand on 2 ranks with --grad-accum 3 ends on the same weights" \
   cmp -s "$tmp/e.st" "$tmp/hand.st"
 [ $fails -eq 0 ] || tail -n 30 "$tmp/e.err"
+
+# 4. Elastic pipelines: 4 ranks as 2 pipelines of 2 stages (global batch 32); a rank killed
+# and discovery then offering 3 slots: the restart runs whole pipelines only (2 ranks, not
+# the 3 train would refuse) and keeps the global batch as 1 x 16 x 2. The first attempt,
+# at the size the batch was given for, is no elastic fit at all.
+cat >"$tmp/discover-pp" <<DISC
+#!/bin/sh
+if [ -e "$tmp/three" ]; then echo localhost:3; else echo localhost:4; fi
+DISC
+chmod +x "$tmp/discover-pp"
+timeout 300 "${run[@]}" -np 4 --min-np 2 --max-restarts 1 --host-discovery "$tmp/discover-pp" -- \
+  train --model mlp --data synthetic:1,12,12,4,2000 --threads 1 --seed 5 --epochs 2 --batch-size 16 \
+  --lr 0.01 --eval-every 0 --pipeline-stages 2 --checkpoint-dir "$tmp/p" --checkpoint-every-steps 5 \
+  >"$tmp/p.out" 2>"$tmp/p.err" &
+sup=$!
+for t in $(seq 1 3000); do [ -e "$tmp/p/latest" ] && break; sleep 0.02; done
+wait_step "$tmp/p" 1 1
+mapfile -t pids < <(ranks_of "$tmp/p")
+touch "$tmp/three"
+kill -9 "${pids[$((RANDOM % ${#pids[@]}))]}"
+wait $sup
+rc=$?
+check "elastic pipelines: the job ends 0 ($rc)" test $rc -eq 0
+check "elastic pipelines: 3 slots relaunch 2 ranks (whole pipelines)" \
+  grep -q '^herd: restart 1/1 .*relaunching on 2 rank' "$tmp/p.err"
+check "elastic pipelines: the first attempt keeps its own batch (no elastic fit)" \
+  bash -c "[ \$(grep -c 'elastic: ' '$tmp/p.err') -eq 1 ]"
+check "elastic pipelines: the global batch 32 kept as 1 x 16 x 2" \
+  grep -q 'global batch 32 kept as 1 x 16 x 2' "$tmp/p.err"
+[ $fails -eq 0 ] || tail -n 30 "$tmp/p.err"
 finish

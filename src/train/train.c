@@ -162,10 +162,15 @@ static int replicas(const run *r)
 static herd_status resolve_elastic(run *r)
 {
     herd_train_config *c = &r->cfg;
+    int stages = c->pipeline_stages > 1 ? c->pipeline_stages : 1;
     int n0 = c->elastic_ranks, n = replicas(r);
     if (n0 < 0 || (unsigned)c->elastic_batch > HERD_ELASTIC_SCALE)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "elastic ranks must be >= 0 (got %d) and the elastic "
                         "batch keep or scale", n0);
+    if (n0 % stages != 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "elastic ranks %d are not whole pipelines of %d stages",
+                        n0, stages);
+    n0 /= stages; /* the replicas the batch was given for: ranks count every stage */
     if (n0 == 0 || n0 == n)
         return HERD_OK;
     long g0 = (long)n0 * c->batch_size * c->grad_accum;
