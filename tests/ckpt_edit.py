@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Damages a herd safetensors file the ways tests/cli_ckpt_integrity.sh needs.
+"""Damages a herd safetensors file the ways the checkpoint tests need.
 ckpt_edit.py FILE TENSOR nan N     N values of TENSOR (spread over it) become NaN
 ckpt_edit.py FILE TENSOR flipexp   bit 30 (the exponent's top bit) flipped in every value
 ckpt_edit.py FILE -      random64  64 random bytes over the middle of the data
+ckpt_edit.py FILE TENSOR rename NEW  the header names TENSOR NEW (of the same length)
 With --fix last, the checksum (herd_xxh3: XXH3-64 of the file with its own 16 digits
 read as '0') is recomputed through libxxhash, so only the value checks can object."""
 import ctypes, ctypes.util, json, random, struct, sys
@@ -28,6 +29,12 @@ elif op == "random64":
     rng = random.Random(5)
     mid = base + (len(raw) - base) // 2
     raw[mid:mid + 64] = bytes(rng.randrange(256) for _ in range(64))
+elif op == "rename":
+    old, new = b'"%s"' % tensor.encode(), b'"%s"' % rest[0].encode()
+    i = raw.index(old, 8, base)
+    if len(new) != len(old):
+        sys.exit("rename: the new name must be as long as the old")
+    raw[i:i + len(old)] = new
 else:
     sys.exit("unknown operation " + op)
 if fix:
