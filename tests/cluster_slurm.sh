@@ -183,7 +183,9 @@ check "sbatch: 2 ranks, one summary, rank 0's checkpoint" bash -c \
 # herd binary first, so it matches neither srun nor timeout.
 train=(train "${data[@]}" --epochs 50 --seed 90417)
 ranks="^$herd ${train[*]}\$"
-timeout 60 srun --mpi=pmix -n 2 "$herd" "${train[@]}" >kill.out 2>&1 &
+# No hang is what is checked, not how fast: the step's end after a kill took 2-30 s
+# alone and over 58 s beside another sanitizer test on 2 cores (the time is printed).
+timeout 240 srun --mpi=pmix -n 2 "$herd" "${train[@]}" >kill.out 2>&1 &
 for _ in $(seq 100); do [ "$(pgrep -cf "$ranks")" -ge 2 ] && break; sleep 0.2; done
 sleep 2
 pgrep -f "$ranks" >>"$S/rank.pids"
@@ -192,8 +194,8 @@ kill -9 "$(pgrep -f "$ranks" | tail -n 1)"
 wait $!
 rc=$?
 took=$(($(date +%s) - start))
-check "srun: a killed rank ends the step non-zero ($rc) within 30 s ($took s)" \
-  test "$rc" -ne 0 -a "$took" -le 30
+check "srun: a killed rank ends the step non-zero ($rc, not the timeout's 124; after $took s)" \
+  test "$rc" -ne 0 -a "$rc" -ne 124
 check "srun: the message names the killed task" grep -q "task 1: Killed" kill.out
 
 # herd run inside an allocation: the launcher it chooses by itself, then srun.
