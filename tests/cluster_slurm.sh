@@ -181,7 +181,9 @@ check "sbatch: 2 ranks, one summary, rank 0's checkpoint" bash -c \
 
 # A seed no other herd on the host uses marks this step's ranks; the pattern wants the
 # herd binary first, so it matches neither srun nor timeout.
-train=(train "${data[@]}" --epochs 50 --seed 90417)
+# --comm-timeout: if the survivor is never told of the kill (Open MPI hears of it through
+# PMIx, and srun itself waits for the other tasks), herd's own stall limit ends it.
+train=(train "${data[@]}" --epochs 50 --seed 90417 --comm-timeout 60)
 ranks="^$herd ${train[*]}\$"
 # No hang is what is checked, not how fast: the step's end after a kill took 2-30 s
 # alone and over 58 s beside another sanitizer test on 2 cores (the time is printed).
