@@ -71,6 +71,9 @@ if "$herd" --version | grep -q "MPI: MPICH"; then # Hydra names the process, not
 else
   check "killed rank: the launcher names the rank" grep -q "rank [0-9]* .*exited on signal 9" "$tmp/err"
 fi
+# Once seen failing in a loaded run (the job over 0 s after the kill, Hydra naming no
+# PID): what the launcher said then, for the next time.
+[ "$fails" -eq 0 ] || { echo "victim $victim, rc $rc; the job's output:"; tail -n 20 "$tmp/out" "$tmp/err"; }
 
 timeout 120 "${mpirun[@]}" -np 2 "$herd" bench train --model lenet5 --data synthetic:1,28,28,10,2048 \
   --steps 4 --warmup 1 --batch-size 64 >"$tmp/out" 2>"$tmp/err"
