@@ -21,6 +21,7 @@ herd_status herd_comm_mpi_create(const herd_comm_config *cfg, herd_comm **out)
 #else
 
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,17 @@ void comm_mpi_who(const comm_mpi *m, char *out, size_t cap)
         snprintf(out, cap, "rank %d on host %s", m->c->rank, m->c->host);
 }
 
+/* MPI_Abort asks the launcher to end the job; where the launcher never acts on it (seen
+ * once under srun with PMIx: a step whose surviving rank stayed for minutes after its
+ * peer's kill), the rank ends itself a while later rather than hang. */
+#define ABORT_GRACE_S 30
+static volatile sig_atomic_t g_abort_code = 1;
+static void exit_after_abort(int sig)
+{
+    (void)sig;
+    _exit(g_abort_code);
+}
+
 _Noreturn void comm_mpi_fatal_after(comm_mpi *m, int code, const char *msg, double delay_s)
 {
     char who[160];
@@ -74,6 +86,9 @@ _Noreturn void comm_mpi_fatal_after(comm_mpi *m, int code, const char *msg, doub
         struct timespec ts = {0, 50 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
+    g_abort_code = code ? code : 1;
+    signal(SIGALRM, exit_after_abort);
+    alarm(ABORT_GRACE_S);
     MPI_Abort(MPI_COMM_WORLD, code ? code : 1);
     _exit(code ? code : 1); /* MPI_Abort does not return; this only satisfies _Noreturn */
 }
