@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "core/error.h"
+#include "core/finite.h"
 #include "optim/optim.h"
 
 herd_status herd_clip_grad_norm(herd_model *m, float max_norm, const herd_group_sum *group,
@@ -85,11 +86,8 @@ herd_status herd_first_nonfinite_grad(const herd_model *m, size_t first, size_t 
         const herd_tensor_view *t = &m->views[v];
         size_t lo = t->offset > first ? t->offset : first;
         size_t hi = t->offset + t->numel < first + count ? t->offset + t->numel : first + count;
-        for (size_t i = lo; !t->is_buffer && i < hi; i++)
-            if (!isfinite(host[i - first])) {
-                *view = v;
-                break;
-            }
+        if (!t->is_buffer && lo < hi && herd_first_nonfinite(host + (lo - first), hi - lo) < hi - lo)
+            *view = v;
     }
     free(host);
     return st;

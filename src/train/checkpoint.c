@@ -18,6 +18,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "core/finite.h"
 #include "core/fs.h"
 #include "core/log.h"
 #include "core/safetensors.h"
@@ -383,10 +384,9 @@ static herd_status read_state(const herd_st_file *sf, const char *spath, long na
 }
 
 /* The first non-finite value of f's tensors: an error naming the file, the tensor and
- * the index. Blocks are or-reduced first (vectorized), so a clean file costs one pass. */
+ * the index (core/finite.h: one pass over a clean file). */
 static herd_status check_finite(const herd_st_file *f, const char *path)
 {
-    enum { BLOCK = 4096 };
     for (size_t t = 0; t < herd_st_count(f); t++) {
         const char *name = herd_st_name(f, t);
         int ndim;
@@ -395,23 +395,14 @@ static herd_status check_finite(const herd_st_file *f, const char *path)
         size_t n = 1;
         for (int d = 0; d < ndim; d++)
             n *= (size_t)shape[d];
-        const uint32_t *u = (const uint32_t *)(const void *)x;
-        for (size_t lo = 0; lo < n; lo += BLOCK) {
-            size_t hi = n - lo < BLOCK ? n : lo + BLOCK;
-            uint32_t all_exp = 0; /* an all-ones exponent is Inf or NaN */
-            for (size_t i = lo; i < hi; i++)
-                all_exp |= (u[i] & 0x7f800000u) == 0x7f800000u;
-            if (!all_exp)
-                continue;
-            size_t first = lo, count = 0;
-            while (isfinite(x[first]))
-                first++;
-            for (size_t i = first; i < n; i++)
-                count += !isfinite(x[i]);
-            return HERD_ERR(HERD_ERR_FORMAT, "'%s': tensor '%s' holds %g at index %zu (%zu of its %zu "
-                            "values are not finite); " CORRUPT_HINT, path, name, (double)x[first], first,
-                            count, n);
-        }
+        size_t first = herd_first_nonfinite(x, n), count = 0;
+        if (first == n)
+            continue;
+        for (size_t i = first; i < n; i++)
+            count += !isfinite(x[i]);
+        return HERD_ERR(HERD_ERR_FORMAT, "'%s': tensor '%s' holds %g at index %zu (%zu of its %zu "
+                        "values are not finite); " CORRUPT_HINT, path, name, (double)x[first], first,
+                        count, n);
     }
     return HERD_OK;
 }
