@@ -20,11 +20,19 @@ find "$B" -maxdepth 3 -type f -perm -u+x -name 'test_*' \( -name '*cuda*' -o -na
   -o -name 'test_comm_device' \) -exec cp {} .dev/tests/ \;
 # The MPI tests that take a device (run there under Hydra with 2 ranks on the one GPU).
 for t in mpi_equivalence mpi_pipeline mpi_staged test_loss_scale; do cp "$B/tests/$t" .dev/tests/; done
+# bench/gpu/speed.sh's tools: the backend's op timer and the kernel-time recorder.
+cuda=/usr/local/cuda
+gcc -O2 -Iinclude -Isrc -I$cuda/include bench/bench_cuda_ops.c "$B/libherd.a" -L$cuda/lib64 \
+  -lcudnn -lcublas -lcudart -lnccl -lmpich -lstdc++ -ldnnl -lcjson -lz -lxxhash -fopenmp -lm \
+  -o .dev/bench_cuda_ops
+cupti=$(dirname "$(find -L $cuda/ -name 'libcupti.so' | head -n1)")
+gcc -O2 -Wall -Wextra -shared -fPIC -I$cuda/include bench/gpu/kprof.c -L"$cupti" -lcupti -lstdc++ \
+  -o .dev/kprof.so
 hydra=$(readlink -f "$(command -v mpiexec.hydra)")
 cp "$hydra" "$(dirname "$hydra")/hydra_pmi_proxy" .dev/bin/
 ucx=/usr/lib/x86_64-linux-gnu/ucx
 cp -L "$ucx"/libuct_cma.so.0 "$ucx"/libuct_ib.so.0 "$ucx"/libuct_rdmacm.so.0 .dev/lib/ucx/ 2>/dev/null || true
-for f in .dev/herd .dev/tests/* .dev/bin/mpiexec.hydra .dev/bin/hydra_pmi_proxy .dev/lib/ucx/*; do
+for f in .dev/herd .dev/bench_cuda_ops .dev/tests/* .dev/bin/mpiexec.hydra .dev/bin/hydra_pmi_proxy .dev/lib/ucx/*; do
   ldd "$f" 2>/dev/null
 done | awk '$3 ~ /^\// {print $3}' | sort -u |
   grep -v -E "/(libc|libm|libpthread|libdl|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|cuda|cudnn|cublas|nccl|libnvidia" |
@@ -35,8 +43,9 @@ cat >.dev/env.sh <<'ENV'
 D=$PWD/.dev
 U=${TMPDIR:-/tmp}/herd-dev # unpacked outside the tree, which stays small enough to travel
 mkdir -p "$U"; [ -d "$U/lib" ] || tar -C "$U" -xJf "$D/lib.tar.xz"
-_dirs=$(find /usr/local/cuda/targets /usr/local/cuda/lib64 /opt/torch/.venv/lib/python3.12/site-packages/nvidia \
-  \( -name 'libcudnn.so.9' -o -name 'libcublas.so.13' -o -name 'libcudart.so.13' -o -name 'libnccl.so.2' \) \
+_dirs=$(find /usr/local/cuda/targets /usr/local/cuda/lib64 /usr/local/cuda/extras /opt/torch/.venv/lib/python3.12/site-packages/nvidia \
+  \( -name 'libcudnn.so.9' -o -name 'libcublas.so.13' -o -name 'libcudart.so.13' -o -name 'libnccl.so.2' \
+  -o -name 'libcupti.so.13' \) \
   2>/dev/null | xargs -r -n1 dirname | sort -u | paste -sd:)
 HL=$U/lib:$_dirs
 export PATH=$D/bin:$PATH UCX_MODULE_DIR=$U/lib/ucx

@@ -69,6 +69,20 @@ static inline HERD_HOST_DEVICE float herd_rng_uniform(herd_rng *r)
     return (float)(herd_rng_next(r) >> 40) * (1.0f / 16777216.0f);
 }
 
+/* Uniform in [0, 1), the i-th draw of a counter-based stream keyed by key: any element
+ * computed alone, in any order, by any thread (dropout masks: one GPU thread per
+ * element, the same numbers on the CPU). */
+static inline HERD_HOST_DEVICE float herd_rng_uniform_at(uint64_t key, uint64_t i)
+{
+    return (float)(herd_mix64(key, i) >> 40) * (1.0f / 16777216.0f);
+}
+
+/* The key of a dropout layer's stream for one call's seed. */
+static inline HERD_HOST_DEVICE uint64_t herd_dropout_key(uint64_t seed)
+{
+    return herd_mix64(seed, 0x64726f70 /* "drop" */);
+}
+
 /* Uniform integer in [0, n). */
 uint32_t herd_rng_below(herd_rng *r, uint32_t n);
 /* Standard normal (Box-Muller). */

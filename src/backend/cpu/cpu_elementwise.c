@@ -22,26 +22,19 @@ herd_status herd_cpu_relu_bwd(size_t n, const float *y, const float *dy, float *
     return HERD_OK;
 }
 
-/* Masks are drawn in fixed-size chunks, each from its own stream, so the result
- * depends only on the seed, never on the number of threads. */
-#define DROPOUT_CHUNK 4096
-
+/* Element i keeps with draw i of a counter-based stream of the seed, so the mask depends
+ * only on the seed, never on the number of threads, and the GPU draws the same. */
 herd_status herd_cpu_dropout_fwd(size_t n, const float *x, float *y, float *mask, float p,
                                  uint64_t seed)
 {
     HERD_TRY(herd_check_dropout_fwd(n, x, y, mask, p));
     /* p = 1 drops everything (PyTorch returns zeros) instead of scaling by infinity. */
     float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
-    size_t chunks = (n + DROPOUT_CHUNK - 1) / DROPOUT_CHUNK;
-#pragma omp parallel for schedule(static) if (n >= HERD_CPU_PAR_MIN)
-    for (size_t ch = 0; ch < chunks; ch++) {
-        herd_rng r;
-        herd_rng_seed(&r, seed, ch, 0x64726f70 /* "drop" */);
-        size_t end = (ch + 1) * DROPOUT_CHUNK < n ? (ch + 1) * DROPOUT_CHUNK : n;
-        for (size_t i = ch * DROPOUT_CHUNK; i < end; i++)
-            mask[i] = herd_rng_uniform(&r) >= p ? keep_scale : 0.0f;
-        for (size_t i = ch * DROPOUT_CHUNK; i < end; i++)
-            y[i] = x[i] * mask[i];
+    uint64_t key = herd_dropout_key(seed);
+#pragma omp parallel for simd schedule(static) if (n >= HERD_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        mask[i] = herd_rng_uniform_at(key, i) >= p ? keep_scale : 0.0f;
+        y[i] = x[i] * mask[i];
     }
     return HERD_OK;
 }

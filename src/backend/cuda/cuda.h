@@ -36,11 +36,15 @@ void herd_cuda_free(void *p);
 void herd_cuda_alloc_release(void);
 /* Caps the bytes the allocator holds, cached blocks included (0 = no cap). */
 herd_status herd_cuda_set_memory_limit(uint64_t bytes);
+/* Bytes herd could still take on the device (the cap's or the driver's view). */
+uint64_t herd_cuda_memory_available(void);
 
 /* Grow-only device scratch owned by the backend, one buffer per slot; ops use it for
  * small per-call temporaries so the training step never calls cudaMalloc. Safe to
  * reuse across ops because everything runs in order on one stream. */
-enum { HERD_CUDA_SCRATCH_LOSS, HERD_CUDA_SCRATCH_BN, HERD_CUDA_SCRATCH_FLAG, HERD_CUDA_SCRATCH_NORM, HERD_CUDA_SCRATCH_COUNT };
+enum { HERD_CUDA_SCRATCH_LOSS, HERD_CUDA_SCRATCH_BN, HERD_CUDA_SCRATCH_FLAG, HERD_CUDA_SCRATCH_NORM,
+       HERD_CUDA_SCRATCH_CONV, /* the workspace every convolution shares */
+       HERD_CUDA_SCRATCH_COUNT };
 herd_status herd_cuda_scratch(int slot, size_t bytes, void **p);
 /* Pinned host memory for results that come back to the host (loss sums). */
 herd_status herd_cuda_host_scratch(size_t bytes, void **p);

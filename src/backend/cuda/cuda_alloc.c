@@ -192,6 +192,20 @@ herd_status herd_cuda_set_memory_limit(uint64_t bytes)
     return HERD_OK;
 }
 
+/* Bytes herd could still take: under --gpu-memory-limit the cap less what is in use,
+ * else the driver's free memory plus herd's cached blocks (which it would give back). */
+uint64_t herd_cuda_memory_available(void)
+{
+    uint64_t free_b, total_b;
+    device_memory(&free_b, &total_b);
+    pthread_mutex_lock(&g_lock);
+    uint64_t in_use = g_budget.held - g_budget.cached, avail = free_b + g_budget.cached;
+    if (g_budget.limit)
+        avail = g_budget.limit > in_use ? g_budget.limit - in_use : 0;
+    pthread_mutex_unlock(&g_lock);
+    return avail;
+}
+
 /* ---- backend-owned scratch */
 
 static void *g_scratch[HERD_CUDA_SCRATCH_COUNT];
@@ -207,7 +221,9 @@ herd_status herd_cuda_scratch(int slot, size_t bytes, void **p)
         herd_cuda_free(g_scratch[slot]);
         g_scratch[slot] = NULL;
         g_scratch_bytes[slot] = 0;
-        size_t want = bytes * 2; /* grow geometrically: a few calls per run at most */
+        /* Grow geometrically (a few calls per run at most), but a large buffer (the
+         * convolutions' shared workspace) exactly: doubling GiBs would waste them. */
+        size_t want = bytes > ((size_t)64 << 20) ? bytes : bytes * 2;
         if (!(g_scratch[slot] = herd_cuda_alloc(want)))
             return HERD_ERR_NOMEM;
         g_scratch_bytes[slot] = want;

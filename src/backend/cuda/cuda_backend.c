@@ -4,7 +4,7 @@
 #include <pthread.h>
 #include <stdio.h>
 
-#include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_conv_algo.h"
 #include "core/log.h"
 
 static herd_cuda_ctx g_ctx;
@@ -201,6 +201,7 @@ void herd_backend_cuda_shutdown(void)
         return;
     cudaStreamSynchronize(g_ctx.stream);
     herd_cuda_timer_release();
+    herd_cuda_conv_algos_release();
     herd_cuda_alloc_release();
     cudnnDestroy(g_ctx.cudnn);
     cublasDestroy(g_ctx.cublas);

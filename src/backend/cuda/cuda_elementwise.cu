@@ -39,26 +39,17 @@ __global__ void k_fill(size_t n, float value, float *y)
     GRID_STRIDE(i, n) y[i] = value;
 }
 
-/* The CPU backend draws masks in 4096-element chunks, each from stream (seed, chunk,
- * "drop") of core/rng.h; the same inline functions run here, so masks match bit for bit. */
-#define DROPOUT_CHUNK 4096
-
-/* One thread per chunk: the stream is sequential within a chunk. */
+/* Element i's draw is core/rng.h's counter-based herd_rng_uniform_at, as on the CPU
+ * backend, so masks match bit for bit; one thread per element runs at memory speed (the
+ * sequential streams it replaces took 2.4 ms for a mask PyTorch draws in 0.04 ms). */
 __global__ void k_dropout(size_t n, const float *x, float *y, float *mask, float p,
-                          float keep_scale, uint64_t seed)
+                          float keep_scale, uint64_t key)
 {
-    size_t chunks = (n + DROPOUT_CHUNK - 1) / DROPOUT_CHUNK;
-    for (size_t ch = blockIdx.x * (size_t)blockDim.x + threadIdx.x; ch < chunks;
-         ch += (size_t)gridDim.x * blockDim.x) {
-        herd_rng r;
-        herd_rng_seed(&r, seed, ch, 0x64726f70 /* "drop" */);
-        size_t end = (ch + 1) * DROPOUT_CHUNK < n ? (ch + 1) * DROPOUT_CHUNK : n;
-        for (size_t i = ch * DROPOUT_CHUNK; i < end; i++) {
-            float u = herd_rng_uniform(&r);
-            float m = u >= p ? keep_scale : 0.0f;
-            mask[i] = m;
-            y[i] = x[i] * m;
-        }
+    GRID_STRIDE(i, n)
+    {
+        float m = herd_rng_uniform_at(key, i) >= p ? keep_scale : 0.0f;
+        mask[i] = m;
+        y[i] = x[i] * m;
     }
 }
 
@@ -151,6 +142,5 @@ extern "C" herd_status herd_cuda_dropout_fwd(size_t n, const float *x, float *y,
 {
     HERD_TRY(herd_check_dropout_fwd(n, x, y, mask, p));
     float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
-    size_t chunks = (n + DROPOUT_CHUNK - 1) / DROPOUT_CHUNK;
-    LAUNCH(k_dropout, chunks, n, x, y, mask, p, keep_scale, seed);
+    LAUNCH(k_dropout, n, n, x, y, mask, p, keep_scale, herd_dropout_key(seed));
 }

@@ -1,0 +1,78 @@
+"""A step's kernel times from two kprof tables (bench/gpu/kprof.c) of runs that differ
+only in their step count: (long - short) / steps, per kernel name and per family.
+
+    python3 kprof_diff.py SHORT.tsv LONG.tsv STEPS [--top N]
+"""
+import argparse
+import re
+
+# Families, first match wins: what a reader of the breakdown asks about.
+FAMILIES = [
+    ("cuDNN conv backward filter", r"wgrad|bwd_filter|BwdFilter|dgrad2d_w|conv2d_grad_weight"),
+    ("cuDNN conv backward data", r"dgrad|bwd_data|BwdData"),
+    ("cuDNN conv forward", r"fprop|implicit_convolve|conv2d_fwd|implicit_gemm|xmma_fprop|fwd_kernel|cudnn.*conv|sm90_xmma|winograd|fft"),
+    ("layout conversion", r"nchwToNhwc|nhwcToNchw|transpose|nchw|nhwc"),
+    ("batch norm", r"\bk_bn|bn_|batch_?norm"),
+    ("GEMM (cuBLAS)", r"gemm|cutlass|sgemm|ampere|sm90"),
+    ("elementwise (herd)", r"k_relu|k_add|k_mul|k_axpy|k_copy|k_fill|k_dropout|k_scale"),
+    ("pooling", r"pool"),
+    ("loss", r"xent|softmax"),
+    ("optimizer", r"sgd|adamw|unscale|sum_squares"),
+]
+
+
+def load(path):
+    table = {}
+    with open(path) as f:
+        for line in f:
+            calls, ns, name = line.rstrip("\n").split("\t", 2)
+            c, t = table.get(name, (0, 0))
+            table[name] = (c + int(calls), t + int(ns))
+    return table
+
+
+def family(name):
+    for fam, pat in FAMILIES:
+        if re.search(pat, name, re.IGNORECASE):
+            return fam
+    return "other"
+
+
+def short_name(name, width=90):
+    name = re.sub(r"\(.*", "", name)  # drop the argument list
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("short")
+    p.add_argument("long")
+    p.add_argument("steps", type=int)
+    p.add_argument("--top", type=int, default=20)
+    a = p.parse_args()
+    s, l = load(a.short), load(a.long)
+    rows = []
+    for name, (calls, ns) in l.items():
+        c0, t0 = s.get(name, (0, 0))
+        dt = (ns - t0) / a.steps / 1e6
+        dc = (calls - c0) / a.steps
+        if dc > 0 or dt > 0:
+            rows.append((dt, dc, name))
+    total = sum(r[0] for r in rows)
+    print("kernel time per step: %.3f ms in %.0f kernels" % (total, sum(r[1] for r in rows)))
+    fams = {}
+    for dt, dc, name in rows:
+        f = family(name)
+        t, c = fams.get(f, (0.0, 0.0))
+        fams[f] = (t + dt, c + dc)
+    print("%-32s %9s %6s %8s" % ("family", "ms/step", "share", "kernels"))
+    for f, (t, c) in sorted(fams.items(), key=lambda kv: -kv[1][0]):
+        print("%-32s %9.3f %5.1f%% %8.0f" % (f, t, 100 * t / total if total else 0, c))
+    print("top %d kernels:" % a.top)
+    for dt, dc, name in sorted(rows, reverse=True)[: a.top]:
+        print("  %8.3f ms %5.1f%% %5.0fx  %s" % (dt, 100 * dt / total if total else 0, dc,
+                                               short_name(name)))
+
+
+if __name__ == "__main__":
+    main()
