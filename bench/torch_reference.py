@@ -388,6 +388,7 @@ def bench_cuda(model, args):
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.deterministic = args.deterministic
     if args.shape:
         c, h, w, classes = (int(v) for v in args.shape.split(","))
         shape = (c, h, w)
@@ -430,7 +431,8 @@ def bench_cuda(model, args):
     return {
         "model": model, "framework": "torch", "device": "cuda",
         "gpu": torch.cuda.get_device_name(dev), "precision": args.precision,
-        "channels_last": args.channels_last, "batch": args.batch_size,
+        "channels_last": args.channels_last, "deterministic": args.deterministic,
+        "batch": args.batch_size,
         "samples_per_s": round(args.steps * args.batch_size / dt, 1),
         "step_ms": round(1000 * dt / args.steps, 3), "steps": args.steps,
         "warmup": args.warmup, "loss": round(loss.item(), 4), "torch": torch.__version__,
@@ -480,6 +482,8 @@ def main():
                    help="cuda: TF32 matmuls/convolutions, or autocast to bf16/fp16; "
                         "cpu: fp32 or autocast to bf16")
     p.add_argument("--channels-last", action="store_true", help="cuda: NHWC memory format")
+    p.add_argument("--deterministic", action="store_true",
+                   help="cuda: deterministic cuDNN algorithms only (herd's default)")
     p.add_argument("--shape", default=None, metavar="C,H,W,CLASSES",
                    help="input shape and classes for every model (cpu: synthetic data)")
     args = p.parse_args()

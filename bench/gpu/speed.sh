@@ -29,6 +29,29 @@ date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm -
 herd --version
 py -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), torch.cuda.get_device_name())'
 
+# PART=determinism: what deterministic algorithms cost, herd and PyTorch alike (herd:
+# HERD_CUDNN_ANY_ALGO=1 lifts the rule; PyTorch: torch.backends.cudnn.deterministic).
+if [ "${PART:-all}" = determinism ]; then
+  check test_cuda_precision env LD_LIBRARY_PATH="$HL" HERD_TEST_DEVICE=cuda timeout 300 \
+    .dev/tests/test_cuda_precision
+  R50=synthetic:3,224,224,1000,512
+  for run in "resnet50 $R50 64 fp32 30 5" "resnet50 $R50 64 tf32 30 5" \
+             "resnet20 synthetic:3,32,32,10,4096 128 fp32 100 10"; do
+    read -r m data b p s w <<<"$run"
+    for any in 0 1; do
+      echo "herd $m batch=$b $p any_algo=$any: $(HERD_CUDNN_ANY_ALGO=$any herd bench train \
+        --model $m --data $data --batch-size $b --steps $s --warmup $w --precision $p 2>&1 | tail -n1)"
+    done
+    for det in --deterministic ""; do
+      echo "torch $m batch=$b $p ${det:-nondeterministic}: $(py bench/torch_reference.py \
+        --device cuda --models $m --batch-size $b --steps $s --warmup $w --precision $p $det 2>&1 | tail -n1)"
+    done
+  done
+  summary "gpu determinism costs"
+  exit
+fi
+
+if [ "${FROM:-1}" -le 2 ]; then # FROM=3: only the timings
 section "1. correctness"
 for t in test_backend_cuda test_cuda_train test_cuda_precision; do
   check "$t" env LD_LIBRARY_PATH="$HL" HERD_TEST_DEVICE=cuda timeout 300 .dev/tests/$t
@@ -44,6 +67,7 @@ check "the measured choices were kept ($(wc -l <"$tmp/cudnn-algos.tsv" 2>/dev/nu
 section "2. dropout and the other ops against PyTorch"
 LD_LIBRARY_PATH=$HL timeout 120 .dev/bench_cuda_ops | grep -E "^(resnet|dropout|relu|add)"
 py bench/torch_cuda_ops.py | grep -E "^(resnet|dropout|relu|add)"
+fi
 
 section "3. throughput (samples/s)"
 steps50=30 steps20=100
@@ -55,7 +79,7 @@ hb() { # hb CHOICE MODEL DATA BATCH STEPS WARMUP PRECISION
     --data "$3" --batch-size "$4" --steps "$5" --warmup "$6" --precision "$7" 2>&1 | tail -n1)"
 }
 tb() { # tb MODEL BATCH STEPS WARMUP PRECISION [--channels-last]
-  echo "torch $1 batch=$2 $5 $6: $(py bench/torch_reference.py --device cuda --models "$1" \
+  echo "torch $1 batch=$2 $5 ${6:-}: $(py bench/torch_reference.py --device cuda --models "$1" \
     --batch-size "$2" --steps "$3" --warmup "$4" --precision "$5" ${6:-} 2>&1 | tail -n1)"
 }
 for b in 64 128; do

@@ -46,6 +46,8 @@ enum { HERD_CUDA_SCRATCH_LOSS, HERD_CUDA_SCRATCH_BN, HERD_CUDA_SCRATCH_FLAG, HER
        HERD_CUDA_SCRATCH_CONV, /* the workspace every convolution shares */
        HERD_CUDA_SCRATCH_COUNT };
 herd_status herd_cuda_scratch(int slot, size_t bytes, void **p);
+/* Gives a slot's buffer back to the allocator's cache (in stream order). */
+void herd_cuda_scratch_release(int slot);
 /* Pinned host memory for results that come back to the host (loss sums). */
 herd_status herd_cuda_host_scratch(size_t bytes, void **p);
 

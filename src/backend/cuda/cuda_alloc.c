@@ -232,6 +232,15 @@ herd_status herd_cuda_scratch(int slot, size_t bytes, void **p)
     return HERD_OK;
 }
 
+void herd_cuda_scratch_release(int slot)
+{
+    if (slot < 0 || slot >= HERD_CUDA_SCRATCH_COUNT)
+        return;
+    herd_cuda_free(g_scratch[slot]);
+    g_scratch[slot] = NULL;
+    g_scratch_bytes[slot] = 0;
+}
+
 herd_status herd_cuda_host_scratch(size_t bytes, void **p)
 {
     if (bytes > g_host_bytes) {
@@ -251,11 +260,8 @@ herd_status herd_cuda_host_scratch(size_t bytes, void **p)
 
 void herd_cuda_alloc_release(void)
 {
-    for (int s = 0; s < HERD_CUDA_SCRATCH_COUNT; s++) {
-        herd_cuda_free(g_scratch[s]);
-        g_scratch[s] = NULL;
-        g_scratch_bytes[s] = 0;
-    }
+    for (int s = 0; s < HERD_CUDA_SCRATCH_COUNT; s++)
+        herd_cuda_scratch_release(s);
     if (g_host)
         cudaFreeHost(g_host);
     g_host = NULL;

@@ -20,10 +20,16 @@ struct herd_conv_plan {
     bool tf32; /* the precision the algorithms were chosen for */
 };
 
+/* Plans alive: the shared workspace goes back to the allocator with the last one, so
+ * memory in use after the models are gone is what it was before them. */
+static int g_live_plans;
+
 void herd_cuda_conv2d_plan_free(herd_conv_plan *p)
 {
     if (!p)
         return;
+    if (--g_live_plans == 0)
+        herd_cuda_scratch_release(HERD_CUDA_SCRATCH_CONV);
     if (p->x)
         cudnnDestroyTensorDescriptor(p->x);
     if (p->y)
@@ -108,6 +114,7 @@ herd_status herd_cuda_conv2d_plan(const herd_conv_desc *d, herd_conv_plan **plan
     herd_conv_plan *p = calloc(1, sizeof *p);
     if (!p)
         return HERD_NOMEM(sizeof *p);
+    g_live_plans++;
     p->d = fin;
     herd_status st = build(p);
     if (st != HERD_OK) {
