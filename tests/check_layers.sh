@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The layer graph: which part of herd includes which, from every #include in src/,
 # cli/ and include/. Prints the graph (edges with their include counts) and fails on
-# any include against the allowed direction (README, "Who may include whom"):
+# any include against the allowed direction (README, "Who may include whom"), and on a
+# private header included outside its directory (tests and bench included):
 #   cli -> src/train -> src/{optim,obs,tools} -> src/{nn,data,dist} -> src/backend -> src/core
 # with include/herd/herd.h (the public API: types and declarations, only the C
 # library below it) open to every layer, and the CLI reaching src/ only through the
@@ -33,6 +34,18 @@ edges=$(find src cli include -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' | s
       while read -r inc; do echo "$f $inc"; done
   done)
 [ -n "$edges" ] || { echo "check_layers: no includes found under $root"; exit 1; }
+
+# header: the only directory whose files may include it (the state of a run, shared
+# by the files that run it; the checkpoint files' shared names).
+private='
+train/run.h src/train
+train/checkpoint_file.h src/train
+'
+outside=$(echo "$private" | while read -r hdr dir; do
+  [ -n "$hdr" ] || continue
+  grep -rlE "^[[:space:]]*#[[:space:]]*include[[:space:]]*\"$hdr\"" src cli include tests bench 2>/dev/null |
+    grep -v "^$dir/" | sed "s|\$| includes \"$hdr\", private to $dir/|"
+done)
 
 echo "$edges" | awk -v allowed="$allowed" '
 function layer_of_file(f, p) {
@@ -76,3 +89,7 @@ END {
     if (bad) { printf "check_layers: %d include(s) against the allowed direction\n", bad; exit 1 }
     print "check_layers: every include points the allowed way"
 }'
+layers=$?
+[ -z "$outside" ] || { echo "$outside" | sed 's/^/check_layers: /'; exit 1; }
+echo "check_layers: the private headers stay in their directories"
+exit $layers

@@ -1,6 +1,7 @@
 /* The training loop: epochs of shuffled batches (each rank its own shard), LR
- * schedule, gradient reduction, evaluation, checkpoints and resume, progress. */
-#include <math.h>
+ * schedule, gradient reduction, evaluation, checkpoints and resume, progress. Its
+ * configuration is train_config.c's, the ranks' agreement signature.c's and the
+ * checkpoint steps ckpt_steps.c's; the state they share is run.h. */
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -13,351 +14,13 @@
 #include "core/testhook.h"
 #include "dist/replica.h"
 #include "dist/signature.h"
-#include "obs/observer.h"
-#include "train/checkpoint.h"
-#include "train/ckpt_dir.h"
-#include "train/ckpt_writer.h"
-#include "train/restarts.h"
-#include "train/pipeline.h"
-#include "train/step.h"
-
-/* One step's figures on their way to every rank: loss, accuracy and samples, the
- * stop vote and the agreement on failures since the last step. They travel a step
- * late: the reduction starts when step k ends, ahead of step k+1's gradient buckets in
- * the communicator's queue, and herd_apply_step's wait_all completes it with them, so
- * on a slow link its round trip hides behind step k+1's forward and backward instead
- * of blocking every step. Not with step k's last gradient bucket: buckets are slices of the float
- * gradient buffer reduced on their wire (maybe 16-bit), while these sums are doubles
- * that must stay exact, and a separate reduction queued behind the last bucket would
- * still be waited for before step k+1. A stop, the epoch end and one process deliver
- * at once, so totals, checkpoints, logs and the callback see every step's figures,
- * the same numbers as before, only later. */
-typedef struct step_metrics {
-    double stats[8];    /* loss, correct, samples, stop vote, agreement (3), checkpoint vote:
-                         * reduced in place */
-    herd_status local;  /* this rank's part of the agreement */
-    herd_progress p;    /* the step's progress; the reduced figures are filled in on arrival */
-    herd_phase_times t; /* the step's own phases, for the observer */
-    double train_time;  /* r->train_time after the step */
-    double epoch_time;  /* the epoch's step time after the step */
-    bool pending;       /* started, not delivered */
-} step_metrics;
+#include "train/run.h"
 
 /* An epoch's figures over all ranks; a resumed epoch's start with the checkpoint's. */
 typedef struct epoch_totals {
     double sums[3];     /* loss, correct, samples */
     double run_samples; /* this run's share of them: the throughput's */
 } epoch_totals;
-
-typedef struct run {
-    herd_model *m;        /* what this rank trains: the model, or its pipeline stage */
-    herd_model *whole;    /* the caller's model */
-    herd_dataset *train, *test;
-    herd_train_config cfg; /* effective: lr scaled, warmup resolved */
-    herd_progress_fn progress;
-    void *user;
-    herd_comm *comm;
-    /* The ranks that hold the same parameters and reduce their gradients: comm, or
-     * with pipeline stages this stage's group (owned by pp). */
-    herd_comm *dp;
-    herd_pipeline *pp;      /* pipeline stages, or NULL */
-    herd_comm *device_comm; /* gradients in GPU memory across ranks (owned), or NULL */
-    herd_loss_scaler scaler;
-    herd_loader *loader;
-    herd_optimizer *opt;
-    herd_step_plan plan;
-    herd_zero zero;          /* --zero: the slices (plan.zero points here) */
-    herd_timeline *timeline; /* --timeline, else NULL */
-    herd_train_state state;
-    herd_train_result *res;
-    long steps_per_epoch;
-    long first_step;      /* global_step when this run began (after a resume) */
-    herd_ckpt_writer *writer; /* rank 0's background checkpoint writes, once one is made */
-    long saved_step;          /* global_step of the last checkpoint made (-1: none) */
-    double last_ckpt_time;    /* rank 0: when training began or the last checkpoint was made */
-    bool ckpt_due;            /* --checkpoint-every-seconds voted for a checkpoint */
-    herd_restart_log restarts; /* rank 0 of a supervised run (herd run --max-restarts) */
-    double train_time;    /* seconds in training steps (excludes evaluation) */
-    double train_samples; /* over all ranks */
-    bool stop_requested;  /* a progress callback asked to stop */
-    long clipped_steps;   /* steps --clip-grad-norm scaled down (this run) */
-    herd_status deferred; /* a local failure between collectives, told at the next agreement */
-    herd_observer *obs;   /* --logdir / --metrics (rank 0; NULL when not asked) */
-    step_metrics metrics; /* the last step's, until delivered (here: it outlives a failure) */
-    /* Rank 0 with pipeline stages: the whole model and its optimizer a resume read,
-     * until they are handed to the stages. */
-    herd_model *ckpt_whole;
-    herd_optimizer *ckpt_opt;
-    herd_ckpt_dir owner; /* rank 0: the checkpoint directory's lock, held until the end */
-} run;
-
-static herd_status validate(const herd_train_config *c)
-{
-    if (c->epochs <= 0 || c->batch_size <= 0)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "epochs (%d) and batch size (%d) must be positive",
-                        c->epochs, c->batch_size);
-    if (!(c->lr > 0) || !isfinite(c->lr))
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "learning rate must be positive, got %g", c->lr);
-    if (c->momentum < 0 || c->momentum >= 1)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "momentum must be in [0, 1), got %g", c->momentum);
-    if (c->nesterov && c->momentum == 0)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "Nesterov momentum needs --momentum > 0");
-    if (c->weight_decay < 0)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "weight decay must be >= 0, got %g", c->weight_decay);
-    if (c->label_smoothing < 0 || c->label_smoothing >= 1)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "label smoothing must be in [0, 1), got %g",
-                        c->label_smoothing);
-    if (c->warmup_epochs > c->epochs)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "warmup epochs must be at most the epochs, got %g",
-                        c->warmup_epochs);
-    if (c->resume && !c->checkpoint_dir)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "--resume needs --checkpoint-dir");
-    if (c->checkpoint_dir && !*c->checkpoint_dir)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "--checkpoint-dir is empty: name a directory");
-    if (c->n_milestones < 0 || c->n_milestones > HERD_MAX_MILESTONES)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "at most %d milestones", HERD_MAX_MILESTONES);
-    if (c->grad_accum < 1)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "gradient accumulation needs at least 1 micro-batch");
-    if ((unsigned)c->compress > HERD_COMPRESS_BF16)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "compress is 0 (none), 1 (fp16) or 2 (bf16)");
-    if (!(c->bucket_mb > 0))
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "bucket size must be positive, got %g MiB", c->bucket_mb);
-    if (c->pipeline_stages > HERD_PP_MAX_STAGES || c->micro_batches < 0 ||
-        c->pipeline_stages < 0)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "pipeline stages must be in 1..%d and micro-batches at "
-                        "least 1, got %d and %d", HERD_PP_MAX_STAGES, c->pipeline_stages,
-                        c->micro_batches);
-    if ((unsigned)c->pp_schedule > HERD_PP_SCHEDULE_GPIPE)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "pipeline schedule is 0 (1f1b) or 1 (gpipe)");
-    if (c->micro_batches > 1 && c->batch_size % c->micro_batches != 0)
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "--batch-size %d does not divide into --micro-batches %d; pick a batch size "
-                        "that is a multiple of the micro-batches", c->batch_size, c->micro_batches);
-    if (c->zero_stage < 0 || c->zero_stage > 2)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "ZeRO stage %d is not offered: 0 (off), 1 "
-                        "(optimizer state sharded) or 2 (and gradients)", c->zero_stage);
-    if (!(c->clip_grad_norm >= 0.0f) || !isfinite(c->clip_grad_norm))
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "gradient clipping needs a maximum norm > 0 (or 0 for none), got %g",
-                        (double)c->clip_grad_norm);
-    if (c->dynamic_loss_scale && (!(c->loss_scale_init >= 1.0f) || !isfinite(c->loss_scale_init) ||
-                                  c->loss_scale_window < 1))
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "loss scaling needs an initial scale >= 1 (got %g) and a window >= 1 step "
-                        "(got %d)",
-                        (double)c->loss_scale_init, c->loss_scale_window);
-    return HERD_OK;
-}
-
-/* The replicas of the model: ranks, or with pipeline stages the pipelines. */
-static int replicas(const run *r)
-{
-    int stages = r->cfg.pipeline_stages;
-    return stages > 1 && r->comm->size % stages == 0 ? r->comm->size / stages : r->comm->size;
-}
-
-/* An elastic run on another number of replicas than its batch was given for:
- * keep the global batch (fewest micro-batches whose size is at most the given one)
- * or the per-rank batch with lr scaled. Every rank computes the same. */
-static herd_status resolve_elastic(run *r)
-{
-    herd_train_config *c = &r->cfg;
-    int stages = c->pipeline_stages > 1 ? c->pipeline_stages : 1;
-    int n0 = c->elastic_ranks, n = replicas(r);
-    if (n0 < 0 || (unsigned)c->elastic_batch > HERD_ELASTIC_SCALE)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "elastic ranks must be >= 0 (got %d) and the elastic "
-                        "batch keep or scale", n0);
-    if (n0 % stages != 0)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "elastic ranks %d are not whole pipelines of %d stages",
-                        n0, stages);
-    n0 /= stages; /* the replicas the batch was given for: ranks count every stage */
-    if (n0 == 0 || n0 == n)
-        return HERD_OK;
-    long g0 = (long)n0 * c->batch_size * c->grad_accum;
-    bool rank0 = r->comm->rank == 0;
-    if (c->elastic_batch == HERD_ELASTIC_SCALE) {
-        long g = (long)n * c->batch_size * c->grad_accum;
-        float lr = c->lr_scaling ? c->lr : c->lr * (float)g / (float)g0; /* lr scaling sees g itself */
-        if (rank0) /* said even under --quiet, as a restart is: the run differs from its flags */
-            herd_log(HERD_LOG_WARNING, "elastic: %d replicas instead of %d: per-rank batch %d kept, "
-                     "global batch %ld (was %ld), lr %g%s", n, n0, c->batch_size, g, g0, (double)lr,
-                     c->lr_scaling ? " (--lr-scaling follows the global batch)" : " (linear rule)");
-        c->lr = lr;
-        return HERD_OK;
-    }
-    long micro_unit = c->micro_batches > 1 ? c->micro_batches : 1;
-    long per = g0 % n == 0 ? g0 / n : 0; /* samples per replica and step */
-    int accum = 0, batch = 0;
-    if (per > 0 && per % c->batch_size == 0 && per / c->batch_size <= 4096) {
-        batch = c->batch_size;
-        accum = (int)(per / c->batch_size);
-    }
-    for (long a = 1; !accum && per > 0 && a <= 4096 && a <= per; a++)
-        if (per % a == 0 && per / a <= c->batch_size && (per / a) % micro_unit == 0) {
-            accum = (int)a;
-            batch = (int)(per / a);
-        }
-    if (!accum)
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "elastic: the global batch %ld (%d replicas x %d x %d) cannot be kept on %d "
-                        "replicas%s; restart with a number of ranks that divides it, or "
-                        "--elastic-batch scale", g0, n0, c->batch_size, c->grad_accum, n,
-                        per ? " in whole micro-batches" : "");
-    if (rank0)
-        herd_log(HERD_LOG_WARNING, "elastic: %d replicas instead of %d: global batch %ld kept as %d x "
-                 "%d x %d (--batch-size %d --grad-accum %d)", n, n0, g0, n, batch, accum, batch, accum);
-    c->batch_size = batch;
-    c->grad_accum = accum;
-    return HERD_OK;
-}
-
-/* Linear scaling rule with gradual warmup (Goyal et al. 2017), after the elastic fit. */
-static herd_status resolve_config(run *r, const herd_train_config *cfg)
-{
-    r->cfg = *cfg;
-    if (r->cfg.pipeline_stages < 1) /* a config from before pipelines: zeroed */
-        r->cfg.pipeline_stages = 1;
-    if (r->cfg.micro_batches < 1)
-        r->cfg.micro_batches = 1;
-    HERD_TRY(resolve_elastic(r));
-    long global_batch = (long)r->cfg.batch_size * r->cfg.grad_accum * replicas(r);
-    if (cfg->lr_scaling)
-        r->cfg.lr = cfg->lr * (float)global_batch / 256.0f;
-    if (cfg->warmup_epochs < 0) /* "auto" */
-        r->cfg.warmup_epochs = cfg->lr_scaling ? (cfg->epochs < 5 ? (float)cfg->epochs : 5.0f) : 0.0f;
-    return HERD_OK;
-}
-
-/* Every field of herd_train_config is either compared below or named here as not
- * needing to be: threads (each rank's own arithmetic; the reduced gradients are the
- * same), checkpoint paths, logdir, histograms, metrics_path and log_every (rank 0
- * writes them alone, no collective) and dist. A new field changes the size: compare
- * it (or add it to the list above), then update the size. */
-#if UINTPTR_MAX == UINT64_MAX
-_Static_assert(sizeof(herd_train_config) == 288,
-               "herd_train_config changed: add the new field to check_signature");
-#endif
-
-static void sign_config(herd_signature *s, const herd_train_config *c)
-{
-    herd_signature_add(s, "epochs", "%d", c->epochs);
-    herd_signature_add(s, "batch_size", "%d", c->batch_size);
-    herd_signature_add(s, "lr", "%.9g", c->lr); /* effective: lr scaling resolved */
-    herd_signature_add(s, "optimizer", "%s", c->optimizer == HERD_OPT_SGD ? "sgd" : "adamw");
-    herd_signature_add(s, "momentum", "%.9g", c->momentum);
-    herd_signature_add(s, "nesterov", "%d", c->nesterov);
-    herd_signature_add(s, "weight_decay", "%.9g", c->weight_decay);
-    herd_signature_add(s, "decoupled_decay", "%d", c->decoupled_decay);
-    herd_signature_add(s, "decay_bn_bias", "%d", c->decay_bn_bias);
-    herd_signature_add(s, "adamw_betas_eps", "%.9g,%.9g,%.9g", c->beta1, c->beta2, c->eps);
-    herd_signature_add(s, "schedule", "%d", c->schedule);
-    char milestones[HERD_MAX_MILESTONES * 12 + 1] = "";
-    for (int i = 0; i < c->n_milestones; i++) {
-        size_t len = strlen(milestones);
-        snprintf(milestones + len, sizeof milestones - len, "%s%d", i ? "," : "", c->milestones[i]);
-    }
-    herd_signature_add(s, "milestones", "%s", milestones);
-    herd_signature_add(s, "gamma", "%.9g", c->gamma);
-    herd_signature_add(s, "warmup_epochs", "%.9g", c->warmup_epochs); /* resolved */
-    herd_signature_add(s, "augment", "%d", c->augment);
-    herd_signature_add(s, "label_smoothing", "%.9g", c->label_smoothing);
-    herd_signature_add(s, "seed", "%llu", (unsigned long long)c->seed);
-    herd_signature_add(s, "checkpoints", "%d", c->checkpoint_dir != NULL);
-    herd_signature_add(s, "resume", "%d", c->resume);
-    herd_signature_add(s, "eval_every", "%d", c->eval_every);
-    herd_signature_add(s, "max_steps", "%ld", c->max_steps);
-    herd_signature_add(s, "lr_scaling", "%d", c->lr_scaling);
-    herd_signature_add(s, "sync_bn", "%d", c->sync_bn);
-    herd_signature_add(s, "compress", "%s", herd_compress_name(c->compress));
-    herd_signature_add(s, "grad_accum", "%d", c->grad_accum);
-    herd_signature_add(s, "bucket_mb", "%.17g", c->bucket_mb);
-    herd_signature_add(s, "check_replicas", "%d", c->check_replicas);
-    if (c->dynamic_loss_scale)
-        herd_signature_add(s, "loss_scale", "dynamic %.9g/%d", c->loss_scale_init,
-                           c->loss_scale_window);
-    else
-        herd_signature_add(s, "loss_scale", "none");
-    herd_signature_add(s, "clip_grad_norm", "%.9g", (double)c->clip_grad_norm);
-    herd_signature_add(s, "on_nonfinite", "%s", c->skip_nonfinite ? "skip" : "stop");
-    herd_signature_add(s, "zero", "%d", c->zero_stage);
-    herd_signature_add(s, "pipeline", "%d stages, %d micro-batches, %s, split %s",
-                       c->pipeline_stages, c->micro_batches,
-                       c->pp_schedule == HERD_PP_SCHEDULE_GPIPE ? "gpipe" : "1f1b",
-                       c->stage_split ? c->stage_split : "by cost");
-    /* The trace's flushes are collective: a rank without it would leave the others waiting. */
-    herd_signature_add(s, "timeline", "%d", c->timeline_path != NULL);
-    herd_signature_add(s, "checkpoint_every", "%ld steps, %.17g s", c->checkpoint_every_steps,
-                       c->checkpoint_every_s);
-    herd_signature_add(s, "run_attempt", "%d", c->run_attempt);
-    herd_signature_add(s, "elastic", "%s from %d", c->elastic_batch == HERD_ELASTIC_SCALE ? "scale" : "keep",
-                       c->elastic_ranks);
-}
-
-/* The model, layer by layer, and the data: every rank must build the same graph. */
-static void sign_model_and_data(herd_signature *s, const run *r)
-{
-    const herd_model *m = r->m;
-    herd_signature_add(s, "model", "%s", m->name);
-    herd_signature_add(s, "device", "%s", m->be->name);
-    herd_signature_add(s, "precision", "%s", herd_precision_name(m->precision));
-    herd_signature_add(s, "input", "%dx%dx%d, %d classes", m->in_c, m->in_h, m->in_w, m->classes);
-    for (int i = 0; i < m->n_layers; i++) {
-        const herd_layer_spec *sp = &m->layers[i].spec;
-        herd_shape o = m->layers[i].out_shape;
-        char name[96], inputs[HERD_MAX_INPUTS * 12 + 1] = "";
-        for (int k = 0; k < sp->n_inputs; k++) {
-            size_t len = strlen(inputs);
-            snprintf(inputs + len, sizeof inputs - len, "%s%d", k ? "," : "", sp->inputs[k]);
-        }
-        snprintf(name, sizeof name, "layer %d", i);
-        herd_signature_add(s, name,
-                           "%s %s out=%d kernel=%d stride=%d pad=%d bias=%d dropout=%.9g "
-                           "eps=%.9g momentum=%.9g in=[%s] -> %dx%dx%d",
-                           sp->type, sp->name, sp->out, sp->kernel, sp->stride, sp->pad, sp->bias,
-                           sp->p, sp->eps, sp->momentum, inputs, o.c, o.h, o.w);
-    }
-    for (int i = 0; i < m->n_views; i++) {
-        const herd_tensor_view *v = &m->views[i];
-        char name[112];
-        snprintf(name, sizeof name, "tensor %d", i);
-        herd_signature_add(s, name, "%s [%lld,%lld,%lld,%lld]/%d at %zu%s%s", v->name,
-                           (long long)v->shape[0], (long long)v->shape[1], (long long)v->shape[2],
-                           (long long)v->shape[3], v->ndim, v->offset,
-                           v->is_buffer ? " buffer" : "", v->no_decay ? " no-decay" : "");
-    }
-    /* After the layers: the first difference named is the layer's, not the total's. */
-    herd_signature_add(s, "parameters", "%zu", m->n_param_floats);
-    herd_signature_add(s, "buffers", "%zu", m->n_buffer_floats);
-    int c, h, w, classes;
-    herd_dataset_shape(r->train, &c, &h, &w, &classes);
-    herd_signature_add(s, "train_data", "%zu samples %dx%dx%d, %d classes", r->train->n, c, h, w,
-                       classes);
-    if (r->test) {
-        herd_dataset_shape(r->test, &c, &h, &w, &classes);
-        herd_signature_add(s, "test_data", "%zu samples %dx%dx%d, %d classes", r->test->n, c, h,
-                           w, classes);
-    } else {
-        herd_signature_add(s, "test_data", "none");
-    }
-}
-
-static herd_status check_signature(run *r)
-{
-    herd_signature s = {0};
-    herd_signature_add(&s, "herd_version", "%s", HERD_VERSION);
-    sign_model_and_data(&s, r);
-    sign_config(&s, &r->cfg);
-    herd_status st = herd_signature_check(r->comm, &s);
-    herd_signature_free(&s);
-    return st;
-}
-
-/* The data-parallel ranks for the checkpoint's pieces, which travel in host memory:
- * a device communicator's transfers take device memory, the one it wraps host memory. */
-static herd_comm *ckpt_comm(const run *r)
-{
-    return herd_comm_host_side(r->dp);
-}
 
 /* Rank 0's model, buffers and optimizer state become everyone's (with pipeline
  * stages: the first replica's stage becomes its group's). */
@@ -382,159 +45,6 @@ static herd_status broadcast_state(run *r)
     HERD_TRY(c->ops->broadcast(c, &steps, sizeof steps, 0));
     herd_optimizer_set_steps(r->opt, steps);
     return c->ops->broadcast(c, &r->state, sizeof r->state, 0);
-}
-
-/* Rank 0 with pipeline stages: the whole model with parameters and an optimizer for
- * it, to write or read a checkpoint (the caller's model when it holds parameters;
- * otherwise a copy for the moment: rank 0 then holds the whole model briefly). */
-static herd_status whole_for_checkpoint(run *r, herd_model **m, herd_optimizer **o)
-{
-    *m = r->whole;
-    *o = NULL;
-    if (!r->whole->params) {
-        herd_model *w = herd_xcalloc(1, sizeof *w);
-        if (!w)
-            return HERD_ERR_NOMEM;
-        herd_status st = herd_model_build_stage(w, r->whole, 0, r->whole->n_layers, true, false,
-                                                r->cfg.seed);
-        if (st != HERD_OK) {
-            herd_model_free(w);
-            return st;
-        }
-        *m = w;
-    }
-    herd_status st = herd_optimizer_create(&r->cfg, *m, o);
-    if (st != HERD_OK && *m != r->whole) {
-        herd_model_free(*m);
-        *m = NULL;
-    }
-    return st;
-}
-
-static void release_whole(run *r, herd_model *m, herd_optimizer *o)
-{
-    herd_optimizer_free(o);
-    if (m != r->whole)
-        herd_model_free(m);
-}
-
-/* Pipeline stages with ZeRO: a checkpoint travels through each stage's first replica,
- * which holds its stage's whole optimizer state for the moment (others: their own).
- * Collective over the job: an allocation that fails stops every rank. */
-static herd_status stage_optimizer_whole(run *r, herd_optimizer **out)
-{
-    *out = r->opt;
-    if (!r->cfg.zero_stage)
-        return HERD_OK;
-    herd_status st = HERD_OK;
-    if (r->dp->rank == 0 && (st = herd_optimizer_create(&r->cfg, r->m, out)) != HERD_OK)
-        *out = r->opt;
-    return herd_agree(r->comm, st, "holding a stage's optimizer state for a checkpoint");
-}
-
-static void stage_optimizer_release(run *r, herd_optimizer *o)
-{
-    if (o != r->opt)
-        herd_optimizer_free(o);
-}
-
-/* The state this run starts from, in this run's terms (rank 0). */
-static herd_status load_resume_state(run *r)
-{
-    const herd_train_config *c = &r->cfg;
-    bool found = false;
-    herd_train_state st;
-    herd_model *m = r->m;
-    herd_optimizer *o = r->opt;
-    /* Pipeline stages and ZeRO's slices take their parts of a whole model. */
-    bool parts = r->pp || c->zero_stage;
-    if (parts) {
-        HERD_TRY(whole_for_checkpoint(r, &r->ckpt_whole, &r->ckpt_opt));
-        m = r->ckpt_whole;
-        o = r->ckpt_opt;
-    }
-    HERD_TRY(herd_checkpoint_load_latest(c->checkpoint_dir, m, o, &st, &found));
-    if (parts && found) /* the parts take their steps from here, then broadcast_state's */
-        herd_optimizer_set_steps(r->opt, herd_optimizer_steps(o));
-    if (parts && !found) {
-        release_whole(r, r->ckpt_whole, r->ckpt_opt);
-        r->ckpt_whole = NULL;
-        r->ckpt_opt = NULL;
-    }
-    if (found) {
-        HERD_TRY(herd_train_state_continue(&st, &r->state, r->steps_per_epoch, c->checkpoint_dir));
-        if (st.epoch >= c->epochs)
-            return HERD_ERR(HERD_ERR_INVALID_ARG,
-                            "the checkpoint in '%s' has finished %d epochs and --epochs is %d: nothing "
-                            "is left to train; raise --epochs to train on, or start without --resume",
-                            c->checkpoint_dir, st.epoch, c->epochs);
-        r->state = st;
-    }
-    /* The metrics file goes back to the checkpoint, so the lines of steps trained
-     * again (and a partial epoch's line) are not written twice. */
-    return herd_observer_resume(r->obs, r->state.epoch, r->state.global_step);
-}
-
-/* Rank 0, the only writer, claims the directory (ckpt_dir.h); a supervised restart
- * waits a while for its predecessor to exit and drop the lock. */
-static herd_status claim_checkpoint_dir(run *r)
-{
-    const herd_train_state *s = &r->state;
-    herd_run_identity id = {.model = r->whole->name, .parameters = herd_model_param_count(r->whole),
-                            .data = r->train->spec, .train_samples = (long)r->train->n,
-                            .seed = r->cfg.seed,
-                            .global_batch = (long)s->batch_size * s->grad_accum * s->ranks};
-    return herd_ckpt_dir_claim(&r->owner, r->cfg.checkpoint_dir, &id, r->cfg.resume,
-                               r->cfg.run_attempt > 1 ? 30.0 : 0.0);
-}
-
-/* Rank 0 claims the directory, clears interrupted checkpoint writes and, with --resume,
- * reads the checkpoint and shares it, so ranks need no shared file system; its outcome
- * travels first so that a failure stops every rank, not only rank 0. */
-static herd_status prepare_checkpoints(run *r)
-{
-    long outcome = HERD_OK;
-    char msg[1024] = "";
-    if (r->comm->rank == 0) {
-        int removed = 0;
-        herd_status s = claim_checkpoint_dir(r);
-        if (s == HERD_OK)
-            s = herd_checkpoint_remove_stale(r->cfg.checkpoint_dir, &removed);
-        r->res->stale_tmp_removed = removed;
-        if (s == HERD_OK && r->cfg.resume)
-            s = load_resume_state(r);
-        outcome = s;
-        if (s != HERD_OK)
-            snprintf(msg, sizeof msg, "%s", herd_last_error());
-    }
-    if (r->comm->size > 1) {
-        HERD_TRY(r->comm->ops->broadcast(r->comm, &outcome, sizeof outcome, 0));
-        HERD_TRY(r->comm->ops->broadcast(r->comm, msg, sizeof msg, 0));
-    }
-    if (outcome != HERD_OK)
-        return r->comm->rank == 0 ? (herd_status)outcome
-                                  : HERD_ERR((herd_status)outcome, "rank 0 could not use the checkpoint "
-                                                             "directory: %s", msg);
-    if (!r->pp && !r->cfg.zero_stage)
-        return HERD_OK;
-    /* Rank 0 read the whole model: each stage of the first replica takes its slice
-     * (broadcast_state then gives it to the stage's group), or each rank its ZeRO slice
-     * of the optimizer state (the parameters are broadcast whole). */
-    long loaded = r->ckpt_whole != NULL;
-    HERD_TRY(r->comm->ops->broadcast(r->comm, &loaded, sizeof loaded, 0));
-    herd_status st = HERD_OK;
-    herd_optimizer *stage_opt = r->opt;
-    if (loaded && r->pp)
-        st = stage_optimizer_whole(r, &stage_opt);
-    if (loaded && r->pp && st == HERD_OK)
-        st = herd_pipeline_scatter(r->pp, stage_opt, r->ckpt_whole, r->ckpt_opt);
-    if (loaded && r->cfg.zero_stage && st == HERD_OK) /* each stage's first replica, or rank 0 */
-        st = herd_zero_scatter_state(&r->zero, ckpt_comm(r), r->pp ? stage_opt : r->ckpt_opt, r->opt);
-    stage_optimizer_release(r, stage_opt);
-    release_whole(r, r->ckpt_whole, r->ckpt_opt);
-    r->ckpt_whole = NULL;
-    r->ckpt_opt = NULL;
-    return st;
 }
 
 /* Per-rank running statistics (no --sync-bn) are averaged before they are used, so
@@ -565,81 +75,6 @@ static herd_status evaluate(run *r, herd_progress *p)
     p->test_loss = r->res->test_loss = ev.loss;
     p->test_acc = r->res->test_acc = ev.acc;
     return HERD_OK;
-}
-
-/* The run's counters go into the checkpoint's state and come back from it (a state
- * without them, fresh or older, holds 0: counting starts there, the scale stays). */
-static void save_counters(run *r)
-{
-    r->state.clipped_steps = r->clipped_steps;
-    r->state.skipped_steps = r->scaler.skipped;
-    r->state.loss_scale = r->cfg.dynamic_loss_scale ? r->scaler.scale : 0.0;
-    r->state.loss_scale_clean = r->scaler.clean_steps;
-}
-
-static void resume_counters(run *r)
-{
-    r->clipped_steps = r->state.clipped_steps;
-    r->scaler.skipped = r->state.skipped_steps;
-    if (r->cfg.dynamic_loss_scale && r->state.loss_scale > 0) {
-        r->scaler.scale = (float)r->state.loss_scale;
-        r->scaler.clean_steps = (int)r->state.loss_scale_clean;
-    }
-}
-
-/* Every rank calls it; rank 0 writes. With pipeline stages the first replica's stages
- * send rank 0 their slices, so the file holds the whole model whatever the grid. */
-static herd_status save_checkpoint(run *r)
-{
-    HERD_TRY(herd_step_params_ready(&r->plan));
-    double t0 = herd_now();
-    herd_status st = HERD_OK;
-    bool rank0 = r->comm->rank == 0;
-    save_counters(r);
-    if (r->cfg.zero_stage && !r->pp) {
-        st = herd_zero_save(&r->zero, ckpt_comm(r), r->cfg.checkpoint_dir, r->m, r->opt, &r->state);
-    } else if (!r->pp) {
-        /* Copied now, written by the writer's thread while training goes on; this
-         * returns the previous write's outcome. */
-        if (rank0 && !r->writer)
-            st = herd_ckpt_writer_create(&r->writer);
-        if (rank0 && st == HERD_OK)
-            st = herd_ckpt_writer_submit(r->writer, r->cfg.checkpoint_dir, r->m, r->opt, &r->state);
-    } else {
-        herd_model *w = NULL;
-        herd_optimizer *wo = NULL;
-        if (rank0)
-            st = whole_for_checkpoint(r, &w, &wo);
-        st = herd_agree(r->comm, st, "preparing the checkpoint");
-        herd_optimizer *stage_opt = r->opt;
-        if (st == HERD_OK)
-            st = stage_optimizer_whole(r, &stage_opt);
-        if (st == HERD_OK && r->cfg.zero_stage)
-            st = herd_zero_gather_state(&r->zero, ckpt_comm(r), r->opt, stage_opt);
-        if (st == HERD_OK)
-            st = herd_pipeline_gather(r->pp, stage_opt, w, wo);
-        stage_optimizer_release(r, stage_opt);
-        if (st == HERD_OK && rank0) {
-            herd_optimizer_set_steps(wo, herd_optimizer_steps(r->opt));
-            st = herd_checkpoint_save(r->cfg.checkpoint_dir, w, wo, &r->state, NULL);
-        }
-        release_whole(r, w, wo);
-    }
-    HERD_TRY(st);
-    r->saved_step = r->state.global_step;
-    r->last_ckpt_time = herd_now();
-    r->ckpt_due = false;
-    /* The writer's event (the copy, when a thread writes); stages only hand their slices over. */
-    if (r->timeline && rank0)
-        herd_timeline_add(r->timeline, HERD_TL_CHECKPOINT, NULL, t0, r->last_ckpt_time);
-    return HERD_OK;
-}
-
-/* Rank 0 waits for the background write in progress; every rank learns its outcome. */
-static herd_status finish_checkpoint_writes(run *r)
-{
-    herd_status st = r->writer ? herd_ckpt_writer_wait(r->writer) : HERD_OK;
-    return herd_agree(r->comm, st, "writing the last checkpoint in the background");
 }
 
 /* Collective: the trace starts; the communicator records its reductions into it. */
@@ -840,7 +275,7 @@ static herd_status deliver_metrics(run *r, epoch_totals *e, herd_progress *p, bo
 static herd_status run_epoch(run *r, int epoch, double t_start, bool *stop)
 {
     const herd_train_config *cfg = &r->cfg;
-    long global_batch = (long)cfg->batch_size * cfg->grad_accum * replicas(r);
+    long global_batch = (long)cfg->batch_size * cfg->grad_accum * herd_run_replicas(r);
     HERD_TRY(herd_loader_start_epoch(r->loader, epoch, r->state.epoch_samples));
     herd_progress p = {.epoch = epoch + 1, .epochs = cfg->epochs,
                        .steps_per_epoch = r->steps_per_epoch, .rank = r->comm->rank,
@@ -905,7 +340,7 @@ static herd_status run_epoch(run *r, int epoch, double t_start, bool *stop)
             herd_loader_batches_left(r->loader) > 0) {
             HERD_TRY(deliver_metrics(r, &totals, &p, &want_stop));
             activity(r, "writing a checkpoint");
-            HERD_TRY(agree(r, save_checkpoint(r), "writing a checkpoint"));
+            HERD_TRY(agree(r, herd_run_save_checkpoint(r), "writing a checkpoint"));
         }
         if (want_stop || at_max) {
             *stop = true;
@@ -942,7 +377,7 @@ static herd_status run_epoch(run *r, int epoch, double t_start, bool *stop)
             HERD_TRY(agree(r, st, "writing the metrics"));
         if (st == HERD_OK) {
             activity(r, "writing a checkpoint");
-            st = save_checkpoint(r);
+            st = herd_run_save_checkpoint(r);
         }
     }
     if (st == HERD_OK)
@@ -958,7 +393,7 @@ static herd_status run_epoch(run *r, int epoch, double t_start, bool *stop)
     return HERD_OK;
 }
 
-/* How --compress puts gradients on the wire (validate has refused other values). */
+/* How --compress puts gradients on the wire (herd_train_validate has refused other values). */
 static herd_wire_type wire_type(herd_compress c)
 {
     if (c == HERD_COMPRESS_FP16)
@@ -977,7 +412,7 @@ static herd_status setup(run *r)
     herd_loader_config lc = {
         .batch_size = micro, .shuffle = true, .augment = cfg->augment,
         .drop_last = false, .seed = cfg->seed, .prefetch = 4, .workers = 1,
-        .shard_rank = r->pp ? r->pp->replica : r->comm->rank, .shard_count = replicas(r),
+        .shard_rank = r->pp ? r->pp->replica : r->comm->rank, .shard_count = herd_run_replicas(r),
     };
     HERD_TRY(herd_loader_create(r->train, &lc, &r->loader));
     long batches = herd_loader_batches_per_epoch(r->loader);
@@ -1023,7 +458,7 @@ static herd_status setup(run *r)
     }
     /* What this run measures the position in; the checkpoint's, if any, is fitted to it. */
     r->state = (herd_train_state){.seed = cfg->seed, .batch_size = micro,
-                                  .ranks = replicas(r), .grad_accum = per_step,
+                                  .ranks = herd_run_replicas(r), .grad_accum = per_step,
                                   .train_samples = (long)r->train->n};
     return herd_fail_point("setup", r->comm->rank);
 }
@@ -1063,76 +498,23 @@ static herd_status gather_memory_peaks(run *r)
     return st;
 }
 
-/* The pipeline's arguments against the job and the model. */
-static herd_status check_pipeline(const run *r)
-{
-    const herd_train_config *c = &r->cfg;
-    int P = c->pipeline_stages;
-    if (P == 1) {
-        if (c->micro_batches > 1)
-            return HERD_ERR(HERD_ERR_INVALID_ARG, "--micro-batches %d needs --pipeline-stages > 1; "
-                            "without stages, use --grad-accum", c->micro_batches);
-        /* Silently ignored otherwise: a schedule or split only means something to stages. */
-        if (c->stage_split || c->pp_schedule != HERD_PP_SCHEDULE_1F1B)
-            return HERD_ERR(HERD_ERR_INVALID_ARG, "--%s needs --pipeline-stages > 1",
-                            c->stage_split ? "stage-split" : "pp-schedule");
-        if (!r->m->params)
-            return HERD_ERR(HERD_ERR_INVALID_ARG, "model '%s' is a plan without parameters; only "
-                            "training with pipeline stages builds them", r->m->name);
-        return HERD_OK;
-    }
-    if (P > r->m->n_layers)
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "--pipeline-stages %d asks for more stages than model '%s' has layers (%d)",
-                        P, r->m->name, r->m->n_layers);
-    if (r->comm->size % P != 0)
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "%d ranks do not divide into pipelines of %d stages; start a multiple of %d "
-                        "ranks (stages x data-parallel replicas)", r->comm->size, P, P);
-    return HERD_OK;
-}
-
-int herd_train_min_ranks(int pipeline_stages, int zero_stage)
-{
-    int stages = pipeline_stages > 1 ? pipeline_stages : 1;
-    return zero_stage ? 2 * stages : stages;
-}
-
-/* --zero against the job. */
-static herd_status check_zero(const run *r)
-{
-    const herd_train_config *c = &r->cfg;
-    if (r->comm->size >= herd_train_min_ranks(c->pipeline_stages, c->zero_stage))
-        return HERD_OK;
-    if (c->pipeline_stages > 1)
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "--zero %d shards each stage's optimizer state across the stage's "
-                        "data-parallel replicas, and %d ranks in %d stages give one; start at least "
-                        "%d ranks or drop --zero", c->zero_stage, r->comm->size, c->pipeline_stages,
-                        2 * c->pipeline_stages);
-    return HERD_ERR(HERD_ERR_INVALID_ARG,
-                    "--zero %d shards the optimizer state across data-parallel ranks, and this "
-                    "job has one; start several (herd run -np N -- train ...) or drop --zero",
-                    c->zero_stage);
-}
-
 /* early: herd_train's checks of the arguments, agreed with the other ranks here. */
 static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_status early)
 {
-    herd_status st = resolve_config(r, user_cfg);
+    herd_status st = herd_run_resolve_config(r, user_cfg);
     const herd_train_config *cfg = &r->cfg;
     if (early != HERD_OK)
         st = early;
     if (st == HERD_OK)
-        st = check_pipeline(r);
+        st = herd_run_check_pipeline(r);
     if (st == HERD_OK)
-        st = check_zero(r);
+        st = herd_run_check_zero(r);
     if (st == HERD_OK) /* process-wide on a GPU: ours again */
         st = r->m->be->set_precision(r->m->precision);
     if (st == HERD_OK)
         st = herd_fail_point("signature", r->comm->rank);
     HERD_TRY(herd_agree(r->comm, st, "checking its arguments"));
-    HERD_TRY(check_signature(r));
+    HERD_TRY(herd_run_check_signature(r));
     if (!r->m->be->host_memory && r->comm->size > 1) {
         HERD_TRY(herd_comm_device_create(r->comm, r->m->be, &r->device_comm));
         r->comm = r->device_comm;
@@ -1149,9 +531,9 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
     }
     HERD_TRY(agree(r, setup(r), "setting up training"));
     if (cfg->checkpoint_dir) /* every rank joins: rank 0's outcome is broadcast */
-        HERD_TRY(prepare_checkpoints(r));
+        HERD_TRY(herd_run_prepare_checkpoints(r));
     HERD_TRY(broadcast_state(r));
-    resume_counters(r);
+    herd_run_resume_counters(r);
     if (cfg->timeline_path)
         HERD_TRY(start_timeline(r));
     r->first_step = r->res->steps = r->state.global_step; /* steps before this run (resume) */
@@ -1187,10 +569,10 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
     bool saved = r->state.epoch_samples == 0 || r->saved_step == r->state.global_step;
     st = HERD_OK;
     if (cfg->checkpoint_dir && steps_run > 0 && !saved)
-        st = save_checkpoint(r);
+        st = herd_run_save_checkpoint(r);
     HERD_TRY(agree(r, st, "writing the last checkpoint"));
     if (cfg->checkpoint_dir)
-        HERD_TRY(finish_checkpoint_writes(r));
+        HERD_TRY(herd_run_finish_checkpoint_writes(r));
     r->res->restarts = r->restarts.restarts;
     r->res->lost_steps = r->restarts.lost_steps;
     r->res->recovery_s = r->restarts.recovery_s;
@@ -1202,28 +584,6 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
     return stop_timeline(r, true);
 }
 
-static herd_status check_shapes(const herd_model *m, herd_dataset *train, herd_dataset *test)
-{
-    int c, h, w, classes;
-    herd_dataset_shape(train, &c, &h, &w, &classes);
-    if (c != m->in_c || h != m->in_h || w != m->in_w || classes > m->classes)
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "model '%s' expects %dx%dx%d inputs and %d classes, the data has "
-                        "%dx%dx%d and %d",
-                        m->name, m->in_c, m->in_h, m->in_w, m->classes, c, h, w, classes);
-    if (test) {
-        int tc, th, tw, tclasses;
-        herd_dataset_shape(test, &tc, &th, &tw, &tclasses);
-        if (tc != c || th != h || tw != w || tclasses > m->classes)
-            return HERD_ERR(HERD_ERR_INVALID_ARG,
-                            "the test data (%dx%dx%d, %d classes) does not fit model '%s' "
-                            "(%dx%dx%d, %d classes); its labels must stay below the training "
-                            "data's classes",
-                            tc, th, tw, tclasses, m->name, m->in_c, m->in_h, m->in_w, m->classes);
-    }
-    return HERD_OK;
-}
-
 herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
                        const herd_train_config *cfg, herd_progress_fn progress, void *user,
                        herd_train_result *result)
@@ -1233,9 +593,9 @@ herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
                         "and a result");
     /* Every rank reaches the first agreement in train_run, so an argument one rank
      * rejects stops them all. */
-    herd_status early = validate(cfg);
+    herd_status early = herd_train_validate(cfg);
     if (early == HERD_OK)
-        early = check_shapes(m, train, test);
+        early = herd_train_check_shapes(m, train, test);
     memset(result, 0, sizeof *result);
     result->test_loss = result->test_acc = -1;
     run r = {.m = m, .whole = m, .train = train, .test = test, .progress = progress, .user = user,
@@ -1263,7 +623,7 @@ herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
     herd_step_plan_free(&r.plan, r.m);
     herd_zero_free(&r.zero);
     herd_optimizer_free(r.opt);
-    release_whole(&r, r.ckpt_whole, r.ckpt_opt);
+    herd_run_release_whole(&r, r.ckpt_whole, r.ckpt_opt);
     herd_ckpt_dir_release(&r.owner); /* after the last write */
     herd_pipeline_free(r.pp);
     herd_loader_free(r.loader);

@@ -1,0 +1,111 @@
+/* A training run's private state, shared by the files that run it: train.c (the
+ * loop), train_config.c (its configuration), signature.c (what the ranks must hold
+ * alike) and ckpt_steps.c (its checkpoints). Only src/train includes it. */
+#ifndef HERD_TRAIN_RUN_H
+#define HERD_TRAIN_RUN_H
+
+#include <stdbool.h>
+
+#include "herd/herd.h"
+#include "obs/observer.h"
+#include "train/checkpoint.h"
+#include "train/ckpt_dir.h"
+#include "train/ckpt_writer.h"
+#include "train/pipeline.h"
+#include "train/restarts.h"
+#include "train/step.h"
+
+/* One step's figures on their way to every rank: loss, accuracy and samples, the
+ * stop vote and the agreement on failures since the last step. They travel a step
+ * late: the reduction starts when step k ends, ahead of step k+1's gradient buckets in
+ * the communicator's queue, and herd_apply_step's wait_all completes it with them, so
+ * on a slow link its round trip hides behind step k+1's forward and backward instead
+ * of blocking every step. Not with step k's last gradient bucket: buckets are slices of the float
+ * gradient buffer reduced on their wire (maybe 16-bit), while these sums are doubles
+ * that must stay exact, and a separate reduction queued behind the last bucket would
+ * still be waited for before step k+1. A stop, the epoch end and one process deliver
+ * at once, so totals, checkpoints, logs and the callback see every step's figures,
+ * the same numbers as before, only later. */
+typedef struct step_metrics {
+    double stats[8];    /* loss, correct, samples, stop vote, agreement (3), checkpoint vote:
+                         * reduced in place */
+    herd_status local;  /* this rank's part of the agreement */
+    herd_progress p;    /* the step's progress; the reduced figures are filled in on arrival */
+    herd_phase_times t; /* the step's own phases, for the observer */
+    double train_time;  /* r->train_time after the step */
+    double epoch_time;  /* the epoch's step time after the step */
+    bool pending;       /* started, not delivered */
+} step_metrics;
+
+/* One rank's herd_train, from its arguments to its result. */
+typedef struct run {
+    herd_model *m;        /* what this rank trains: the model, or its pipeline stage */
+    herd_model *whole;    /* the caller's model */
+    herd_dataset *train, *test;
+    herd_train_config cfg; /* effective: lr scaled, warmup resolved */
+    herd_progress_fn progress;
+    void *user;
+    herd_comm *comm;
+    /* The ranks that hold the same parameters and reduce their gradients: comm, or
+     * with pipeline stages this stage's group (owned by pp). */
+    herd_comm *dp;
+    herd_pipeline *pp;      /* pipeline stages, or NULL */
+    herd_comm *device_comm; /* gradients in GPU memory across ranks (owned), or NULL */
+    herd_loss_scaler scaler;
+    herd_loader *loader;
+    herd_optimizer *opt;
+    herd_step_plan plan;
+    herd_zero zero;          /* --zero: the slices (plan.zero points here) */
+    herd_timeline *timeline; /* --timeline, else NULL */
+    herd_train_state state;
+    herd_train_result *res;
+    long steps_per_epoch;
+    long first_step;      /* global_step when this run began (after a resume) */
+    herd_ckpt_writer *writer; /* rank 0's background checkpoint writes, once one is made */
+    long saved_step;          /* global_step of the last checkpoint made (-1: none) */
+    double last_ckpt_time;    /* rank 0: when training began or the last checkpoint was made */
+    bool ckpt_due;            /* --checkpoint-every-seconds voted for a checkpoint */
+    herd_restart_log restarts; /* rank 0 of a supervised run (herd run --max-restarts) */
+    double train_time;    /* seconds in training steps (excludes evaluation) */
+    double train_samples; /* over all ranks */
+    bool stop_requested;  /* a progress callback asked to stop */
+    long clipped_steps;   /* steps --clip-grad-norm scaled down (this run) */
+    herd_status deferred; /* a local failure between collectives, told at the next agreement */
+    herd_observer *obs;   /* --logdir / --metrics (rank 0; NULL when not asked) */
+    step_metrics metrics; /* the last step's, until delivered (here: it outlives a failure) */
+    /* Rank 0 with pipeline stages: the whole model and its optimizer a resume read,
+     * until they are handed to the stages. */
+    herd_model *ckpt_whole;
+    herd_optimizer *ckpt_opt;
+    herd_ckpt_dir owner; /* rank 0: the checkpoint directory's lock, held until the end */
+} run;
+
+/* train_config.c */
+/* The arguments alone, before any rank talks to another (herd_train agrees on them). */
+herd_status herd_train_validate(const herd_train_config *c);
+herd_status herd_train_check_shapes(const herd_model *m, herd_dataset *train, herd_dataset *test);
+/* The replicas of the model: ranks, or with pipeline stages the pipelines. */
+int herd_run_replicas(const run *r);
+/* r->cfg becomes the effective configuration (elastic fit, lr scaling, warmup). */
+herd_status herd_run_resolve_config(run *r, const herd_train_config *cfg);
+/* The pipeline's and ZeRO's arguments against the job and the model. */
+herd_status herd_run_check_pipeline(const run *r);
+herd_status herd_run_check_zero(const run *r);
+
+/* signature.c: collective; every rank learns of a difference and which. */
+herd_status herd_run_check_signature(run *r);
+
+/* ckpt_steps.c */
+/* Collective: rank 0 claims the directory and, with --resume, reads the checkpoint;
+ * every rank takes its part. */
+herd_status herd_run_prepare_checkpoints(run *r);
+/* Collective: every rank calls it; rank 0 writes. */
+herd_status herd_run_save_checkpoint(run *r);
+/* Collective: rank 0 waits for its background write; every rank learns the outcome. */
+herd_status herd_run_finish_checkpoint_writes(run *r);
+/* The run's counters from the state a resume read (or the fresh state's zeros). */
+void herd_run_resume_counters(run *r);
+/* Frees what whole_for_checkpoint made for rank 0 (the caller's model stays). */
+void herd_run_release_whole(run *r, herd_model *m, herd_optimizer *o);
+
+#endif
