@@ -9,13 +9,34 @@
 #include <stdlib.h>
 #include <string.h>
 
+FILE *cli_line_begin(cli_line *l, FILE *to)
+{
+    *l = (cli_line){.to = to};
+    l->buf = open_memstream(&l->text, &l->len);
+    /* Without memory for a buffer the pieces go out as they come: all of the text still. */
+    return l->buf ? l->buf : to;
+}
+
+void cli_line_end(cli_line *l)
+{
+    if (!l->buf)
+        return;
+    fclose(l->buf);
+    if (l->text)
+        fwrite(l->text, 1, l->len, l->to);
+    free(l->text);
+}
+
 int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "herd: error: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n(see 'herd %s --help')\n", cmd);
+    cli_line line;
+    FILE *out = cli_line_begin(&line, stderr);
+    fprintf(out, "herd: error: ");
+    vfprintf(out, fmt, ap);
+    fprintf(out, "\n(see 'herd %s --help')\n", cmd);
+    cli_line_end(&line);
     va_end(ap);
     return CLI_USAGE;
 }
