@@ -21,7 +21,8 @@ void cli_quiet_info(bool quiet);
 /* A message built in pieces and written with one call: stderr is unbuffered, so each
  * fprintf on it is a write of its own, and another rank's output (merged by mpirun)
  * or this process's stdout (2>&1) could land between the pieces of a line. Print the
- * pieces to the stream cli_line_begin returns; cli_line_end writes them to `to` at once. */
+ * pieces to the stream cli_line_begin returns; cli_line_end writes them to `to` at once
+ * (flushing `to` before and after, so that on stdout too the text is one write). */
 typedef struct cli_line {
     FILE *to, *buf;
     char *text;

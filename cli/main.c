@@ -45,9 +45,6 @@ static void print_log(herd_log_level level, const char *msg, void *user)
 
 int main(int argc, char **argv)
 {
-    /* stdout leaves a line at a time: fully buffered into a pipe (mpirun's, a 2>&1) it
-     * would go out in 4 KiB blocks that end mid-line, where stderr could land. */
-    setvbuf(stdout, NULL, _IOLBF, 0);
     herd_set_log_fn(print_log, NULL);
     if (argc < 2) {
         usage(stderr);

@@ -4,7 +4,7 @@
 # another line inside one (a run's log once read "herd: peak memory 31.4
 # MiB:model=lenet5 ...": the stdout summary inside a stderr line printed in two calls).
 # Seen with strace: training (progress, peak memory, summary), a usage error, herd
-# run's launch line, tables, and with MPI herd run's supervisor and 2 ranks' peaks.
+# run's launch line, and with MPI herd run's supervisor and 2 ranks' peaks.
 set -u
 . "$(dirname "$0")/testlib.sh"
 command -v strace >/dev/null || skip_all "no strace"
@@ -53,9 +53,6 @@ traced dry "$herd" run --dry-run -np 2 -- train --model mlp --data "$data" --epo
 check "herd run --dry-run exits 0 and names the command" \
   bash -c "test $? -eq 0 && grep -q '^herd: launching: .* train --model mlp' '$tmp/dry.err'"
 check "herd run's launch line in whole lines" whole_lines dry
-
-traced topo "$herd" topo
-check "topo's tables in whole lines" whole_lines topo
 
 if have_mpi; then
   traced mpi timeout 300 "$herd" run -np 2 --max-restarts 1 -- train --model mlp --data "$data" \
