@@ -482,7 +482,6 @@ int run_build_command(const run_args *r, const run_attempt *at, argvec *a)
         fprintf(out, "herd: note: %ld rank(s) x %ld thread(s) on %ld core(s): oversubscribed, "
                      "ranks unbound; timings will not mean much\n", at->np, t, cores);
     cli_line_end(&line);
-    fflush(stderr);
     return -1;
 }
 
