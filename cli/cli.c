@@ -9,13 +9,38 @@
 #include <stdlib.h>
 #include <string.h>
 
+FILE *cli_line_begin(cli_line *l, FILE *to)
+{
+    *l = (cli_line){.to = to};
+    l->buf = open_memstream(&l->text, &l->len);
+    /* Without memory for a buffer the pieces go out as they come: all of the text still. */
+    return l->buf ? l->buf : to;
+}
+
+void cli_line_end(cli_line *l)
+{
+    if (!l->buf)
+        return;
+    fclose(l->buf);
+    /* On a buffered stream (stdout into a pipe) what is pending goes first, so the
+     * text starts a write of its own and, under the buffer's size, is all of it. */
+    fflush(l->to);
+    if (l->text)
+        fwrite(l->text, 1, l->len, l->to);
+    fflush(l->to);
+    free(l->text);
+}
+
 int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "herd: error: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n(see 'herd %s --help')\n", cmd);
+    cli_line line;
+    FILE *out = cli_line_begin(&line, stderr);
+    fprintf(out, "herd: error: ");
+    vfprintf(out, fmt, ap);
+    fprintf(out, "\n(see 'herd %s --help')\n", cmd);
+    cli_line_end(&line);
     va_end(ap);
     return CLI_USAGE;
 }
@@ -133,17 +158,19 @@ void cli_summary_num(cli_summary *s, const char *key, double value, int decimals
 
 void cli_summary_print(const cli_summary *s, bool json)
 {
+    cli_line line;
+    FILE *out = cli_line_begin(&line, stdout);
     if (json)
-        putchar('{');
+        fputc('{', out);
     for (int i = 0; i < s->n; i++) {
         if (json)
-            printf("%s\"%s\": %s%s%s", i ? ", " : "", s->keys[i], s->quoted[i] ? "\"" : "",
-                   s->values[i], s->quoted[i] ? "\"" : "");
+            fprintf(out, "%s\"%s\": %s%s%s", i ? ", " : "", s->keys[i], s->quoted[i] ? "\"" : "",
+                    s->values[i], s->quoted[i] ? "\"" : "");
         else
-            printf("%s%s=%s", i ? " " : "", s->keys[i], s->values[i]);
+            fprintf(out, "%s%s=%s", i ? " " : "", s->keys[i], s->values[i]);
     }
-    printf(json ? "}\n" : "\n");
-    fflush(stdout);
+    fputs(json ? "}\n" : "\n", out);
+    cli_line_end(&line);
 }
 
 int cli_resolve_device(const char *cmd, const char **device, uint64_t gpu_memory_limit,

@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "herd/herd.h"
 
@@ -16,6 +17,19 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 int cli_fail(herd_status st, const char *what);
 /* Library information lines (HERD_LOG_INFO) are dropped while quiet (--quiet). */
 void cli_quiet_info(bool quiet);
+
+/* A message built in pieces and written with one call: stderr is unbuffered, so each
+ * fprintf on it is a write of its own, and another rank's output (merged by mpirun)
+ * or this process's stdout (2>&1) could land between the pieces of a line. Print the
+ * pieces to the stream cli_line_begin returns; cli_line_end writes them to `to` at once
+ * (flushing `to` before and after, so that on stdout too the text is one write). */
+typedef struct cli_line {
+    FILE *to, *buf;
+    char *text;
+    size_t len;
+} cli_line;
+FILE *cli_line_begin(cli_line *l, FILE *to);
+void cli_line_end(cli_line *l);
 
 /* Strict numbers for every flag: an optional '-' and decimal digits (floats: also a
  * fraction and an exponent), nothing around them; no hex, inf or nan; in [lo, hi]. */

@@ -470,16 +470,18 @@ int run_build_command(const run_args *r, const run_attempt *at, argvec *a)
         argv_push(a, r->extra->v[k]);
     push_command(r, at, self, user_given, t, a);
 
-    fprintf(stderr, "herd: launcher: %s (%s)\nherd: launching:", launch_kind_name(r->kind), r->how);
+    cli_line line;
+    FILE *out = cli_line_begin(&line, stderr);
+    fprintf(out, "herd: launcher: %s (%s)\nherd: launching:", launch_kind_name(r->kind), r->how);
     for (int k = 0; k < a->n; k++) {
-        fputc(' ', stderr);
-        print_quoted(stderr, a->v[k]);
+        fputc(' ', out);
+        print_quoted(out, a->v[k]);
     }
-    fputc('\n', stderr);
+    fputc('\n', out);
     if (z.oversubscribed)
-        fprintf(stderr, "herd: note: %ld rank(s) x %ld thread(s) on %ld core(s): oversubscribed, "
-                        "ranks unbound; timings will not mean much\n", at->np, t, cores);
-    fflush(stderr);
+        fprintf(out, "herd: note: %ld rank(s) x %ld thread(s) on %ld core(s): oversubscribed, "
+                     "ranks unbound; timings will not mean much\n", at->np, t, cores);
+    cli_line_end(&line);
     return -1;
 }
 

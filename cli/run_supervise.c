@@ -572,8 +572,8 @@ typedef struct pump {
 
 static void pass_line(watch *w, char *line, size_t len)
 {
-    fwrite(line, 1, len, stderr);
-    fputc('\n', stderr);
+    line[len] = '\n'; /* one write for the line and its end (stderr is unbuffered) */
+    fwrite(line, 1, len + 1, stderr);
     line[len] = '\0';
     if (herd_failure_line(w, line))
         return;

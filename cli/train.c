@@ -401,18 +401,21 @@ static void print_memory(const herd_train_result *res, int ranks, const char *de
                                                     "activations", "workspace", "checkpoint"};
     const double MiB = 1048576.0;
     herd_memory_usage use;
+    cli_line line;
+    FILE *out = cli_line_begin(&line, stderr);
     if (herd_device_memory_usage(device, &use) == HERD_OK) {
-        fprintf(stderr, "herd: peak memory %.1f MiB:", (double)use.peak / MiB);
+        fprintf(out, "herd: peak memory %.1f MiB:", (double)use.peak / MiB);
         for (int c = 0; c < HERD_MEM_CATEGORIES; c++)
-            fprintf(stderr, "%s %s %.1f", c ? "," : "", what[c], (double)use.peak_by_category[c] / MiB);
-        fprintf(stderr, "\n");
+            fprintf(out, "%s %s %.1f", c ? "," : "", what[c], (double)use.peak_by_category[c] / MiB);
+        fprintf(out, "\n");
     }
-    if (ranks < 2)
-        return;
-    fprintf(stderr, "herd: peak memory per rank (MiB):");
-    for (int r = 0; r < ranks && r < HERD_RESULT_RANKS; r++)
-        fprintf(stderr, "%s %d: %.1f", r ? "," : "", r, (double)res->rank_memory_peak_bytes[r] / MiB);
-    fprintf(stderr, "%s\n", ranks > HERD_RESULT_RANKS ? ", ..." : "");
+    if (ranks >= 2) {
+        fprintf(out, "herd: peak memory per rank (MiB):");
+        for (int r = 0; r < ranks && r < HERD_RESULT_RANKS; r++)
+            fprintf(out, "%s %d: %.1f", r ? "," : "", r, (double)res->rank_memory_peak_bytes[r] / MiB);
+        fprintf(out, "%s\n", ranks > HERD_RESULT_RANKS ? ", ..." : "");
+    }
+    cli_line_end(&line);
 }
 
 /* Under herd run --max-restarts: one line the supervisor reads, saying where this rank

@@ -9,9 +9,9 @@
 #include <string.h>
 
 #include "nn/model.h"
-#include "obs/tb_reader.h"
 #include "obs/tensorboard.h"
 #include "obs/tfrecord.h"
+#include "tb_reader.h"
 #include "testutil.h"
 
 /* The one events.out.tfevents.* file in dir (malloc'd path). */

@@ -32,6 +32,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "herd/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -56,17 +58,17 @@ typedef enum herd_log_level { HERD_LOG_INFO = 0, HERD_LOG_WARNING = 1, HERD_LOG_
  * NULL (the default) drops them, but for HERD_LOG_ERROR: those go to stderr, because
  * the reason the job is being aborted must never be lost. */
 typedef void (*herd_log_fn)(herd_log_level level, const char *msg, void *user);
-void herd_set_log_fn(herd_log_fn fn, void *user);
+HERD_API void herd_set_log_fn(herd_log_fn fn, void *user);
 
 /* The message of the last failure on this thread ("" if none). */
-const char *herd_last_error(void);
+HERD_API const char *herd_last_error(void);
 /* A short name for a status ("invalid argument", ...). */
-const char *herd_status_name(herd_status s);
+HERD_API const char *herd_status_name(herd_status s);
 /* One line naming the version and the libraries this build uses. */
-const char *herd_build_info(void);
+HERD_API const char *herd_build_info(void);
 /* The instruction set oneDNN dispatches the CPU's kernels to, and what it offers
  * bf16: "AVX2 (bf16: none in oneDNN)", "AVX-512 with VNNI and BF16 (bf16: native)". */
-const char *herd_cpu_isa(void);
+HERD_API const char *herd_cpu_isa(void);
 
 /* ------------------------------------------------------------------ data */
 
@@ -82,13 +84,13 @@ typedef enum { HERD_SPLIT_TRAIN = 0, HERD_SPLIT_TEST = 1 } herd_split;
  *   "synthetic:C,H,W,CLASSES[,N]"   random images of that shape (N per split, default 10000)
  * The whole split is read into memory.
  */
-herd_status herd_dataset_open(const char *spec, herd_split split, herd_dataset **out);
-void herd_dataset_free(herd_dataset *ds);
-size_t herd_dataset_size(const herd_dataset *ds);
+HERD_API herd_status herd_dataset_open(const char *spec, herd_split split, herd_dataset **out);
+HERD_API void herd_dataset_free(herd_dataset *ds);
+HERD_API size_t herd_dataset_size(const herd_dataset *ds);
 /* Image shape (channels, height, width) and number of classes. */
-void herd_dataset_shape(const herd_dataset *ds, int *c, int *h, int *w, int *classes);
+HERD_API void herd_dataset_shape(const herd_dataset *ds, int *c, int *h, int *w, int *classes);
 /* Keep only the first n samples (tests, quick runs). */
-herd_status herd_dataset_truncate(herd_dataset *ds, size_t n);
+HERD_API herd_status herd_dataset_truncate(herd_dataset *ds, size_t n);
 
 /* ----------------------------------------------------------------- model */
 
@@ -99,10 +101,10 @@ typedef struct herd_model herd_model;
  * model file (JSON with comments, see docs/model-files.md). The input shape and
  * the number of classes come from ds.
  */
-herd_status herd_model_create(const char *name_or_path, const herd_dataset *ds, herd_model **out);
+HERD_API herd_status herd_model_create(const char *name_or_path, const herd_dataset *ds, herd_model **out);
 /* Same, with the shape given explicitly instead of from a dataset. */
-herd_status herd_model_create_shape(const char *name_or_path, int c, int h, int w, int classes,
-                                    herd_model **out);
+HERD_API herd_status herd_model_create_shape(const char *name_or_path, int c, int h, int w, int classes,
+                                             herd_model **out);
 /* herd_model_create on a named device: "cpu" (what herd_model_create uses) or "cuda"
  * (the current GPU, single process, fp32). There is no fallback: "cuda" in a build
  * without CUDA or with no usable GPU fails with HERD_ERR_UNSUPPORTED and says why.
@@ -110,19 +112,19 @@ herd_status herd_model_create_shape(const char *name_or_path, int c, int h, int 
  * the host cannot read (a host access faults), with its own memory cap and counts.
  * Parameters live on the device; herd_model_tensor_info's data pointer is then
  * device memory, while save/load and checkpoints copy through the host. */
-herd_status herd_model_create_device(const char *name_or_path, const herd_dataset *ds,
-                                     const char *device, herd_model **out);
+HERD_API herd_status herd_model_create_device(const char *name_or_path, const herd_dataset *ds,
+                                              const char *device, herd_model **out);
 /* A model whose layers, shapes and tensor names are set up but that holds no
  * parameters, gradients or buffers: for pipeline training (herd_train_config's
  * pipeline_stages > 1), where each rank builds only its stage, and for describing
  * the model. Everything that needs the values (init, save, load, evaluate, tensor
  * data) refuses it. */
-herd_status herd_model_create_plan(const char *name_or_path, const herd_dataset *ds,
-                                   const char *device, herd_model **out);
-void herd_model_free(herd_model *m);
+HERD_API herd_status herd_model_create_plan(const char *name_or_path, const herd_dataset *ds,
+                                            const char *device, herd_model **out);
+HERD_API void herd_model_free(herd_model *m);
 /* Re-initialises every parameter from seed (PyTorch's default initialisation) and
  * resets buffers (batch-norm running mean 0, variance 1). Models start seeded with 0. */
-herd_status herd_model_init_params(herd_model *m, uint64_t seed);
+HERD_API herd_status herd_model_init_params(herd_model *m, uint64_t seed);
 
 /* Arithmetic of a model's training and evaluation. fp32 everywhere; tf32 (CUDA:
  * cuBLAS and cuDNN may use TF32 tensor cores, inputs rounded to a 10-bit mantissa,
@@ -142,21 +144,21 @@ typedef enum {
 } herd_precision;
 
 /* "fp32", "tf32", "bf16", "fp16". */
-const char *herd_precision_name(herd_precision p);
-herd_status herd_precision_parse(const char *name, herd_precision *out);
-herd_status herd_model_set_precision(herd_model *m, herd_precision p);
-herd_precision herd_model_precision(const herd_model *m);
+HERD_API const char *herd_precision_name(herd_precision p);
+HERD_API herd_status herd_precision_parse(const char *name, herd_precision *out);
+HERD_API herd_status herd_model_set_precision(herd_model *m, herd_precision p);
+HERD_API herd_precision herd_model_precision(const herd_model *m);
 
 /* Names the device a model lives on ("cpu", "cuda", "sim"). */
-const char *herd_model_device(const herd_model *m);
+HERD_API const char *herd_model_device(const herd_model *m);
 /* The device used when none is named: "cuda" when herd was built with CUDA and a GPU
  * is visible, "cpu" otherwise. Does not initialise the GPU. */
-const char *herd_default_device(void);
+HERD_API const char *herd_default_device(void);
 /* Caps the memory herd holds on `device` (0 = no cap): "cpu" counts every block of
  * herd_device_memory_usage; "cuda" what its caching allocator keeps, cached blocks
  * included; "sim" counts like "cpu". Allocations beyond the cap fail with HERD_ERR_NOMEM naming the request,
  * what it is for, what herd holds and the cap. */
-herd_status herd_device_set_memory_limit(const char *device, uint64_t bytes);
+HERD_API herd_status herd_device_set_memory_limit(const char *device, uint64_t bytes);
 
 /* What herd's memory on a device is for. */
 typedef enum {
@@ -180,20 +182,20 @@ typedef struct herd_memory_usage {
  * loader's batches, MPI's buffers or oneDNN's internal caches); "sim" every block of
  * its device memory (the CPU plans behind its convolutions count as "cpu"). "cuda" is not
  * counted this way (HERD_ERR_UNSUPPORTED; its caching allocator has its own cap). */
-herd_status herd_device_memory_usage(const char *device, herd_memory_usage *out);
+HERD_API herd_status herd_device_memory_usage(const char *device, herd_memory_usage *out);
 /* Starts a new peak from what is held now. */
-herd_status herd_device_memory_reset_peak(const char *device);
+HERD_API herd_status herd_device_memory_reset_peak(const char *device);
 
-size_t herd_model_param_count(const herd_model *m);
+HERD_API size_t herd_model_param_count(const herd_model *m);
 /* Forward multiply-adds x2 per sample (the usual "FLOPs" of a model card). */
-double herd_model_flops_per_sample(const herd_model *m);
-const char *herd_model_name(const herd_model *m);
+HERD_API double herd_model_flops_per_sample(const herd_model *m);
+HERD_API const char *herd_model_name(const herd_model *m);
 
 /* Named tensors: parameters, then buffers such as batch-norm running statistics. */
-size_t herd_model_tensor_count(const herd_model *m);
+HERD_API size_t herd_model_tensor_count(const herd_model *m);
 /* shape has up to 4 entries; ndim receives how many. */
-herd_status herd_model_tensor_info(const herd_model *m, size_t i, const char **name, int *ndim,
-                                   int64_t shape[4], float **data);
+HERD_API herd_status herd_model_tensor_info(const herd_model *m, size_t i, const char **name, int *ndim,
+                                            int64_t shape[4], float **data);
 
 /* Layers in execution order, for tools that model a training step (herd predict). */
 #define HERD_LAYER_MAX_PARAMS 4
@@ -208,23 +210,23 @@ typedef struct herd_layer_info {
     size_t param_numel[HERD_LAYER_MAX_PARAMS], param_offset[HERD_LAYER_MAX_PARAMS];
     size_t output_per_sample; /* values of its output per sample */
 } herd_layer_info;
-size_t herd_model_layer_count(const herd_model *m);
-herd_status herd_model_layer_info(const herd_model *m, size_t i, herd_layer_info *out);
+HERD_API size_t herd_model_layer_count(const herd_model *m);
+HERD_API herd_status herd_model_layer_info(const herd_model *m, size_t i, herd_layer_info *out);
 
 /* Pipeline stages (docs/pipeline.md): the split of m's layers into `stages` runs that
  * minimises the slowest stage's summed cost (cost: one value per layer, in any unit;
  * NULL: forward + backward FLOPs), cutting only where one tensor crosses. Stage s
  * holds layers bounds[s] .. bounds[s+1]-1 (bounds has stages + 1 entries). */
-herd_status herd_model_pipeline_split(const herd_model *m, int stages, const double *cost,
-                                      int *bounds);
+HERD_API herd_status herd_model_pipeline_split(const herd_model *m, int stages, const double *cost,
+                                               int *bounds);
 
 /* Weights in safetensors format (readable by PyTorch's and numpy's loaders). */
-herd_status herd_model_save(const herd_model *m, const char *path);
-herd_status herd_model_load(herd_model *m, const char *path);
+HERD_API herd_status herd_model_save(const herd_model *m, const char *path);
+HERD_API herd_status herd_model_load(herd_model *m, const char *path);
 
 /* Zoo: names, iterate with i = 0.. until NULL. */
-const char *herd_zoo_name(size_t i);
-const char *herd_zoo_description(size_t i);
+HERD_API const char *herd_zoo_name(size_t i);
+HERD_API const char *herd_zoo_description(size_t i);
 
 /* ------------------------------------------------------ data parallelism */
 
@@ -240,22 +242,22 @@ typedef struct herd_dist_config {
     double timeout_s;       /* abort the job after this (300) */
 } herd_dist_config;
 
-herd_status herd_dist_init(const herd_dist_config *cfg, herd_dist **out);
-int herd_dist_rank(const herd_dist *d);
-int herd_dist_size(const herd_dist *d);
-int herd_dist_local_rank(const herd_dist *d);
-const char *herd_dist_backend(const herd_dist *d); /* "local" or "mpi" */
+HERD_API herd_status herd_dist_init(const herd_dist_config *cfg, herd_dist **out);
+HERD_API int herd_dist_rank(const herd_dist *d);
+HERD_API int herd_dist_size(const herd_dist *d);
+HERD_API int herd_dist_local_rank(const herd_dist *d);
+HERD_API const char *herd_dist_backend(const herd_dist *d); /* "local" or "mpi" */
 /* Whether this build reduces GPU gradients with NCCL; without it, multi-rank GPU
  * training reduces them with MPI through host memory. */
-bool herd_have_nccl(void);
+HERD_API bool herd_have_nccl(void);
 /* Before creating models on `device` in a job of several ranks: "cuda" gives each rank
  * the GPU of its local rank (and fails when a host has more ranks than GPUs); "cpu"
  * and groups of one need nothing. */
-herd_status herd_dist_bind_device(herd_dist *d, const char *device);
+HERD_API herd_status herd_dist_bind_device(herd_dist *d, const char *device);
 /* Ends every process of the job with exit code `code` (use after a fatal error on one
  * rank); msg goes to the log function at HERD_LOG_ERROR first. Does not return. */
-void herd_dist_abort(herd_dist *d, int code, const char *msg);
-void herd_dist_free(herd_dist *d);
+HERD_API void herd_dist_abort(herd_dist *d, int code, const char *msg);
+HERD_API void herd_dist_free(herd_dist *d);
 
 /* -------------------------------------------------------------- training */
 
@@ -271,8 +273,8 @@ typedef enum {
 } herd_compress;
 
 /* "none", "fp16", "bf16". */
-const char *herd_compress_name(herd_compress c);
-herd_status herd_compress_parse(const char *name, herd_compress *out);
+HERD_API const char *herd_compress_name(herd_compress c);
+HERD_API herd_status herd_compress_parse(const char *name, herd_compress *out);
 
 #define HERD_MAX_MILESTONES 8
 
@@ -381,7 +383,7 @@ typedef struct herd_train_config {
     int elastic_ranks;
 } herd_train_config;
 
-void herd_train_config_default(herd_train_config *cfg);
+HERD_API void herd_train_config_default(herd_train_config *cfg);
 
 /* Timing of one step's phases, seconds. */
 typedef struct herd_phase_times {
@@ -430,7 +432,7 @@ typedef struct herd_console_progress {
     double last_draw; /* internal */
 } herd_console_progress;
 
-bool herd_console_progress_fn(const herd_progress *p, void *user);
+HERD_API bool herd_console_progress_fn(const herd_progress *p, void *user);
 
 /* Bytes of parameters (buffers such as batch-norm statistics not counted), gradients
  * and optimizer state that one rank holds: the summaries' param_bytes, grad_bytes and
@@ -472,19 +474,19 @@ typedef struct herd_train_result {
 /* The fewest ranks herd_train runs with these pipeline stages (1 = none) and ZeRO stage
  * (0 = off): the stages, twice them with ZeRO (two replicas to shard over); a job must
  * also be a multiple of the stages. herd run --min-np checks against it. */
-int herd_train_min_ranks(int pipeline_stages, int zero_stage);
+HERD_API int herd_train_min_ranks(int pipeline_stages, int zero_stage);
 
-herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
-                       const herd_train_config *cfg, herd_progress_fn progress, void *user,
-                       herd_train_result *result);
+HERD_API herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
+                                const herd_train_config *cfg, herd_progress_fn progress, void *user,
+                                herd_train_result *result);
 
 typedef struct herd_eval_result {
     double loss, acc;
     size_t samples;
 } herd_eval_result;
 
-herd_status herd_evaluate(herd_model *m, herd_dataset *ds, int batch_size, int threads,
-                          herd_eval_result *result);
+HERD_API herd_status herd_evaluate(herd_model *m, herd_dataset *ds, int batch_size, int threads,
+                                   herd_eval_result *result);
 
 /* Throughput benchmark: `steps` training steps after `warmup` untimed ones. */
 typedef struct herd_bench_result {
@@ -514,13 +516,13 @@ typedef struct herd_bench_config {
     const char *timeline_path; /* trace of the steps all ranks run together (NULL = off) */
 } herd_bench_config;
 
-void herd_bench_config_default(herd_bench_config *cfg);
+HERD_API void herd_bench_config_default(herd_bench_config *cfg);
 /* Every rank gets the same result. */
-herd_status herd_bench_run(herd_model *m, herd_dataset *ds, const herd_bench_config *cfg,
-                           herd_bench_result *result);
+HERD_API herd_status herd_bench_run(herd_model *m, herd_dataset *ds, const herd_bench_config *cfg,
+                                    herd_bench_result *result);
 /* herd_bench_run with those fields and no timeline. dist: NULL for one process. */
-herd_status herd_bench_train(herd_model *m, herd_dataset *ds, int batch_size, int steps,
-                             int warmup, int threads, herd_dist *dist, herd_bench_result *result);
+HERD_API herd_status herd_bench_train(herd_model *m, herd_dataset *ds, int batch_size, int steps,
+                                      int warmup, int threads, herd_dist *dist, herd_bench_result *result);
 
 /* ------------------------------------------------------------------ plots */
 
@@ -529,11 +531,11 @@ herd_status herd_bench_train(herd_model *m, herd_dataset *ds, int batch_size, in
 
 /* Curves from a herd train --metrics file: one panel per entry of the comma-separated
  * list `metrics` ("loss", "acc", "throughput"; NULL = all three) against the step. */
-herd_status herd_plot_metrics(const char *metrics_path, const char *png_path, const char *metrics,
-                              int width, int height);
+HERD_API herd_status herd_plot_metrics(const char *metrics_path, const char *png_path, const char *metrics,
+                                       int width, int height);
 /* Per rank, the mean time per step in each phase (data wait, forward, backward,
  * exposed communication, optimizer) as stacked horizontal bars, from a --timeline trace. */
-herd_status herd_plot_timeline(const char *trace_path, const char *png_path, int width, int height);
+HERD_API herd_status herd_plot_timeline(const char *trace_path, const char *png_path, int width, int height);
 
 #ifdef __cplusplus
 }

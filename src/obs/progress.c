@@ -24,19 +24,22 @@ static void loss_scale_text(const herd_progress *p, char *buf, size_t len)
         snprintf(buf, len, "  loss scale %.10g (%ld skipped)", p->loss_scale, p->skipped_steps);
 }
 
-static void epoch_line(FILE *out, const herd_progress *p)
+/* One call for the whole line (after `clear`): stderr is unbuffered, and under mpirun
+ * another rank's output could land between the pieces of a line written in several. */
+static void epoch_line(FILE *out, const char *clear, const herd_progress *p)
 {
     char el[32];
     if (p->elapsed_s < 60) /* tenths: time-to-accuracy comparisons read this */
         snprintf(el, sizeof el, "%.1fs", p->elapsed_s);
     else
         format_duration(p->elapsed_s, el, sizeof el);
-    fprintf(out, "epoch %d/%d  loss %.4f  acc %.2f%%", p->epoch, p->epochs, p->loss, 100 * p->acc);
+    char test[160] = "";
     if (p->evaluated)
-        fprintf(out, "  test_loss %.4f  test_acc %.2f%%", p->test_loss, 100 * p->test_acc);
+        snprintf(test, sizeof test, "  test_loss %.4f  test_acc %.2f%%", p->test_loss, 100 * p->test_acc);
     char scale[64];
     loss_scale_text(p, scale, sizeof scale);
-    fprintf(out, "  lr %.4g%s  %.0f samples/s  elapsed %s\n", p->lr, scale, p->samples_per_s, el);
+    fprintf(out, "%sepoch %d/%d  loss %.4f  acc %.2f%%%s  lr %.4g%s  %.0f samples/s  elapsed %s\n", clear,
+            p->epoch, p->epochs, p->loss, 100 * p->acc, test, p->lr, scale, p->samples_per_s, el);
 }
 
 bool herd_console_progress_fn(const herd_progress *p, void *user)
@@ -45,9 +48,7 @@ bool herd_console_progress_fn(const herd_progress *p, void *user)
     FILE *out = c->stream ? c->stream : stderr;
     bool tty = !c->force_plain && isatty(fileno(out));
     if (p->epoch_end) {
-        if (tty)
-            fputs("\r\033[K", out);
-        epoch_line(out, p);
+        epoch_line(out, tty ? "\r\033[K" : "", p);
         fflush(out);
         return true;
     }

@@ -7,8 +7,8 @@
 #include <stdbool.h>
 
 #include "fuzz.h"
-#include "obs/tb_reader.h"
 #include "obs/tfrecord.h"
+#include "tb_reader.h"
 
 static uint64_t le64(const uint8_t *p)
 {

@@ -1,7 +1,8 @@
-/* Reads TensorBoard event files back (tests, tools): every record's two CRCs are
- * checked and its Event decoded by protobuf-c. */
-#ifndef HERD_OBS_TB_READER_H
-#define HERD_OBS_TB_READER_H
+/* Reads TensorBoard event files back, for the tests (test_tensorboard, the tfrecord
+ * fuzz target), not part of the library: every record's two CRCs are checked and its
+ * Event decoded by protobuf-c. */
+#ifndef HERD_TESTS_TB_READER_H
+#define HERD_TESTS_TB_READER_H
 
 #include <stdbool.h>
 

@@ -1,6 +1,6 @@
 /* The project's own TensorBoard event file reader: TFRecord framing checked record
  * by record, Events decoded with protobuf-c. */
-#include "obs/tb_reader.h"
+#include "tb_reader.h"
 
 #include <errno.h>
 #include <stdint.h>
