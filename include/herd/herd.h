@@ -319,6 +319,11 @@ typedef struct herd_train_config {
     int grad_accum;        /* micro-batches per step; communicate on the last (1) */
     double bucket_mb;      /* gradient bucket size in MiB (25; the first bucket is 1) */
     bool check_replicas;   /* hash parameters after every step and abort if replicas differ */
+    /* The same saved weights whatever the number of ranks and the --grad-accum split that
+     * make up the global batch (docs/determinism.md): each micro-batch's gradient is summed
+     * exactly. CPU only, without batch norm, ZeRO, pipeline stages, compression or
+     * resume for now (refused at start, naming the option). */
+    bool deterministic;
 
     /* Pipeline parallelism (docs/pipeline.md): the model's layers split into
      * pipeline_stages stages on consecutive ranks (ranks = stages x replicas), each

@@ -78,6 +78,13 @@ typedef struct run {
     herd_model *ckpt_whole;
     herd_optimizer *ckpt_opt;
     herd_ckpt_dir owner; /* rank 0: the checkpoint directory's lock, held until the end */
+    /* --deterministic (exact_step.c): the exact sums (plan.exact points here) and the
+     * step's micro-batches kept for a redo. */
+    herd_exact_sum exact;
+    float *slice_x;
+    int32_t *slice_labels;
+    int *slice_n;
+    int slice_capacity; /* micro-batches the buffers hold */
 } run;
 
 /* train_config.c */
@@ -91,6 +98,13 @@ herd_status herd_run_resolve_config(run *r, const herd_train_config *cfg);
 /* The pipeline's and ZeRO's arguments against the job and the model. */
 herd_status herd_run_check_pipeline(const run *r);
 herd_status herd_run_check_zero(const run *r);
+
+/* exact_step.c: --deterministic. Setup refuses what the exact sums do not cover (the
+ * same on every rank: model, data and configuration are agreed); a step runs its
+ * n_micro micro-batches through them, again when the grid asks (every rank alike). */
+herd_status herd_run_exact_setup(run *r);
+herd_status herd_run_exact_micro_steps(run *r, int n_micro, uint64_t seed, herd_step_stats *s);
+void herd_run_exact_free(run *r);
 
 /* signature.c: collective; every rank learns of a difference and which. */
 herd_status herd_run_check_signature(run *r);

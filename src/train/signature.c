@@ -52,6 +52,7 @@ static void sign_config(herd_signature *s, const herd_train_config *c)
     herd_signature_add(s, "grad_accum", "%d", c->grad_accum);
     herd_signature_add(s, "bucket_mb", "%.17g", c->bucket_mb);
     herd_signature_add(s, "check_replicas", "%d", c->check_replicas);
+    herd_signature_add(s, "deterministic", "%d", c->deterministic);
     if (c->dynamic_loss_scale)
         herd_signature_add(s, "loss_scale", "dynamic %.9g/%d", c->loss_scale_init,
                            c->loss_scale_window);

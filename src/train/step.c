@@ -148,7 +148,7 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
     }
     HERD_TRY(herd_model_reshape(m, b->n));
     herd_run_ctx ctx = herd_model_ctx(m, true, seed);
-    ctx.grad_beta = micro > 0 ? 1.0f : 0.0f;
+    ctx.grad_beta = micro > 0 && !p->exact ? 1.0f : 0.0f; /* exact: each slice alone */
     ctx.trace = herd_timeline_sink(p->timeline);
     if (p->sync_bn && p->comm->size > 1)
         ctx.bn_group = herd_group_of_comm(p->comm);
@@ -173,9 +173,11 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
     HERD_TRY(herd_phase_mark(&p->clock, HERD_PHASE_FORWARD));
     s->t.comm_wait += p->gather_wait;
     s->t.forward -= p->gather_wait;
-    if (micro == n_micro - 1)
+    if (micro == n_micro - 1 && !p->exact)
         herd_step_arm_reduction(p, m, n_micro, &ctx);
     HERD_TRY(herd_model_backward(m, &ctx, b->x, p->dlogits));
+    if (p->exact)
+        herd_exact_sum_add(p->exact, m);
     double t2 = herd_now();
     HERD_TRY(herd_phase_mark(&p->clock, HERD_PHASE_BACKWARD));
     s->t.forward += t1 - t0;

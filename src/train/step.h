@@ -10,6 +10,7 @@
 #include "obs/timeline.h"
 #include "optim/optim.h"
 #include "train/buckets.h"
+#include "train/exact_sum.h"
 #include "train/phase_clock.h"
 #include "train/zero.h"
 
@@ -54,6 +55,9 @@ typedef struct herd_step_plan {
     bool overlap_gather;
     bool gather_pending;
     double gather_wait; /* seconds the forward waited for it (exposed communication) */
+    /* --deterministic: each micro-batch's gradient goes into exact sums instead of the
+     * buckets (exact_sum.h); the caller finishes them before herd_apply_step. NULL: off. */
+    herd_exact_sum *exact;
     herd_timeline *timeline; /* --timeline: phases and layers become events (NULL: off) */
     herd_replica_stage replica_stage; /* --check-replicas on a device: the host copy */
     herd_phase_clock clock;  /* the phases on the device's clock, where it has one */

@@ -156,7 +156,11 @@ static herd_status train_step(run *r, long sched_step, herd_step_stats *s, bool 
     if (r->timeline)
         herd_timeline_begin_step(r->timeline, r->state.epoch + 1, r->state.global_step + 1);
     double t0 = herd_now();
-    for (int micro = 0; micro < n_micro && !r->pp; micro++) {
+    if (r->plan.exact) {
+        activity(r, "forward and backward (exact sums)");
+        HERD_TRY(herd_run_exact_micro_steps(r, n_micro, seed, s));
+    }
+    for (int micro = 0; micro < n_micro && !r->pp && !r->plan.exact; micro++) {
         herd_batch b;
         activity(r, "waiting for the data loader");
         HERD_TRY(herd_loader_next(r->loader, &b, has));
@@ -449,6 +453,7 @@ static herd_status setup(run *r)
         HERD_TRY(herd_loss_scaler_init(&r->scaler, cfg->loss_scale_init, cfg->loss_scale_window));
         r->plan.scaler = &r->scaler;
     }
+    HERD_TRY(herd_run_exact_setup(r));
     r->plan.clip_grad_norm = cfg->clip_grad_norm;
     r->plan.skip_nonfinite = cfg->skip_nonfinite;
     r->plan.skipped = &r->scaler.skipped; /* one count of skipped steps, scaler or not */
@@ -621,6 +626,7 @@ herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
     herd_ckpt_writer_free(r.writer); /* a write in progress ends first: it reads m's views */
     herd_restart_log_close(&r.restarts);
     herd_step_plan_free(&r.plan, r.m);
+    herd_run_exact_free(&r);
     herd_zero_free(&r.zero);
     herd_optimizer_free(r.opt);
     herd_run_release_whole(&r, r.ckpt_whole, r.ckpt_opt);

@@ -1,0 +1,127 @@
+/* --deterministic steps (docs/determinism.md): each micro-batch (a slice of the global
+ * batch) computes its gradient alone and adds it to exact sums; the sums over the ranks
+ * do not depend on the order, so neither do the weights on the number of ranks or the
+ * --grad-accum split that make up the global batch. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "train/run.h"
+
+herd_status herd_run_exact_setup(run *r)
+{
+    const herd_train_config *cfg = &r->cfg;
+    if (!cfg->deterministic)
+        return HERD_OK;
+    if (strcmp(r->m->be->name, "cpu") != 0)
+        return HERD_ERR(HERD_ERR_UNSUPPORTED, "--deterministic runs on the CPU only for now, not "
+                        "--device %s (docs/determinism.md)", r->m->be->name);
+    if (r->m->n_buffer_floats > 0)
+        return HERD_ERR(HERD_ERR_UNSUPPORTED, "--deterministic does not cover batch norm yet "
+                        "(model '%s' has running statistics): its statistics per micro-batch "
+                        "are summed in another order on each rank (docs/determinism.md)",
+                        r->m->name);
+    /* The epoch's last step must hold whole micro-batches on every rank alike, or its
+     * slices would depend on the number of ranks. */
+    long global = (long)cfg->batch_size * cfg->grad_accum * herd_run_replicas(r);
+    if ((long)r->train->n % global != 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "--deterministic needs whole global batches: %zu "
+                        "training samples are not a multiple of the global batch %ld; use "
+                        "--train-samples %ld", r->train->n, global,
+                        (long)r->train->n / global * global);
+    HERD_TRY(herd_exact_sum_init(&r->exact, r->m, r->dp->size));
+    r->plan.exact = &r->exact;
+    return HERD_OK;
+}
+
+void herd_run_exact_free(run *r)
+{
+    herd_exact_sum_free(&r->exact);
+    free(r->slice_x);
+    free(r->slice_labels);
+    free(r->slice_n);
+    r->slice_x = NULL;
+    r->slice_labels = NULL;
+    r->slice_n = NULL;
+    r->slice_capacity = 0;
+}
+
+static size_t sample_floats(const run *r) { return (size_t)r->m->in_c * r->m->in_h * r->m->in_w; }
+
+/* Keeps micro-batch j of the step for a redo (the loader's slot is reused). */
+static herd_status keep(run *r, int j, const herd_batch *b)
+{
+    int micro = r->cfg.batch_size;
+    if (j >= r->slice_capacity) {
+        int cap = j + 1;
+        float *x = realloc(r->slice_x, (size_t)cap * micro * sample_floats(r) * sizeof *x);
+        if (x)
+            r->slice_x = x;
+        int32_t *l = realloc(r->slice_labels, (size_t)cap * micro * sizeof *l);
+        if (l)
+            r->slice_labels = l;
+        int *n = realloc(r->slice_n, (size_t)cap * sizeof *n);
+        if (n)
+            r->slice_n = n;
+        if (!x || !l || !n)
+            return HERD_NOMEM((size_t)cap * micro * sample_floats(r) * sizeof *x);
+        r->slice_capacity = cap;
+    }
+    memcpy(r->slice_x + (size_t)j * micro * sample_floats(r), b->x,
+           (size_t)b->n * sample_floats(r) * sizeof *b->x);
+    memcpy(r->slice_labels + (size_t)j * micro, b->labels, (size_t)b->n * sizeof *b->labels);
+    r->slice_n[j] = b->n;
+    return HERD_OK;
+}
+
+static herd_batch kept(const run *r, int j)
+{
+    int micro = r->cfg.batch_size;
+    return (herd_batch){.x = r->slice_x + (size_t)j * micro * sample_floats(r),
+                        .labels = r->slice_labels + (size_t)j * micro, .n = r->slice_n[j]};
+}
+
+/* One pass over the step's micro-batches into the exact sums. A micro-batch's dropout
+ * stream follows its place in the global batch (micro-batch j of rank k is slice
+ * j * ranks + k of the loader's order), not its place on this rank. */
+static herd_status pass(run *r, int n_micro, uint64_t seed, bool from_loader, herd_step_stats *s)
+{
+    int ranks = r->dp->size, rank = r->dp->rank;
+    herd_exact_sum_begin(&r->exact, r->m, (long)n_micro * ranks);
+    for (int j = 0; j < n_micro; j++) {
+        herd_batch b;
+        if (from_loader) {
+            bool has;
+            HERD_TRY(herd_loader_next(r->loader, &b, &has));
+            if (!has)
+                return HERD_ERR(HERD_ERR_INTERNAL, "the loader ended the epoch %d batches early",
+                                n_micro - j);
+            s->t.data_wait += b.wait_s;
+            HERD_TRY(keep(r, j, &b));
+        } else {
+            b = kept(r, j);
+        }
+        uint64_t slice = (uint64_t)j * (uint64_t)ranks + (uint64_t)rank;
+        HERD_TRY(herd_micro_step(r->m, &r->plan, &b, j, n_micro, r->cfg.label_smoothing,
+                                 herd_mix64(seed, slice), s));
+    }
+    return HERD_OK;
+}
+
+herd_status herd_run_exact_micro_steps(run *r, int n_micro, uint64_t seed, herd_step_stats *s)
+{
+    bool redo;
+    HERD_TRY(pass(r, n_micro, seed, true, s));
+    HERD_TRY(herd_exact_sum_finish(&r->exact, r->m, r->dp, &redo));
+    if (!redo)
+        return HERD_OK;
+    /* The grid came from this step's own values now: the pass is counted once. */
+    s->loss_sum = 0, s->correct = 0, s->samples = 0;
+    HERD_TRY(pass(r, n_micro, seed, false, s));
+    HERD_TRY(herd_exact_sum_finish(&r->exact, r->m, r->dp, &redo));
+    if (redo)
+        return HERD_ERR(HERD_ERR_INTERNAL, "--deterministic: the exact sums overflowed on a grid "
+                        "made from the step's own values");
+    return HERD_OK;
+}

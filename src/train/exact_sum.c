@@ -1,0 +1,162 @@
+#include "train/exact_sum.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+/* Bits of a slice value below its tensor's largest (fp32 keeps 24). */
+#define GRID_BITS 30
+
+herd_status herd_exact_sum_init(herd_exact_sum *e, const herd_model *m, int ranks)
+{
+    memset(e, 0, sizeof *e);
+    size_t nv = (size_t)m->n_views;
+    e->acc = malloc((m->n_param_floats + 1) * sizeof *e->acc);
+    e->view_max = calloc(nv, sizeof *e->view_max);
+    e->all_max = calloc(nv * (size_t)ranks, sizeof *e->all_max);
+    e->grid = calloc(nv, sizeof *e->grid);
+    if (!e->acc || !e->view_max || !e->all_max || !e->grid) {
+        herd_exact_sum_free(e);
+        return HERD_NOMEM((m->n_param_floats + 1) * sizeof(double));
+    }
+    return HERD_OK;
+}
+
+void herd_exact_sum_free(herd_exact_sum *e)
+{
+    free(e->acc);
+    free(e->view_max);
+    free(e->all_max);
+    free(e->grid);
+    memset(e, 0, sizeof *e);
+}
+
+void herd_exact_sum_begin(herd_exact_sum *e, const herd_model *m, long slices)
+{
+    memset(e->acc, 0, (m->n_param_floats + 1) * sizeof *e->acc);
+    memset(e->view_max, 0, (size_t)m->n_views * sizeof *e->view_max);
+    e->slices = slices;
+}
+
+/* The largest integer a slice may add: the sum of all slices stays below 2^53. */
+static double slice_bound(const herd_exact_sum *e) { return ldexp(1.0, 53) / (double)e->slices; }
+
+/* One view of a slice: acc += g rounded to the grid (when there is one), and the largest
+ * |g| into *mx (inf or NaN anywhere: NaN, so the step is not finite whatever the grid).
+ * Returns how many values fell outside the headroom: their place gets nothing, and the
+ * step is redone on another grid. Every element is its own sum, and the max and the
+ * count have no order, so threads may split the loop. */
+static double add_view(const float *g, size_t n, bool grid, double scale, double bound,
+                       double *acc, float *mx_out)
+{
+    double outside = 0, bad = 0;
+    float mx = 0.0f;
+#pragma omp parallel for simd reduction(max : mx) reduction(+ : outside, bad) if (n >= 65536)
+    for (size_t i = 0; i < n; i++) {
+        float a = fabsf(g[i]);
+        mx = a > mx ? a : mx;
+        bad += !(a <= 3.402823466e38f);
+        if (grid) {
+            double q = rint((double)g[i] * scale); /* scale is a power of two: exact */
+            bool in = fabs(q) <= bound;           /* false for inf and NaN too */
+            acc[i] += in ? q : 0.0;
+            outside += !in;
+        }
+    }
+    *mx_out = bad > 0 ? NAN : mx;
+    return outside;
+}
+
+void herd_exact_sum_add(herd_exact_sum *e, const herd_model *m)
+{
+    const double bound = slice_bound(e);
+    double outside = 0;
+    for (int v = 0; v < m->n_views; v++) {
+        const herd_tensor_view *tv = &m->views[v];
+        if (tv->is_buffer)
+            continue;
+        float mx, was = e->view_max[v];
+        outside += add_view(m->grads + tv->offset, tv->numel, e->have_grid,
+                            ldexp(1.0, -e->grid[v]), bound, e->acc + tv->offset, &mx);
+        e->view_max[v] = mx != mx || was != was ? NAN : mx > was ? mx : was;
+    }
+    e->acc[m->n_param_floats] += outside;
+}
+
+/* E for a tensor whose largest slice value is mx: mx lands just below 2^GRID_BITS. */
+static int grid_for(float mx, int previous)
+{
+    if (!(mx > 0.0f) || !isfinite(mx))
+        return previous; /* all zero (any grid is exact), or not finite (the step fails) */
+    return ilogbf(mx) + 1 - GRID_BITS;
+}
+
+/* Every rank's per-view maxima, combined exactly (a max has no order). */
+static herd_status gather_max(herd_exact_sum *e, const herd_model *m, herd_comm *c)
+{
+    size_t nv = (size_t)m->n_views;
+    if (c->size > 1)
+        HERD_TRY(c->ops->allgather(c, e->view_max, e->all_max, nv * sizeof(float)));
+    else
+        memcpy(e->all_max, e->view_max, nv * sizeof(float));
+    for (int r = 1; r < c->size; r++)
+        for (size_t v = 0; v < nv; v++) {
+            float x = e->all_max[(size_t)r * nv + v];
+            if (x > e->all_max[v] || x != x)
+                e->all_max[v] = x;
+        }
+    return HERD_OK;
+}
+
+static void set_grids(herd_exact_sum *e, const herd_model *m)
+{
+    for (int v = 0; v < m->n_views; v++)
+        e->grid[v] = grid_for(e->all_max[v], e->grid[v]);
+    e->have_grid = true;
+}
+
+herd_status herd_exact_sum_finish(herd_exact_sum *e, herd_model *m, herd_comm *c, bool *redo)
+{
+    *redo = false;
+    HERD_TRY(gather_max(e, m, c));
+    if (!e->have_grid) { /* the first step: this pass only measured */
+        set_grids(e, m);
+        *redo = true;
+        return HERD_OK;
+    }
+    size_t n = m->n_param_floats;
+    if (n + 1 > (size_t)INT32_MAX)
+        return HERD_ERR(HERD_ERR_UNSUPPORTED, "--deterministic: %zu parameters are more than one "
+                        "exact reduction takes (2^31 - 1)", n);
+    if (c->size > 1)
+        HERD_TRY(c->ops->allreduce_f64(c, e->acc, (int)(n + 1)));
+    if (e->acc[n] > 0) { /* a slice past the grid's headroom, on some rank */
+        bool finite = true;
+        for (int v = 0; v < m->n_views; v++)
+            finite = finite && isfinite(e->all_max[v]);
+        if (finite) {
+            set_grids(e, m);
+            *redo = true;
+            return HERD_OK;
+        }
+        /* Not finite: no grid holds it; the mean is made non-finite below so the step's
+         * usual checks (divergence, loss scaling) see it. */
+    }
+    for (int v = 0; v < m->n_views; v++) {
+        const herd_tensor_view *tv = &m->views[v];
+        if (tv->is_buffer)
+            continue;
+        /* integer × 2^E is exact; the division by the slices rounds once, the same on
+         * every rank. */
+        double p2 = ldexp(1.0, e->grid[v]), slices = (double)e->slices;
+        bool bad = !isfinite(e->all_max[v]);
+        float *g = m->grads + tv->offset;
+        const double *acc = e->acc + tv->offset;
+        for (size_t i = 0; i < tv->numel; i++)
+            g[i] = bad ? e->all_max[v] : (float)(acc[i] * p2 / slices);
+    }
+    set_grids(e, m); /* the next step's, from this one's values */
+    return HERD_OK;
+}

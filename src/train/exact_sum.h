@@ -1,0 +1,38 @@
+/* Exact gradient sums for --deterministic (docs/determinism.md): every slice's gradient
+ * (one micro-batch's, computed alone) is rounded once to a grid 2^E per tensor and added
+ * as an integer held in a double. Integers below 2^53 add exactly in doubles, so the sum
+ * over a rank's slices and the allreduce over the ranks give the same bits in any order,
+ * for any number of ranks or micro-batches; the mean is converted back once.
+ *
+ * The grid must be the same on every rank before a slice is rounded, so it comes from
+ * the step before (its largest slice value, gathered exactly): E = exponent - 30, leaving
+ * 2^(53 - 30) / slices of headroom. A slice beyond it, or the first step (no grid yet),
+ * makes every rank redo the step's slices with the grid of the values just seen. */
+#ifndef HERD_TRAIN_EXACT_SUM_H
+#define HERD_TRAIN_EXACT_SUM_H
+
+#include <stdbool.h>
+
+#include "dist/comm.h"
+#include "nn/model.h"
+
+typedef struct herd_exact_sum {
+    double *acc;      /* n_param_floats integers on the views' grids, then the overflow count */
+    float *view_max;  /* per view: this step's largest |slice value| on this rank */
+    float *all_max;   /* gathered: size × n_views */
+    int *grid;        /* per view: E, a value is integer × 2^E */
+    bool have_grid;
+    long slices;      /* this step's slices on every rank together */
+} herd_exact_sum;
+
+herd_status herd_exact_sum_init(herd_exact_sum *e, const herd_model *m, int ranks);
+void herd_exact_sum_free(herd_exact_sum *e);
+/* A new step of `slices` slices over all ranks: the sums start at zero. */
+void herd_exact_sum_begin(herd_exact_sum *e, const herd_model *m, long slices);
+/* Adds the slice gradient in m->grads (host memory). */
+void herd_exact_sum_add(herd_exact_sum *e, const herd_model *m);
+/* Sums over the ranks of c and writes the mean into m->grads; *redo: the step's slices
+ * must be computed again (begin, add..., finish), every rank alike. */
+herd_status herd_exact_sum_finish(herd_exact_sum *e, herd_model *m, herd_comm *c, bool *redo);
+
+#endif
