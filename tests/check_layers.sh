@@ -2,7 +2,8 @@
 # The layer graph: which part of herd includes which, from every #include in src/,
 # cli/ and include/. Prints the graph (edges with their include counts) and fails on
 # any include against the allowed direction (README, "Who may include whom"), and on a
-# private header included outside its directory (tests and bench included):
+# private header included outside its directory (tests and bench included), and on a
+# call against the allowed direction through the public header (below):
 #   cli -> src/train -> src/{optim,obs,tools} -> src/{nn,data,dist} -> src/backend -> src/core
 # with include/herd/herd.h (the public API: types and declarations, only the C
 # library below it) open to every layer, and the CLI reaching src/ only through the
@@ -90,6 +91,58 @@ END {
     print "check_layers: every include points the allowed way"
 }'
 layers=$?
+
+# herd.h is open to every layer, so an include cannot show a call through it: a public
+# function (declared in include/herd, defined in src/LAYER) is called from another
+# layer of src/ only where that layer may include LAYER (the CLI calls the whole API).
+# Comments and string literals are skipped; a definition is a line at column 0 naming
+# the function before '(' and not ending in ';'.
+declared=$(cat include/herd/*.h | grep -oE '\bherd_[a-z0-9_]+[[:space:]]*\(' | tr -d '( \t' | sort -u)
+calls=$(find src -name '*.c' -o -name '*.cu' | sort | xargs awk -v declared="$declared" -v allowed="$allowed" '
+BEGIN {
+    n = split(declared, d, "\n")
+    for (i = 1; i <= n; i++) pub[d[i]] = 1
+    n = split(allowed, lines, "\n")
+    for (i = 1; i <= n; i++) {
+        k = split(lines[i], w, /[: ]+/)
+        for (j = 2; j <= k; j++) if (w[j] != "") ok[w[1], w[j]] = 1
+    }
+}
+FNR == 1 { incom = 0; split(FILENAME, p, "/"); layer = p[2] }
+{
+    rest = $0; code = ""
+    while (rest != "") {
+        if (incom) {
+            k = index(rest, "*/"); if (!k) break
+            rest = substr(rest, k + 2); incom = 0; continue
+        }
+        if (!match(rest, /\/\*|\/\/|"/)) { code = code rest; break }
+        code = code substr(rest, 1, RSTART - 1); tok = substr(rest, RSTART, RLENGTH)
+        rest = substr(rest, RSTART + RLENGTH)
+        if (tok == "//") break
+        if (tok == "/*") { incom = 1; continue }
+        rest = match(rest, /^([^"\\]|\\.)*"/) ? substr(rest, RLENGTH + 1) : ""
+    }
+    if (code ~ /^[A-Za-z]/ && code !~ /;[[:space:]]*$/ && match(code, /[^a-z0-9_]herd_[a-z0-9_]+\(/)) {
+        name = substr(code, RSTART + 1, RLENGTH - 2)
+        if (name in pub) def[name] = layer
+    }
+    while (match(code, /herd_[a-z0-9_]+[[:space:]]*\(/)) {
+        name = substr(code, RSTART, RLENGTH); sub(/[[:space:]]*\($/, "", name)
+        code = substr(code, RSTART + RLENGTH)
+        if ((name in pub) && !((FILENAME, name) in seen)) { seen[FILENAME, name] = 1; use[++nu] = FILENAME " " name " " layer }
+    }
+}
+END {
+    for (i = 1; i <= nu; i++) {
+        split(use[i], u, " ")
+        if ((u[2] in def) && def[u[2]] != u[3] && !((u[3], def[u[2]]) in ok))
+            printf "check_layers: %s calls %s (src/%s) through the public header: %s may not use %s\n", u[1], u[2], def[u[2]], u[3], def[u[2]]
+    }
+}')
+
 [ -z "$outside" ] || { echo "$outside" | sed 's/^/check_layers: /'; exit 1; }
 echo "check_layers: the private headers stay in their directories"
+[ -z "$calls" ] || { echo "$calls"; exit 1; }
+echo "check_layers: every call through the public header points the allowed way"
 exit $layers

@@ -310,6 +310,10 @@ const herd_backend *herd_backend_cuda(void);
  * what the caller still holds. Buffers and plans the caller got must be freed first;
  * herd_backend_cuda() afterwards returns NULL. A no-op without CUDA. */
 void herd_backend_cuda_shutdown(void);
+/* The backend a device name stands for: "cpu" (also for NULL), "cuda" or "sim"
+ * (device.c). A backend missing from this build or machine is HERD_ERR_UNSUPPORTED
+ * saying why; any other name HERD_ERR_INVALID_ARG. */
+herd_status herd_backend_for(const char *device, const herd_backend **be);
 /* Whether a CUDA GPU is visible to this build, without initialising the backend. */
 bool herd_backend_cuda_visible(void);
 /* Makes GPU (local_rank % visible GPUs) the device herd_backend_cuda() will use, and

@@ -127,6 +127,48 @@ herd_status herd_model_plan(herd_model *m, const herd_layer_spec *specs, int n)
     return setup_layers(m, specs, n);
 }
 
+static void init_layers(herd_model *m, uint64_t seed)
+{
+    herd_rng rng;
+    for (int i = 0; i < m->n_layers; i++) {
+        herd_layer *l = &m->layers[i];
+        /* By the layer's index in the whole model: a pipeline stage draws what the
+         * same layers of the whole model draw. */
+        herd_rng_seed(&rng, seed, 0x1417, (uint64_t)(m->layer_offset + i));
+        if (l->ops->init_params)
+            l->ops->init_params(l, m, &rng);
+    }
+}
+
+herd_status herd_model_init_params(herd_model *m, uint64_t seed)
+{
+    if (!m->params)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "model '%s' is a plan without parameters "
+                        "(herd_model_create_plan): nothing to initialise", m->name);
+    const herd_backend *be = m->be;
+    if (be->host_memory) {
+        HERD_TRY(be->fill(m->n_param_floats, 0.0f, m->params));
+        HERD_TRY(be->fill(m->n_buffer_floats, 0.0f, m->buffers));
+        init_layers(m, seed);
+        return HERD_OK;
+    }
+    /* Layers initialise through host pointers (the same random draws on every
+     * backend), so a device model initialises zeroed host copies, swapped in for the
+     * duration, and uploads them. */
+    float *hp, *hb;
+    herd_status st = herd_model_stage(m, false, &hp, &hb);
+    if (st == HERD_OK) {
+        float *dp = m->params, *db = m->buffers;
+        m->params = hp, m->buffers = hb;
+        init_layers(m, seed);
+        m->params = dp, m->buffers = db;
+        st = herd_model_unstage(m, hp, hb);
+    }
+    free(hp);
+    free(hb);
+    return st;
+}
+
 herd_status herd_model_build(herd_model *m, const herd_layer_spec *specs, int n, uint64_t seed)
 {
     HERD_TRY(herd_model_plan(m, specs, n));

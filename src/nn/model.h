@@ -72,6 +72,12 @@ herd_status herd_model_build(herd_model *m, const herd_layer_spec *specs, int n_
 herd_status herd_model_build_stage(herd_model *stage, const herd_model *whole, int first, int end,
                                    bool storage, bool input_grad, uint64_t seed);
 
+/* A model of name_or_path (a zoo name or a model file) for c x h x w inputs and
+ * `classes` classes on backend be (model_api.c): with storage, built and initialised
+ * from seed 0 (herd_model_build); without, a plan (herd_model_plan). Checks the shape. */
+herd_status herd_model_create_on(const char *name_or_path, int c, int h, int w, int classes,
+                                 const herd_backend *be, bool storage, herd_model **out);
+
 /* Ensures activations for this batch size exist. */
 herd_status herd_model_reshape(herd_model *m, int batch);
 /* x: batch x in_c x in_h x in_w; returns the logits (batch x classes) in *logits. */
