@@ -19,6 +19,7 @@
 
 #include "cli.h"
 #include "run.h"
+#include "tools/run_tools.h"
 
 int run_parse_supervise_flag(int argc, char **argv, int *i, run_args *r)
 {
@@ -153,23 +154,11 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* "SIGKILL", or "signal N" for a number without a name. */
-static const char *signal_name(int sig)
-{
-    static char buf[32];
-    const char *abbrev = sigabbrev_np(sig);
-    if (abbrev)
-        snprintf(buf, sizeof buf, "SIG%s", abbrev);
-    else
-        snprintf(buf, sizeof buf, "signal %d", sig);
-    return buf;
-}
-
 /* "exited with status N" or "was killed by SIGX" for a wait status, into out. */
 static void status_text(int status, char *out, size_t cap)
 {
     if (WIFSIGNALED(status))
-        snprintf(out, cap, "was killed by %s", signal_name(WTERMSIG(status)));
+        snprintf(out, cap, "was killed by %s", herd_run_signal_name(WTERMSIG(status)));
     else
         snprintf(out, cap, "exited with status %d", WEXITSTATUS(status));
 }
@@ -217,7 +206,8 @@ static bool read_all(int fd, double deadline, char **out, size_t *n, char *why, 
         }
         double left = deadline - now_s();
         if (stop_signal || left <= 0) {
-            snprintf(why, cap, "%s%s", stop_signal ? "stopped by " : "", stop_signal ? signal_name(stop_signal) : "");
+            snprintf(why, cap, "%s%s", stop_signal ? "stopped by " : "",
+                     stop_signal ? herd_run_signal_name(stop_signal) : "");
             return false;
         }
         struct pollfd p = {.fd = fd, .events = POLLIN};
@@ -377,189 +367,7 @@ bool run_parse_discovery(char *out, const char *cmd, run_hosts *h, char *why, si
 /* How much a piece of evidence tells about which rank failed and how; a later line
  * replaces an earlier one's account only when it tells more. A rank killed by a signal
  * outranks herd's own lines, which other ranks print as they notice the loss. */
-/* Evidence of what failed, weakest first: a stronger kind replaces a weaker one. A lost
- * host outranks the stall it causes on the ranks that lost it. */
-enum { EV_NONE, EV_LAUNCHER, EV_EXIT, EV_HERD, EV_STALL, EV_HOST, EV_SIGNAL };
-
-typedef struct failure {
-    double at;   /* seconds after the job's start, at the first sign of it */
-    time_t wall;
-    long rank;   /* -1: unknown */
-    char host[64];
-    char how[256];
-    int evidence;
-    bool herd_line; /* herd train printed its failure line */
-    bool setup;     /* ... saying it failed before training began */
-    bool signalled; /* a rank died of a signal */
-    int code;       /* the launcher's exit code */
-} failure;
-
-/* What the launcher's stderr has said so far in its messages of several lines. */
-typedef struct watch {
-    failure *f;
-    double t0;
-    long abort_rank;    /* "MPI_ABORT was invoked on rank R": its errorcode is next */
-    bool nonzero_block; /* inside "exited with non-zero status": name, then code */
-    long block_rank;
-    bool lost_daemon;   /* after "lost communication with a remote daemon": its host next */
-} watch;
-
-static void learn(watch *w, int evidence, long rank, const char *host, const char *how)
-{
-    failure *f = w->f;
-    if (f->evidence == EV_NONE) {
-        f->at = now_s() - w->t0;
-        f->wall = time(NULL);
-    }
-    if (evidence <= f->evidence)
-        return;
-    f->evidence = evidence;
-    f->rank = rank;
-    snprintf(f->host, sizeof f->host, "%s", host);
-    snprintf(f->how, sizeof f->how, "%s", how);
-}
-
-/* herd train: "herd-run: failed rank=R host=H step=N phase=setup|training: MESSAGE". */
-static bool herd_failure_line(watch *w, const char *line)
-{
-    const char *p = strstr(line, "herd-run: failed ");
-    long rank, step;
-    char host[64], phase[16], how[256];
-    int msg = 0;
-    if (!p || sscanf(p, "herd-run: failed rank=%ld host=%63s step=%ld phase=%15[a-z]:%n", &rank, host, &step,
-                     phase, &msg) < 4 || !msg)
-        return false;
-    bool setup = strcmp(phase, "setup") == 0;
-    p += msg + strspn(p + msg, " ");
-    if (setup)
-        snprintf(how, sizeof how, "herd train failed in set-up: %s", p);
-    else
-        snprintf(how, sizeof how, "herd train failed at step %ld: %s", step, p);
-    w->f->herd_line = true;
-    w->f->setup |= setup;
-    learn(w, EV_HERD, rank, host, how);
-    return true;
-}
-
-/* Open MPI's mpirun: "... noticed that process rank R with PID P on node H exited on
- * signal S (NAME).", "MPI_ABORT was invoked on rank R ..." / "with errorcode N.", and
- * "... exited with non-zero status ..." / "Process name: [[J,S],R]" / "Exit code: N". */
-static void open_mpi_line(watch *w, const char *line)
-{
-    const char *p;
-    long rank;
-    int n;
-    char host[64], how[96];
-    if ((p = strstr(line, "noticed that process rank ")) &&
-        sscanf(p, "noticed that process rank %ld with PID %*d on node %63s exited on signal %d", &rank, host,
-               &n) == 3) {
-        snprintf(how, sizeof how, "killed by %s", signal_name(n));
-        w->f->signalled = true;
-        learn(w, EV_SIGNAL, rank, host, how);
-    } else if ((p = strstr(line, "MPI_ABORT was invoked on rank ")) && sscanf(p, "MPI_ABORT was invoked on "
-                                                                                 "rank %ld", &rank) == 1) {
-        w->abort_rank = rank;
-    } else if (w->abort_rank >= 0 && sscanf(line, " with errorcode %d", &n) == 1) {
-        snprintf(how, sizeof how, "called MPI_Abort with error code %d", n);
-        learn(w, EV_EXIT, w->abort_rank, "", how);
-        w->abort_rank = -1;
-    } else if (strstr(line, "exited with non-zero status")) {
-        w->nonzero_block = true;
-    } else if (w->nonzero_block && (p = strstr(line, "Process name:")) &&
-               sscanf(p, "Process name: [[%*d,%*d],%ld]", &rank) == 1) {
-        w->block_rank = rank;
-    } else if (w->nonzero_block && (p = strstr(line, "Exit code:")) && sscanf(p, "Exit code: %d", &n) == 1) {
-        snprintf(how, sizeof how, "exit code %d", n);
-        learn(w, EV_EXIT, w->block_rank, "", how);
-        w->nonzero_block = false;
-    }
-}
-
-/* Slurm's srun: "srun: error: H: task R: Killed" (strsignal's words, perhaps with " (core
- * dumped)") or "srun: error: H: task R: Exited with exit code N"; of "tasks 0-1" the
- * first is named. */
-static void srun_line(watch *w, const char *line)
-{
-    const char *p = strstr(line, "srun: error: ");
-    if (!p)
-        return;
-    p += strlen("srun: error: ");
-    size_t hl = strcspn(p, ": ");
-    const char *t = p + hl;
-    if (hl == 0 || hl >= 64 || strncmp(t, ": task", 6) != 0)
-        return;
-    char host[64], how[96], *end;
-    snprintf(host, sizeof host, "%.*s", (int)hl, p);
-    t += 6 + (t[6] == 's');
-    long rank = strtol(t, &end, 10);
-    const char *msg = strstr(end, ": ");
-    int n;
-    if (end == t || *end == '\0' || !msg || rank < 0)
-        return;
-    msg += 2;
-    if (sscanf(msg, "Exited with exit code %d", &n) == 1) {
-        snprintf(how, sizeof how, "exit code %d", n);
-        learn(w, EV_EXIT, rank, host, how);
-        return;
-    }
-    for (n = 1; n < NSIG; n++) {
-        const char *name = strsignal(n);
-        size_t len = name ? strlen(name) : 0;
-        if (len && strncmp(msg, name, len) == 0 && (msg[len] == '\0' || msg[len] == ' ')) {
-            snprintf(how, sizeof how, "killed by %s", signal_name(n));
-            w->f->signalled = true;
-            learn(w, EV_SIGNAL, rank, host, how);
-            return;
-        }
-    }
-}
-
-/* herd's stall inspector ending the job: "... (stall timeout); ranks unreachable: R on H
- * (...)" or "ranks not yet arrived: R on H (...)", the first rank named. */
-static void herd_stall_line(watch *w, const char *line)
-{
-    static const char *const kinds[][2] = {{"ranks unreachable: ", "unreachable at the stall timeout"},
-                                           {"ranks not yet arrived: ", "stalled past the stall timeout"}};
-    if (!strstr(line, "(stall timeout)"))
-        return;
-    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
-        const char *p = strstr(line, kinds[k][0]);
-        long rank;
-        char host[64];
-        if (p && sscanf(p + strlen(kinds[k][0]), "%ld on %63[^ ;(]", &rank, host) == 2) {
-            learn(w, EV_STALL, rank, host, kinds[k][1]);
-            return;
-        }
-    }
-}
-
-/* Open MPI's mpirun when a host's daemon stops answering: "ORTE has lost communication
- * with a remote daemon." then "Remote daemon: [[J,D],V] on node H". */
-static void lost_daemon_line(watch *w, const char *line)
-{
-    const char *p;
-    char host[64];
-    if (strstr(line, "lost communication with a remote daemon"))
-        w->lost_daemon = true;
-    else if (w->lost_daemon && (p = strstr(line, "Remote daemon:")) &&
-             sscanf(p, "Remote daemon: [[%*d,%*d],%*d] on node %63s", host) == 1) {
-        learn(w, EV_HOST, -1, host, "host lost: mpirun's connection to its daemon there broke");
-        w->lost_daemon = false;
-    }
-}
-
-/* "rank R on H (how)", "rank R (how)", "H (how)" or "how". */
-static void describe(const failure *f, char *out, size_t cap)
-{
-    if (f->rank < 0 && f->host[0])
-        snprintf(out, cap, "%s (%s)", f->host, f->how);
-    else if (f->rank < 0)
-        snprintf(out, cap, "%s", f->how);
-    else if (f->host[0])
-        snprintf(out, cap, "rank %ld on %s (%s)", f->rank, f->host, f->how);
-    else
-        snprintf(out, cap, "rank %ld (%s)", f->rank, f->how);
-}
+/* ---- What failed: read by tools/run_tools.h ---- */
 
 /* ---- One attempt ---- */
 
@@ -570,17 +378,18 @@ typedef struct pump {
     size_t n;
 } pump;
 
+/* The launcher's stderr as herd run reads it: what failed, timed from the job's start. */
+typedef struct watch {
+    herd_run_watch w;
+    double t0;
+} watch;
+
 static void pass_line(watch *w, char *line, size_t len)
 {
     line[len] = '\n'; /* one write for the line and its end (stderr is unbuffered) */
     fwrite(line, 1, len + 1, stderr);
     line[len] = '\0';
-    if (herd_failure_line(w, line))
-        return;
-    herd_stall_line(w, line);
-    lost_daemon_line(w, line);
-    open_mpi_line(w, line);
-    srun_line(w, line);
+    herd_run_watch_line(&w->w, line, now_s() - w->t0);
 }
 
 /* Reads what is there; false at the end of the stream. A line longer than the buffer
@@ -701,7 +510,7 @@ typedef struct supervisor {
     const run_args *r;
     const run_hosts *fixed; /* -H's hosts */
     run_hosts found;        /* discovered, or the hostfile as last read */
-    failure *failures;      /* max_restarts + 1 */
+    herd_run_failure *failures; /* max_restarts + 1 */
     int nfail;
     int last_code;
     double t0;
@@ -713,11 +522,11 @@ static int stop(supervisor *s, int code)
     if (s->nfail)
         fprintf(stderr, "herd: %d failure(s):\n", s->nfail);
     for (int i = 0; i < s->nfail; i++) {
-        const failure *f = &s->failures[i];
+        const herd_run_failure *f = &s->failures[i];
         char when[64], what[512];
         struct tm tm;
         strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S %Z", localtime_r(&f->wall, &tm));
-        describe(f, what, sizeof what);
+        herd_run_failure_describe(f, what, sizeof what);
         fprintf(stderr, "herd:   %d. %.1f s after the start (%s): %s\n", i + 1, f->at, when, what);
     }
     return code;
@@ -792,26 +601,12 @@ static int wait_for_slots(supervisor *s, long attempt, const run_hosts **hosts, 
     }
 }
 
-/* Whether a failed attempt is worth another: NULL, or why not. */
-static const char *no_restart(const supervisor *s, const failure *f, long attempt)
-{
-    if (stop_signal)
-        return "herd run was asked to stop";
-    if (f->setup && !f->signalled)
-        return "herd train failed before training began, which another attempt would repeat";
-    if (f->code == CLI_USAGE && !f->herd_line)
-        return "the launcher exited with code 2, a usage error";
-    if (attempt >= s->r->max_restarts)
-        return "no restarts left";
-    return NULL;
-}
-
 /* Runs one attempt: -1 to restart, else herd run's exit code. */
 static int attempt(supervisor *s, long k, char **argv)
 {
-    failure *f = &s->failures[s->nfail];
-    *f = (failure){.rank = -1};
-    watch w = {.f = f, .t0 = s->t0, .abort_rank = -1, .block_rank = -1};
+    herd_run_failure *f = &s->failures[s->nfail];
+    watch w = {.t0 = s->t0};
+    herd_run_watch_init(&w.w, f);
     int fd;
     pid_t pid = launch(argv, &fd);
     if (pid < 0)
@@ -822,10 +617,10 @@ static int attempt(supervisor *s, long k, char **argv)
     char st[64], how[128];
     status_text(status, st, sizeof st);
     snprintf(how, sizeof how, "the launcher %s", st);
-    learn(&w, EV_LAUNCHER, -1, "", how);
+    herd_run_learn(&w.w, HERD_RUN_EV_LAUNCHER, -1, "", how, now_s() - s->t0);
     f->code = s->last_code = exit_code(status);
     s->nfail++;
-    const char *why = no_restart(s, f, k);
+    const char *why = herd_run_no_restart(f, k, s->r->max_restarts, stop_signal != 0);
     if (!why)
         return -1;
     fprintf(stderr, "herd: not restarting: %s\n", why);
@@ -835,7 +630,7 @@ static int attempt(supervisor *s, long k, char **argv)
 static void print_restart(const supervisor *s, long k, long np, const run_hosts *hosts)
 {
     char what[512], list[256] = "this machine";
-    describe(&s->failures[s->nfail - 1], what, sizeof what);
+    herd_run_failure_describe(&s->failures[s->nfail - 1], what, sizeof what);
     if (hosts)
         run_format_hosts(hosts->v, hosts->n, true, list, sizeof list);
     fprintf(stderr, "herd: restart %ld/%ld after %s: relaunching on %ld rank(s) (%s)\n", k, s->r->max_restarts,

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "tools/run_tools.h"
 
 static const char train_help[] =
     "usage: herd train --model MODEL [options]\n"
@@ -429,11 +430,11 @@ static void tell_supervisor(const herd_dist *dist, const herd_train_result *res)
 {
     if (!getenv("HERD_RUN_SUPERVISED"))
         return;
-    char host[256] = "?";
+    char host[HERD_FAILURE_HOST_LEN] = "?", line[2048];
     gethostname(host, sizeof host - 1);
-    fprintf(stderr, "herd-run: failed rank=%d host=%s step=%ld phase=%s: %s\n",
-            dist ? herd_dist_rank(dist) : 0, host, res->steps,
-            res->training_started ? "training" : "setup", herd_last_error());
+    herd_failure_line_format(line, sizeof line, dist ? herd_dist_rank(dist) : 0, host, res->steps,
+                             !res->training_started, herd_last_error());
+    fprintf(stderr, "%s\n", line);
     fflush(stderr);
 }
 

@@ -23,6 +23,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "dist/comm_mpi_internal.h"
+#include "dist/failure_line.h"
 #include "dist/peer_state.h"
 
 #define TAG_STATUS 1
@@ -163,31 +164,25 @@ static int describe_missing(comm_mpi *m, uint64_t seq, double now, char *out, si
         case HERD_PEER_SILENT:
             herd_peer_describe_silence(now, (double)time(NULL), s->asking_since, heard,
                                        on_my_host(m, r), why, sizeof why);
-            snprintf(item, sizeof item, "%d on %s (%s)", r, host, why);
+            herd_stall_item(item, sizeof item, r, host, why);
             add_item(silent, sizeof silent, item);
             remote_silent += !on_my_host(m, r);
             continue;
         case HERD_PEER_UNHEARD:
-            snprintf(item, sizeof item, "%d on %s (no status received)", r, host);
+            herd_stall_item(item, sizeof item, r, host, "no status received");
             break;
         case HERD_PEER_NOT_STARTED:
             if (st->activity_age_s < 0)
-                snprintf(item, sizeof item, "%d on %s (no activity recorded)", r, host);
+                snprintf(why, sizeof why, "no activity recorded");
             else
-                snprintf(item, sizeof item, "%d on %s (last: '%s' %.0f s ago)", r, host,
-                         st->activity, st->activity_age_s + (r ? now - heard : 0));
+                snprintf(why, sizeof why, "last: '%s' %.0f s ago", st->activity,
+                         st->activity_age_s + (r ? now - heard : 0));
+            herd_stall_item(item, sizeof item, r, host, why);
             break;
         }
         add_item(late, sizeof late, item);
     }
-    if (!late[0] && !silent[0])
-        snprintf(out, cap, "ranks not yet arrived: none known (statuses may lag by a second)");
-    else if (!silent[0])
-        snprintf(out, cap, "ranks not yet arrived: %s", late);
-    else if (!late[0])
-        snprintf(out, cap, "ranks unreachable: %s", silent);
-    else
-        snprintf(out, cap, "ranks not yet arrived: %s; ranks unreachable: %s", late, silent);
+    herd_stall_lists(out, cap, late, silent);
     return remote_silent;
 }
 
@@ -269,10 +264,7 @@ _Noreturn static void stall_timeout(comm_mpi *m, uint64_t seq, const char *desc,
     if (remote_silent)
         snprintf(grace, sizeof grace, " in %.0f s (the launcher first has that long to notice a lost "
                  "host and end it)", LAUNCHER_GRACE_S);
-    snprintf(msg, sizeof msg,
-             "collective #%llu (%s) did not complete within %.0f s (stall timeout); %s; ending the "
-             "job%s",
-             (unsigned long long)seq, desc, m->c->cfg.timeout_s, missing, grace);
+    herd_stall_timeout_format(msg, sizeof msg, seq, desc, m->c->cfg.timeout_s, missing, grace);
     comm_mpi_fatal_after(m, 1, msg, remote_silent ? LAUNCHER_GRACE_S : 0);
 }
 
