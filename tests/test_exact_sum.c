@@ -1,0 +1,162 @@
+/* The exact gradient sums of --deterministic (src/train/exact_sum.c): slices added in
+ * any order give the same bits; the first step and a slice past the grid's headroom ask
+ * for a redo; inf and NaN reach the mean instead of looping. (Several ranks: the
+ * cli_deterministic test, which compares whole runs at 1 to 6 ranks.) */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#include "train/exact_sum.h"
+
+enum { SLICES = 7, A = 1000, B = 37 };
+
+/* A model of two parameter tensors and a buffer, enough for the sums. */
+typedef struct fake {
+    herd_model m;
+    herd_tensor_view views[3];
+    float grads[A + B];
+} fake;
+
+static void fake_init(fake *f)
+{
+    memset(f, 0, sizeof *f);
+    f->views[0] = (herd_tensor_view){.name = "a", .offset = 0, .numel = A};
+    f->views[1] = (herd_tensor_view){.name = "b", .offset = A, .numel = B};
+    f->views[2] = (herd_tensor_view){.name = "running", .offset = 0, .numel = 4, .is_buffer = 1};
+    f->m.views = f->views;
+    f->m.n_views = 3;
+    f->m.n_param_floats = A + B;
+    f->m.grads = f->grads;
+}
+
+/* Slice s's gradient: values over many binades, tensor b far smaller than a. */
+static void slice_grad(fake *f, int s, float scale)
+{
+    float *r = tu_randv(A + B, 100 + (uint64_t)s);
+    for (int i = 0; i < A; i++)
+        f->grads[i] = scale * r[i] * ldexpf(1.0f, (i % 17) - 8);
+    for (int i = 0; i < B; i++)
+        f->grads[A + i] = scale * 1e-6f * r[A + i];
+    free(r);
+}
+
+/* One step over the slices in `order`, redone while asked (at most twice). */
+static void step(fake *f, herd_exact_sum *e, herd_comm *c, const int *order, float scale,
+                 int *redos)
+{
+    bool redo = true;
+    for (*redos = -1; redo; (*redos)++) {
+        assert_true(*redos < 2);
+        herd_exact_sum_begin(e, &f->m, SLICES);
+        for (int k = 0; k < SLICES; k++) {
+            slice_grad(f, order[k], scale);
+            herd_exact_sum_add(e, &f->m);
+        }
+        assert_herd_ok(herd_exact_sum_finish(e, &f->m, c, &redo));
+    }
+}
+
+static void test_order_free(void **state)
+{
+    (void)state;
+    herd_comm *c;
+    assert_herd_ok(herd_comm_local_create(&c));
+    static fake f, g;
+    fake_init(&f);
+    fake_init(&g);
+    herd_exact_sum e1, e2;
+    assert_herd_ok(herd_exact_sum_init(&e1, &f.m, 1));
+    assert_herd_ok(herd_exact_sum_init(&e2, &g.m, 1));
+    const int fwd[SLICES] = {0, 1, 2, 3, 4, 5, 6}, mixed[SLICES] = {5, 2, 6, 0, 3, 1, 4};
+    int redos;
+    step(&f, &e1, c, fwd, 1.0f, &redos);
+    assert_int_equal(redos, 1); /* the first step measures its grid, then sums */
+    step(&g, &e2, c, mixed, 1.0f, &redos);
+    assert_memory_equal(f.grads, g.grads, sizeof f.grads);
+    /* The mean, to the grid's precision (30 bits below each tensor's largest value). */
+    double worst = 0;
+    for (int i = 0; i < A + B; i++) {
+        double sum = 0, mx = 0;
+        for (int s = 0; s < SLICES; s++) {
+            slice_grad(&g, s, 1.0f);
+            sum += g.grads[i];
+        }
+        for (int j = i < A ? 0 : A; j < (i < A ? A : A + B); j++)
+            mx = fmax(mx, fabs(f.grads[j]));
+        worst = fmax(worst, fabs(f.grads[i] - sum / SLICES) / mx);
+    }
+    printf("largest difference from the double-precision mean: %.3g of the tensor's largest\n", worst);
+    assert_true(worst < 1e-7);
+    /* The next step uses this one's grid: no redo. */
+    step(&f, &e1, c, mixed, 1.0f, &redos);
+    assert_int_equal(redos, 0);
+    herd_exact_sum_free(&e1);
+    herd_exact_sum_free(&e2);
+    herd_comm_destroy(c);
+}
+
+static void test_overflow_redone(void **state)
+{
+    (void)state;
+    herd_comm *c;
+    assert_herd_ok(herd_comm_local_create(&c));
+    static fake f, g;
+    fake_init(&f);
+    fake_init(&g);
+    herd_exact_sum e, fresh;
+    assert_herd_ok(herd_exact_sum_init(&e, &f.m, 1));
+    assert_herd_ok(herd_exact_sum_init(&fresh, &g.m, 1));
+    const int order[SLICES] = {0, 1, 2, 3, 4, 5, 6};
+    int redos;
+    step(&f, &e, c, order, 1.0f, &redos);
+    /* Gradients 2^30 times larger than the grid was made for: past the headroom. */
+    step(&f, &e, c, order, 1073741824.0f, &redos);
+    assert_int_equal(redos, 1);
+    /* Redone on the grid of what was seen: the same bits as sums that started there. */
+    step(&g, &fresh, c, order, 1073741824.0f, &redos);
+    assert_memory_equal(f.grads, g.grads, sizeof f.grads);
+    herd_exact_sum_free(&e);
+    herd_exact_sum_free(&fresh);
+    herd_comm_destroy(c);
+}
+
+static void test_nonfinite_reaches_the_mean(void **state)
+{
+    (void)state;
+    herd_comm *c;
+    assert_herd_ok(herd_comm_local_create(&c));
+    static fake f;
+    fake_init(&f);
+    herd_exact_sum e;
+    assert_herd_ok(herd_exact_sum_init(&e, &f.m, 1));
+    const int order[SLICES] = {0, 1, 2, 3, 4, 5, 6};
+    int redos;
+    step(&f, &e, c, order, 1.0f, &redos);
+    herd_exact_sum_begin(&e, &f.m, SLICES);
+    for (int k = 0; k < SLICES; k++) {
+        slice_grad(&f, k, 1.0f);
+        if (k == 3)
+            f.grads[A + 5] = NAN;
+        herd_exact_sum_add(&e, &f.m);
+    }
+    bool redo;
+    assert_herd_ok(herd_exact_sum_finish(&e, &f.m, c, &redo));
+    assert_false(redo); /* no grid holds NaN: the step's checks see it instead */
+    assert_true(isnan(f.grads[A]));
+    assert_true(isfinite(f.grads[0])); /* tensor a stays finite */
+    herd_exact_sum_free(&e);
+    herd_comm_destroy(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_order_free),
+        cmocka_unit_test(test_overflow_redone),
+        cmocka_unit_test(test_nonfinite_reaches_the_mean),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
