@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# What --deterministic costs (issue 27): herd train with and without it, side by side and
+# interleaved (REPS rounds, the median kept), at 1 rank and at 2 ranks, for mlp and lenet5
+# on synthetic data, one thread per rank; the same global batch of micro-batches of B.
+# Prints each run's samples/s and the ratio; raw lines under bench/results/DATE-deterministic.txt.
+#   usage: bench/deterministic.sh [BUILD]   (B=8 STEPS=100 REPS=5 by default)
+set -u
+herd=${1:-build}/herd
+B=${B:-8} STEPS=${STEPS:-100} REPS=${REPS:-5}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+out=bench/results/$(date +%F)-deterministic.txt
+exec > >(tee "$out") 2>&1
+echo "# $(date -u)  $("$herd" --version | head -n1)"
+echo "# $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+echo "# micro-batch $B, global batch $((B * 12)) (1 rank x 12 or 2 ranks x 6), $STEPS steps, median of $REPS"
+one() { # one NP MODEL ACCUM [--deterministic]: samples/s of the run
+  local np=$1 model=$2 accum=$3 det=${4:-} cmd=("$herd")
+  [ "$np" -gt 1 ] && cmd=(mpirun -np "$np" --bind-to none "$herd")
+  "${cmd[@]}" train --model "$model" --data "synthetic:1,28,28,10,$((B * 12 * STEPS))" --epochs 1 \
+    --batch-size "$B" --grad-accum "$accum" --threads 1 --seed 1 --quiet $det 2>&1 |
+    sed -n 's/.*samples_per_s=\([0-9.]*\).*/\1/p'
+}
+median() { sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
+for model in mlp lenet5; do
+  for np in 1 2; do
+    accum=$((12 / np))
+    plain=() det=()
+    for ((i = 0; i < REPS; i++)); do
+      plain+=("$(one $np $model $accum)")
+      det+=("$(one $np $model $accum --deterministic)")
+    done
+    p=$(printf '%s\n' "${plain[@]}" | median) d=$(printf '%s\n' "${det[@]}" | median)
+    echo "model=$model ranks=$np accum=$accum plain=[${plain[*]}] deterministic=[${det[*]}]" \
+      "median_plain=$p median_deterministic=$d ratio=$(awk -v a="$d" -v b="$p" 'BEGIN{printf "%.3f", a / b}')"
+  done
+done
