@@ -59,9 +59,8 @@ int cmd_bench_pipeline(int argc, char **argv)
             *(opt == 't' ? &cfg.stage_ms : &cfg.backward_ratio) = d;
             break;
         case 's':
-            if (strcmp(optarg, "1f1b") != 0 && strcmp(optarg, "gpipe") != 0)
-                return cli_usage_error("bench pipeline", "--schedule is 1f1b or gpipe, got '%s'", optarg);
-            cfg.schedule = strcmp(optarg, "gpipe") == 0;
+            if (!cli_pp_schedule_arg("bench pipeline", "--schedule", optarg, &cfg.schedule))
+                return CLI_USAGE;
             break;
         case 'b':
             if (!cli_parse_size(optarg, 1, 1u << 30, &size))
@@ -88,7 +87,7 @@ int cmd_bench_pipeline(int argc, char **argv)
         bench_session_close(s);
         return rc;
     }
-    const char *sched = cfg.schedule ? "gpipe" : "1f1b";
+    const char *sched = herd_pp_schedule_name(cfg.schedule);
     if (bench_session_rank(s) == 0) {
         printf("# herd bench pipeline: %d stages, %d micro-batches, %s, forward %.3g ms and backward "
                "%.3g ms per micro-batch and stage (%s), %zu B messages, %d timed steps\n",

@@ -189,6 +189,15 @@ int cli_resolve_device(const char *cmd, const char **device, uint64_t gpu_memory
     return -1;
 }
 
+bool cli_pp_schedule_arg(const char *cmd, const char *flag, const char *value, herd_pp_schedule_kind *out)
+{
+    if (herd_pp_schedule_parse(value, out) == HERD_OK)
+        return true;
+    cli_usage_error(cmd, "%s is %s or %s, got '%s'", flag, herd_pp_schedule_name(HERD_PP_SCHEDULE_1F1B),
+                    herd_pp_schedule_name(HERD_PP_SCHEDULE_GPIPE), value);
+    return false;
+}
+
 herd_status cli_prepare_device(herd_dist *dist, const char *device, uint64_t gpu_memory_limit)
 {
     herd_status st = herd_dist_bind_device(dist, device);

@@ -38,6 +38,11 @@ bool cli_parse_float(const char *s, double lo, double hi, double *out);
 /* Sizes with K/M/G suffixes (powers of 1024) and an optional B: "64K", "1G", "4096". */
 bool cli_parse_size(const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
 
+/* A pipeline schedule's flag (train's and predict's --pp-schedule, bench pipeline's
+ * --schedule) through herd_pp_schedule_parse into *out; false after printing "FLAG is
+ * 1f1b or gpipe, got 'VALUE'" (exit with CLI_USAGE). */
+bool cli_pp_schedule_arg(const char *cmd, const char *flag, const char *value, herd_pp_schedule_kind *out);
+
 /* Device flags shared by train and bench. cli_resolve_device fills in the default
  * device and refuses GPU-only flags elsewhere, and both memory limits at once (-1 =
  * fine, else the exit code);

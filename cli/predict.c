@@ -62,7 +62,7 @@ typedef struct predict_args {
     herd_metrics_exchange metrics;
     bool json, sync_bn;
     long stages, micro_batches;
-    bool gpipe;
+    herd_pp_schedule_kind schedule;
 } predict_args;
 
 static int parse_args(int argc, char **argv, predict_args *a)
@@ -108,8 +108,8 @@ static int parse_args(int argc, char **argv, predict_args *a)
         case 'P': ok = cli_parse_int(optarg, 1, HERD_PREDICT_MAX_STAGES, &a->stages); break;
         case 'U': ok = cli_parse_int(optarg, 1, 1 << 20, &a->micro_batches); break;
         case 'Q':
-            ok = strcmp(optarg, "1f1b") == 0 || strcmp(optarg, "gpipe") == 0;
-            a->gpipe = strcmp(optarg, "gpipe") == 0;
+            if (!cli_pp_schedule_arg("predict", "--pp-schedule", optarg, &a->schedule))
+                return CLI_USAGE;
             break;
         case 'M': {
             int i = 0;
@@ -332,7 +332,8 @@ static herd_status predict_pipeline(const predict_args *a, const herd_model *m,
     }
     if (st == HERD_OK)
         st = herd_model_pipeline_split(m, P, cost, bounds);
-    herd_pipeline_model pm = {.stages = P, .micro_batches = M, .gpipe = a->gpipe, .other_s = p->sm.other_s};
+    herd_pipeline_model pm = {.stages = P, .micro_batches = M, .schedule = a->schedule,
+                              .other_s = p->sm.other_s};
     double micro = (double)a->batch / M;
     for (int s = 0; st == HERD_OK && s < P; s++) {
         for (int l = bounds[s]; l < bounds[s + 1]; l++) {
@@ -353,7 +354,7 @@ static herd_status predict_pipeline(const predict_args *a, const herd_model *m,
         cJSON *o = cJSON_AddObjectToObject(json, "pipeline");
         cJSON_AddNumberToObject(o, "stages", P);
         cJSON_AddNumberToObject(o, "micro_batches", M);
-        cJSON_AddStringToObject(o, "schedule", a->gpipe ? "gpipe" : "1f1b");
+        cJSON_AddStringToObject(o, "schedule", herd_pp_schedule_name(a->schedule));
         cJSON_AddNumberToObject(o, "step_ms", 1e3 * pr.step_s);
         cJSON_AddNumberToObject(o, "speedup", p->step_s / pr.step_s);
         cJSON_AddNumberToObject(o, "bubble", pr.bubble);
@@ -363,7 +364,7 @@ static herd_status predict_pipeline(const predict_args *a, const herd_model *m,
             cJSON_AddItemToArray(list, cJSON_CreateString(p->layer_names[bounds[s]]));
     } else if (st == HERD_OK) {
         printf("\npipeline of %d stages, %d micro-batches of %g (%s), split by FLOPs:\n", P, M, micro,
-               a->gpipe ? "gpipe" : "1f1b");
+               herd_pp_schedule_name(a->schedule));
         for (int s = 0; s < P; s++) {
             printf("  stage %d: layers %s..%s, forward %.3f ms and backward %.3f ms per micro-batch",
                    s, p->layer_names[bounds[s]], p->layer_names[bounds[s + 1] - 1],
@@ -377,7 +378,7 @@ static herd_status predict_pipeline(const predict_args *a, const herd_model *m,
                1e3 * pr.step_s, P, 1e3 * p->step_s, p->step_s / pr.step_s,
                100 * p->step_s / pr.step_s / P, P, pr.bubble, pr.ideal_bubble);
         printf("pipeline_stages=%d micro_batches=%d schedule=%s step_ms=%.3f speedup=%.3f bubble=%.4f "
-               "ideal_bubble=%.4f\n", P, M, a->gpipe ? "gpipe" : "1f1b", 1e3 * pr.step_s,
+               "ideal_bubble=%.4f\n", P, M, herd_pp_schedule_name(a->schedule), 1e3 * pr.step_s,
                p->step_s / pr.step_s, pr.bubble, pr.ideal_bubble);
     }
     free(cost);

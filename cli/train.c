@@ -315,12 +315,8 @@ static int parse_train_args(int argc, char **argv, train_args *a)
         case OPT_MICRO_BATCHES: INT_ARG(1, 1 << 20, c->micro_batches, "--micro-batches"); break;
         case OPT_PP_SCHEDULE:
             pp_schedule_given = true;
-            if (strcmp(optarg, "1f1b") == 0)
-                c->pp_schedule = HERD_PP_SCHEDULE_1F1B;
-            else if (strcmp(optarg, "gpipe") == 0)
-                c->pp_schedule = HERD_PP_SCHEDULE_GPIPE;
-            else
-                return cli_usage_error("train", "--pp-schedule is 1f1b or gpipe, got '%s'", optarg);
+            if (!cli_pp_schedule_arg("train", "--pp-schedule", optarg, &c->pp_schedule))
+                return CLI_USAGE;
             break;
         case OPT_STAGE_SPLIT: c->stage_split = optarg; break;
         case OPT_CKPT:
@@ -516,7 +512,7 @@ int cmd_train(int argc, char **argv)
         fprintf(stderr, "herd: %d pipelines of %d stages, %d micro-batches of %d (%s)\n",
                 herd_dist_size(dist) / a.cfg.pipeline_stages, a.cfg.pipeline_stages,
                 a.cfg.micro_batches, a.cfg.batch_size / a.cfg.micro_batches,
-                a.cfg.pp_schedule == HERD_PP_SCHEDULE_GPIPE ? "gpipe" : "1f1b");
+                herd_pp_schedule_name(a.cfg.pp_schedule));
     cli_quiet_info(a.quiet);
     herd_console_progress progress = {.stream = stderr, .log_every = a.cfg.log_every};
     st = herd_train(m, train, test, &a.cfg, a.quiet ? NULL : rank0_progress, &progress, &res);

@@ -59,6 +59,16 @@ for arg in "--pp-schedule=gpipe" "--stage-split=2"; do
   check "'$arg' without --pipeline-stages is refused (exit 2)" \
     bash -c "test $? -eq 2 && grep -q -- '${arg%%=*} needs --pipeline-stages' '$tmp/err'"
 done
+# One parser (herd_pp_schedule_parse) behind every schedule flag: a name it does not
+# know is a usage error naming the flag, the value and the names it takes.
+for cmd in "train --model mlp --data $data --pipeline-stages 2 --pp-schedule" \
+           "predict --model mlp --workers 2 --pp-schedule" "bench pipeline --schedule"; do
+  for bad in zb GPipe ""; do
+    $herd $cmd "$bad" >/dev/null 2>"$tmp/err"
+    check "herd ${cmd%% --*} ${cmd##* } '$bad' is refused (exit 2) naming the flag, the value and 1f1b or gpipe" \
+      bash -c "test $? -eq 2 && grep -qF -- \"${cmd##* } is 1f1b or gpipe, got '$bad'\" '$tmp/err'"
+  done
+done
 "$herd" train --model mlp --data idx:/nonexistent >/dev/null 2>"$tmp/err"
 check "missing data exits 1 naming the path" bash -c "test $? -eq 1 && grep -q '^herd: error: .*/nonexistent' '$tmp/err'"
 head -c 100 "$tmp/final.safetensors" >"$tmp/trunc.safetensors"

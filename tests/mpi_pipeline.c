@@ -99,7 +99,7 @@ static void check_case(herd_comm *c, const char *model, herd_dataset *ds, int P,
         norm += (double)want[i] * want[i];
     }
     double rel = norm > 0 ? sqrt(diff / norm) : sqrt(diff);
-    const char *kname = kind == HERD_PP_SCHEDULE_GPIPE ? "gpipe" : "1f1b";
+    const char *kname = herd_pp_schedule_name(kind);
     /* A GPU's kernels round otherwise than the CPU's, and a gradient that crosses many
      * batch norms of small batches carries that further: on an H200, resnet20's stage 0
      * (M=8: micro-batches of 4) was 6.2e-4 from the CPU's where a 2-conv batch-norm net
@@ -115,8 +115,7 @@ static void check_case(herd_comm *c, const char *model, herd_dataset *ds, int P,
     else
         MT_CHECK(rel <= 1e-5, "%s P=%d M=%d %s stage %d: gradients %.3g from one process's",
                  model, P, M, kname, pp->stage, rel);
-    herd_pp_kind k = kind == HERD_PP_SCHEDULE_GPIPE ? HERD_PP_GPIPE : HERD_PP_1F1B;
-    int bound = herd_pp_max_in_flight(k, P, M, pp->stage);
+    int bound = herd_pp_max_in_flight(kind, P, M, pp->stage);
     MT_CHECK(pp->max_in_flight_seen == bound,
              "%s P=%d M=%d %s stage %d: %ld micro-batches in flight at most, the bound is %d",
              model, P, M, kname, pp->stage, pp->max_in_flight_seen, bound);

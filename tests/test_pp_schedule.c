@@ -20,7 +20,7 @@ typedef struct sim {
 } sim;
 
 /* cost(s, op): a stage's forward and backward times. Returns false on deadlock. */
-static bool simulate(herd_pp_kind kind, int P, int n, const double *fwd, const double *bwd, sim *out,
+static bool simulate(herd_pp_schedule_kind kind, int P, int n, const double *fwd, const double *bwd, sim *out,
                      char *why, size_t cap)
 {
     herd_pp_action acts[MAX_P][2 * MAX_N];
@@ -57,7 +57,7 @@ static bool simulate(herd_pp_kind kind, int P, int n, const double *fwd, const d
         if (pick < 0) {
             herd_pp_action a = acts[0][next[0] < 2 * n ? next[0] : 0];
             snprintf(why, cap, "%s P=%d n=%d: deadlock with %d actions left (stage 0 waits at %s %d)",
-                     herd_pp_kind_name(kind), P, n, left, a.op == HERD_PP_FWD ? "FWD" : "BWD", a.mb);
+                     herd_pp_schedule_name(kind), P, n, left, a.op == HERD_PP_FWD ? "FWD" : "BWD", a.mb);
             return false;
         }
         herd_pp_action a = acts[pick][next[pick]++];
@@ -103,13 +103,13 @@ static void test_every_grid(void **state)
                         bwd[s] = r < 3 ? ratios[r][1] : 2.5 - 0.21 * s;
                     }
                     sim out;
-                    if (!simulate((herd_pp_kind)kind, P, n, fwd, bwd, &out, why, sizeof why))
+                    if (!simulate((herd_pp_schedule_kind)kind, P, n, fwd, bwd, &out, why, sizeof why))
                         fail_msg("%s", why);
                     for (int s = 0; s < P; s++) {
-                        int bound = herd_pp_max_in_flight((herd_pp_kind)kind, P, n, s);
+                        int bound = herd_pp_max_in_flight((herd_pp_schedule_kind)kind, P, n, s);
                         if (out.max_in_flight[s] != bound)
                             fail_msg("%s P=%d n=%d stage %d: at most %d in flight, the bound is %d",
-                                     herd_pp_kind_name((herd_pp_kind)kind), P, n, s,
+                                     herd_pp_schedule_name((herd_pp_schedule_kind)kind), P, n, s,
                                      out.max_in_flight[s], bound);
                     }
                     if (r < 3) {
@@ -117,7 +117,7 @@ static void test_every_grid(void **state)
                         double want = (n + P - 1) * unit;
                         if (fabs(out.makespan - want) > 1e-9)
                             fail_msg("%s P=%d n=%d f=%g b=%g: makespan %g, ideal %g",
-                                     herd_pp_kind_name((herd_pp_kind)kind), P, n, fwd[0], bwd[0],
+                                     herd_pp_schedule_name((herd_pp_schedule_kind)kind), P, n, fwd[0], bwd[0],
                                      out.makespan, want);
                         double bubble = 1 - n * unit / out.makespan;
                         assert_true(fabs(bubble - herd_pp_ideal_bubble(P, n)) < 1e-12);
@@ -129,13 +129,24 @@ static void test_bad_arguments(void **state)
 {
     (void)state;
     herd_pp_action acts[8];
-    assert_int_equal(herd_pp_schedule(HERD_PP_1F1B, 0, 2, 0, acts), HERD_ERR_INVALID_ARG);
-    assert_int_equal(herd_pp_schedule(HERD_PP_1F1B, 2, 0, 0, acts), HERD_ERR_INVALID_ARG);
-    assert_int_equal(herd_pp_schedule(HERD_PP_GPIPE, 2, 2, 2, acts), HERD_ERR_INVALID_ARG);
-    herd_pp_kind k;
-    assert_int_equal(herd_pp_kind_parse("gpipe", &k), HERD_OK);
-    assert_int_equal(k, HERD_PP_GPIPE);
-    assert_int_equal(herd_pp_kind_parse("zb", &k), HERD_ERR_INVALID_ARG);
+    assert_int_equal(herd_pp_schedule(HERD_PP_SCHEDULE_1F1B, 0, 2, 0, acts), HERD_ERR_INVALID_ARG);
+    assert_int_equal(herd_pp_schedule(HERD_PP_SCHEDULE_1F1B, 2, 0, 0, acts), HERD_ERR_INVALID_ARG);
+    assert_int_equal(herd_pp_schedule(HERD_PP_SCHEDULE_GPIPE, 2, 2, 2, acts), HERD_ERR_INVALID_ARG);
+    /* A kind outside the enum is refused, not run as 1F1B. */
+    assert_int_equal(herd_pp_schedule((herd_pp_schedule_kind)2, 2, 2, 0, acts), HERD_ERR_INVALID_ARG);
+    herd_pp_schedule_kind k = HERD_PP_SCHEDULE_1F1B;
+    for (int kind = 0; kind < 2; kind++) { /* every name parses back to its kind */
+        const char *name = herd_pp_schedule_name((herd_pp_schedule_kind)kind);
+        assert_int_equal(herd_pp_schedule_parse(name, &k), HERD_OK);
+        assert_int_equal(k, kind);
+    }
+    assert_string_equal(herd_pp_schedule_name(HERD_PP_SCHEDULE_GPIPE), "gpipe");
+    assert_string_equal(herd_pp_schedule_name(HERD_PP_SCHEDULE_1F1B), "1f1b");
+    assert_int_equal(herd_pp_schedule_parse(NULL, &k), HERD_ERR_INVALID_ARG);
+    assert_int_equal(herd_pp_schedule_parse("GPipe", &k), HERD_ERR_INVALID_ARG);
+    assert_int_equal(herd_pp_schedule_parse("zb", &k), HERD_ERR_INVALID_ARG);
+    assert_int_equal(k, HERD_PP_SCHEDULE_GPIPE); /* a refused name leaves *out alone */
+    assert_non_null(strstr(herd_last_error(), "1f1b or gpipe"));
     assert_non_null(strstr(herd_last_error(), "'zb'"));
 }
 

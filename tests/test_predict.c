@@ -277,10 +277,11 @@ static void test_scaling_table(void **state)
 static void test_pipeline(void **state)
 {
     (void)state;
-    for (int gpipe = 0; gpipe < 2; gpipe++)
+    for (int kind = 0; kind < 2; kind++)
         for (int P = 1; P <= 4; P++)
             for (int M = 1; M <= 9; M += 4) {
-                herd_pipeline_model pm = {.stages = P, .micro_batches = M, .gpipe = gpipe, .other_s = 0.5};
+                herd_pipeline_model pm = {.stages = P, .micro_batches = M,
+                                          .schedule = (herd_pp_schedule_kind)kind, .other_s = 0.5};
                 for (int s = 0; s < P; s++)
                     pm.forward_s[s] = 1, pm.backward_s[s] = 2;
                 herd_pipeline_prediction pr;

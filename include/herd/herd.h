@@ -286,6 +286,10 @@ typedef enum { HERD_ELASTIC_KEEP = 0, HERD_ELASTIC_SCALE = 1 } herd_elastic_batc
  * forwards, then all backwards (all M held). */
 typedef enum { HERD_PP_SCHEDULE_1F1B = 0, HERD_PP_SCHEDULE_GPIPE = 1 } herd_pp_schedule_kind;
 
+/* "1f1b", "gpipe": the names --pp-schedule takes and messages print. */
+HERD_API const char *herd_pp_schedule_name(herd_pp_schedule_kind k);
+HERD_API herd_status herd_pp_schedule_parse(const char *name, herd_pp_schedule_kind *out);
+
 typedef struct herd_train_config {
     int epochs;
     int batch_size;

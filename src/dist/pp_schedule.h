@@ -1,6 +1,7 @@
 /*
  * Pipeline schedules: the order in which one stage runs the forward and backward
- * passes of a step's micro-batches. A pure function of (kind, stages, micro-batches,
+ * passes of a step's micro-batches (herd_pp_schedule_kind, herd.h, whose names and
+ * parser live in pp_schedule.c). A pure function of (kind, stages, micro-batches,
  * stage), so every rank derives its own list, tests check all lists together without
  * MPI, and herd bench pipeline, herd predict and training share one definition.
  *
@@ -16,11 +17,6 @@
 
 #include "herd/herd.h"
 
-typedef enum herd_pp_kind {
-    HERD_PP_1F1B = 0, /* PipeDream-Flush: P-s-1 warm-up forwards, then one forward, one backward */
-    HERD_PP_GPIPE,    /* every forward, then every backward */
-} herd_pp_kind;
-
 typedef enum herd_pp_op { HERD_PP_FWD = 0, HERD_PP_BWD } herd_pp_op;
 
 typedef struct herd_pp_action {
@@ -28,17 +24,14 @@ typedef struct herd_pp_action {
     int mb; /* micro-batch, 0..n-1 */
 } herd_pp_action;
 
-/* "1f1b", "gpipe" */
-const char *herd_pp_kind_name(herd_pp_kind k);
-herd_status herd_pp_kind_parse(const char *name, herd_pp_kind *out);
-
 /* Stage `stage` of `stages` with n micro-batches: 2n actions into out (capacity 2n).
- * HERD_ERR_INVALID_ARG for stages < 1, n < 1 or a stage outside 0..stages-1. */
-herd_status herd_pp_schedule(herd_pp_kind kind, int stages, int n, int stage, herd_pp_action *out);
+ * HERD_ERR_INVALID_ARG for an unknown kind, stages < 1, n < 1 or a stage outside
+ * 0..stages-1. */
+herd_status herd_pp_schedule(herd_pp_schedule_kind kind, int stages, int n, int stage, herd_pp_action *out);
 
 /* The most micro-batches whose activations stage `stage` holds at once (forward done,
  * backward not): min(n, stages - stage) for 1F1B, n for GPipe. */
-int herd_pp_max_in_flight(herd_pp_kind kind, int stages, int n, int stage);
+int herd_pp_max_in_flight(herd_pp_schedule_kind kind, int stages, int n, int stage);
 
 /* The ideal bubble: the share of a step a stage idles when every forward takes the
  * same time and every backward too, (P-1)/(n+P-1). */

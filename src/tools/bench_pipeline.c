@@ -108,7 +108,7 @@ herd_status bench_pipeline(bench_session *s, const bench_pipeline_config *cfg,
                          ? HERD_OK
                          : HERD_NOMEM(4 * all);
     if (st == HERD_OK)
-        st = herd_pp_schedule(cfg->schedule ? HERD_PP_GPIPE : HERD_PP_1F1B, b.stages, b.n, b.stage, acts);
+        st = herd_pp_schedule(cfg->schedule, b.stages, b.n, b.stage, acts);
     double step_sum = 0, busy_sum = 0;
     for (int i = 0; st == HERD_OK && i < cfg->warmup + cfg->steps; i++) {
         st = c->ops->barrier(c);

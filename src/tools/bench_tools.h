@@ -94,7 +94,7 @@ uint64_t bench_allreduce_count(bench_type type, uint64_t bytes);
 typedef struct bench_pipeline_config {
     int micro_batches;
     double stage_ms, backward_ratio;
-    int schedule; /* 0 = 1F1B, 1 = GPipe */
+    herd_pp_schedule_kind schedule;
     int steps, warmup;
     size_t bytes;
     bool spin;    /* busy-wait instead of sleeping (a core per rank) */

@@ -22,7 +22,7 @@ herd_status herd_predict_pipeline(const herd_pipeline_model *m, herd_pipeline_pr
     double *free_at = calloc((size_t)P, sizeof *free_at);
     herd_status st = acts && fdone && bdone && next && free_at ? HERD_OK : HERD_ERR_NOMEM;
     for (int s = 0; st == HERD_OK && s < P; s++)
-        st = herd_pp_schedule(m->gpipe ? HERD_PP_GPIPE : HERD_PP_1F1B, P, n, s, acts + (size_t)s * 2 * n);
+        st = herd_pp_schedule(m->schedule, P, n, s, acts + (size_t)s * 2 * n);
     for (int i = 0; st == HERD_OK && i < P * n; i++)
         fdone[i] = bdone[i] = -1;
     /* Event by event: of the stages whose next action's inputs have arrived, the one

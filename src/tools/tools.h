@@ -281,7 +281,7 @@ herd_status herd_predict_step(const herd_comm_link *link, int n, const herd_step
 #define HERD_PREDICT_MAX_STAGES 64
 typedef struct herd_pipeline_model {
     int stages, micro_batches;
-    bool gpipe;
+    herd_pp_schedule_kind schedule;
     double forward_s[HERD_PREDICT_MAX_STAGES];  /* one micro-batch through stage s */
     double backward_s[HERD_PREDICT_MAX_STAGES];
     double transfer_s[HERD_PREDICT_MAX_STAGES]; /* from stage s to s+1, each way */

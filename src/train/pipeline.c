@@ -140,7 +140,7 @@ herd_status herd_pipeline_create(const herd_train_config *cfg, herd_model *whole
     pp->replica = job->rank / pp->stages;
     pp->replicas = job->size / pp->stages;
     pp->micro_batches = cfg->micro_batches;
-    pp->kind = cfg->pp_schedule == HERD_PP_SCHEDULE_GPIPE ? HERD_PP_GPIPE : HERD_PP_1F1B;
+    pp->kind = cfg->pp_schedule;
     pp->micro_size = cfg->batch_size / cfg->micro_batches;
     herd_status st = plan_stages(pp, cfg, whole);
     if (st == HERD_OK) {

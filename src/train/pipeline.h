@@ -36,7 +36,7 @@ typedef struct herd_pp_slot {
 typedef struct herd_pipeline {
     int stages, stage, replicas, replica;
     int micro_batches;   /* M: micro-batches per round; a step is grad_accum rounds */
-    herd_pp_kind kind;
+    herd_pp_schedule_kind kind;
     int bounds[HERD_PP_MAX_STAGES + 1];
     herd_comm *job;      /* the whole job: neighbours, metrics, agreements (not owned) */
     herd_comm *group;    /* this stage's data-parallel group (owned) */

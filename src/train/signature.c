@@ -63,7 +63,7 @@ static void sign_config(herd_signature *s, const herd_train_config *c)
     herd_signature_add(s, "zero", "%d", c->zero_stage);
     herd_signature_add(s, "pipeline", "%d stages, %d micro-batches, %s, split %s",
                        c->pipeline_stages, c->micro_batches,
-                       c->pp_schedule == HERD_PP_SCHEDULE_GPIPE ? "gpipe" : "1f1b",
+                       herd_pp_schedule_name(c->pp_schedule),
                        c->stage_split ? c->stage_split : "by cost");
     /* The trace's flushes are collective: a rank without it would leave the others waiting. */
     herd_signature_add(s, "timeline", "%d", c->timeline_path != NULL);

@@ -531,7 +531,7 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
         r->dp = r->pp->group;
         if (r->comm->rank == 0)
             herd_log(HERD_LOG_INFO, "pipeline of %d stages (%s, %d micro-batches):\n%s",
-                     cfg->pipeline_stages, herd_pp_kind_name(r->pp->kind), cfg->micro_batches,
+                     cfg->pipeline_stages, herd_pp_schedule_name(r->pp->kind), cfg->micro_batches,
                      r->pp->partition_text);
     }
     HERD_TRY(agree(r, setup(r), "setting up training"));

@@ -96,7 +96,8 @@ herd_status herd_train_validate(const herd_train_config *c)
                         "least 1, got %d and %d", HERD_PP_MAX_STAGES, c->pipeline_stages,
                         c->micro_batches);
     if ((unsigned)c->pp_schedule > HERD_PP_SCHEDULE_GPIPE)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "pipeline schedule is 0 (1f1b) or 1 (gpipe)");
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "pipeline schedule is 0 (1f1b) or 1 (gpipe), got %d",
+                        (int)c->pp_schedule);
     if (c->micro_batches > 1 && c->batch_size % c->micro_batches != 0)
         return HERD_ERR(HERD_ERR_INVALID_ARG,
                         "--batch-size %d does not divide into --micro-batches %d; pick a batch size "
