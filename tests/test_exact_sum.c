@@ -18,7 +18,10 @@ typedef struct fake {
     herd_model m;
     herd_tensor_view views[3];
     float grads[A + B];
+    herd_exact_sum e;
 } fake;
+
+static herd_comm *g_comm; /* one process: the sums' allreduce is the identity */
 
 static void fake_init(fake *f)
 {
@@ -30,6 +33,7 @@ static void fake_init(fake *f)
     f->m.n_views = 3;
     f->m.n_param_floats = A + B;
     f->m.grads = f->grads;
+    assert_herd_ok(herd_exact_sum_init(&f->e, &f->m, 1));
 }
 
 /* Slice s's gradient: values over many binades, tensor b far smaller than a. */
@@ -44,9 +48,9 @@ static void slice_grad(fake *f, int s, float scale)
 }
 
 /* One step over the slices in `order`, redone while asked (at most twice). */
-static void step(fake *f, herd_exact_sum *e, herd_comm *c, const int *order, float scale,
-                 int *redos)
+static void step(fake *f, const int *order, float scale, int *redos)
 {
+    herd_exact_sum *e = &f->e;
     bool redo = true;
     for (*redos = -1; redo; (*redos)++) {
         assert_true(*redos < 2);
@@ -55,26 +59,21 @@ static void step(fake *f, herd_exact_sum *e, herd_comm *c, const int *order, flo
             slice_grad(f, order[k], scale);
             herd_exact_sum_add(e, &f->m);
         }
-        assert_herd_ok(herd_exact_sum_finish(e, &f->m, c, &redo));
+        assert_herd_ok(herd_exact_sum_finish(e, &f->m, g_comm, &redo));
     }
 }
 
 static void test_order_free(void **state)
 {
     (void)state;
-    herd_comm *c;
-    assert_herd_ok(herd_comm_local_create(&c));
     static fake f, g;
     fake_init(&f);
     fake_init(&g);
-    herd_exact_sum e1, e2;
-    assert_herd_ok(herd_exact_sum_init(&e1, &f.m, 1));
-    assert_herd_ok(herd_exact_sum_init(&e2, &g.m, 1));
     const int fwd[SLICES] = {0, 1, 2, 3, 4, 5, 6}, mixed[SLICES] = {5, 2, 6, 0, 3, 1, 4};
     int redos;
-    step(&f, &e1, c, fwd, 1.0f, &redos);
+    step(&f, fwd, 1.0f, &redos);
     assert_int_equal(redos, 1); /* the first step measures its grid, then sums */
-    step(&g, &e2, c, mixed, 1.0f, &redos);
+    step(&g, mixed, 1.0f, &redos);
     assert_memory_equal(f.grads, g.grads, sizeof f.grads);
     /* The mean, to the grid's precision (30 bits below each tensor's largest value). */
     double worst = 0;
@@ -91,64 +90,52 @@ static void test_order_free(void **state)
     printf("largest difference from the double-precision mean: %.3g of the tensor's largest\n", worst);
     assert_true(worst < 1e-7);
     /* The next step uses this one's grid: no redo. */
-    step(&f, &e1, c, mixed, 1.0f, &redos);
+    step(&f, mixed, 1.0f, &redos);
     assert_int_equal(redos, 0);
-    herd_exact_sum_free(&e1);
-    herd_exact_sum_free(&e2);
-    herd_comm_destroy(c);
+    herd_exact_sum_free(&f.e);
+    herd_exact_sum_free(&g.e);
 }
 
 static void test_overflow_redone(void **state)
 {
     (void)state;
-    herd_comm *c;
-    assert_herd_ok(herd_comm_local_create(&c));
     static fake f, g;
     fake_init(&f);
     fake_init(&g);
-    herd_exact_sum e, fresh;
-    assert_herd_ok(herd_exact_sum_init(&e, &f.m, 1));
-    assert_herd_ok(herd_exact_sum_init(&fresh, &g.m, 1));
     const int order[SLICES] = {0, 1, 2, 3, 4, 5, 6};
     int redos;
-    step(&f, &e, c, order, 1.0f, &redos);
+    step(&f, order, 1.0f, &redos);
     /* Gradients 2^30 times larger than the grid was made for: past the headroom. */
-    step(&f, &e, c, order, 1073741824.0f, &redos);
+    step(&f, order, 1073741824.0f, &redos);
     assert_int_equal(redos, 1);
     /* Redone on the grid of what was seen: the same bits as sums that started there. */
-    step(&g, &fresh, c, order, 1073741824.0f, &redos);
+    step(&g, order, 1073741824.0f, &redos);
     assert_memory_equal(f.grads, g.grads, sizeof f.grads);
-    herd_exact_sum_free(&e);
-    herd_exact_sum_free(&fresh);
-    herd_comm_destroy(c);
+    herd_exact_sum_free(&f.e);
+    herd_exact_sum_free(&g.e);
 }
 
 static void test_nonfinite_reaches_the_mean(void **state)
 {
     (void)state;
-    herd_comm *c;
-    assert_herd_ok(herd_comm_local_create(&c));
     static fake f;
     fake_init(&f);
-    herd_exact_sum e;
-    assert_herd_ok(herd_exact_sum_init(&e, &f.m, 1));
     const int order[SLICES] = {0, 1, 2, 3, 4, 5, 6};
     int redos;
-    step(&f, &e, c, order, 1.0f, &redos);
-    herd_exact_sum_begin(&e, &f.m, SLICES);
+    step(&f, order, 1.0f, &redos);
+    herd_exact_sum_begin(&f.e, &f.m, SLICES);
     for (int k = 0; k < SLICES; k++) {
         slice_grad(&f, k, 1.0f);
         if (k == 3)
             f.grads[A + 5] = NAN;
-        herd_exact_sum_add(&e, &f.m);
+        herd_exact_sum_add(&f.e, &f.m);
     }
     bool redo;
-    assert_herd_ok(herd_exact_sum_finish(&e, &f.m, c, &redo));
+    assert_herd_ok(herd_exact_sum_finish(&f.e, &f.m, g_comm, &redo));
     assert_false(redo); /* no grid holds NaN: the step's checks see it instead */
     assert_true(isnan(f.grads[A]));
     assert_true(isfinite(f.grads[0])); /* tensor a stays finite */
-    herd_exact_sum_free(&e);
-    herd_comm_destroy(c);
+    herd_exact_sum_free(&f.e);
 }
 
 int main(void)
@@ -158,5 +145,9 @@ int main(void)
         cmocka_unit_test(test_overflow_redone),
         cmocka_unit_test(test_nonfinite_reaches_the_mean),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    if (herd_comm_local_create(&g_comm) != HERD_OK)
+        return 1;
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    herd_comm_destroy(g_comm);
+    return rc;
 }
