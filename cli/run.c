@@ -41,8 +41,8 @@ static const char run_help[] =
     "                            or none\n"
     "  -x VAR[=VALUE]            export an environment variable to every rank (repeatable)\n"
     "  --mca KEY VALUE           Open MPI parameter, e.g. --mca btl_tcp_if_include eth0\n"
-    "                            (herd adds btl_vader_single_copy_mechanism none where\n"
-    "                            a probe finds CMA slower than copying; this overrides it)\n"
+    "                            (herd leaves btl_vader_single_copy_mechanism to Open MPI\n"
+    "                            and to you: herd doctor shows this host's figures)\n"
     "  --mpirun-args \"ARGS\"      more launcher flags, split as a shell splits words ('...'\n"
     "                            and \"...\" quote; repeatable), put before the binary\n"
     "  --mpirun PATH             the launcher binary, its kind read from its --version\n"
@@ -190,30 +190,6 @@ static bool user_sets_mca(const char *name, char **mca, int nmca, char **xvars, 
         if (strcmp(extra->v[k], name) == 0 || strstr(extra->v[k], var))
             return true;
     return false;
-}
-
-/* Open MPI copies large messages between local ranks with CMA by default; where CMA
- * reads at under half memcpy's speed, copying through shared memory is cheaper (see
- * src/tools/shm_probe.c). Measured here, said aloud, and never over the user's own
- * setting. Remote hosts are assumed to behave like this one. Adds the --mca pair. */
-static void choose_single_copy(char **mca, int *nmca, char **xvars, int nx, const argvec *extra,
-                               long per_host)
-{
-    static const char *const names[] = {"btl_vader_single_copy_mechanism",
-                                        "btl_sm_single_copy_mechanism"};
-    if (per_host < 2)
-        return;
-    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
-        if (user_sets_mca(names[k], mca, *nmca, xvars, nx, extra))
-            return;
-    herd_cma_probe p;
-    if (herd_probe_cma(&p) < 0 || !p.cma_slower)
-        return;
-    mca[(*nmca)++] = (char *)names[0];
-    mca[(*nmca)++] = "none";
-    fprintf(stderr, "herd: note: CMA reads another process's memory at %.1f GB/s here against "
-                    "memcpy's %.1f GB/s, so local ranks copy through shared memory instead "
-                    "(keep CMA with --mca %s cma)\n", p.cma_gbps, p.memcpy_gbps, names[0]);
 }
 
 /* Open MPI's mpirun hears that a host has vanished only from TCP keepalive on its
@@ -387,10 +363,10 @@ static bool launcher_flags(const run_args *r, const run_attempt *at, const sizin
     }
     /* herd's own MPI settings go on a copy: every attempt chooses them afresh. */
     memcpy(mca, r->mca, (size_t)r->nmca * sizeof *mca);
-    if (r->kind == LAUNCH_OPENMPI) {
-        choose_single_copy(mca, &nmca, r->xvars, r->nx, r->extra, z->per_host);
+    /* Not the shared-memory single copy: no probe herd can run here predicts which of
+     * Open MPI's two transports is faster for a job's messages (docs/cluster.md). */
+    if (r->kind == LAUNCH_OPENMPI)
         launcher_defaults(mca, &nmca, r->xvars, r->nx, r->extra, at->restarts >= 0);
-    }
     const char *plugin = strcmp(HERD_MPI_FAMILY, "openmpi") == 0 ? "pmix"
                          : strcmp(HERD_MPI_FAMILY, "mpich") == 0 ? "pmi2" : NULL;
     for (int k = 0; k < r->extra->n; k++)

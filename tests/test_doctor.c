@@ -359,15 +359,18 @@ static void test_single_copy(void **state)
     fake_probe_rc = -EPERM;
     EXPECT(f, check_single_copy, HERD_CHECK_SKIP, "process_vm_readv fails");
     fake_probe_rc = 0;
-    fake_probe = (herd_cma_probe){.cma_gbps = 14, .memcpy_gbps = 47, .cma_slower = true};
-    EXPECT(f, check_single_copy, HERD_CHECK_WARN, "14.0 GB/s against memcpy's 47.0 GB/s");
-    assert_non_null(strstr(f->c.fix, "OMPI_MCA_btl_vader_single_copy_mechanism=none"));
+    /* Slow CMA is reported, never turned into advice to switch single copy off. */
+    fake_probe = (herd_cma_probe){.cma_gbps = 14, .memcpy_gbps = 47};
+    EXPECT(f, check_single_copy, HERD_CHECK_PASS, "CMA 14.0 GB/s, memcpy 47.0 GB/s; single copy: "
+                                                  "Open MPI's default (cma), which herd run keeps");
+    assert_string_equal(f->c.fix, "");
     f->envp[0] = "OMPI_MCA_btl_vader_single_copy_mechanism=none";
-    EXPECT(f, check_single_copy, HERD_CHECK_PASS, "as suits this host");
-    fake_probe = (herd_cma_probe){.cma_gbps = 40, .memcpy_gbps = 47, .cma_slower = false};
-    EXPECT(f, check_single_copy, HERD_CHECK_WARN, "switched off (none)");
+    EXPECT(f, check_single_copy, HERD_CHECK_PASS,
+           "single copy: none from OMPI_MCA_btl_vader_single_copy_mechanism");
+    fake_probe = (herd_cma_probe){.cma_gbps = 40, .memcpy_gbps = 47};
     f->envp[0] = "OMPI_MCA_btl_sm_single_copy_mechanism=cma";
-    EXPECT(f, check_single_copy, HERD_CHECK_PASS, "single-copy transfers pay here");
+    EXPECT(f, check_single_copy, HERD_CHECK_PASS,
+           "CMA 40.0 GB/s, memcpy 47.0 GB/s; single copy: cma from OMPI_MCA_btl_sm_single_copy_mechanism");
 }
 
 /* The real probe on this machine: a measurement, or the reason it cannot run. */
@@ -381,7 +384,6 @@ static void test_probe_cma_live(void **state)
         return;
     }
     assert_true(p.cma_gbps > 0 && p.memcpy_gbps > 0);
-    assert_int_equal(p.cma_slower, p.cma_gbps < 0.5 * p.memcpy_gbps);
 }
 
 static void test_network(void **state)

@@ -1,12 +1,12 @@
 /*
  * How fast cross-memory attach (CMA, process_vm_readv) reads another process's
- * memory here, against memcpy. Open MPI's shared-memory transport moves a large
- * message either with one CMA read by the receiver (btl_vader_single_copy_mechanism
- * = cma, its default) or by copying it into a shared segment and out again (none).
- * Per byte that is one CMA read against two memcpys, so CMA only pays while it runs
- * at more than half memcpy's speed. On some virtual machines it runs at a quarter
- * (measured on herd's 2-core VM: 10-15 against 54-58 GB/s, and MPI_Allreduce of 2.6 MB
- * took 1.7-1.8 times as long with CMA).
+ * memory here, against memcpy: figures for herd doctor to report. Open MPI's
+ * shared-memory transport moves a large message either with one CMA read by the
+ * receiver (btl_vader_single_copy_mechanism = cma, its default) or by copying it into
+ * a shared segment and out again (none). "One CMA read against two memcpys" does not
+ * predict which is faster: on herd's 2-core VM CMA read at a fifth of memcpy's speed
+ * on two days, and a 2.6 MB MPI_Allreduce was 1.7-1.8 times slower with CMA on one and
+ * 2.2-2.7 times faster on the other (docs/cluster.md).
  */
 #include <errno.h>
 #include <signal.h>
@@ -93,7 +93,6 @@ int herd_probe_cma(herd_cma_probe *out)
     if (!err) {
         out->cma_gbps = (double)PROBE_BYTES / cma / 1e9;
         out->memcpy_gbps = (double)PROBE_BYTES / best_memcpy_seconds(dst, src) / 1e9;
-        out->cma_slower = out->cma_gbps < 0.5 * out->memcpy_gbps;
     }
 done:
     if (ready[0] >= 0) {

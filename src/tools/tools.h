@@ -144,11 +144,10 @@ herd_status herd_nvml_fill_gpus(herd_nvml *n, herd_topo *t);
 
 /* ------------------------------------------------------- shared-memory probe */
 
-/* Cross-memory attach against memcpy, 4 MiB read in 512 KiB pieces (shm_probe.c). */
+/* Cross-memory attach against memcpy, 4 MiB read in 512 KiB pieces (shm_probe.c):
+ * figures to report, not a rule for choosing Open MPI's single copy. */
 typedef struct herd_cma_probe {
     double cma_gbps, memcpy_gbps;
-    /* CMA below half of memcpy: Open MPI's copy-in/copy-out moves a byte for less. */
-    bool cma_slower;
 } herd_cma_probe;
 
 /* Forks a peer and reads its memory with process_vm_readv; 0, or -errno when CMA
