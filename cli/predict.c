@@ -2,7 +2,6 @@
  * model of the gradient allreduce and one worker's measured (or given) step. */
 #include <cjson/cJSON.h>
 #include <getopt.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,78 +161,7 @@ static void print_table(const predict_args *a, const herd_predict_row *rows, int
            a->threshold, a->workers, n_over, n_plain);
 }
 
-/* The model as predict simulates it: layers' backward shares, buckets, phases. */
-typedef struct step_plan {
-    herd_step_model sm;
-    double *backward_s;
-    int *bn_channels;
-    herd_bucket_span *buckets;
-    char (*layer_names)[64];
-    double grad_bytes, step_s, backward_total_s;
-} step_plan;
-
-static void step_plan_free(step_plan *p)
-{
-    free(p->backward_s);
-    free(p->bn_channels);
-    free(p->buckets);
-    free(p->layer_names);
-}
-
-/* Backward time goes to the layers in proportion to their backward FLOPs: known for any
- * model without another run, and what the heavy layers' time follows. */
-static herd_status step_plan_build(const predict_args *a, const herd_model *m, double step_s,
-                                   double forward_s, double backward_s, step_plan *p)
-{
-    memset(p, 0, sizeof *p);
-    int n = (int)herd_model_layer_count(m), n_refs = 0;
-    herd_param_ref *refs = calloc((size_t)n * HERD_LAYER_MAX_PARAMS + 1, sizeof *refs);
-    double *flops = calloc((size_t)n + 1, sizeof *flops);
-    p->backward_s = calloc((size_t)n + 1, sizeof *p->backward_s);
-    p->bn_channels = calloc((size_t)n + 1, sizeof *p->bn_channels);
-    p->buckets = calloc((size_t)n * HERD_LAYER_MAX_PARAMS + 1, sizeof *p->buckets);
-    p->layer_names = calloc((size_t)n + 1, sizeof *p->layer_names);
-    herd_status st = refs && flops && p->backward_s && p->bn_channels && p->buckets && p->layer_names
-                         ? HERD_OK : HERD_ERR_NOMEM;
-    double total = 0;
-    for (int l = 0; st == HERD_OK && l < n; l++) {
-        herd_layer_info li;
-        if ((st = herd_model_layer_info(m, (size_t)l, &li)) != HERD_OK)
-            break;
-        snprintf(p->layer_names[l], sizeof p->layer_names[l], "%s", li.name);
-        flops[l] = li.backward_flops;
-        total += flops[l];
-        if (a->sync_bn && strcmp(li.type, "batchnorm") == 0)
-            p->bn_channels[l] = (int)li.param_numel[0];
-        for (int k = 0; k < li.n_params; k++)
-            refs[n_refs++] = (herd_param_ref){li.param_offset[k], li.param_numel[k], l};
-    }
-    for (int l = 0; st == HERD_OK && l < n; l++)
-        p->backward_s[l] = backward_s * (total > 0 ? flops[l] / total : 1.0 / n);
-    if (st == HERD_OK)
-        st = herd_bucket_plan(refs, n_refs, a->bucket_mb, herd_bucket_first_mb(a->bucket_mb),
-                              p->buckets, &p->sm.n_buckets, NULL);
-    free(refs);
-    free(flops);
-    if (st != HERD_OK) {
-        step_plan_free(p);
-        return st;
-    }
-    p->sm.n_layers = n;
-    p->sm.backward_s = p->backward_s;
-    p->sm.sync_bn_channels = p->bn_channels;
-    p->sm.buckets = p->buckets;
-    p->sm.wire_bytes_per_float = a->grad_bytes_per_param;
-    p->sm.forward_s = forward_s;
-    p->sm.other_s = step_s - forward_s - backward_s;
-    p->sm.metrics = a->metrics;
-    p->grad_bytes = (double)herd_model_param_count(m) * a->grad_bytes_per_param;
-    p->step_s = step_s;
-    p->backward_total_s = backward_s;
-    return HERD_OK;
-}
-
-static cJSON *summary_json(const predict_args *a, const herd_comm_link *link, const step_plan *p,
+static cJSON *summary_json(const predict_args *a, const herd_comm_link *link, const herd_predict_plan *p,
                        const herd_predict_row *rows, int n_over, int n_plain)
 {
     cJSON *o = cJSON_CreateObject();
@@ -254,8 +182,8 @@ static cJSON *summary_json(const predict_args *a, const herd_comm_link *link, co
     cJSON *buckets = cJSON_AddArrayToObject(o, "buckets");
     for (int k = 0; k < p->sm.n_buckets; k++) {
         cJSON *b = cJSON_CreateObject();
-        cJSON_AddNumberToObject(b, "bytes", (double)p->buckets[k].numel * a->grad_bytes_per_param);
-        cJSON_AddStringToObject(b, "ready_after", p->layer_names[p->buckets[k].ready_layer]);
+        cJSON_AddNumberToObject(b, "bytes", (double)p->buckets.spans[k].numel * a->grad_bytes_per_param);
+        cJSON_AddStringToObject(b, "ready_after", p->layer_names[p->buckets.spans[k].ready_layer]);
         cJSON_AddItemToArray(buckets, b);
     }
     cJSON_AddNumberToObject(o, "threshold", a->threshold);
@@ -278,7 +206,7 @@ static cJSON *summary_json(const predict_args *a, const herd_comm_link *link, co
 }
 
 static void print_header(const predict_args *a, const herd_model *m, const herd_comm_link *link,
-                         const step_plan *p)
+                         const herd_predict_plan *p)
 {
     printf("%s: %zu parameters, %.0f gradient bytes per step (%s)\n", herd_model_name(m),
            herd_model_param_count(m), p->grad_bytes, a->grad_bytes_per_param == 2 ? "16-bit" : "fp32");
@@ -304,53 +232,24 @@ static void print_header(const predict_args *a, const herd_model *m, const herd_
     printf("buckets (reduced in this order, as herd train --bucket-mb %g):", a->bucket_mb);
     for (int k = 0; k < p->sm.n_buckets; k++)
         printf("%s %.0f bytes after %s's backward", k ? "," : "",
-               (double)p->buckets[k].numel * a->grad_bytes_per_param,
-               p->layer_names[p->buckets[k].ready_layer]);
+               (double)p->buckets.spans[k].numel * a->grad_bytes_per_param,
+               p->layer_names[p->buckets.spans[k].ready_layer]);
     printf("; metrics %s%s\n", metrics_names[a->metrics], a->sync_bn ? "; --sync-bn exchanges" : "");
 }
 
-/* One pipeline of a->stages stages: the step's forward and backward split over the
- * layers by FLOPs, the layers over the stages as herd train splits them, each stage's
- * share divided among the micro-batches. */
+/* One pipeline of a->stages stages of the plan's model (herd_predict_plan_pipeline). */
 static herd_status predict_pipeline(const predict_args *a, const herd_model *m,
-                                    const herd_comm_link *link, const step_plan *p, cJSON *json)
+                                    const herd_comm_link *link, const herd_predict_plan *p, cJSON *json)
 {
-    int n = (int)herd_model_layer_count(m), P = (int)a->stages, M = (int)a->micro_batches;
-    double *cost = calloc((size_t)n, sizeof *cost), *fwd = calloc((size_t)n, sizeof *fwd);
-    int bounds[HERD_PREDICT_MAX_STAGES + 1];
-    herd_status st = cost && fwd ? HERD_OK : HERD_ERR_NOMEM;
-    double total = 0;
-    for (int l = 0; st == HERD_OK && l < n; l++) {
-        herd_layer_info li;
-        st = herd_model_layer_info(m, (size_t)l, &li);
-        fwd[l] = li.forward_flops;
-        total += li.forward_flops;
-    }
-    for (int l = 0; st == HERD_OK && l < n; l++) {
-        fwd[l] = p->sm.forward_s * (total > 0 ? fwd[l] / total : 1.0 / n);
-        cost[l] = fwd[l] + p->backward_s[l];
-    }
-    if (st == HERD_OK)
-        st = herd_model_pipeline_split(m, P, cost, bounds);
-    herd_pipeline_model pm = {.stages = P, .micro_batches = M, .schedule = a->schedule,
-                              .other_s = p->sm.other_s};
-    double micro = (double)a->batch / M;
-    for (int s = 0; st == HERD_OK && s < P; s++) {
-        for (int l = bounds[s]; l < bounds[s + 1]; l++) {
-            pm.forward_s[s] += fwd[l] / M;
-            pm.backward_s[s] += p->backward_s[l] / M;
-        }
-        herd_layer_info li;
-        if (s + 1 < P && (st = herd_model_layer_info(m, (size_t)bounds[s + 1] - 1, &li)) == HERD_OK) {
-            double bytes = (double)li.output_per_sample * sizeof(float) * micro;
-            herd_alpha_beta ab = herd_comm_link_segment(link, bytes, NULL);
-            pm.transfer_s[s] = ab.alpha_s + bytes * ab.beta_s_per_byte;
-        }
-    }
-    herd_pipeline_prediction pr;
-    if (st == HERD_OK)
-        st = herd_predict_pipeline(&pm, &pr);
-    if (st == HERD_OK && json) {
+    herd_predict_pipeline_plan pp;
+    int P = (int)a->stages, M = (int)a->micro_batches;
+    herd_status st = herd_predict_plan_pipeline(m, link, p, P, M, (int)a->batch, a->schedule, &pp);
+    if (st != HERD_OK)
+        return st;
+    const herd_pipeline_model *pm = &pp.pm;
+    const herd_pipeline_prediction pr = pp.pr;
+    const int *bounds = pp.bounds;
+    if (json) {
         cJSON *o = cJSON_AddObjectToObject(json, "pipeline");
         cJSON_AddNumberToObject(o, "stages", P);
         cJSON_AddNumberToObject(o, "micro_batches", M);
@@ -362,28 +261,26 @@ static herd_status predict_pipeline(const predict_args *a, const herd_model *m,
         cJSON *list = cJSON_AddArrayToObject(o, "stage_first_layer");
         for (int s = 0; s < P; s++)
             cJSON_AddItemToArray(list, cJSON_CreateString(p->layer_names[bounds[s]]));
-    } else if (st == HERD_OK) {
-        printf("\npipeline of %d stages, %d micro-batches of %g (%s), split by FLOPs:\n", P, M, micro,
-               herd_pp_schedule_name(a->schedule));
-        for (int s = 0; s < P; s++) {
-            printf("  stage %d: layers %s..%s, forward %.3f ms and backward %.3f ms per micro-batch",
-                   s, p->layer_names[bounds[s]], p->layer_names[bounds[s + 1] - 1],
-                   1e3 * pm.forward_s[s], 1e3 * pm.backward_s[s]);
-            if (s + 1 < P)
-                printf(", %.3f ms each way to stage %d", 1e3 * pm.transfer_s[s], s + 1);
-            printf("\n");
-        }
-        printf("predicted step %.3f ms on %d ranks against one worker's %.3f ms (speed-up %.2f, %.0f%% of %d); "
-               "bubble %.3f, ideal %.3f (the time per sample taken not to depend on the batch)\n",
-               1e3 * pr.step_s, P, 1e3 * p->step_s, p->step_s / pr.step_s,
-               100 * p->step_s / pr.step_s / P, P, pr.bubble, pr.ideal_bubble);
-        printf("pipeline_stages=%d micro_batches=%d schedule=%s step_ms=%.3f speedup=%.3f bubble=%.4f "
-               "ideal_bubble=%.4f\n", P, M, herd_pp_schedule_name(a->schedule), 1e3 * pr.step_s,
-               p->step_s / pr.step_s, pr.bubble, pr.ideal_bubble);
+        return HERD_OK;
     }
-    free(cost);
-    free(fwd);
-    return st;
+    printf("\npipeline of %d stages, %d micro-batches of %g (%s), split by FLOPs:\n", P, M, pp.micro_batch,
+           herd_pp_schedule_name(a->schedule));
+    for (int s = 0; s < P; s++) {
+        printf("  stage %d: layers %s..%s, forward %.3f ms and backward %.3f ms per micro-batch",
+               s, p->layer_names[bounds[s]], p->layer_names[bounds[s + 1] - 1],
+               1e3 * pm->forward_s[s], 1e3 * pm->backward_s[s]);
+        if (s + 1 < P)
+            printf(", %.3f ms each way to stage %d", 1e3 * pm->transfer_s[s], s + 1);
+        printf("\n");
+    }
+    printf("predicted step %.3f ms on %d ranks against one worker's %.3f ms (speed-up %.2f, %.0f%% of %d); "
+           "bubble %.3f, ideal %.3f (the time per sample taken not to depend on the batch)\n",
+           1e3 * pr.step_s, P, 1e3 * p->step_s, p->step_s / pr.step_s,
+           100 * p->step_s / pr.step_s / P, P, pr.bubble, pr.ideal_bubble);
+    printf("pipeline_stages=%d micro_batches=%d schedule=%s step_ms=%.3f speedup=%.3f bubble=%.4f "
+           "ideal_bubble=%.4f\n", P, M, herd_pp_schedule_name(a->schedule), 1e3 * pr.step_s,
+           p->step_s / pr.step_s, pr.bubble, pr.ideal_bubble);
+    return HERD_OK;
 }
 
 int cmd_predict(int argc, char **argv)
@@ -404,7 +301,7 @@ int cmd_predict(int argc, char **argv)
         *link = herd_comm_link_given(a.latency_us * 1e-6, 8.0 / (a.link_gbps * 1e9));
     herd_dataset *ds = NULL;
     herd_model *m = NULL;
-    step_plan plan = {0};
+    herd_predict_plan plan = {0};
     herd_predict_row *rows = calloc((size_t)a.workers, sizeof *rows);
     rc = CLI_FAIL;
     herd_bench_result r = {0};
@@ -418,14 +315,11 @@ int cmd_predict(int argc, char **argv)
                                                       (int)a.threads, NULL, &r)) != HERD_OK)
         cli_fail(st, "cannot measure one worker's step");
     else {
-        double step_s = a.step_ms > 0 ? a.step_ms * 1e-3 : r.step_s;
-        double fraction = a.backward_fraction >= 0 ? a.backward_fraction
-                          : a.step_ms > 0          ? 2.0 / 3.0
-                                                   : r.phases.backward / r.step_s;
-        double backward_s = fraction * step_s;
-        /* Given: forward is half of backward (backward costs about twice forward). */
-        double forward_s = a.step_ms > 0 ? fmin(backward_s / 2, step_s - backward_s) : r.phases.forward;
-        if ((st = step_plan_build(&a, m, step_s, forward_s, backward_s, &plan)) != HERD_OK)
+        herd_predict_opts po = {.bucket_mb = a.bucket_mb, .grad_bytes_per_param = a.grad_bytes_per_param,
+                                .sync_bn = a.sync_bn, .metrics = a.metrics,
+                                .step_s = a.step_ms > 0 ? a.step_ms * 1e-3 : 0,
+                                .backward_fraction = a.backward_fraction};
+        if ((st = herd_predict_plan_build(m, &po, a.step_ms > 0 ? NULL : &r, &plan)) != HERD_OK)
             cli_fail(st, "cannot plan the gradient buckets");
         else if ((st = herd_predict_scaling(link, &plan.sm, plan.grad_bytes, (int)a.workers, rows)) != HERD_OK)
             cli_fail(st, "cannot predict");
@@ -445,7 +339,7 @@ int cmd_predict(int argc, char **argv)
                 cli_print_json(o);
         }
     }
-    step_plan_free(&plan);
+    herd_predict_plan_free(&plan);
     free(rows);
     free(link);
     herd_model_free(m);

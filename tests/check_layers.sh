@@ -23,7 +23,7 @@ data: backend core herd
 dist: backend core herd
 optim: nn backend core herd
 obs: nn dist backend core herd
-tools: dist backend core herd
+tools: nn dist backend core herd
 train: optim obs tools nn data dist backend core herd
 cli: tools herd
 '

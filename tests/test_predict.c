@@ -6,6 +6,7 @@
 
 #include "testutil.h"
 #include "tools/tools.h"
+#include "train/buckets.h"
 
 static void assert_near(double got, double want, double rel)
 {
@@ -174,6 +175,52 @@ static void test_bucket_plan(void **state)
     assert_int_equal(herd_bucket_plan(t, 6, 0, 1, b, &n, NULL), HERD_ERR_INVALID_ARG);
 }
 
+/* herd predict times the buckets herd train reduces: for resnet20 (batch norms: buffers
+ * that are no gradients) and lenet5 at several --bucket-mb, the plan predict builds has
+ * training's buckets, the same offsets, sizes and tensor counts in the same order, and
+ * each bucket is ready after the layer whose backward lets training launch it. */
+static void test_buckets_as_train(void **state)
+{
+    (void)state;
+    herd_dataset *ds = NULL;
+    assert_herd_ok(herd_dataset_open("synthetic:3,32,32,10,64", HERD_SPLIT_TRAIN, &ds));
+    const char *models[] = {"resnet20", "lenet5"};
+    const double sizes[] = {0.01, 0.05, 0.5, 25};
+    for (int mi = 0; mi < 2; mi++) {
+        herd_model *m = NULL;
+        assert_herd_ok(herd_model_create(models[mi], ds, &m));
+        for (int si = 0; si < 4; si++) {
+            herd_buckets train;
+            herd_predict_plan plan;
+            herd_predict_opts o = {.bucket_mb = sizes[si], .grad_bytes_per_param = 4,
+                                   .metrics = HERD_METRICS_STEP_LATE, .step_s = 1e-2,
+                                   .backward_fraction = -1};
+            assert_herd_ok(herd_buckets_plan(m, sizes[si], &train));
+            assert_herd_ok(herd_predict_plan_build(m, &o, NULL, &plan));
+            assert_int_equal(plan.sm.n_buckets, train.n);
+            assert_ptr_equal(plan.sm.buckets, plan.buckets.spans);
+            if (sizes[si] < 0.02)
+                assert_true(train.n >= 3); /* several buckets: the comparison means something */
+            size_t total = 0;
+            for (int k = 0; k < train.n; k++) {
+                const herd_bucket_span *b = &plan.buckets.spans[k];
+                assert_true(b->offset == train.b[k].offset && b->numel == train.b[k].numel);
+                assert_int_equal(b->views, train.b[k].views);
+                /* Training launches bucket k during the backward of the layer that
+                 * completes it: the lowest layer it touches. */
+                int l = b->ready_layer;
+                assert_true(train.bucket_of_layer[l] == k || train.first_bucket_of_layer[l] == k);
+                total += b->numel;
+            }
+            assert_true(total == herd_model_param_count(m));
+            herd_predict_plan_free(&plan);
+            herd_buckets_free(&train);
+        }
+        herd_model_free(m);
+    }
+    herd_dataset_free(ds);
+}
+
 /* The simulated step, by hand. Link alpha 1 ms, beta 1 ns/byte: 2 ranks take
  * 2 ms + bytes x 1 ns. Forward 2 ms, backward of layers 0, 1, 2: 3, 2, 1 ms, other 1 ms
  * (compute 9 ms). Two buckets of 250000 floats (1e6 bytes, 3 ms each): bucket 0 ready
@@ -308,6 +355,7 @@ int main(void)
         cmocka_unit_test(test_link_errors),
         cmocka_unit_test(test_formulas),
         cmocka_unit_test(test_bucket_plan),
+        cmocka_unit_test(test_buckets_as_train),
         cmocka_unit_test(test_step_overlap),
         cmocka_unit_test(test_step_sync_bn),
         cmocka_unit_test(test_scaling_table),

@@ -1,7 +1,7 @@
 /*
  * The cluster tools behind `herd topo`, `herd doctor` and `herd predict`. The
- * library discovers, checks and computes; the CLI (cli/topo.c, cli/doctor.c,
- * cli/predict.c) prints. Internal: not part of the public API.
+ * library discovers, checks, models and computes; the CLI (cli/topo.c, cli/doctor.c,
+ * cli/predict.c) parses options and prints. Internal: not part of the public API.
  */
 #ifndef HERD_TOOLS_TOOLS_H
 #define HERD_TOOLS_TOOLS_H
@@ -311,5 +311,48 @@ herd_status herd_predict_scaling(const herd_comm_link *link, const herd_step_mod
 /* The largest worker count whose efficiency stays >= threshold (0 when none). */
 int herd_predict_max_workers(const herd_predict_row *rows, int workers, double threshold,
                              bool overlap);
+
+/* What herd predict models of one worker's step (predict_step.c). */
+typedef struct herd_predict_opts {
+    double bucket_mb;          /* as herd train --bucket-mb */
+    int grad_bytes_per_param;  /* 4, or 2 with --compress */
+    bool sync_bn;
+    herd_metrics_exchange metrics;
+    double step_s;             /* given; <= 0: measured's */
+    double backward_fraction;  /* of the step; < 0: measured's, or 2/3 of a given step */
+} herd_predict_opts;
+
+/* A model's step as herd predict simulates it: the step's backward split over the
+ * layers by their backward FLOPs (known for any model without another run, and what
+ * the heavy layers' time follows), its gradient buckets as herd train plans them. */
+typedef struct herd_predict_plan {
+    herd_step_model sm;        /* points into the arrays below */
+    double *backward_s;        /* per layer */
+    int *bn_channels;          /* per layer */
+    herd_layer_buckets buckets;
+    char (*layer_names)[64];
+    double grad_bytes, step_s, backward_total_s;
+} herd_predict_plan;
+
+/* measured: one worker's step from herd_bench_train (NULL when opts->step_s is given). */
+herd_status herd_predict_plan_build(const herd_model *m, const herd_predict_opts *opts,
+                                    const herd_bench_result *measured, herd_predict_plan *out);
+void herd_predict_plan_free(herd_predict_plan *p);
+
+/* One pipeline of `stages` stages (--pipeline-stages) of plan's model: the step's
+ * forward and backward split over the layers by FLOPs, the layers over the stages as
+ * herd train splits them, each stage's share divided among the micro-batches, each
+ * boundary's activations one message each way over link. */
+typedef struct herd_predict_pipeline_plan {
+    herd_pipeline_model pm;
+    herd_pipeline_prediction pr;
+    int bounds[HERD_PREDICT_MAX_STAGES + 1]; /* stage s: layers bounds[s] .. bounds[s+1]-1 */
+    double micro_batch;                      /* samples per micro-batch */
+} herd_predict_pipeline_plan;
+
+herd_status herd_predict_plan_pipeline(const herd_model *m, const herd_comm_link *link,
+                                       const herd_predict_plan *p, int stages, int micro_batches,
+                                       int batch, herd_pp_schedule_kind schedule,
+                                       herd_predict_pipeline_plan *out);
 
 #endif

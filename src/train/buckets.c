@@ -6,50 +6,42 @@
 
 #include "core/error.h"
 
-herd_status herd_buckets_plan(const herd_model *m, double bucket_mb, double first_mb,
-                              herd_buckets *out)
+herd_status herd_buckets_plan(const herd_model *m, double bucket_mb, herd_buckets *out)
 {
     memset(out, 0, sizeof *out);
-    herd_param_ref *refs = herd_xcalloc((size_t)m->n_views + 1, sizeof *refs);
-    herd_bucket_span *spans = herd_xcalloc((size_t)m->n_views + 1, sizeof *spans);
-    int *bucket_of = herd_xcalloc((size_t)m->n_views + 1, sizeof(int));
-    out->b = herd_xcalloc((size_t)m->n_views + 1, sizeof *out->b);
-    out->bucket_of_layer = herd_xcalloc((size_t)m->n_layers, sizeof(int));
-    out->first_bucket_of_layer = herd_xcalloc((size_t)m->n_layers, sizeof(int));
-    herd_status st = HERD_OK;
-    if (!refs || !spans || !bucket_of || !out->b || !out->bucket_of_layer ||
-        !out->first_bucket_of_layer)
-        st = HERD_ERR_NOMEM;
-    /* Parameters in declaration order: offsets grow with it, so each bucket is contiguous. */
-    int n = 0;
+    herd_layer_info *info = herd_xcalloc((size_t)m->n_layers + 1, sizeof *info);
+    herd_layer_buckets plan = {0};
+    out->bucket_of_layer = herd_xcalloc((size_t)m->n_layers + 1, sizeof(int));
+    out->first_bucket_of_layer = herd_xcalloc((size_t)m->n_layers + 1, sizeof(int));
+    herd_status st = info && out->bucket_of_layer && out->first_bucket_of_layer ? HERD_OK
+                                                                                  : HERD_ERR_NOMEM;
     for (int l = 0; st == HERD_OK && l < m->n_layers; l++) {
-        const herd_layer *layer = &m->layers[l];
+        st = herd_model_layer_info(m, (size_t)l, &info[l]);
         out->bucket_of_layer[l] = out->first_bucket_of_layer[l] = -1;
-        for (int k = 0; k < layer->n_tensors; k++) {
-            const herd_tensor_view *v = &m->views[layer->first_tensor + k];
-            if (!v->is_buffer)
-                refs[n++] = (herd_param_ref){.offset = v->offset, .numel = v->numel, .layer = l};
-        }
     }
+    /* The same plan as herd predict's (src/tools/predict_step.c). */
     if (st == HERD_OK)
-        st = herd_bucket_plan(refs, n, bucket_mb, first_mb, spans, &out->n, bucket_of);
-    for (int i = 0; st == HERD_OK && i < out->n; i++) {
+        st = herd_bucket_plan_layers(info, m->n_layers, bucket_mb, &plan);
+    if (st == HERD_OK && !(out->b = herd_xcalloc((size_t)plan.n + 1, sizeof *out->b)))
+        st = HERD_ERR_NOMEM;
+    for (int i = 0; st == HERD_OK && i < plan.n; i++) {
         herd_bucket *b = &out->b[i];
-        b->offset = spans[i].offset;
-        b->numel = spans[i].numel;
-        b->views = spans[i].views;
+        b->offset = plan.spans[i].offset;
+        b->numel = plan.spans[i].numel;
+        b->views = plan.spans[i].views;
         snprintf(b->tag, sizeof b->tag, "bucket %d", i);
     }
+    if (st == HERD_OK)
+        out->n = plan.n;
     /* Walking backward's order, a layer's first bucket is the lowest index it touches. */
-    for (int i = n - 1; st == HERD_OK && i >= 0; i--) {
-        int l = refs[i].layer;
+    for (int i = plan.n_tensors - 1; st == HERD_OK && i >= 0; i--) {
+        int l = plan.tensors[i].layer;
         if (out->first_bucket_of_layer[l] < 0)
-            out->first_bucket_of_layer[l] = bucket_of[i];
-        out->bucket_of_layer[l] = bucket_of[i];
+            out->first_bucket_of_layer[l] = plan.bucket_of[i];
+        out->bucket_of_layer[l] = plan.bucket_of[i];
     }
-    free(refs);
-    free(spans);
-    free(bucket_of);
+    free(info);
+    herd_layer_buckets_free(&plan);
     if (st != HERD_OK)
         herd_buckets_free(out);
     return st;

@@ -35,10 +35,10 @@ typedef struct herd_buckets {
     bool release_rest;
 } herd_buckets;
 
-/* Plans buckets over m's parameters: the first (last layers') bucket holds about
- * first_mb MiB so communication starts early, the rest bucket_mb MiB. */
-herd_status herd_buckets_plan(const herd_model *m, double bucket_mb, double first_mb,
-                              herd_buckets *out);
+/* Plans buckets over m's parameters (herd_bucket_plan_layers, as herd predict does):
+ * the first (last layers') bucket holds about herd_bucket_first_mb(bucket_mb) MiB so
+ * communication starts early, the rest bucket_mb MiB. */
+herd_status herd_buckets_plan(const herd_model *m, double bucket_mb, herd_buckets *out);
 void herd_buckets_free(herd_buckets *b);
 
 /* Before backward: every bucket waits for all its tensors again. */

@@ -17,7 +17,7 @@ herd_status herd_step_plan_init(herd_step_plan *p, herd_model *m, herd_comm *com
     p->wire = wire;
     p->sync_bn = sync_bn;
     herd_phase_clock_init(&p->clock, m->be);
-    return herd_buckets_plan(m, bucket_mb, herd_bucket_first_mb(bucket_mb), &p->buckets);
+    return herd_buckets_plan(m, bucket_mb, &p->buckets);
 }
 
 void herd_step_plan_free(herd_step_plan *p, herd_model *m)
