@@ -11,7 +11,7 @@
 
 #include "train/exact_sum.h"
 
-enum { SLICES = 7, A = 1000, B = 37 };
+enum { SLICES = 7, A = 1000, B = 37, HERD_EXACT_GRID_TEXT_TEST = 256 };
 
 /* A model of two parameter tensors and a buffer, enough for the sums. */
 typedef struct fake {
@@ -138,12 +138,42 @@ static void test_nonfinite_reaches_the_mean(void **state)
     herd_exact_sum_free(&f.e);
 }
 
+static void test_grid_in_checkpoints(void **state)
+{
+    (void)state;
+    static fake f, g;
+    fake_init(&f);
+    fake_init(&g);
+    char text[HERD_EXACT_GRID_TEXT_TEST];
+    herd_exact_sum_grid_text(&f.e, &f.m, text, sizeof text);
+    assert_string_equal(text, ""); /* no grid yet: nothing to keep */
+    const int order[SLICES] = {0, 1, 2, 3, 4, 5, 6};
+    int redos;
+    step(&f, order, 1.0f, &redos);
+    herd_exact_sum_grid_text(&f.e, &f.m, text, sizeof text);
+    printf("grid: %s\n", text);
+    /* Read back, the next step sums as the one that wrote it (no measuring pass). */
+    assert_herd_ok(herd_exact_sum_set_grid_text(&g.e, &g.m, text));
+    step(&f, order, 1.0f, &redos);
+    step(&g, order, 1.0f, &redos);
+    assert_int_equal(redos, 0);
+    assert_memory_equal(f.grads, g.grads, sizeof f.grads);
+    const char *bad[] = {"", "1,2", "1,2,3,4", "1,x,3", "1,,3", "1,2,3,", "1,2,999", "-1,2,3 "};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        assert_int_equal(herd_exact_sum_set_grid_text(&g.e, &g.m, bad[i]), HERD_ERR_FORMAT);
+        assert_non_null(strstr(herd_last_error(), "exact_grid does not fit"));
+    }
+    herd_exact_sum_free(&f.e);
+    herd_exact_sum_free(&g.e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_order_free),
         cmocka_unit_test(test_overflow_redone),
         cmocka_unit_test(test_nonfinite_reaches_the_mean),
+        cmocka_unit_test(test_grid_in_checkpoints),
     };
     if (herd_comm_local_create(&g_comm) != HERD_OK)
         return 1;

@@ -325,8 +325,9 @@ typedef struct herd_train_config {
     bool check_replicas;   /* hash parameters after every step and abort if replicas differ */
     /* The same saved weights whatever the number of ranks and the --grad-accum split that
      * make up the global batch (docs/determinism.md): each micro-batch's gradient is summed
-     * exactly. CPU only, without batch norm, ZeRO, pipeline stages, compression or
-     * resume for now (refused at start, naming the option). */
+     * exactly; checkpoints keep what a resume needs to continue alike. CPU only, without
+     * batch norm, ZeRO, pipeline stages or compression for now (refused at start, naming
+     * the option). */
     bool deterministic;
 
     /* Pipeline parallelism (docs/pipeline.md): the model's layers split into

@@ -209,10 +209,12 @@ static herd_status write_state(const char *spath, herd_optimizer *o, const herd_
                           "global_batch", "train_samples", "epoch_samples", "epoch_loss_sum",
                           "epoch_correct", "optimizer_steps", "epoch_seen", "clipped_steps",
                           "skipped_steps", "loss_scale", "loss_scale_clean_steps", "optimizer",
-                          "herd_version"};
+                          "herd_version", "exact_grid"};
     const char *values[] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11],
                             v[12], v[13], v[14], v[15], v[16],
-                            o ? herd_ckpt_kind_name(herd_optimizer_get_kind(o)) : "none", HERD_VERSION};
+                            o ? herd_ckpt_kind_name(herd_optimizer_get_kind(o)) : "none", HERD_VERSION,
+                            st->exact_grid};
+    size_t n_keys = st->exact_grid[0] ? 20 : 19; /* the grid only where there is one */
     herd_st_entry e[HERD_CKPT_MAX_STATE] = {0};
     state_download down[HERD_CKPT_MAX_STATE];
     float *buf = NULL;
@@ -236,7 +238,7 @@ static herd_status write_state(const char *spath, herd_optimizer *o, const herd_
         e[i].ndim = 1;
         e[i].shape[0] = (int64_t)numel;
     }
-    herd_status rc = herd_safetensors_write(spath, e, (size_t)n, keys, values, 19);
+    herd_status rc = herd_safetensors_write(spath, e, (size_t)n, keys, values, n_keys);
     free(buf);
     return rc;
 }

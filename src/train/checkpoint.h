@@ -14,6 +14,9 @@
 /* Where training stands. The position inside an epoch is counted in samples of the
  * epoch's permutation, so a run with other ranks, batch or --grad-accum continues
  * with the next samples of the same permutation. */
+/* Room for the exact sums' grid in the state: 1600-odd views of "-150,". */
+#define HERD_EXACT_GRID_TEXT 8192
+
 typedef struct herd_train_state {
     int epoch;          /* epochs completed */
     long global_step;   /* optimizer steps taken, whatever their size */
@@ -34,6 +37,9 @@ typedef struct herd_train_state {
     long clipped_steps, skipped_steps;
     double loss_scale;
     long loss_scale_clean;
+    /* --deterministic: the grid of the next step's exact sums, one exponent per view,
+     * comma-separated ("" when none), so a resumed run sums as the uninterrupted one. */
+    char exact_grid[HERD_EXACT_GRID_TEXT];
 } herd_train_state;
 
 /* The highest step a checkpoint may hold: steps are logged as doubles and counted on. */

@@ -98,6 +98,15 @@ static herd_status read_state(const herd_st_file *sf, const char *spath, long na
         HERD_TRY(meta_int(sf, spath, "loss_scale_clean_steps", 0, gstep, &clean));
         HERD_TRY(meta_double(sf, spath, "loss_scale", &st->loss_scale));
     }
+    /* --deterministic's grid: checked here for its form, against the model when used. */
+    const char *grid = herd_st_meta(sf, "exact_grid");
+    if (grid) {
+        size_t len = strlen(grid);
+        if (len == 0 || len >= sizeof st->exact_grid || strspn(grid, "-0123456789,") != len)
+            return HERD_ERR(HERD_ERR_FORMAT, "'%s': field 'exact_grid' is not a list of exponents "
+                            "(%zu bytes); " CORRUPT_HINT, spath, len);
+        memcpy(st->exact_grid, grid, len + 1);
+    }
     st->clipped_steps = (long)clipped;
     st->skipped_steps = (long)skipped;
     st->loss_scale_clean = (long)clean;

@@ -177,9 +177,12 @@ static void save_counters(run *r)
     r->state.skipped_steps = r->scaler.skipped;
     r->state.loss_scale = r->cfg.dynamic_loss_scale ? r->scaler.scale : 0.0;
     r->state.loss_scale_clean = r->scaler.clean_steps;
+    r->state.exact_grid[0] = '\0';
+    if (r->plan.exact)
+        herd_exact_sum_grid_text(&r->exact, r->m, r->state.exact_grid, sizeof r->state.exact_grid);
 }
 
-void herd_run_resume_counters(run *r)
+herd_status herd_run_resume_counters(run *r)
 {
     r->clipped_steps = r->state.clipped_steps;
     r->scaler.skipped = r->state.skipped_steps;
@@ -187,6 +190,10 @@ void herd_run_resume_counters(run *r)
         r->scaler.scale = (float)r->state.loss_scale;
         r->scaler.clean_steps = (int)r->state.loss_scale_clean;
     }
+    /* The same on every rank (the state was broadcast): so is an error. */
+    if (r->plan.exact && r->state.exact_grid[0])
+        return herd_exact_sum_set_grid_text(&r->exact, r->m, r->state.exact_grid);
+    return HERD_OK;
 }
 
 /* Every rank calls it; rank 0 writes. With pipeline stages the first replica's stages

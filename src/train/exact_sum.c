@@ -1,6 +1,7 @@
 #include "train/exact_sum.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -158,5 +159,37 @@ herd_status herd_exact_sum_finish(herd_exact_sum *e, herd_model *m, herd_comm *c
             g[i] = bad ? e->all_max[v] : (float)(acc[i] * p2 / slices);
     }
     set_grids(e, m); /* the next step's, from this one's values */
+    return HERD_OK;
+}
+
+void herd_exact_sum_grid_text(const herd_exact_sum *e, const herd_model *m, char *buf, size_t size)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int v = 0; e->have_grid && v < m->n_views; v++) {
+        int n = snprintf(buf + used, size - used, "%s%d", v ? "," : "", e->grid[v]);
+        if (n < 0 || (size_t)n >= size - used) { /* no room: no grid, the resume measures */
+            buf[0] = '\0';
+            return;
+        }
+        used += (size_t)n;
+    }
+}
+
+herd_status herd_exact_sum_set_grid_text(herd_exact_sum *e, const herd_model *m, const char *text)
+{
+    const char *p = text;
+    for (int v = 0; v < m->n_views; v++) {
+        char *end;
+        long x = strtol(p, &end, 10);
+        /* fp32 values span 2^-149 .. 2^128: their grids lie within a few hundred of 0. */
+        if (end == p || x < -400 || x > 400 || *end != (v + 1 < m->n_views ? ',' : '\0'))
+            return HERD_ERR(HERD_ERR_FORMAT, "the checkpoint's exact_grid does not fit model '%s' "
+                            "(%d tensors) at tensor %d ('%.20s'); resume without --deterministic "
+                            "or from a checkpoint of this model", m->name, m->n_views, v, p);
+        e->grid[v] = (int)x;
+        p = end + (*end == ',');
+    }
+    e->have_grid = true;
     return HERD_OK;
 }

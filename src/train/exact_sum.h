@@ -35,4 +35,10 @@ void herd_exact_sum_add(herd_exact_sum *e, const herd_model *m);
  * must be computed again (begin, add..., finish), every rank alike. */
 herd_status herd_exact_sum_finish(herd_exact_sum *e, herd_model *m, herd_comm *c, bool *redo);
 
+/* The grid as text for a checkpoint ("" without one): one exponent per view. */
+void herd_exact_sum_grid_text(const herd_exact_sum *e, const herd_model *m, char *buf, size_t size);
+/* The grid from a checkpoint's text: exactly one exponent per view, each a grid an fp32
+ * value can need; anything else is an error naming the place. */
+herd_status herd_exact_sum_set_grid_text(herd_exact_sum *e, const herd_model *m, const char *text);
+
 #endif

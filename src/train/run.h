@@ -117,8 +117,9 @@ herd_status herd_run_prepare_checkpoints(run *r);
 herd_status herd_run_save_checkpoint(run *r);
 /* Collective: rank 0 waits for its background write; every rank learns the outcome. */
 herd_status herd_run_finish_checkpoint_writes(run *r);
-/* The run's counters from the state a resume read (or the fresh state's zeros). */
-void herd_run_resume_counters(run *r);
+/* The run's counters (and --deterministic's grid) from the state a resume read (or the
+ * fresh state's zeros). */
+herd_status herd_run_resume_counters(run *r);
 /* Frees what whole_for_checkpoint made for rank 0 (the caller's model stays). */
 void herd_run_release_whole(run *r, herd_model *m, herd_optimizer *o);
 

@@ -538,7 +538,7 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
     if (cfg->checkpoint_dir) /* every rank joins: rank 0's outcome is broadcast */
         HERD_TRY(herd_run_prepare_checkpoints(r));
     HERD_TRY(broadcast_state(r));
-    herd_run_resume_counters(r);
+    HERD_TRY(herd_run_resume_counters(r));
     if (cfg->timeline_path)
         HERD_TRY(start_timeline(r));
     r->first_step = r->res->steps = r->state.global_step; /* steps before this run (resume) */

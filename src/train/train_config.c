@@ -114,7 +114,6 @@ herd_status herd_train_validate(const herd_train_config *c)
                          : c->pipeline_stages > 1                       ? "--pipeline-stages"
                          : c->compress != HERD_COMPRESS_NONE            ? "--compress"
                          : c->sync_bn                                   ? "--sync-bn"
-                         : c->resume                                    ? "--resume"
                                                                         : NULL;
         if (no)
             return HERD_ERR(HERD_ERR_UNSUPPORTED, "--deterministic does not work with %s yet: "
@@ -172,6 +171,14 @@ static herd_status resolve_elastic(run *r)
         batch = c->batch_size;
         accum = (int)(per / c->batch_size);
     }
+    /* --deterministic sums micro-batches as the run's slices: their size must stay. */
+    if (c->deterministic && !accum)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "elastic with --deterministic: the global batch %ld (%d replicas x %d x %d) "
+                        "cannot be kept on %d replicas in micro-batches of %d, which --deterministic "
+                        "sums as they are; restart with a number of ranks that divides its %ld "
+                        "micro-batches", g0, n0, c->batch_size, c->grad_accum, n, c->batch_size,
+                        g0 / c->batch_size);
     for (long a = 1; !accum && per > 0 && a <= 4096 && a <= per; a++)
         if (per % a == 0 && per / a <= c->batch_size && (per / a) % micro_unit == 0) {
             accum = (int)a;
