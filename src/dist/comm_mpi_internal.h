@@ -96,6 +96,8 @@ typedef struct mpi_stall {
     /* other ranks: rank 0's last view and when it came; the last word from rank 0 */
     mpi_rank_view view_in;
     double view_at, root_heard_at;
+    uint64_t told_seq; /* the pending collective our statuses name, first sent when */
+    double told_at;
     uint64_t warned_seq;   /* our own pending op already warned about */
     uint64_t reported_seq; /* rank 0: the op whose job-wide report is printed */
 } mpi_stall;

@@ -109,8 +109,13 @@ static void send_status(comm_mpi *m, double now)
         return; /* the previous status is still on its way */
     fill_status(m, &s->out, now);
     if (MPI_Isend(&s->out, sizeof s->out, MPI_BYTE, 0, TAG_STATUS, m->stall_comm, &s->send_req) ==
-        MPI_SUCCESS)
+        MPI_SUCCESS) {
         s->last_sent = now;
+        if (m->current && m->current->seq != s->told_seq) {
+            s->told_seq = m->current->seq;
+            s->told_at = now;
+        }
+    }
 }
 
 /* Rank != 0: true when rank 0 asked for a status since the last poll. */
@@ -321,17 +326,24 @@ static void receive_views(comm_mpi *m, double now)
 /* Rank != 0: whom the pending collective waits for ("ranks ...: ..."), or false while
  * rank 0's first answer may still come. *remote_silent: a rank on another host has
  * gone silent (rank 0 itself, or one rank 0 names). */
-static bool missing_as_other(comm_mpi *m, double now, char *out, size_t cap, bool *remote_silent)
+static bool missing_as_other(comm_mpi *m, double now, bool at_timeout, char *out, size_t cap,
+                             bool *remote_silent)
 {
     mpi_stall *s = &m->stall;
     uint64_t seq = m->current->seq;
     *remote_silent = false;
     /* This rank sends its status every second while it waits, and rank 0 answers each:
-     * only silence matters here, whatever rank 0 has started. */
-    if (herd_peer_classify(now, m->current_start, s->root_heard_at, seq, seq) == HERD_PEER_SILENT) {
+     * only silence matters here, whatever rank 0 has started. At the timeout, a rank 0
+     * that has left a status about this collective unanswered for a whole period is
+     * silent too, though it spoke (of an earlier one) less than SILENT_AFTER_S ago:
+     * it answers within a poll when it runs. */
+    bool unanswered = at_timeout && s->told_seq == seq && now - s->told_at >= STATUS_PERIOD_S &&
+                      !(s->view_at > 0 && s->view_in.seq == seq);
+    if (unanswered ||
+        herd_peer_classify(now, m->current_start, s->root_heard_at, seq, seq) == HERD_PEER_SILENT) {
         char why[200];
-        herd_peer_describe_silence(now, (double)time(NULL), m->current_start, s->root_heard_at,
-                                   on_my_host(m, 0), why, sizeof why);
+        herd_peer_describe_silence(now, (double)time(NULL), unanswered ? s->told_at : m->current_start,
+                                   s->root_heard_at, on_my_host(m, 0), why, sizeof why);
         snprintf(out, cap, "ranks unreachable: 0 on %s (%s)", host_of(m, 0), why);
         *remote_silent = !on_my_host(m, 0);
         return true;
@@ -360,7 +372,7 @@ static void inspect_as_other(comm_mpi *m, double now)
     char desc[112], missing[1100];
     comm_mpi_describe_op(m->current, desc, sizeof desc);
     bool remote_silent = false;
-    bool known = missing_as_other(m, now, missing, sizeof missing, &remote_silent);
+    bool known = missing_as_other(m, now, age >= cfg->timeout_s, missing, sizeof missing, &remote_silent);
     if (age >= cfg->timeout_s)
         stall_timeout(m, m->current->seq, desc,
                       known ? missing : "ranks not yet arrived: unknown (rank 0 has not answered yet)",
