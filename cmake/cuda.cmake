@@ -76,7 +76,8 @@ if(HERD_WITH_CUDA)
   # Warnings as errors in device and host code alike; no fast math: the backend is
   # checked against the CPU one at fp32 tolerances.
   add_compile_options("$<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings;-Xcompiler=-Wall,-Wextra>")
-  set(HERD_CUDA_LIBS CUDA::cudart CUDA::cublas ${HERD_CUDNN_LIB})
+  # cuBLAS is opened when the backend starts (src/core/cublas_lib.c), not linked.
+  set(HERD_CUDA_LIBS CUDA::cudart ${HERD_CUDNN_LIB} ${CMAKE_DL_LIBS})
   if(HERD_WITH_NCCL)
     list(APPEND HERD_CUDA_LIBS ${HERD_NCCL_LIB})
   endif()

@@ -3,10 +3,12 @@
 #include <string.h>
 
 #include "core/build_info.h"
+#if HERD_HAVE_CUDA
+#include "core/cublas_lib.h"
+#endif
 #include "herd/herd.h"
 
 #if HERD_HAVE_CUDA
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #endif
@@ -19,9 +21,9 @@
 
 static char build_info[768];
 static char mpi_library[128] = "none"; /* kept apart: herd doctor names it alone */
-static pthread_once_t build_info_once = PTHREAD_ONCE_INIT;
+static pthread_once_t build_info_once = PTHREAD_ONCE_INIT, mpi_library_once = PTHREAD_ONCE_INIT;
 
-static void compose_build_info(void)
+static void compose_mpi_library(void)
 {
 #if HERD_HAVE_MPI
     /* Callable before MPI_Init; the library actually loaded, not the headers'. Cut to
@@ -39,19 +41,29 @@ static void compose_build_info(void)
             snprintf(mpi_library, sizeof mpi_library, "%.120s", full);
     }
 #endif
+}
+
+static void compose_build_info(void)
+{
+    pthread_once(&mpi_library_once, compose_mpi_library);
     char cuda[160] = "cuda: not built";
 #if HERD_HAVE_CUDA
     /* The CUDA runtime, cuBLAS and cuDNN actually loaded (they may differ from the
      * headers); none of these calls needs a GPU. */
     int rt = 0, blas_major = 0, blas_minor = 0, blas_patch = 0;
     cudaRuntimeGetVersion(&rt);
-    cublasGetProperty(MAJOR_VERSION, &blas_major);
-    cublasGetProperty(MINOR_VERSION, &blas_minor);
-    cublasGetProperty(PATCH_LEVEL, &blas_patch);
+    char blas[48] = "cuBLAS not loadable";
+    const herd_cublas_lib *cublas;
+    herd_status st = herd_cublas_open(&cublas);
+    if (st == HERD_OK) {
+        cublas->get_property(MAJOR_VERSION, &blas_major);
+        cublas->get_property(MINOR_VERSION, &blas_minor);
+        cublas->get_property(PATCH_LEVEL, &blas_patch);
+        snprintf(blas, sizeof blas, "cuBLAS %d.%d.%d", blas_major, blas_minor, blas_patch);
+    }
     size_t dnn = cudnnGetVersion();
-    snprintf(cuda, sizeof cuda, "cuda: CUDA %d.%d, cuBLAS %d.%d.%d, cuDNN %zu.%zu.%zu", rt / 1000,
-             rt % 1000 / 10, blas_major, blas_minor, blas_patch, dnn / 10000, dnn / 100 % 100,
-             dnn % 100);
+    snprintf(cuda, sizeof cuda, "cuda: CUDA %d.%d, %s, cuDNN %zu.%zu.%zu", rt / 1000, rt % 1000 / 10, blas,
+             dnn / 10000, dnn / 100 % 100, dnn % 100);
 #endif
     char nccl[32] = "NCCL: none";
 #if HERD_HAVE_NCCL
@@ -74,7 +86,7 @@ const char *herd_build_info(void)
 const char *herd_mpi_library_version(void)
 {
 #if HERD_HAVE_MPI
-    pthread_once(&build_info_once, compose_build_info);
+    pthread_once(&mpi_library_once, compose_mpi_library);
     return mpi_library;
 #else
     return NULL;

@@ -7,9 +7,10 @@
 #ifndef HERD_BACKEND_CUDA_H
 #define HERD_BACKEND_CUDA_H
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
+
+#include "core/cublas_lib.h" /* before extern "C": it includes cuBLAS's C++-aware headers */
 
 #ifdef __cplusplus
 extern "C" {
@@ -21,6 +22,7 @@ extern "C" {
 typedef struct herd_cuda_ctx {
     int device;
     cudaStream_t stream;
+    const herd_cublas_lib *blas; /* opened at the backend's start (core/cublas_lib.h) */
     cublasHandle_t cublas;
     cudnnHandle_t cudnn;
     bool tf32; /* --precision tf32: convolutions and gemm may use TF32 tensor cores */
@@ -80,7 +82,8 @@ void herd_cuda_timer_release(void);
         cublasStatus_t herd_cb_ = (call);                                                \
         if (herd_cb_ != CUBLAS_STATUS_SUCCESS)                                           \
             return HERD_ERR(HERD_ERR_INTERNAL, "cuBLAS: %s failed: %s (%s)%s", what,     \
-                            cublasGetStatusName(herd_cb_), cublasGetStatusString(herd_cb_), \
+                            herd_cuda_ctx_get()->blas->status_name(herd_cb_),          \
+                            herd_cuda_ctx_get()->blas->status_string(herd_cb_),        \
                             HERD_CUDA_HINT);                                             \
     } while (0)
 

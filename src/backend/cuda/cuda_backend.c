@@ -42,14 +42,17 @@ static void init(void)
     /* Blocking stream: see cuda.h. */
     if ((ce = cudaStreamCreate(&g_ctx.stream)) != cudaSuccess)
         INIT_FAIL("cudaStreamCreate failed: %s", cudaGetErrorString(ce));
-    cublasStatus_t cb = cublasCreate(&g_ctx.cublas);
+    if (herd_cublas_open(&g_ctx.blas) != HERD_OK)
+        INIT_FAIL("%s", herd_last_error());
+    const herd_cublas_lib *b = g_ctx.blas;
+    cublasStatus_t cb = b->create(&g_ctx.cublas);
     if (cb != CUBLAS_STATUS_SUCCESS)
-        INIT_FAIL("cublasCreate failed: %s", cublasGetStatusString(cb));
-    cublasSetStream(g_ctx.cublas, g_ctx.stream);
+        INIT_FAIL("cublasCreate failed: %s", b->status_string(cb));
+    b->set_stream(g_ctx.cublas, g_ctx.stream);
     /* Plain fp32 (no TF32): results must match the CPU backend at fp32 tolerances;
      * TF32 will be an explicit --precision choice. */
-    if ((cb = cublasSetMathMode(g_ctx.cublas, CUBLAS_DEFAULT_MATH)) != CUBLAS_STATUS_SUCCESS)
-        INIT_FAIL("cublasSetMathMode failed: %s", cublasGetStatusString(cb));
+    if ((cb = b->set_math_mode(g_ctx.cublas, CUBLAS_DEFAULT_MATH)) != CUBLAS_STATUS_SUCCESS)
+        INIT_FAIL("cublasSetMathMode failed: %s", b->status_string(cb));
     cudnnStatus_t cd = cudnnCreate(&g_ctx.cudnn);
     if (cd != CUDNN_STATUS_SUCCESS)
         INIT_FAIL("cudnnCreate failed: %s", cudnnGetErrorString(cd));
@@ -75,8 +78,8 @@ static herd_status cuda_set_precision(herd_precision p)
     bool tf32 = p == HERD_PRECISION_TF32;
     /* cuBLAS: TF32 tensor cores for cublasSgemm, or none at all (the default mode
      * does not use TF32). Convolutions pick up g_ctx.tf32 when they next run. */
-    HERD_CUBLAS(cublasSetMathMode(g_ctx.cublas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                     : CUBLAS_DEFAULT_MATH),
+    HERD_CUBLAS(g_ctx.blas->set_math_mode(g_ctx.cublas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                           : CUBLAS_DEFAULT_MATH),
                 "setting the math mode");
     g_ctx.tf32 = tf32;
     return HERD_OK;
@@ -204,7 +207,7 @@ void herd_backend_cuda_shutdown(void)
     herd_cuda_conv_algos_release();
     herd_cuda_alloc_release();
     cudnnDestroy(g_ctx.cudnn);
-    cublasDestroy(g_ctx.cublas);
+    g_ctx.blas->destroy(g_ctx.cublas);
     cudaStreamDestroy(g_ctx.stream);
     g_shut_down = true;
 }

@@ -41,9 +41,10 @@ extern "C" herd_status herd_cuda_gemm(bool trans_a, bool trans_b, int m, int n, 
         return HERD_OK;
     /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the same
      * buffers with the operands swapped and m, n exchanged. */
-    HERD_CUBLAS(cublasSgemm(herd_cuda_ctx_get()->cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                            trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb, a, lda,
-                            &beta, c, ldc),
+    const herd_cuda_ctx *ctx = herd_cuda_ctx_get();
+    HERD_CUBLAS(ctx->blas->sgemm(ctx->cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                 trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb, a, lda,
+                                 &beta, c, ldc),
                 "sgemm");
     return HERD_OK;
 }
