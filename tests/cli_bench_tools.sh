@@ -62,9 +62,9 @@ have_mpi || { skipped_part "everything under mpirun (no mpirun, or herd built wi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 mpirun=(timeout 60 "${mpiexec[@]}")
 
-# Sanitized ranks start slowly: there, 2 ranks only (mpi_comm_tools_np3 covers 3).
+# A repeat pass (testlib.sh): 2 ranks only (mpi_comm_tools_np3 covers 3).
 nps=(2 3)
-[ "${HERD_SANITIZED:-0}" = 1 ] && nps=(2)
+repeat_pass && nps=(2)
 for np in "${nps[@]}"; do
   # float with the MPI reference and the JSON; half and bfloat16 on their own
   for type in float half bfloat16; do

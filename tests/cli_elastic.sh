@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Fault-tolerant runs under herd run --max-restarts, on this machine:
-#  - a random rank killed with kill -9 at random moments, 10 times in one job: the job
-#    ends 0 with the weights of a run never stopped, bit for bit (resuming is bitwise),
-#    and each failure loses at most the steps since the last checkpoint;
+#  - a random rank killed with kill -9 at random moments, 10 times in one job (3 in a
+#    repeat pass, testlib.sh): the job ends 0 with the weights of a run never stopped,
+#    bit for bit (resuming is bitwise), and each failure loses at most the steps since
+#    the last checkpoint;
 #  - a rank killed in the middle of a checkpoint's background write: the restart uses
 #    the previous complete checkpoint and ends on the same weights;
 #  - elastic: 3 ranks, one killed, the discovery command then offers 2: the job goes on
@@ -48,17 +49,19 @@ wait_step() {
 
 # 1. Ten kills, each after a random number (0-49) of steps into an attempt, of a random
 # rank. 4000 samples, global batch 64: 63 steps per epoch, 16 epochs: more steps than
-# ten attempts take.
-S=20
-job=(train --model lenet5 --data synthetic:1,28,28,10,4000 --threads 1 --seed 3 --epochs 16 --batch-size 32
+# ten attempts take. A repeat pass (sanitizers, MPICH) kills 3 times in 5 epochs: the
+# same paths.
+S=20 K=10 epochs=16
+repeat_pass && K=3 epochs=5
+job=(train --model lenet5 --data synthetic:1,28,28,10,4000 --threads 1 --seed 3 --epochs $epochs --batch-size 32
      --lr 0.01 --eval-every 0 --quiet)
 timeout 300 "${run[@]}" -np 2 -- "${job[@]}" --save "$tmp/ref.st" >"$tmp/ref.out" 2>"$tmp/ref.err"
 check "the run never stopped: exits 0" test $? -eq 0
-timeout 600 "${run[@]}" -np 2 --max-restarts 10 -- "${job[@]}" --checkpoint-dir "$tmp/k" \
+timeout 600 "${run[@]}" -np 2 --max-restarts $K -- "${job[@]}" --checkpoint-dir "$tmp/k" \
   --checkpoint-every-steps $S --save "$tmp/k.st" >"$tmp/k.out" 2>"$tmp/k.err" &
 sup=$!
 killed=0
-for i in $(seq 1 10); do
+for i in $(seq 1 $K); do
   wait_step "$tmp/k" "$i" $((RANDOM % 50)) || break
   mapfile -t pids < <(ranks_of "$tmp/k")
   [ ${#pids[@]} -gt 0 ] || break
@@ -67,16 +70,16 @@ for i in $(seq 1 10); do
 done
 wait $sup
 rc=$?
-check "10 kills sent while training ($killed)" test "$killed" -eq 10
-check "the job ends 0 after 10 restarts ($rc)" test $rc -eq 0
-check "herd run restarted it 10 times" test "$(grep -c '^herd: restart [0-9]*/10 ' "$tmp/k.err")" -eq 10
-check "the summary says restarts=10" test "$(field restarts "$tmp/k.out")" = 10
+check "$K kills sent while training ($killed)" test "$killed" -eq $K
+check "the job ends 0 after $K restarts ($rc)" test $rc -eq 0
+check "herd run restarted it $K times" test "$(grep -c "^herd: restart [0-9]*/$K " "$tmp/k.err")" -eq $K
+check "the summary says restarts=$K" test "$(field restarts "$tmp/k.out")" = $K
 check "the never-stopped run's weights, bit for bit" cmp -s "$tmp/ref.st" "$tmp/k.st"
 # Each restart's lost steps, as train logs them.
 lost=$(sed -n 's/^herd: warning: restart [0-9]*: resumed at step [0-9]*: \([0-9]*\) step(s) lost.*/\1/p' "$tmp/k.err" |
        sort -n | tail -n 1)
 echo "most steps lost by one failure: $lost; in all: $(field lost_steps "$tmp/k.out")"
-check "train logged 10 restarts" test "$(grep -c '^herd: warning: restart [0-9]*: resumed at step' "$tmp/k.err")" -eq 10
+check "train logged $K restarts" test "$(grep -c '^herd: warning: restart [0-9]*: resumed at step' "$tmp/k.err")" -eq $K
 # A kill during a checkpoint's background write loses the steps trained meanwhile too.
 check "no failure lost more than $S steps, plus a write's ($lost)" test "${lost:-999}" -le $((2 * S))
 [ $fails -eq 0 ] || tail -n 30 "$tmp/k.err"

@@ -30,7 +30,9 @@ pipe() {
 refused() { grep -q "not supported\|does not support" "$1"; }
 
 one --model lenet5 --epochs 2 --batch-size 8 --grad-accum 4 --save "$tmp/one.st" >"$tmp/one.out" 2>&1
-for sched in 1f1b gpipe; do
+scheds=(1f1b gpipe)
+repeat_pass && scheds=(1f1b) # a repeat pass (testlib.sh): one schedule's transfers
+for sched in "${scheds[@]}"; do
   pipe 2 --model lenet5 --epochs 2 --batch-size 32 --micro-batches 4 --pipeline-stages 2 \
     --pp-schedule $sched --save "$tmp/pp.st" >"$tmp/pp.out" 2>"$tmp/pp.err"
   rc=$?

@@ -29,12 +29,12 @@ refused() { grep -q "not supported\|does not support" "$1"; }
 # order. On 3 the reduce-scatter's ring adds in another order than the allreduce, so
 # within 1e-6, at learning rates where such rounding does not grow into different
 # training (at --lr 0.02, plain data parallelism on 3 ranks and one process with the
-# same global batch part by 2e-2 after 100 steps). Under the sanitizers (5x slower)
-# 2 ranks only: 3 run the same code.
+# same global batch part by 2e-2 after 100 steps). A repeat pass (testlib.sh) runs 2
+# ranks and AdamW only: 3 ranks and SGD run the same code.
 nps=(2 3)
 opts=("sgd --momentum 0.9 --lr 0.005" "adamw --lr 0.0002")
 extras=("" "--grad-accum 2 --loss-scale dynamic")
-[ "${HERD_SANITIZED:-0}" = 1 ] && nps=(2)
+repeat_pass && nps=(2) opts=("${opts[1]}")
 # On sim the same code runs on device buffers: 2 ranks and SGD (AdamW's update is the
 # same backend call on both devices), to keep the suite's time; each run is also checked
 # bitwise against the CPU's.
@@ -81,7 +81,9 @@ for np in "${nps[@]}"; do
 done
 
 # The 16-bit wires: each rank casts its slice of the sum the same way.
-for wire in fp16 bf16; do
+wires=(fp16 bf16)
+repeat_pass && wires=(bf16)
+for wire in "${wires[@]}"; do
   train 2 --epochs 1 --max-steps 100 --batch-size 8 --compress $wire --save "$tmp/plain.st" >/dev/null 2>&1
   train 2 --epochs 1 --max-steps 100 --batch-size 8 --compress $wire --zero 2 --save "$tmp/z.st" >/dev/null 2>&1
   check "--compress $wire --zero 2: bitwise plain's weights" cmp -s "$tmp/plain.st" "$tmp/z.st"
@@ -172,7 +174,9 @@ fi
 # loss scaling included; its checkpoint (the optimizer state through each stage's first
 # replica) is the plain pipeline's, and resumes on the plain pipeline bitwise.
 pp=(--data synthetic:1,28,28,10,960 --epochs 2 --batch-size 16 --micro-batches 2 --pipeline-stages 2)
-for opt in "adamw --lr 0.0002" "sgd --lr 0.005 --loss-scale dynamic --clip-grad-norm 0.1"; do
+ppopts=("adamw --lr 0.0002" "sgd --lr 0.005 --loss-scale dynamic --clip-grad-norm 0.1")
+repeat_pass && ppopts=("${ppopts[1]}")
+for opt in "${ppopts[@]}"; do
   train 4 "${pp[@]}" --optimizer $opt --save "$tmp/pp.st" >"$tmp/pp.out" 2>&1
   if [ "$dev" = sim ]; then
     on_cpu 4 "${pp[@]}" --optimizer $opt --save "$tmp/ppcpu.st" >/dev/null 2>&1

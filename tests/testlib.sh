@@ -36,6 +36,10 @@ if [ -n "${HERD_MPIEXEC:-}" ]; then
   read -r -a mpiexec <<<"${HERD_MPIEXEC_PREFLAGS:-}"
   mpiexec=("$HERD_MPIEXEC" "${mpiexec[@]}")
 fi
+# A repeat pass: make test's sanitizer and MPICH passes run the scripts again, for memory
+# errors and for the other MPI, not for more configurations of one code path. There a
+# script keeps one of each path (`repeat_pass && nps=(2)`); the first pass runs them all.
+repeat_pass() { [ "${HERD_SANITIZED:-0}" = 1 ] || [ "${HERD_TEST_REPEAT:-0}" = 1 ]; }
 # Whether herd can launch MPI jobs here: herd built with MPI, and its launcher
 # (HERD_MPIEXEC, set by ctest) installed.
 have_mpi() { [ -n "${HERD_MPIEXEC:-}" ] && [ -x "$HERD_MPIEXEC" ] && ! "$herd" --version | grep -q "MPI: none"; }

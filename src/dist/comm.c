@@ -23,6 +23,28 @@ bool herd_comm_launched_by_mpi(void)
     return env_set("SLURM_PROCID") && ntasks && atoi(ntasks) > 1;
 }
 
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HERD_ASAN 1
+#endif
+#elif defined(__SANITIZE_ADDRESS__)
+#define HERD_ASAN 1
+#endif
+#ifdef HERD_ASAN
+#include <sanitizer/lsan_interface.h>
+
+/* Under AddressSanitizer: LeakSanitizer asks at exit whether to look for leaks. Open
+ * MPI keeps allocations until exit, some in libraries it has unloaded by then, so
+ * naming them takes the slow unwinder on every malloc (4x the time of a training run).
+ * A process an MPI launcher started is checked only when HERD_LSAN_MPI=1 asks, with
+ * ASAN_OPTIONS=fast_unwind_on_malloc=0 (tests/CMakeLists.txt: the tests that do). */
+int __lsan_is_turned_off(void)
+{
+    const char *full = getenv("HERD_LSAN_MPI");
+    return herd_comm_launched_by_mpi() && !(full && strcmp(full, "1") == 0);
+}
+#endif
+
 herd_status herd_comm_create_default(const herd_comm_config *cfg, herd_comm **out)
 {
     *out = NULL;
