@@ -81,31 +81,38 @@ def start(model):
     return net, n, x, y, out
 
 
+def train(net, opt, x, loss_fn, steps, out):
+    """steps updates on the same batch: the first step's logits, loss and gradients,
+    each step's loss before its update, and the state after, into out."""
+    losses = []
+    for step in range(1, steps + 1):
+        opt.zero_grad()
+        logits = net(x)
+        loss = loss_fn(logits)
+        loss.backward()
+        if step == 1:
+            out["logits"] = logits.detach().clone()
+            out["loss"] = loss.detach().reshape(1).clone()
+            for k, p in net.named_parameters():
+                out["grad." + k] = p.grad.clone()
+        losses.append(loss.item())
+        opt.step()
+    # Loss of each step, before that step's update: a coarse check that locates
+    # which step diverges when the "after.*" values do not match.
+    out["losses"] = torch.tensor(losses)
+    for k, v in net.state_dict().items():
+        out["after." + k] = v.clone()
+    return losses
+
+
 def make(model):
     net, n, x, y, out = start(model)
 
     opt = torch.optim.SGD(net.parameters(), lr=LR, momentum=MOMENTUM,
                           weight_decay=WEIGHT_DECAY, nesterov=False)
-    losses = []
-    for step in range(1, STEPS + 1):
-        opt.zero_grad()
-        logits = net(x)
-        loss = F.cross_entropy(logits, y)
-        loss.backward()
-        if step == 1:
-            out["logits"] = logits.detach().clone()
-            out["loss"] = loss.detach().reshape(1).clone()
-            out["loss_smooth"] = F.cross_entropy(
-                logits.detach(), y, label_smoothing=LABEL_SMOOTHING).reshape(1)
-            for k, p in net.named_parameters():
-                out["grad." + k] = p.grad.clone()
-        losses.append(loss.item())
-        opt.step()
-    # Loss of each of the 10 steps, before that step's update: a coarse check
-    # that locates which step diverges when the "after.*" values do not match.
-    out["losses"] = torch.tensor(losses)
-    for k, v in net.state_dict().items():
-        out["after." + k] = v.clone()
+    losses = train(net, opt, x, lambda logits: F.cross_entropy(logits, y), STEPS, out)
+    out["loss_smooth"] = F.cross_entropy(
+        out["logits"], y, label_smoothing=LABEL_SMOOTHING).reshape(1)
 
     meta = {
         "model": model, "torch_version": torch.__version__, "seed": SEED,
@@ -146,22 +153,8 @@ def make_lm(model):
     decay = [p for p in net.parameters() if p.dim() >= 2]
     rest = [p for p in net.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay}, {"params": rest, "weight_decay": 0.0}], **ADAMW)
-    losses = []
-    for step in range(1, LM_STEPS + 1):
-        opt.zero_grad()
-        logits = net(x)
-        loss = F.cross_entropy(logits.reshape(-1, vocab), y)
-        loss.backward()
-        if step == 1:
-            out["logits"] = logits.detach().clone()
-            out["loss"] = loss.detach().reshape(1).clone()
-            for k, p in net.named_parameters():
-                out["grad." + k] = p.grad.clone()
-        losses.append(loss.item())
-        opt.step()
-    out["losses"] = torch.tensor(losses)
-    for k, v in net.state_dict().items():
-        out["after." + k] = v.clone()
+    losses = train(net, opt, x, lambda logits: F.cross_entropy(logits.reshape(-1, vocab), y),
+                   LM_STEPS, out)
     meta = {"model": model, "torch_version": torch.__version__, "seed": SEED, "batch": n,
             "seq_len": t, "vocab": vocab, "steps": LM_STEPS, "optimizer": "adamw",
             "lr": ADAMW["lr"], "beta1": ADAMW["betas"][0], "beta2": ADAMW["betas"][1],
