@@ -242,6 +242,21 @@ static void test_token_gradients(void **state)
         check_token_case(&cases[i]);
 }
 
+/* A token id outside the vocabulary, or not a whole number, is refused naming it. */
+static void test_bad_tokens(void **state)
+{
+    (void)state;
+    const herd_backend *be = herd_backend_cpu();
+    float wte[3 * 2] = {0}, wpe[2 * 2] = {0}, y[2 * 2];
+    const float bad[][2] = {{1, 3}, {0.5f, 1}, {-1, 0}};
+    for (int i = 0; i < 3; i++) {
+        assert_int_not_equal(be->embedding_fwd(1, 2, 2, 3, bad[i], wte, wpe, y), HERD_OK);
+        assert_non_null(strstr(herd_last_error(), "is not a token id of a vocabulary of 3"));
+    }
+    const float good[2] = {2, 0};
+    assert_herd_ok(be->embedding_fwd(1, 2, 2, 3, good, wte, wpe, y));
+}
+
 /* The loss gradient on its own: dlogits against finite differences of the loss. */
 static void test_loss_gradient(void **state)
 {
@@ -276,6 +291,7 @@ int main(void)
         cmocka_unit_test(test_gradients),
         cmocka_unit_test(test_loss_gradient),
         cmocka_unit_test(test_token_gradients),
+        cmocka_unit_test(test_bad_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
