@@ -80,6 +80,41 @@ class BatchNorm2d(nn.BatchNorm2d):
         nn.Module._load_from_state_dict(self, *args, **kwargs)
 
 
+class Embedding(nn.Module):
+    """herd's embedding: token table wte and position table wpe (GPT-2's). Reads token
+    ids (n, T) (floats holding whole numbers, as herd's input) and gives (n, T, C)."""
+
+    def __init__(self, vocab, context, width):
+        super().__init__()
+        self.wte = nn.Parameter(torch.randn(vocab, width) * 0.02)
+        self.wpe = nn.Parameter(torch.randn(context, width) * 0.02)
+
+    def forward(self, x):
+        ids = x.reshape(x.shape[0], -1).long()
+        return self.wte[ids] + self.wpe[: ids.shape[1]]
+
+
+class Attention(nn.Module):
+    """herd's attention: causal multi-head self-attention with qkv and proj linears."""
+
+    def __init__(self, width, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, x):
+        n, t, c = x.shape
+        d = c // self.heads
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q, k, v = (a.view(n, t, self.heads, d).transpose(1, 2) for a in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / (d ** 0.5)
+        mask = torch.ones(t, t, dtype=torch.bool).tril()
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(n, t, c)
+        return self.proj(y)
+
+
 class HerdNet(nn.Module):
     """A herd layer graph: each layer reads the previous layer unless
     "input" / "inputs" names others; outputs are looked up by layer name."""
@@ -113,8 +148,20 @@ class HerdNet(nn.Module):
                              (w + 2 * pad - k) // stride + 1)
             elif kind == "linear":
                 out = num_classes if layer["out"] == "classes" else layer["out"]
-                module = nn.Linear(in_shape[0], out, bias=layer.get("bias", True))
-                out_shape = (out,)
+                per_position = layer.get("per_position", False)
+                module = nn.Linear(in_shape[-1] if per_position else in_shape[0], out,
+                                   bias=layer.get("bias", True))
+                out_shape = (1, in_shape[1], out) if per_position else (out,)
+            elif kind == "embedding":
+                module = Embedding(layer["vocab"], layer["context"], layer["out"])
+                out_shape = (1, in_shape[1], layer["out"])
+            elif kind == "layernorm":
+                module = nn.LayerNorm(in_shape[-1], eps=layer.get("eps", 1e-5))
+            elif kind == "attention":
+                module = Attention(in_shape[-1], layer["heads"])
+            elif kind == "lm_head":
+                extra = layer["tie"]
+                out_shape = (1, in_shape[1], self._module(extra).wte.shape[0])
             elif kind == "batchnorm":
                 module = BatchNorm2d(in_shape[0])
             elif kind == "maxpool":
@@ -131,7 +178,7 @@ class HerdNet(nn.Module):
             elif kind == "add":
                 if len(inputs) != 2 or shapes[inputs[0]] != shapes[inputs[1]]:
                     raise ValueError("add %s: needs two inputs of equal shape" % name)
-            elif kind != "relu":
+            elif kind not in ("relu", "gelu"):
                 raise ValueError("unsupported layer type %r" % kind)
 
             if module is not None:
@@ -162,6 +209,10 @@ class HerdNet(nn.Module):
                 y = a.mean(dim=(2, 3))
             elif kind == "add":
                 y = a + outs[inputs[1]]
+            elif kind == "gelu":
+                y = F.gelu(a, approximate="tanh")
+            elif kind == "lm_head":
+                y = a @ self._module(extra).wte.t()  # tied: the embedding's own tensor
             outs[name] = y
         return y
 

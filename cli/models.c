@@ -20,13 +20,19 @@ int cmd_models(int argc, char **argv)
     printf("%-10s %12s %14s  %s\n", "model", "params", "MFLOPs/sample", "description");
     for (size_t i = 0; herd_zoo_name(i); i++) {
         herd_model *m;
-        herd_status st = herd_model_create_shape(herd_zoo_name(i), c, h, w, classes, &m);
+        int context, vocab;
+        herd_status st = herd_model_token_shape(herd_zoo_name(i), &context, &vocab);
+        if (st == HERD_OK && context > 0) /* a language model: its own context and vocabulary */
+            st = herd_model_create_shape(herd_zoo_name(i), 1, context, 1, vocab, &m);
+        else if (st == HERD_OK)
+            st = herd_model_create_shape(herd_zoo_name(i), c, h, w, classes, &m);
         if (st != HERD_OK)
             return cli_fail(st, herd_zoo_name(i));
         printf("%-10s %12zu %14.2f  %s\n", herd_zoo_name(i), herd_model_param_count(m),
                herd_model_flops_per_sample(m) / 1e6, herd_zoo_description(i));
         herd_model_free(m);
     }
-    printf("(input %dx%dx%d, %d classes)\n", c, h, w, classes);
+    printf("(input %dx%dx%d, %d classes; language models: a sequence of their context, "
+           "FLOPs per sequence)\n", c, h, w, classes);
     return CLI_OK;
 }

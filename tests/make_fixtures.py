@@ -81,31 +81,38 @@ def start(model):
     return net, n, x, y, out
 
 
+def train(net, opt, x, loss_fn, steps, out):
+    """steps updates on the same batch: the first step's logits, loss and gradients,
+    each step's loss before its update, and the state after, into out."""
+    losses = []
+    for step in range(1, steps + 1):
+        opt.zero_grad()
+        logits = net(x)
+        loss = loss_fn(logits)
+        loss.backward()
+        if step == 1:
+            out["logits"] = logits.detach().clone()
+            out["loss"] = loss.detach().reshape(1).clone()
+            for k, p in net.named_parameters():
+                out["grad." + k] = p.grad.clone()
+        losses.append(loss.item())
+        opt.step()
+    # Loss of each step, before that step's update: a coarse check that locates
+    # which step diverges when the "after.*" values do not match.
+    out["losses"] = torch.tensor(losses)
+    for k, v in net.state_dict().items():
+        out["after." + k] = v.clone()
+    return losses
+
+
 def make(model):
     net, n, x, y, out = start(model)
 
     opt = torch.optim.SGD(net.parameters(), lr=LR, momentum=MOMENTUM,
                           weight_decay=WEIGHT_DECAY, nesterov=False)
-    losses = []
-    for step in range(1, STEPS + 1):
-        opt.zero_grad()
-        logits = net(x)
-        loss = F.cross_entropy(logits, y)
-        loss.backward()
-        if step == 1:
-            out["logits"] = logits.detach().clone()
-            out["loss"] = loss.detach().reshape(1).clone()
-            out["loss_smooth"] = F.cross_entropy(
-                logits.detach(), y, label_smoothing=LABEL_SMOOTHING).reshape(1)
-            for k, p in net.named_parameters():
-                out["grad." + k] = p.grad.clone()
-        losses.append(loss.item())
-        opt.step()
-    # Loss of each of the 10 steps, before that step's update: a coarse check
-    # that locates which step diverges when the "after.*" values do not match.
-    out["losses"] = torch.tensor(losses)
-    for k, v in net.state_dict().items():
-        out["after." + k] = v.clone()
+    losses = train(net, opt, x, lambda logits: F.cross_entropy(logits, y), STEPS, out)
+    out["loss_smooth"] = F.cross_entropy(
+        out["logits"], y, label_smoothing=LABEL_SMOOTHING).reshape(1)
 
     meta = {
         "model": model, "torch_version": torch.__version__, "seed": SEED,
@@ -116,6 +123,43 @@ def make(model):
         "bn_eps": herd_torch_models.BN_EPS, "bn_momentum": herd_torch_models.BN_MOMENTUM,
         "mode": "train",
     }
+    path = os.path.join(OUT_DIR, model + ".safetensors")
+    write_safetensors(path, out, meta)
+    print("%s: %d tensors, %d bytes, loss %.6f -> %.6f" % (
+        path, len(out), os.path.getsize(path), losses[0], losses[-1]))
+
+
+# Language models: batch, sequence length, and 20 AdamW steps (decay on 2-D tensors only,
+# as herd's no_decay flags: biases and layer-norm parameters are not decayed).
+LM = {"gpt-nano": (4, 32)}
+LM_STEPS = 20
+ADAMW = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.1}
+
+
+def make_lm(model):
+    """gpt-nano: token ids in, a next-token prediction at every position; the loss is
+    the mean cross-entropy over batch x positions."""
+    n, t = LM[model]
+    torch.manual_seed(SEED)
+    spec = herd_torch_models.load_spec(model)
+    emb = next(l for l in spec["layers"] if l["type"] == "embedding")
+    vocab = emb["vocab"]
+    net = herd_torch_models.HerdNet(spec, (1, t, 1), vocab)
+    seq = torch.randint(0, vocab, (n, t + 1))
+    x, y = seq[:, :t].to(torch.float32).reshape(n, 1, t, 1), seq[:, 1:].reshape(-1)
+    out = {"input": x, "labels": y.to(torch.float32)}
+    for k, v in net.state_dict().items():
+        out["init." + k] = v.clone()
+    decay = [p for p in net.parameters() if p.dim() >= 2]
+    rest = [p for p in net.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay}, {"params": rest, "weight_decay": 0.0}], **ADAMW)
+    losses = train(net, opt, x, lambda logits: F.cross_entropy(logits.reshape(-1, vocab), y),
+                   LM_STEPS, out)
+    meta = {"model": model, "torch_version": torch.__version__, "seed": SEED, "batch": n,
+            "seq_len": t, "vocab": vocab, "steps": LM_STEPS, "optimizer": "adamw",
+            "lr": ADAMW["lr"], "beta1": ADAMW["betas"][0], "beta2": ADAMW["betas"][1],
+            "eps": ADAMW["eps"], "weight_decay": ADAMW["weight_decay"],
+            "loss": "cross_entropy_mean_over_positions"}
     path = os.path.join(OUT_DIR, model + ".safetensors")
     write_safetensors(path, out, meta)
     print("%s: %d tensors, %d bytes, loss %.6f -> %.6f" % (
@@ -170,9 +214,9 @@ def main():
     os.makedirs(OUT_DIR, exist_ok=True)
     args = sys.argv[1:]
     bf16 = "--bf16" in args
-    models = [a for a in args if a != "--bf16"] or sorted(BATCH)
+    models = [a for a in args if a != "--bf16"] or sorted(BATCH) + ([] if bf16 else sorted(LM))
     for model in models:
-        (make_bf16 if bf16 else make)(model)
+        (make_lm if model in LM else make_bf16 if bf16 else make)(model)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ typedef struct gc_case {
     float smoothing;
 } gc_case;
 
+/* The mean loss over the model's n x positions predictions. */
 static double model_loss(herd_model *m, const float *x, const int32_t *labels, int n,
                          float smoothing, float *dlogits)
 {
@@ -24,9 +25,25 @@ static double model_loss(herd_model *m, const float *x, const int32_t *labels, i
     assert_herd_ok(herd_model_forward(m, &ctx, x, &logits));
     double loss_sum = 0;
     long correct = 0;
-    assert_herd_ok(
-        m->be->softmax_xent(n, m->classes, logits, labels, smoothing, dlogits, &loss_sum, &correct));
-    return loss_sum / n;
+    int rows = n * m->positions;
+    assert_herd_ok(m->be->softmax_xent(rows, m->classes, logits, labels, smoothing, dlogits,
+                                       &loss_sum, &correct));
+    return loss_sum / rows;
+}
+
+/* Central differences of the loss in *p against its analytic gradient g. */
+static void diff_entry(herd_model *m, const float *x, const int32_t *labels, int n, float *p,
+                       const float *g, double *analytic, double *numeric)
+{
+    const float eps = 1e-3f;
+    float saved = *p;
+    *p = saved + eps;
+    double lp = model_loss(m, x, labels, n, 0.0f, NULL);
+    *p = saved - eps;
+    double lm = model_loss(m, x, labels, n, 0.0f, NULL);
+    *p = saved;
+    *analytic = *g;
+    *numeric = (lp - lm) / (2.0 * eps);
 }
 
 /* ||a - b|| / ||b||, robust to the odd kink (ReLU, max pool) hit by a perturbation. */
@@ -126,6 +143,120 @@ static void test_gradients(void **state)
         check_case(&cases[i]);
 }
 
+/* The transformer layers on a sequence (input 1 x T x C), each followed by a linear head
+ * at every position (or ending in the tied lm_head): the loss is over every position,
+ * and the input's gradient is checked directly (model->input_grad), besides every
+ * parameter's. "tokens": the input is token ids of a vocabulary of c (no gradient). */
+typedef struct token_case {
+    const char *name;
+    const char *layers;
+    int t, c;
+    bool tokens;
+} token_case;
+
+static void check_token_case(const token_case *tc)
+{
+    enum { N = 2, CLASSES = 5 };
+    char text[4096];
+    bool tied = strstr(tc->layers, "lm_head") != NULL;
+    snprintf(text, sizeof text, "{\"layers\": [%s%s]}", tc->layers,
+             tied ? "" : ", {\"type\": \"linear\", \"name\": \"head\", \"out\": 5, "
+                         "\"per_position\": true}");
+    herd_layer_spec *specs;
+    int n_specs;
+    assert_herd_ok(herd_model_parse_text(text, tc->name, CLASSES, &specs, &n_specs));
+    herd_model *m = calloc(1, sizeof *m);
+    m->in_c = 1, m->in_h = tc->t, m->in_w = tc->tokens ? 1 : tc->c;
+    m->classes = tied ? tc->c : CLASSES;
+    m->input_grad = !tc->tokens;
+    snprintf(m->name, sizeof m->name, "%s", tc->name);
+    assert_herd_ok(herd_model_build(m, specs, n_specs, 7));
+    free(specs);
+    assert_true(m->positions == tc->t);
+    assert_herd_ok(m->be->set_threads(1));
+    assert_herd_ok(herd_model_reshape(m, N));
+    size_t in_size = (size_t)N * m->in_h * m->in_w, rows = (size_t)N * tc->t;
+    float *x = malloc(in_size * sizeof *x);
+    tu_fill_uniform(x, in_size, -1.0f, 1.0f, 99);
+    int32_t *labels = malloc(rows * sizeof *labels);
+    for (size_t i = 0; i < rows; i++)
+        labels[i] = (int32_t)((i * 3 + 1) % (size_t)m->classes);
+    for (size_t i = 0; i < in_size && tc->tokens; i++)
+        x[i] = (float)((i * 5 + 2) % (size_t)tc->c); /* ids repeat: the table's sums are checked */
+    float *dlogits = calloc(rows * (size_t)m->classes, sizeof *dlogits);
+    model_loss(m, x, labels, N, 0.0f, dlogits);
+    herd_run_ctx ctx = herd_model_ctx(m, true, 1234);
+    for (size_t i = 0; i < m->n_param_floats; i++)
+        m->grads[i] = 7.0f; /* a step's gradients overwrite the last step's (grad_beta 0) */
+    assert_herd_ok(herd_model_backward(m, &ctx, x, dlogits));
+
+    size_t cap = 64 + in_size;
+    for (int v = 0; v < m->n_views; v++)
+        cap += m->views[v].numel;
+    double *analytic = calloc(cap, sizeof(double)), *numeric = calloc(cap, sizeof(double));
+    size_t k = 0;
+    for (int v = 0; v < m->n_views; v++) /* every entry: the tensors are small */
+        for (size_t j = 0; j < m->views[v].numel; j++, k++) {
+            size_t idx = m->views[v].offset + j;
+            diff_entry(m, x, labels, N, &m->params[idx], &m->grads[idx], &analytic[k], &numeric[k]);
+        }
+    double perr = rel_norm_err(analytic, numeric, k);
+    size_t kin = 0;
+    for (size_t j = 0; j < in_size && !tc->tokens; j++, kin++)
+        diff_entry(m, x, labels, N, &x[j], &m->dinput[j], &analytic[kin], &numeric[kin]);
+    double ierr = kin ? rel_norm_err(analytic, numeric, kin) : 0;
+    if (getenv("HERD_GRADCHECK_VERBOSE"))
+        printf("  %-16s parameters %.2e over %zu, input %.2e over %zu\n", tc->name, perr, k, ierr,
+               kin);
+    if (perr > 2e-3 || ierr > 2e-3)
+        fail_msg("%s: gradient relative error %.3g (parameters, %zu entries), %.3g (input, %zu)",
+                 tc->name, perr, k, ierr, kin);
+    free(analytic);
+    free(numeric);
+    free(x);
+    free(labels);
+    free(dlogits);
+    herd_model_free(m);
+}
+
+static void test_token_gradients(void **state)
+{
+    (void)state;
+    static const token_case cases[] = {
+        {"layernorm", "{\"type\": \"layernorm\", \"name\": \"ln\"}", 3, 6, false},
+        {"gelu", "{\"type\": \"gelu\"}", 3, 4, false},
+        {"linear_per_pos", "{\"type\": \"linear\", \"name\": \"fc\", \"out\": 3, "
+                           "\"per_position\": true}", 3, 4, false},
+        {"attention", "{\"type\": \"attention\", \"name\": \"attn\", \"heads\": 2}", 4, 4,
+         false},
+        {"attention_1head", "{\"type\": \"attention\", \"name\": \"attn\", \"heads\": 1}", 3,
+         3, false},
+        {"embedding_tied", "{\"type\": \"embedding\", \"name\": \"emb\", \"vocab\": 7, "
+                           "\"context\": 5, \"out\": 4}, {\"type\": \"layernorm\", "
+                           "\"name\": \"ln\"}, {\"type\": \"lm_head\", \"tie\": \"emb\"}",
+         4, 7, true},
+        {"embedding", "{\"type\": \"embedding\", \"name\": \"emb\", \"vocab\": 6, "
+                      "\"context\": 4, \"out\": 3}", 3, 6, true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_token_case(&cases[i]);
+}
+
+/* A token id outside the vocabulary, or not a whole number, is refused naming it. */
+static void test_bad_tokens(void **state)
+{
+    (void)state;
+    const herd_backend *be = herd_backend_cpu();
+    float wte[3 * 2] = {0}, wpe[2 * 2] = {0}, y[2 * 2];
+    const float bad[][2] = {{1, 3}, {0.5f, 1}, {-1, 0}};
+    for (int i = 0; i < 3; i++) {
+        assert_int_not_equal(be->embedding_fwd(1, 2, 2, 3, bad[i], wte, wpe, y), HERD_OK);
+        assert_non_null(strstr(herd_last_error(), "is not a token id of a vocabulary of 3"));
+    }
+    const float good[2] = {2, 0};
+    assert_herd_ok(be->embedding_fwd(1, 2, 2, 3, good, wte, wpe, y));
+}
+
 /* The loss gradient on its own: dlogits against finite differences of the loss. */
 static void test_loss_gradient(void **state)
 {
@@ -159,6 +290,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gradients),
         cmocka_unit_test(test_loss_gradient),
+        cmocka_unit_test(test_token_gradients),
+        cmocka_unit_test(test_bad_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -227,6 +227,11 @@ HERD_API herd_status herd_model_load(herd_model *m, const char *path);
 /* Zoo: names, iterate with i = 0.. until NULL. */
 HERD_API const char *herd_zoo_name(size_t i);
 HERD_API const char *herd_zoo_description(size_t i);
+/* A language model reads token ids: a sequence of at most *context of them per sample
+ * (input shape 1 x T x 1, ids as floats) from a vocabulary of *vocab, which is also its
+ * classes (a prediction at every position). Both 0 for a model that takes a data set's
+ * shape. */
+HERD_API herd_status herd_model_token_shape(const char *name_or_path, int *context, int *vocab);
 
 /* ------------------------------------------------------ data parallelism */
 

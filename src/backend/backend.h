@@ -216,6 +216,40 @@ typedef struct herd_backend {
     herd_status (*softmax_xent)(int n, int classes, const float *logits, const int32_t *labels,
                                 float smoothing, float *dlogits, double *loss_sum, long *correct);
 
+    /* Transformer ops (docs/model-files.md). Token tensors are row-major [rows, width]
+     * with rows = n x t (sample-major, then position). NULL where a backend has none:
+     * the layers refuse with the backend's name. */
+    /* y[b,p,:] = wte[tokens[b,p],:] + wpe[p,:]. Token ids travel as floats holding whole
+     * numbers (the model input is float; ids below 2^24 are exact): one that is not a
+     * whole number in [0, vocab) is refused, naming its sample, position and value. */
+    herd_status (*embedding_fwd)(int n, int t, int c, int vocab, const float *tokens,
+                                 const float *wte, const float *wpe, float *y);
+    /* dwte = beta_wte * dwte + the rows of dy added at their tokens (in row order);
+     * dwpe = beta * dwpe + dy summed over the batch (its rows past t, up to context,
+     * get only the beta: 0 clears them). */
+    herd_status (*embedding_bwd)(int n, int t, int c, int vocab, int context,
+                                 const float *tokens, const float *dy, float *dwte,
+                                 float beta_wte, float *dwpe, float beta);
+    /* Layer norm of each row over its c values (biased variance, as PyTorch); mean and
+     * rstd (1/sqrt(var + eps)) per row are saved for the backward. */
+    herd_status (*layernorm_fwd)(int rows, int c, const float *x, const float *gamma,
+                                 const float *bias, float eps, float *y, float *mean,
+                                 float *rstd);
+    herd_status (*layernorm_bwd)(int rows, int c, const float *x, const float *dy,
+                                 const float *gamma, const float *mean, const float *rstd,
+                                 float *dx, float *dgamma, float *dbias, float beta);
+    /* GELU, tanh approximation (GPT-2's): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+    herd_status (*gelu_fwd)(size_t n, const float *x, float *y);
+    herd_status (*gelu_bwd)(size_t n, const float *x, const float *dy, float *dx);
+    /* Causal self-attention of `heads` heads of width c / heads: qkv is [n, t, 3c] (q, k
+     * and v side by side, each head's slice contiguous), att [n, heads, t, t] the softmax
+     * of q k^T / sqrt(c / heads) over positions <= the query's (saved for the backward;
+     * zero above the diagonal), y [n, t, c] = att v, heads side by side. */
+    herd_status (*attention_fwd)(int n, int t, int c, int heads, const float *qkv, float *att,
+                                 float *y);
+    herd_status (*attention_bwd)(int n, int t, int c, int heads, const float *qkv,
+                                 const float *att, const float *dy, float *dqkv);
+
     /* Fused optimizer updates over a flat slice (the optimizer calls them once per
      * run of tensors that share a weight decay). */
     herd_status (*sgd_update)(size_t n, float *w, const float *g, float *momentum_buf,

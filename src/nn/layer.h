@@ -36,7 +36,11 @@ typedef struct herd_layer_spec {
     int kernel, stride, pad;   /* conv2d, pools; stride defaults to 1 for conv, kernel for pools */
     bool bias;                 /* conv2d, linear (default true) */
     float p;                   /* dropout probability */
-    float eps, momentum;       /* batchnorm (1e-5, 0.1 as in PyTorch) */
+    float eps, momentum;       /* batchnorm, layernorm (1e-5, 0.1 as in PyTorch) */
+    int vocab, context;        /* embedding: token ids 0..vocab-1, at most context positions */
+    int heads;                 /* attention */
+    bool per_position;         /* linear: applied to each position of a 1 x T x C input */
+    char tie[64];              /* lm_head: the embedding layer whose token table it reads */
     int n_inputs;
     int inputs[HERD_MAX_INPUTS]; /* indices of earlier layers; -1 = the model input */
 } herd_layer_spec;
@@ -118,6 +122,10 @@ struct herd_layer {
     herd_act_format in_format[HERD_MAX_INPUTS], out_format;
     int first_tensor; /* index of its first tensor view in the model */
     int n_tensors;
+    /* Weight tying (lm_head): the view it shares with an earlier layer, which owns it.
+     * That layer's backward runs last, so it adds to the gradient the head wrote. */
+    int shared_view;    /* lm_head: the model's view index of the table it reads */
+    bool grad_shared;   /* embedding: a later layer writes its token table's gradient first */
     void *state;      /* layer-private: plans, saved statistics, masks */
 };
 

@@ -105,7 +105,9 @@ static herd_status setup_layers(herd_model *m, const herd_layer_spec *specs, int
         HERD_TRY(herd_layer_checked_size(l, "output", 3, (int64_t[]){o.c, o.h, o.w}, NULL));
     }
     herd_shape out = m->layers[n - 1].out_shape;
-    if (!m->open_output && herd_shape_per_sample(out) != (size_t)m->classes)
+    bool per_position = out.c == 1 && out.h > 1 && out.w == m->classes;
+    m->positions = per_position ? out.h : 1;
+    if (!m->open_output && !per_position && herd_shape_per_sample(out) != (size_t)m->classes)
         return HERD_ERR(HERD_ERR_INVALID_ARG,
                         "the last layer ('%s') produces %zu values per sample but there are %d "
                         "classes; end the model with a linear layer with \"out\": \"classes\"",

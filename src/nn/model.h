@@ -10,6 +10,10 @@ struct herd_model {
     const herd_backend *be;
     herd_precision precision; /* applied to be at the start of training and benchmarks */
     int in_c, in_h, in_w, classes;
+    /* Predictions per sample, set up from the last layer: 1 for a classifier (it gives
+     * `classes` values); T for a language model, whose last layer gives 1 x T x classes
+     * (a prediction at each position: the loss is over n x T rows of `classes`). */
+    int positions;
 
     herd_layer *layers;
     int n_layers;

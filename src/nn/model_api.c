@@ -43,6 +43,23 @@ herd_status herd_model_create_shape(const char *name_or_path, int c, int h, int 
     return herd_model_create_on(name_or_path, c, h, w, classes, herd_backend_cpu(), true, out);
 }
 
+herd_status herd_model_token_shape(const char *name_or_path, int *context, int *vocab)
+{
+    herd_layer_spec *specs = NULL;
+    int n = 0;
+    char name[64];
+    *context = *vocab = 0;
+    HERD_TRY(herd_model_parse(name_or_path, 1, &specs, &n, name, sizeof name));
+    for (int i = 0; i < n; i++)
+        if (strcmp(specs[i].type, "embedding") == 0 && specs[i].inputs[0] < 0) {
+            *context = specs[i].context;
+            *vocab = specs[i].vocab;
+            break;
+        }
+    free(specs);
+    return HERD_OK;
+}
+
 size_t herd_model_param_count(const herd_model *m) { return m->n_param_floats; }
 
 double herd_model_flops_per_sample(const herd_model *m)

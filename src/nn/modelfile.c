@@ -140,6 +140,19 @@ static herd_status float_field(const cJSON *obj, const char *key, float lo, floa
     return HERD_OK;
 }
 
+static herd_status bool_field(const cJSON *obj, const char *key, bool *out, const char *origin,
+                              const char *lname)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!v)
+        return HERD_OK;
+    if (!cJSON_IsBool(v))
+        return HERD_ERR(HERD_ERR_FORMAT, "%s: layer '%s': \"%s\" must be true or false", origin,
+                        lname, key);
+    *out = cJSON_IsTrue(v);
+    return HERD_OK;
+}
+
 static int find_layer(const herd_layer_spec *specs, int n, const char *name)
 {
     if (strcmp(name, "input") == 0)
@@ -239,13 +252,19 @@ static herd_status parse_layer(const cJSON *obj, herd_layer_spec *specs, int i, 
     HERD_TRY(float_field(obj, "p", 0.0f, 0.999f, &s->p, origin, s->name));
     HERD_TRY(float_field(obj, "eps", 0.0f, 1.0f, &s->eps, origin, s->name));
     HERD_TRY(float_field(obj, "momentum", 0.0f, 1.0f, &s->momentum, origin, s->name));
-    const cJSON *bias = cJSON_GetObjectItemCaseSensitive(obj, "bias");
-    if (bias) {
-        if (!cJSON_IsBool(bias))
-            return HERD_ERR(HERD_ERR_FORMAT, "%s: layer '%s': \"bias\" must be true or false",
-                            origin, s->name);
-        s->bias = cJSON_IsTrue(bias);
-    }
+    /* Token ids travel as floats: exact below 2^24. */
+    HERD_TRY(int_field(obj, "vocab", 1, 1 << 24, &s->vocab, origin, s->name));
+    HERD_TRY(int_field(obj, "context", 1, 1 << 20, &s->context, origin, s->name));
+    HERD_TRY(int_field(obj, "heads", 1, 1 << 16, &s->heads, origin, s->name));
+    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(obj, "tie");
+    if (tie && (!cJSON_IsString(tie) || !*tie->valuestring ||
+                strlen(tie->valuestring) >= sizeof s->tie))
+        return HERD_ERR(HERD_ERR_FORMAT, "%s: layer '%s': \"tie\" must name an earlier "
+                        "embedding layer", origin, s->name);
+    if (tie)
+        snprintf(s->tie, sizeof s->tie, "%s", tie->valuestring);
+    HERD_TRY(bool_field(obj, "bias", &s->bias, origin, s->name));
+    HERD_TRY(bool_field(obj, "per_position", &s->per_position, origin, s->name));
     if (s->stride == 0)
         s->stride = is_pool ? s->kernel : 1;
     return parse_inputs(obj, specs, i, origin);

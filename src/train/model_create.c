@@ -15,7 +15,19 @@ static herd_status create_for(const char *name_or_path, const herd_dataset *ds, 
     HERD_TRY(herd_backend_for(device, &be));
     int c, h, w, classes;
     herd_dataset_shape(ds, &c, &h, &w, &classes);
-    return herd_model_create_on(name_or_path, c, h, w, classes, be, storage, out);
+    HERD_TRY(herd_model_create_on(name_or_path, c, h, w, classes, be, storage, out));
+    /* Training's loss takes one label per sample: a prediction at every position needs
+     * token data, which no data set gives yet. */
+    if ((*out)->positions > 1) {
+        int t = (*out)->positions;
+        herd_model_free(*out);
+        *out = NULL;
+        return HERD_ERR(HERD_ERR_UNSUPPORTED,
+                        "model '%s' predicts at each of %d positions (a language model); "
+                        "training and evaluating it needs token data, which herd cannot read yet",
+                        name_or_path, t);
+    }
+    return HERD_OK;
 }
 
 herd_status herd_model_create_device(const char *name_or_path, const herd_dataset *ds,

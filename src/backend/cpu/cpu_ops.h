@@ -76,6 +76,26 @@ herd_status herd_cpu_softmax_xent(int n, int classes, const float *logits, const
                                   float smoothing, float *dlogits, double *loss_sum,
                                   long *correct);
 
+/* cpu_transformer.c */
+herd_status herd_cpu_embedding_fwd(int n, int t, int c, int vocab, const float *tokens,
+                                   const float *wte, const float *wpe, float *y);
+herd_status herd_cpu_embedding_bwd(int n, int t, int c, int vocab, int context,
+                                   const float *tokens,
+                                   const float *dy, float *dwte, float beta_wte, float *dwpe,
+                                   float beta);
+herd_status herd_cpu_layernorm_fwd(int rows, int c, const float *x, const float *gamma,
+                                   const float *bias, float eps, float *y, float *mean,
+                                   float *rstd);
+herd_status herd_cpu_layernorm_bwd(int rows, int c, const float *x, const float *dy,
+                                   const float *gamma, const float *mean, const float *rstd,
+                                   float *dx, float *dgamma, float *dbias, float beta);
+herd_status herd_cpu_gelu_fwd(size_t n, const float *x, float *y);
+herd_status herd_cpu_gelu_bwd(size_t n, const float *x, const float *dy, float *dx);
+herd_status herd_cpu_attention_fwd(int n, int t, int c, int heads, const float *qkv, float *att,
+                                   float *y);
+herd_status herd_cpu_attention_bwd(int n, int t, int c, int heads, const float *qkv,
+                                   const float *att, const float *dy, float *dqkv);
+
 /* cpu_precision.c: the arithmetic set by set_precision. NATIVE runs convolutions and
  * GEMMs as oneDNN bf16 primitives; EMULATED rounds their inputs to bf16 and runs the
  * fp32 kernels (HERD_CPU_BF16=emulate, for CPUs without bf16 instructions: tests). */
