@@ -483,8 +483,8 @@ static int check_command(const run_args *r)
 static int read_fixed_hosts(const run_args *r, run_hosts *h)
 {
     char why[PATH_MAX + 128];
-    if (r->hosts && !run_parse_host_list(r->hosts, h))
-        return cli_usage_error("run", "bad host list '%s'; expected host[:slots],... such as a:4,b:4", r->hosts);
+    if (r->hosts && !run_parse_host_list(r->hosts, h, why, sizeof why))
+        return cli_usage_error("run", "%s", why);
     if (r->hostfile && !run_read_hostfile(r->hostfile, h, why, sizeof why)) {
         fprintf(stderr, "herd: error: %s\n", why);
         return CLI_FAIL;

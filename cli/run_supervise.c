@@ -301,28 +301,6 @@ static bool run_discovery(const char *cmd, char **out, char *why, size_t cap)
     return false;
 }
 
-/* One line of discovery output, trimmed: "host" or "host:slots" into h. */
-static bool discovery_line(char *line, run_hosts *h, const char **what)
-{
-    size_t len = strlen(line), name_len;
-    long slots;
-    *what = "a space inside";
-    if (strpbrk(line, " \t\r\v\f"))
-        return false;
-    *what = "expected host or host:slots, slots an integer from 1 to 1048576";
-    if (!run_parse_host_slots(line, len, &name_len, 1, &slots))
-        return false;
-    *what = "a ',' or a control byte in the host name";
-    if (run_host_name_bad(line, name_len))
-        return false;
-    *what = "a host already listed";
-    for (int i = 0; i < h->n; i++)
-        if (strlen(h->v[i].name) == name_len && strncmp(h->v[i].name, line, name_len) == 0)
-            return false;
-    *what = "more hosts than herd run takes (4096)";
-    return run_hosts_add(h, line, name_len, slots);
-}
-
 /* Asks the discovery command for hosts (Horovod's format: one host:slots a line,
  * "host" alone 1 slot, blank lines ignored), strictly, into h. */
 static bool discover(const char *cmd, run_hosts *h, char *why, size_t cap)
@@ -334,32 +312,6 @@ static bool discover(const char *cmd, run_hosts *h, char *why, size_t cap)
     bool ok = run_parse_discovery(out, cmd, h, why, cap);
     free(out);
     return ok;
-}
-
-bool run_parse_discovery(char *out, const char *cmd, run_hosts *h, char *why, size_t cap)
-{
-    run_hosts_clear(h);
-    int lineno = 0;
-    bool ok = true;
-    for (char *line = out, *next; ok && line; line = next) {
-        next = strchr(line, '\n');
-        if (next)
-            *next++ = '\0';
-        lineno++;
-        while (*line == ' ' || *line == '\t')
-            line++;
-        size_t len = strlen(line);
-        while (len > 0 && strchr(" \t\r", line[len - 1]))
-            line[--len] = '\0';
-        const char *what;
-        if (len > 0 && !discovery_line(line, h, &what)) {
-            snprintf(why, cap, "--host-discovery '%s': line %d '%.200s': %s", cmd, lineno, line, what);
-            ok = false;
-        }
-    }
-    if (ok && h->n == 0)
-        snprintf(why, cap, "--host-discovery '%s' printed no host", cmd);
-    return ok && h->n > 0;
 }
 
 /* ---- Failures ---- */
