@@ -623,16 +623,24 @@ int run_supervise(const run_args *r, const run_hosts *fixed)
             break;
         if (k > 0)
             print_restart(&s, k, np, hosts);
-        argvec a = {0};
-        rc = run_build_command(r, &(run_attempt){.np = np, .hosts = hosts, .host_spec = r->hosts,
-                                                 .hostfile = r->hostfile, .restarts = k}, &a);
-        if (rc >= 0 && k > 0)
+        run_command c;
+        char why[1024];
+        herd_status st = run_build_command(r, &(run_attempt){.np = np, .hosts = hosts, .host_spec = r->hosts,
+                                                             .hostfile = r->hostfile, .restarts = k}, &c, why,
+                                           sizeof why);
+        if (st == HERD_OK)
+            r->output->command(r, &c, r->output->user);
+        if (st != HERD_OK && k > 0) {
+            fprintf(stderr, "herd: error: %s\n%s", why, st == HERD_ERR_INVALID_ARG ? "(see 'herd run --help')\n" : "");
             rc = stop(&s, s.last_code); /* discovery gave what the launcher cannot take */
-        else if (rc < 0 && r->dry_run)
+        } else if (st != HERD_OK) {
+            rc = st == HERD_ERR_INVALID_ARG ? cli_usage_error("run", "%s", why) : (fprintf(stderr, "herd: error: %s\n", why), CLI_FAIL);
+        } else if (r->dry_run) {
             rc = CLI_OK;
-        else if (rc < 0)
-            rc = attempt(&s, k, a.v);
-        argv_free(&a);
+        } else {
+            rc = attempt(&s, k, c.argv.v);
+        }
+        run_argv_free(&c.argv);
     }
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);

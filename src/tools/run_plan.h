@@ -61,4 +61,121 @@ const char *run_host_name_bad(const char *name, size_t len);
  * with why set on a bad line or no host. */
 bool run_parse_discovery(char *out, const char *cmd, run_hosts *h, char *why, size_t cap);
 
+/* ---------------------------------------------------------- the launcher */
+
+/* A growing, NULL-terminated argv. A failed allocation sets oom, after which pushes do
+ * nothing: whoever finishes the vector checks oom once (run_build_command does). */
+typedef struct run_argv {
+    char **v;
+    int n, cap;
+    bool oom;
+} run_argv;
+
+void run_argv_push(run_argv *a, const char *s);
+void run_argv_pushf(run_argv *a, const char *fmt, long v);
+void run_argv_free(run_argv *a);
+
+/* Splits s into words as a POSIX shell would for plain words, '...' and "..." (\" and
+ * \\ inside double quotes, \x outside quotes), appending them to a. Returns false with
+ * why set on an unbalanced quote, a trailing backslash or no memory. */
+bool run_argv_split(run_argv *a, const char *s, char *why, size_t cap);
+
+typedef enum launch_kind { LAUNCH_OPENMPI, LAUNCH_HYDRA, LAUNCH_SRUN } launch_kind;
+
+/* "openmpi", "hydra", "srun" and back; false for another name. */
+const char *launch_kind_name(launch_kind k);
+bool launch_kind_parse(const char *s, launch_kind *k);
+/* The kind of launcher binary path, from what `path --version` prints; false (why set)
+ * when it cannot be run or says nothing known. */
+bool launch_kind_detect(const char *path, launch_kind *k, char *why, size_t cap);
+
+/* The value of --name V or --name=V in a herd command (cmd[0] the subcommand; stops at
+ * "--"), NULL when absent; *given tells whether the flag is there at all. */
+const char *run_cmd_option(char *const *cmd, int n, const char *name, bool *given);
+
+/* What herd run decided; run_launcher_args turns it into the launcher's own flags. */
+typedef struct run_plan {
+    launch_kind kind;
+    long np, threads;
+    const char *host_spec;  /* -H as given (Open MPI and Hydra take it as it is) */
+    const run_host *hosts;  /* from -H or the hostfile; NULL for this machine */
+    int nhosts;
+    const char *hostfile;   /* --hostfile as given */
+    bool hostfile_colons;   /* its lines say host:N (Hydra's form), not slots=N */
+    bool oversubscribed;    /* more ranks x threads than this machine's cores */
+    const char *bind;       /* core, hwthread, socket, numa, none */
+    bool report;
+    char **exports;         /* VAR=VALUE or VAR */
+    int nexports;
+    char **mca;             /* key, value pairs (Open MPI) */
+    int nmca;
+    const char *mpi_plugin; /* srun --mpi=..., NULL for none */
+} run_plan;
+
+/* Appends the launcher's flags for p to a (after the launcher itself):
+ * HERD_ERR_INVALID_ARG with why set when the kind cannot express what p asks,
+ * HERD_ERR_NOMEM. */
+herd_status run_launcher_args(const run_plan *p, run_argv *a, char *why, size_t cap);
+
+/* -------------------------------------------------------------- the job */
+
+typedef struct run_args run_args;
+
+/* One attempt's command, built by run_build_command. */
+typedef struct run_command {
+    run_argv argv;       /* the launcher, its flags, then this herd and its command */
+    long np, threads, cores;
+    bool oversubscribed; /* np x threads above this machine's cores: ranks unbound */
+} run_command;
+
+/* Where the module's output goes: the CLI prints both. */
+typedef struct run_output {
+    /* An attempt's command, just before it starts (and for --dry-run). */
+    void (*command)(const run_args *r, const run_command *c, void *user);
+    /* A line of the launcher's stderr passing through the supervisor, '\n' included. */
+    void (*relay)(const char *line, size_t len, void *user);
+    void *user;
+} run_output;
+
+/* What herd run's command line asked for (cli/run.c parses it), and (kind, launcher,
+ * how) the launcher chosen by run_choose_launcher. */
+struct run_args {
+    long np, tpr;
+    const char *hosts, *hostfile, *launcher, *kind_flag, *bind;
+    bool dry_run, report;
+    char **xvars, **mca;
+    int nx, nmca;
+    const run_argv *extra; /* --mpirun-args, split */
+    char **cmd;
+    int ncmd;
+    /* Supervision: max_restarts -1 means none (herd run execs the launcher). */
+    long max_restarts, min_np, max_np, elastic_timeout;
+    long np_multiple; /* a restart's ranks: a multiple of train's pipeline stages */
+    const char *discovery, *elastic_batch;
+    launch_kind kind;
+    const char *how; /* why this kind: "--launcher", "herd's MPI", ... */
+    const run_output *output;
+};
+
+/* One launch: its size and hosts. */
+typedef struct run_attempt {
+    long np;
+    const run_hosts *hosts; /* NULL or empty: this machine */
+    const char *host_spec;  /* -H as given, NULL for discovered hosts */
+    const char *hostfile;   /* --hostfile as given */
+    long restarts;          /* the attempt's number under supervision, -1 without */
+} run_attempt;
+
+/* Sets r's launcher, kind and how: --launcher, else --mpirun's own --version, else
+ * herd's MPI (srun inside a Slurm allocation); unless a dry run, the launcher must be
+ * there. Notes go to herd's log. HERD_ERR_INVALID_ARG (a usage error) or
+ * HERD_ERR_UNSUPPORTED (no such launcher here) with why set. */
+herd_status run_choose_launcher(run_args *r, char *why, size_t cap);
+
+/* Builds the launcher's whole command for one attempt into c (zeroed first; free
+ * c->argv with run_argv_free): the same code serves the exec path and every supervised
+ * attempt. HERD_ERR_INVALID_ARG (the launcher cannot express it), HERD_ERR_IO or
+ * HERD_ERR_NOMEM with why set. */
+herd_status run_build_command(const run_args *r, const run_attempt *at, run_command *c, char *why, size_t cap);
+
 #endif

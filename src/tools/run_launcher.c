@@ -1,7 +1,6 @@
-/* herd run's pieces: the command line being built, host lists (-H, hostfiles), the
- * launchers — which kind a binary is, and each kind's own flags for ranks, hosts,
- * binding, threads and exported variables (Open MPI's mpirun, MPICH's Hydra mpiexec,
- * Slurm's srun). */
+/* herd run's launchers (tools/run_plan.h): the command line being built, which kind a
+ * launcher binary is, and each kind's own flags for ranks, hosts, binding, threads and
+ * exported variables (Open MPI's mpirun, MPICH's Hydra mpiexec, Slurm's srun). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,43 +8,51 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "run.h"
+#include "tools/run_plan.h"
 
-void argv_push(argvec *a, const char *s)
+void run_argv_push(run_argv *a, const char *s)
 {
+    if (a->oom)
+        return;
     if (a->n + 2 > a->cap) {
+        char **v = realloc(a->v, (size_t)(a->cap ? 2 * a->cap : 64) * sizeof *v);
+        if (!v) {
+            a->oom = true;
+            return;
+        }
+        a->v = v;
         a->cap = a->cap ? 2 * a->cap : 64;
-        a->v = realloc(a->v, (size_t)a->cap * sizeof *a->v);
     }
-    if (!a->v || !(a->v[a->n] = strdup(s))) {
-        fprintf(stderr, "herd: error: out of memory\n");
-        exit(CLI_FAIL);
+    if (!(a->v[a->n] = strdup(s))) {
+        a->oom = true;
+        return;
     }
     a->v[++a->n] = NULL;
 }
 
-void argv_pushf(argvec *a, const char *fmt, long v)
+void run_argv_pushf(run_argv *a, const char *fmt, long v)
 {
     char buf[64];
     snprintf(buf, sizeof buf, fmt, v);
-    argv_push(a, buf);
+    run_argv_push(a, buf);
 }
 
-void argv_free(argvec *a)
+void run_argv_free(run_argv *a)
 {
     for (int i = 0; i < a->n; i++)
         free(a->v[i]);
     free(a->v);
 }
 
-bool argv_split(argvec *a, const char *s, char *why, size_t cap)
+bool run_argv_split(run_argv *a, const char *s, char *why, size_t cap)
 {
     size_t len = strlen(s);
     char *word = malloc(len + 1);
-    if (!word) {
-        fprintf(stderr, "herd: error: out of memory\n");
-        exit(CLI_FAIL);
+    if (!word)
+        a->oom = true;
+    if (a->oom) {
+        snprintf(why, cap, "out of memory");
+        return false;
     }
     size_t n = 0;
     bool in_word = false;
@@ -54,7 +61,7 @@ bool argv_split(argvec *a, const char *s, char *why, size_t cap)
         if (ch == ' ' || ch == '\t' || ch == '\n') {
             if (in_word) {
                 word[n] = '\0';
-                argv_push(a, word);
+                run_argv_push(a, word);
                 n = 0;
                 in_word = false;
             }
@@ -86,10 +93,12 @@ bool argv_split(argvec *a, const char *s, char *why, size_t cap)
     }
     if (in_word) {
         word[n] = '\0';
-        argv_push(a, word);
+        run_argv_push(a, word);
     }
     free(word);
-    return true;
+    if (a->oom)
+        snprintf(why, cap, "out of memory");
+    return !a->oom;
 }
 
 static const char *const kind_names[] = {"openmpi", "hydra", "srun"};
@@ -161,52 +170,52 @@ bool launch_kind_detect(const char *path, launch_kind *k, char *why, size_t cap)
 
 /* The rank count, then the hostfile when it is in this launcher's form (colons: Hydra's
  * host:N), else the hosts as a list. flags: the rank, hostfile and host-list flags. */
-static void push_ranks_and_hosts(const run_plan *p, argvec *a, const char *const flags[3],
+static void push_ranks_and_hosts(const run_plan *p, run_argv *a, const char *const flags[3],
                                  bool colons, char *list, size_t cap)
 {
-    argv_push(a, flags[0]);
-    argv_pushf(a, "%ld", p->np);
+    run_argv_push(a, flags[0]);
+    run_argv_pushf(a, "%ld", p->np);
     if (p->hostfile && p->hostfile_colons == colons) {
-        argv_push(a, flags[1]);
-        argv_push(a, p->hostfile);
+        run_argv_push(a, flags[1]);
+        run_argv_push(a, p->hostfile);
     } else if (p->nhosts > 0) {
         run_format_hosts(p->hosts, p->nhosts, true, list, cap);
-        argv_push(a, flags[2]);
-        argv_push(a, p->host_spec ? p->host_spec : list);
+        run_argv_push(a, flags[2]);
+        run_argv_push(a, p->host_spec ? p->host_spec : list);
     }
 }
 
-static bool openmpi_args(const run_plan *p, argvec *a, char *list, size_t cap)
+static bool openmpi_args(const run_plan *p, run_argv *a, char *list, size_t cap)
 {
     if (geteuid() == 0)
-        argv_push(a, "--allow-run-as-root");
+        run_argv_push(a, "--allow-run-as-root");
     push_ranks_and_hosts(p, a, (const char *[]){"-np", "--hostfile", "-H"}, false, list, cap);
     if (p->oversubscribed)
-        argv_push(a, "--oversubscribe"); /* and unbound, unless asked: ranks would share cores */
-    argv_push(a, "--bind-to");
+        run_argv_push(a, "--oversubscribe"); /* and unbound, unless asked: ranks would share cores */
+    run_argv_push(a, "--bind-to");
     if (strcmp(p->bind, "core") == 0 && !p->oversubscribed) {
         /* slot:PE=T gives each rank T consecutive cores of its own (Open MPI >= 4). */
-        argv_push(a, "core");
-        argv_push(a, "--map-by");
-        argv_pushf(a, "slot:PE=%ld", p->threads);
+        run_argv_push(a, "core");
+        run_argv_push(a, "--map-by");
+        run_argv_pushf(a, "slot:PE=%ld", p->threads);
     } else {
-        argv_push(a, p->oversubscribed && strcmp(p->bind, "core") == 0 ? "none" : p->bind);
+        run_argv_push(a, p->oversubscribed && strcmp(p->bind, "core") == 0 ? "none" : p->bind);
     }
     if (p->report)
-        argv_push(a, "--report-bindings");
+        run_argv_push(a, "--report-bindings");
     for (int k = 0; k < p->nmca; k += 2) {
-        argv_push(a, "--mca");
-        argv_push(a, p->mca[k]);
-        argv_push(a, p->mca[k + 1]);
+        run_argv_push(a, "--mca");
+        run_argv_push(a, p->mca[k]);
+        run_argv_push(a, p->mca[k + 1]);
     }
     for (int k = 0; k < p->nexports; k++) {
-        argv_push(a, "-x");
-        argv_push(a, p->exports[k]);
+        run_argv_push(a, "-x");
+        run_argv_push(a, p->exports[k]);
     }
     return true;
 }
 
-static bool hydra_args(const run_plan *p, argvec *a, char *list, size_t cap, char *why, size_t wcap)
+static bool hydra_args(const run_plan *p, run_argv *a, char *list, size_t cap, char *why, size_t wcap)
 {
     if (p->report) {
         snprintf(why, wcap, "Hydra has no --report-bindings; herd topo under it shows each rank's "
@@ -215,15 +224,15 @@ static bool hydra_args(const run_plan *p, argvec *a, char *list, size_t cap, cha
     }
     push_ranks_and_hosts(p, a, (const char *[]){"-n", "-f", "-hosts"}, true, list, cap);
     /* core:T and hwthread:T bind each rank to T of them; Hydra shares cores by itself. */
-    argv_push(a, "-bind-to");
+    run_argv_push(a, "-bind-to");
     if (p->oversubscribed && strcmp(p->bind, "core") == 0)
-        argv_push(a, "none");
+        run_argv_push(a, "none");
     else if (strcmp(p->bind, "core") == 0 || strcmp(p->bind, "hwthread") == 0) {
         char b[64];
         snprintf(b, sizeof b, "%s:%ld", p->bind, p->threads);
-        argv_push(a, b);
+        run_argv_push(a, b);
     } else
-        argv_push(a, p->bind);
+        run_argv_push(a, p->bind);
     for (int k = 0; k < p->nexports; k++) {
         const char *eq = strchr(p->exports[k], '=');
         char name[256];
@@ -234,17 +243,17 @@ static bool hydra_args(const run_plan *p, argvec *a, char *list, size_t cap, cha
                                 "VALUE); give -x %s=VALUE", name, name, name);
             return false;
         }
-        argv_push(a, "-genv");
-        argv_push(a, name);
-        argv_push(a, value);
+        run_argv_push(a, "-genv");
+        run_argv_push(a, name);
+        run_argv_push(a, value);
     }
     return true;
 }
 
-static bool srun_args(const run_plan *p, argvec *a, char *list, size_t cap, char *why, size_t wcap)
+static bool srun_args(const run_plan *p, run_argv *a, char *list, size_t cap, char *why, size_t wcap)
 {
-    argv_push(a, "-n");
-    argv_pushf(a, "%ld", p->np);
+    run_argv_push(a, "-n");
+    run_argv_pushf(a, "%ld", p->np);
     if (p->nhosts > 0) {
         /* srun takes a node list and one count per node, so the slots must agree. */
         for (int i = 1; i < p->nhosts; i++)
@@ -254,12 +263,12 @@ static bool srun_args(const run_plan *p, argvec *a, char *list, size_t cap, char
                 return false;
             }
         run_format_hosts(p->hosts, p->nhosts, false, list, cap);
-        argv_push(a, "-w");
-        argv_push(a, list);
+        run_argv_push(a, "-w");
+        run_argv_push(a, list);
         if (p->hosts[0].slots > 0)
-            argv_pushf(a, "--ntasks-per-node=%ld", p->hosts[0].slots);
+            run_argv_pushf(a, "--ntasks-per-node=%ld", p->hosts[0].slots);
     }
-    argv_pushf(a, "--cpus-per-task=%ld", p->threads);
+    run_argv_pushf(a, "--cpus-per-task=%ld", p->threads);
     static const char *const binds[][2] = {{"core", "cores"}, {"hwthread", "threads"},
                                            {"socket", "sockets"}, {"numa", "ldoms"}, {"none", "none"}};
     const char *bind = "cores";
@@ -268,10 +277,10 @@ static bool srun_args(const run_plan *p, argvec *a, char *list, size_t cap, char
             bind = binds[i][1];
     char flag[64];
     snprintf(flag, sizeof flag, "--cpu-bind=%s%s", p->report ? "verbose," : "", bind);
-    argv_push(a, flag);
+    run_argv_push(a, flag);
     if (p->mpi_plugin) {
         snprintf(flag, sizeof flag, "--mpi=%s", p->mpi_plugin);
-        argv_push(a, flag);
+        run_argv_push(a, flag);
     }
     /* --export=ALL keeps the environment (srun's default) and adds ours; commas part it. */
     size_t need = 16;
@@ -285,37 +294,37 @@ static bool srun_args(const run_plan *p, argvec *a, char *list, size_t cap, char
     }
     char *exp = malloc(need);
     if (!exp) {
-        fprintf(stderr, "herd: error: out of memory\n");
-        exit(CLI_FAIL);
+        a->oom = true; /* said by run_launcher_args */
+        return false;
     }
     strcpy(exp, "--export=ALL");
     for (int k = 0; k < p->nexports; k++) {
         strcat(exp, ",");
         strcat(exp, p->exports[k]);
     }
-    argv_push(a, exp);
+    run_argv_push(a, exp);
     free(exp);
     return true;
 }
 
-bool run_launcher_args(const run_plan *p, argvec *a, char *why, size_t cap)
+herd_status run_launcher_args(const run_plan *p, run_argv *a, char *why, size_t cap)
 {
     if (p->nmca > 0 && p->kind != LAUNCH_OPENMPI) {
         snprintf(why, cap, "--mca is Open MPI's; %s takes MPI settings as environment variables "
                            "(-x) or its own flags (--mpirun-args)", launch_kind_name(p->kind));
-        return false;
+        return HERD_ERR_INVALID_ARG;
     }
     size_t list_cap = 64;
     for (int i = 0; i < p->nhosts; i++)
         list_cap += strlen(p->hosts[i].name) + 24;
     char *list = malloc(list_cap);
-    if (!list) {
-        fprintf(stderr, "herd: error: out of memory\n");
-        exit(CLI_FAIL);
-    }
-    bool ok = p->kind == LAUNCH_OPENMPI ? openmpi_args(p, a, list, list_cap)
-              : p->kind == LAUNCH_HYDRA ? hydra_args(p, a, list, list_cap, why, cap)
-                                        : srun_args(p, a, list, list_cap, why, cap);
+    bool ok = list && (p->kind == LAUNCH_OPENMPI ? openmpi_args(p, a, list, list_cap)
+                       : p->kind == LAUNCH_HYDRA ? hydra_args(p, a, list, list_cap, why, cap)
+                                                 : srun_args(p, a, list, list_cap, why, cap));
     free(list);
-    return ok;
+    if (!list || a->oom) {
+        snprintf(why, cap, "out of memory building the launcher's command");
+        return HERD_ERR_NOMEM;
+    }
+    return ok ? HERD_OK : HERD_ERR_INVALID_ARG;
 }
