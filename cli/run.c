@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "run.h"
+#include "tools/run_plan.h"
 
 static const char run_help[] =
     "usage: herd run -np N [options] -- COMMAND [ARGS...]\n"
@@ -86,6 +86,13 @@ static void print_quoted(FILE *out, const char *s)
     fputc('\'', out);
 }
 
+/* A line of the launcher's stderr, passed on by the supervisor in one write. */
+static void relay_line(const char *line, size_t len, void *user)
+{
+    (void)user;
+    fwrite(line, 1, len, stderr);
+}
+
 /* The launcher's kind and an attempt's command, as one write (run_output.command). */
 static void print_command(const run_args *r, const run_command *c, void *user)
 {
@@ -144,6 +151,31 @@ static int read_fixed_hosts(const run_args *r, run_hosts *h)
     return -1;
 }
 
+/* The fewest ranks train runs with (herd_train_min_ranks), from its --pipeline-stages
+ * and --zero; what asks for them into why. Values train refuses count as absent: it
+ * says so itself. */
+static long train_min_ranks(const run_args *r, long *multiple, char *why, size_t cap)
+{
+    bool given;
+    long stages = 1, zero = 0;
+    const char *v = run_cmd_option(r->cmd, r->ncmd, "--pipeline-stages", &given);
+    if (!v || !cli_parse_int(v, 1, 64, &stages))
+        stages = 1;
+    v = run_cmd_option(r->cmd, r->ncmd, "--zero", &given);
+    if (!v || !cli_parse_int(v, 1, 2, &zero))
+        zero = 0;
+    long need = herd_train_min_ranks((int)stages, (int)zero);
+    *multiple = stages;
+    if (stages > 1 && zero)
+        snprintf(why, cap, "train --pipeline-stages %ld --zero %ld needs %ld stages x 2 replicas", stages,
+                 zero, stages);
+    else if (stages > 1)
+        snprintf(why, cap, "train --pipeline-stages %ld needs a rank per stage", stages);
+    else
+        snprintf(why, cap, "train --zero %ld shards over at least 2 data-parallel ranks", zero);
+    return need;
+}
+
 /* Everything before the first launch: the command, the hosts, supervision's flags, the
  * launcher. -1 when fine, else the exit code. */
 static int prepare(run_args *r, run_hosts *fixed)
@@ -152,9 +184,14 @@ static int prepare(run_args *r, run_hosts *fixed)
     int rc = check_command(r);
     if (rc < 0)
         rc = read_fixed_hosts(r, fixed);
-    if (rc < 0)
-        rc = run_check_supervised(r, r->hosts || r->hostfile ? fixed : NULL);
-    herd_status st = rc < 0 ? run_choose_launcher(r, why, sizeof why) : HERD_OK;
+    herd_status st = HERD_OK;
+    if (rc < 0) {
+        char need_why[160];
+        long need = train_min_ranks(r, &r->np_multiple, need_why, sizeof need_why);
+        st = run_check_supervised(r, r->hosts || r->hostfile ? fixed : NULL, need, need_why, why, sizeof why);
+    }
+    if (rc < 0 && st == HERD_OK)
+        st = run_choose_launcher(r, why, sizeof why);
     return st != HERD_OK ? run_error(st, why) : rc;
 }
 
@@ -165,7 +202,9 @@ static int run_plan_and_exec(run_args *r)
     run_command c = {0};
     char why[1024];
     if (rc < 0 && r->max_restarts >= 0) {
-        rc = run_supervise(r, &fixed);
+        herd_status st = run_supervise(r, &fixed, &rc, why, sizeof why);
+        if (st != HERD_OK)
+            rc = run_error(st, why);
     } else if (rc < 0) {
         herd_status st = run_build_command(r, &(run_attempt){.np = r->np, .hosts = &fixed, .host_spec = r->hosts,
                                                              .hostfile = r->hostfile, .restarts = -1}, &c, why,
@@ -185,13 +224,45 @@ static int run_plan_and_exec(run_args *r)
     return rc < 0 ? CLI_OK : rc;
 }
 
+/* Parses argv[*i] when it is one of supervision's flags (leaving *i on its last word):
+ * -2 when it is not one, -1 when parsed, else the exit code. */
+static int parse_supervise_flag(int argc, char **argv, int *i, run_args *r)
+{
+    const char *a = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL;
+    bool np_flag = strcmp(a, "--min-np") == 0 || strcmp(a, "--max-np") == 0;
+    long *num = strcmp(a, "--max-restarts") == 0      ? &r->max_restarts
+                : strcmp(a, "--min-np") == 0          ? &r->min_np
+                : strcmp(a, "--max-np") == 0          ? &r->max_np
+                : strcmp(a, "--elastic-timeout") == 0 ? &r->elastic_timeout
+                                                      : NULL;
+    if (num) {
+        /* At most 10000 restarts: their failures are kept, K + 1 records. */
+        long lo = np_flag ? 1 : 0, hi = np_flag ? 1 << 20 : num == &r->max_restarts ? 10000 : 1 << 30;
+        if (!val || !cli_parse_int(val, lo, hi, num))
+            return cli_usage_error("run", "%s needs an integer from %ld to %ld%s%s%s", a, lo, hi,
+                                   val ? ", got '" : "", val ? val : "", val ? "'" : "");
+    } else if (strcmp(a, "--host-discovery") == 0) {
+        if (!val || !*val)
+            return cli_usage_error("run", "--host-discovery needs a command printing host:slots lines");
+        r->discovery = val;
+    } else if (strcmp(a, "--elastic-batch") == 0) {
+        if (!val || (strcmp(val, "keep") != 0 && strcmp(val, "scale") != 0))
+            return cli_usage_error("run", "--elastic-batch '%s': expected keep or scale", val ? val : "");
+        r->elastic_batch = val;
+    } else {
+        return -2;
+    }
+    ++*i;
+    return -1;
+}
+
 /* Parses one option at argv[*i] into r (leaving *i on its last word): -1 when done,
  * else the exit code. xvars and mca have room for every word of argv. */
 static int parse_option(int argc, char **argv, int *i, run_args *r, run_argv *extra)
 {
     const char *a = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL;
     char why[1024];
-    int rc = run_parse_supervise_flag(argc, argv, i, r);
+    int rc = parse_supervise_flag(argc, argv, i, r);
     if (rc != -2)
         return rc;
     /* Options whose value is taken as it is (checked later). */
@@ -251,7 +322,7 @@ static int parse_option(int argc, char **argv, int *i, run_args *r, run_argv *ex
 static int run_with(int argc, char **argv, char **xvars, char **mca)
 {
     run_argv extra = {0};
-    static const run_output output = {.command = print_command};
+    static const run_output output = {.command = print_command, .relay = relay_line};
     run_args r = {.xvars = xvars, .mca = mca, .extra = &extra, .max_restarts = -1, .elastic_timeout = -1,
                   .output = &output};
     int rc = -1, i;

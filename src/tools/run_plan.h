@@ -178,4 +178,27 @@ herd_status run_choose_launcher(run_args *r, char *why, size_t cap);
  * HERD_ERR_NOMEM with why set. */
 herd_status run_build_command(const run_args *r, const run_attempt *at, run_command *c, char *why, size_t cap);
 
+/* ------------------------------------------------------------- supervision */
+
+/* herd run's exit code when the job could not start or its hosts never came. */
+#define RUN_EXIT_FAIL 1
+
+/* Refuses what cannot be supervised, before anything starts, and fills in supervision's
+ * defaults (--min-np, --max-np, --elastic-timeout, --elastic-batch). fixed: the hosts
+ * -H or the hostfile offer, NULL for this machine. need: the fewest ranks train's
+ * command runs with and need_why what asks for them, and r->np_multiple its pipeline
+ * stages: the caller reads them through the public API (herd_train_min_ranks, in
+ * src/train, above this layer). HERD_ERR_INVALID_ARG (a usage error) with why set. */
+herd_status run_check_supervised(run_args *r, const run_hosts *fixed, long need, const char *need_why, char *why,
+                                 size_t cap);
+
+/* herd run --max-restarts: launches, watches and relaunches the job (fixed: -H's
+ * hosts) until it succeeds, fails for good or runs out of restarts, handing each
+ * attempt's command to r->output->command and the launcher's stderr to
+ * r->output->relay; SIGINT and SIGTERM are passed on to the launcher while it runs.
+ * *code: herd run's exit code (0, the last launcher's, 128 + a signal, or
+ * RUN_EXIT_FAIL). Not HERD_OK, with why set, when the first attempt's command cannot
+ * be built (HERD_ERR_INVALID_ARG: a usage error) or memory runs out. */
+herd_status run_supervise(const run_args *r, const run_hosts *fixed, int *code, char *why, size_t cap);
+
 #endif
