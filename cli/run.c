@@ -215,6 +215,7 @@ static int run_plan_and_exec(run_args *r)
             print_command(r, &c, NULL);
     }
     run_hosts_free(&fixed);
+    /* The exec is the CLI's: a library call must not replace its caller's process. */
     if (rc < 0 && !r->dry_run) {
         execvp(r->launcher, c.argv.v);
         fprintf(stderr, "herd: error: cannot start %s: %s\n", r->launcher, strerror(errno));
