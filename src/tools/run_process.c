@@ -255,7 +255,7 @@ typedef struct watch {
 
 static void pass_line(watch *w, char *line, size_t len)
 {
-    line[len] = '\n'; /* one write for the line and its end (stderr is unbuffered) */
+    line[len] = '\n'; /* the line and its end in one call: one write where it goes */
     w->out->relay(line, len + 1, w->out->user);
     line[len] = '\0';
     herd_run_watch_line(w->w, line, run_now() - w->t0);
