@@ -4,8 +4,9 @@
  * herd does not start processes itself: the launcher already knows how to reach hosts,
  * bind ranks and wire them up, so this only builds a sensible command line for it —
  * Open MPI's mpirun, MPICH's Hydra mpiexec or Slurm's srun, each in its own flags —
- * and execs it; with --max-restarts it runs it, watches it and relaunches it instead
- * (run_supervise.c), each attempt's command built by the same code. */
+ * and execs it; with --max-restarts it runs it, watches it and relaunches it instead,
+ * each attempt's command built by the same code. That is the library's run module
+ * (src/tools/run_plan.h); this file parses the options, prints and exits. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -14,15 +15,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "run.h"
-#include "tools/tools.h"
-
-#ifndef HERD_MPI_FAMILY
-#define HERD_MPI_FAMILY ""
-#endif
-#ifndef HERD_MPIEXEC
-#define HERD_MPIEXEC ""
-#endif
+#include "tools/run_plan.h"
 
 static const char run_help[] =
     "usage: herd run -np N [options] -- COMMAND [ARGS...]\n"
@@ -93,372 +86,38 @@ static void print_quoted(FILE *out, const char *s)
     fputc('\'', out);
 }
 
-/* The most ranks any host gets when np ranks fill the slots in order, as
- * Open MPI's default by-slot mapping does. slots <= 0 means unknown. */
-static long max_ranks_per_host(long np, const run_host *hosts, int nhosts)
+/* A line of the launcher's stderr, passed on by the supervisor in one write. */
+static void relay_line(const char *line, size_t len, void *user)
 {
-    long most = 0, left = np;
-    for (int i = 0; i < nhosts && left > 0; i++) {
-        long slots = hosts[i].slots;
-        long k = slots > 0 ? (slots < left ? slots : left) : (np + nhosts - 1) / nhosts;
-        if (k > left)
-            k = left;
-        if (k > most)
-            most = k;
-        left -= k;
-    }
-    /* More ranks than slots: mpirun will refuse or oversubscribe; spread evenly for T. */
-    if (left > 0 && nhosts > 0)
-        most = (np + nhosts - 1) / nhosts;
-    return most > 0 ? most : 1;
+    (void)user;
+    fwrite(line, 1, len, stderr);
 }
 
-/* True when file is an executable mpirun: a path as given, or found in PATH. */
-static bool find_executable(const char *name)
+/* The launcher's kind and an attempt's command, as one write (run_output.command). */
+static void print_command(const run_args *r, const run_command *c, void *user)
 {
-    if (strchr(name, '/'))
-        return access(name, X_OK) == 0;
-    const char *path = getenv("PATH");
-    if (!path)
-        path = "/usr/bin:/bin";
-    char buf[PATH_MAX];
-    for (const char *p = path;;) {
-        const char *end = strchr(p, ':');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        if (len > 0 && len + strlen(name) + 2 < sizeof buf) {
-            snprintf(buf, sizeof buf, "%.*s/%s", (int)len, p, name);
-            if (access(buf, X_OK) == 0)
-                return true;
-        }
-        if (!end)
-            return false;
-        p = end + 1;
-    }
-}
-
-/* Subcommands that take --threads, and so get the per-rank thread count. */
-static bool takes_threads(char **cmd, int n)
-{
-    return strcmp(cmd[0], "train") == 0 || strcmp(cmd[0], "eval") == 0 ||
-           (strcmp(cmd[0], "bench") == 0 && n > 1 && strcmp(cmd[1], "train") == 0);
-}
-
-const char *run_cmd_option(char *const *cmd, int n, const char *name, bool *given)
-{
-    size_t len = strlen(name);
-    *given = false;
-    for (int i = 1; i < n && strcmp(cmd[i], "--") != 0; i++) {
-        if (strncmp(cmd[i], name, len) != 0 || (cmd[i][len] != '=' && cmd[i][len] != '\0'))
-            continue;
-        *given = true;
-        if (cmd[i][len] == '=')
-            return cmd[i] + len + 1;
-        return i + 1 < n ? cmd[i + 1] : NULL;
-    }
-    return NULL;
-}
-
-/* The value of --threads N / --threads=N in the command, or 0. */
-static long user_threads(char **cmd, int n, bool *given)
-{
-    const char *v = run_cmd_option(cmd, n, "--threads", given);
-    long t;
-    return v && cli_parse_int(v, 1, 4096, &t) ? t : 0; /* 0 = all cores: leave it */
-}
-
-static bool exports(char **xvars, int nx, const char *name)
-{
-    size_t len = strlen(name);
-    for (int i = 0; i < nx; i++)
-        if (strncmp(xvars[i], name, len) == 0 && (xvars[i][len] == '\0' || xvars[i][len] == '='))
-            return true;
-    return false;
-}
-
-/* Whether the user set Open MPI parameter `name`: --mca, -x or the environment
- * (OMPI_MCA_name), or anywhere in --mpirun-args. */
-static bool user_sets_mca(const char *name, char **mca, int nmca, char **xvars, int nx, const argvec *extra)
-{
-    char var[96];
-    snprintf(var, sizeof var, "OMPI_MCA_%s", name);
-    if (getenv(var) || exports(xvars, nx, var))
-        return true;
-    for (int i = 0; i < nmca; i += 2)
-        if (strcmp(mca[i], name) == 0)
-            return true;
-    for (int k = 0; extra && k < extra->n; k++)
-        if (strcmp(extra->v[k], name) == 0 || strstr(extra->v[k], var))
-            return true;
-    return false;
-}
-
-/* Open MPI's mpirun hears that a host has vanished only from TCP keepalive on its
- * connection to that host's daemon (by default after 300 s idle and 9 probes 20 s
- * apart), and not at all once it has sent the daemon something, which it does when a
- * rank aborts: then it waits for the host until TCP gives up, some 15 minutes. With
- * these, a host unreachable for 10-15 s ends the job (mpirun's "lost communication
- * with a remote daemon"), and the cut-off daemons lose their lifeline likewise;
- * herd's stall timeout leaves the launcher 10 s for it before its own abort
- * (src/dist/comm_mpi_stall.c). docs/cluster.md has the why and the trade-off.
- * Supervised (herd run --max-restarts), the ranks left after one dies are killed at
- * once instead of after mpirun's 1 s grace, which herd's ranks do not use: a restart
- * trains again 0.85 s after a kill instead of 1.9 s (docs/performance.md). The user's
- * own setting (--mca, -x, --mpirun-args or the environment) wins. */
-static void launcher_defaults(char **mca, int *nmca, char **xvars, int nx, const argvec *extra,
-                              bool supervised)
-{
-    static const char *const params[][2] = {{"oob_tcp_keepalive_time", "5"},
-                                            {"oob_tcp_keepalive_intvl", "2"},
-                                            {"oob_tcp_keepalive_probes", "5"},
-                                            {"odls_base_sigkill_timeout", "0"}};
-    size_t n = sizeof params / sizeof params[0] - (supervised ? 0 : 1);
-    int given = *nmca;
-    for (size_t k = 0; k < n; k++)
-        if (!user_sets_mca(params[k][0], mca, given, xvars, nx, extra)) {
-            mca[(*nmca)++] = (char *)params[k][0];
-            mca[(*nmca)++] = (char *)params[k][1];
-        }
-}
-
-/* The launcher's kind and binary: --launcher, else --mpirun's own --version, else herd's
- * MPI. Returns -1 when fine, else the exit code. */
-static int choose_launcher(const char *kind_flag, const char **launcher, bool dry_run, launch_kind *kind,
-                           const char **how)
-{
-    static const char *const defaults[] = {"mpirun", "mpiexec.hydra", "srun"};
-    launch_kind own = strcmp(HERD_MPI_FAMILY, "mpich") == 0 ? LAUNCH_HYDRA : LAUNCH_OPENMPI;
-    if (kind_flag && !launch_kind_parse(kind_flag, kind))
-        return cli_usage_error("run", "--launcher '%s': expected openmpi, hydra or srun", kind_flag);
-    *how = "--launcher";
-    if (!*launcher) {
-        if (!kind_flag) {
-            *kind = own;
-            *how = "herd's MPI";
-        }
-        /* Inside a Slurm allocation srun knows its nodes, cores and PMI: it starts the
-         * ranks, as on clusters users expect (--launcher picks herd's MPI's own). */
-        const char *job = getenv("SLURM_JOB_ID");
-        static char slurm_how[160];
-        if (!kind_flag && job && *job) {
-            bool have_srun = find_executable("srun");
-            if (have_srun)
-                snprintf(slurm_how, sizeof slurm_how, "inside Slurm job %s; --launcher %s for herd's "
-                         "MPI's own", job, launch_kind_name(own));
-            else
-                snprintf(slurm_how, sizeof slurm_how, "herd's MPI: inside Slurm job %s, but srun is "
-                         "not in PATH", job);
-            *how = slurm_how;
-            if (have_srun)
-                *kind = LAUNCH_SRUN;
-        }
-        /* The launcher CMake found for herd's MPI, when it is of that kind. */
-        *launcher = *kind == own && HERD_MPIEXEC[0] != '\0' ? HERD_MPIEXEC : defaults[*kind];
-        return -1;
-    }
-    if (kind_flag)
-        return -1;
-    char why[512];
-    *how = "its --version";
-    if (launch_kind_detect(*launcher, kind, why, sizeof why))
-        return -1;
-    if (!dry_run && !find_executable(*launcher)) {
-        fprintf(stderr, "herd: error: %s not found; install it (Debian/Ubuntu: apt-get install "
-                        "openmpi-bin, mpich or slurm-client) or pass --mpirun PATH\n", *launcher);
-        return CLI_FAIL;
-    }
-    if (!dry_run) {
-        fprintf(stderr, "herd: error: %s; name its kind with --launcher openmpi|hydra|srun\n", why);
-        return CLI_FAIL;
-    }
-    /* A dry run may show a launcher that is not here (srun off the cluster): its name. */
-    const char *slash = strrchr(*launcher, '/'), *name = slash ? slash + 1 : *launcher;
-    *kind = own;
-    *how = "a dry run: from herd's MPI, as neither --version nor the name tells";
-    if (strstr(name, "srun") || strstr(name, "hydra") || strstr(name, "mpich") ||
-        strstr(name, "openmpi") || strstr(name, "orterun")) {
-        *kind = strstr(name, "srun") ? LAUNCH_SRUN : strstr(name, "hydra") || strstr(name, "mpich")
-                                                         ? LAUNCH_HYDRA : LAUNCH_OPENMPI;
-        *how = "a dry run: from its name";
-    }
-    fprintf(stderr, "herd: note: %s\n", why);
-    return -1;
-}
-
-/* The packages that bring each kind's launcher (Debian). */
-static const char *const launcher_packages[] = {"openmpi-bin", "mpich", "slurm-client"};
-
-/* Cores and compute threads per rank: --threads-per-rank, the command's own --threads,
- * Slurm's cores per task, else this machine's cores shared by a host's ranks. */
-static long threads_per_rank(const run_args *r, long per_host, long cores, bool local, long user_t)
-{
-    const char *slurm_cpus = getenv("SLURM_CPUS_PER_TASK");
-    long t = r->tpr, st;
-    if (!t && user_t)
-        t = user_t; /* bind as many cores as the command will use */
-    if (!t && slurm_cpus && cli_parse_int(slurm_cpus, 1, 4096, &st))
-        t = st; /* inside a Slurm allocation: its cores per task */
-    if (!t) {
-        /* Remote hosts' core counts are unknown here: assume they match this one. */
-        t = cores / per_host > 1 ? cores / per_host : 1;
-        if (!local)
-            fprintf(stderr, "herd: note: assuming %ld cores per host like this one, so %ld "
-                            "thread(s) per rank; set --threads-per-rank if not\n", cores, t);
-    }
-    return t;
-}
-
-/* How an attempt's ranks share the hosts' cores. */
-typedef struct sizing {
-    bool local;          /* every rank on this machine */
-    long per_host;       /* the most ranks on one host */
-    long threads;        /* cores and compute threads per rank */
-    long env_threads;    /* OMP_NUM_THREADS: the command's own --threads, else threads */
-    bool oversubscribed; /* more ranks x threads than this machine's cores */
-} sizing;
-
-/* Whether every host names this machine (localhost, a loopback address, its own
- * name): such a job shares this machine's cores as one without hosts does, and may
- * have to be oversubscribed (a --host-discovery printing localhost:3 on 2 cores). */
-static bool only_this_machine(const run_hosts *h)
-{
-    char self[256] = "";
-    gethostname(self, sizeof self - 1);
-    size_t short_len = strcspn(self, ".");
-    for (int i = 0; i < h->n; i++) {
-        const char *n = h->v[i].name;
-        if (strcmp(n, "localhost") != 0 && strncmp(n, "127.", 4) != 0 && strcmp(n, "::1") != 0 &&
-            strcmp(n, self) != 0 && !(strlen(n) == short_len && strncmp(n, self, short_len) == 0))
-            return false;
-    }
-    return true;
-}
-
-/* The launcher's own flags for one attempt: hosts, binding, exported variables (thread
- * pools, the user's -x, and under supervision the attempt's number) and MPI settings. */
-static bool launcher_flags(const run_args *r, const run_attempt *at, const sizing *z, argvec *a, char *why,
-                           size_t cap)
-{
-    const run_hosts *h = at->hosts && at->hosts->n ? at->hosts : NULL;
-    /* Thread pools of libraries that size themselves from the environment (OpenMP,
-     * OpenBLAS) would otherwise each take every core of the host. */
-    char omp[64], blas[64], restarts[64];
-    char **exported = calloc((size_t)r->nx + 4, sizeof *exported), **mca = calloc((size_t)r->nmca + 10, sizeof *mca);
-    if (!exported || !mca) {
-        fprintf(stderr, "herd: error: out of memory\n");
-        exit(CLI_FAIL);
-    }
-    int nexp = 0, nmca = r->nmca;
-    snprintf(omp, sizeof omp, "OMP_NUM_THREADS=%ld", z->env_threads);
-    snprintf(blas, sizeof blas, "OPENBLAS_NUM_THREADS=%ld", z->env_threads);
-    if (!exports(r->xvars, r->nx, "OMP_NUM_THREADS"))
-        exported[nexp++] = omp;
-    if (!exports(r->xvars, r->nx, "OPENBLAS_NUM_THREADS"))
-        exported[nexp++] = blas;
-    for (int k = 0; k < r->nx; k++)
-        exported[nexp++] = r->xvars[k];
-    if (at->restarts >= 0) { /* herd train prints its failures for herd run to read */
-        snprintf(restarts, sizeof restarts, "HERD_RUN_RESTARTS=%ld", at->restarts);
-        exported[nexp++] = restarts;
-        exported[nexp++] = "HERD_RUN_SUPERVISED=1";
-    }
-    /* herd's own MPI settings go on a copy: every attempt chooses them afresh. */
-    memcpy(mca, r->mca, (size_t)r->nmca * sizeof *mca);
-    /* Not the shared-memory single copy: no probe herd can run here predicts which of
-     * Open MPI's two transports is faster for a job's messages (docs/cluster.md). */
-    if (r->kind == LAUNCH_OPENMPI)
-        launcher_defaults(mca, &nmca, r->xvars, r->nx, r->extra, at->restarts >= 0);
-    const char *plugin = strcmp(HERD_MPI_FAMILY, "openmpi") == 0 ? "pmix"
-                         : strcmp(HERD_MPI_FAMILY, "mpich") == 0 ? "pmi2" : NULL;
-    for (int k = 0; k < r->extra->n; k++)
-        if (strncmp(r->extra->v[k], "--mpi", 5) == 0)
-            plugin = NULL; /* the user's own --mpi= */
-    run_plan plan = {.kind = r->kind, .np = at->np, .threads = z->threads, .host_spec = at->host_spec,
-                     .hosts = h ? h->v : NULL, .nhosts = h ? h->n : 0, .hostfile = at->hostfile,
-                     .hostfile_colons = h && h->colons, .oversubscribed = z->oversubscribed,
-                     .bind = r->bind ? r->bind : "core", .report = r->report, .exports = exported,
-                     .nexports = nexp, .mca = mca, .nmca = nmca, .mpi_plugin = plugin};
-    bool built = run_launcher_args(&plan, a, why, cap);
-    free(exported);
-    free(mca);
-    return built;
-}
-
-static bool cmd_has(const run_args *r, const char *flag)
-{
-    bool given;
-    run_cmd_option(r->cmd, r->ncmd, flag, &given);
-    return given;
-}
-
-/* Appends the herd command: this binary, COMMAND, --threads T where it takes them, and
- * under supervision what lets each attempt carry on from the last (see docs/cluster.md). */
-static void push_command(const run_args *r, const run_attempt *at, const char *self, bool user_given, long t,
-                         argvec *a)
-{
-    argv_push(a, self);
-    for (int k = 0; k < r->ncmd; k++)
-        argv_push(a, r->cmd[k]);
-    if (!user_given && takes_threads(r->cmd, r->ncmd)) {
-        argv_push(a, "--threads");
-        argv_pushf(a, "%ld", t);
-    }
-    if (at->restarts < 0)
-        return;
-    if (!cmd_has(r, "--resume"))
-        argv_push(a, "--resume"); /* with no checkpoint yet herd train starts afresh */
-    if (!cmd_has(r, "--elastic-batch")) {
-        argv_push(a, "--elastic-batch");
-        argv_push(a, r->elastic_batch);
-    }
-    /* The size the user's --batch-size, --grad-accum and --lr were given for. */
-    if (!cmd_has(r, "--elastic-ranks")) {
-        argv_push(a, "--elastic-ranks");
-        argv_pushf(a, "%ld", r->np);
-    }
-}
-
-int run_build_command(const run_args *r, const run_attempt *at, argvec *a)
-{
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    if (cores < 1)
-        cores = 1;
-    sizing z = {.local = !at->hosts || at->hosts->n == 0 || only_this_machine(at->hosts)};
-    z.per_host = z.local ? at->np : max_ranks_per_host(at->np, at->hosts->v, at->hosts->n);
-    bool user_given;
-    long user_t = user_threads(r->cmd, r->ncmd, &user_given);
-    long t = z.threads = threads_per_rank(r, z.per_host, cores, z.local, user_t);
-    z.env_threads = user_t ? user_t : t;
-    /* srun places tasks in its allocation, whose cores this machine's count does not tell. */
-    z.oversubscribed = z.local && r->kind != LAUNCH_SRUN && at->np * t > cores;
-
-    /* The ranks run this very binary, by absolute path (the launcher's PATH may differ). */
-    char self[PATH_MAX], why[512];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (len <= 0) {
-        fprintf(stderr, "herd: error: cannot resolve /proc/self/exe: %s\n", strerror(errno));
-        return CLI_FAIL;
-    }
-    self[len] = '\0';
-    argv_push(a, r->launcher);
-    if (!launcher_flags(r, at, &z, a, why, sizeof why))
-        return cli_usage_error("run", "%s", why);
-    for (int k = 0; k < r->extra->n; k++)
-        argv_push(a, r->extra->v[k]);
-    push_command(r, at, self, user_given, t, a);
-
+    (void)user;
     cli_line line;
     FILE *out = cli_line_begin(&line, stderr);
     fprintf(out, "herd: launcher: %s (%s)\nherd: launching:", launch_kind_name(r->kind), r->how);
-    for (int k = 0; k < a->n; k++) {
+    for (int k = 0; k < c->argv.n; k++) {
         fputc(' ', out);
-        print_quoted(out, a->v[k]);
+        print_quoted(out, c->argv.v[k]);
     }
     fputc('\n', out);
-    if (z.oversubscribed)
+    if (c->oversubscribed)
         fprintf(out, "herd: note: %ld rank(s) x %ld thread(s) on %ld core(s): oversubscribed, "
-                     "ranks unbound; timings will not mean much\n", at->np, t, cores);
+                     "ranks unbound; timings will not mean much\n", c->np, c->threads, c->cores);
     cli_line_end(&line);
-    return -1;
+}
+
+/* herd run's exit code for a failure of the run module: a usage error or a failure. */
+static int run_error(herd_status st, const char *why)
+{
+    if (st == HERD_ERR_INVALID_ARG)
+        return cli_usage_error("run", "%s", why);
+    fprintf(stderr, "herd: error: %s\n", why);
+    return CLI_FAIL;
 }
 
 /* What every herd run needs: a size and a herd command. -1 when fine, else the exit code. */
@@ -483,8 +142,8 @@ static int check_command(const run_args *r)
 static int read_fixed_hosts(const run_args *r, run_hosts *h)
 {
     char why[PATH_MAX + 128];
-    if (r->hosts && !run_parse_host_list(r->hosts, h))
-        return cli_usage_error("run", "bad host list '%s'; expected host[:slots],... such as a:4,b:4", r->hosts);
+    if (r->hosts && !run_parse_host_list(r->hosts, h, why, sizeof why))
+        return cli_usage_error("run", "%s", why);
     if (r->hostfile && !run_read_hostfile(r->hostfile, h, why, sizeof why)) {
         fprintf(stderr, "herd: error: %s\n", why);
         return CLI_FAIL;
@@ -492,60 +151,119 @@ static int read_fixed_hosts(const run_args *r, run_hosts *h)
     return -1;
 }
 
+/* The fewest ranks train runs with (herd_train_min_ranks), from its --pipeline-stages
+ * and --zero; what asks for them into why. Values train refuses count as absent: it
+ * says so itself. */
+static long train_min_ranks(const run_args *r, long *multiple, char *why, size_t cap)
+{
+    bool given;
+    long stages = 1, zero = 0;
+    const char *v = run_cmd_option(r->cmd, r->ncmd, "--pipeline-stages", &given);
+    if (!v || !cli_parse_int(v, 1, 64, &stages))
+        stages = 1;
+    v = run_cmd_option(r->cmd, r->ncmd, "--zero", &given);
+    if (!v || !cli_parse_int(v, 1, 2, &zero))
+        zero = 0;
+    long need = herd_train_min_ranks((int)stages, (int)zero);
+    *multiple = stages;
+    if (stages > 1 && zero)
+        snprintf(why, cap, "train --pipeline-stages %ld --zero %ld needs %ld stages x 2 replicas", stages,
+                 zero, stages);
+    else if (stages > 1)
+        snprintf(why, cap, "train --pipeline-stages %ld needs a rank per stage", stages);
+    else
+        snprintf(why, cap, "train --zero %ld shards over at least 2 data-parallel ranks", zero);
+    return need;
+}
+
 /* Everything before the first launch: the command, the hosts, supervision's flags, the
  * launcher. -1 when fine, else the exit code. */
 static int prepare(run_args *r, run_hosts *fixed)
 {
+    char why[1024];
     int rc = check_command(r);
     if (rc < 0)
         rc = read_fixed_hosts(r, fixed);
-    if (rc < 0)
-        rc = run_check_supervised(r, r->hosts || r->hostfile ? fixed : NULL);
-    if (rc < 0)
-        rc = choose_launcher(r->kind_flag, &r->launcher, r->dry_run, &r->kind, &r->how);
-    /* A dry run only shows the command, so it works where the launcher is not installed. */
-    if (rc < 0 && !r->dry_run && !find_executable(r->launcher)) {
-        fprintf(stderr, "herd: error: %s not found%s; install it (Debian/Ubuntu: apt-get install %s) "
-                        "or pass --mpirun PATH\n", r->launcher, strchr(r->launcher, '/') ? "" : " in PATH",
-                launcher_packages[r->kind]);
-        return CLI_FAIL;
+    herd_status st = HERD_OK;
+    if (rc < 0) {
+        char need_why[160];
+        long need = train_min_ranks(r, &r->np_multiple, need_why, sizeof need_why);
+        st = run_check_supervised(r, r->hosts || r->hostfile ? fixed : NULL, need, need_why, why, sizeof why);
     }
-    if (rc < 0 && geteuid() == 0 && r->kind == LAUNCH_OPENMPI) {
-        /* Open MPI refuses root without these; older mpirun versions only read the
-         * environment, newer ones the flag. */
-        setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-        setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    }
-    return rc;
+    if (rc < 0 && st == HERD_OK)
+        st = run_choose_launcher(r, why, sizeof why);
+    return st != HERD_OK ? run_error(st, why) : rc;
 }
 
 static int run_plan_and_exec(run_args *r)
 {
     run_hosts fixed = {0};
     int rc = prepare(r, &fixed);
-    argvec a = {0};
-    if (rc < 0 && r->max_restarts >= 0)
-        rc = run_supervise(r, &fixed);
-    else if (rc < 0)
-        rc = run_build_command(r, &(run_attempt){.np = r->np, .hosts = &fixed, .host_spec = r->hosts,
-                                                 .hostfile = r->hostfile, .restarts = -1}, &a);
+    run_command c = {0};
+    char why[1024];
+    if (rc < 0 && r->max_restarts >= 0) {
+        herd_status st = run_supervise(r, &fixed, &rc, why, sizeof why);
+        if (st != HERD_OK)
+            rc = run_error(st, why);
+    } else if (rc < 0) {
+        herd_status st = run_build_command(r, &(run_attempt){.np = r->np, .hosts = &fixed, .host_spec = r->hosts,
+                                                             .hostfile = r->hostfile, .restarts = -1}, &c, why,
+                                           sizeof why);
+        if (st != HERD_OK)
+            rc = run_error(st, why);
+        else
+            print_command(r, &c, NULL);
+    }
     run_hosts_free(&fixed);
+    /* The exec is the CLI's: a library call must not replace its caller's process. */
     if (rc < 0 && !r->dry_run) {
-        execvp(r->launcher, a.v);
+        execvp(r->launcher, c.argv.v);
         fprintf(stderr, "herd: error: cannot start %s: %s\n", r->launcher, strerror(errno));
         rc = CLI_FAIL;
     }
-    argv_free(&a);
+    run_argv_free(&c.argv);
     return rc < 0 ? CLI_OK : rc;
+}
+
+/* Parses argv[*i] when it is one of supervision's flags (leaving *i on its last word):
+ * -2 when it is not one, -1 when parsed, else the exit code. */
+static int parse_supervise_flag(int argc, char **argv, int *i, run_args *r)
+{
+    const char *a = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL;
+    bool np_flag = strcmp(a, "--min-np") == 0 || strcmp(a, "--max-np") == 0;
+    long *num = strcmp(a, "--max-restarts") == 0      ? &r->max_restarts
+                : strcmp(a, "--min-np") == 0          ? &r->min_np
+                : strcmp(a, "--max-np") == 0          ? &r->max_np
+                : strcmp(a, "--elastic-timeout") == 0 ? &r->elastic_timeout
+                                                      : NULL;
+    if (num) {
+        /* At most 10000 restarts: their failures are kept, K + 1 records. */
+        long lo = np_flag ? 1 : 0, hi = np_flag ? 1 << 20 : num == &r->max_restarts ? 10000 : 1 << 30;
+        if (!val || !cli_parse_int(val, lo, hi, num))
+            return cli_usage_error("run", "%s needs an integer from %ld to %ld%s%s%s", a, lo, hi,
+                                   val ? ", got '" : "", val ? val : "", val ? "'" : "");
+    } else if (strcmp(a, "--host-discovery") == 0) {
+        if (!val || !*val)
+            return cli_usage_error("run", "--host-discovery needs a command printing host:slots lines");
+        r->discovery = val;
+    } else if (strcmp(a, "--elastic-batch") == 0) {
+        if (!val || (strcmp(val, "keep") != 0 && strcmp(val, "scale") != 0))
+            return cli_usage_error("run", "--elastic-batch '%s': expected keep or scale", val ? val : "");
+        r->elastic_batch = val;
+    } else {
+        return -2;
+    }
+    ++*i;
+    return -1;
 }
 
 /* Parses one option at argv[*i] into r (leaving *i on its last word): -1 when done,
  * else the exit code. xvars and mca have room for every word of argv. */
-static int parse_option(int argc, char **argv, int *i, run_args *r, argvec *extra)
+static int parse_option(int argc, char **argv, int *i, run_args *r, run_argv *extra)
 {
     const char *a = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL;
     char why[1024];
-    int rc = run_parse_supervise_flag(argc, argv, i, r);
+    int rc = parse_supervise_flag(argc, argv, i, r);
     if (rc != -2)
         return rc;
     /* Options whose value is taken as it is (checked later). */
@@ -590,7 +308,7 @@ static int parse_option(int argc, char **argv, int *i, run_args *r, argvec *extr
     } else if (strcmp(a, "--mpirun-args") == 0) {
         if (!val)
             return cli_usage_error("run", "--mpirun-args needs the flags as one argument");
-        if (!argv_split(extra, argv[++*i], why, sizeof why))
+        if (!run_argv_split(extra, argv[++*i], why, sizeof why))
             return cli_usage_error("run", "--mpirun-args: %s", why);
     } else if (strcmp(a, "--dry-run") == 0) {
         r->dry_run = true;
@@ -604,8 +322,10 @@ static int parse_option(int argc, char **argv, int *i, run_args *r, argvec *extr
 
 static int run_with(int argc, char **argv, char **xvars, char **mca)
 {
-    argvec extra = {0};
-    run_args r = {.xvars = xvars, .mca = mca, .extra = &extra, .max_restarts = -1, .elastic_timeout = -1};
+    run_argv extra = {0};
+    static const run_output output = {.command = print_command, .relay = relay_line};
+    run_args r = {.xvars = xvars, .mca = mca, .extra = &extra, .max_restarts = -1, .elastic_timeout = -1,
+                  .output = &output};
     int rc = -1, i;
     /* Hand-parsed: mpirun-style single-dash -np, and everything from the first
      * non-option (or after --) belongs to the command. */
@@ -628,7 +348,7 @@ static int run_with(int argc, char **argv, char **xvars, char **mca)
         r.ncmd = argc - i;
         rc = run_plan_and_exec(&r);
     }
-    argv_free(&extra);
+    run_argv_free(&extra);
     return rc;
 }
 

@@ -37,10 +37,12 @@ edges=$(find src cli include -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' | s
 [ -n "$edges" ] || { echo "check_layers: no includes found under $root"; exit 1; }
 
 # header: the only directory whose files may include it (the state of a run, shared
-# by the files that run it; the checkpoint files' shared names).
+# by the files that run it; the checkpoint files' shared names; herd run's supervisor
+# and its child processes).
 private='
 train/run.h src/train
 train/checkpoint_file.h src/train
+tools/run_internal.h src/tools
 '
 outside=$(echo "$private" | while read -r hdr dir; do
   [ -n "$hdr" ] || continue

@@ -2,8 +2,9 @@
  * herd run's supervisor, its reading and deciding: what the launcher's stderr says
  * failed (herd train's failure line, the stall inspector's timeout, Open MPI's and
  * srun's notices), and whether a failed attempt is worth another. Pure: no process,
- * no printing; cli/run_supervise.c launches, passes the lines on and prints. Internal:
- * not part of the public API.
+ * no printing; src/tools/run_supervise.c launches, passes the lines on and logs. Also
+ * herd train's view of the failure line (cli/train.c). Internal: not part of the
+ * public API.
  */
 #ifndef HERD_TOOLS_RUN_TOOLS_H
 #define HERD_TOOLS_RUN_TOOLS_H

@@ -8,13 +8,7 @@
 #include <ctype.h>
 
 #include "fuzz.h"
-#include "run.h"
-
-/* main.c's, which the target does not link (it has its own main). */
-void cli_quiet_info(bool quiet)
-{
-    (void)quiet;
-}
+#include "tools/run_plan.h"
 
 static void check_name(const run_host *h)
 {
@@ -78,7 +72,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         n = strnlen((const char *)t, n); /* a C string: the argument, or the checked output */
         char *s = fz_strndup(t, n);
-        ok = mode == 1 ? run_parse_host_list(s, &h) : run_parse_discovery(s, "fuzz", &h, why, sizeof why);
+        ok = mode == 1 ? run_parse_host_list(s, &h, why, sizeof why) : run_parse_discovery(s, "fuzz", &h, why, sizeof why);
         free(s);
     }
     if (ok) {
@@ -103,7 +97,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                          (const char *)w[i].p);
             free(w);
         }
-    } else if (mode != 1) {
+    } else {
         FZ_CHECK(why[0] != '\0', "refused without a reason");
     }
     run_hosts_free(&h);
