@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # What --deterministic costs (issue 27): herd train with and without it, side by side and
 # interleaved (REPS rounds, the median kept), at 1 rank and at 2 ranks, for mlp and lenet5
-# on synthetic data, one thread per rank; the same global batch of micro-batches of B.
-# Prints each run's samples/s and the ratio; raw lines under bench/results/DATE-deterministic-bB.txt.
-#   usage: [B=8] [STEPS=100] [REPS=5] bench/deterministic.sh [BUILD]
+# on synthetic data, one thread per rank; the same global batch of micro-batches of B
+# (--deterministic cuts them into slices of 8). Prints each run's samples/s and the ratio;
+# raw lines appended to OUT (default bench/results/DATE-deterministic-bB.txt).
+#   usage: [B=8] [STEPS=100] [REPS=5] [OUT=file] bench/deterministic.sh [BUILD]
 set -u
 herd=${1:-build}/herd
 B=${B:-8} STEPS=${STEPS:-100} REPS=${REPS:-5}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-out=bench/results/$(date +%F)-deterministic-b$B.txt
-exec > >(tee "$out") 2>&1
+out=${OUT:-bench/results/$(date +%F)-deterministic-b$B.txt}
+exec > >(tee -a "$out") 2>&1
 echo "# $(date -u)  $("$herd" --version | head -n1)"
 echo "# $(nproc --all) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 echo "# micro-batch $B, global batch $((B * 12)) (1 rank x 12 or 2 ranks x 6), $STEPS steps, median of $REPS"

@@ -80,9 +80,12 @@ static const char train_help[] =
     "  --stage-split A,B        the layers where stages 1.. begin (default: balanced by each\n"
     "                           layer's measured forward+backward time)\n"
     "  --check-replicas         verify after every step that all replicas are identical\n"
-    "  --deterministic          the same saved weights at any number of ranks and any\n"
-    "                           --grad-accum split of the same global batch (CPU; see\n"
-    "                           docs/determinism.md for what it does not cover yet)\n"
+    "  --deterministic          the same saved weights at any number of ranks, --grad-accum,\n"
+    "                           --batch-size and --threads making up the same global batch\n"
+    "                           (CPU, one thread per rank; see docs/determinism.md for what\n"
+    "                           it does not cover yet)\n"
+    "  --slice-size N           --deterministic's unit of work: samples whose gradient is\n"
+    "                           computed alone; --batch-size must be a multiple of it (8)\n"
     "  --stall-warning S        report ranks missing from a collective after S s (60)\n"
     "  --comm-timeout S         abort the job after S s in one collective (300)\n"
     "  --train-samples N        use only the first N training samples\n"
@@ -105,7 +108,7 @@ enum {
     OPT_NESTEROV, OPT_WD, OPT_DECOUPLED, OPT_DECAY_BN, OPT_SCHEDULE, OPT_MILESTONES, OPT_GAMMA,
     OPT_WARMUP, OPT_AUGMENT, OPT_SMOOTH, OPT_THREADS, OPT_SEED, OPT_CKPT, OPT_RESUME, OPT_EVAL,
     OPT_MAX_STEPS, OPT_TRAIN_SAMPLES, OPT_SAVE, OPT_LOG_EVERY, OPT_QUIET, OPT_JSON, OPT_HELP,
-    OPT_LR_SCALING, OPT_SYNC_BN, OPT_COMPRESS, OPT_GRAD_ACCUM, OPT_BUCKET_MB, OPT_CHECK_REPLICAS, OPT_DETERMINISTIC,
+    OPT_LR_SCALING, OPT_SYNC_BN, OPT_COMPRESS, OPT_GRAD_ACCUM, OPT_BUCKET_MB, OPT_CHECK_REPLICAS, OPT_DETERMINISTIC, OPT_SLICE_SIZE,
     OPT_MEM_LIMIT, OPT_PP_STAGES, OPT_MICRO_BATCHES, OPT_PP_SCHEDULE, OPT_STAGE_SPLIT,
     OPT_STALL_WARNING, OPT_COMM_TIMEOUT, OPT_DEVICE, OPT_LOGDIR, OPT_HISTOGRAMS, OPT_METRICS,
     OPT_PRECISION, OPT_GPU_MEM, OPT_LOSS_SCALE,
@@ -168,6 +171,7 @@ static const struct option train_options[] = {
     {"stage-split", required_argument, 0, OPT_STAGE_SPLIT},
     {"check-replicas", no_argument, 0, OPT_CHECK_REPLICAS},
     {"deterministic", no_argument, 0, OPT_DETERMINISTIC},
+    {"slice-size", required_argument, 0, OPT_SLICE_SIZE},
     {"stall-warning", required_argument, 0, OPT_STALL_WARNING},
     {"comm-timeout", required_argument, 0, OPT_COMM_TIMEOUT},
     {"logdir", required_argument, 0, OPT_LOGDIR},
@@ -361,6 +365,7 @@ static int parse_train_args(int argc, char **argv, train_args *a)
         case OPT_BUCKET_MB: FLOAT_ARG(0.001, 4096, c->bucket_mb, "--bucket-mb"); break;
         case OPT_CHECK_REPLICAS: c->check_replicas = true; break;
         case OPT_DETERMINISTIC: c->deterministic = true; break;
+        case OPT_SLICE_SIZE: INT_ARG(1, 1 << 20, c->slice_size, "--slice-size"); break;
         case OPT_STALL_WARNING: FLOAT_ARG(0.1, 1e6, a->dist.stall_warning_s, "--stall-warning"); break;
         case OPT_COMM_TIMEOUT: FLOAT_ARG(0.1, 1e6, a->dist.timeout_s, "--comm-timeout"); break;
         case OPT_TIMELINE: c->timeline_path = optarg; break;

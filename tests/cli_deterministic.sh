@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# --deterministic (docs/determinism.md): one global batch of 12 micro-batches of 8, split
-# as 1 rank x 12, 2 x 6, 3 x 4, 4 x 3 and 6 x 2 (ranks x --grad-accum; more ranks than
-# cores), trained 100 steps (30, and up to 3 ranks, under the sanitizers): the saved
-# weights byte-identical to the one-process run, for lenet5 and mlp, and for lenet5
-# stopped on 2 ranks and resumed on 3 (the checkpoint carries the exact sums' grid);
-# without the flag they are not (so the comparison can fail). The same thread count
-# everywhere: oneDNN splits a reduction over threads. What it does not cover yet is
-# refused at start, naming the option.
+# --deterministic (docs/determinism.md): one global batch of 96 samples (12 slices of 8),
+# split as 1 rank x 12 micro-batches of 8, 2 x 6, 3 x 4, 4 x 3 and 6 x 2 (ranks x
+# --grad-accum; more ranks than cores), and as other --batch-size per rank (1 x 32 x 3,
+# 2 x 16 x 3, 3 x 32 x 1, 4 x 24 x 1) and --threads 2, trained 100 steps (30, and up to
+# 3 ranks, under the sanitizers): the saved weights byte-identical to the one-process run,
+# for lenet5 and mlp, and for lenet5 stopped on 2 ranks and resumed on 3 (the checkpoint
+# carries the exact sums' grid); slices of 4 (--slice-size) likewise across batch sizes;
+# without the flag they are not (so the comparison can fail). What it does not cover yet
+# is refused at start, naming the option.
 set -u
 . "$(dirname "$0")/testlib.sh"
 samples=9600 # 100 steps of 96
@@ -32,7 +33,19 @@ for model in lenet5 mlp; do
   run1 $model 12 "$tmp/$model.plain" >/dev/null 2>&1
   check "... without --deterministic the weights differ (the comparison can fail)" \
     bash -c "! cmp -s '$tmp/$model.1' '$tmp/$model.plain'"
+  # Another batch size per rank: its micro-batches of 32 run as slices of 8.
+  run1 $model 3 "$tmp/$model.b32" --deterministic --batch-size 32 >/dev/null 2>&1
+  check "$model, 1 process x 3 micro-batches of 32: the same bytes" cmp "$tmp/$model.1" "$tmp/$model.b32"
 done
+# Two threads: every kernel runs on one. (lenet5: oneDNN splits its convolutions' weight
+# gradients over threads; mlp's GEMMs gave the same bytes at 2 threads even before.)
+run1 lenet5 12 "$tmp/lenet5.t2" --deterministic --threads 2 >/dev/null 2>&1
+check "lenet5, --threads 2: the same bytes" cmp "$tmp/lenet5.1" "$tmp/lenet5.t2"
+# Slices of 4: micro-batches of 4 x 24 and of 12 x 8 agree.
+run1 lenet5 24 "$tmp/s4.a" --deterministic --batch-size 4 --slice-size 4 >/dev/null 2>&1
+run1 lenet5 8 "$tmp/s4.b" --deterministic --batch-size 12 --slice-size 4 --threads 2 >/dev/null 2>&1
+check "lenet5, --slice-size 4: 1 x 24 x 4 and 1 x 8 x 12 (--threads 2) the same bytes" \
+  cmp "$tmp/s4.a" "$tmp/s4.b"
 
 if have_mpi; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -45,6 +58,19 @@ if have_mpi; then
         cmp "$tmp/$model.1" "$tmp/$model.$np"
     done
   done
+  # Other batch sizes per rank (ranks x --batch-size x --grad-accum), one with 2 threads.
+  sizes=("2 16 3" "3 32 1" "4 24 1")
+  [ "${HERD_SANITIZED:-0}" = 1 ] && sizes=("2 16 3")
+  for size in "${sizes[@]}"; do
+    read -r np batch accum <<<"$size"
+    for model in lenet5 mlp; do
+      [ $model = mlp ] && [ "$np" -gt 2 ] && continue
+      runn "$np" $model "$accum" "$tmp/$model.$np.b$batch" --deterministic --batch-size "$batch" \
+        --threads $((np == 2 ? 2 : 1)) >"$tmp/out" 2>&1 || tail -3 "$tmp/out"
+      check "$model, $np ranks x $batch x $accum$([ "$np" = 2 ] && echo ', --threads 2'): the one-process bytes" \
+        cmp "$tmp/$model.1" "$tmp/$model.$np.b$batch"
+    done
+  done
   # Stopped on 2 ranks, resumed on 3: the grid of the exact sums travels in the checkpoint.
   stop_at=40; [ "${HERD_SANITIZED:-0}" = 1 ] && stop_at=12
   runn 2 lenet5 6 "$tmp/lenet5.stopped" --deterministic --checkpoint-dir "$tmp/ck" \
@@ -55,10 +81,14 @@ if have_mpi; then
     >"$tmp/out" 2>&1 || tail -3 "$tmp/out"
   check "lenet5 stopped at step $stop_at on 2 ranks x 6, resumed on 3 x 4: the one-process bytes" \
     cmp "$tmp/lenet5.1" "$tmp/lenet5.resumed"
-  # An elastic restart keeps the global batch, in micro-batches of the same size or not at all.
+  # An elastic restart keeps the global batch, in whole slices or not at all.
   runn 2 lenet5 3 "$tmp/e.st" --deterministic --elastic-ranks 3 --max-steps 1 >/dev/null 2>"$tmp/err"
-  check "elastic from 3 ranks x 3 to 2 (72 samples: not whole micro-batches of 8 each) refused" \
-    grep -q "elastic with --deterministic: .*micro-batches of 8" "$tmp/err"
+  check "elastic from 3 ranks x 3 to 2 (72 samples: 36 each, not whole slices of 8) refused" \
+    grep -q "elastic with --deterministic: .*whole slices of 8 (--slice-size)" "$tmp/err"
+  runn 2 lenet5 1 "$tmp/e.st" --deterministic --batch-size 16 --elastic-ranks 3 --max-steps 1 \
+    >"$tmp/out" 2>&1
+  check "elastic from 3 ranks x 16 to 2 taken as 2 x 8 x 3 (micro-batches of whole slices)" \
+    grep -q "global batch 48 kept as 2 x 8 x 3" "$tmp/out"
   runn 2 lenet5 3 "$tmp/e.st" --deterministic --elastic-ranks 4 --max-steps 1 >"$tmp/out" 2>&1
   check "elastic from 4 ranks x 3 to 2 x 6 taken (exit $?)" grep -q "elastic: 2 replicas instead of 4" "$tmp/out"
   runn 2 lenet5 6 "$tmp/lenet5.2plain" >/dev/null 2>&1
@@ -83,6 +113,12 @@ check "batch norm (resnet20) refused" bash -c "'$herd' train --model resnet20 --
   synthetic:3,32,32,10,96 --epochs 1 --batch-size 8 --deterministic --quiet 2>&1 >/dev/null |
   grep -q 'does not cover batch norm'"
 check "--device sim refused" refused "runs on the CPU only" --device sim
+check "--batch-size 12 (not whole slices of 8) refused, naming --slice-size" \
+  refused "batch-size 12 is not a whole number of them" --batch-size 12 --data synthetic:1,28,28,10,120
+check "--slice-size 3 with --batch-size 8 refused" refused "slices of 3 samples (--slice-size)" --slice-size 3
+check "--slice-size without --deterministic refused" bash -c "'$herd' train --model lenet5 \
+  --data synthetic:1,28,28,10,96 --epochs 1 --batch-size 8 --slice-size 4 --quiet 2>&1 >/dev/null |
+  grep -q 'slice-size 4: .*add --deterministic'"
 check "samples that are not whole global batches refused, naming --train-samples" \
   refused "use --train-samples 96" --data synthetic:1,28,28,10,100
 finish

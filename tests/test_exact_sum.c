@@ -1,6 +1,7 @@
 /* The exact gradient sums of --deterministic (src/train/exact_sum.c): slices added in
  * any order give the same bits; the first step and a slice past the grid's headroom ask
- * for a redo; inf and NaN reach the mean instead of looping. (Several ranks: the
+ * for a redo; inf and NaN reach the mean instead of looping; slice losses on their grid
+ * add in any order. (Several ranks: the
  * cli_deterministic test, which compares whole runs at 1 to 6 ranks.) */
 #include <math.h>
 #include <stdio.h>
@@ -167,6 +168,38 @@ static void test_grid_in_checkpoints(void **state)
     herd_exact_sum_free(&g.e);
 }
 
+/* Slice losses on the grid add to the same bits in any grouping (one rank's slices in
+ * order, or partial sums per rank reduced in another order), which the raw doubles do
+ * not; the total stays within half a grid step per slice of the raw one. */
+static void test_loss_order_free(void **state)
+{
+    (void)state;
+    enum { N = 96 };
+    double raw[N], on[N]; /* losses from 2^-32 to 2^8: some are past 53 bits apart */
+    float *r = tu_randv(N * 8, 7);
+    for (int i = 0; i < N; i++) { /* a slice's loss: 8 fp32 values summed in a double */
+        raw[i] = 0;
+        for (int k = 0; k < 8; k++)
+            raw[i] += (double)(fabsf(r[i * 8 + k]) * ldexpf(1.0f, (i * 7 + k) % 40 - 32));
+        on[i] = herd_exact_loss(raw[i]);
+        assert_true(fabs(on[i] - raw[i]) <= ldexp(1.0, -29));
+    }
+    free(r);
+    double fwd = 0, raw_fwd = 0, ranks = 0, raw_ranks = 0;
+    for (int i = 0; i < N; i++)
+        fwd += on[i], raw_fwd += raw[i];
+    for (int k = 5; k >= 0; k--) { /* 6 ranks' partial sums, reduced last to first */
+        double part = 0, raw_part = 0;
+        for (int i = k; i < N; i += 6)
+            part += on[i], raw_part += raw[i];
+        ranks += part, raw_ranks += raw_part;
+    }
+    assert_memory_equal(&fwd, &ranks, sizeof fwd);
+    assert_true(raw_fwd != raw_ranks); /* the data make the order matter without the grid */
+    assert_true(fabs(fwd - raw_fwd) <= N * ldexp(1.0, -29));
+    assert_true(isinf(herd_exact_loss(INFINITY)) && isnan(herd_exact_loss(NAN)));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -174,6 +207,7 @@ int main(void)
         cmocka_unit_test(test_overflow_redone),
         cmocka_unit_test(test_nonfinite_reaches_the_mean),
         cmocka_unit_test(test_grid_in_checkpoints),
+        cmocka_unit_test(test_loss_order_free),
     };
     if (herd_comm_local_create(&g_comm) != HERD_OK)
         return 1;

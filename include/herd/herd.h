@@ -328,12 +328,16 @@ typedef struct herd_train_config {
     int grad_accum;        /* micro-batches per step; communicate on the last (1) */
     double bucket_mb;      /* gradient bucket size in MiB (25; the first bucket is 1) */
     bool check_replicas;   /* hash parameters after every step and abort if replicas differ */
-    /* The same saved weights whatever the number of ranks and the --grad-accum split that
-     * make up the global batch (docs/determinism.md): each micro-batch's gradient is summed
-     * exactly; checkpoints keep what a resume needs to continue alike. CPU only, without
-     * batch norm, ZeRO, pipeline stages or compression for now (refused at start, naming
-     * the option). */
+    /* The same saved weights whatever the number of ranks, the --grad-accum split and the
+     * per-rank batch size that make up the global batch, and the thread count
+     * (docs/determinism.md): each slice's gradient is computed alone on one thread and
+     * summed exactly; checkpoints keep what a resume needs to continue alike. CPU only,
+     * without batch norm, ZeRO, pipeline stages or compression for now (refused at start,
+     * naming the option). */
     bool deterministic;
+    /* With deterministic: samples per slice, which batch_size must be a multiple of
+     * (0: 8). Runs compared byte for byte must use the same slice size. */
+    int slice_size;
 
     /* Pipeline parallelism (docs/pipeline.md): the model's layers split into
      * pipeline_stages stages on consecutive ranks (ranks = stages x replicas), each

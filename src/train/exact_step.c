@@ -1,7 +1,8 @@
-/* --deterministic steps (docs/determinism.md): each micro-batch (a slice of the global
- * batch) computes its gradient alone and adds it to exact sums; the sums over the ranks
- * do not depend on the order, so neither do the weights on the number of ranks or the
- * --grad-accum split that make up the global batch. */
+/* --deterministic steps (docs/determinism.md): each slice of the global batch (a fixed
+ * number of samples, --slice-size) computes its gradient alone and adds it to exact
+ * sums; the sums over the ranks do not depend on the order, so neither do the weights on
+ * the number of ranks, the --grad-accum split or the --batch-size that make up the
+ * global batch. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,13 +83,17 @@ static herd_batch kept(const run *r, int j)
                         .labels = r->slice_labels + (size_t)j * micro, .n = r->slice_n[j]};
 }
 
-/* One pass over the step's micro-batches into the exact sums. A micro-batch's dropout
- * stream follows its place in the global batch (micro-batch j of rank k is slice
- * j * ranks + k of the loader's order), not its place on this rank. */
+/* One pass over the step's micro-batches into the exact sums, slice by slice: the
+ * model runs on each slice alone (batch-major inputs: a slice is an offset and a count),
+ * so its gradient depends on its samples and the weights only, not on the --batch-size
+ * or the ranks that hold it. A slice's dropout stream follows its place in the global
+ * batch: the loader gives rank k of N micro-batch j as the global batch's
+ * (j * N + k)-th piece of B samples, so its slice i is slice (j * N + k) * B / s + i. */
 static herd_status pass(run *r, int n_micro, uint64_t seed, bool from_loader, herd_step_stats *s)
 {
-    int ranks = r->dp->size, rank = r->dp->rank;
-    herd_exact_sum_begin(&r->exact, r->m, (long)n_micro * ranks);
+    int ranks = r->dp->size, rank = r->dp->rank, size = herd_slice_size(&r->cfg);
+    int per_micro = r->cfg.batch_size / size, n_slices = n_micro * per_micro;
+    herd_exact_sum_begin(&r->exact, r->m, (long)n_slices * ranks);
     for (int j = 0; j < n_micro; j++) {
         herd_batch b;
         if (from_loader) {
@@ -102,9 +107,20 @@ static herd_status pass(run *r, int n_micro, uint64_t seed, bool from_loader, he
         } else {
             b = kept(r, j);
         }
-        uint64_t slice = (uint64_t)j * (uint64_t)ranks + (uint64_t)rank;
-        HERD_TRY(herd_micro_step(r->m, &r->plan, &b, j, n_micro, r->cfg.label_smoothing,
-                                 herd_mix64(seed, slice), s));
+        if (b.n != r->cfg.batch_size) /* setup asked for whole global batches */
+            return HERD_ERR(HERD_ERR_INTERNAL, "--deterministic: a micro-batch of %d samples, not "
+                            "%d", b.n, r->cfg.batch_size);
+        for (int i = 0; i < per_micro; i++) {
+            herd_batch slice = {.x = b.x + (size_t)i * size * sample_floats(r),
+                                .labels = b.labels + (size_t)i * size, .n = size};
+            uint64_t place = ((uint64_t)j * (uint64_t)ranks + (uint64_t)rank) * (uint64_t)per_micro + (uint64_t)i;
+            /* The loss too is summed on a grid, so its total has no order either. */
+            double loss_before = s->loss_sum;
+            s->loss_sum = 0;
+            HERD_TRY(herd_micro_step(r->m, &r->plan, &slice, j * per_micro + i, n_slices,
+                                     r->cfg.label_smoothing, herd_mix64(seed, place), s));
+            s->loss_sum = loss_before + herd_exact_loss(s->loss_sum);
+        }
     }
     return HERD_OK;
 }

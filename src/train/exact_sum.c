@@ -162,6 +162,8 @@ herd_status herd_exact_sum_finish(herd_exact_sum *e, herd_model *m, herd_comm *c
     return HERD_OK;
 }
 
+double herd_exact_loss(double slice_loss) { return ldexp(rint(ldexp(slice_loss, 28)), -28); }
+
 void herd_exact_sum_grid_text(const herd_exact_sum *e, const herd_model *m, char *buf, size_t size)
 {
     size_t used = 0;

@@ -35,6 +35,11 @@ void herd_exact_sum_add(herd_exact_sum *e, const herd_model *m);
  * must be computed again (begin, add..., finish), every rank alike. */
 herd_status herd_exact_sum_finish(herd_exact_sum *e, herd_model *m, herd_comm *c, bool *redo);
 
+/* A slice's summed loss on a fixed grid (2^-28): such values add exactly in doubles, in
+ * any order, while the totals stay below 2^25, so the reported loss does not depend on
+ * the split either. Inf and NaN stay as they are. */
+double herd_exact_loss(double slice_loss);
+
 /* The grid as text for a checkpoint ("" without one): one exponent per view. */
 void herd_exact_sum_grid_text(const herd_exact_sum *e, const herd_model *m, char *buf, size_t size);
 /* The grid from a checkpoint's text: exactly one exponent per view, each a grid an fp32

@@ -93,6 +93,8 @@ herd_status herd_train_validate(const herd_train_config *c);
 herd_status herd_train_check_shapes(const herd_model *m, herd_dataset *train, herd_dataset *test);
 /* The replicas of the model: ranks, or with pipeline stages the pipelines. */
 int herd_run_replicas(const run *r);
+/* --deterministic's samples per slice (--slice-size, or its default). */
+int herd_slice_size(const herd_train_config *c);
 /* r->cfg becomes the effective configuration (elastic fit, lr scaling, warmup). */
 herd_status herd_run_resolve_config(run *r, const herd_train_config *cfg);
 /* The pipeline's and ZeRO's arguments against the job and the model. */

@@ -14,7 +14,7 @@
  * writes them alone, no collective) and dist. A new field changes the size: compare
  * it (or add it to the list above), then update the size. */
 #if UINTPTR_MAX == UINT64_MAX
-_Static_assert(sizeof(herd_train_config) == 288,
+_Static_assert(sizeof(herd_train_config) == 296,
                "herd_train_config changed: add the new field to check_signature");
 #endif
 
@@ -53,6 +53,7 @@ static void sign_config(herd_signature *s, const herd_train_config *c)
     herd_signature_add(s, "bucket_mb", "%.17g", c->bucket_mb);
     herd_signature_add(s, "check_replicas", "%d", c->check_replicas);
     herd_signature_add(s, "deterministic", "%d", c->deterministic);
+    herd_signature_add(s, "slice_size", "%d", c->slice_size);
     if (c->dynamic_loss_scale)
         herd_signature_add(s, "loss_scale", "dynamic %.9g/%d", c->loss_scale_init,
                            c->loss_scale_window);

@@ -409,7 +409,14 @@ static herd_wire_type wire_type(herd_compress c)
 static herd_status setup(run *r)
 {
     const herd_train_config *cfg = &r->cfg;
-    HERD_TRY(r->m->be->set_threads(cfg->threads));
+    /* --deterministic: oneDNN splits a slice's reductions (weight gradients) over threads
+     * in an order that follows their number, so every kernel runs on one thread; running
+     * slices on threads at once would win the cores back (docs/determinism.md). */
+    int threads = cfg->deterministic ? 1 : cfg->threads;
+    if (threads != cfg->threads && r->comm->rank == 0)
+        herd_log(HERD_LOG_INFO, "--deterministic: one compute thread per rank (--threads %d "
+                 "not used: threads would change the bytes)", cfg->threads);
+    HERD_TRY(r->m->be->set_threads(threads));
     /* With pipeline stages every stage of a replica reads the replica's shard in
      * micro-batches: stage 0 the images, the last stage the labels. */
     int micro = cfg->batch_size / cfg->micro_batches, per_step = cfg->grad_accum * cfg->micro_batches;

@@ -119,6 +119,17 @@ herd_status herd_train_validate(const herd_train_config *c)
             return HERD_ERR(HERD_ERR_UNSUPPORTED, "--deterministic does not work with %s yet: "
                             "drop one of the two (docs/determinism.md)", no);
     }
+    if (c->slice_size < 0 || (c->slice_size > 0 && !c->deterministic))
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "--slice-size %d: %s", c->slice_size,
+                        c->slice_size < 0 ? "a slice holds at least one sample (0: the default, 8)"
+                                          : "slices are --deterministic's unit of work; add "
+                                            "--deterministic or drop --slice-size");
+    if (c->deterministic && c->batch_size % herd_slice_size(c) != 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "--deterministic computes slices of %d samples "
+                        "(--slice-size), and --batch-size %d is not a whole number of them; pick "
+                        "a --batch-size that is a multiple of %d, or another --slice-size (the "
+                        "same on every run you compare)", herd_slice_size(c), c->batch_size,
+                        herd_slice_size(c));
     if (c->dynamic_loss_scale && (!(c->loss_scale_init >= 1.0f) || !isfinite(c->loss_scale_init) ||
                                   c->loss_scale_window < 1))
         return HERD_ERR(HERD_ERR_INVALID_ARG,
@@ -127,6 +138,10 @@ herd_status herd_train_validate(const herd_train_config *c)
                         (double)c->loss_scale_init, c->loss_scale_window);
     return HERD_OK;
 }
+
+/* A fixed default, not one derived from the batch size: runs that split one global
+ * batch differently must cut it into the same slices to give the same bytes. */
+int herd_slice_size(const herd_train_config *c) { return c->slice_size > 0 ? c->slice_size : 8; }
 
 /* The replicas of the model: ranks, or with pipeline stages the pipelines. */
 int herd_run_replicas(const run *r)
@@ -164,21 +179,20 @@ static herd_status resolve_elastic(run *r)
         c->lr = lr;
         return HERD_OK;
     }
-    long micro_unit = c->micro_batches > 1 ? c->micro_batches : 1;
+    /* --deterministic: micro-batches of whole slices, which keep their size. */
+    long micro_unit = c->micro_batches > 1 ? c->micro_batches : c->deterministic ? herd_slice_size(c) : 1;
     long per = g0 % n == 0 ? g0 / n : 0; /* samples per replica and step */
     int accum = 0, batch = 0;
     if (per > 0 && per % c->batch_size == 0 && per / c->batch_size <= 4096) {
         batch = c->batch_size;
         accum = (int)(per / c->batch_size);
     }
-    /* --deterministic sums micro-batches as the run's slices: their size must stay. */
-    if (c->deterministic && !accum)
+    if (c->deterministic && per % micro_unit != 0)
         return HERD_ERR(HERD_ERR_INVALID_ARG,
                         "elastic with --deterministic: the global batch %ld (%d replicas x %d x %d) "
-                        "cannot be kept on %d replicas in micro-batches of %d, which --deterministic "
-                        "sums as they are; restart with a number of ranks that divides its %ld "
-                        "micro-batches", g0, n0, c->batch_size, c->grad_accum, n, c->batch_size,
-                        g0 / c->batch_size);
+                        "cannot be kept on %d replicas in whole slices of %d (--slice-size); "
+                        "restart with a number of ranks that divides its %ld slices", g0, n0,
+                        c->batch_size, c->grad_accum, n, (int)micro_unit, g0 / micro_unit);
     for (long a = 1; !accum && per > 0 && a <= 4096 && a <= per; a++)
         if (per % a == 0 && per / a <= c->batch_size && (per / a) % micro_unit == 0) {
             accum = (int)a;
