@@ -11,10 +11,10 @@
 set -u
 . "$(dirname "$0")/testlib.sh"
 samples=9600 # 100 steps of 96
-# Under the sanitizers (several times slower): 30 steps, and 2 and 3 ranks; the release
+# In a repeat pass (testlib.sh: sanitizers, MPICH): 30 steps, and 2 and 3 ranks; the release
 # build runs all of it.
 splits=("2 6" "3 4" "4 3" "6 2")
-[ "${HERD_SANITIZED:-0}" = 1 ] && samples=2880 splits=("2 6" "3 4")
+repeat_pass && samples=2880 splits=("2 6" "3 4")
 run1() { # run1 MODEL ACCUM OUT [FLAGS...]: one process
   local model=$1 accum=$2 out=$3; shift 3
   "$herd" train --model "$model" --data "synthetic:1,28,28,10,$samples" --epochs 1 --batch-size 8 \
@@ -60,7 +60,7 @@ if have_mpi; then
   done
   # Other batch sizes per rank (ranks x --batch-size x --grad-accum), one with 2 threads.
   sizes=("2 16 3" "3 32 1" "4 24 1")
-  [ "${HERD_SANITIZED:-0}" = 1 ] && sizes=("2 16 3")
+  repeat_pass && sizes=("2 16 3")
   for size in "${sizes[@]}"; do
     read -r np batch accum <<<"$size"
     for model in lenet5 mlp; do
@@ -72,7 +72,7 @@ if have_mpi; then
     done
   done
   # Stopped on 2 ranks, resumed on 3: the grid of the exact sums travels in the checkpoint.
-  stop_at=40; [ "${HERD_SANITIZED:-0}" = 1 ] && stop_at=12
+  stop_at=40; repeat_pass && stop_at=12
   runn 2 lenet5 6 "$tmp/lenet5.stopped" --deterministic --checkpoint-dir "$tmp/ck" \
     --max-steps $stop_at >"$tmp/out" 2>&1 || tail -3 "$tmp/out"
   check "lenet5 checkpoint at step $stop_at holds the grid" \
