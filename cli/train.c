@@ -89,6 +89,7 @@ static const char train_help[] =
     "  --stall-warning S        report ranks missing from a collective after S s (60)\n"
     "  --comm-timeout S         abort the job after S s in one collective (300)\n"
     "  --train-samples N        use only the first N training samples\n"
+    "  --test-samples N         evaluate on only the first N test samples\n"
     "  --save FILE              write the final weights (safetensors)\n"
     "  --log-every N            steps between progress lines when not on a terminal, and\n"
     "                           between points in --logdir and --metrics (50)\n"
@@ -107,7 +108,7 @@ enum {
     OPT_MODEL = 256, OPT_DATA, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_OPTIMIZER, OPT_MOMENTUM,
     OPT_NESTEROV, OPT_WD, OPT_DECOUPLED, OPT_DECAY_BN, OPT_SCHEDULE, OPT_MILESTONES, OPT_GAMMA,
     OPT_WARMUP, OPT_AUGMENT, OPT_SMOOTH, OPT_THREADS, OPT_SEED, OPT_CKPT, OPT_RESUME, OPT_EVAL,
-    OPT_MAX_STEPS, OPT_TRAIN_SAMPLES, OPT_SAVE, OPT_LOG_EVERY, OPT_QUIET, OPT_JSON, OPT_HELP,
+    OPT_MAX_STEPS, OPT_TRAIN_SAMPLES, OPT_TEST_SAMPLES, OPT_SAVE, OPT_LOG_EVERY, OPT_QUIET, OPT_JSON, OPT_HELP,
     OPT_LR_SCALING, OPT_SYNC_BN, OPT_COMPRESS, OPT_GRAD_ACCUM, OPT_BUCKET_MB, OPT_CHECK_REPLICAS, OPT_DETERMINISTIC, OPT_SLICE_SIZE,
     OPT_MEM_LIMIT, OPT_PP_STAGES, OPT_MICRO_BATCHES, OPT_PP_SCHEDULE, OPT_STAGE_SPLIT,
     OPT_STALL_WARNING, OPT_COMM_TIMEOUT, OPT_DEVICE, OPT_LOGDIR, OPT_HISTOGRAMS, OPT_METRICS,
@@ -155,6 +156,7 @@ static const struct option train_options[] = {
     {"eval-every", required_argument, 0, OPT_EVAL},
     {"max-steps", required_argument, 0, OPT_MAX_STEPS},
     {"train-samples", required_argument, 0, OPT_TRAIN_SAMPLES},
+    {"test-samples", required_argument, 0, OPT_TEST_SAMPLES},
     {"save", required_argument, 0, OPT_SAVE},
     {"log-every", required_argument, 0, OPT_LOG_EVERY},
     {"quiet", no_argument, 0, OPT_QUIET},
@@ -183,7 +185,7 @@ static const struct option train_options[] = {
 
 typedef struct train_args {
     const char *model, *data, *save, *device;
-    long train_samples;
+    long train_samples, test_samples;
     bool quiet, json;
     herd_precision precision;
     uint64_t gpu_memory_limit, memory_limit;
@@ -343,6 +345,7 @@ static int parse_train_args(int argc, char **argv, train_args *a)
         case OPT_EVAL: INT_ARG(0, 100000, c->eval_every, "--eval-every"); break;
         case OPT_MAX_STEPS: INT_ARG(1, 1L << 40, c->max_steps, "--max-steps"); break;
         case OPT_TRAIN_SAMPLES: INT_ARG(1, 1L << 40, a->train_samples, "--train-samples"); break;
+        case OPT_TEST_SAMPLES: INT_ARG(1, 1L << 40, a->test_samples, "--test-samples"); break;
         case OPT_SAVE: a->save = optarg; break;
         case OPT_LOG_EVERY: INT_ARG(1, 1L << 30, c->log_every, "--log-every"); break;
         case OPT_LOGDIR: c->logdir = optarg; break;
@@ -481,6 +484,10 @@ int cmd_train(int argc, char **argv)
     }
     if (a.train_samples && (st = herd_dataset_truncate(train, (size_t)a.train_samples)) != HERD_OK) {
         cli_fail(st, "--train-samples");
+        goto done;
+    }
+    if (a.test_samples && (st = herd_dataset_truncate(test, (size_t)a.test_samples)) != HERD_OK) {
+        cli_fail(st, "--test-samples");
         goto done;
     }
     /* Pipeline stages build their own layers' parameters: no rank holds the whole

@@ -39,6 +39,7 @@ mismatch "--max-steps" max_steps "" "--max-steps 3"
 mismatch "--grad-accum" grad_accum "" "--grad-accum 2"
 mismatch "--train-samples" train_data "" "--train-samples 400"
 check "the values of both ranks are shown" grep -q "rank 1 has train_data=400 samples.* but rank 0 has train_data=500 samples" "$tmp/err"
+mismatch "--test-samples" test_data "" "--test-samples 400"
 
 # Two 80-layer models that differ only in the width of the last hidden layer: long
 # past any fixed-size description, the difference is still found and named.

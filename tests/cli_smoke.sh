@@ -13,6 +13,14 @@ for sub in train eval models "bench train"; do
   check "$sub --help exits 0 with a usage text" bash -c "test $? -eq 0 && grep -q '^usage: herd $sub' '$tmp/help'"
 done
 
+# --train-samples and --test-samples keep the first N of each split: both counts named.
+"$herd" train --model mlp --data "$data" --epochs 1 --batch-size 32 --threads 1 --train-samples 64 \
+  --test-samples 40 >"$tmp/sub.out" 2>"$tmp/sub.err"
+check "--train-samples 64 --test-samples 40: 64 train / 40 test samples" \
+  bash -c "test $? -eq 0 && grep -q ': 64 train / 40 test samples$' '$tmp/sub.err'"
+"$herd" train --model mlp --data "$data" --test-samples 0 >/dev/null 2>"$tmp/sub.err"
+check "--test-samples 0: exit 2 naming the option" bash -c "test $? -eq 2 && grep -q -- '--test-samples' '$tmp/sub.err'"
+
 "$herd" models >"$tmp/models"
 check "models lists the zoo" bash -c "grep -q '^mlp' '$tmp/models' && grep -q '^lenet5' '$tmp/models' && grep -q '^resnet20' '$tmp/models'"
 check "models shows lenet5's parameter count" grep -q "61706" "$tmp/models"
