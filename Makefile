@@ -49,11 +49,14 @@ ASAN_CC ?= $(shell command -v clang 2>/dev/null || command -v cc)
 FUZZ_SECONDS ?= 60
 
 # A tree configured with another compiler starts afresh (CMake would keep none of the options).
+# No CUDA backend: nvcc's code is not instrumented, its tests need a GPU, and the optimised
+# build compiles it (25 s less to build).
 asan-build:
 	@if [ -f $(ASAN_BUILD)/CMakeCache.txt ] && \
 	    ! grep -q '^CMAKE_C_COMPILER:[A-Z]*=$(ASAN_CC)$$' $(ASAN_BUILD)/CMakeCache.txt; then \
 	  rm -rf $(ASAN_BUILD)/CMakeCache.txt $(ASAN_BUILD)/CMakeFiles; fi
-	cmake -S . -B $(ASAN_BUILD) -DCMAKE_C_COMPILER=$(ASAN_CC) -DCMAKE_BUILD_TYPE=Debug -DHERD_SANITIZE=ON >/dev/null
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_C_COMPILER=$(ASAN_CC) -DCMAKE_BUILD_TYPE=Debug -DHERD_SANITIZE=ON \
+	  -DHERD_CUDA=OFF >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 
 # cli_zero_sim and cli_pipeline_sim repeat cli_zero and cli_pipeline on the simulated

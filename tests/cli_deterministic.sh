@@ -17,13 +17,13 @@ splits=("2 6" "3 4" "4 3" "6 2")
 repeat_pass && samples=2880 splits=("2 6" "3 4")
 run1() { # run1 MODEL ACCUM OUT [FLAGS...]: one process
   local model=$1 accum=$2 out=$3; shift 3
-  "$herd" train --model "$model" --data "synthetic:1,28,28,10,$samples" --epochs 1 --batch-size 8 \
+  "$herd" train --model "$model" --data "synthetic:1,28,28,10,$samples" --test-samples 480 --epochs 1 --batch-size 8 \
     --grad-accum "$accum" --seed 5 --lr 0.05 --momentum 0.9 --threads 1 --quiet --save "$out" "$@"
 }
 runn() { # runn NP MODEL ACCUM OUT [FLAGS...]: under the launcher
   local np=$1; shift
   timeout 300 "${mpiexec[@]}" -np "$np" "$herd" train --model "$1" \
-    --data "synthetic:1,28,28,10,$samples" --epochs 1 --batch-size 8 --grad-accum "$2" --seed 5 \
+    --data "synthetic:1,28,28,10,$samples" --test-samples 480 --epochs 1 --batch-size 8 --grad-accum "$2" --seed 5 \
     --lr 0.05 --momentum 0.9 --threads 1 --quiet --save "$3" "${@:4}"
 }
 

@@ -53,7 +53,7 @@ wait_step() {
 # same paths.
 S=20 K=10 epochs=16
 repeat_pass && K=3 epochs=5
-job=(train --model lenet5 --data synthetic:1,28,28,10,4000 --threads 1 --seed 3 --epochs $epochs --batch-size 32
+job=(train --model lenet5 --data synthetic:1,28,28,10,4000 --test-samples 400 --threads 1 --seed 3 --epochs $epochs --batch-size 32
      --lr 0.01 --eval-every 0 --quiet)
 timeout 300 "${run[@]}" -np 2 -- "${job[@]}" --save "$tmp/ref.st" >"$tmp/ref.out" 2>"$tmp/ref.err"
 check "the run never stopped: exits 0" test $? -eq 0

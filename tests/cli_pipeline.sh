@@ -17,7 +17,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 mpirun=("${mpiexec[@]}")
 data="synthetic:1,28,28,10,1600"
 dev=${2:-cpu}
-common=(--data "$data" --threads 1 --eval-every 0 --quiet --lr 0.02)
+common=(--data "$data" --test-samples 320 --threads 1 --eval-every 0 --quiet --lr 0.02)
 
 # One process on the CPU: --grad-accum M micro-batches of 8. Pipeline on the device:
 # --batch-size 8M split in M.

@@ -269,6 +269,7 @@ self=$(readlink -f "$herd")
 # lenet5 long enough to be killed mid-training (a few seconds, longer under the
 # sanitizers), checkpointed every 20 steps.
 job=(train --model lenet5 --data synthetic:1,28,28,10,12000 --epochs 6 --batch-size 32 --quiet
+     --eval-every 0 --test-samples 600
      --checkpoint-every-steps 20)
 ranks() { pgrep -f "^$self train .*$1" || true; } # the rank processes of the job using dir $1
 # kill_rank DIR: waits for a rank of an attempt not yet hit, once the job has a

@@ -17,7 +17,7 @@ have_mpi || skip_all "herd built without MPI, or its launcher (HERD_MPIEXEC, set
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 mpirun=("${mpiexec[@]}")
 dev=${2:-cpu}
-common=(--model lenet5 --data synthetic:1,28,28,10,2400 --threads 1 --eval-every 0 --quiet)
+common=(--model lenet5 --data synthetic:1,28,28,10,2400 --test-samples 240 --threads 1 --eval-every 0 --quiet)
 train() { local np=$1; shift; timeout 180 "${mpirun[@]}" -np "$np" "$herd" train "${common[@]}" --device "$dev" "$@"; }
 on_cpu() { local np=$1; shift; timeout 180 "${mpirun[@]}" -np "$np" "$herd" train "${common[@]}" --device cpu "$@"; }
 key() { grep -o "$1=[0-9.]*" "$2" | cut -d= -f2; }
