@@ -101,7 +101,8 @@ static herd_status split_count(const char *kind, const char *what, const char *a
     long n = digits > 6 ? (long)max + 1 : strtol(comma + 1, NULL, 10);
     if (n < 2 || n > max || comma == args)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "%s:%s: the %s after the comma must be in 2..%d "
-                        "and follow a path (format %s)", kind, args, what, max, format);
+                        "and follow a %s (format %s)", kind, args, what, max,
+                        strcmp(kind, "idx") == 0 ? "directory" : "file", format);
     snprintf(path, len, "%.*s", (int)(comma - args), args);
     *count = (int)n;
     return HERD_OK;
@@ -111,8 +112,8 @@ static herd_status open_idx_spec(const char *args, herd_split split, herd_datase
 {
     char dir[sizeof ds->spec];
     int classes = 0;
-    HERD_TRY(split_count("idx", "class count", args, IDX_DEFAULT_CLASSES, IDX_MAX_CLASSES, "idx:DIR[,CLASSES]",
-                         dir, sizeof dir, &classes));
+    HERD_TRY(split_count("idx", "class count", args, IDX_DEFAULT_CLASSES, IDX_MAX_CLASSES,
+                         "idx:DIR[,CLASSES]", dir, sizeof dir, &classes));
     return open_idx_dir(dir, split, false, classes, ds);
 }
 

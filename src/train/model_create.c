@@ -5,6 +5,15 @@
 #include "data/dataset.h"
 #include "nn/model.h"
 
+static herd_status check_context(int seq_len, const char *name_or_path, int context)
+{
+    if (context > 0 && seq_len > context)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "sequence length %d is longer than model '%s' "
+                        "reads (context %d); use --seq-len %d or less", seq_len, name_or_path,
+                        context, context);
+    return HERD_OK;
+}
+
 /* A model shaped for ds's images and classes on a named device. */
 static herd_status create_for(const char *name_or_path, const herd_dataset *ds, const char *device,
                               bool storage, herd_model **out)
@@ -25,10 +34,7 @@ static herd_status create_for(const char *name_or_path, const herd_dataset *ds, 
         if (seq_len == 0)
             return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: token data needs a sequence length "
                             "(herd_dataset_set_seq_len) before a model is shaped for it", ds->spec);
-        if (context > 0 && seq_len > context)
-            return HERD_ERR(HERD_ERR_INVALID_ARG, "sequence length %d is longer than model '%s' "
-                            "reads (context %d); use --seq-len %d or less", seq_len, name_or_path,
-                            context, context);
+        HERD_TRY(check_context(seq_len, name_or_path, context));
         /* Every token must be a row of the model's table; a larger table (llm.c pads
          * GPT-2's 50257 to 50304) is fine. */
         if (context > 0 && classes > vocab)
@@ -86,9 +92,6 @@ herd_status herd_dataset_fit_seq_len(herd_dataset *ds, const char *name_or_path,
                         "trains a language model such as gpt-nano", name_or_path);
     /* Checked here too, before the data set is cut into sequences of a length that
      * cannot be used. */
-    if (seq_len > context)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "sequence length %d is longer than model '%s' "
-                        "reads (context %d); use --seq-len %d or less", seq_len, name_or_path,
-                        context, context);
+    HERD_TRY(check_context(seq_len, name_or_path, context));
     return herd_dataset_set_seq_len(ds, seq_len ? seq_len : context);
 }
