@@ -107,7 +107,7 @@ static int bench_train(int argc, char **argv)
         cli_fail(st, "cannot use the device");
     else if (memory_limit && (st = herd_device_set_memory_limit(device, memory_limit)) != HERD_OK)
         cli_fail(st, "--memory-limit");
-    else if ((st = herd_dataset_open(data, HERD_SPLIT_TRAIN, &ds)) != HERD_OK)
+    else if ((st = cli_open_data(data, HERD_SPLIT_TRAIN, model, 0, &ds)) != HERD_OK)
         cli_fail(st, "cannot open the data");
     else if ((st = herd_model_create_device(model, ds, device, &m)) != HERD_OK)
         cli_fail(st, "cannot build the model");

@@ -221,3 +221,14 @@ void cli_print_json(cJSON *doc)
     free(text);
     cJSON_Delete(doc);
 }
+
+herd_status cli_open_data(const char *spec, herd_split split, const char *model, long seq_len,
+                          herd_dataset **out)
+{
+    herd_status st = herd_dataset_open(spec, split, out);
+    if (st == HERD_OK && (st = herd_dataset_fit_seq_len(*out, model, (int)seq_len)) != HERD_OK) {
+        herd_dataset_free(*out);
+        *out = NULL;
+    }
+    return st;
+}

@@ -38,6 +38,11 @@ bool cli_parse_float(const char *s, double lo, double hi, double *out);
 /* Sizes with K/M/G suffixes (powers of 1024) and an optional B: "64K", "1G", "4096". */
 bool cli_parse_size(const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
 
+/* herd_dataset_open, and for token data the sequence length: seq_len, or when 0 the
+ * model's context (herd_model_token_shape). */
+herd_status cli_open_data(const char *spec, herd_split split, const char *model, long seq_len,
+                          herd_dataset **out);
+
 /* A pipeline schedule's flag (train's and predict's --pp-schedule, bench pipeline's
  * --schedule) through herd_pp_schedule_parse into *out; false after printing "FLAG is
  * 1f1b or gpipe, got 'VALUE'" (exit with CLI_USAGE). */

@@ -1,5 +1,6 @@
 /* herd eval: load weights and report loss and accuracy on a dataset's test split. */
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -13,6 +14,7 @@ static const char eval_help[] =
     "  --data DATA          dataset spec (default fashion-mnist; see herd train --help)\n"
     "  --split train|test   which split to evaluate (default test)\n"
     "  --batch-size N       (default 256)\n"
+    "  --seq-len T          token data: tokens per sample (default: the model's context)\n"
     "  --device cpu|cuda|sim where to evaluate (default: cuda when a GPU is visible, else cpu);\n"
     "                       the weights load on any device, whichever one wrote them\n"
     "  --threads N          (default: all cores)\n"
@@ -25,11 +27,12 @@ int cmd_eval(int argc, char **argv)
         {"data", required_argument, 0, 'd'},  {"split", required_argument, 0, 's'},
         {"batch-size", required_argument, 0, 'b'}, {"threads", required_argument, 0, 't'},
         {"device", required_argument, 0, 'v'}, {"json", no_argument, 0, 'j'},
+        {"seq-len", required_argument, 0, 'L'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     const char *model = NULL, *ckpt = NULL, *data = "fashion-mnist", *device = NULL;
     herd_split split = HERD_SPLIT_TEST;
-    long batch = 256, threads = 0;
+    long batch = 256, threads = 0, seq_len = 0;
     bool json = false;
     int opt;
     optind = 1;
@@ -52,6 +55,10 @@ int cmd_eval(int argc, char **argv)
                 return cli_usage_error("eval", "--threads must be an integer >= 0, got '%s'", optarg);
             break;
         case 'v': device = optarg; break;
+        case 'L':
+            if (!cli_parse_int(optarg, 1, 1L << 24, &seq_len))
+                return cli_usage_error("eval", "--seq-len must be a positive integer, got '%s'", optarg);
+            break;
         case 'j': json = true; break;
         case 'h': fputs(eval_help, stdout); return CLI_OK;
         default: return cli_usage_error("eval", "unknown or incomplete option");
@@ -69,7 +76,7 @@ int cmd_eval(int argc, char **argv)
     herd_status st;
     int rc = CLI_FAIL;
     herd_eval_result r;
-    if ((st = herd_dataset_open(data, split, &ds)) != HERD_OK)
+    if ((st = cli_open_data(data, split, model, seq_len, &ds)) != HERD_OK)
         cli_fail(st, "cannot open the data");
     else if ((st = herd_model_create_device(model, ds, device, &m)) != HERD_OK)
         cli_fail(st, "cannot build the model");
@@ -84,6 +91,8 @@ int cmd_eval(int argc, char **argv)
         cli_summary_num(&s, "samples", (double)r.samples, 0);
         cli_summary_num(&s, "loss", r.loss, 4);
         cli_summary_num(&s, "acc", r.acc, 4);
+        if (herd_dataset_seq_len(ds, NULL) > 0) /* the loss is per token */
+            cli_summary_num(&s, "perplexity", exp(r.loss), 4);
         cli_summary_print(&s, json);
         rc = CLI_OK;
     }

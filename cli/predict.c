@@ -307,7 +307,7 @@ int cmd_predict(int argc, char **argv)
     herd_bench_result r = {0};
     if (!rows)
         cli_fail(HERD_ERR_NOMEM, "out of memory");
-    else if ((st = herd_dataset_open(a.data, HERD_SPLIT_TRAIN, &ds)) != HERD_OK)
+    else if ((st = cli_open_data(a.data, HERD_SPLIT_TRAIN, a.model, 0, &ds)) != HERD_OK)
         cli_fail(st, "cannot open the data");
     else if ((st = herd_model_create(a.model, ds, &m)) != HERD_OK)
         cli_fail(st, "cannot build the model");

@@ -15,7 +15,9 @@ static const char train_help[] =
     "\n"
     "  --model MODEL            zoo name or path of a model file (required)\n"
     "  --data DATA              fashion-mnist (default), idx:DIR[,CLASSES], cifar10:DIR,\n"
-    "                           synthetic:C,H,W,CLASSES[,N]\n"
+    "                           synthetic:C,H,W,CLASSES[,N], tokens:FILE[,VOCAB] (llm.c's .bin;\n"
+    "                           validation: FILE's name with _train -> _val)\n"
+    "  --seq-len T              token data: tokens per sample (default: the model's context)\n"
     "  --epochs N               passes over the training set (default 10)\n"
     "  --batch-size N           samples per step (default 128)\n"
     "  --lr X                   peak learning rate (default 0.05)\n"
@@ -102,7 +104,8 @@ static const char train_help[] =
     "  --json                   print the summary as a JSON object\n"
     "\n"
     "The last line is a summary of key=value pairs (or JSON): model, epochs, steps,\n"
-    "train_loss, train_acc, test_loss, test_acc, samples_per_s, wall_s.\n";
+    "train_loss, train_acc, test_loss, test_acc, samples_per_s, wall_s (token data: also\n"
+    "tokens_per_s, samples_per_s x T; the loss and accuracy are per token).\n";
 
 enum {
     OPT_MODEL = 256, OPT_DATA, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_OPTIMIZER, OPT_MOMENTUM,
@@ -115,6 +118,7 @@ enum {
     OPT_PRECISION, OPT_GPU_MEM, OPT_LOSS_SCALE,
     OPT_LOSS_SCALE_INIT, OPT_LOSS_SCALE_WINDOW, OPT_CLIP_GRAD_NORM, OPT_TIMELINE, OPT_ZERO,
     OPT_CKPT_STEPS, OPT_CKPT_SECONDS, OPT_ELASTIC_BATCH, OPT_ELASTIC_RANKS, OPT_ON_NONFINITE,
+    OPT_SEQ_LEN,
 };
 
 static const struct option train_options[] = {
@@ -157,6 +161,7 @@ static const struct option train_options[] = {
     {"max-steps", required_argument, 0, OPT_MAX_STEPS},
     {"train-samples", required_argument, 0, OPT_TRAIN_SAMPLES},
     {"test-samples", required_argument, 0, OPT_TEST_SAMPLES},
+    {"seq-len", required_argument, 0, OPT_SEQ_LEN},
     {"save", required_argument, 0, OPT_SAVE},
     {"log-every", required_argument, 0, OPT_LOG_EVERY},
     {"quiet", no_argument, 0, OPT_QUIET},
@@ -185,7 +190,7 @@ static const struct option train_options[] = {
 
 typedef struct train_args {
     const char *model, *data, *save, *device;
-    long train_samples, test_samples;
+    long train_samples, test_samples, seq_len;
     bool quiet, json;
     herd_precision precision;
     uint64_t gpu_memory_limit, memory_limit;
@@ -346,6 +351,7 @@ static int parse_train_args(int argc, char **argv, train_args *a)
         case OPT_MAX_STEPS: INT_ARG(1, 1L << 40, c->max_steps, "--max-steps"); break;
         case OPT_TRAIN_SAMPLES: INT_ARG(1, 1L << 40, a->train_samples, "--train-samples"); break;
         case OPT_TEST_SAMPLES: INT_ARG(1, 1L << 40, a->test_samples, "--test-samples"); break;
+        case OPT_SEQ_LEN: INT_ARG(1, 1L << 24, a->seq_len, "--seq-len"); break;
         case OPT_SAVE: a->save = optarg; break;
         case OPT_LOG_EVERY: INT_ARG(1, 1L << 30, c->log_every, "--log-every"); break;
         case OPT_LOGDIR: c->logdir = optarg; break;
@@ -474,11 +480,11 @@ int cmd_train(int argc, char **argv)
         cli_fail(st, "--memory-limit");
         goto done;
     }
-    if ((st = herd_dataset_open(a.data, HERD_SPLIT_TRAIN, &train)) != HERD_OK) {
+    if ((st = cli_open_data(a.data, HERD_SPLIT_TRAIN, a.model, a.seq_len, &train)) != HERD_OK) {
         cli_fail(st, "cannot open the training data");
         goto done;
     }
-    if ((st = herd_dataset_open(a.data, HERD_SPLIT_TEST, &test)) != HERD_OK) {
+    if ((st = cli_open_data(a.data, HERD_SPLIT_TEST, a.model, a.seq_len, &test)) != HERD_OK) {
         cli_fail(st, "cannot open the test data");
         goto done;
     }
@@ -548,6 +554,9 @@ int cmd_train(int argc, char **argv)
     cli_summary_num(&s, "test_loss", res.test_loss, 4);
     cli_summary_num(&s, "test_acc", res.test_acc, 4);
     cli_summary_num(&s, "samples_per_s", res.samples_per_s, 1);
+    int seq_len = herd_dataset_seq_len(train, NULL);
+    if (seq_len > 0)
+        cli_summary_num(&s, "tokens_per_s", res.samples_per_s * seq_len, 1);
     cli_summary_num(&s, "wall_s", res.wall_s, 1);
     cli_summary_num(&s, "ranks", herd_dist_size(dist), 0);
     cli_summary_str(&s, "device", herd_model_device(m));

@@ -82,7 +82,11 @@ typedef enum { HERD_SPLIT_TRAIN = 0, HERD_SPLIT_TEST = 1 } herd_split;
  *   "idx:DIR"                       MNIST-style IDX files in DIR (gzip or raw)
  *   "cifar10:DIR"                   CIFAR-10 binary batches in DIR
  *   "synthetic:C,H,W,CLASSES[,N]"   random images of that shape (N per split, default 10000)
- * The whole split is read into memory.
+ *   "tokens:FILE[,VOCAB]"           a token stream in llm.c's .bin format (VOCAB default 50257);
+ *                                   the test split is FILE's sibling with the last "_train" of
+ *                                   its name replaced by "_val" (llm.c's naming)
+ * The whole split is read into memory. Token data has no samples until
+ * herd_dataset_set_seq_len says how long a sequence is.
  */
 HERD_API herd_status herd_dataset_open(const char *spec, herd_split split, herd_dataset **out);
 HERD_API void herd_dataset_free(herd_dataset *ds);
@@ -91,6 +95,12 @@ HERD_API size_t herd_dataset_size(const herd_dataset *ds);
 HERD_API void herd_dataset_shape(const herd_dataset *ds, int *c, int *h, int *w, int *classes);
 /* Keep only the first n samples (tests, quick runs). */
 HERD_API herd_status herd_dataset_truncate(herd_dataset *ds, size_t n);
+/* Token data: sample i is tokens [i*T, i*T+T) as the input (shape 1 x T x 1, ids as
+ * floats) and tokens [i*T+1, i*T+T+1) as its T labels, one per position. Sets T (>= 1;
+ * undoes a truncation); refused for image data. */
+HERD_API herd_status herd_dataset_set_seq_len(herd_dataset *ds, int seq_len);
+/* T for token data (0 until set), 0 for image data; *token_data says which. */
+HERD_API int herd_dataset_seq_len(const herd_dataset *ds, bool *token_data);
 
 /* ----------------------------------------------------------------- model */
 
@@ -119,6 +129,10 @@ HERD_API herd_status herd_model_create_device(const char *name_or_path, const he
  * pipeline_stages > 1), where each rank builds only its stage, and for describing
  * the model. Everything that needs the values (init, save, load, evaluate, tensor
  * data) refuses it. */
+/* Token data for model name_or_path: sets the sequence length to seq_len, or when 0 to
+ * the model's context. Image data takes seq_len 0 only (nothing to do). */
+HERD_API herd_status herd_dataset_fit_seq_len(herd_dataset *ds, const char *name_or_path,
+                                              int seq_len);
 HERD_API herd_status herd_model_create_plan(const char *name_or_path, const herd_dataset *ds,
                                             const char *device, herd_model **out);
 HERD_API void herd_model_free(herd_model *m);

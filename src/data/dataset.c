@@ -6,7 +6,8 @@
  *   idx:DIR[,CLASSES]  computed from DIR's train images (when opening the test split the train
  *                  images file is read once for this; if it is absent, the test split's own);
  *   cifar10:DIR    the published CIFAR-10 per-channel constants;
- *   synthetic      0.5 / 0.25 (roughly what the generator produces). */
+ *   synthetic      0.5 / 0.25 (roughly what the generator produces);
+ *   tokens:FILE    none: token ids go to the model as they are. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -21,6 +22,8 @@
 /* IDX files carry no class count: MNIST-style data sets have 10 unless the spec says. */
 #define IDX_DEFAULT_CLASSES 10
 #define IDX_MAX_CLASSES 256 /* labels are bytes */
+#define TOKENS_DEFAULT_VOCAB 50257 /* GPT-2's, which llm.c's files use */
+#define TOKENS_MAX_VOCAB 65536     /* tokens are uint16 */
 
 void herd_pixel_stats(const uint8_t *images, size_t n, int c, size_t hw, float *mean, float *std)
 {
@@ -83,22 +86,59 @@ static herd_status open_idx_dir(const char *dir, herd_split split, bool known_fa
     return HERD_OK;
 }
 
-/* "DIR" or "DIR,CLASSES": a last comma followed only by digits gives the class count
- * (any other comma belongs to the directory's name). */
-static herd_status open_idx_spec(const char *args, herd_split split, herd_dataset *ds)
+/* "PATH" or "PATH,COUNT" into path and *count (def when absent): a last comma followed
+ * only by digits gives the count (any other comma belongs to the path's name). */
+static herd_status split_count(const char *kind, const char *what, const char *args, int def,
+                               int max, const char *format, char *path, size_t len, int *count)
 {
     const char *comma = strrchr(args, ',');
     size_t digits = comma ? strspn(comma + 1, "0123456789") : 0;
-    if (!comma || digits == 0 || comma[1 + digits] != '\0')
-        return open_idx_dir(args, split, false, IDX_DEFAULT_CLASSES, ds);
-    long classes = digits > 3 ? IDX_MAX_CLASSES + 1 : strtol(comma + 1, NULL, 10);
-    if (classes < 2 || classes > IDX_MAX_CLASSES || comma == args)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "idx:%s: the class count after the comma must be "
-                        "in 2..%d and follow a directory (format idx:DIR[,CLASSES])", args,
-                        IDX_MAX_CLASSES);
+    if (!comma || digits == 0 || comma[1 + digits] != '\0') {
+        snprintf(path, len, "%s", args);
+        *count = def;
+        return HERD_OK;
+    }
+    long n = digits > 6 ? (long)max + 1 : strtol(comma + 1, NULL, 10);
+    if (n < 2 || n > max || comma == args)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s:%s: the %s after the comma must be in 2..%d "
+                        "and follow a %s (format %s)", kind, args, what, max,
+                        strcmp(kind, "idx") == 0 ? "directory" : "file", format);
+    snprintf(path, len, "%.*s", (int)(comma - args), args);
+    *count = (int)n;
+    return HERD_OK;
+}
+
+static herd_status open_idx_spec(const char *args, herd_split split, herd_dataset *ds)
+{
     char dir[sizeof ds->spec];
-    snprintf(dir, sizeof dir, "%.*s", (int)(comma - args), args);
-    return open_idx_dir(dir, split, false, (int)classes, ds);
+    int classes = 0;
+    HERD_TRY(split_count("idx", "class count", args, IDX_DEFAULT_CLASSES, IDX_MAX_CLASSES,
+                         "idx:DIR[,CLASSES]", dir, sizeof dir, &classes));
+    return open_idx_dir(dir, split, false, classes, ds);
+}
+
+/* The training file, or for the test split its validation sibling as llm.c names them:
+ * the last "_train" of the file's name becomes "_val" (tiny_shakespeare_train.bin ->
+ * tiny_shakespeare_val.bin, fineweb_train_000001.bin -> fineweb_val_000001.bin). */
+static herd_status open_tokens_spec(const char *args, herd_split split, herd_dataset *ds)
+{
+    char path[sizeof ds->spec], val[sizeof ds->spec + 8];
+    int vocab = 0;
+    HERD_TRY(split_count("tokens", "vocabulary", args, TOKENS_DEFAULT_VOCAB, TOKENS_MAX_VOCAB,
+                         "tokens:FILE[,VOCAB]", path, sizeof path, &vocab));
+    if (split == HERD_SPLIT_TRAIN)
+        return herd_tokens_load(path, vocab, ds);
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    const char *at = NULL;
+    for (const char *p = strstr(base, "_train"); p; p = strstr(p + 1, "_train"))
+        at = p;
+    if (!at)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "tokens:%s: no validation file: name the training "
+                        "file NAME_train.bin so that NAME_val.bin beside it is the validation split",
+                        path);
+    snprintf(val, sizeof val, "%.*s_val%s", (int)(at - path), path, at + 6);
+    return herd_tokens_load(val, vocab, ds);
 }
 
 static herd_status open_spec(const char *spec, herd_split split, herd_dataset *ds)
@@ -119,6 +159,8 @@ static herd_status open_spec(const char *spec, herd_split split, herd_dataset *d
         memcpy(ds->std, std, sizeof std);
         return HERD_OK;
     }
+    if (strncmp(spec, "tokens:", 7) == 0 && spec[7])
+        return open_tokens_spec(spec + 7, split, ds);
     if (strncmp(spec, "synthetic:", 10) == 0) {
         HERD_TRY(herd_synthetic_make(spec + 10, split, ds));
         for (int c = 0; c < 3; c++) {
@@ -128,7 +170,7 @@ static herd_status open_spec(const char *spec, herd_split split, herd_dataset *d
         return HERD_OK;
     }
     return HERD_ERR(HERD_ERR_INVALID_ARG, "unknown dataset '%s'; use fashion-mnist, idx:DIR[,CLASSES], "
-                    "cifar10:DIR or synthetic:C,H,W,CLASSES[,N]", spec);
+                    "cifar10:DIR, synthetic:C,H,W,CLASSES[,N] or tokens:FILE[,VOCAB]", spec);
 }
 
 herd_status herd_dataset_open(const char *spec, herd_split split, herd_dataset **out)
@@ -159,6 +201,7 @@ void herd_dataset_free(herd_dataset *ds)
         return;
     free(ds->images);
     free(ds->labels);
+    free(ds->tokens);
     free(ds);
 }
 
@@ -180,8 +223,33 @@ herd_status herd_dataset_truncate(herd_dataset *ds, size_t n)
 {
     if (!ds || n == 0)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "herd_dataset_truncate: need a dataset and n >= 1");
+    if (ds->tokens && ds->h == 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: set the sequence length before truncating "
+                        "token data (herd_dataset_set_seq_len)", ds->spec);
     /* Asking for more than there is keeps everything, so "--limit" works on any dataset. */
     if (n < ds->n)
         ds->n = n;
     return HERD_OK;
+}
+
+herd_status herd_dataset_set_seq_len(herd_dataset *ds, int seq_len)
+{
+    if (!ds || !ds->tokens)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: a sequence length applies to token data only",
+                        ds ? ds->spec : "herd_dataset_set_seq_len");
+    /* Each sequence's labels reach one token past it, hence the - 1. */
+    if (seq_len < 1 || (size_t)seq_len > ds->n_tokens - 1)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: sequence length %d must be in 1..%zu (the "
+                        "file's %zu tokens less one)", ds->spec, seq_len, ds->n_tokens - 1,
+                        ds->n_tokens);
+    ds->h = seq_len;
+    ds->n = (ds->n_tokens - 1) / (size_t)seq_len;
+    return HERD_OK;
+}
+
+int herd_dataset_seq_len(const herd_dataset *ds, bool *token_data)
+{
+    if (token_data)
+        *token_data = ds && ds->tokens;
+    return ds && ds->tokens ? ds->h : 0;
 }

@@ -16,6 +16,10 @@ struct herd_dataset {
     uint8_t *images;  /* n * c * h * w */
     int32_t *labels;  /* n */
     float mean[3], std[3]; /* per-channel normalisation applied by the loader (on [0,1] pixels) */
+    /* Token data instead of images (then images and labels are NULL): n sequences of
+     * h tokens (h: the sequence length, 0 until set), labels taken from the stream. */
+    uint16_t *tokens;
+    size_t n_tokens;
 };
 
 /* Format readers (src/data/idx.c, cifar10.c, synthetic.c). Errors name the file and the problem.
@@ -23,6 +27,7 @@ struct herd_dataset {
 herd_status herd_idx_load(const char *images_path, const char *labels_path, int classes,
                           herd_dataset *ds);
 herd_status herd_cifar10_load(const char *dir, herd_split split, herd_dataset *ds);
+herd_status herd_tokens_load(const char *path, int vocab, herd_dataset *ds);
 herd_status herd_synthetic_make(const char *args, herd_split split, herd_dataset *ds);
 /* Per-channel mean/std on [0,1] pixels of an idx3 images file (normalising a test split
  * with its train split's statistics). */
@@ -47,7 +52,7 @@ typedef struct herd_loader_config {
 
 typedef struct herd_batch {
     const float *x;         /* n x c x h x w, normalised */
-    const int32_t *labels;  /* n */
+    const int32_t *labels;  /* n; token data: n x T, one per position */
     int n;
     double wait_s;          /* time the caller blocked waiting for this batch */
 } herd_batch;

@@ -15,6 +15,9 @@
  *               of the permutation (as PyTorch's DistributedSampler pads). With one shard
  *               nothing wraps: every sample appears exactly once.
  *
+ * Token data: a sample is a sequence (dataset.h), its labels the T next tokens; no
+ * augmentation applies. Sharding and order are the same, by sequence.
+ *
  * Augmentation (random crop from the image padded by 4 pixels, horizontal flip p=0.5)
  * draws from a stream seeded by (seed, epoch, dataset index), so it depends neither on the
  * number of workers nor on the shard layout, and a resumed epoch reproduces it. Padding
@@ -53,6 +56,7 @@ struct herd_loader {
     const herd_dataset *ds;
     herd_loader_config cfg;
     size_t sample_floats;
+    size_t sample_labels; /* labels per sample: 1, or T for token data */
     long batches;         /* per whole epoch, for this shard */
     long first_pos;       /* permutation position the current epoch started at */
     long epoch_batches;   /* batches of the current epoch from first_pos */
@@ -127,6 +131,17 @@ static void prepare_sample(const herd_loader *l, size_t index, float *out)
     }
 }
 
+/* Sequence `index` of token data: its tokens as floats, and the next tokens as labels. */
+static void prepare_sequence(const herd_loader *l, size_t index, float *out, int32_t *labels)
+{
+    const size_t t = l->sample_labels;
+    const uint16_t *tok = l->ds->tokens + index * t;
+    for (size_t i = 0; i < t; i++) {
+        out[i] = (float)tok[i];
+        labels[i] = tok[i + 1];
+    }
+}
+
 /* Fills slot with batch j; returns false if the epoch was restarted meanwhile. */
 static bool prepare_batch(herd_loader *l, long j, loader_slot *slot, unsigned gen)
 {
@@ -144,8 +159,13 @@ static bool prepare_batch(herd_loader *l, long j, loader_slot *slot, unsigned ge
         if (atomic_load_explicit(&l->generation, memory_order_relaxed) != gen)
             return false;
         size_t index = l->perm[(size_t)(first + i) % n];
+        float *x = slot->x + (size_t)i * l->sample_floats;
+        if (l->ds->tokens) {
+            prepare_sequence(l, index, x, slot->labels + (size_t)i * l->sample_labels);
+            continue;
+        }
         slot->labels[i] = l->ds->labels[index];
-        prepare_sample(l, index, slot->x + (size_t)i * l->sample_floats);
+        prepare_sample(l, index, x);
     }
     slot->n = (int)count;
     return true;
@@ -193,9 +213,9 @@ static void cancel_locked(herd_loader *l)
 
 static herd_status check_config(const herd_dataset *ds, const herd_loader_config *c)
 {
-    if (!ds || !ds->images || ds->n == 0 || ds->c < 1 || ds->c > 3)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "loader: the dataset is empty or has an unsupported "
-                        "channel count (1..3)");
+    if (!ds || (!ds->images && !ds->tokens) || ds->n == 0 || ds->c < 1 || ds->c > 3)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "loader: the dataset is empty (token data: is the "
+                        "sequence length set?) or has an unsupported channel count (1..3)");
     if (ds->n > UINT32_MAX)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "loader: %zu samples is more than supported", ds->n);
     if (c->batch_size < 1)
@@ -234,6 +254,7 @@ herd_status herd_loader_create(const herd_dataset *ds, const herd_loader_config 
     l->ds = ds;
     l->cfg = *cfg;
     l->sample_floats = (size_t)ds->c * ds->h * ds->w;
+    l->sample_labels = ds->tokens ? (size_t)ds->h : 1;
     l->batches = batches;
     l->held = -1;
     atomic_init(&l->generation, 0);
@@ -248,7 +269,7 @@ herd_status herd_loader_create(const herd_dataset *ds, const herd_loader_config 
     bool ok = l->perm && l->slots && l->threads;
     for (int i = 0; ok && i < l->nslots; i++) {
         l->slots[i].x = herd_aligned_alloc((size_t)B * l->sample_floats * sizeof(float));
-        l->slots[i].labels = herd_xcalloc((size_t)B, sizeof(int32_t));
+        l->slots[i].labels = herd_xcalloc((size_t)B * l->sample_labels, sizeof(int32_t));
         ok = l->slots[i].x && l->slots[i].labels;
     }
     if (!ok) {

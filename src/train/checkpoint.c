@@ -148,8 +148,9 @@ herd_status herd_ckpt_check_state(const herd_train_state *st, const char *path)
         return HERD_ERR(HERD_ERR_FORMAT, "'%s': field 'epoch_seen' is %ld, not in 0..%ld ('epoch_samples'); "
                         CORRUPT_HINT, path, st->epoch_seen, st->epoch_samples);
     double correct = st->epoch_correct, loss = st->epoch_loss_sum;
-    if (!(correct >= 0 && correct <= (double)st->epoch_seen) || correct != floor(correct))
-        return HERD_ERR(HERD_ERR_FORMAT, "'%s': field 'epoch_correct' is %.17g, not a whole number in "
+    /* Not necessarily whole: a sequence counts the fraction of its positions right. */
+    if (!(correct >= 0 && correct <= (double)st->epoch_seen))
+        return HERD_ERR(HERD_ERR_FORMAT, "'%s': field 'epoch_correct' is %.17g, not a number in "
                         "0..%ld ('epoch_seen'); " CORRUPT_HINT, path, correct, st->epoch_seen);
     if (!(loss >= 0) || !isfinite(loss) || (st->epoch_seen == 0 && loss != 0))
         return HERD_ERR(HERD_ERR_FORMAT, "'%s': field 'epoch_loss_sum' is %.17g, not a finite sum >= 0 "

@@ -49,6 +49,8 @@ void herd_run_exact_free(run *r)
 }
 
 static size_t sample_floats(const run *r) { return (size_t)r->m->in_c * r->m->in_h * r->m->in_w; }
+/* Labels per sample: one per position of a language model. */
+static size_t sample_labels(const run *r) { return (size_t)r->m->positions; }
 
 /* Keeps micro-batch j of the step for a redo (the loader's slot is reused). */
 static herd_status keep(run *r, int j, const herd_batch *b)
@@ -59,7 +61,7 @@ static herd_status keep(run *r, int j, const herd_batch *b)
         float *x = realloc(r->slice_x, (size_t)cap * micro * sample_floats(r) * sizeof *x);
         if (x)
             r->slice_x = x;
-        int32_t *l = realloc(r->slice_labels, (size_t)cap * micro * sizeof *l);
+        int32_t *l = realloc(r->slice_labels, (size_t)cap * micro * sample_labels(r) * sizeof *l);
         if (l)
             r->slice_labels = l;
         int *n = realloc(r->slice_n, (size_t)cap * sizeof *n);
@@ -71,7 +73,8 @@ static herd_status keep(run *r, int j, const herd_batch *b)
     }
     memcpy(r->slice_x + (size_t)j * micro * sample_floats(r), b->x,
            (size_t)b->n * sample_floats(r) * sizeof *b->x);
-    memcpy(r->slice_labels + (size_t)j * micro, b->labels, (size_t)b->n * sizeof *b->labels);
+    memcpy(r->slice_labels + (size_t)j * micro * sample_labels(r), b->labels,
+           (size_t)b->n * sample_labels(r) * sizeof *b->labels);
     r->slice_n[j] = b->n;
     return HERD_OK;
 }
@@ -80,7 +83,8 @@ static herd_batch kept(const run *r, int j)
 {
     int micro = r->cfg.batch_size;
     return (herd_batch){.x = r->slice_x + (size_t)j * micro * sample_floats(r),
-                        .labels = r->slice_labels + (size_t)j * micro, .n = r->slice_n[j]};
+                        .labels = r->slice_labels + (size_t)j * micro * sample_labels(r),
+                        .n = r->slice_n[j]};
 }
 
 /* One pass over the step's micro-batches into the exact sums, slice by slice: the
@@ -112,7 +116,7 @@ static herd_status pass(run *r, int n_micro, uint64_t seed, bool from_loader, he
                             "%d", b.n, r->cfg.batch_size);
         for (int i = 0; i < per_micro; i++) {
             herd_batch slice = {.x = b.x + (size_t)i * size * sample_floats(r),
-                                .labels = b.labels + (size_t)i * size, .n = size};
+                                .labels = b.labels + (size_t)i * size * sample_labels(r), .n = size};
             uint64_t place = ((uint64_t)j * (uint64_t)ranks + (uint64_t)rank) * (uint64_t)per_micro + (uint64_t)i;
             /* The loss too is summed on a grid, so its total has no order either. */
             double loss_before = s->loss_sum;

@@ -43,17 +43,18 @@ static herd_status batch_to_backend(herd_model *m, float **x_dev, int32_t **labe
     if (be->host_memory)
         return HERD_OK;
     size_t per_sample = (size_t)m->in_c * m->in_h * m->in_w;
+    size_t labels = (size_t)b->n * m->positions;
     if (b->n > *capacity) {
         be->free(*x_dev);
         be->free(*labels_dev);
         *x_dev = be->alloc((size_t)b->n * per_sample * sizeof(float));
-        *labels_dev = be->alloc((size_t)b->n * sizeof(int32_t));
+        *labels_dev = be->alloc(labels * sizeof(int32_t));
         *capacity = *x_dev && *labels_dev ? b->n : 0;
         if (!*capacity)
             return HERD_ERR_NOMEM; /* the allocator said why */
     }
     HERD_TRY(be->memcpy_h2d(*x_dev, b->x, (size_t)b->n * per_sample * sizeof(float)));
-    HERD_TRY(be->memcpy_h2d(*labels_dev, b->labels, (size_t)b->n * sizeof(int32_t)));
+    HERD_TRY(be->memcpy_h2d(*labels_dev, b->labels, labels * sizeof(int32_t)));
     out->x = *x_dev;
     out->labels = *labels_dev;
     return HERD_OK;
@@ -136,9 +137,11 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
     herd_batch dev;
     HERD_TRY(batch_to_backend(m, &p->x_dev, &p->labels_dev, &p->input_capacity, host, &dev));
     const herd_batch *b = &dev;
+    /* A language model predicts at every position: a row of the loss per token. */
+    const int rows = b->n * m->positions;
     if (b->n > p->dlogits_capacity) {
         m->be->free(p->dlogits);
-        size_t bytes = (size_t)b->n * m->classes * sizeof(float);
+        size_t bytes = (size_t)rows * m->classes * sizeof(float);
         herd_mem_category was = herd_mem_category_set(HERD_MEM_ACTIVATIONS);
         p->dlogits = m->be->alloc(bytes);
         herd_mem_category_set(was);
@@ -162,12 +165,13 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
     HERD_TRY(herd_step_params_ready(p)); /* buckets of layers without parameters */
     double loss_sum = 0;
     long correct = 0;
-    HERD_TRY(m->be->softmax_xent(b->n, m->classes, logits, b->labels, label_smoothing, p->dlogits,
+    HERD_TRY(m->be->softmax_xent(rows, m->classes, logits, b->labels, label_smoothing, p->dlogits,
                                  &loss_sum, &correct));
     if (p->scaler)
-        HERD_TRY(herd_loss_scaler_scale(p->scaler, m->be, p->dlogits, (size_t)b->n * m->classes));
-    s->loss_sum += loss_sum;
-    s->correct += correct;
+        HERD_TRY(herd_loss_scaler_scale(p->scaler, m->be, p->dlogits, (size_t)rows * m->classes));
+    /* Per sample: the mean over its positions. */
+    s->loss_sum += loss_sum / m->positions;
+    s->correct += (double)correct / m->positions;
     s->samples += b->n;
     double t1 = herd_now();
     HERD_TRY(herd_phase_mark(&p->clock, HERD_PHASE_FORWARD));
@@ -349,8 +353,12 @@ herd_status herd_eval_sliced(herd_dataset *ds, int batch_size, int slice_index, 
     size_t per_sample = (size_t)ds->c * ds->h * ds->w;
     size_t begin = ds->n * (size_t)slice_index / (size_t)slices;
     size_t end = ds->n * (size_t)(slice_index + 1) / (size_t)slices;
-    slice.images = ds->images + begin * per_sample;
-    slice.labels = ds->labels + begin;
+    if (ds->tokens) /* sequences are per_sample tokens apart */
+        slice.tokens = ds->tokens + begin * per_sample;
+    else {
+        slice.images = ds->images + begin * per_sample;
+        slice.labels = ds->labels + begin;
+    }
     slice.n = end - begin;
     double sums[6] = {0, 0, 0}; /* loss, correct, samples; then the agreement */
     herd_status st = HERD_OK;
@@ -410,8 +418,10 @@ static herd_status eval_batch(void *user, const herd_batch *hb, double *loss, do
     const float *logits;
     HERD_TRY(herd_model_forward(m, &ctx, b.x, &logits));
     long c = 0;
-    HERD_TRY(m->be->softmax_xent(b.n, m->classes, logits, b.labels, 0.0f, NULL, loss, &c));
-    *correct = (double)c;
+    HERD_TRY(m->be->softmax_xent(b.n * m->positions, m->classes, logits, b.labels, 0.0f, NULL, loss,
+                                 &c));
+    *loss /= m->positions; /* per sample, as in training */
+    *correct = (double)c / m->positions;
     *samples = b.n;
     return HERD_OK;
 }

@@ -64,8 +64,8 @@ typedef struct herd_step_plan {
 } herd_step_plan;
 
 typedef struct herd_step_stats {
-    double loss_sum; /* summed per-sample loss */
-    long correct;
+    double loss_sum; /* summed per-sample loss (a sequence's: the mean over its positions) */
+    double correct;  /* correct predictions per sample (a sequence's: the fraction right) */
     long samples;
     bool skipped;       /* inf/NaN gradients (loss scaler, or skip_nonfinite): no update */
     bool clipped;       /* the gradients were scaled down to --clip-grad-norm */

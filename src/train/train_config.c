@@ -247,6 +247,11 @@ herd_status herd_run_check_pipeline(const run *r)
                             "training with pipeline stages builds them", r->m->name);
         return HERD_OK;
     }
+    /* The stages' loss takes one label per sample (pipeline.c). */
+    if (r->m->positions > 1)
+        return HERD_ERR(HERD_ERR_UNSUPPORTED, "--pipeline-stages with a language model ('%s', a "
+                        "prediction at each of %d positions) is not supported yet; train it "
+                        "data-parallel", r->m->name, r->m->positions);
     if (P > r->m->n_layers)
         return HERD_ERR(HERD_ERR_INVALID_ARG,
                         "--pipeline-stages %d asks for more stages than model '%s' has layers (%d)",
