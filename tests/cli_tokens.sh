@@ -58,6 +58,8 @@ check "a language model without token data is refused" \
   refused "is a language model" train --model gpt-nano --data synthetic:1,8,8,4,16
 check "a classifier on token data is refused" \
   refused "model 'mlp' reads no token sequences" train --model mlp --data "$data"
+check "--augment with token data is refused" \
+  refused "does not apply to token data" train --model gpt-nano --data "$data" --augment
 
 # Two ranks of 4 sequences are one process of 8: the same weights. SGD: Adam's first
 # steps divide gradients by their own size, so summation-order noise in a tiny one

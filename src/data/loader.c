@@ -227,6 +227,9 @@ static herd_status check_config(const herd_dataset *ds, const herd_loader_config
     if (c->workers < 1 || c->workers > MAX_WORKERS)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "loader: workers %d must be in 1..%d", c->workers,
                         MAX_WORKERS);
+    if (c->augment && ds->tokens)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "--augment (random crops and flips of images) does not "
+                        "apply to token data (%s); leave it out", ds->spec);
     if (c->shard_count < 1 || c->shard_rank < 0 || c->shard_rank >= c->shard_count)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "loader: shard %d of %d is out of range",
                         c->shard_rank, c->shard_count);
