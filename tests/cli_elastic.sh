@@ -21,19 +21,6 @@ RANDOM=$seed
 echo "random seed $seed (HERD_TEST_SEED=$seed repeats it)"
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" "$2" | tail -n 1; }
 run=("$herd" run --mpirun "$HERD_MPIEXEC" --threads-per-rank 1)
-# The training ranks of the job whose checkpoints go to $1 (not herd run itself).
-ranks_of() {
-  local p
-  for p in $(pgrep -f -- "--checkpoint-dir $1"); do
-    tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- ' run ' && continue
-    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = herd ] && echo "$p"
-  done
-}
-# progress DIR ATTEMPT: the step attempt ATTEMPT of the job in DIR last recorded (empty
-# before its first step).
-progress() {
-  sed -n "s/^herd-progress step=\([0-9]*\) time=[0-9.]* restarts=$(($2 - 1)) .*/\1/p" "$1/progress" 2>/dev/null
-}
 # wait_step DIR ATTEMPT [AHEAD]: waits until that attempt has trained a step, then
 # AHEAD more steps; false after 60 s.
 wait_step() {

@@ -56,6 +56,19 @@ no_gpu_refusal() {
   grep -qE '^herd: error: .*herd was built without (CUDA|NCCL);' "$2" && return 0
   grep -qE '^herd: error: .*cuda backend: no CUDA device is visible \(' "$2" && ! gpu_present
 }
+# Jobs under herd run --max-restarts with --checkpoint-dir DIR: ranks_of DIR lists the
+# training ranks' pids (not herd run itself); progress DIR ATTEMPT prints the step attempt
+# ATTEMPT last recorded in DIR/progress (empty before its first step).
+ranks_of() {
+  local p
+  for p in $(pgrep -f -- "--checkpoint-dir $1"); do
+    tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- ' run ' && continue
+    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = herd ] && echo "$p"
+  done
+}
+progress() {
+  sed -n "s/^herd-progress step=\([0-9]*\) time=[0-9.]* restarts=$(($2 - 1)) .*/\1/p" "$1/progress" 2>/dev/null
+}
 # maxdiff A B: the largest |a - b| / max(1, |b|) over two safetensors files' tensors.
 maxdiff() {
   python3 - "$1" "$2" <<'PY'
