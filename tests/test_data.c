@@ -159,17 +159,6 @@ static void test_idx_gzip_member_at_buffer_edge(void **state)
     free(dir), free(img_path), free(lab_path), free(gz), free(img), free(lab);
 }
 
-/* Expects status st and a message containing both needles. */
-static void expect_error(herd_status got, herd_status st, const char *needle1, const char *needle2)
-{
-    if (got != st)
-        fail_msg("expected %s, got %s: %s", herd_status_name(st), herd_status_name(got),
-                 herd_last_error());
-    if (!strstr(herd_last_error(), needle1) || (needle2 && !strstr(herd_last_error(), needle2)))
-        fail_msg("message '%s' lacks '%s' / '%s'", herd_last_error(), needle1,
-                 needle2 ? needle2 : "");
-}
-
 static void test_idx_errors(void **state)
 {
     (void)state;
@@ -181,25 +170,25 @@ static void test_idx_errors(void **state)
     char *good_lab = tu_write_file(dir, "good-labels", lab, ll);
 
     memset(&ds, 0, sizeof ds);
-    expect_error(herd_idx_load("/nonexistent/imgs", good_lab, 10, &ds), HERD_ERR_IO,
+    tu_expect_error(herd_idx_load("/nonexistent/imgs", good_lab, 10, &ds), HERD_ERR_IO,
                  "/nonexistent/imgs", "cannot open");
 
     /* Labels magic in an images file. */
     char *wrong = tu_write_file(dir, "wrong-magic", lab, ll);
-    expect_error(herd_idx_load(wrong, good_lab, 10, &ds), HERD_ERR_FORMAT, "wrong-magic", "magic");
-    expect_error(herd_idx_load(good_img, good_img, 10, &ds), HERD_ERR_FORMAT, "good-images",
+    tu_expect_error(herd_idx_load(wrong, good_lab, 10, &ds), HERD_ERR_FORMAT, "wrong-magic", "magic");
+    tu_expect_error(herd_idx_load(good_img, good_img, 10, &ds), HERD_ERR_FORMAT, "good-images",
                  "0x00000801");
 
     char *cut = tu_write_file(dir, "cut-images", img, il - 5);
-    expect_error(herd_idx_load(cut, good_lab, 10, &ds), HERD_ERR_FORMAT, "cut-images", "truncated");
+    tu_expect_error(herd_idx_load(cut, good_lab, 10, &ds), HERD_ERR_FORMAT, "cut-images", "truncated");
     char msg[128];
     snprintf(msg, sizeof msg, "expected %zu bytes, got %zu", il, il - 5);
     assert_non_null(strstr(herd_last_error(), msg));
 
     char *cut_lab = tu_write_file(dir, "cut-labels", lab, ll - 1);
-    expect_error(herd_idx_load(good_img, cut_lab, 10, &ds), HERD_ERR_FORMAT, "cut-labels", "truncated");
+    tu_expect_error(herd_idx_load(good_img, cut_lab, 10, &ds), HERD_ERR_FORMAT, "cut-labels", "truncated");
     char *header_only = tu_write_file(dir, "tiny", img, 6);
-    expect_error(herd_idx_load(header_only, good_lab, 10, &ds), HERD_ERR_FORMAT, "tiny", "truncated");
+    tu_expect_error(herd_idx_load(header_only, good_lab, 10, &ds), HERD_ERR_FORMAT, "tiny", "truncated");
 
     /* A gzip stream cut in the middle. */
     char *gz = write_gz(dir, "full.gz", img, il);
@@ -208,31 +197,31 @@ static void test_idx_errors(void **state)
     size_t gl = fread(buf, 1, sizeof buf, f);
     fclose(f);
     char *gz_cut = tu_write_file(dir, "cut.gz", buf, gl / 2);
-    expect_error(herd_idx_load(gz_cut, good_lab, 10, &ds), HERD_ERR_FORMAT, "cut.gz", "truncated");
+    tu_expect_error(herd_idx_load(gz_cut, good_lab, 10, &ds), HERD_ERR_FORMAT, "cut.gz", "truncated");
 
     /* Valid gzip header, corrupt deflate data. */
     memset(buf + 10, 0xff, gl > 30 ? 20 : gl - 10);
     char *gz_bad = tu_write_file(dir, "bad.gz", buf, gl);
-    expect_error(herd_idx_load(gz_bad, good_lab, 10, &ds), HERD_ERR_FORMAT, "bad.gz", "gzip");
+    tu_expect_error(herd_idx_load(gz_bad, good_lab, 10, &ds), HERD_ERR_FORMAT, "bad.gz", "gzip");
 
     size_t ll2;
     uint8_t *lab9 = make_idx_labels(9, &ll2);
     char *short_lab = tu_write_file(dir, "nine-labels", lab9, ll2);
-    expect_error(herd_idx_load(good_img, short_lab, 10, &ds), HERD_ERR_FORMAT, "nine-labels", "10 images");
+    tu_expect_error(herd_idx_load(good_img, short_lab, 10, &ds), HERD_ERR_FORMAT, "nine-labels", "10 images");
 
     /* An absurd header must not allocate terabytes. */
     put_be32(img + 4, 0x7fffffff);
     put_be32(img + 8, 4000);
     char *huge = tu_write_file(dir, "huge", img, il);
-    expect_error(herd_idx_load(huge, good_lab, 10, &ds), HERD_ERR_FORMAT, "huge", "implausible");
+    tu_expect_error(herd_idx_load(huge, good_lab, 10, &ds), HERD_ERR_FORMAT, "huge", "implausible");
 
     char spec[256];
     snprintf(spec, sizeof spec, "idx:%s", dir);
     herd_dataset *out = (herd_dataset *)1;
-    expect_error(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &out), HERD_ERR_IO,
+    tu_expect_error(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &out), HERD_ERR_IO,
                  "train-images-idx3-ubyte", dir);
     assert_null(out);
-    expect_error(herd_dataset_open("nope", HERD_SPLIT_TRAIN, &out), HERD_ERR_INVALID_ARG, "nope",
+    tu_expect_error(herd_dataset_open("nope", HERD_SPLIT_TRAIN, &out), HERD_ERR_INVALID_ARG, "nope",
                  NULL);
 
     char *paths[] = {good_img, good_lab, wrong, cut, cut_lab, header_only, gz, gz_cut, gz_bad,
@@ -281,7 +270,7 @@ static void test_idx_strict(void **state)
     snprintf(spec, sizeof spec, "idx:%s", dir);
     snprintf(msg, sizeof msg, "%s/train-labels-idx1-ubyte: sample 3 has label 200, outside 0..9 "
              "for 10 classes", dir);
-    expect_error(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &out), HERD_ERR_FORMAT, msg, NULL);
+    tu_expect_error(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &out), HERD_ERR_FORMAT, msg, NULL);
     assert_null(out);
     /* Declaring 201 classes accepts it. */
     snprintf(spec, sizeof spec, "idx:%s,201", dir);
@@ -301,7 +290,7 @@ static void test_idx_strict(void **state)
     snprintf(spec, sizeof spec, "idx:%s", dir);
     assert_herd_ok(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &out));
     herd_dataset_free(out);
-    expect_error(herd_dataset_open(spec, HERD_SPLIT_TEST, &out), HERD_ERR_FORMAT,
+    tu_expect_error(herd_dataset_open(spec, HERD_SPLIT_TEST, &out), HERD_ERR_FORMAT,
                  "t10k-labels-idx1-ubyte: sample 4 has label 10, outside 0..9", NULL);
     tlab[8 + 4] = 4;
     free(tu_write_file(dir, "t10k-labels-idx1-ubyte", tlab, tl));
@@ -309,10 +298,10 @@ static void test_idx_strict(void **state)
     const char *bad_counts[] = {",1", ",257", ",0", ",99999"};
     for (size_t i = 0; i < 4; i++) {
         snprintf(spec, sizeof spec, "idx:%s%s", dir, bad_counts[i]);
-        expect_error(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &out), HERD_ERR_INVALID_ARG,
+        tu_expect_error(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &out), HERD_ERR_INVALID_ARG,
                      "the class count after the comma must be in 2..256", NULL);
     }
-    expect_error(herd_dataset_open("idx:,10", HERD_SPLIT_TRAIN, &out), HERD_ERR_INVALID_ARG,
+    tu_expect_error(herd_dataset_open("idx:,10", HERD_SPLIT_TRAIN, &out), HERD_ERR_INVALID_ARG,
                  "follow a directory", NULL);
     snprintf(spec, sizeof spec, "idx:%s", dir);
 
@@ -321,12 +310,12 @@ static void test_idx_strict(void **state)
     uint8_t *img = make_idx_images(12, 4, 3, &il);
     char *p = write_parts(dir, "train-images-idx3-ubyte", img, il, "junk!", 5);
     snprintf(msg, sizeof msg, "%s: 5 bytes follow the %zu its header declares", p, il);
-    expect_error(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &out), HERD_ERR_FORMAT, msg, NULL);
+    tu_expect_error(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &out), HERD_ERR_FORMAT, msg, NULL);
     free(p);
     free(tu_write_file(dir, "train-images-idx3-ubyte", img, il));
     p = write_parts(dir, "train-labels-idx1-ubyte", lab, ll, "\0", 1);
     snprintf(msg, sizeof msg, "%s: 1 bytes follow the %zu its header declares", p, ll);
-    expect_error(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &out), HERD_ERR_FORMAT, msg, NULL);
+    tu_expect_error(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &out), HERD_ERR_FORMAT, msg, NULL);
     free(p);
     free(tu_write_file(dir, "train-labels-idx1-ubyte", lab, ll));
 
@@ -338,18 +327,18 @@ static void test_idx_strict(void **state)
     herd_dataset ds;
     memset(&ds, 0, sizeof ds);
     snprintf(msg, sizeof msg, "%s: 7 bytes of trailing data follow the gzip stream (at byte %zu", p, gl);
-    expect_error(herd_idx_load(p, "unread", 10, &ds), HERD_ERR_FORMAT, msg, NULL);
+    tu_expect_error(herd_idx_load(p, "unread", 10, &ds), HERD_ERR_FORMAT, msg, NULL);
     free(p);
     uint8_t *longer = malloc(il + 3);
     memcpy(longer, img, il);
     memset(longer + il, 7, 3);
     p = write_gz(dir, "longer.gz", longer, il + 3);
     snprintf(msg, sizeof msg, "%s: 3 uncompressed bytes follow the %zu its header declares", p, il);
-    expect_error(herd_idx_load(p, "unread", 10, &ds), HERD_ERR_FORMAT, msg, NULL);
+    tu_expect_error(herd_idx_load(p, "unread", 10, &ds), HERD_ERR_FORMAT, msg, NULL);
     free(p);
     /* The gzip trailer (CRC and size) cut off after all the data. */
     p = tu_write_file(dir, "no-trailer.gz", gzb, gl - 8);
-    expect_error(herd_idx_load(p, "unread", 10, &ds), HERD_ERR_FORMAT, "no gzip trailer", NULL);
+    tu_expect_error(herd_idx_load(p, "unread", 10, &ds), HERD_ERR_FORMAT, "no gzip trailer", NULL);
     free(p);
     /* Two gzip members back to back are one valid file. */
     char *first = write_gz(dir, "first.gz", img, 20), *second = write_gz(dir, "second.gz", img + 20, il - 20);
@@ -399,7 +388,7 @@ static void test_cifar10(void **state)
     char name[64], spec[256];
     snprintf(spec, sizeof spec, "cifar10:%s", dir);
     herd_dataset *ds = NULL;
-    expect_error(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &ds), HERD_ERR_IO, "data_batch_1.bin",
+    tu_expect_error(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &ds), HERD_ERR_IO, "data_batch_1.bin",
                  "cannot open");
     for (int i = 1; i <= 5; i++) {
         snprintf(name, sizeof name, "data_batch_%d.bin", i);
@@ -423,10 +412,10 @@ static void test_cifar10(void **state)
     herd_dataset_free(ds);
 
     write_cifar(dir, "data_batch_3.bin", 3, -1, 100);
-    expect_error(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &ds), HERD_ERR_FORMAT,
+    tu_expect_error(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &ds), HERD_ERR_FORMAT,
                  "data_batch_3.bin", "multiple");
     write_cifar(dir, "data_batch_3.bin", 3, 2, 0);
-    expect_error(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &ds), HERD_ERR_FORMAT,
+    tu_expect_error(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &ds), HERD_ERR_FORMAT,
                  "data_batch_3.bin", "label 10");
     tu_rmtree(dir);
     free(dir);

@@ -32,16 +32,6 @@ static uint8_t *make_bin(int32_t n, int vocab_mod, size_t *len)
     return b;
 }
 
-static void expect_error(herd_status got, herd_status st, const char *needle1, const char *needle2)
-{
-    if (got != st)
-        fail_msg("expected %s, got %s: %s", herd_status_name(st), herd_status_name(got),
-                 herd_last_error());
-    if (!strstr(herd_last_error(), needle1) || (needle2 && !strstr(herd_last_error(), needle2)))
-        fail_msg("message '%s' lacks '%s' / '%s'", herd_last_error(), needle1,
-                 needle2 ? needle2 : "");
-}
-
 static void test_good_file_and_sequences(void **state)
 {
     (void)state;
@@ -71,7 +61,7 @@ static void test_good_file_and_sequences(void **state)
     int c, h, w, classes;
     herd_dataset_shape(train, &c, &h, &w, &classes);
     assert_true(c == 1 && h == 16 && w == 1 && classes == 300);
-    expect_error(herd_dataset_set_seq_len(train, 101), HERD_ERR_INVALID_ARG,
+    tu_expect_error(herd_dataset_set_seq_len(train, 101), HERD_ERR_INVALID_ARG,
                  "sequence length 101 must be in 1..100", NULL);
 
     /* Two shards of batch 2, in order: rank 1's first batch is sequences 2 and 3. */
@@ -124,33 +114,33 @@ static void test_strict(void **state)
     memset(&ds, 0, sizeof ds);
     p = write_with(dir, "magic.bin", b, len, 0, 20240521);
     snprintf(msg, sizeof msg, "%s: byte 0: magic 20240521, not 20240520", p);
-    expect_error(herd_tokens_load(p, 256, &ds), HERD_ERR_FORMAT, msg, NULL);
+    tu_expect_error(herd_tokens_load(p, 256, &ds), HERD_ERR_FORMAT, msg, NULL);
     free(p);
 
     p = write_with(dir, "version.bin", b, len, 4, 2);
     snprintf(msg, sizeof msg, "%s: byte 4: version 2, not 1", p);
-    expect_error(herd_tokens_load(p, 256, &ds), HERD_ERR_FORMAT, msg, NULL);
+    tu_expect_error(herd_tokens_load(p, 256, &ds), HERD_ERR_FORMAT, msg, NULL);
     free(p);
 
     p = write_with(dir, "reserved.bin", b, len, 4 * 200, 7);
     snprintf(msg, sizeof msg, "%s: byte 800: header field 200 is 7", p);
-    expect_error(herd_tokens_load(p, 256, &ds), HERD_ERR_FORMAT, msg, NULL);
+    tu_expect_error(herd_tokens_load(p, 256, &ds), HERD_ERR_FORMAT, msg, NULL);
     free(p);
 
     p = write_with(dir, "count.bin", b, len, 8, 51);
     snprintf(msg, sizeof msg, "%s: byte 8: the header counts 51 tokens (102 bytes) but 100 bytes "
              "follow", p);
-    expect_error(herd_tokens_load(p, 256, &ds), HERD_ERR_FORMAT, msg, NULL);
+    tu_expect_error(herd_tokens_load(p, 256, &ds), HERD_ERR_FORMAT, msg, NULL);
     free(p);
 
     p = write_with(dir, "cut.bin", b, len - 1, -1, 0); /* half a token missing */
     snprintf(msg, sizeof msg, "%s: byte 8: the header counts 50 tokens (100 bytes) but 99 bytes", p);
-    expect_error(herd_tokens_load(p, 256, &ds), HERD_ERR_FORMAT, msg, NULL);
+    tu_expect_error(herd_tokens_load(p, 256, &ds), HERD_ERR_FORMAT, msg, NULL);
     free(p);
 
     p = write_with(dir, "header.bin", b, 1000, -1, 0);
     snprintf(msg, sizeof msg, "%s: byte 1000: the file ends inside the header", p);
-    expect_error(herd_tokens_load(p, 256, &ds), HERD_ERR_FORMAT, msg, NULL);
+    tu_expect_error(herd_tokens_load(p, 256, &ds), HERD_ERR_FORMAT, msg, NULL);
     free(p);
 
     /* Token 37 (byte 1024 + 74) is 300 in a vocabulary of 256; the message names it. */
@@ -158,19 +148,19 @@ static void test_strict(void **state)
     b[HEADER_BYTES + 75] = 300 >> 8;
     p = write_with(dir, "vocab.bin", b, len, -1, 0);
     snprintf(msg, sizeof msg, "%s: token 37 (byte 1098) is 300, not below the vocabulary 256", p);
-    expect_error(herd_tokens_load(p, 256, &ds), HERD_ERR_FORMAT, msg, NULL);
+    tu_expect_error(herd_tokens_load(p, 256, &ds), HERD_ERR_FORMAT, msg, NULL);
     assert_herd_ok(herd_tokens_load(p, 301, &ds)); /* fits a vocabulary of 301 */
     free(ds.tokens);
     free(p);
 
     uint8_t *one = make_bin(1, 256, &len);
     p = tu_write_file(dir, "one.bin", one, len);
-    expect_error(herd_tokens_load(p, 256, &ds), HERD_ERR_FORMAT, "1 token: a sequence needs at "
+    tu_expect_error(herd_tokens_load(p, 256, &ds), HERD_ERR_FORMAT, "1 token: a sequence needs at "
                  "least 2", NULL);
     free(p);
     free(one);
     free(b);
-    expect_error(herd_tokens_load("/nonexistent/x.bin", 256, &ds), HERD_ERR_IO,
+    tu_expect_error(herd_tokens_load("/nonexistent/x.bin", 256, &ds), HERD_ERR_IO,
                  "/nonexistent/x.bin: cannot open", NULL);
     tu_rmtree(dir);
     free(dir);
@@ -189,21 +179,21 @@ static void test_spec(void **state)
     snprintf(spec, sizeof spec, "tokens:%s,256", p);
     assert_herd_ok(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &ds));
     herd_dataset_free(ds);
-    expect_error(herd_dataset_open(spec, HERD_SPLIT_TEST, &ds), HERD_ERR_INVALID_ARG,
+    tu_expect_error(herd_dataset_open(spec, HERD_SPLIT_TEST, &ds), HERD_ERR_INVALID_ARG,
                  "no validation file", "NAME_val.bin");
     /* The default vocabulary is GPT-2's; a bad one is refused naming the format. */
     snprintf(spec, sizeof spec, "tokens:%s", p);
     assert_herd_ok(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &ds));
     assert_int_equal(ds->classes, 50257);
-    expect_error(herd_dataset_truncate(ds, 3), HERD_ERR_INVALID_ARG,
+    tu_expect_error(herd_dataset_truncate(ds, 3), HERD_ERR_INVALID_ARG,
                  "set the sequence length before truncating", NULL);
     herd_dataset_free(ds);
     snprintf(spec, sizeof spec, "tokens:%s,65537", p);
-    expect_error(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &ds), HERD_ERR_INVALID_ARG,
+    tu_expect_error(herd_dataset_open(spec, HERD_SPLIT_TRAIN, &ds), HERD_ERR_INVALID_ARG,
                  "the vocabulary after the comma must be in 2..65536", "tokens:FILE[,VOCAB]");
     /* Image data takes no sequence length. */
     assert_herd_ok(herd_dataset_open("synthetic:1,4,4,3,8", HERD_SPLIT_TRAIN, &ds));
-    expect_error(herd_dataset_set_seq_len(ds, 4), HERD_ERR_INVALID_ARG,
+    tu_expect_error(herd_dataset_set_seq_len(ds, 4), HERD_ERR_INVALID_ARG,
                  "a sequence length applies to token data only", NULL);
     herd_dataset_free(ds);
     free(p);

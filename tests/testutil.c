@@ -87,6 +87,16 @@ float *tu_randv(size_t n, uint64_t seed)
     return x;
 }
 
+void tu_expect_error(herd_status got, herd_status st, const char *needle1, const char *needle2)
+{
+    if (got != st)
+        fail_msg("expected %s, got %s: %s", herd_status_name(st), herd_status_name(got),
+                 herd_last_error());
+    if (!strstr(herd_last_error(), needle1) || (needle2 && !strstr(herd_last_error(), needle2)))
+        fail_msg("message '%s' lacks '%s' / '%s'", herd_last_error(), needle1,
+                 needle2 ? needle2 : "");
+}
+
 int tu_sanitized(void)
 {
     const char *s = getenv("HERD_SANITIZED");

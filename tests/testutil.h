@@ -33,6 +33,9 @@ double tu_max_rel_err(const float *a, const float *b, size_t n);
 void tu_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t seed);
 /* n uniform values in [-1, 1) from seed, malloc'd (n = 0 gives a valid pointer). */
 float *tu_randv(size_t n, uint64_t seed);
+/* Fails the test unless got is st and herd_last_error() holds needle1 (and needle2,
+ * when not NULL). */
+void tu_expect_error(herd_status got, herd_status st, const char *needle1, const char *needle2);
 /* True when the tests run under the sanitizer build (HERD_SANITIZED=1): long tests shrink. */
 int tu_sanitized(void);
 
