@@ -10,9 +10,7 @@ set -u
 . "$(dirname "$0")/testlib.sh"
 have_mpi || skip_all "herd built without MPI, or its launcher (HERD_MPIEXEC, set by ctest) missing"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-seed=${HERD_TEST_SEED:-$RANDOM}
-RANDOM=$seed
-echo "random seed $seed (HERD_TEST_SEED=$seed repeats it)"
+seed_random
 samples=9600 K=2 ranks="4, 3 and 2 ranks" # 100 steps of 96, two kills
 repeat_pass && samples=2880 K=1 ranks="4 and 3 ranks"
 run=("$herd" run --mpirun "$HERD_MPIEXEC" --threads-per-rank 1)

@@ -16,9 +16,7 @@ set -u
 . "$(dirname "$0")/testlib.sh"
 have_mpi || skip_all "herd built without MPI, or its launcher (HERD_MPIEXEC, set by ctest) missing"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-seed=${HERD_TEST_SEED:-$RANDOM}
-RANDOM=$seed
-echo "random seed $seed (HERD_TEST_SEED=$seed repeats it)"
+seed_random
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" "$2" | tail -n 1; }
 run=("$herd" run --mpirun "$HERD_MPIEXEC" --threads-per-rank 1)
 # wait_step DIR ATTEMPT [AHEAD]: waits until that attempt has trained a step, then

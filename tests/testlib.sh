@@ -40,6 +40,13 @@ fi
 # errors and for the other MPI, not for more configurations of one code path. There a
 # script keeps one of each path (`repeat_pass && nps=(2)`); the first pass runs them all.
 repeat_pass() { [ "${HERD_SANITIZED:-0}" = 1 ] || [ "${HERD_TEST_REPEAT:-0}" = 1 ]; }
+# seed_random: seeds $RANDOM from HERD_TEST_SEED, or a fresh seed, and prints it so a
+# failing run can be repeated.
+seed_random() {
+  seed=${HERD_TEST_SEED:-$RANDOM}
+  RANDOM=$seed
+  echo "random seed $seed (HERD_TEST_SEED=$seed repeats it)"
+}
 # Whether herd can launch MPI jobs here: herd built with MPI, and its launcher
 # (HERD_MPIEXEC, set by ctest) installed.
 have_mpi() { [ -n "${HERD_MPIEXEC:-}" ] && [ -x "$HERD_MPIEXEC" ] && ! "$herd" --version | grep -q "MPI: none"; }
