@@ -14,8 +14,8 @@ FAMILIES = [
     ("layout conversion", r"nchwToNhwc|nhwcToNchw|transpose|nchw|nhwc"),
     ("batch norm", r"\bk_bn|bn_|batch_?norm"),
     ("GEMM (cuBLAS)", r"gemm|cutlass|sgemm|ampere|sm90"),
-    ("elementwise (herd)", r"k_relu|k_add|k_mul|k_axpy|k_copy|k_fill|k_dropout|k_scale"),
-    ("pooling", r"pool"),
+    ("elementwise (herd)", r"k_relu|k_add|k_mul|k_axpy|k_copy|k_fill|k_dropout|k_scale|k_ew|k_bias"),
+    ("pooling", r"pool|k_gap"),
     ("loss", r"xent|softmax"),
     ("optimizer", r"sgd|adamw|unscale|sum_squares"),
 ]

@@ -39,9 +39,9 @@ typedef struct herd_conv_desc {
     int c_out, kh, kw, stride, pad;
     int h_out, w_out; /* filled by herd_conv_desc_finish */
     bool bias;
-    /* The input x (and dx) / the output y (and dy) are bf16 activations in the blocked
-     * layout of herd_bf16_act_ops, not fp32 NCHW: only for backends that have those
-     * ops, and only while they are in use. */
+    /* The input x (and dx) / the output y (and dy) are 16-bit activations in the
+     * backend's layout of herd_bf16_act_ops, not fp32 NCHW: only for backends that have
+     * those ops, and only while they are in use. */
     bool bf16_in, bf16_out;
 } herd_conv_desc;
 
@@ -67,20 +67,24 @@ typedef struct herd_adamw_args {
 } herd_adamw_args;
 
 /*
- * bf16 activations between layers, in oneDNN's nChw16c layout: per sample, blocks of
- * 16 channels, each block h x w pixels of 16 channel values (2 bytes each, bf16 bits).
- * In a bf16 run, convolutions read and write them without reorders, and these ops
+ * 16-bit activations between layers, in a layout the backend chooses: the CPU's is
+ * oneDNN's nChw16c (per sample, blocks of 16 channels, each block h x w pixels of 16
+ * bf16 values); the GPU's is channels last (NHWC), bf16 in bf16 runs and IEEE half in
+ * fp16 runs (the same 2 bytes a value; layers only pass the buffers along).
+ * In a 16-bit run, convolutions read and write them without reorders, and these ops
  * carry them through batch norm, ReLU, residual adds and the final pooling, so the
  * layers between two convolutions move half the bytes they move in fp32. Channels are
- * a multiple of 16, so the layout has no padding and `n` counts the same values as
+ * a multiple of 16, so neither layout has padding and `n` counts the same values as
  * the NCHW tensor. Parameters, statistics and their gradients stay fp32; reductions
- * run in double, and sum per sample first, then over samples in order, so any thread
- * count gives the same bits. The BN ops are the fp32 split ops (bn_stats ...) on
- * this layout, with the same meaning; local BN calls them back to back.
+ * run in double in an order fixed by the shape (the CPU's: per sample first, then over
+ * samples in order, the same bits for any thread count). The BN ops are the fp32 split
+ * ops (bn_stats ...) on this layout, with the same meaning; local BN calls them back
+ * to back.
  */
 typedef struct herd_bf16_act_ops {
     /* Whether the backend's current arithmetic reads them natively (bf16 precision on
-     * a CPU with bf16 instructions): only then does a model keep activations in them. */
+     * a CPU with bf16 instructions; bf16 or fp16 on a GPU): only then does a model keep
+     * activations in them. */
     bool (*in_use)(void);
     herd_status (*from_f32)(int n, int c, int hw, const float *x, uint16_t *y); /* NCHW fp32 -> */
     herd_status (*to_f32)(int n, int c, int hw, const uint16_t *x, float *y);   /* -> NCHW fp32 */

@@ -23,6 +23,11 @@ typedef struct herd_cublas_lib {
     __typeof__(&cublasSetStream_v2) set_stream;
     __typeof__(&cublasSetMathMode) set_math_mode;
     __typeof__(&cublasSgemm_v2) sgemm;
+    /* Spelled out: C++ overloads cublasGemmEx, so __typeof__ cannot name it. */
+    cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                              const void *, const void *, cudaDataType, int, const void *,
+                              cudaDataType, int, const void *, void *, cudaDataType, int,
+                              cublasComputeType_t, cublasGemmAlgo_t);
     __typeof__(&cublasGetStatusName) status_name;
     __typeof__(&cublasGetStatusString) status_string;
     __typeof__(&cublasGetProperty) get_property;

@@ -523,6 +523,12 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
         st = herd_run_check_zero(r);
     if (st == HERD_OK) /* process-wide on a GPU: ours again */
         st = r->m->be->set_precision(r->m->precision);
+    /* fp16's 5 exponent bits lose small gradients to zero unless the loss is scaled up
+     * first: refused rather than trained silently worse (bf16 keeps fp32's range). */
+    if (st == HERD_OK && r->m->precision == HERD_PRECISION_FP16 && !cfg->dynamic_loss_scale)
+        st = HERD_ERR(HERD_ERR_INVALID_ARG, "--precision fp16 needs loss scaling: small "
+                      "gradients underflow to zero in fp16; add --loss-scale dynamic (or use "
+                      "--precision bf16)");
     if (st == HERD_OK)
         st = herd_fail_point("signature", r->comm->rank);
     HERD_TRY(herd_agree(r->comm, st, "checking its arguments"));

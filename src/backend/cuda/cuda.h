@@ -25,8 +25,16 @@ typedef struct herd_cuda_ctx {
     const herd_cublas_lib *blas; /* opened at the backend's start (core/cublas_lib.h) */
     cublasHandle_t cublas;
     cudnnHandle_t cudnn;
-    bool tf32; /* --precision tf32: convolutions and gemm may use TF32 tensor cores */
+    /* --precision: fp32 (no tensor cores), tf32, or bf16 / fp16 (tensor cores on 16-bit
+     * operands, fp32 sums; activations between layers in 16 bits, cuda_act16.cu). */
+    herd_precision precision;
 } herd_cuda_ctx;
+
+/* Whether the context's precision is bf16 or fp16: 16-bit operands and activations. */
+static inline bool herd_cuda_half(const herd_cuda_ctx *ctx)
+{
+    return ctx->precision == HERD_PRECISION_BF16 || ctx->precision == HERD_PRECISION_FP16;
+}
 
 /* The context made by herd_backend_cuda(); valid once it returned non-NULL. */
 const herd_cuda_ctx *herd_cuda_ctx_get(void);
@@ -46,6 +54,8 @@ uint64_t herd_cuda_memory_available(void);
  * reuse across ops because everything runs in order on one stream. */
 enum { HERD_CUDA_SCRATCH_LOSS, HERD_CUDA_SCRATCH_BN, HERD_CUDA_SCRATCH_FLAG, HERD_CUDA_SCRATCH_NORM,
        HERD_CUDA_SCRATCH_CONV, /* the workspace every convolution shares */
+       /* 16-bit convolutions: an fp32 input, output or weights converted for cuDNN */
+       HERD_CUDA_SCRATCH_CONV_X16, HERD_CUDA_SCRATCH_CONV_Y16, HERD_CUDA_SCRATCH_CONV_W16,
        HERD_CUDA_SCRATCH_COUNT };
 herd_status herd_cuda_scratch(int slot, size_t bytes, void **p);
 /* Gives a slot's buffer back to the allocator's cache (in stream order). */
@@ -172,6 +182,33 @@ herd_status herd_cuda_copy(size_t n, const float *x, float *y);
 herd_status herd_cuda_memcpy_h2d(void *dst, const void *src, size_t bytes);
 herd_status herd_cuda_memcpy_d2h(void *dst, const void *src, size_t bytes);
 herd_status herd_cuda_fill(size_t n, float value, float *y);
+
+/* cuda_bn.cu: the per-channel steps, shared with the 16-bit activations' batch norm.
+ * part holds [2][splits][c] partial sums; totals adds each channel's in split order
+ * into a (and b); params and bwd_params are k_bn_params / k_bn_bwd_params (cuda_bn.cu
+ * says what they compute). The scratch gives part, tot ([2][c]) and coef ([3][c]). */
+herd_status herd_cuda_bn_scratch(int c, int splits, double **part, double **tot, float **coef);
+herd_status herd_cuda_bn_totals(int c, int splits, const double *part, double *a, double *b);
+herd_status herd_cuda_bn_params(int c, const double *sum, const double *sq, int64_t count,
+                                const float *gamma, const float *beta, float *save_mean,
+                                float *save_invstd, float *running_mean, float *running_var,
+                                float momentum, float eps, float *coef);
+herd_status herd_cuda_bn_bwd_params(int c, const double *sdy, const double *sdyxc,
+                                    int64_t count, const float *gamma, const float *save_invstd,
+                                    float *dgamma, float *dbeta, float beta, float *coef);
+
+/* cuda_act16.cu: 16-bit activations, channels last (NHWC), bf16 or IEEE half by the
+ * context's precision; the backend's bf16_acts table, and the conversions its
+ * convolutions use. to_nhwc16: fp32 NCHW [n][c][hw] -> 16-bit [n][hw][c]; from_nhwc16:
+ * back, y = v (+ bias[ch] when bias) or y += v when accumulate. */
+extern const herd_bf16_act_ops herd_cuda_act16_ops;
+herd_status herd_cuda_to_nhwc16(int n, int c, int hw, const float *x, uint16_t *y);
+herd_status herd_cuda_from_nhwc16(int n, int c, int hw, const uint16_t *x, float *y,
+                                  const float *bias, bool accumulate);
+/* Row-major [rows][c] 16-bit values: y[r][ch] += bias[ch], and db (+)= the column sums. */
+herd_status herd_cuda_nhwc16_bias_add(size_t rows, int c, uint16_t *y, const float *bias);
+herd_status herd_cuda_nhwc16_bias_grad(size_t rows, int c, const uint16_t *dy, float *db,
+                                       float beta);
 
 /* cuda_loss.cu */
 herd_status herd_cuda_softmax_xent(int n, int classes, const float *logits,

@@ -70,18 +70,24 @@ static herd_status cuda_set_threads(int threads)
 
 static herd_status cuda_set_precision(herd_precision p)
 {
-    if (p == HERD_PRECISION_BF16 || p == HERD_PRECISION_FP16)
+    struct cudaDeviceProp prop;
+    HERD_CUDA(cudaGetDeviceProperties(&prop, g_ctx.device), "reading the device properties");
+    /* Tensor cores: fp16 from Volta (7.0), bf16 and tf32 from Ampere (8.0). */
+    int need = p == HERD_PRECISION_FP16 ? 7 : p == HERD_PRECISION_FP32 ? 0 : 8;
+    if (prop.major < need)
         return HERD_ERR(HERD_ERR_UNSUPPORTED,
-                        "--precision %s (half-precision compute with fp32 master weights) is not "
-                        "available yet on the cuda backend; use --precision tf32 or fp32",
-                        herd_precision_name(p));
+                        "--precision %s needs a GPU of compute capability %d.0 or newer; %s is "
+                        "%d.%d (use --precision fp32%s)",
+                        herd_precision_name(p), need, prop.name, prop.major, prop.minor,
+                        prop.major >= 7 && p != HERD_PRECISION_FP16 ? " or fp16" : "");
+    /* cuBLAS: TF32 tensor cores for cublasSgemm under tf32, none otherwise (the default
+     * mode does not use TF32); bf16 and fp16 name their compute type per call
+     * (cuda_gemm.cu). Convolutions pick up the precision when they next run. */
     bool tf32 = p == HERD_PRECISION_TF32;
-    /* cuBLAS: TF32 tensor cores for cublasSgemm, or none at all (the default mode
-     * does not use TF32). Convolutions pick up g_ctx.tf32 when they next run. */
     HERD_CUBLAS(g_ctx.blas->set_math_mode(g_ctx.cublas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
                                                            : CUBLAS_DEFAULT_MATH),
                 "setting the math mode");
-    g_ctx.tf32 = tf32;
+    g_ctx.precision = p;
     return HERD_OK;
 }
 
@@ -189,6 +195,7 @@ static const herd_backend cuda_backend = {
     .grad_unscale_check = herd_cuda_grad_unscale_check,
     .sum_squares = herd_cuda_sum_squares,
     .set_precision = cuda_set_precision,
+    .bf16_acts = &herd_cuda_act16_ops,
     .set_memory_limit = herd_cuda_set_memory_limit,
     .device_info = cuda_device_info,
     .device_identity = cuda_device_identity,

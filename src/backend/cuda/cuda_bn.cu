@@ -26,7 +26,8 @@ enum { SUM_X, SUM_SQDEV, SUM_BWD };
  * row; block blockIdx.x of gridDim.x takes every gridDim.x-th group of warps' units.
  * SUM_X: sum of x. SUM_SQDEV: sum of (x - mean)^2, mean = sum[ch] / count.
  * SUM_BWD: sum of dy and of dy * (x - mean), mean = mean_f[ch].
- * part holds [2][c][splits] doubles. */
+ * part holds [2][splits][c] doubles: split-major, so that k_bn_total's threads (one per
+ * channel) read neighbouring values. */
 template <int MODE>
 __global__ void k_bn_partial(int n, int c, int hw, const float *x, const float *dy,
                              const double *sum, const float *mean_f, double count, double *part)
@@ -73,9 +74,9 @@ __global__ void k_bn_partial(int n, int c, int hw, const float *x, const float *
         __syncthreads();
     }
     if (threadIdx.x == 0) {
-        part[(size_t)ch * splits + blockIdx.x] = sa[0];
+        part[(size_t)blockIdx.x * c + ch] = sa[0];
         if (MODE == SUM_BWD)
-            part[((size_t)c + ch) * splits + blockIdx.x] = sb[0];
+            part[((size_t)splits + blockIdx.x) * c + ch] = sb[0];
     }
 }
 
@@ -87,9 +88,9 @@ __global__ void k_bn_total(int c, int splits, const double *part, double *out_a,
         return;
     double a = 0.0, b = 0.0;
     for (int j = 0; j < splits; j++) {
-        a += part[(size_t)ch * splits + j];
+        a += part[(size_t)j * c + ch];
         if (out_b)
-            b += part[((size_t)c + ch) * splits + j];
+            b += part[((size_t)splits + j) * c + ch];
     }
     out_a[ch] = a;
     if (out_b)
@@ -195,7 +196,7 @@ static int bn_splits(int n, int c, int hw)
 
 typedef struct bn_scratch {
     int splits;
-    double *part, *tot; /* [2][c][splits], [2][c] */
+    double *part, *tot; /* [2][splits][c], [2][c] */
     float *coef;        /* [3][c] */
 } bn_scratch;
 
@@ -387,4 +388,51 @@ extern "C" herd_status herd_cuda_bn_bwd_apply(int n, int c, int hw, const float 
                                         NULL, NULL, 0.0f, sc.coef);
     HERD_CUDA_LAUNCHED("k_bn_bwd_params");
     return bn_dx(n, c, hw, x, dy, save_mean, sc.coef, dx);
+}
+
+/* ---- the per-channel steps, for the 16-bit activations' batch norm (cuda_act16.cu) */
+
+extern "C" herd_status herd_cuda_bn_scratch(int c, int splits, double **part, double **tot,
+                                            float **coef)
+{
+    HERD_TRY(check_grid("batch norm", c));
+    size_t np = 2 * (size_t)c * splits, nt = 2 * (size_t)c;
+    void *p;
+    HERD_TRY(herd_cuda_scratch(HERD_CUDA_SCRATCH_BN,
+                               (np + nt) * sizeof(double) + 3 * (size_t)c * sizeof(float), &p));
+    *part = (double *)p;
+    *tot = *part + np;
+    *coef = (float *)(*tot + nt);
+    return HERD_OK;
+}
+
+extern "C" herd_status herd_cuda_bn_totals(int c, int splits, const double *part, double *a,
+                                           double *b)
+{
+    k_bn_total<<<(c + 127) / 128, 128, 0, stream()>>>(c, splits, part, a, b);
+    HERD_CUDA_LAUNCHED("k_bn_total");
+    return HERD_OK;
+}
+
+extern "C" herd_status herd_cuda_bn_params(int c, const double *sum, const double *sq,
+                                           int64_t count, const float *gamma, const float *beta,
+                                           float *save_mean, float *save_invstd,
+                                           float *running_mean, float *running_var,
+                                           float momentum, float eps, float *coef)
+{
+    k_bn_params<<<PER_CHANNEL(c)>>>(c, sum, sq, (double)count, gamma, beta, save_mean,
+                                    save_invstd, running_mean, running_var, momentum, eps, coef);
+    HERD_CUDA_LAUNCHED("k_bn_params");
+    return HERD_OK;
+}
+
+extern "C" herd_status herd_cuda_bn_bwd_params(int c, const double *sdy, const double *sdyxc,
+                                               int64_t count, const float *gamma,
+                                               const float *save_invstd, float *dgamma,
+                                               float *dbeta, float beta, float *coef)
+{
+    k_bn_bwd_params<<<PER_CHANNEL(c)>>>(c, sdy, sdyxc, (double)count, gamma, save_invstd, dgamma,
+                                        dbeta, beta, coef);
+    HERD_CUDA_LAUNCHED("k_bn_bwd_params");
+    return HERD_OK;
 }

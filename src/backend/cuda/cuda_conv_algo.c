@@ -38,7 +38,8 @@ static bool env_is_1(const char *name)
 }
 
 typedef struct policy {
-    bool any, exact, heuristic, tf32;
+    bool any, exact, heuristic;
+    herd_precision prec;
     size_t limit; /* workspace bytes an algorithm may take */
 } policy;
 
@@ -119,7 +120,8 @@ static herd_status none_allowed(const herd_conv_desc *d, const policy *pol, cons
 
 typedef struct cached {
     herd_conv_desc shape; /* n, c_in, h_in, w_in, c_out, kh, kw, stride, pad */
-    bool any, exact, heuristic, tf32;
+    bool any, exact, heuristic;
+    herd_precision prec;
     herd_cuda_conv_algos algos;
     struct cached *next;
 } cached;
@@ -137,7 +139,7 @@ static cached *lookup(const herd_conv_desc *d, const policy *pol)
 {
     for (cached *c = g_cache; c; c = c->next)
         if (same_shape(&c->shape, d) && c->any == pol->any && c->exact == pol->exact &&
-            c->heuristic == pol->heuristic && c->tf32 == pol->tf32)
+            c->heuristic == pol->heuristic && c->prec == pol->prec)
             return c;
     return NULL;
 }
@@ -243,7 +245,7 @@ static herd_status choose(const herd_conv_desc *d, const descs *ds, const policy
         .fwd = fwd[i].algo, .bwd_data = bd[j].algo, .bwd_filter = bf[k].algo,
         .fwd_math = fwd[i].mathType, .bwd_data_math = bd[j].mathType,
         .bwd_filter_math = bf[k].mathType};
-    if (!pol->tf32) /* fp32 stays FMA whatever cuDNN reports */
+    if (pol->prec == HERD_PRECISION_FP32) /* fp32 stays FMA whatever cuDNN reports */
         out->fwd_math = out->bwd_data_math = out->bwd_filter_math = CUDNN_FMA_MATH;
     size_t ws = fwd[i].memory > bd[j].memory ? fwd[i].memory : bd[j].memory;
     out->workspace = ws > bf[k].memory ? ws : bf[k].memory;
@@ -267,20 +269,20 @@ static void db_key(const herd_conv_desc *d, const policy *pol, char *key, size_t
     }
     snprintf(key, size, "%.120s cudnn%zu n%d c%d %dx%d o%d k%dx%d s%d p%d %s%s%s", gpu,
              cudnnGetVersion(), d->n, d->c_in, d->h_in, d->w_in, d->c_out, d->kh, d->kw,
-             d->stride, d->pad, pol->tf32 ? "tf32" : "fp32", pol->any ? " any" : "",
+             d->stride, d->pad, herd_precision_name(pol->prec), pol->any ? " any" : "",
              pol->exact ? " exact" : "");
 }
 
 herd_status herd_cuda_conv_algos_choose(const herd_conv_desc *d, cudnnTensorDescriptor_t x,
                                         cudnnFilterDescriptor_t w,
                                         cudnnConvolutionDescriptor_t conv,
-                                        cudnnTensorDescriptor_t y, bool tf32,
+                                        cudnnTensorDescriptor_t y, herd_precision prec,
                                         herd_cuda_conv_algos *out)
 {
     policy pol = {.any = env_is_1("HERD_CUDNN_ANY_ALGO"), .exact = env_is_1("HERD_CUDNN_EXACT"),
-                  .heuristic = env_is_1("HERD_CUDNN_HEURISTIC"), .tf32 = tf32};
-    HERD_CUDNN(cudnnSetConvolutionMathType(conv, tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
-               "convolution math type");
+                  .heuristic = env_is_1("HERD_CUDNN_HEURISTIC"), .prec = prec};
+    cudnnMathType_t math = prec == HERD_PRECISION_FP32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
+    HERD_CUDNN(cudnnSetConvolutionMathType(conv, math), "convolution math type");
     cached *hit = lookup(d, &pol);
     if (hit) {
         *out = hit->algos;
@@ -301,13 +303,12 @@ herd_status herd_cuda_conv_algos_choose(const herd_conv_desc *d, cudnnTensorDesc
             HERD_TRY(herd_cuda_conv_db_store(key, out));
     }
     /* Find leaves the math type of the last algorithm it tried on the descriptor. */
-    HERD_CUDNN(cudnnSetConvolutionMathType(conv, tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
-               "convolution math type");
+    HERD_CUDNN(cudnnSetConvolutionMathType(conv, math), "convolution math type");
     if (env_is_1("HERD_CUDNN_LOG"))
         herd_log(HERD_LOG_INFO, "cuDNN conv n=%d c_in=%d %dx%d c_out=%d k=%d stride %d (%s, %s): "
                  "forward algorithm %d (%.3f ms), backward data %d (%.3f ms), backward filter %d "
                  "(%.3f ms), workspace %.1f MiB", d->n, d->c_in, d->h_in, d->w_in, d->c_out, d->kh,
-                 d->stride, tf32 ? "tf32" : "fp32",
+                 d->stride, herd_precision_name(prec),
                  pol.heuristic ? "heuristics" : kept ? "measured by an earlier run" : "measured",
                  (int)out->fwd, ms[0], (int)out->bwd_data, ms[1], (int)out->bwd_filter, ms[2],
                  out->workspace / 1048576.0);
@@ -315,7 +316,7 @@ herd_status herd_cuda_conv_algos_choose(const herd_conv_desc *d, cudnnTensorDesc
     if (!c)
         return HERD_NOMEM(sizeof *c);
     *c = (cached){.shape = *d, .any = pol.any, .exact = pol.exact, .heuristic = pol.heuristic,
-                  .tf32 = tf32, .algos = *out, .next = g_cache};
+                  .prec = prec, .algos = *out, .next = g_cache};
     g_cache = c;
     return HERD_OK;
 }

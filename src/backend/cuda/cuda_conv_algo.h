@@ -17,11 +17,11 @@ typedef struct herd_cuda_conv_algos {
  * By default they are measured (cuDNN's Find, run once per shape and precision, kept for
  * the process and in a file for later runs), deterministic ones only, within a quarter of the device memory
  * herd may still take. The descriptors are the plan's; conv's math type is left set for
- * the precision (CUDNN_FMA_MATH for fp32, CUDNN_TENSOR_OP_MATH for tf32). */
+ * the precision (CUDNN_FMA_MATH for fp32, CUDNN_TENSOR_OP_MATH for tf32, bf16 and fp16). */
 herd_status herd_cuda_conv_algos_choose(const herd_conv_desc *d, cudnnTensorDescriptor_t x,
                                         cudnnFilterDescriptor_t w,
                                         cudnnConvolutionDescriptor_t conv,
-                                        cudnnTensorDescriptor_t y, bool tf32,
+                                        cudnnTensorDescriptor_t y, herd_precision prec,
                                         herd_cuda_conv_algos *out);
 
 /* The file of measured choices kept across runs (cuda_conv_db.c), by a key naming the

@@ -42,6 +42,19 @@ extern "C" herd_status herd_cuda_gemm(bool trans_a, bool trans_b, int m, int n, 
     /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the same
      * buffers with the operands swapped and m, n exchanged. */
     const herd_cuda_ctx *ctx = herd_cuda_ctx_get();
+    if (herd_cuda_half(ctx)) {
+        /* bf16 / fp16: cuBLAS rounds the fp32 operands to 16 bits for the tensor cores
+         * and sums in fp32, as the CPU's bf16 gemm does. */
+        cublasComputeType_t ct = ctx->precision == HERD_PRECISION_BF16
+                                     ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                     : CUBLAS_COMPUTE_32F_FAST_16F;
+        HERD_CUBLAS(ctx->blas->gemm_ex(ctx->cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                       trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
+                                       CUDA_R_32F, ldb, a, CUDA_R_32F, lda, &beta, c, CUDA_R_32F,
+                                       ldc, ct, CUBLAS_GEMM_DEFAULT),
+                    "gemm (16-bit tensor cores)");
+        return HERD_OK;
+    }
     HERD_CUBLAS(ctx->blas->sgemm(ctx->cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                                  trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb, a, lda,
                                  &beta, c, ldc),

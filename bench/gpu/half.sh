@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Issue 26's 16-bit run on one GPU, about 5 minutes: --precision bf16 and fp16 (16-bit
+# channels-last activations, tensor-core convolutions and gemm, fp32 master weights).
+#   1. correctness: test_cuda_act16 (every 16-bit op against the CPU), the other CUDA
+#      tests, two bf16 runs byte-identical, fp16 refused without loss scaling;
+#   2. throughput, samples/s, herd against PyTorch (bench/torch_reference.py: autocast,
+#      channels_last, cudnn.benchmark on) side by side;
+#   3. accuracy: resnet20 on Fashion-MNIST, 15 epochs, bf16 against fp32 on the GPU
+#      (the first 30,000 training images: the data travels in .dev/fmnist, see below);
+#   4. a resnet50 bf16 step's kernel times (bench/gpu/kprof.c).
+#   here:  bench/gpu/pack.sh && bench/gpu/pack_fmnist.sh
+#   there: bench/gpu/half.sh OUTDIR        (from the project root)
+set -u
+out=${1:-${OUT:-/tmp}}
+mkdir -p "$out"
+exec > >(tee "$out/gpu-half.txt") 2>&1
+cd "$(dirname "$0")/../.."
+. .dev/env.sh
+. bench/gpu/lib.sh
+export HERD_CUDNN_CACHE=$tmp/cudnn-algos.tsv # measured here, in this run
+herd() { LD_LIBRARY_PATH=$HL timeout 300 .dev/herd "$@"; }
+py() { env -u LD_LIBRARY_PATH timeout 300 python3 "$@"; }
+t0=$SECONDS
+section() { echo; echo "==== $* ($((SECONDS - t0)) s)"; }
+
+date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+herd --version
+py -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), torch.cuda.get_device_name())'
+
+if [ "${FROM:-1}" -le 1 ]; then
+section "1. correctness"
+for t in test_cuda_act16 test_backend_cuda test_cuda_train test_cuda_precision; do
+  check "$t" env LD_LIBRARY_PATH="$HL" HERD_TEST_DEVICE=cuda timeout 300 .dev/tests/$t
+done
+R20=(--model resnet20 --data synthetic:3,32,32,10,512 --batch-size 64 --max-steps 6 --epochs 1
+     --seed 3 --lr 0.05 --momentum 0.9)
+herd train "${R20[@]}" --precision bf16 --save "$tmp/a.st" 2>&1 | tail -n 2
+herd train "${R20[@]}" --precision bf16 --save "$tmp/b.st" >/dev/null 2>&1
+check "resnet20 bf16: two runs are byte-identical" cmp "$tmp/a.st" "$tmp/b.st"
+herd train "${R20[@]}" --precision fp16 --quiet >"$tmp/f16.out" 2>&1
+rc=$?; head -c 300 "$tmp/f16.out"
+check "fp16 without loss scaling: refused (exit $rc), naming --loss-scale" \
+  bash -c "test $rc -ne 0 && grep -q 'loss-scale dynamic' '$tmp/f16.out'"
+herd train "${R20[@]}" --precision fp16 --loss-scale dynamic --loss-scale-init 1024 2>&1 | tail -n 1 |
+  tee "$tmp/f16b.out"
+check "fp16 with --loss-scale dynamic trains" grep -q "train_loss=" "$tmp/f16b.out"
+fi
+
+if [ "${FROM:-1}" -le 2 ]; then
+section "2. throughput (samples/s)"
+R50=synthetic:3,224,224,1000,512
+hb() { # hb MODEL DATA BATCH STEPS WARMUP PRECISION (again with any cuDNN algorithm if refused)
+  local r
+  r=$(herd bench train --model "$1" --data "$2" --batch-size "$3" --steps "$4" --warmup "$5" \
+    --precision "$6" 2>&1 | tail -n1)
+  echo "herd $1 batch=$3 $6: $r"
+  case $r in *samples_per_s=*) ;; *)
+    echo "herd $1 batch=$3 $6 HERD_CUDNN_ANY_ALGO=1: $(HERD_CUDNN_ANY_ALGO=1 herd bench train \
+      --model "$1" --data "$2" --batch-size "$3" --steps "$4" --warmup "$5" --precision "$6" \
+      2>&1 | tail -n1)" ;;
+  esac
+}
+tb() { # tb MODEL BATCH STEPS WARMUP PRECISION [--channels-last]
+  echo "torch $1 batch=$2 $5 ${6:-}: $(py bench/torch_reference.py --device cuda --models "$1" \
+    --batch-size "$2" --steps "$3" --warmup "$4" --precision "$5" ${6:-} 2>&1 | tail -n1)"
+}
+hb resnet50 $R50 64 30 5 fp32
+tb resnet50 64 30 5 fp32
+for b in 64 128; do
+  for p in bf16 fp16; do
+    hb resnet50 $R50 $b 30 5 $p
+    tb resnet50 $b 30 5 $p --channels-last
+  done
+done
+for p in fp32 bf16; do
+  hb resnet20 synthetic:3,32,32,10,4096 128 100 10 $p
+  tb resnet20 128 100 10 $p $([ $p = bf16 ] && echo --channels-last)
+done
+fi
+
+if [ "${FROM:-1}" -le 3 ]; then
+section "3. accuracy: resnet20, Fashion-MNIST (first 30,000 training images), 15 epochs"
+fm=/usr/share/datasets/fashion-mnist
+mkdir -p $fm && cp .dev/fmnist/*.gz $fm/
+A=(--model resnet20 --data fashion-mnist --augment --schedule cosine --epochs 15 --batch-size 128
+   --lr 0.1 --momentum 0.9 --nesterov --weight-decay 5e-4 --warmup-epochs 1 --seed 1
+   --train-samples 30000 --quiet)
+for p in fp32 bf16; do
+  herd train "${A[@]}" --precision $p >"$tmp/acc.$p" 2>&1
+  echo "$p (exit $?): $(tail -n 1 "$tmp/acc.$p")"
+done
+a32=$(field test_acc "$tmp/acc.fp32") a16=$(field test_acc "$tmp/acc.bf16")
+echo "test accuracy: fp32 $a32, bf16 $a16"
+check "bf16 within 0.3 points of fp32" \
+  awk -v a="$a32" -v b="$a16" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 0.003) }'
+fi
+
+section "4. a resnet50 bf16 step's kernels (batch 64)"
+kp=$(find / -name 'libcupti.so.13' -not -path '/proc/*' 2>/dev/null | head -n1)
+for s in 5 15; do
+  KPROF_OUT=$tmp/k.$s CUDA_INJECTION64_PATH=$PWD/.dev/kprof.so \
+    LD_LIBRARY_PATH=$HL:$(dirname "${kp:-/x/x}") timeout 300 .dev/herd bench train \
+    --model resnet50 --data synthetic:3,224,224,1000,512 --batch-size 64 --steps $s --warmup 2 \
+    --precision bf16 >/dev/null 2>&1
+done
+py bench/gpu/kprof_diff.py "$tmp/k.5" "$tmp/k.15" 10 --top 20
+cp "$tmp/k.15" "$out/kprof-bf16.tsv" 2>/dev/null
+cp "$tmp/cudnn-algos.tsv" "$out/cudnn-algos.tsv" 2>/dev/null
+section "done"
+summary "gpu 16-bit checks"
