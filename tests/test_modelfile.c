@@ -1,4 +1,5 @@
 /* Model files: the zoo builds with the documented sizes; bad files get clear errors. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,6 +151,81 @@ static void test_model_file_on_disk(void **state)
     free(dir);
 }
 
+/* The standard deviation of a tensor's values about 0, and whether all are 0. */
+static double rms(const float *x, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)x[i] * x[i];
+    return sqrt(s / (double)n);
+}
+
+/* GPT-2's initialisation from "init_std" / "proj_init_std", and gpt2's size. */
+static void test_gpt_init(void **state)
+{
+    (void)state;
+    herd_model *m;
+    int context, vocab;
+    assert_herd_ok(herd_model_token_shape("gpt2", &context, &vocab));
+    assert_int_equal(context, 1024);
+    assert_int_equal(vocab, 50257);
+    assert_herd_ok(herd_model_create_shape_plan("gpt2", 1, context, 1, vocab, &m));
+    assert_int_equal(herd_model_param_count(m), 124439808); /* GPT-2 small, tied head */
+    double per_token = herd_model_flops_per_sample(m) / context;
+    assert_true(per_token > 2.6e8 && per_token < 2.7e8); /* ~2 x params + attention */
+    herd_model_free(m);
+
+    char *dir = tu_tempdir();
+    const char *text =
+        "{\"layers\": [{\"type\": \"embedding\", \"name\": \"embed\", \"vocab\": 64, "
+        "\"context\": 16, \"out\": 256},"
+        "{\"type\": \"attention\", \"name\": \"attn\", \"heads\": 4, \"init_std\": 0.02, "
+        "\"proj_init_std\": 0.005},"
+        "{\"type\": \"linear\", \"name\": \"fc\", \"out\": 512, \"per_position\": true, "
+        "\"init_std\": 0.01},"
+        "{\"type\": \"linear\", \"name\": \"back\", \"out\": 256, \"per_position\": true},"
+        "{\"type\": \"lm_head\", \"name\": \"head\", \"tie\": \"embed\"}]}";
+    char *path = tu_write_file(dir, "gptish.json", text, strlen(text));
+    assert_herd_ok(herd_model_create_shape(path, 1, 16, 1, 64, &m));
+    static const struct { const char *name; double std; } want[] = {
+        {"embed.wte", 0.02}, {"attn.qkv.weight", 0.02}, {"attn.qkv.bias", 0},
+        {"attn.proj.weight", 0.005}, {"attn.proj.bias", 0}, {"fc.weight", 0.01}, {"fc.bias", 0},
+    };
+    size_t found = 0;
+    for (size_t i = 0; i < herd_model_tensor_count(m); i++) {
+        const char *name;
+        int ndim;
+        int64_t shape[4];
+        float *data;
+        assert_herd_ok(herd_model_tensor_info(m, i, &name, &ndim, shape, &data));
+        size_t n = 1;
+        for (int d = 0; d < ndim; d++)
+            n *= (size_t)shape[d];
+        double got = rms(data, n);
+        if (strcmp(name, "back.weight") == 0) /* no init_std: PyTorch's U(+-1/sqrt(512)) */
+            assert_true(fabs(got - 1.0 / sqrt(3.0 * 512)) < 0.05 / sqrt(3.0 * 512));
+        for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+            if (strcmp(name, want[k].name) != 0)
+                continue;
+            found++;
+            printf("  %-18s rms %.5f (want %.5f)\n", name, got, want[k].std);
+            if (want[k].std == 0)
+                assert_true(got == 0);
+            else /* 16k values or more: the sample's rms is within 3% */
+                assert_true(fabs(got / want[k].std - 1) < 0.03);
+        }
+    }
+    assert_int_equal(found, sizeof want / sizeof want[0]);
+    herd_model_free(m);
+    expect_error("{\"layers\": [{\"type\": \"linear\", \"out\": 4, \"init_std\": -1}]}",
+                 "\"init_std\" must be a number in");
+    expect_error("{\"layers\": [{\"type\": \"gelu\", \"init_std\": 0.02}]}",
+                 "key \"init_std\" does not apply to a gelu layer");
+    free(path);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -157,6 +233,7 @@ int main(void)
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_strict),
         cmocka_unit_test(test_model_file_on_disk),
+        cmocka_unit_test(test_gpt_init),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -135,6 +135,10 @@ HERD_API herd_status herd_dataset_fit_seq_len(herd_dataset *ds, const char *name
                                               int seq_len);
 HERD_API herd_status herd_model_create_plan(const char *name_or_path, const herd_dataset *ds,
                                             const char *device, herd_model **out);
+/* The same plan for a given input shape (as herd_model_create_shape): parameter counts
+ * and FLOPs of a model without allocating or initialising its 124M parameters (gpt2). */
+HERD_API herd_status herd_model_create_shape_plan(const char *name_or_path, int c, int h, int w,
+                                                  int classes, herd_model **out);
 HERD_API void herd_model_free(herd_model *m);
 /* Re-initialises every parameter from seed (PyTorch's default initialisation) and
  * resets buffers (batch-norm running mean 0, variance 1). Models start seeded with 0. */

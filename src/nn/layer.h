@@ -41,6 +41,9 @@ typedef struct herd_layer_spec {
     int heads;                 /* attention */
     bool per_position;         /* linear: applied to each position of a 1 x T x C input */
     char tie[64];              /* lm_head: the embedding layer whose token table it reads */
+    /* linear, attention: weights from N(0, init_std^2) and zero biases (GPT-2's scheme);
+     * attention's output projection from proj_init_std. 0: PyTorch's default. */
+    float init_std, proj_init_std;
     int n_inputs;
     int inputs[HERD_MAX_INPUTS]; /* indices of earlier layers; -1 = the model input */
 } herd_layer_spec;

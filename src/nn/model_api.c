@@ -43,6 +43,12 @@ herd_status herd_model_create_shape(const char *name_or_path, int c, int h, int 
     return herd_model_create_on(name_or_path, c, h, w, classes, herd_backend_cpu(), true, out);
 }
 
+herd_status herd_model_create_shape_plan(const char *name_or_path, int c, int h, int w,
+                                         int classes, herd_model **out)
+{
+    return herd_model_create_on(name_or_path, c, h, w, classes, herd_backend_cpu(), false, out);
+}
+
 herd_status herd_model_token_shape(const char *name_or_path, int *context, int *vocab)
 {
     herd_layer_spec *specs = NULL;

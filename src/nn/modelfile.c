@@ -252,6 +252,8 @@ static herd_status parse_layer(const cJSON *obj, herd_layer_spec *specs, int i, 
     HERD_TRY(float_field(obj, "p", 0.0f, 0.999f, &s->p, origin, s->name));
     HERD_TRY(float_field(obj, "eps", 0.0f, 1.0f, &s->eps, origin, s->name));
     HERD_TRY(float_field(obj, "momentum", 0.0f, 1.0f, &s->momentum, origin, s->name));
+    HERD_TRY(float_field(obj, "init_std", 1e-6f, 1.0f, &s->init_std, origin, s->name));
+    HERD_TRY(float_field(obj, "proj_init_std", 1e-6f, 1.0f, &s->proj_init_std, origin, s->name));
     /* Token ids travel as floats: exact below 2^24. */
     HERD_TRY(int_field(obj, "vocab", 1, 1 << 24, &s->vocab, origin, s->name));
     HERD_TRY(int_field(obj, "context", 1, 1 << 20, &s->context, origin, s->name));

@@ -3,6 +3,7 @@
  * then y = that Wproj^T + b. Tensors: qkv.weight [3C, C], qkv.bias, proj.weight [C, C],
  * proj.bias (q, k, v are the rows of qkv.weight in that order, heads side by side). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "nn/layers/tokens.h"
 
@@ -36,6 +37,14 @@ static herd_status attention_setup(herd_layer *l, herd_model *m)
 static void attention_init(herd_layer *l, herd_model *m, herd_rng *rng)
 {
     int c = l->in_shape[0].w;
+    if (l->spec.init_std > 0) {
+        herd_init_normal(herd_view_data(m, l, 0), 3 * (size_t)c * c, l->spec.init_std, rng);
+        float proj = l->spec.proj_init_std > 0 ? l->spec.proj_init_std : l->spec.init_std;
+        herd_init_normal(herd_view_data(m, l, 2), (size_t)c * c, proj, rng);
+        memset(herd_view_data(m, l, 1), 0, 3 * (size_t)c * sizeof(float));
+        memset(herd_view_data(m, l, 3), 0, (size_t)c * sizeof(float));
+        return;
+    }
     herd_init_uniform_fan_in(herd_view_data(m, l, 0), 3 * (size_t)c * c, c, rng);
     herd_init_uniform_fan_in(herd_view_data(m, l, 1), 3 * (size_t)c, c, rng);
     herd_init_uniform_fan_in(herd_view_data(m, l, 2), (size_t)c * c, c, rng);
@@ -124,7 +133,7 @@ static double attention_flops(const herd_layer *l)
     return t * 8.0 * c * c + 2.0 * t * (t + 1) * c;
 }
 
-static const char *const attention_keys[] = {"heads", NULL};
+static const char *const attention_keys[] = {"heads", "init_std", "proj_init_std", NULL};
 
 const herd_layer_ops herd_layer_attention = {
     .type = "attention", .n_inputs = 1, .setup = attention_setup, .init_params = attention_init,

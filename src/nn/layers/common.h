@@ -16,6 +16,13 @@ static inline void herd_init_uniform_fan_in(float *x, size_t n, int fan_in, herd
         x[i] = (2.0f * herd_rng_uniform(rng) - 1.0f) * bound;
 }
 
+/* N(0, std^2) (GPT-2's weights: std 0.02, and its residual projections scaled down). */
+static inline void herd_init_normal(float *x, size_t n, float std, herd_rng *rng)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = std * herd_rng_normal(rng);
+}
+
 static inline float *herd_view_data(herd_model *m, const herd_layer *l, int k)
 {
     const herd_tensor_view *v = herd_layer_view(l, m, k);

@@ -1,4 +1,6 @@
 /* Fully connected layer: y = x W^T + b, W is [out, in] as in PyTorch. */
+#include <string.h>
+
 #include "nn/layers/tokens.h"
 
 /* Rows and features of the input: one row per sample, or per position with
@@ -38,7 +40,14 @@ static herd_status linear_setup(herd_layer *l, herd_model *m)
 static void linear_init(herd_layer *l, herd_model *m, herd_rng *rng)
 {
     int fan_in = l->spec.per_position ? l->in_shape[0].w : l->in_shape[0].c;
-    herd_init_uniform_fan_in(herd_view_data(m, l, 0), (size_t)l->spec.out * fan_in, fan_in, rng);
+    size_t nw = (size_t)l->spec.out * fan_in;
+    if (l->spec.init_std > 0) {
+        herd_init_normal(herd_view_data(m, l, 0), nw, l->spec.init_std, rng);
+        if (l->spec.bias)
+            memset(herd_view_data(m, l, 1), 0, (size_t)l->spec.out * sizeof(float));
+        return;
+    }
+    herd_init_uniform_fan_in(herd_view_data(m, l, 0), nw, fan_in, rng);
     if (l->spec.bias)
         herd_init_uniform_fan_in(herd_view_data(m, l, 1), (size_t)l->spec.out, fan_in, rng);
 }
@@ -82,7 +91,7 @@ static double linear_flops(const herd_layer *l)
     return 2.0 * rows * in * l->spec.out;
 }
 
-static const char *const linear_keys[] = {"out", "bias", "per_position", NULL};
+static const char *const linear_keys[] = {"out", "bias", "per_position", "init_std", NULL};
 
 const herd_layer_ops herd_layer_linear = {
     .type = "linear", .n_inputs = 1, .setup = linear_setup, .init_params = linear_init,
