@@ -36,16 +36,7 @@ done
 "$herd" --version | grep -q 'bf16: native' || { echo "bf16.sh: no native bf16 on this CPU" >&2; exit 1; }
 bench_reference_setup
 bench_gemm_limits
-GEMM_BF16=$(OMP_NUM_THREADS=1 "$python" -c '
-import time, torch
-torch.set_num_threads(1)
-a = torch.rand(1024, 1024).bfloat16(); b = torch.rand(1024, 1024).bfloat16()
-best = 1e30
-for r in range(23):
-    t = time.perf_counter(); torch.mm(a, b); dt = time.perf_counter() - t
-    if r >= 3: best = min(best, dt)
-print("%.1f" % (2 * 1024 ** 3 / best * 1e-9))')
-echo "gemm_limit: 1-thread bf16 GEMM 1024^3 (torch.mm on bf16, best of 20): $GEMM_BF16 GFLOP/s per core"
+bench_gemm_bf16_limit
 
 kv() { tr ' ' '\n' <<<"$2" | sed -n "s/^$1=//p" | tail -n 1; }
 best() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-") print b; else if (b == "-") print a; else print (a + 0 >= b + 0) ? a : b }'; }

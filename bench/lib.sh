@@ -75,6 +75,21 @@ print("%.1f" % (2 * 1024 ** 3 / best * 1e-9))')
        "PyTorch torch.mm (OpenBLAS) $GEMM_TORCH GFLOP/s; limit $GEMM_LIMIT GFLOP/s per core"
 }
 
+# bench_gemm_bf16_limit: the 1-thread bf16 GEMM (torch.mm on bf16 tensors: oneDNN's
+#   AVX512_BF16 kernel, 1024^3, best of 20) into GEMM_BF16.
+bench_gemm_bf16_limit() {
+  GEMM_BF16=$(OMP_NUM_THREADS=1 "$python" -c '
+import time, torch
+torch.set_num_threads(1)
+a = torch.rand(1024, 1024).bfloat16(); b = torch.rand(1024, 1024).bfloat16()
+best = 1e30
+for r in range(23):
+    t = time.perf_counter(); torch.mm(a, b); dt = time.perf_counter() - t
+    if r >= 3: best = min(best, dt)
+print("%.1f" % (2 * 1024 ** 3 / best * 1e-9))')
+  echo "gemm_limit: 1-thread bf16 GEMM 1024^3 (torch.mm on bf16, best of 20): $GEMM_BF16 GFLOP/s per core"
+}
+
 # Forward MFLOPs per sample of a zoo model, from `herd models`.
 model_mflops() { "$herd" models | awk -v m="$1" '$1 == m { print $3 }'; }
 

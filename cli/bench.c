@@ -14,6 +14,8 @@ static const char bench_help[] =
     "\n"
     "  --model MODEL        zoo name or model file (required)\n"
     "  --data DATA          fashion-mnist (default), synthetic:C,H,W,CLASSES[,N], ...\n"
+    "  --seq-len T          token data: tokens per sample (default: the model's context);\n"
+    "                       the summary adds tokens_per_s\n"
     "  --batch-size N       (default 128)\n"
     "  --steps N            timed steps (default 50)\n"
     "  --warmup N           untimed steps first (default 5)\n"
@@ -42,14 +44,14 @@ static int bench_train(int argc, char **argv)
         {"json", no_argument, 0, 'j'}, {"device", required_argument, 0, 'D'},
         {"precision", required_argument, 0, 'P'}, {"gpu-memory-limit", required_argument, 0, 'G'},
         {"memory-limit", required_argument, 0, 'L'},
-        {"timeline", required_argument, 0, 'T'},
+        {"timeline", required_argument, 0, 'T'}, {"seq-len", required_argument, 0, 'S'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     const char *model = NULL, *data = "fashion-mnist", *device = NULL;
     herd_precision precision = HERD_PRECISION_FP32;
     uint64_t gpu_memory_limit = 0, memory_limit = 0;
     const char *timeline = NULL;
-    long batch = 128, steps = 50, warmup = 5, threads = 1;
+    long batch = 128, steps = 50, warmup = 5, threads = 1, seq_len = 0;
     bool json = false;
     int opt;
     optind = 1;
@@ -63,6 +65,7 @@ static int bench_train(int argc, char **argv)
         case 's': dst = &steps; break;
         case 'w': dst = &warmup, lo = 0; break;
         case 't': dst = &threads, lo = 0; break;
+        case 'S': dst = &seq_len; break;
         case 'j': json = true; break;
         case 'D': device = optarg; break;
         case 'P':
@@ -107,7 +110,7 @@ static int bench_train(int argc, char **argv)
         cli_fail(st, "cannot use the device");
     else if (memory_limit && (st = herd_device_set_memory_limit(device, memory_limit)) != HERD_OK)
         cli_fail(st, "--memory-limit");
-    else if ((st = cli_open_data(data, HERD_SPLIT_TRAIN, model, 0, &ds)) != HERD_OK)
+    else if ((st = cli_open_data(data, HERD_SPLIT_TRAIN, model, seq_len, &ds)) != HERD_OK)
         cli_fail(st, "cannot open the data");
     else if ((st = herd_model_create_device(model, ds, device, &m)) != HERD_OK)
         cli_fail(st, "cannot build the model");
@@ -165,6 +168,11 @@ static int bench_train(int argc, char **argv)
         if (r.ranks > 1) {
             cli_summary_num(&s, "single_rank_samples_per_s", r.single_rank_samples_per_s, 1);
             cli_summary_num(&s, "scaling_efficiency", r.scaling_efficiency, 4);
+        }
+        int tokens = herd_dataset_seq_len(ds, NULL);
+        if (tokens > 0) { /* a language model: samples are sequences */
+            cli_summary_num(&s, "seq_len", tokens, 0);
+            cli_summary_num(&s, "tokens_per_s", r.samples_per_s * tokens, 1);
         }
         cli_summary_num(&s, "samples_per_s", r.samples_per_s, 1);
         if (rank0)

@@ -1,10 +1,11 @@
-/* The transformer ops of the CPU backend (backend.h): embeddings, layer norm, GELU and
- * the causal attention core. The projections around them are the layers' GEMMs
- * (oneDNN). Sums over rows run in a fixed order, so any thread count gives the same
- * bits. */
+/* The transformer ops of the CPU backend (backend.h): embeddings, layer norm and GELU
+ * (the causal attention core is cpu_attention.c; the projections around them are the
+ * layers' GEMMs). Sums over rows run in a fixed order, so any thread count gives the
+ * same bits. */
 #include <math.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_fastexp.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 
@@ -135,13 +136,16 @@ herd_status herd_cpu_layernorm_bwd(int rows, int c, const float *x, const float 
 #define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
 #define GELU_A 0.044715f
 
+/* 0.5 (1 + tanh(u)) is the sigmoid of 2u: computed as 1 / (1 + e^-2u), with no
+ * cancellation where tanh(u) is near -1 (GELU of negative inputs), and 1 - tanh^2 is
+ * 4 s (1 - s) with 1 - s = s e^-2u. e^x in plain arithmetic, so the loops vectorise. */
 herd_status herd_cpu_gelu_fwd(size_t n, const float *x, float *y)
 {
     HERD_CHECK_ARRAYS("gelu_fwd", n, x, y);
-#pragma omp parallel for schedule(static) if (n >= HERD_CPU_PAR_MIN)
+#pragma omp parallel for simd schedule(static) if (n >= HERD_CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++) {
-        float v = x[i];
-        y[i] = 0.5f * v * (1.0f + tanhf(GELU_K * (v + GELU_A * v * v * v)));
+        float v = x[i], u = GELU_K * (v + GELU_A * v * v * v);
+        y[i] = v / (1.0f + herd_fast_expf(-2.0f * u));
     }
     return HERD_OK;
 }
@@ -149,98 +153,12 @@ herd_status herd_cpu_gelu_fwd(size_t n, const float *x, float *y)
 herd_status herd_cpu_gelu_bwd(size_t n, const float *x, const float *dy, float *dx)
 {
     HERD_CHECK_ARRAYS("gelu_bwd", n, x, dy, dx);
-#pragma omp parallel for schedule(static) if (n >= HERD_CPU_PAR_MIN)
+#pragma omp parallel for simd schedule(static) if (n >= HERD_CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++) {
-        float v = x[i], th = tanhf(GELU_K * (v + GELU_A * v * v * v));
+        float v = x[i], u = GELU_K * (v + GELU_A * v * v * v);
+        float e = herd_fast_expf(-2.0f * u), s = 1.0f / (1.0f + e);
         float dinner = GELU_K * (1.0f + 3.0f * GELU_A * v * v);
-        dx[i] = dy[i] * (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * dinner);
+        dx[i] = dy[i] * (s + 2.0f * v * s * (e * s) * dinner);
     }
-    return HERD_OK;
-}
-
-static float dot(const float *a, const float *b, int d)
-{
-    float s = 0;
-    for (int k = 0; k < d; k++)
-        s += a[k] * b[k];
-    return s;
-}
-
-herd_status herd_cpu_attention_fwd(int n, int t, int c, int heads, const float *qkv, float *att,
-                                   float *y)
-{
-    HERD_CHECK_ARRAYS("attention_fwd", (size_t)n * t * c, qkv, att, y);
-    int d = c / heads;
-    float scale = 1.0f / sqrtf((float)d);
-    size_t ld = 3 * (size_t)c;
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < n; b++)
-        for (int h = 0; h < heads; h++) {
-            const float *base = qkv + (size_t)b * t * ld + (size_t)h * d;
-            float *a = att + ((size_t)b * heads + h) * t * t;
-            for (int i = 0; i < t; i++) {
-                const float *q = base + i * ld;
-                float *ar = a + (size_t)i * t, mx = -INFINITY;
-                for (int j = 0; j <= i; j++) {
-                    ar[j] = dot(q, base + j * ld + c, d) * scale;
-                    mx = ar[j] > mx ? ar[j] : mx;
-                }
-                float sum = 0;
-                for (int j = 0; j <= i; j++)
-                    sum += (ar[j] = expf(ar[j] - mx));
-                for (int j = 0; j <= i; j++)
-                    ar[j] /= sum;
-                for (int j = i + 1; j < t; j++)
-                    ar[j] = 0.0f;
-                float *out = y + ((size_t)b * t + i) * c + (size_t)h * d;
-                memset(out, 0, (size_t)d * sizeof *out);
-                for (int j = 0; j <= i; j++) {
-                    const float *v = base + j * ld + 2 * (size_t)c;
-                    for (int k = 0; k < d; k++)
-                        out[k] += ar[j] * v[k];
-                }
-            }
-        }
-    return HERD_OK;
-}
-
-herd_status herd_cpu_attention_bwd(int n, int t, int c, int heads, const float *qkv,
-                                   const float *att, const float *dy, float *dqkv)
-{
-    HERD_CHECK_ARRAYS("attention_bwd", (size_t)n * t * c, qkv, att, dy, dqkv);
-    int d = c / heads;
-    float scale = 1.0f / sqrtf((float)d);
-    size_t ld = 3 * (size_t)c;
-    /* Each (sample, head) owns its slices of dqkv: no two threads write one value. */
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < n; b++)
-        for (int h = 0; h < heads; h++) {
-            const float *base = qkv + (size_t)b * t * ld + (size_t)h * d;
-            float *dbase = dqkv + (size_t)b * t * ld + (size_t)h * d;
-            const float *a = att + ((size_t)b * heads + h) * t * t;
-            for (int i = 0; i < t; i++)
-                for (int s = 0; s < 3; s++)
-                    memset(dbase + i * ld + (size_t)s * c, 0, (size_t)d * sizeof(float));
-            for (int i = 0; i < t; i++) {
-                const float *g = dy + ((size_t)b * t + i) * c + (size_t)h * d;
-                const float *ar = a + (size_t)i * t;
-                /* datt_j = g . v_j; the softmax's backward needs sum_j att_j datt_j first. */
-                float s = 0;
-                for (int j = 0; j <= i; j++)
-                    s += ar[j] * dot(g, base + j * ld + 2 * (size_t)c, d);
-                float *dq = dbase + i * ld;
-                const float *q = base + i * ld;
-                for (int j = 0; j <= i; j++) {
-                    const float *k = base + j * ld + c, *v = base + j * ld + 2 * (size_t)c;
-                    float *dk = dbase + j * ld + c, *dv = dbase + j * ld + 2 * (size_t)c;
-                    float dpre = ar[j] * (dot(g, v, d) - s) * scale;
-                    for (int e = 0; e < d; e++) {
-                        dv[e] += ar[j] * g[e];
-                        dq[e] += dpre * k[e];
-                        dk[e] += dpre * q[e];
-                    }
-                }
-            }
-        }
     return HERD_OK;
 }
