@@ -46,17 +46,6 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-# Value of key=... in a line of key=value pairs.
-kv() { tr ' ' '\n' <<<"$2" | sed -n "s/^$1=//p" | tail -n 1; }
-# Larger of two numbers; "-" means no result.
-best() {
-  if [ "$1" = - ]; then echo "$2"; elif [ "$2" = - ]; then echo "$1";
-  else awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 >= b + 0) ? a : b }'; fi
-}
-
-ratio() {
-  if [ "$1" = - ] || [ "$2" = - ]; then echo -; else awk -v h="$1" -v t="$2" 'BEGIN { printf "%.2f", h / t }'; fi
-}
 
 if ! [[ $ranks =~ ^[0-9]+$ ]] || [ "$ranks" -lt 1 ]; then
   echo "bench_train.sh: --ranks needs an integer >= 1" >&2; exit 2

@@ -38,8 +38,6 @@ bench_reference_setup
 bench_gemm_limits
 bench_gemm_bf16_limit
 
-kv() { tr ' ' '\n' <<<"$2" | sed -n "s/^$1=//p" | tail -n 1; }
-best() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-") print b; else if (b == "-") print a; else print (a + 0 >= b + 0) ? a : b }'; }
 herd_args() { # model precision
   if [ "$1" = resnet50 ]; then
     echo --model resnet50 --data synthetic:3,224,224,1000,128 --batch-size 32 --steps 4 --warmup 2 --precision "$2"
@@ -85,7 +83,6 @@ fraction() {
   awk -v s="$1" -v g="${gf[$2]}" -v l="$lim" -v c="$ranks" \
     'BEGIN { if (s == "-" || g == "") print "-"; else printf "%.2f", s * g / (l * c) }'
 }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-") print "-"; else printf "%.2f", a / b }'; }
 echo
 echo "### bf16 against fp32, $ranks rank(s) x 1 thread (best of $repeats; $(date -u +%Y-%m-%d))"
 echo

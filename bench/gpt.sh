@@ -46,8 +46,6 @@ shape() { # model -> "T B STEPS WARMUP VOCAB"
     *) echo "gpt.sh: no shape for $1" >&2; exit 2 ;;
   esac
 }
-kv() { tr ' ' '\n' <<<"$2" | sed -n "s/^$1=//p" | tail -n 1; }
-best() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-") print b; else if (b == "-") print a; else print (a + 0 >= b + 0) ? a : b }'; }
 
 torch_tokens() { # model T B steps warmup precision -> a summary line
   OMP_NUM_THREADS=1 "$python" - "$@" <<'PY'
@@ -111,7 +109,6 @@ fraction() {
   awk -v s="$1" -v f="${fpt[$2]:-}" -v l="$lim" \
     'BEGIN { if (s == "-" || f == "") print "-"; else printf "%.2f", f * s / (l * 1e9) }'
 }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-") print "-"; else printf "%.2f", a / b }'; }
 echo
 echo "### GPT training, tokens/s at 1 thread (best of $repeats; $(date -u +%Y-%m-%d))"
 echo

@@ -90,6 +90,17 @@ print("%.1f" % (2 * 1024 ** 3 / best * 1e-9))')
   echo "gemm_limit: 1-thread bf16 GEMM 1024^3 (torch.mm on bf16, best of 20): $GEMM_BF16 GFLOP/s per core"
 }
 
+# kv KEY LINE: the value of KEY=... in a line of key=value pairs. best A B: the larger of
+# two numbers, "-" meaning no result. ratio A B: A / B to two decimals, "-" without both.
+kv() { tr ' ' '\n' <<<"$2" | sed -n "s/^$1=//p" | tail -n 1; }
+best() {
+  if [ "$1" = - ]; then echo "$2"; elif [ "$2" = - ]; then echo "$1";
+  else awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 >= b + 0) ? a : b }'; fi
+}
+ratio() {
+  if [ "$1" = - ] || [ "$2" = - ]; then echo -; else awk -v h="$1" -v t="$2" 'BEGIN { printf "%.2f", h / t }'; fi
+}
+
 # Forward MFLOPs per sample of a zoo model, from `herd models`.
 model_mflops() { "$herd" models | awk -v m="$1" '$1 == m { print $3 }'; }
 

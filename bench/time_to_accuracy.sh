@@ -45,7 +45,6 @@ herd_line=$(awk -v t="$target" '/^epoch [0-9]+\/[0-9]+  .*test_acc/ {
     if (a / 100 >= t) { print; exit } }' "$log")
 herd_s=$(sed -n 's/.*elapsed \([0-9.]*\)s$/\1/p' <<<"$herd_line")
 herd_epoch=$(sed -n 's/^epoch \([0-9]*\)\/.*/\1/p' <<<"$herd_line")
-kv() { tr ' ' '\n' <<<"$2" | sed -n "s/^$1=//p" | tail -n 1; }
 
 # shellcheck disable=SC2086
 torch_line=$(OMP_NUM_THREADS=1 "$python" "$root/bench/torch_reference.py" --time-to-acc --ddp "$ranks" \
