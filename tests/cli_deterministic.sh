@@ -5,7 +5,9 @@
 # 2 x 16 x 3, 3 x 32 x 1, 4 x 24 x 1) and --threads 2, trained 100 steps (30, and up to
 # 3 ranks, under the sanitizers): the saved weights byte-identical to the one-process run,
 # for lenet5 and mlp, and for lenet5 stopped on 2 ranks and resumed on 3 (the checkpoint
-# carries the exact sums' grid); slices of 4 (--slice-size) likewise across batch sizes;
+# carries the exact sums' grid); lenet5 with --clip-grad-norm and --loss-scale dynamic on 3
+# ranks and under --zero 1 on 2 ranks and --zero 2 on 3; slices of 4 (--slice-size) likewise
+# across batch sizes;
 # without the flag they are not (so the comparison can fail). What it does not cover yet
 # is refused at start, naming the option.
 set -u
@@ -71,6 +73,24 @@ if have_mpi; then
         cmp "$tmp/$model.1" "$tmp/$model.$np.b$batch"
     done
   done
+  # ZeRO updates a slice per rank from the whole exact mean; the clipping norm and the loss
+  # scaler's check read the whole gradient on every rank, so neither follows the slices.
+  cs=(--clip-grad-norm 0.5 --loss-scale dynamic --loss-scale-init 1024)
+  run1 lenet5 12 "$tmp/clip.1" --deterministic "${cs[@]}" >"$tmp/out" 2>&1 || tail -3 "$tmp/out"
+  check "lenet5 with clipping and dynamic loss scaling, one process: clipped" \
+    grep -q "clipped_steps=[1-9]" "$tmp/out"
+  zeros=("1 2 6" "2 3 4")
+  repeat_pass && zeros=("2 3 4")
+  for z in "${zeros[@]}"; do
+    read -r stage np accum <<<"$z"
+    runn "$np" lenet5 "$accum" "$tmp/zero$stage.$np" --deterministic --zero "$stage" "${cs[@]}" \
+      >"$tmp/out" 2>&1 || tail -3 "$tmp/out"
+    check "lenet5 --zero $stage, clipping, loss scaling, $np ranks x $accum: the one-process bytes" \
+      cmp "$tmp/clip.1" "$tmp/zero$stage.$np"
+  done
+  runn 3 lenet5 4 "$tmp/clip.3" --deterministic "${cs[@]}" >"$tmp/out" 2>&1 || tail -3 "$tmp/out"
+  check "lenet5 with clipping and loss scaling, 3 ranks x 4 (no ZeRO): the one-process bytes" \
+    cmp "$tmp/clip.1" "$tmp/clip.3"
   # Stopped on 2 ranks, resumed on 3: the grid of the exact sums travels in the checkpoint.
   stop_at=40; repeat_pass && stop_at=12
   runn 2 lenet5 6 "$tmp/lenet5.stopped" --deterministic --checkpoint-dir "$tmp/ck" \
@@ -106,7 +126,8 @@ refused() { # refused PATTERN FLAGS...
   local rc=$?
   [ $rc -ne 0 ] && grep -q -- "$pat" "$tmp/err" || { echo "rc=$rc: $(cat "$tmp/err")"; return 1; }
 }
-check "--zero refused" refused "does not work with --zero" --zero 1
+check "--pipeline-stages refused" refused "does not work with --pipeline-stages" \
+  --pipeline-stages 2
 check "--compress refused" refused "does not work with --compress" --compress fp16
 check "--sync-bn refused" refused "does not work with --sync-bn" --sync-bn
 check "batch norm (resnet20) refused" bash -c "'$herd' train --model resnet20 --data \

@@ -2,7 +2,8 @@
 # Token data end to end: scripts/tokenize_bytes.py turns Debian's license texts into
 # llm.c .bin files, gpt-nano trains on them (the loss falls, the summary has
 # tokens_per_s), herd eval reports the validation loss and its perplexity, 2 ranks give
-# one process's weights at the same global batch, and bad input is refused before
+# one process's weights at the same global batch (AdamW under --deterministic: its
+# bytes), and bad input is refused before
 # training, naming the value.
 source "$(dirname "$0")/testlib.sh"
 corpus=/usr/share/common-licenses
@@ -72,6 +73,15 @@ if have_mpi; then
     >"$tmp/sgd2.out" 2>&1
   d=$(maxdiff "$tmp/sgd2.st" "$tmp/sgd1.st" 2>/dev/null || echo missing)
   check "2 ranks give one process's weights within 1e-5 after 40 steps ($d)" within "$d" 1e-5
+  # AdamW with --deterministic: the sums have no order, so 2 ranks are the same bytes.
+  det=(--model gpt-nano --data "$data" --seq-len 32 --optimizer adamw --lr 0.003 --weight-decay 0.1
+       --threads 1 --test-samples 32 --quiet --max-steps 40 --deterministic --slice-size 4
+       --train-samples 1120)
+  "$herd" train "${det[@]}" --batch-size 8 --save "$tmp/adam1.st" >"$tmp/adam1.out" 2>&1
+  "${mpiexec[@]}" -np 2 "$herd" train "${det[@]}" --batch-size 4 --save "$tmp/adam2.st" \
+    >"$tmp/adam2.out" 2>&1 || tail -n 3 "$tmp/adam2.out"
+  check "AdamW, --deterministic: 2 ranks x 4 sequences give one process's bytes after 40 steps" \
+    cmp "$tmp/adam1.st" "$tmp/adam2.st"
 else
   skipped_part "2 ranks against one process (no MPI launcher)"
 fi

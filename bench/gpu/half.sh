@@ -7,7 +7,8 @@
 #      channels_last, cudnn.benchmark on) side by side;
 #   3. accuracy: resnet20 on Fashion-MNIST, 15 epochs, bf16 against fp32 on the GPU
 #      (the first 30,000 training images: the data travels in .dev/fmnist, see below);
-#   4. a resnet50 bf16 step's kernel times (bench/gpu/kprof.c).
+#   4. a resnet50 bf16 step's kernel times (bench/gpu/kprof.c), 5. the cuDNN algorithms
+#      it runs (HERD_CUDNN_LOG=1); compute-sanitizer over test_cuda_act16 in part 1.
 #   here:  bench/gpu/pack.sh && bench/gpu/pack_fmnist.sh
 #   there: bench/gpu/half.sh OUTDIR        (from the project root)
 set -u
@@ -32,6 +33,12 @@ section "1. correctness"
 for t in test_cuda_act16 test_backend_cuda test_cuda_train test_cuda_precision; do
   check "$t" env LD_LIBRARY_PATH="$HL" HERD_TEST_DEVICE=cuda timeout 300 .dev/tests/$t
 done
+if command -v compute-sanitizer >/dev/null; then
+  LD_LIBRARY_PATH=$HL timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    .dev/tests/test_cuda_act16 >"$tmp/san.out" 2>&1
+  rc=$?; tail -n 2 "$tmp/san.out"
+  check "compute-sanitizer memcheck test_cuda_act16: 0 errors (exit $rc)" test $rc -eq 0
+fi
 R20=(--model resnet20 --data synthetic:3,32,32,10,512 --batch-size 64 --max-steps 6 --epochs 1
      --seed 3 --lr 0.05 --momentum 0.9)
 herd train "${R20[@]}" --precision bf16 --save "$tmp/a.st" 2>&1 | tail -n 2
@@ -105,6 +112,10 @@ for s in 5 15; do
 done
 py bench/gpu/kprof_diff.py "$tmp/k.5" "$tmp/k.15" 10 --top 20
 cp "$tmp/k.15" "$out/kprof-bf16.tsv" 2>/dev/null
+section "5. the algorithms chosen for resnet50 bf16 (batch 64)"
+HERD_CUDNN_CACHE= HERD_CUDNN_LOG=1 herd bench train --model resnet50 \
+  --data synthetic:3,224,224,1000,512 --batch-size 64 --steps 1 --warmup 0 --precision bf16 2>&1 |
+  grep "cuDNN conv" | head -n 30
 cp "$tmp/cudnn-algos.tsv" "$out/cudnn-algos.tsv" 2>/dev/null
 section "done"
 summary "gpu 16-bit checks"

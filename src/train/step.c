@@ -281,8 +281,13 @@ herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p,
     }
     /* What the update depends on is agreed over the ranks that hold parts of the
      * gradients: pipeline stages, or ZeRO's slices. Otherwise every rank holds the same
-     * reduced gradients and decides alike without another collective. */
-    herd_comm *agree = p->stage_job ? p->stage_job : p->zero ? p->comm : NULL;
+     * reduced gradients and decides alike without another collective. --deterministic's
+     * exact sums leave the whole mean gradient on every rank, ZeRO or not: the checks
+     * and the clipping norm read all of it there, the same bits at any number of ranks
+     * (a sum over ZeRO's slices would follow their boundaries), and the optimizer
+     * updates the rank's slice. */
+    herd_comm *agree = p->exact ? NULL : p->stage_job ? p->stage_job : p->zero ? p->comm : NULL;
+    size_t norm_first = p->exact ? 0 : first, norm_count = p->exact ? m->n_param_floats : count;
     if (p->scaler && !agree)
         HERD_TRY(herd_loss_scaler_unscale(p->scaler, m->be, m->grads, m->n_param_floats,
                                           &s->skipped));
@@ -306,11 +311,14 @@ herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p,
          * ZeRO hold whole stages, each counted once per replica. */
         herd_group_sum over_slices = herd_group_of_comm(agree ? agree : p->comm);
         herd_group_sum per_replica = {.sum_f64 = sum_per_replica, .group = p, .ranks = 0};
-        const herd_group_sum *group = p->zero ? &over_slices : p->stage_job ? &per_replica : NULL;
+        const herd_group_sum *group = p->exact  ? NULL
+                                      : p->zero ? &over_slices
+                                      : p->stage_job ? &per_replica
+                                                     : NULL;
         double sq;
-        HERD_TRY(herd_grad_sum_squares_part(m, first, count, group, &sq));
+        HERD_TRY(herd_grad_sum_squares_part(m, norm_first, norm_count, group, &sq));
         if (!isfinite(sq) && !p->scaler)
-            HERD_TRY(nonfinite(p, m, first, count, s));
+            HERD_TRY(nonfinite(p, m, norm_first, norm_count, s));
         else if (p->clip_grad_norm > 0.0f && !isfinite(sq))
             HERD_TRY(herd_clip_grad_norm_part(m, first, count, p->clip_grad_norm, NULL, NULL, NULL));
         else if (p->clip_grad_norm > 0.0f)

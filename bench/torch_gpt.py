@@ -1,0 +1,103 @@
+"""GPT training speed in PyTorch for bench/gpt.sh: the decoder of a herd model file
+(bench/herd_torch_models.py), the optimizer of `herd bench train` (SGD, momentum 0.9,
+weight decay 5e-4), optionally CPU autocast bf16; one process, or --ddp N ranks of
+DistributedDataParallel over gloo, each bound to a core of its own and 1 thread, as
+`herd run --threads-per-rank 1` binds herd's. Prints one key=value line: tokens_per_s is
+the job's (every rank's batch).
+
+    python3 bench/torch_gpt.py --model gpt2 --seq-len 256 --batch-size 4 --steps 3 [--ddp 2]
+"""
+import argparse
+import os
+import socket
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import herd_torch_models as htm  # noqa: E402
+
+
+def body(rank, world, args, queue):
+    torch.set_num_threads(1)
+    torch.manual_seed(1)
+    spec = htm.load_spec(args.model)
+    vocab = next(l for l in spec["layers"] if l["type"] == "embedding")["vocab"]
+    net = htm.HerdNet(spec, (1, args.seq_len, 1), vocab)
+    net.train()
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        net = DDP(net)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
+    gen = torch.Generator().manual_seed(rank)
+    b, t = args.batch_size, args.seq_len
+    x = torch.randint(0, 256, (b, 1, t, 1), generator=gen).to(torch.float32)
+    y = torch.randint(0, 256, (b * t,), generator=gen)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            logits = net(x)
+        F.cross_entropy(logits.float().reshape(-1, vocab), y).backward()
+        opt.step()
+
+    for _ in range(args.warmup):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    dt = (time.perf_counter() - t0) / args.steps
+    line = ("model=%s framework=torch precision=%s ranks=%d batch=%d seq_len=%d step_ms=%.1f "
+            "tokens_per_s=%.1f torch=%s" % (args.model, args.precision, world, b, t, dt * 1e3,
+                                             world * b * t / dt, torch.__version__))
+    if rank == 0:
+        queue.put(line)
+
+
+def ddp_entry(rank, world, port, args, queue):
+    import torch.distributed as dist
+    if world <= (os.cpu_count() or 1):
+        os.sched_setaffinity(0, [rank])
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        body(rank, world, args, queue)
+    finally:
+        dist.destroy_process_group()
+        sys.stdout.flush()
+        os._exit(0)  # torch 1.13's DDP teardown can spin: end without destructors
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", required=True)
+    p.add_argument("--seq-len", type=int, required=True)
+    p.add_argument("--batch-size", type=int, required=True, help="per rank")
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--ddp", type=int, default=1, help="ranks (gloo)")
+    args = p.parse_args()
+    if args.ddp == 1:
+        out = []
+
+        class Sink:
+            put = out.append
+        body(0, 1, args, Sink)
+        print(out[0])
+        return
+    import torch.multiprocessing as mp
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    queue = mp.get_context("spawn").SimpleQueue()
+    mp.spawn(ddp_entry, args=(args.ddp, port, args, queue), nprocs=args.ddp, join=True)
+    while not queue.empty():
+        print(queue.get())
+
+
+if __name__ == "__main__":
+    main()
