@@ -6,7 +6,8 @@
 # 3 ranks, under the sanitizers): the saved weights byte-identical to the one-process run,
 # for lenet5 and mlp, and for lenet5 stopped on 2 ranks and resumed on 3 (the checkpoint
 # carries the exact sums' grid); lenet5 with --clip-grad-norm and --loss-scale dynamic on 3
-# ranks and under --zero 1 on 2 ranks and --zero 2 on 3; slices of 4 (--slice-size) likewise
+# ranks and under --zero 1 on 2 ranks and --zero 2 on 3, and with --compress bf16 on 3;
+# slices of 4 (--slice-size) likewise
 # across batch sizes;
 # without the flag they are not (so the comparison can fail). What it does not cover yet
 # is refused at start, naming the option.
@@ -91,6 +92,12 @@ if have_mpi; then
   runn 3 lenet5 4 "$tmp/clip.3" --deterministic "${cs[@]}" >"$tmp/out" 2>&1 || tail -3 "$tmp/out"
   check "lenet5 with clipping and loss scaling, 3 ranks x 4 (no ZeRO): the one-process bytes" \
     cmp "$tmp/clip.1" "$tmp/clip.3"
+  # --compress rounds each slice's gradient to 16 bits: a fixed place, so any N agrees.
+  run1 lenet5 12 "$tmp/c16.1" --deterministic --compress bf16 >/dev/null 2>&1
+  runn 3 lenet5 4 "$tmp/c16.3" --deterministic --compress bf16 >"$tmp/out" 2>&1 || tail -3 "$tmp/out"
+  check "lenet5 --compress bf16, 3 ranks x 4: the one-process bytes" cmp "$tmp/c16.1" "$tmp/c16.3"
+  check "... and not the uncompressed run's (the rounding is there)" \
+    bash -c "! cmp -s '$tmp/c16.1' '$tmp/lenet5.1'"
   # Stopped on 2 ranks, resumed on 3: the grid of the exact sums travels in the checkpoint.
   stop_at=40; repeat_pass && stop_at=12
   runn 2 lenet5 6 "$tmp/lenet5.stopped" --deterministic --checkpoint-dir "$tmp/ck" \
@@ -128,7 +135,6 @@ refused() { # refused PATTERN FLAGS...
 }
 check "--pipeline-stages refused" refused "does not work with --pipeline-stages" \
   --pipeline-stages 2
-check "--compress refused" refused "does not work with --compress" --compress fp16
 check "--sync-bn refused" refused "does not work with --sync-bn" --sync-bn
 check "batch norm (resnet20) refused" bash -c "'$herd' train --model resnet20 --data \
   synthetic:3,32,32,10,96 --epochs 1 --batch-size 8 --deterministic --quiet 2>&1 >/dev/null |

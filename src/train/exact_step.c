@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/rng.h"
 #include "train/run.h"
 
@@ -32,6 +33,16 @@ herd_status herd_run_exact_setup(run *r)
                         "--train-samples %ld", r->train->n, global,
                         (long)r->train->n / global * global);
     HERD_TRY(herd_exact_sum_init(&r->exact, r->m, r->dp->size));
+    if (cfg->compress != HERD_COMPRESS_NONE) {
+        r->exact.round16 = cfg->compress == HERD_COMPRESS_FP16 ? HERD_EXACT_ROUND_FP16
+                                                               : HERD_EXACT_ROUND_BF16;
+        if (r->comm->rank == 0)
+            herd_log(HERD_LOG_INFO, "--deterministic --compress %s: each slice's gradient is "
+                     "rounded to %s, the same values at any number of ranks; the exact sums "
+                     "still travel as doubles, so the wire carries no fewer bytes",
+                     cfg->compress == HERD_COMPRESS_FP16 ? "fp16" : "bf16",
+                     cfg->compress == HERD_COMPRESS_FP16 ? "IEEE half" : "bf16");
+    }
     r->plan.exact = &r->exact;
     return HERD_OK;
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/half.h"
 
 /* Bits of a slice value below its tensor's largest (fp32 keeps 24). */
 #define GRID_BITS 30
@@ -49,18 +50,25 @@ static double slice_bound(const herd_exact_sum *e) { return ldexp(1.0, 53) / (do
  * Returns how many values fell outside the headroom: their place gets nothing, and the
  * step is redone on another grid. Every element is its own sum, and the max and the
  * count have no order, so threads may split the loop. */
+static float rounded(float x, int round16)
+{
+    if (round16 == HERD_EXACT_ROUND_FP16)
+        return herd_half_to_float(herd_float_to_half(x));
+    return round16 == HERD_EXACT_ROUND_BF16 ? herd_bf16_to_float(herd_float_to_bf16(x)) : x;
+}
+
 static double add_view(const float *g, size_t n, bool grid, double scale, double bound,
-                       double *acc, float *mx_out)
+                       int round16, double *acc, float *mx_out)
 {
     double outside = 0, bad = 0;
     float mx = 0.0f;
 #pragma omp parallel for simd reduction(max : mx) reduction(+ : outside, bad) if (n >= 65536)
     for (size_t i = 0; i < n; i++) {
-        float a = fabsf(g[i]);
+        float v = rounded(g[i], round16), a = fabsf(v);
         mx = a > mx ? a : mx;
         bad += !(a <= 3.402823466e38f);
         if (grid) {
-            double q = rint((double)g[i] * scale); /* scale is a power of two: exact */
+            double q = rint((double)v * scale); /* scale is a power of two: exact */
             bool in = fabs(q) <= bound;           /* false for inf and NaN too */
             acc[i] += in ? q : 0.0;
             outside += !in;
@@ -80,7 +88,8 @@ void herd_exact_sum_add(herd_exact_sum *e, const herd_model *m)
             continue;
         float mx, was = e->view_max[v];
         outside += add_view(m->grads + tv->offset, tv->numel, e->have_grid,
-                            ldexp(1.0, -e->grid[v]), bound, e->acc + tv->offset, &mx);
+                            ldexp(1.0, -e->grid[v]), bound, (int)e->round16, e->acc + tv->offset,
+                            &mx);
         e->view_max[v] = mx != mx || was != was ? NAN : mx > was ? mx : was;
     }
     e->acc[m->n_param_floats] += outside;

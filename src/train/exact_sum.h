@@ -23,8 +23,12 @@ typedef struct herd_exact_sum {
     int *grid;        /* per view: E, a value is integer × 2^E */
     bool have_grid;
     long slices;      /* this step's slices on every rank together */
+    /* --compress: each slice value is rounded to bf16 or IEEE half before it is added
+     * (the rounding a compressed wire makes, at one fixed place: per slice). */
+    enum { HERD_EXACT_ROUND_NONE, HERD_EXACT_ROUND_FP16, HERD_EXACT_ROUND_BF16 } round16;
 } herd_exact_sum;
 
+/* Zeroed, round16 NONE: set it after init for --compress. */
 herd_status herd_exact_sum_init(herd_exact_sum *e, const herd_model *m, int ranks);
 void herd_exact_sum_free(herd_exact_sum *e);
 /* A new step of `slices` slices over all ranks: the sums start at zero. */

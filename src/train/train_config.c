@@ -110,10 +110,9 @@ herd_status herd_train_validate(const herd_train_config *c)
                         "gradient clipping needs a maximum norm > 0 (or 0 for none), got %g",
                         (double)c->clip_grad_norm);
     if (c->deterministic) { /* what the exact sums do not cover yet (issue 27) */
-        const char *no = c->pipeline_stages > 1            ? "--pipeline-stages"
-                         : c->compress != HERD_COMPRESS_NONE ? "--compress"
-                         : c->sync_bn                        ? "--sync-bn"
-                                                             : NULL;
+        const char *no = c->pipeline_stages > 1 ? "--pipeline-stages"
+                         : c->sync_bn             ? "--sync-bn"
+                                                  : NULL;
         if (no)
             return HERD_ERR(HERD_ERR_UNSUPPORTED, "--deterministic does not work with %s yet: "
                             "drop one of the two (docs/determinism.md)", no);
