@@ -78,11 +78,7 @@ for ((r = 1; r <= repeats; r++)); do
   done
 done
 # fraction SPS MODEL PRECISION: achieved GFLOP/s over the limit of that precision x cores.
-fraction() {
-  local lim=$GEMM_LIMIT; [ "$3" = bf16 ] && lim=$GEMM_BF16
-  awk -v s="$1" -v g="${gf[$2]}" -v l="$lim" -v c="$ranks" \
-    'BEGIN { if (s == "-" || g == "") print "-"; else printf "%.2f", s * g / (l * c) }'
-}
+fraction() { limit_frac "$1" "${gf[$2]}" "$3" "$ranks"; }
 echo
 echo "### bf16 against fp32, $ranks rank(s) x 1 thread (best of $repeats; $(date -u +%Y-%m-%d))"
 echo

@@ -67,8 +67,8 @@ for ((r = 1; r <= repeats; r++)); do
       fi
       echo "herd  $m $p: $line"
       v=$(kv tokens_per_s "$line"); [ -n "$v" ] && tps[herd,$m,$p]=$(best "${tps[herd,$m,$p]}" "$v")
-      # Training FLOPs per token at this sequence length: herd's gflops= over its tokens/s.
-      [ -n "$v" ] && fpt[$m]=$(awk -v g="$(kv gflops "$line")" -v s="$v" 'BEGIN { print g * 1e9 / s }')
+      # Training GFLOP per token at this sequence length: herd's gflops= over its tokens/s.
+      [ -n "$v" ] && fpt[$m]=$(awk -v g="$(kv gflops "$line")" -v s="$v" 'BEGIN { print g / s }')
       line=$(OMP_NUM_THREADS=1 timeout 1800 "$python" "$root/bench/torch_gpt.py" --model "$m" \
                --seq-len "$t" --batch-size "$b" --steps "$steps" --warmup "$warmup" --precision "$p" \
                --ddp "$ranks" 2>/dev/null | tail -n 1) || line=
@@ -79,12 +79,8 @@ for ((r = 1; r <= repeats; r++)); do
 done
 
 # fraction TOKENS_PER_S MODEL PRECISION: training FLOPs per token x tokens/s over the
-# limit of the precision (1 core).
-fraction() {
-  local lim=$GEMM_LIMIT; [ "$3" = bf16 ] && lim=$GEMM_BF16
-  awk -v s="$1" -v f="${fpt[$2]:-}" -v l="$lim" -v c="$ranks" \
-    'BEGIN { if (s == "-" || f == "") print "-"; else printf "%.2f", f * s / (l * 1e9 * c) }'
-}
+# limit of the precision x the cores.
+fraction() { limit_frac "$1" "${fpt[$2]:-}" "$3" "$ranks"; }
 echo
 echo "### GPT training, tokens/s, $ranks rank(s) x 1 thread (best of $repeats; $(date -u +%Y-%m-%d))"
 echo

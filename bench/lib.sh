@@ -100,6 +100,13 @@ best() {
 ratio() {
   if [ "$1" = - ] || [ "$2" = - ]; then echo -; else awk -v h="$1" -v t="$2" 'BEGIN { printf "%.2f", h / t }'; fi
 }
+# limit_frac RATE GFLOP_PER_UNIT PRECISION CORES: RATE units/s x GFLOP per unit over the
+# limit of that precision (GEMM_LIMIT, or GEMM_BF16 for bf16) x CORES; "-" without both.
+limit_frac() {
+  local lim=$GEMM_LIMIT; [ "$3" = bf16 ] && lim=$GEMM_BF16
+  awk -v s="$1" -v g="$2" -v l="$lim" -v c="$4" \
+    'BEGIN { if (s == "-" || g == "") print "-"; else printf "%.2f", s * g / (l * c) }'
+}
 
 # Forward MFLOPs per sample of a zoo model, from `herd models`.
 model_mflops() { "$herd" models | awk -v m="$1" '$1 == m { print $3 }'; }

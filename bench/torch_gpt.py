@@ -9,15 +9,15 @@ the job's (every rank's batch).
 """
 import argparse
 import os
-import socket
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# torch_reference pins OpenBLAS to --threads (1 here) as it loads, and has the DDP launcher.
+import torch_reference as ref  # noqa: E402
 import herd_torch_models as htm  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 
 def body(rank, world, args, queue):
@@ -49,25 +49,10 @@ def body(rank, world, args, queue):
     for _ in range(args.steps):
         step()
     dt = (time.perf_counter() - t0) / args.steps
-    line = ("model=%s framework=torch precision=%s ranks=%d batch=%d seq_len=%d step_ms=%.1f "
-            "tokens_per_s=%.1f torch=%s" % (args.model, args.precision, world, b, t, dt * 1e3,
-                                             world * b * t / dt, torch.__version__))
     if rank == 0:
-        queue.put(line)
-
-
-def ddp_entry(rank, world, port, args, queue):
-    import torch.distributed as dist
-    if world <= (os.cpu_count() or 1):
-        os.sched_setaffinity(0, [rank])
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        body(rank, world, args, queue)
-    finally:
-        dist.destroy_process_group()
-        sys.stdout.flush()
-        os._exit(0)  # torch 1.13's DDP teardown can spin: end without destructors
+        queue.put({"model": args.model, "framework": "torch", "precision": args.precision,
+                   "ranks": world, "batch": b, "seq_len": t, "step_ms": round(dt * 1e3, 1),
+                   "tokens_per_s": round(world * b * t / dt, 1), "torch": torch.__version__})
 
 
 def main():
@@ -80,23 +65,16 @@ def main():
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--ddp", type=int, default=1, help="ranks (gloo)")
     args = p.parse_args()
-    if args.ddp == 1:
-        out = []
-
-        class Sink:
-            put = out.append
-        body(0, 1, args, Sink)
-        print(out[0])
+    args.threads, args.json = 1, False  # what torch_reference's launcher reads
+    if args.ddp > 1:
+        ref.run_ddp(args, body)
         return
-    import torch.multiprocessing as mp
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    queue = mp.get_context("spawn").SimpleQueue()
-    mp.spawn(ddp_entry, args=(args.ddp, port, args, queue), nprocs=args.ddp, join=True)
-    while not queue.empty():
-        print(queue.get())
+    out = []
+
+    class Sink:
+        put = out.append
+    body(0, 1, args, Sink)
+    ref.emit(out[0], False)
 
 
 if __name__ == "__main__":

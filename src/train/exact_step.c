@@ -40,8 +40,7 @@ herd_status herd_run_exact_setup(run *r)
             herd_log(HERD_LOG_INFO, "--deterministic --compress %s: each slice's gradient is "
                      "rounded to %s, the same values at any number of ranks; the exact sums "
                      "still travel as doubles, so the wire carries no fewer bytes",
-                     cfg->compress == HERD_COMPRESS_FP16 ? "fp16" : "bf16",
-                     cfg->compress == HERD_COMPRESS_FP16 ? "IEEE half" : "bf16");
+                     herd_compress_name(cfg->compress), herd_compress_name(cfg->compress));
     }
     r->plan.exact = &r->exact;
     return HERD_OK;

@@ -45,11 +45,7 @@ void herd_exact_sum_begin(herd_exact_sum *e, const herd_model *m, long slices)
 /* The largest integer a slice may add: the sum of all slices stays below 2^53. */
 static double slice_bound(const herd_exact_sum *e) { return ldexp(1.0, 53) / (double)e->slices; }
 
-/* One view of a slice: acc += g rounded to the grid (when there is one), and the largest
- * |g| into *mx (inf or NaN anywhere: NaN, so the step is not finite whatever the grid).
- * Returns how many values fell outside the headroom: their place gets nothing, and the
- * step is redone on another grid. Every element is its own sum, and the max and the
- * count have no order, so threads may split the loop. */
+/* x as --compress puts it on the wire (round16), or as it is. */
 static float rounded(float x, int round16)
 {
     if (round16 == HERD_EXACT_ROUND_FP16)
@@ -57,6 +53,11 @@ static float rounded(float x, int round16)
     return round16 == HERD_EXACT_ROUND_BF16 ? herd_bf16_to_float(herd_float_to_bf16(x)) : x;
 }
 
+/* One view of a slice: acc += g rounded to the grid (when there is one), and the largest
+ * |g| into *mx (inf or NaN anywhere: NaN, so the step is not finite whatever the grid).
+ * Returns how many values fell outside the headroom: their place gets nothing, and the
+ * step is redone on another grid. Every element is its own sum, and the max and the
+ * count have no order, so threads may split the loop. */
 static double add_view(const float *g, size_t n, bool grid, double scale, double bound,
                        int round16, double *acc, float *mx_out)
 {

@@ -8,7 +8,6 @@
  * --precision (PyTorch's bf16 autocast would run these two products in bf16). */
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "backend/cpu/cpu_dnnl.h"
 #include "backend/cpu/cpu_fastexp.h"
