@@ -5,6 +5,8 @@ MPICH_BUILD ?= build-mpich
 NOMPI_BUILD ?= build-nompi
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
+# Tests at once in each ctest pass (tests/suite.sh lowers it for a pass that runs beside another).
+CTEST_JOBS ?= 2
 # The main job: data-parallel lenet5 over all local cores, one rank per core, batch 128
 # per rank; the learning rate follows the linear scaling rule (0.1 x global batch / 256).
 RANKS ?= $(shell nproc)
@@ -12,7 +14,7 @@ RUN_FLAGS ?= --model lenet5 --data fashion-mnist --epochs 10 --batch-size 128 --
              --lr-scaling linear --momentum 0.9 --nesterov --weight-decay 5e-4 --schedule cosine \
              --warmup-epochs 1
 
-.PHONY: all deps build run test test-fast asan asan-build fuzz mpich nompi install clean bench print-run-flags
+.PHONY: all deps build run test test-fast asan asan-build fuzz mpich mpich-build nompi nompi-build install clean bench print-run-flags
 
 all: build
 
@@ -33,12 +35,11 @@ run: deps
 # the MPI tests of a build against MPICH, then a build without MPI. The sanitizer and
 # MPICH passes are repeat passes (tests/testlib.sh): each script keeps one configuration
 # of each code path, for memory errors and for the other MPI; the first runs them all.
+# tests/suite.sh overlaps them: the other builds compile at low priority while the first
+# pass runs, then the sanitizer, MPICH and no-MPI passes run side by side.
 test: deps
 	@$(MAKE) --no-print-directory build
-	cd $(BUILD) && ctest --output-on-failure -j 2
-	@$(MAKE) --no-print-directory asan
-	@$(MAKE) --no-print-directory mpich
-	@$(MAKE) --no-print-directory nompi
+	@bash tests/suite.sh
 
 test-fast: build
 	cd $(BUILD) && ctest --output-on-failure -j 2
@@ -63,7 +64,7 @@ asan-build:
 # device (7 minutes under the sanitizers): here the device paths they reach run in
 # mpi_staged_sim, mpi_pipeline_sim, cli_ckpt_device and cli_device_step instead.
 asan: asan-build
-	cd $(ASAN_BUILD) && HERD_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 2 \
+	cd $(ASAN_BUILD) && HERD_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(CTEST_JOBS) \
 	  -E '^cli_(zero|pipeline)_sim$$'
 
 # Every fuzz target for FUZZ_SECONDS each: executions, coverage, crashes; N passed, N failed.
@@ -75,11 +76,14 @@ fuzz: asan-build
 # one configuration of each path). cli_zero_sim and cli_pipeline_sim repeat cli_zero and
 # cli_pipeline on the simulated device, whose staging is the same whatever the MPI: they
 # run in the first pass (as under the sanitizers, above).
+mpich-build:
+	cmake -S . -B $(MPICH_BUILD) -DCMAKE_BUILD_TYPE=Release -DHERD_MPI=mpich -DHERD_CUDA=OFF >/dev/null
+	@cmake --build $(MPICH_BUILD) -j $(JOBS)
+
 mpich:
 	@if command -v mpicc.mpich >/dev/null; then \
-	  cmake -S . -B $(MPICH_BUILD) -DCMAKE_BUILD_TYPE=Release -DHERD_MPI=mpich -DHERD_CUDA=OFF >/dev/null && \
-	  cmake --build $(MPICH_BUILD) -j $(JOBS) && \
-	  cd $(MPICH_BUILD) && HERD_TEST_REPEAT=1 ctest --output-on-failure -j 2 -L mpi \
+	  $(MAKE) --no-print-directory mpich-build && \
+	  cd $(MPICH_BUILD) && HERD_TEST_REPEAT=1 ctest --output-on-failure -j $(CTEST_JOBS) -L mpi \
 	    -E '^cli_(zero|pipeline)_sim$$'; \
 	else \
 	  echo "make test: skipped the MPICH build and its MPI tests: MPICH is not installed (apt-get install mpich libmpich-dev)"; \
@@ -89,10 +93,12 @@ mpich:
 # compiling. Its quick tests only (about 80 s with the build on 2 cores): the unit tests
 # but the two long training ones, which run no MPI code, and the CLI's smoke and launcher
 # tests; what launches ranks skips (77) in this build.
-nompi:
+nompi-build:
 	cmake -S . -B $(NOMPI_BUILD) -DCMAKE_BUILD_TYPE=Release -DHERD_MPI=OFF -DHERD_CUDA=OFF >/dev/null
 	@cmake --build $(NOMPI_BUILD) -j $(JOBS)
-	cd $(NOMPI_BUILD) && ctest --output-on-failure -j 2 -R '^(test_|cli_smoke$$|cli_run$$|check_layers$$)' \
+
+nompi: nompi-build
+	cd $(NOMPI_BUILD) && ctest --output-on-failure -j $(CTEST_JOBS) -R '^(test_|cli_smoke$$|cli_run$$|check_layers$$)' \
 	  -E '^test_(train|resnet50)$$'
 
 install: build
