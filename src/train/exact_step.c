@@ -19,11 +19,6 @@ herd_status herd_run_exact_setup(run *r)
     if (strcmp(r->m->be->name, "cpu") != 0)
         return HERD_ERR(HERD_ERR_UNSUPPORTED, "--deterministic runs on the CPU only for now, not "
                         "--device %s (docs/determinism.md)", r->m->be->name);
-    if (r->m->n_buffer_floats > 0)
-        return HERD_ERR(HERD_ERR_UNSUPPORTED, "--deterministic does not cover batch norm yet "
-                        "(model '%s' has running statistics): its statistics per micro-batch "
-                        "are summed in another order on each rank (docs/determinism.md)",
-                        r->m->name);
     /* The epoch's last step must hold whole micro-batches on every rank alike, or its
      * slices would depend on the number of ranks. */
     long global = (long)cfg->batch_size * cfg->grad_accum * herd_run_replicas(r);
@@ -42,6 +37,12 @@ herd_status herd_run_exact_setup(run *r)
                      "still travel as doubles, so the wire carries no fewer bytes",
                      herd_compress_name(cfg->compress), herd_compress_name(cfg->compress));
     }
+    /* Batch norm: each slice is its own batch (ghost batch norm) and the running
+     * statistics are the exact mean over the step's slices (exact_sum.h). */
+    if (r->m->n_buffer_floats > 0 && r->comm->rank == 0)
+        herd_log(HERD_LOG_INFO, "--deterministic: batch norm normalises over each slice of %d "
+                 "samples (--slice-size), and its running statistics take the mean over the "
+                 "step's slices", herd_slice_size(cfg));
     r->plan.exact = &r->exact;
     return HERD_OK;
 }
@@ -102,7 +103,9 @@ static herd_batch kept(const run *r, int j)
  * so its gradient depends on its samples and the weights only, not on the --batch-size
  * or the ranks that hold it. A slice's dropout stream follows its place in the global
  * batch: the loader gives rank k of N micro-batch j as the global batch's
- * (j * N + k)-th piece of B samples, so its slice i is slice (j * N + k) * B / s + i. */
+ * (j * N + k)-th piece of B samples, so its slice i is slice (j * N + k) * B / s + i.
+ * Every slice starts from the batch-norm running statistics the step found, so what
+ * its forward leaves in them depends on the slice alone too. */
 static herd_status pass(run *r, int n_micro, uint64_t seed, bool from_loader, herd_step_stats *s)
 {
     int ranks = r->dp->size, rank = r->dp->rank, size = herd_slice_size(&r->cfg);
@@ -131,6 +134,7 @@ static herd_status pass(run *r, int n_micro, uint64_t seed, bool from_loader, he
             /* The loss too is summed on a grid, so its total has no order either. */
             double loss_before = s->loss_sum;
             s->loss_sum = 0;
+            herd_exact_sum_restore_buffers(&r->exact, r->m);
             HERD_TRY(herd_micro_step(r->m, &r->plan, &slice, j * per_micro + i, n_slices,
                                      r->cfg.label_smoothing, herd_mix64(seed, place), s));
             s->loss_sum = loss_before + herd_exact_loss(s->loss_sum);
@@ -142,6 +146,7 @@ static herd_status pass(run *r, int n_micro, uint64_t seed, bool from_loader, he
 herd_status herd_run_exact_micro_steps(run *r, int n_micro, uint64_t seed, herd_step_stats *s)
 {
     bool redo;
+    herd_exact_sum_keep_buffers(&r->exact, r->m);
     HERD_TRY(pass(r, n_micro, seed, true, s));
     HERD_TRY(herd_exact_sum_finish(&r->exact, r->m, r->dp, &redo));
     if (!redo)

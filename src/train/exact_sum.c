@@ -11,17 +11,27 @@
 /* Bits of a slice value below its tensor's largest (fp32 keeps 24). */
 #define GRID_BITS 30
 
+/* The sums: the gradients, then the buffers (batch-norm running statistics, each at
+ * acc + n_param_floats + its offset), then the count of values past the headroom. */
+static size_t n_sums(const herd_model *m) { return m->n_param_floats + m->n_buffer_floats; }
+static double *view_acc(const herd_exact_sum *e, const herd_model *m, const herd_tensor_view *tv)
+{
+    return e->acc + (tv->is_buffer ? m->n_param_floats : 0) + tv->offset;
+}
+
 herd_status herd_exact_sum_init(herd_exact_sum *e, const herd_model *m, int ranks)
 {
     memset(e, 0, sizeof *e);
     size_t nv = (size_t)m->n_views;
-    e->acc = malloc((m->n_param_floats + 1) * sizeof *e->acc);
+    e->acc = malloc((n_sums(m) + 1) * sizeof *e->acc);
     e->view_max = calloc(nv, sizeof *e->view_max);
     e->all_max = calloc(nv * (size_t)ranks, sizeof *e->all_max);
     e->grid = calloc(nv, sizeof *e->grid);
-    if (!e->acc || !e->view_max || !e->all_max || !e->grid) {
+    /* malloc(0) may return NULL: one float at least. */
+    e->step_buffers = malloc((m->n_buffer_floats + 1) * sizeof *e->step_buffers);
+    if (!e->acc || !e->view_max || !e->all_max || !e->grid || !e->step_buffers) {
         herd_exact_sum_free(e);
-        return HERD_NOMEM((m->n_param_floats + 1) * sizeof(double));
+        return HERD_NOMEM((n_sums(m) + 1) * sizeof(double));
     }
     return HERD_OK;
 }
@@ -32,12 +42,13 @@ void herd_exact_sum_free(herd_exact_sum *e)
     free(e->view_max);
     free(e->all_max);
     free(e->grid);
+    free(e->step_buffers);
     memset(e, 0, sizeof *e);
 }
 
 void herd_exact_sum_begin(herd_exact_sum *e, const herd_model *m, long slices)
 {
-    memset(e->acc, 0, (m->n_param_floats + 1) * sizeof *e->acc);
+    memset(e->acc, 0, (n_sums(m) + 1) * sizeof *e->acc);
     memset(e->view_max, 0, (size_t)m->n_views * sizeof *e->view_max);
     e->slices = slices;
 }
@@ -79,21 +90,31 @@ static double add_view(const float *g, size_t n, bool grid, double scale, double
     return outside;
 }
 
+void herd_exact_sum_keep_buffers(herd_exact_sum *e, const herd_model *m)
+{
+    memcpy(e->step_buffers, m->buffers, m->n_buffer_floats * sizeof *m->buffers);
+}
+
+void herd_exact_sum_restore_buffers(const herd_exact_sum *e, herd_model *m)
+{
+    memcpy(m->buffers, e->step_buffers, m->n_buffer_floats * sizeof *m->buffers);
+}
+
 void herd_exact_sum_add(herd_exact_sum *e, const herd_model *m)
 {
     const double bound = slice_bound(e);
     double outside = 0;
     for (int v = 0; v < m->n_views; v++) {
         const herd_tensor_view *tv = &m->views[v];
-        if (tv->is_buffer)
-            continue;
+        /* Buffers are not gradients: --compress does not round them. */
+        const float *x = tv->is_buffer ? m->buffers + tv->offset : m->grads + tv->offset;
+        int round16 = tv->is_buffer ? HERD_EXACT_ROUND_NONE : (int)e->round16;
         float mx, was = e->view_max[v];
-        outside += add_view(m->grads + tv->offset, tv->numel, e->have_grid,
-                            ldexp(1.0, -e->grid[v]), bound, (int)e->round16, e->acc + tv->offset,
-                            &mx);
+        outside += add_view(x, tv->numel, e->have_grid, ldexp(1.0, -e->grid[v]), bound, round16,
+                            view_acc(e, m, tv), &mx);
         e->view_max[v] = mx != mx || was != was ? NAN : mx > was ? mx : was;
     }
-    e->acc[m->n_param_floats] += outside;
+    e->acc[n_sums(m)] += outside;
 }
 
 /* E for a tensor whose largest slice value is mx: mx lands just below 2^GRID_BITS. */
@@ -137,10 +158,10 @@ herd_status herd_exact_sum_finish(herd_exact_sum *e, herd_model *m, herd_comm *c
         *redo = true;
         return HERD_OK;
     }
-    size_t n = m->n_param_floats;
+    size_t n = n_sums(m);
     if (n + 1 > (size_t)INT32_MAX)
-        return HERD_ERR(HERD_ERR_UNSUPPORTED, "--deterministic: %zu parameters are more than one "
-                        "exact reduction takes (2^31 - 1)", n);
+        return HERD_ERR(HERD_ERR_UNSUPPORTED, "--deterministic: %zu parameters and buffers are "
+                        "more than one exact reduction takes (2^31 - 1)", n);
     if (c->size > 1)
         HERD_TRY(c->ops->allreduce_f64(c, e->acc, (int)(n + 1)));
     if (e->acc[n] > 0) { /* a slice past the grid's headroom, on some rank */
@@ -157,14 +178,13 @@ herd_status herd_exact_sum_finish(herd_exact_sum *e, herd_model *m, herd_comm *c
     }
     for (int v = 0; v < m->n_views; v++) {
         const herd_tensor_view *tv = &m->views[v];
-        if (tv->is_buffer)
-            continue;
         /* integer × 2^E is exact; the division by the slices rounds once, the same on
-         * every rank. */
+         * every rank. A buffer's mean over the slices is the running statistic updated
+         * once with the slices' mean statistic. */
         double p2 = ldexp(1.0, e->grid[v]), slices = (double)e->slices;
         bool bad = !isfinite(e->all_max[v]);
-        float *g = m->grads + tv->offset;
-        const double *acc = e->acc + tv->offset;
+        float *g = (tv->is_buffer ? m->buffers : m->grads) + tv->offset;
+        const double *acc = view_acc(e, m, tv);
         for (size_t i = 0; i < tv->numel; i++)
             g[i] = bad ? e->all_max[v] : (float)(acc[i] * p2 / slices);
     }

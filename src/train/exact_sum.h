@@ -17,12 +17,15 @@
 #include "nn/model.h"
 
 typedef struct herd_exact_sum {
-    double *acc;      /* n_param_floats integers on the views' grids, then the overflow count */
+    /* Integers on the views' grids: n_param_floats gradients, n_buffer_floats buffers,
+     * then the overflow count. */
+    double *acc;
     float *view_max;  /* per view: this step's largest |slice value| on this rank */
     float *all_max;   /* gathered: size × n_views */
     int *grid;        /* per view: E, a value is integer × 2^E */
     bool have_grid;
     long slices;      /* this step's slices on every rank together */
+    float *step_buffers; /* the buffers as the step found them (herd_exact_sum_keep_buffers) */
     /* --compress: each slice value is rounded to bf16 or IEEE half before it is added
      * (the rounding a compressed wire makes, at one fixed place: per slice). */
     enum { HERD_EXACT_ROUND_NONE, HERD_EXACT_ROUND_FP16, HERD_EXACT_ROUND_BF16 } round16;
@@ -33,10 +36,16 @@ herd_status herd_exact_sum_init(herd_exact_sum *e, const herd_model *m, int rank
 void herd_exact_sum_free(herd_exact_sum *e);
 /* A new step of `slices` slices over all ranks: the sums start at zero. */
 void herd_exact_sum_begin(herd_exact_sum *e, const herd_model *m, long slices);
-/* Adds the slice gradient in m->grads (host memory). */
+/* Batch-norm running statistics (m->buffers): each slice's forward updates them from
+ * the buffers as the step found them, so that the slices' order does not matter. Keep
+ * them at the start of a step, restore them before every slice (a redo's too). */
+void herd_exact_sum_keep_buffers(herd_exact_sum *e, const herd_model *m);
+void herd_exact_sum_restore_buffers(const herd_exact_sum *e, herd_model *m);
+/* Adds the slice gradient in m->grads and the buffers its forward left (host memory). */
 void herd_exact_sum_add(herd_exact_sum *e, const herd_model *m);
-/* Sums over the ranks of c and writes the mean into m->grads; *redo: the step's slices
- * must be computed again (begin, add..., finish), every rank alike. */
+/* Sums over the ranks of c and writes the mean into m->grads, and the buffers' mean over
+ * the slices into m->buffers; *redo: the step's slices must be computed again (restore,
+ * begin, add..., finish), every rank alike. */
 herd_status herd_exact_sum_finish(herd_exact_sum *e, herd_model *m, herd_comm *c, bool *redo);
 
 /* A slice's summed loss on a fixed grid (2^-28): such values add exactly in doubles, in
@@ -44,7 +53,8 @@ herd_status herd_exact_sum_finish(herd_exact_sum *e, herd_model *m, herd_comm *c
  * the split either. Inf and NaN stay as they are. */
 double herd_exact_loss(double slice_loss);
 
-/* The grid as text for a checkpoint ("" without one): one exponent per view. */
+/* The grid as text for a checkpoint ("" without one): one exponent per view, buffers'
+ * too (a model without buffers writes what it wrote before they were summed). */
 void herd_exact_sum_grid_text(const herd_exact_sum *e, const herd_model *m, char *buf, size_t size);
 /* The grid from a checkpoint's text: exactly one exponent per view, each a grid an fp32
  * value can need; anything else is an error naming the place. */

@@ -48,11 +48,13 @@ static herd_status broadcast_state(run *r)
 }
 
 /* Per-rank running statistics (no --sync-bn) are averaged before they are used, so
- * evaluation and checkpoints see one model; training itself uses batch statistics. */
+ * evaluation and checkpoints see one model; training itself uses batch statistics.
+ * --deterministic's are the same bytes on every rank already, which an fp32 average
+ * would not keep. */
 static herd_status average_buffers(run *r)
 {
     herd_comm *c = r->dp;
-    if (c->size == 1 || r->cfg.sync_bn || r->m->n_buffer_floats == 0)
+    if (c->size == 1 || r->cfg.sync_bn || r->cfg.deterministic || r->m->n_buffer_floats == 0)
         return HERD_OK;
     HERD_TRY(c->ops->allreduce_start(c, r->m->buffers, r->m->n_buffer_floats, 1.0f / (float)c->size,
                                      HERD_WIRE_FP32, "batch-norm statistics"));
@@ -186,8 +188,9 @@ static herd_status train_step(run *r, long sched_step, herd_step_stats *s, bool 
     s->t.total = t1 - t0;
     if (r->timeline)
         herd_timeline_add(r->timeline, HERD_TL_STEP, NULL, t0, t1);
-    /* Per-rank batch-norm statistics differ by design (only --sync-bn shares them). */
-    size_t buffers = cfg->sync_bn ? r->m->n_buffer_floats : 0;
+    /* Per-rank batch-norm statistics differ by design (--sync-bn and --deterministic
+     * share them). */
+    size_t buffers = cfg->sync_bn || cfg->deterministic ? r->m->n_buffer_floats : 0;
     if (r->state.global_step == 0 && herd_test_hook("diverge", r->comm->rank))
         HERD_TRY(flip_weight_bit(r)); /* the test hook */
     if (cfg->check_replicas) {

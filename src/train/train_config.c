@@ -109,14 +109,16 @@ herd_status herd_train_validate(const herd_train_config *c)
         return HERD_ERR(HERD_ERR_INVALID_ARG,
                         "gradient clipping needs a maximum norm > 0 (or 0 for none), got %g",
                         (double)c->clip_grad_norm);
-    if (c->deterministic) { /* what the exact sums do not cover yet (issue 27) */
-        const char *no = c->pipeline_stages > 1 ? "--pipeline-stages"
-                         : c->sync_bn             ? "--sync-bn"
-                                                  : NULL;
-        if (no)
-            return HERD_ERR(HERD_ERR_UNSUPPORTED, "--deterministic does not work with %s yet: "
-                            "drop one of the two (docs/determinism.md)", no);
-    }
+    /* What the exact sums do not cover yet (issue 27). */
+    if (c->deterministic && c->pipeline_stages > 1)
+        return HERD_ERR(HERD_ERR_UNSUPPORTED, "--deterministic does not work with "
+                        "--pipeline-stages yet: drop one of the two (docs/determinism.md)");
+    if (c->deterministic && c->sync_bn)
+        return HERD_ERR(HERD_ERR_UNSUPPORTED, "--deterministic does not work with --sync-bn yet: "
+                        "statistics over the global batch need exact sums across the slices "
+                        "inside the forward pass; drop --sync-bn (under --deterministic batch "
+                        "norm normalises over each slice) or --deterministic "
+                        "(docs/determinism.md)");
     if (c->slice_size < 0 || (c->slice_size > 0 && !c->deterministic))
         return HERD_ERR(HERD_ERR_INVALID_ARG, "--slice-size %d: %s", c->slice_size,
                         c->slice_size < 0 ? "a slice holds at least one sample (0: the default, 8)"
