@@ -1,7 +1,8 @@
 /* The exact gradient sums of --deterministic (src/train/exact_sum.c): slices added in
- * any order give the same bits; the first step and a slice past the grid's headroom ask
- * for a redo; inf and NaN reach the mean instead of looping; slice losses on their grid
- * add in any order. (Several ranks: the
+ * any order give the same bits, gradients and batch-norm running statistics (each slice
+ * updating them from the step's snapshot); the first step and a slice past the grid's
+ * headroom ask for a redo; inf and NaN reach the mean instead of looping; slice losses on
+ * their grid add in any order. (Several ranks: the
  * cli_deterministic test, which compares whole runs at 1 to 6 ranks.) */
 #include <math.h>
 #include <stdio.h>
@@ -12,13 +13,14 @@
 
 #include "train/exact_sum.h"
 
-enum { SLICES = 7, A = 1000, B = 37, HERD_EXACT_GRID_TEXT_TEST = 256 };
+enum { SLICES = 7, A = 1000, B = 37, R = 4, HERD_EXACT_GRID_TEXT_TEST = 256 };
 
 /* A model of two parameter tensors and a buffer, enough for the sums. */
 typedef struct fake {
     herd_model m;
     herd_tensor_view views[3];
     float grads[A + B];
+    float buffers[R];
     herd_exact_sum e;
 } fake;
 
@@ -29,11 +31,15 @@ static void fake_init(fake *f)
     memset(f, 0, sizeof *f);
     f->views[0] = (herd_tensor_view){.name = "a", .offset = 0, .numel = A};
     f->views[1] = (herd_tensor_view){.name = "b", .offset = A, .numel = B};
-    f->views[2] = (herd_tensor_view){.name = "running", .offset = 0, .numel = 4, .is_buffer = 1};
+    f->views[2] = (herd_tensor_view){.name = "running", .offset = 0, .numel = R, .is_buffer = 1};
     f->m.views = f->views;
     f->m.n_views = 3;
     f->m.n_param_floats = A + B;
     f->m.grads = f->grads;
+    f->m.n_buffer_floats = R;
+    f->m.buffers = f->buffers;
+    for (int i = 0; i < R; i++) /* a running variance's start, and some spread */
+        f->buffers[i] = 1.0f + (float)i;
     assert_herd_ok(herd_exact_sum_init(&f->e, &f->m, 1));
 }
 
@@ -48,16 +54,31 @@ static void slice_grad(fake *f, int s, float scale)
     free(r);
 }
 
-/* One step over the slices in `order`, redone while asked (at most twice). */
+/* Slice s's batch statistic for running buffer i. */
+static float slice_stat(int s, int i) { return 0.3f * (float)(s + 1) + 0.01f * (float)i; }
+
+/* What batch norm's forward does to the running buffers: momentum 0.1 towards the slice's
+ * statistic, from what the buffers held. */
+static void slice_forward(fake *f, int s)
+{
+    for (int i = 0; i < R; i++)
+        f->buffers[i] = 0.9f * f->buffers[i] + 0.1f * slice_stat(s, i);
+}
+
+/* One step over the slices in `order`, redone while asked (at most twice); every slice
+ * starts from the buffers the step found, as exact_step.c does. */
 static void step(fake *f, const int *order, float scale, int *redos)
 {
     herd_exact_sum *e = &f->e;
     bool redo = true;
+    herd_exact_sum_keep_buffers(e, &f->m);
     for (*redos = -1; redo; (*redos)++) {
         assert_true(*redos < 2);
         herd_exact_sum_begin(e, &f->m, SLICES);
         for (int k = 0; k < SLICES; k++) {
+            herd_exact_sum_restore_buffers(e, &f->m);
             slice_grad(f, order[k], scale);
+            slice_forward(f, order[k]);
             herd_exact_sum_add(e, &f->m);
         }
         assert_herd_ok(herd_exact_sum_finish(e, &f->m, g_comm, &redo));
@@ -71,11 +92,22 @@ static void test_order_free(void **state)
     fake_init(&f);
     fake_init(&g);
     const int fwd[SLICES] = {0, 1, 2, 3, 4, 5, 6}, mixed[SLICES] = {5, 2, 6, 0, 3, 1, 4};
+    float start[R];
+    memcpy(start, f.buffers, sizeof start);
     int redos;
     step(&f, fwd, 1.0f, &redos);
     assert_int_equal(redos, 1); /* the first step measures its grid, then sums */
     step(&g, mixed, 1.0f, &redos);
     assert_memory_equal(f.grads, g.grads, sizeof f.grads);
+    assert_memory_equal(f.buffers, g.buffers, sizeof f.buffers);
+    /* The running statistics: the mean over the slices of each slice's update from the
+     * step's start (not updated slice after slice), within the grid's precision. */
+    for (int i = 0; i < R; i++) {
+        double mean = 0;
+        for (int s = 0; s < SLICES; s++)
+            mean += (double)(0.9f * start[i] + 0.1f * slice_stat(s, i)) / SLICES;
+        assert_true(fabs(f.buffers[i] - mean) <= 1e-6 * fabs(mean));
+    }
     /* The mean, to the grid's precision (30 bits below each tensor's largest value). */
     double worst = 0;
     for (int i = 0; i < A + B; i++) {
@@ -106,12 +138,15 @@ static void test_overflow_redone(void **state)
     const int order[SLICES] = {0, 1, 2, 3, 4, 5, 6};
     int redos;
     step(&f, order, 1.0f, &redos);
+    memcpy(g.buffers, f.buffers, sizeof g.buffers); /* the buffers f's next step starts from */
     /* Gradients 2^30 times larger than the grid was made for: past the headroom. */
     step(&f, order, 1073741824.0f, &redos);
     assert_int_equal(redos, 1);
     /* Redone on the grid of what was seen: the same bits as sums that started there. */
     step(&g, order, 1073741824.0f, &redos);
     assert_memory_equal(f.grads, g.grads, sizeof f.grads);
+    /* f's redo started from the step's buffers again, as g's sums did. */
+    assert_memory_equal(f.buffers, g.buffers, sizeof f.buffers);
     herd_exact_sum_free(&f.e);
     herd_exact_sum_free(&g.e);
 }
@@ -156,9 +191,12 @@ static void test_grid_in_checkpoints(void **state)
     /* Read back, the next step sums as the one that wrote it (no measuring pass). */
     assert_herd_ok(herd_exact_sum_set_grid_text(&g.e, &g.m, text));
     step(&f, order, 1.0f, &redos);
+    memcpy(g.buffers, f.buffers, sizeof g.buffers); /* as the checkpoint's weights file */
+    step(&f, order, 1.0f, &redos);
     step(&g, order, 1.0f, &redos);
     assert_int_equal(redos, 0);
     assert_memory_equal(f.grads, g.grads, sizeof f.grads);
+    assert_memory_equal(f.buffers, g.buffers, sizeof f.buffers);
     const char *bad[] = {"", "1,2", "1,2,3,4", "1,x,3", "1,,3", "1,2,3,", "1,2,999", "-1,2,3 "};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         assert_int_equal(herd_exact_sum_set_grid_text(&g.e, &g.m, bad[i]), HERD_ERR_FORMAT);
