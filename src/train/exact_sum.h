@@ -2,7 +2,9 @@
  * (one micro-batch's, computed alone) is rounded once to a grid 2^E per tensor and added
  * as an integer held in a double. Integers below 2^53 add exactly in doubles, so the sum
  * over a rank's slices and the allreduce over the ranks give the same bits in any order,
- * for any number of ranks or micro-batches; the mean is converted back once.
+ * for any number of ranks or micro-batches; the mean is converted back once. Batch
+ * norm's running statistics (the model's buffers) are summed the same way, each slice's
+ * from the step's snapshot, so the step leaves their mean over its slices.
  *
  * The grid must be the same on every rank before a slice is rounded, so it comes from
  * the step before (its largest slice value, gathered exactly): E = exponent - 30, leaving
