@@ -9,9 +9,10 @@
 # ranks and under --zero 1 on 2 ranks and --zero 2 on 3, and with --compress bf16 on 3;
 # slices of 4 (--slice-size) likewise
 # across batch sizes; resnet20 (batch norm over each slice, running statistics the mean over
-# the step's slices), 20 steps of 24 samples in slices of 4, as 1 x 8 x 3, 1 x 12 x 2,
-# 2 x 12 x 1 and 3 x 4 x 2 (3 x 4 x 2 alone under the sanitizers), and stopped on 2 ranks and
-# resumed on 3: the same bytes, weights and running statistics;
+# the step's slices), 100 steps of 48 8x8 images in slices of 4, as 1 x 16 x 3, 1 x 24 x 2
+# (--threads 2), 2 x 24 x 1, 3 x 8 x 2, 4 x 12 x 1 and 6 x 8 x 1 (3 x 8 x 2 alone in a
+# repeat pass), and
+# stopped on 2 ranks and resumed on 3: the same bytes, weights and running statistics;
 # without the flag they are not (so the comparison can fail). What it does not cover yet
 # is refused at start, naming the option.
 set -u
@@ -57,17 +58,17 @@ check "lenet5, --slice-size 4: 1 x 24 x 4 and 1 x 8 x 12 (--threads 2) the same 
 rn() { # rn NP BATCH ACCUM OUT [FLAGS...]: NP 1 is one process
   local np=$1 batch=$2 accum=$3 out=$4; shift 4
   local launch=(); [ "$np" -gt 1 ] && launch=(timeout 300 "${mpiexec[@]}" -np "$np")
-  "${launch[@]}" "$herd" train --model resnet20 --data synthetic:3,32,32,10,480 --test-samples 32 \
+  "${launch[@]}" "$herd" train --model resnet20 --data synthetic:3,8,8,10,4800 --test-samples 32 \
     --epochs 1 --batch-size "$batch" --grad-accum "$accum" --seed 5 --lr 0.05 --momentum 0.9 \
     --threads 1 --deterministic --slice-size 4 --save "$out" "$@"
 }
-rn 1 8 3 "$tmp/rn.1" >"$tmp/out" 2>&1
-check "resnet20, 1 process x 8 x 3, --deterministic: exit 0" test $? -eq 0
+rn 1 16 3 "$tmp/rn.1" >"$tmp/out" 2>&1
+check "resnet20, 1 process x 16 x 3, --deterministic: exit 0" test $? -eq 0
 check "... said at start: batch norm over each slice, the mean over the slices" \
   grep -q "batch norm normalises over each slice of 4 samples.*mean over the step's slices" "$tmp/out"
 check "... the saved file holds the running statistics" grep -qa '"layer3.2.bn2.running_var"' "$tmp/rn.1"
-rn 1 12 2 "$tmp/rn.1g2" --quiet >/dev/null 2>&1
-check "resnet20, 1 process x 12 x 2: the same bytes" cmp "$tmp/rn.1" "$tmp/rn.1g2"
+rn 1 24 2 "$tmp/rn.1g2" --quiet --threads 2 >/dev/null 2>&1
+check "resnet20, 1 process x 24 x 2, --threads 2: the same bytes" cmp "$tmp/rn.1" "$tmp/rn.1g2"
 
 if have_mpi; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -137,8 +138,8 @@ if have_mpi; then
     grep -q "global batch 48 kept as 2 x 8 x 3" "$tmp/out"
   runn 2 lenet5 3 "$tmp/e.st" --deterministic --elastic-ranks 4 --max-steps 1 >"$tmp/out" 2>&1
   check "elastic from 4 ranks x 3 to 2 x 6 taken (exit $?)" grep -q "elastic: 2 replicas instead of 4" "$tmp/out"
-  rns=("3 4 2" "2 12 1")
-  repeat_pass && rns=("3 4 2")
+  rns=("3 8 2" "2 24 1" "4 12 1" "6 8 1")
+  repeat_pass && rns=("3 8 2")
   for rs in "${rns[@]}"; do
     read -r np batch accum <<<"$rs"
     rn "$np" "$batch" "$accum" "$tmp/rn.$np" --quiet >"$tmp/out" 2>&1 || tail -3 "$tmp/out"
@@ -146,11 +147,11 @@ if have_mpi; then
       cmp "$tmp/rn.1" "$tmp/rn.$np"
   done
   if ! repeat_pass; then # the checkpoint's grid covers the running statistics too
-    rn 2 12 1 "$tmp/rn.stopped" --quiet --checkpoint-dir "$tmp/rck" --max-steps 8 >"$tmp/out" 2>&1 ||
+    rn 2 24 1 "$tmp/rn.stopped" --quiet --checkpoint-dir "$tmp/rck" --max-steps 40 >"$tmp/out" 2>&1 ||
       tail -3 "$tmp/out"
-    rn 3 4 2 "$tmp/rn.resumed" --quiet --checkpoint-dir "$tmp/rck" --resume >"$tmp/out" 2>&1 ||
+    rn 3 8 2 "$tmp/rn.resumed" --quiet --checkpoint-dir "$tmp/rck" --resume >"$tmp/out" 2>&1 ||
       tail -3 "$tmp/out"
-    check "resnet20 stopped at step 8 on 2 ranks x 12, resumed on 3 x 4 x 2: the one-process bytes" \
+    check "resnet20 stopped at step 40 on 2 ranks x 24, resumed on 3 x 8 x 2: the one-process bytes" \
       cmp "$tmp/rn.1" "$tmp/rn.resumed"
   fi
   runn 2 lenet5 6 "$tmp/lenet5.2plain" >/dev/null 2>&1
