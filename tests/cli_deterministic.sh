@@ -11,7 +11,7 @@
 # across batch sizes; resnet20 (batch norm over each slice, running statistics the mean over
 # the step's slices), 100 steps of 48 8x8 images in slices of 4, as 1 x 16 x 3, 1 x 24 x 2
 # (--threads 2), 2 x 24 x 1, 3 x 8 x 2, 4 x 12 x 1 and 6 x 8 x 1 (3 x 8 x 2 alone in a
-# repeat pass), and
+# repeat pass, of 20 steps), and
 # stopped on 2 ranks and resumed on 3: the same bytes, weights and running statistics;
 # without the flag they are not (so the comparison can fail). What it does not cover yet
 # is refused at start, naming the option.
@@ -55,10 +55,14 @@ check "lenet5, --slice-size 4: 1 x 24 x 4 and 1 x 8 x 12 (--threads 2) the same 
   cmp "$tmp/s4.a" "$tmp/s4.b"
 
 # resnet20: batch norm. The saved file holds the running statistics beside the weights.
+# A repeat pass trains 20 steps (resnet20 under the sanitizers is slow; the code path is
+# the same).
+rn_samples=4800
+repeat_pass && rn_samples=960
 rn() { # rn NP BATCH ACCUM OUT [FLAGS...]: NP 1 is one process
   local np=$1 batch=$2 accum=$3 out=$4; shift 4
   local launch=(); [ "$np" -gt 1 ] && launch=(timeout 300 "${mpiexec[@]}" -np "$np")
-  "${launch[@]}" "$herd" train --model resnet20 --data synthetic:3,8,8,10,4800 --test-samples 32 \
+  "${launch[@]}" "$herd" train --model resnet20 --data "synthetic:3,8,8,10,$rn_samples" --test-samples 32 \
     --epochs 1 --batch-size "$batch" --grad-accum "$accum" --seed 5 --lr 0.05 --momentum 0.9 \
     --threads 1 --deterministic --slice-size 4 --save "$out" "$@"
 }
@@ -67,8 +71,10 @@ check "resnet20, 1 process x 16 x 3, --deterministic: exit 0" test $? -eq 0
 check "... said at start: batch norm over each slice, the mean over the slices" \
   grep -q "batch norm normalises over each slice of 4 samples.*mean over the step's slices" "$tmp/out"
 check "... the saved file holds the running statistics" grep -qa '"layer3.2.bn2.running_var"' "$tmp/rn.1"
-rn 1 24 2 "$tmp/rn.1g2" --quiet --threads 2 >/dev/null 2>&1
-check "resnet20, 1 process x 24 x 2, --threads 2: the same bytes" cmp "$tmp/rn.1" "$tmp/rn.1g2"
+if ! repeat_pass; then
+  rn 1 24 2 "$tmp/rn.1g2" --quiet --threads 2 >/dev/null 2>&1
+  check "resnet20, 1 process x 24 x 2, --threads 2: the same bytes" cmp "$tmp/rn.1" "$tmp/rn.1g2"
+fi
 
 if have_mpi; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
