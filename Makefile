@@ -39,7 +39,7 @@ run: deps
 # pass runs, then the sanitizer, MPICH and no-MPI passes run side by side.
 test: deps
 	@$(MAKE) --no-print-directory build
-	@bash tests/suite.sh
+	@BUILD=$(BUILD) bash tests/suite.sh
 
 test-fast: build
 	cd $(BUILD) && ctest --output-on-failure -j 2

@@ -10,7 +10,7 @@
 # the suite fails if any pass or build does.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-logs=${HERD_SUITE_LOGS:-build/suite-logs}
+logs=${HERD_SUITE_LOGS:-${BUILD:-build}/suite-logs}
 mkdir -p "$logs"
 have_mpich() { command -v mpicc.mpich >/dev/null; }
 stamp() { date -u +%H:%M:%S; }
