@@ -7,12 +7,11 @@
 # for lenet5 and mlp, and for lenet5 stopped on 2 ranks and resumed on 3 (the checkpoint
 # carries the exact sums' grid); lenet5 with --clip-grad-norm and --loss-scale dynamic on 3
 # ranks and under --zero 1 on 2 ranks and --zero 2 on 3, and with --compress bf16 on 3;
-# slices of 4 (--slice-size) likewise
-# across batch sizes; resnet20 (batch norm over each slice, running statistics the mean over
-# the step's slices), 100 steps of 48 8x8 images in slices of 4, as 1 x 16 x 3, 1 x 24 x 2
-# (--threads 2), 2 x 24 x 1, 3 x 8 x 2, 4 x 12 x 1 and 6 x 8 x 1 (3 x 8 x 2 alone in a
-# repeat pass, of 20 steps), and
-# stopped on 2 ranks and resumed on 3: the same bytes, weights and running statistics;
+# slices of 4 (--slice-size) likewise across batch sizes; resnet20 (batch norm over each
+# slice, running statistics the mean over the step's slices), 100 steps of 48 8x8 images in
+# slices of 4, as 1 x 16 x 3, 1 x 24 x 2 (--threads 2), 2 x 24 x 1, 3 x 8 x 2, 4 x 12 x 1 and
+# 6 x 8 x 1 (3 x 8 x 2 alone, 20 steps, in a repeat pass), and stopped on 2 ranks and
+# resumed on 3: the same bytes, weights and running statistics;
 # without the flag they are not (so the comparison can fail). What it does not cover yet
 # is refused at start, naming the option.
 set -u
