@@ -33,12 +33,12 @@ wait_step() {
 }
 
 # 1. Ten kills, each after a random number (0-49) of steps into an attempt, of a random
-# rank. 4000 samples, global batch 64: 63 steps per epoch, 16 epochs: more steps than
+# rank. 2016 samples, global batch 32: 63 steps per epoch, 16 epochs: more steps than
 # ten attempts take. A repeat pass (sanitizers, MPICH) kills 3 times in 5 epochs: the
 # same paths.
 S=20 K=10 epochs=16
 repeat_pass && K=3 epochs=5
-job=(train --model lenet5 --data synthetic:1,28,28,10,4000 --test-samples 400 --threads 1 --seed 3 --epochs $epochs --batch-size 32
+job=(train --model lenet5 --data synthetic:1,28,28,10,2016 --test-samples 400 --threads 1 --seed 3 --epochs $epochs --batch-size 16
      --lr 0.01 --eval-every 0 --quiet)
 timeout 300 "${run[@]}" -np 2 -- "${job[@]}" --save "$tmp/ref.st" >"$tmp/ref.out" 2>"$tmp/ref.err"
 check "the run never stopped: exits 0" test $? -eq 0
@@ -70,18 +70,22 @@ check "no failure lost more than $S steps, plus a write's ($lost)" test "${lost:
 [ $fails -eq 0 ] || tail -n 30 "$tmp/k.err"
 
 # 2. Killed in the middle of step 40's weights file (the 4th write: 3 per checkpoint),
-# in the first attempt only: the restart resumes from step 20.
+# in the first attempt only: the restart resumes from step 20. This and 2b train 120
+# steps (--max-steps), against a never-stopped run of 120.
+short=("${job[@]}" --max-steps 120)
+timeout 300 "${run[@]}" -np 2 -- "${short[@]}" --save "$tmp/ref120.st" >/dev/null 2>"$tmp/ref120.err"
+check "the run never stopped, 120 steps: exits 0" test $? -eq 0
 HERD_TEST_KILL_IN_WRITE=4 timeout 300 "${run[@]}" -np 2 --max-restarts 1 -x HERD_TEST_KILL_IN_WRITE -- \
-  "${job[@]}" --checkpoint-dir "$tmp/w" --checkpoint-every-steps $S --save "$tmp/w.st" \
+  "${short[@]}" --checkpoint-dir "$tmp/w" --checkpoint-every-steps $S --save "$tmp/w.st" \
   >"$tmp/w.out" 2>"$tmp/w.err"
 check "killed in a background write: the job ends 0 after 1 restart" \
   test $? -eq 0 -a "$(field restarts "$tmp/w.out")" = 1
 check "killed in a background write: resumed from step 20" grep -q 'restart 1: resumed at step 20:' "$tmp/w.err"
-check "killed in a background write: the never-stopped run's weights" cmp -s "$tmp/ref.st" "$tmp/w.st"
+check "killed in a background write: the never-stopped run's weights" cmp -s "$tmp/ref120.st" "$tmp/w.st"
 
 # 2b. A rank stopped (SIGSTOP) hangs the job: past --comm-timeout herd ends it, naming
 # the rank, and herd run relaunches it from the last checkpoint.
-timeout 300 "${run[@]}" -np 2 --max-restarts 1 -- "${job[@]}" --checkpoint-dir "$tmp/h" \
+timeout 300 "${run[@]}" -np 2 --max-restarts 1 -- "${short[@]}" --checkpoint-dir "$tmp/h" \
   --checkpoint-every-steps $S --stall-warning 1 --comm-timeout 3 --save "$tmp/h.st" >"$tmp/h.out" 2>"$tmp/h.err" &
 sup=$!
 wait_step "$tmp/h" 1 $((RANDOM % 50))
@@ -91,7 +95,7 @@ wait $sup
 rc=$?
 check "hung rank: the job ends 0 after 1 restart ($rc)" test $rc -eq 0 -a "$(field restarts "$tmp/h.out")" = 1
 check "hung rank: herd run names the stalled rank" grep -Eq '^herd: restart 1/1 after rank [01] on [^ ]+ \((unreachable at|stalled past) the stall timeout\)' "$tmp/h.err"
-check "hung rank: the never-stopped run's weights" cmp -s "$tmp/ref.st" "$tmp/h.st"
+check "hung rank: the never-stopped run's weights" cmp -s "$tmp/ref120.st" "$tmp/h.st"
 [ $fails -eq 0 ] || tail -n 30 "$tmp/h.err"
 
 # 3. Elastic: 3 ranks x 16 x 2 (global batch 96); a rank killed once training is under
