@@ -266,9 +266,9 @@ if ! grep -q -- --elastic-ranks "$tmp/train-help"; then
   finish
 fi
 self=$(readlink -f "$herd")
-# lenet5 long enough to be killed mid-training (a few seconds, longer under the
+# lenet5 long enough to be killed mid-training (375 steps: a few seconds, longer under the
 # sanitizers), checkpointed every 20 steps.
-job=(train --model lenet5 --data synthetic:1,28,28,10,12000 --epochs 6 --batch-size 32 --quiet
+job=(train --model lenet5 --data synthetic:1,28,28,10,12000 --epochs 2 --batch-size 32 --quiet
      --eval-every 0 --test-samples 600
      --checkpoint-every-steps 20)
 ranks() { pgrep -f "^$self train .*$1" || true; } # the rank processes of the job using dir $1
