@@ -35,6 +35,10 @@ nps=(2 3)
 opts=("sgd --momentum 0.9 --lr 0.005" "adamw --lr 0.0002")
 extras=("" "--grad-accum 2 --loss-scale dynamic")
 repeat_pass && nps=(2) opts=("${opts[1]}")
+# Steps of the runs below; a repeat pass (testlib.sh), there for memory errors and the other
+# MPI, runs the same code for fewer steps.
+steps=100 short=50 ck_samples=600 pp_samples=960
+repeat_pass && steps=20 short=10 ck_samples=240 pp_samples=320
 # On sim the same code runs on device buffers: 2 ranks and SGD (AdamW's update is the
 # same backend call on both devices), to keep the suite's time; each run is also checked
 # bitwise against the CPU's.
@@ -42,7 +46,7 @@ repeat_pass && nps=(2) opts=("${opts[1]}")
 for np in "${nps[@]}"; do
   for opt in "${opts[@]}"; do
     for extra in "${extras[@]}"; do
-      args=(--epochs 1 --max-steps 100 --batch-size 8 --optimizer $opt $extra)
+      args=(--epochs 1 --max-steps $steps --batch-size 8 --optimizer $opt $extra)
       what="$np ranks on $dev, ${opt%% *}${extra:+, $extra}"
       train "$np" "${args[@]}" --save "$tmp/plain.st" >"$tmp/plain.out" 2>&1
       rc=$?
@@ -84,15 +88,15 @@ done
 wires=(fp16 bf16)
 repeat_pass && wires=(bf16)
 for wire in "${wires[@]}"; do
-  train 2 --epochs 1 --max-steps 100 --batch-size 8 --compress $wire --save "$tmp/plain.st" >/dev/null 2>&1
-  train 2 --epochs 1 --max-steps 100 --batch-size 8 --compress $wire --zero 2 --save "$tmp/z.st" >/dev/null 2>&1
+  train 2 --epochs 1 --max-steps $steps --batch-size 8 --compress $wire --save "$tmp/plain.st" >/dev/null 2>&1
+  train 2 --epochs 1 --max-steps $steps --batch-size 8 --compress $wire --zero 2 --save "$tmp/z.st" >/dev/null 2>&1
   check "--compress $wire --zero 2: bitwise plain's weights" cmp -s "$tmp/plain.st" "$tmp/z.st"
 done
 
 # Overflow found on one rank's slice skips the step on every rank: rank 1 alone finds
 # inf in its slice of the first step (HERD_TEST_FAIL_AT=overflow:1), and rank 0's
 # summary counts the skip; the weights are those of the same run where rank 0 found it.
-ls=(--epochs 1 --max-steps 50 --batch-size 8 --loss-scale dynamic)
+ls=(--epochs 1 --max-steps $short --batch-size 8 --loss-scale dynamic)
 for who in 0 1; do
   HERD_TEST_FAIL_AT=overflow:$who train 2 "${ls[@]}" --zero 1 --save "$tmp/over$who.st" \
     >"$tmp/over$who.out" 2>&1
@@ -105,12 +109,12 @@ check "... not those of a run that skipped nothing" bash -c "! cmp -s '$tmp/z.st
 
 # Clipping: the norm from each rank's slice, as one process (on the CPU) with the same
 # global batch.
-timeout 120 "$herd" train "${common[@]}" --device cpu --epochs 1 --max-steps 50 --batch-size 8 \
+timeout 120 "$herd" train "${common[@]}" --device cpu --epochs 1 --max-steps $short --batch-size 8 \
   --grad-accum 2 --clip-grad-norm 0.1 --save "$tmp/one.st" >"$tmp/one.out" 2>&1
-train 2 --epochs 1 --max-steps 50 --batch-size 8 --zero 1 --clip-grad-norm 0.1 \
+train 2 --epochs 1 --max-steps $short --batch-size 8 --zero 1 --clip-grad-norm 0.1 \
   --save "$tmp/z.st" >"$tmp/z.out" 2>&1
 check "--clip-grad-norm with --zero 1: every step clipped, as one process" \
-  test "$(key clipped_steps "$tmp/z.out")" = 50 -a "$(key clipped_steps "$tmp/one.out")" = 50
+  test "$(key clipped_steps "$tmp/z.out")" = $short -a "$(key clipped_steps "$tmp/one.out")" = $short
 d=$(maxdiff "$tmp/one.st" "$tmp/z.st")
 check "... and one process's weights within 1e-6 ($d)" within "$d" 1e-6
 
@@ -141,7 +145,7 @@ if [ $ckpt = 1 ]; then
   # and only the exact checks are made for it.
   for opt in "${opts[@]}"; do
     o=${opt%% *}
-    ck=(--epochs 2 --optimizer $opt --data synthetic:1,28,28,10,600)
+    ck=(--epochs 2 --optimizer $opt --data synthetic:1,28,28,10,$ck_samples)
     train 3 "${ck[@]}" --batch-size 4 --zero 1 --save "$tmp/full.st" >"$tmp/full.out" 2>&1
     train 3 "${ck[@]}" --batch-size 4 --zero 1 --max-steps 30 --checkpoint-dir "$tmp/ck3" >/dev/null 2>&1
     for v in "3 4 --zero 1" "2 6 --zero 2" "2 6" "1 12"; do
@@ -173,7 +177,7 @@ fi
 # sharded between its 2 replicas: bitwise the same pipeline without ZeRO, clipping and
 # loss scaling included; its checkpoint (the optimizer state through each stage's first
 # replica) is the plain pipeline's, and resumes on the plain pipeline bitwise.
-pp=(--data synthetic:1,28,28,10,960 --epochs 2 --batch-size 16 --micro-batches 2 --pipeline-stages 2)
+pp=(--data synthetic:1,28,28,10,$pp_samples --epochs 2 --batch-size 16 --micro-batches 2 --pipeline-stages 2)
 ppopts=("adamw --lr 0.0002" "sgd --lr 0.005 --loss-scale dynamic --clip-grad-norm 0.1")
 repeat_pass && ppopts=("${ppopts[1]}")
 for opt in "${ppopts[@]}"; do
@@ -189,7 +193,7 @@ for opt in "${ppopts[@]}"; do
       cmp -s "$tmp/pp.st" "$tmp/ppz.st"
   done
 done
-check "... every step clipped" grep -q "clipped_steps=60 " "$tmp/ppz.out"
+check "... every step clipped" grep -q "clipped_steps=$((pp_samples / 16)) " "$tmp/ppz.out"
 pa=(--optimizer adamw --lr 0.0002)
 if [ $ckpt = 1 ]; then
   train 4 "${pp[@]}" "${pa[@]}" --zero 1 --max-steps 12 --checkpoint-dir "$tmp/ckpz" >/dev/null 2>&1
