@@ -42,7 +42,7 @@ test: deps
 	@BUILD=$(BUILD) bash tests/suite.sh
 
 test-fast: build
-	cd $(BUILD) && ctest --output-on-failure -j 2
+	cd $(BUILD) && ctest --output-on-failure -j $(CTEST_JOBS)
 
 # The sanitizer build is clang's when clang is installed: it then also builds the
 # libFuzzer targets of every parser (tests/fuzz), from the same instrumented library.
