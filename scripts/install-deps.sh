@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config
+  ccache # make test compiles herd four times: the MPICH and no-MPI builds reuse most objects
   libdnnl-dev ocl-icd-opencl-dev libcjson-dev zlib1g-dev libcmocka-dev
   libxxhash-dev # checkpoint checksums (XXH3)
   openmpi-bin libopenmpi-dev libhwloc-dev
