@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# make test's passes, overlapped (the optimised build is already built):
-#   1. the optimised build's tests, while the sanitizer, MPICH and no-MPI builds compile
-#      at low priority: the tests leave about a quarter of two cores idle (waiting on
-#      peers, timeouts and launchers), which the compilers fill;
-#   2. the sanitizer pass, with the MPICH pass (one test at a time) and the no-MPI pass
-#      beside it: each alone keeps 1.5 to 1.7 cores busy.
-# The first and the sanitizer pass run 3 tests at a time on the 2 cores: many tests
-# spend much of their time waiting (on a stopped or killed rank's timeout, a launcher, a
-# namespace cluster's partition), and with 2 at a time the passes kept about 1.6-1.7 of
-# the 2 cores busy (each test's CPU time measured alone, against the passes' wall time).
+# make test's passes, all at once (the optimised build is already built): the optimised
+# build's tests in the foreground; beside them the sanitizer, MPICH and no-MPI passes,
+# each starting as soon as its own build is done (through ccache most of the MPICH and
+# no-MPI builds' objects are the optimised build's). Run one after another, the
+# passes left the 2 cores idle for minutes: many tests wait on a stopped or killed
+# rank's timeout, a launcher or a namespace cluster, MPICH's pass is one test at a time,
+# and each pass's longest tests run on alone at its end.
+# Tests at a time: 2 in the first pass, 3 under the sanitizers (the longest chain), 1 for
+# MPICH (more ranks than cores slow MPICH most under load: a 3-rank run took 1 s alone
+# and 5 s beside other tests).
 # The passes themselves are the Makefile's targets (asan, mpich, nompi), so that each can
-# also run alone. Each concurrent pass writes its own log, printed whole when it ends;
+# also run alone. Each background pass writes its own log, printed whole when it ends;
 # the suite fails if any pass or build does.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,36 +19,30 @@ mkdir -p "$logs"
 have_mpich() { command -v mpicc.mpich >/dev/null; }
 stamp() { date -u +%H:%M:%S; }
 
-builds=(asan-build nompi-build)
-have_mpich && builds+=(mpich-build)
-echo "suite $(stamp): the optimised build's tests; building ${builds[*]} at low priority (log: $logs/builds.log)"
-nice -n 19 make --no-print-directory "${builds[@]}" >"$logs/builds.log" 2>&1 &
-builds_pid=$!
-
-failed=()
-make --no-print-directory test-fast CTEST_JOBS=3 || failed+=("optimised build's tests")
-
-wait "$builds_pid" || { cat "$logs/builds.log"; failed+=("builds: ${builds[*]}"); }
-if [ ${#failed[@]} -gt 0 ]; then
-  echo "make test: FAILED: ${failed[*]}" >&2
-  exit 1
-fi
-
-echo "suite $(stamp): the sanitizer pass, with the MPICH and no-MPI passes beside it"
-declare -A pid
-for pass in asan mpich nompi; do
-  jobs=2
-  [ "$pass" = asan ] && jobs=3
-  [ "$pass" = mpich ] && jobs=1 # more ranks than cores slow MPICH most under load (a 3-rank
-                                 # run: 1 s alone, 5 s beside other tests)
-  make --no-print-directory "$pass" CTEST_JOBS=$jobs >"$logs/$pass.log" 2>&1 &
+declare -A pid jobs=([asan]=3 [mpich]=1 [nompi]=2)
+passes=(asan nompi)
+have_mpich && passes+=(mpich)
+echo "suite $(stamp): the optimised build's tests; beside them ${passes[*]}, each after its build (logs: $logs)"
+for pass in "${passes[@]}"; do
+  (
+    make --no-print-directory "$pass" CTEST_JOBS=${jobs[$pass]}
+    rc=$?
+    echo "suite $(stamp): the $pass pass (and its build) ended, exit $rc"
+    exit $rc
+  ) >"$logs/$pass.log" 2>&1 &
   pid[$pass]=$!
 done
+
+failed=()
+make --no-print-directory test-fast CTEST_JOBS=2 || failed+=("optimised build's tests")
+echo "suite $(stamp): the optimised build's tests ended"
 for pass in nompi mpich asan; do
+  [ -n "${pid[$pass]:-}" ] || continue
   wait "${pid[$pass]}" || failed+=("$pass")
-  echo "suite $(stamp): the $pass pass ended; its log:"
+  echo "suite $(stamp): the $pass pass's log:"
   cat "$logs/$pass.log"
 done
+have_mpich || echo "make test: skipped the MPICH build and its MPI tests: MPICH is not installed (apt-get install mpich libmpich-dev)"
 if [ ${#failed[@]} -gt 0 ]; then
   echo "make test: FAILED: ${failed[*]} (logs in $logs)" >&2
   exit 1
