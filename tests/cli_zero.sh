@@ -36,9 +36,10 @@ opts=("sgd --momentum 0.9 --lr 0.005" "adamw --lr 0.0002")
 extras=("" "--grad-accum 2 --loss-scale dynamic")
 repeat_pass && nps=(2) opts=("${opts[1]}")
 # Steps of the runs below; a repeat pass (testlib.sh), there for memory errors and the other
-# MPI, runs the same code for fewer steps.
+# MPI, runs the same code for fewer steps, as does the simulated device (its runs are
+# checked bitwise against the CPU's).
 steps=100 short=50 ck_samples=600 pp_samples=960
-repeat_pass && steps=20 short=10 ck_samples=240 pp_samples=320
+{ repeat_pass || [ "$dev" = sim ]; } && steps=20 short=10 ck_samples=240 pp_samples=320
 # On sim the same code runs on device buffers: 2 ranks and SGD (AdamW's update is the
 # same backend call on both devices), to keep the suite's time; each run is also checked
 # bitwise against the CPU's.
