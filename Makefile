@@ -35,8 +35,8 @@ run: deps
 # the MPI tests of a build against MPICH, then a build without MPI. The sanitizer and
 # MPICH passes are repeat passes (tests/testlib.sh): each script keeps one configuration
 # of each code path, for memory errors and for the other MPI; the first runs them all.
-# tests/suite.sh overlaps them: the other builds compile at low priority while the first
-# pass runs, then the sanitizer, MPICH and no-MPI passes run side by side.
+# tests/suite.sh overlaps them: the sanitizer, MPICH and no-MPI passes run beside the
+# first, each once its own build is done.
 test: deps
 	@$(MAKE) --no-print-directory build
 	@BUILD=$(BUILD) bash tests/suite.sh
