@@ -2,11 +2,12 @@
 # make test's passes, all at once (the optimised build is already built): the optimised
 # build's tests in the foreground; beside them the sanitizer, MPICH and no-MPI passes,
 # each starting as soon as its own build is done (through ccache most of the MPICH and
-# no-MPI builds' objects are the optimised build's). Run one after another, the
-# passes left the 2 cores idle for minutes: many tests wait on a stopped or killed
-# rank's timeout, a launcher or a namespace cluster, MPICH's pass is one test at a time,
-# and each pass's longest tests run on alone at its end.
-# Tests at a time: 2 in the first pass, 3 under the sanitizers (the longest chain), 1 for
+# no-MPI builds' objects are the optimised build's). Many tests wait on a stopped or
+# killed rank's timeout, a launcher or a namespace cluster, and MPICH's pass is one test
+# at a time: run in two stages, make test took 1,040 s (1,015 s with 3 tests at a time in
+# the first and sanitizer passes); all at once 973 s, the three passes ending within two
+# minutes of each other (bench/results/2026-11-27-suite-times-ci.txt).
+# Tests at a time: 2 in the first pass, 3 under the sanitizers (979 s with 2), 1 for
 # MPICH (more ranks than cores slow MPICH most under load: a 3-rank run took 1 s alone
 # and 5 s beside other tests).
 # The passes themselves are the Makefile's targets (asan, mpich, nompi), so that each can
