@@ -2,8 +2,8 @@
 # What --deterministic costs (issue 27): herd train with and without it, side by side and
 # interleaved (REPS rounds, the median kept), at 1 rank and at 2 ranks, for MODELS (mlp,
 # lenet5 and resnet20) on synthetic data (1x28x28; resnet20 3x32x32), one thread per rank;
-# the same global batch of micro-batches of B (--deterministic cuts them into slices of 8). Prints each run's samples/s and the ratio;
-# raw lines appended to OUT (default bench/results/DATE-deterministic-bB.txt).
+# the same global batch of micro-batches of B (--deterministic cuts them into slices of 8).
+# Prints each run's samples/s and the ratio; raw lines appended to OUT (default bench/results/DATE-deterministic-bB.txt).
 #   usage: [B=8] [STEPS=100] [REPS=5] [MODELS="mlp lenet5 resnet20"] [OUT=file] bench/deterministic.sh [BUILD]
 set -u
 herd=${1:-build}/herd
