@@ -175,11 +175,15 @@ static void test_desc_finish(void **state)
 
 /* ------------------------------------------------------------------ pool */
 
-static void pool_case(herd_pool_desc d)
+/* ties: inputs rounded to a few values, so windows hold equal maxima; the first one in
+ * row order takes the gradient (oneDNN's and PyTorch's rule), checked exactly. */
+static void pool_case(herd_pool_desc d, bool ties)
 {
     assert_herd_ok(herd_pool_desc_finish(&d));
     size_t nx = (size_t)d.n * d.c * d.h_in * d.w_in, ny = (size_t)d.n * d.c * d.h_out * d.w_out;
     float *x = tu_randv(nx, 20), *dy = tu_randv(ny, 21), *y = calloc(ny, 4), *yr = calloc(ny, 4);
+    for (size_t i = 0; ties && i < nx; i++)
+        x[i] = roundf(x[i] * 2.0f);
     float *dx = calloc(nx, 4), *dxr = calloc(nx, 4);
     for (int nc = 0; nc < d.n * d.c; nc++)
         for (int oh = 0; oh < d.h_out; oh++)
@@ -213,6 +217,14 @@ static void pool_case(herd_pool_desc d)
     assert_true(tu_max_rel_err(y, yr, ny) < TOL);
     assert_herd_ok(be->pool_bwd(p, dy, dx));
     assert_true(tu_max_rel_err(dx, dxr, nx) < TOL);
+    if (ties && d.is_max) {
+        assert_memory_equal(y, yr, ny * sizeof *y);
+        assert_memory_equal(dx, dxr, nx * sizeof *dx);
+    }
+    /* An evaluation forward keeps no argmax: backward is refused until the next training one. */
+    assert_herd_ok(be->pool_fwd(p, x, y, false));
+    if (d.is_max)
+        assert_int_equal(be->pool_bwd(p, dy, dx), HERD_ERR_INVALID_ARG);
     be->pool_plan_free(p);
     free(x), free(dy), free(y), free(yr), free(dx), free(dxr);
 }
@@ -220,10 +232,14 @@ static void pool_case(herd_pool_desc d)
 static void test_pool(void **state)
 {
     (void)state;
-    pool_case((herd_pool_desc){.n = 2, .c = 3, .h_in = 8, .w_in = 8, .k = 2, .stride = 2, .is_max = true});
-    pool_case((herd_pool_desc){.n = 2, .c = 3, .h_in = 9, .w_in = 7, .k = 3, .stride = 2, .pad = 1, .is_max = true});
-    pool_case((herd_pool_desc){.n = 2, .c = 3, .h_in = 8, .w_in = 8, .k = 2, .stride = 2, .is_max = false});
-    pool_case((herd_pool_desc){.n = 2, .c = 3, .h_in = 7, .w_in = 7, .k = 3, .stride = 1, .pad = 1, .is_max = false});
+    for (int ties = 0; ties < 2; ties++) {
+        pool_case((herd_pool_desc){.n = 2, .c = 3, .h_in = 8, .w_in = 8, .k = 2, .stride = 2, .is_max = true}, ties);
+        pool_case((herd_pool_desc){.n = 2, .c = 3, .h_in = 9, .w_in = 7, .k = 3, .stride = 2, .pad = 1, .is_max = true}, ties);
+        /* overlapping windows and a window of more than 256 positions (a wider argmax) */
+        pool_case((herd_pool_desc){.n = 1, .c = 2, .h_in = 20, .w_in = 19, .k = 17, .stride = 1, .pad = 0, .is_max = true}, ties);
+    }
+    pool_case((herd_pool_desc){.n = 2, .c = 3, .h_in = 8, .w_in = 8, .k = 2, .stride = 2, .is_max = false}, false);
+    pool_case((herd_pool_desc){.n = 2, .c = 3, .h_in = 7, .w_in = 7, .k = 3, .stride = 1, .pad = 1, .is_max = false}, false);
 }
 
 static void test_global_avgpool(void **state)
