@@ -64,17 +64,17 @@ static float rounded(float x, int round16)
     return round16 == HERD_EXACT_ROUND_BF16 ? herd_bf16_to_float(herd_float_to_bf16(x)) : x;
 }
 
-/* One view of a slice: acc += g rounded to the grid (when there is one), and the largest
- * |g| into *mx (inf or NaN anywhere: NaN, so the step is not finite whatever the grid).
- * Returns how many values fell outside the headroom: their place gets nothing, and the
- * step is redone on another grid. Every element is its own sum, and the max and the
- * count have no order, so threads may split the loop. */
-static double add_view(const float *g, size_t n, bool grid, double scale, double bound,
-                       int round16, double *acc, float *mx_out)
+/* A run of one view: acc += g rounded to the grid (when there is one), the largest |g|
+ * into *mx, the values outside the headroom and those not finite counted. Inlined with a
+ * constant round16, so the loop vectorises (a runtime rounding and double counters kept it
+ * scalar: 3% of make test's CPU). */
+static inline void add_run(const float *restrict g, size_t n, bool grid, double scale,
+                           double bound, int round16, double *restrict acc, float *mx_out,
+                           size_t *outside_out, size_t *bad_out)
 {
-    double outside = 0, bad = 0;
+    size_t outside = 0, bad = 0;
     float mx = 0.0f;
-#pragma omp parallel for simd reduction(max : mx) reduction(+ : outside, bad) if (n >= 65536)
+#pragma omp simd reduction(max : mx) reduction(+ : outside, bad)
     for (size_t i = 0; i < n; i++) {
         float v = rounded(g[i], round16), a = fabsf(v);
         mx = a > mx ? a : mx;
@@ -86,8 +86,37 @@ static double add_view(const float *g, size_t n, bool grid, double scale, double
             outside += !in;
         }
     }
+    *mx_out = mx;
+    *outside_out = outside;
+    *bad_out = bad;
+}
+
+/* One view of a slice (add_run), inf or NaN anywhere making the maximum NaN, so the step
+ * is not finite whatever the grid. Returns how many values fell outside the headroom:
+ * their place gets nothing, and the step is redone on another grid. Every element is its
+ * own sum, and the max and the counts have no order, so threads may split the view. */
+static double add_view(const float *g, size_t n, bool grid, double scale, double bound,
+                       int round16, double *acc, float *mx_out)
+{
+    enum { RUN = 16384 };
+    size_t outside = 0, bad = 0, runs = (n + RUN - 1) / RUN;
+    float mx = 0.0f;
+#pragma omp parallel for reduction(max : mx) reduction(+ : outside, bad) if (n >= 65536)
+    for (size_t r = 0; r < runs; r++) {
+        size_t lo = r * RUN, len = n - lo < RUN ? n - lo : RUN, o, b;
+        float m;
+        if (round16 == HERD_EXACT_ROUND_FP16)
+            add_run(g + lo, len, grid, scale, bound, HERD_EXACT_ROUND_FP16, acc + lo, &m, &o, &b);
+        else if (round16 == HERD_EXACT_ROUND_BF16)
+            add_run(g + lo, len, grid, scale, bound, HERD_EXACT_ROUND_BF16, acc + lo, &m, &o, &b);
+        else
+            add_run(g + lo, len, grid, scale, bound, HERD_EXACT_ROUND_NONE, acc + lo, &m, &o, &b);
+        mx = m > mx ? m : mx;
+        outside += o;
+        bad += b;
+    }
     *mx_out = bad > 0 ? NAN : mx;
-    return outside;
+    return (double)outside;
 }
 
 void herd_exact_sum_keep_buffers(herd_exact_sum *e, const herd_model *m)
