@@ -18,15 +18,17 @@ common=(--data "synthetic:1,28,28,10,$samples" --test-samples 96 --epochs 1 --se
         --lr 0.05 --momentum 0.9 --eval-every 0 --threads 1 --quiet)
 # The step of the latest checkpoint in DIR.
 latest() { sed -n 's/^ckpt-\([0-9]*\)$/\1/p' "$1/latest" 2>/dev/null; }
-# kill_in DIR ATTEMPT FILE: once that attempt has published a checkpoint of its own and
-# trained a step past it, creates FILE (discovery then offers fewer slots) and kills one
-# of its ranks at random; false after 120 s.
+# kill_in DIR ATTEMPT FILE: once that attempt has published a checkpoint of its own (one
+# newer than the latest when it was called: the one it resumed from) and trained a step
+# past it, creates FILE (discovery then offers fewer slots) and kills one of its ranks at
+# random; false after 120 s. Checkpoints every 5 steps leave the kill most of the run:
+# waiting for the first step this loop saw instead raced a fast job to its end.
 kill_in() {
-  local t first="" ck now pids
+  local t base ck now pids
+  base=$(latest "$1")
   for t in $(seq 1 6000); do
     now=$(progress "$1" "$2") ck=$(latest "$1")
-    [ -z "$first" ] && first=$now
-    [ -n "$first" ] && [ -n "$now" ] && [ -n "$ck" ] && [ "$ck" -ge "$first" ] && [ "$now" -gt "$ck" ] && break
+    [ -n "$now" ] && [ -n "$ck" ] && [ "$ck" -gt "${base:-0}" ] && [ "$now" -gt "$ck" ] && break
     sleep 0.02
   done
   [ "$t" -lt 6000 ] || return 1
@@ -45,7 +47,7 @@ DISC
   chmod +x "$dir.discover"
   timeout 500 "${run[@]}" -np 4 --min-np 2 --max-restarts $K --host-discovery "$dir.discover" \
     --elastic-batch keep -- train --model "$model" "${common[@]}" --batch-size 24 --checkpoint-dir "$dir" \
-    --checkpoint-every-steps 10 --save "$dir.st" "$@" >"$dir.out" 2>"$dir.err" &
+    --checkpoint-every-steps 5 --save "$dir.st" "$@" >"$dir.out" 2>"$dir.err" &
   local sup=$!
   killed=0
   kill_in "$dir" 1 "$dir.three" && killed=1

@@ -48,12 +48,14 @@ check "--timeline on rank 0 only: non-zero exit, no hang" test $rc -ne 0 -a $rc 
 check "--timeline on rank 0 only: names the rank and the field" grep -q "rank 1 has timeline=0" "$tmp/err"
 
 # A rank killed with SIGKILL mid-training ends the whole job, non-zero, within 30 s.
+# The ranks are found by this run's own file name: make test runs this script in several
+# builds at once, and a pattern shared with another run's ranks once killed those.
 timeout 120 "${mpirun[@]}" -np 2 "$herd" train --model lenet5 --data synthetic:1,28,28,10,20000 \
-  --epochs 100 --threads 1 --quiet >"$tmp/out" 2>"$tmp/err" &
+  --epochs 100 --threads 1 --quiet --save "$tmp/victim.st" >"$tmp/out" 2>"$tmp/err" &
 job=$!
 victim=""
 for _ in $(seq 1 100); do
-  victim=$(pgrep -f "synthetic:1,28,28,10,20000" | while read -r p; do
+  victim=$(pgrep -f -- "$tmp/victim.st" | while read -r p; do
              [ "$(cat /proc/$p/comm 2>/dev/null)" = herd ] && echo "$p"; done | tail -n 1)
   [ -n "$victim" ] && break
   sleep 0.1
