@@ -66,15 +66,15 @@ static void train_run(const char *ckpt, long max_steps, bool resume, loss_log *l
                       herd_train_result *res)
 {
     herd_dataset *train, *test;
-    /* 10 steps an epoch, of batches of 40 (batch norm's statistics come from 40). */
-    open_subset(400, 200, &train, &test);
+    /* 10 steps an epoch, of batches of 20 (batch norm's statistics come from 20). */
+    open_subset(200, 100, &train, &test);
     herd_model *m;
     assert_herd_ok(herd_model_create("resnet20", train, &m));
     assert_herd_ok(herd_model_init_params(m, 3));
     herd_train_config cfg;
     herd_train_config_default(&cfg);
     cfg.epochs = 2;
-    cfg.batch_size = 40;
+    cfg.batch_size = 20;
     cfg.threads = 1;
     cfg.augment = true;
     cfg.schedule = HERD_SCHED_COSINE;
