@@ -178,8 +178,6 @@ refused() { # refused PATTERN FLAGS...
   local rc=$?
   [ $rc -ne 0 ] && grep -q -- "$pat" "$tmp/err" || { echo "rc=$rc: $(cat "$tmp/err")"; return 1; }
 }
-check "--pipeline-stages refused" refused "does not work with --pipeline-stages" \
-  --pipeline-stages 2
 check "--sync-bn refused, saying why" refused "does not work with --sync-bn yet: statistics over the global batch" \
   --sync-bn --model resnet20 --data synthetic:3,32,32,10,96
 check "--device sim refused" refused "runs on the CPU only" --device sim

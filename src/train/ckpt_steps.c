@@ -171,15 +171,20 @@ herd_status herd_run_prepare_checkpoints(run *r)
 
 /* The run's counters go into the checkpoint's state and come back from it (a state
  * without them, fresh or older, holds 0: counting starts there, the scale stays). */
-static void save_counters(run *r)
+static herd_status save_counters(run *r)
 {
     r->state.clipped_steps = r->clipped_steps;
     r->state.skipped_steps = r->scaler.skipped;
     r->state.loss_scale = r->cfg.dynamic_loss_scale ? r->scaler.scale : 0.0;
     r->state.loss_scale_clean = r->scaler.clean_steps;
     r->state.exact_grid[0] = '\0';
+    /* The whole model's grid: with pipeline stages each stage holds its part. */
+    if (r->plan.exact && r->pp)
+        return herd_pipeline_exact_grid_text(r->pp, r->whole, &r->exact, r->state.exact_grid,
+                                             sizeof r->state.exact_grid);
     if (r->plan.exact)
         herd_exact_sum_grid_text(&r->exact, r->m, r->state.exact_grid, sizeof r->state.exact_grid);
+    return HERD_OK;
 }
 
 herd_status herd_run_resume_counters(run *r)
@@ -191,6 +196,8 @@ herd_status herd_run_resume_counters(run *r)
         r->scaler.clean_steps = (int)r->state.loss_scale_clean;
     }
     /* The same on every rank (the state was broadcast): so is an error. */
+    if (r->plan.exact && r->state.exact_grid[0] && r->pp)
+        return herd_pipeline_set_exact_grid_text(r->pp, r->whole, &r->exact, r->state.exact_grid);
     if (r->plan.exact && r->state.exact_grid[0])
         return herd_exact_sum_set_grid_text(&r->exact, r->m, r->state.exact_grid);
     return HERD_OK;
@@ -204,7 +211,7 @@ herd_status herd_run_save_checkpoint(run *r)
     double t0 = herd_now();
     herd_status st = HERD_OK;
     bool rank0 = r->comm->rank == 0;
-    save_counters(r);
+    HERD_TRY(save_counters(r)); /* collective with pipeline stages: every rank is here */
     if (r->cfg.zero_stage && !r->pp) {
         st = herd_zero_save(&r->zero, ckpt_comm(r), r->cfg.checkpoint_dir, r->m, r->opt, &r->state);
     } else if (!r->pp) {

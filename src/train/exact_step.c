@@ -28,6 +28,8 @@ herd_status herd_run_exact_setup(run *r)
                         "--train-samples %ld", r->train->n, global,
                         (long)r->train->n / global * global);
     HERD_TRY(herd_exact_sum_init(&r->exact, r->m, r->dp->size));
+    herd_batch_store_init(&r->kept, cfg->batch_size, (size_t)r->m->in_c * r->m->in_h * r->m->in_w,
+                          (size_t)r->m->positions); /* a language model: a label per position */
     if (cfg->compress != HERD_COMPRESS_NONE) {
         r->exact.round16 = cfg->compress == HERD_COMPRESS_FP16 ? HERD_EXACT_ROUND_FP16
                                                                : HERD_EXACT_ROUND_BF16;
@@ -50,53 +52,12 @@ herd_status herd_run_exact_setup(run *r)
 void herd_run_exact_free(run *r)
 {
     herd_exact_sum_free(&r->exact);
-    free(r->slice_x);
-    free(r->slice_labels);
-    free(r->slice_n);
-    r->slice_x = NULL;
-    r->slice_labels = NULL;
-    r->slice_n = NULL;
-    r->slice_capacity = 0;
+    herd_batch_store_free(&r->kept);
 }
 
 static size_t sample_floats(const run *r) { return (size_t)r->m->in_c * r->m->in_h * r->m->in_w; }
 /* Labels per sample: one per position of a language model. */
 static size_t sample_labels(const run *r) { return (size_t)r->m->positions; }
-
-/* Keeps micro-batch j of the step for a redo (the loader's slot is reused). */
-static herd_status keep(run *r, int j, const herd_batch *b)
-{
-    int micro = r->cfg.batch_size;
-    if (j >= r->slice_capacity) {
-        int cap = j + 1;
-        float *x = realloc(r->slice_x, (size_t)cap * micro * sample_floats(r) * sizeof *x);
-        if (x)
-            r->slice_x = x;
-        int32_t *l = realloc(r->slice_labels, (size_t)cap * micro * sample_labels(r) * sizeof *l);
-        if (l)
-            r->slice_labels = l;
-        int *n = realloc(r->slice_n, (size_t)cap * sizeof *n);
-        if (n)
-            r->slice_n = n;
-        if (!x || !l || !n)
-            return HERD_NOMEM((size_t)cap * micro * sample_floats(r) * sizeof *x);
-        r->slice_capacity = cap;
-    }
-    memcpy(r->slice_x + (size_t)j * micro * sample_floats(r), b->x,
-           (size_t)b->n * sample_floats(r) * sizeof *b->x);
-    memcpy(r->slice_labels + (size_t)j * micro * sample_labels(r), b->labels,
-           (size_t)b->n * sample_labels(r) * sizeof *b->labels);
-    r->slice_n[j] = b->n;
-    return HERD_OK;
-}
-
-static herd_batch kept(const run *r, int j)
-{
-    int micro = r->cfg.batch_size;
-    return (herd_batch){.x = r->slice_x + (size_t)j * micro * sample_floats(r),
-                        .labels = r->slice_labels + (size_t)j * micro * sample_labels(r),
-                        .n = r->slice_n[j]};
-}
 
 /* One pass over the step's micro-batches into the exact sums, slice by slice: the
  * model runs on each slice alone (batch-major inputs: a slice is an offset and a count),
@@ -120,9 +81,9 @@ static herd_status pass(run *r, int n_micro, uint64_t seed, bool from_loader, he
                 return HERD_ERR(HERD_ERR_INTERNAL, "the loader ended the epoch %d batches early",
                                 n_micro - j);
             s->t.data_wait += b.wait_s;
-            HERD_TRY(keep(r, j, &b));
+            HERD_TRY(herd_batch_store_put(&r->kept, j, &b));
         } else {
-            b = kept(r, j);
+            b = herd_batch_store_get(&r->kept, j);
         }
         if (b.n != r->cfg.batch_size) /* setup asked for whole global batches */
             return HERD_ERR(HERD_ERR_INTERNAL, "--deterministic: a micro-batch of %d samples, not "

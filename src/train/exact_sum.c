@@ -129,12 +129,15 @@ void herd_exact_sum_restore_buffers(const herd_exact_sum *e, herd_model *m)
     memcpy(m->buffers, e->step_buffers, m->n_buffer_floats * sizeof *m->buffers);
 }
 
-void herd_exact_sum_add(herd_exact_sum *e, const herd_model *m)
+/* The views of one kind (gradients, or buffers) into the sums. */
+static void add_views(herd_exact_sum *e, const herd_model *m, bool buffers)
 {
     const double bound = slice_bound(e);
     double outside = 0;
     for (int v = 0; v < m->n_views; v++) {
         const herd_tensor_view *tv = &m->views[v];
+        if (tv->is_buffer != buffers)
+            continue;
         /* Buffers are not gradients: --compress does not round them. */
         const float *x = tv->is_buffer ? m->buffers + tv->offset : m->grads + tv->offset;
         int round16 = tv->is_buffer ? HERD_EXACT_ROUND_NONE : (int)e->round16;
@@ -144,6 +147,16 @@ void herd_exact_sum_add(herd_exact_sum *e, const herd_model *m)
         e->view_max[v] = mx != mx || was != was ? NAN : mx > was ? mx : was;
     }
     e->acc[n_sums(m)] += outside;
+}
+
+void herd_exact_sum_add_grads(herd_exact_sum *e, const herd_model *m) { add_views(e, m, false); }
+
+void herd_exact_sum_add_buffers(herd_exact_sum *e, const herd_model *m) { add_views(e, m, true); }
+
+void herd_exact_sum_add(herd_exact_sum *e, const herd_model *m)
+{
+    add_views(e, m, false);
+    add_views(e, m, true);
 }
 
 /* E for a tensor whose largest slice value is mx: mx lands just below 2^GRID_BITS. */
@@ -178,32 +191,32 @@ static void set_grids(herd_exact_sum *e, const herd_model *m)
     e->have_grid = true;
 }
 
-herd_status herd_exact_sum_finish(herd_exact_sum *e, herd_model *m, herd_comm *c, bool *redo)
+herd_status herd_exact_sum_finish_agreed(herd_exact_sum *e, herd_model *m, herd_comm *c,
+                                         herd_comm *agree, bool *redo)
 {
     *redo = false;
     HERD_TRY(gather_max(e, m, c));
-    if (!e->have_grid) { /* the first step: this pass only measured */
-        set_grids(e, m);
-        *redo = true;
-        return HERD_OK;
-    }
     size_t n = n_sums(m);
     if (n + 1 > (size_t)INT32_MAX)
         return HERD_ERR(HERD_ERR_UNSUPPORTED, "--deterministic: %zu parameters and buffers are "
                         "more than one exact reduction takes (2^31 - 1)", n);
-    if (c->size > 1)
+    /* The first step (no grid yet) only measured: nothing to sum. */
+    if (e->have_grid && c->size > 1)
         HERD_TRY(c->ops->allreduce_f64(c, e->acc, (int)(n + 1)));
-    if (e->acc[n] > 0) { /* a slice past the grid's headroom, on some rank */
-        bool finite = true;
-        for (int v = 0; v < m->n_views; v++)
-            finite = finite && isfinite(e->all_max[v]);
-        if (finite) {
-            set_grids(e, m);
-            *redo = true;
-            return HERD_OK;
-        }
-        /* Not finite: no grid holds it; the mean is made non-finite below so the step's
-         * usual checks (divergence, loss scaling) see it. */
+    bool finite = true;
+    for (int v = 0; v < m->n_views; v++)
+        finite = finite && isfinite(e->all_max[v]);
+    /* no grid, a slice past the grid's headroom (on some rank), any value not finite */
+    double verdict[3] = {!e->have_grid, e->have_grid && e->acc[n] > 0, !finite};
+    if (agree && agree->size > 1) /* the parts of one model (pipeline stages) decide as one */
+        HERD_TRY(agree->ops->allreduce_f64(agree, verdict, 3));
+    /* A redo measures the grid on this step's values; not finite: no grid holds it, and the
+     * mean is made non-finite below so the step's usual checks (divergence, loss scaling)
+     * see it. */
+    if (verdict[0] > 0 || (verdict[1] > 0 && verdict[2] == 0)) {
+        set_grids(e, m);
+        *redo = true;
+        return HERD_OK;
     }
     for (int v = 0; v < m->n_views; v++) {
         const herd_tensor_view *tv = &m->views[v];
@@ -221,36 +234,54 @@ herd_status herd_exact_sum_finish(herd_exact_sum *e, herd_model *m, herd_comm *c
     return HERD_OK;
 }
 
+herd_status herd_exact_sum_finish(herd_exact_sum *e, herd_model *m, herd_comm *c, bool *redo)
+{
+    return herd_exact_sum_finish_agreed(e, m, c, NULL, redo);
+}
+
 double herd_exact_loss(double slice_loss) { return ldexp(rint(ldexp(slice_loss, 28)), -28); }
 
-void herd_exact_sum_grid_text(const herd_exact_sum *e, const herd_model *m, char *buf, size_t size)
+void herd_exact_grid_format(const int *grid, int n, char *buf, size_t size)
 {
     size_t used = 0;
     buf[0] = '\0';
-    for (int v = 0; e->have_grid && v < m->n_views; v++) {
-        int n = snprintf(buf + used, size - used, "%s%d", v ? "," : "", e->grid[v]);
-        if (n < 0 || (size_t)n >= size - used) { /* no room: no grid, the resume measures */
+    for (int v = 0; v < n; v++) {
+        int k = snprintf(buf + used, size - used, "%s%d", v ? "," : "", grid[v]);
+        if (k < 0 || (size_t)k >= size - used) { /* no room: no grid, the resume measures */
             buf[0] = '\0';
             return;
         }
-        used += (size_t)n;
+        used += (size_t)k;
     }
+}
+
+herd_status herd_exact_grid_parse(const char *text, int n, const char *model, int *grid)
+{
+    const char *p = text;
+    for (int v = 0; v < n; v++) {
+        char *end;
+        long x = strtol(p, &end, 10);
+        /* fp32 values span 2^-149 .. 2^128: their grids lie within a few hundred of 0. */
+        if (end == p || x < -400 || x > 400 || *end != (v + 1 < n ? ',' : '\0'))
+            return HERD_ERR(HERD_ERR_FORMAT, "the checkpoint's exact_grid does not fit model '%s' "
+                            "(%d tensors) at tensor %d ('%.20s'); resume without --deterministic "
+                            "or from a checkpoint of this model", model, n, v, p);
+        grid[v] = (int)x;
+        p = end + (*end == ',');
+    }
+    return HERD_OK;
+}
+
+void herd_exact_sum_grid_text(const herd_exact_sum *e, const herd_model *m, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    if (e->have_grid)
+        herd_exact_grid_format(e->grid, m->n_views, buf, size);
 }
 
 herd_status herd_exact_sum_set_grid_text(herd_exact_sum *e, const herd_model *m, const char *text)
 {
-    const char *p = text;
-    for (int v = 0; v < m->n_views; v++) {
-        char *end;
-        long x = strtol(p, &end, 10);
-        /* fp32 values span 2^-149 .. 2^128: their grids lie within a few hundred of 0. */
-        if (end == p || x < -400 || x > 400 || *end != (v + 1 < m->n_views ? ',' : '\0'))
-            return HERD_ERR(HERD_ERR_FORMAT, "the checkpoint's exact_grid does not fit model '%s' "
-                            "(%d tensors) at tensor %d ('%.20s'); resume without --deterministic "
-                            "or from a checkpoint of this model", m->name, m->n_views, v, p);
-        e->grid[v] = (int)x;
-        p = end + (*end == ',');
-    }
+    HERD_TRY(herd_exact_grid_parse(text, m->n_views, m->name, e->grid));
     e->have_grid = true;
     return HERD_OK;
 }

@@ -45,16 +45,30 @@ void herd_exact_sum_keep_buffers(herd_exact_sum *e, const herd_model *m);
 void herd_exact_sum_restore_buffers(const herd_exact_sum *e, herd_model *m);
 /* Adds the slice gradient in m->grads and the buffers its forward left (host memory). */
 void herd_exact_sum_add(herd_exact_sum *e, const herd_model *m);
+/* The two halves, where forward and backward of a slice lie apart (pipeline stages):
+ * the buffers right after the slice's forward, the gradient after its backward. */
+void herd_exact_sum_add_buffers(herd_exact_sum *e, const herd_model *m);
+void herd_exact_sum_add_grads(herd_exact_sum *e, const herd_model *m);
 /* Sums over the ranks of c and writes the mean into m->grads, and the buffers' mean over
  * the slices into m->buffers; *redo: the step's slices must be computed again (restore,
  * begin, add..., finish), every rank alike. */
 herd_status herd_exact_sum_finish(herd_exact_sum *e, herd_model *m, herd_comm *c, bool *redo);
+/* The same where m is one part of a model (a pipeline stage) whose other parts finish
+ * beside it on the ranks of `agree`: the redo is decided for the whole model, as one
+ * process holding all of it would (no grid, or a slice past the headroom with every
+ * value finite, in any part). Collective over agree as well as c. */
+herd_status herd_exact_sum_finish_agreed(herd_exact_sum *e, herd_model *m, herd_comm *c,
+                                         herd_comm *agree, bool *redo);
 
 /* A slice's summed loss on a fixed grid (2^-28): such values add exactly in doubles, in
  * any order, while the totals stay below 2^25, so the reported loss does not depend on
  * the split either. Inf and NaN stay as they are. */
 double herd_exact_loss(double slice_loss);
 
+/* n exponents as the checkpoint's text (empty when they do not fit), and back: exactly
+ * n, each a grid an fp32 value can need; anything else is an error naming the place. */
+void herd_exact_grid_format(const int *grid, int n, char *buf, size_t size);
+herd_status herd_exact_grid_parse(const char *text, int n, const char *model, int *grid);
 /* The grid as text for a checkpoint ("" without one): one exponent per view, buffers'
  * too (a model without buffers writes what it wrote before they were summed). */
 void herd_exact_sum_grid_text(const herd_exact_sum *e, const herd_model *m, char *buf, size_t size);

@@ -117,6 +117,9 @@ static herd_status build_stage(herd_pipeline *pp, const herd_train_config *cfg, 
     herd_shape in = {1, m->in_c, m->in_h, m->in_w};
     pp->in_per_sample = herd_shape_per_sample(in);
     pp->out_per_sample = herd_shape_per_sample(m->layers[m->n_layers - 1].out_shape);
+    /* Stage 0 reads the images, the last stage the labels; the others only the count. */
+    herd_batch_store_init(&pp->kept, pp->micro_size, s == 0 ? pp->in_per_sample : 0,
+                          s == pp->stages - 1 ? 1 : 0);
     pp->n_slots = herd_pp_max_in_flight(pp->kind, pp->stages, pp->micro_batches, s);
     pp->slots = herd_xcalloc((size_t)pp->n_slots, sizeof *pp->slots);
     pp->actions = herd_xcalloc(2 * (size_t)pp->micro_batches, sizeof *pp->actions);
@@ -175,6 +178,7 @@ void herd_pipeline_free(herd_pipeline *pp)
     }
     free(pp->slots);
     free(pp->actions);
+    herd_batch_store_free(&pp->kept);
     herd_model_free(pp->m);
     herd_comm_destroy(pp->group);
     free(pp);
@@ -188,6 +192,7 @@ typedef struct step_run {
     herd_loader *loader;
     int n_total, done; /* micro-batches in the step, before this round */
     int bwd_done;      /* backward passes so far in the step */
+    bool from_kept;    /* --deterministic's redo: the step's micro-batches again */
     float label_smoothing;
     uint64_t seed;
     herd_step_stats *s;
@@ -233,7 +238,12 @@ static void progress_transfers(void *job)
 static herd_run_ctx stage_ctx(step_run *r, int mb)
 {
     herd_pipeline *pp = r->pp;
-    herd_run_ctx ctx = herd_model_ctx(pp->m, true, herd_mix64(r->seed, (uint64_t)(r->done + mb)));
+    /* --deterministic: a micro-batch is one slice, its dropout stream that of its place
+     * in the global batch (exact_step.c), whatever the grid. */
+    uint64_t place = (uint64_t)(r->done + mb);
+    if (r->plan->exact)
+        place = place * (uint64_t)pp->replicas + (uint64_t)pp->replica;
+    herd_run_ctx ctx = herd_model_ctx(pp->m, true, herd_mix64(r->seed, place));
     ctx.between_layers = progress_transfers;
     ctx.between_user = pp->job;
     ctx.trace = herd_timeline_sink(r->plan->timeline);
@@ -259,13 +269,20 @@ static herd_status run_forward(step_run *r, int mb)
     herd_pipeline *pp = r->pp;
     herd_pp_slot *sl = &pp->slots[mb % pp->n_slots];
     bool last = pp->stage == pp->stages - 1;
+    herd_exact_sum *exact = r->plan->exact;
     herd_batch b;
-    bool has;
-    pp->job->ops->set_activity(pp->job, "waiting for the data loader");
-    HERD_TRY(herd_loader_next(r->loader, &b, &has));
-    if (!has)
-        return HERD_ERR(HERD_ERR_INTERNAL, "the loader ended the epoch inside a pipeline step");
-    r->s->t.data_wait += b.wait_s;
+    if (r->from_kept) {
+        b = herd_batch_store_get(&pp->kept, r->done + mb);
+    } else {
+        bool has;
+        pp->job->ops->set_activity(pp->job, "waiting for the data loader");
+        HERD_TRY(herd_loader_next(r->loader, &b, &has));
+        if (!has)
+            return HERD_ERR(HERD_ERR_INTERNAL, "the loader ended the epoch inside a pipeline step");
+        r->s->t.data_wait += b.wait_s;
+        if (exact)
+            HERD_TRY(herd_batch_store_put(&pp->kept, r->done + mb, &b));
+    }
     /* The slot's previous micro-batch may still be sending its input gradient. */
     HERD_TRY(wait_p2p(r, &sl->send_grad, "sending the input gradient", sl->mb));
     sl->n = b.n;
@@ -291,7 +308,13 @@ static herd_status run_forward(step_run *r, int mb)
     HERD_TRY(herd_model_reshape(sl->m, b.n));
     herd_run_ctx ctx = stage_ctx(r, mb);
     const float *out;
+    /* --deterministic: every slice's forward starts from the running statistics the step
+     * found, and what it leaves goes into the exact sums (exact_sum.h). */
+    if (exact)
+        herd_exact_sum_restore_buffers(exact, pp->m);
     HERD_TRY(herd_model_forward(sl->m, &ctx, sl->input, &out));
+    if (exact)
+        herd_exact_sum_add_buffers(exact, pp->m);
     if (last) {
         double loss = 0;
         long correct = 0;
@@ -300,7 +323,7 @@ static herd_status run_forward(step_run *r, int mb)
         if (r->plan->scaler)
             HERD_TRY(herd_loss_scaler_scale(r->plan->scaler, pp->m->be, sl->dy,
                                             (size_t)b.n * pp->m->classes));
-        r->s->loss_sum += loss;
+        r->s->loss_sum += exact ? herd_exact_loss(loss) : loss;
         r->s->correct += correct;
         r->s->samples += b.n;
     }
@@ -323,10 +346,13 @@ static herd_status run_backward(step_run *r, int mb, int round_n)
     pp->job->ops->set_activity(pp->job, "pipeline backward");
     double t0 = herd_now();
     herd_run_ctx ctx = stage_ctx(r, mb);
-    ctx.grad_beta = r->bwd_done > 0 ? 1.0f : 0.0f;
-    if (r->done + mb == r->n_total - 1)
+    herd_exact_sum *exact = r->plan->exact; /* each slice's gradient alone, into the sums */
+    ctx.grad_beta = r->bwd_done > 0 && !exact ? 1.0f : 0.0f;
+    if (r->done + mb == r->n_total - 1 && !exact)
         herd_step_arm_reduction(r->plan, pp->m, r->n_total, &ctx);
     HERD_TRY(herd_model_backward(sl->m, &ctx, sl->input, sl->dy));
+    if (exact)
+        herd_exact_sum_add_grads(exact, pp->m);
     r->bwd_done++;
     pp->in_flight--;
     r->s->t.backward += record(r, HERD_TL_BACKWARD, mb, t0);
@@ -362,13 +388,33 @@ herd_status herd_pipeline_forward_backward(herd_pipeline *pp, herd_step_plan *pl
 {
     step_run r = {.pp = pp, .plan = plan, .loader = loader, .n_total = n,
                   .label_smoothing = label_smoothing, .seed = seed, .s = s};
-    pp->in_flight = 0;
-    while (r.done < n) {
-        int round_n = n - r.done < pp->micro_batches ? n - r.done : pp->micro_batches;
-        HERD_TRY(run_round(&r, round_n));
-        r.done += round_n;
+    herd_exact_sum *exact = plan->exact;
+    if (exact)
+        herd_exact_sum_keep_buffers(exact, pp->m);
+    for (int pass = 0;; pass++) {
+        if (exact) /* every micro-batch is one slice, on each replica */
+            herd_exact_sum_begin(exact, pp->m, (long)n * pp->replicas);
+        pp->in_flight = 0;
+        r.done = r.bwd_done = 0;
+        while (r.done < n) {
+            int round_n = n - r.done < pp->micro_batches ? n - r.done : pp->micro_batches;
+            HERD_TRY(run_round(&r, round_n));
+            r.done += round_n;
+        }
+        if (!exact)
+            return HERD_OK;
+        /* The stages decide a redo together, as one process holding every stage would. */
+        bool redo;
+        HERD_TRY(herd_exact_sum_finish_agreed(exact, pp->m, pp->group, pp->job, &redo));
+        if (!redo)
+            return HERD_OK;
+        if (pass > 0)
+            return HERD_ERR(HERD_ERR_INTERNAL, "--deterministic: the exact sums overflowed on a "
+                            "grid made from the step's own values");
+        /* The grid came from this pass's values: the step is counted once. */
+        s->loss_sum = 0, s->correct = 0, s->samples = 0;
+        r.from_kept = true;
     }
-    return HERD_OK;
 }
 
 /* ------------------------------------------------------------- evaluation */

@@ -19,6 +19,7 @@
 #include "dist/pp_schedule.h"
 #include "nn/model.h"
 #include "optim/optim.h"
+#include "train/batch_store.h"
 #include "train/step.h"
 
 #define HERD_PP_MAX_STAGES 64
@@ -50,6 +51,9 @@ typedef struct herd_pipeline {
     int in_flight;
     double partition_cost[HERD_PP_MAX_STAGES]; /* estimated share per stage */
     char partition_text[4096];                  /* printed by rank 0 at the start */
+    /* --deterministic: the step's micro-batches as read (stage 0's images, the last
+     * stage's labels), for a redo of the step on another grid. */
+    herd_batch_store kept;
 } herd_pipeline;
 
 /* Splits the job and builds this rank's stage of `whole`: the partition from
@@ -84,5 +88,13 @@ herd_status herd_pipeline_gather(herd_pipeline *pp, herd_optimizer *opt, herd_mo
  * (replica 0 by point to point, then within each stage group). */
 herd_status herd_pipeline_scatter(herd_pipeline *pp, herd_optimizer *opt, herd_model *whole,
                                   herd_optimizer *whole_opt);
+
+/* --deterministic (pipeline_exact.c): the index of the stage's first tensor among the
+ * whole model's; the whole model's exact grid as a checkpoint's text, from every stage's (collective
+ * over the job; "" without a grid), and a checkpoint's text into this stage's grid. */
+herd_status herd_pipeline_exact_grid_text(herd_pipeline *pp, const herd_model *whole,
+                                          const herd_exact_sum *e, char *buf, size_t size);
+herd_status herd_pipeline_set_exact_grid_text(herd_pipeline *pp, const herd_model *whole,
+                                              herd_exact_sum *e, const char *text);
 
 #endif

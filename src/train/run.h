@@ -8,6 +8,7 @@
 
 #include "herd/herd.h"
 #include "obs/observer.h"
+#include "train/batch_store.h"
 #include "train/checkpoint.h"
 #include "train/ckpt_dir.h"
 #include "train/ckpt_writer.h"
@@ -81,10 +82,7 @@ typedef struct run {
     /* --deterministic (exact_step.c): the exact sums (plan.exact points here) and the
      * step's micro-batches kept for a redo. */
     herd_exact_sum exact;
-    float *slice_x;
-    int32_t *slice_labels;
-    int *slice_n;
-    int slice_capacity; /* micro-batches the buffers hold */
+    herd_batch_store kept;
 } run;
 
 /* train_config.c */

@@ -288,17 +288,22 @@ herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p,
      * updates the rank's slice. */
     herd_comm *agree = p->exact ? NULL : p->stage_job ? p->stage_job : p->zero ? p->comm : NULL;
     size_t norm_first = p->exact ? 0 : first, norm_count = p->exact ? m->n_param_floats : count;
-    if (p->scaler && !agree)
+    /* With pipeline stages each holds its part even so: the loss scaler's verdict is the
+     * job's, taken over each rank's whole stage (clipping is refused there). */
+    herd_comm *scaler_agree = p->exact ? p->stage_job : agree;
+    if (p->scaler && !scaler_agree)
         HERD_TRY(herd_loss_scaler_unscale(p->scaler, m->be, m->grads, m->n_param_floats,
                                           &s->skipped));
-    if (p->scaler && agree) {
+    if (p->scaler && scaler_agree) {
         bool overflow = false;
-        HERD_TRY(m->be->grad_unscale_check(count, m->grads + first, 1.0f / p->scaler->scale,
-                                           &overflow));
-        if (p->scaler->skipped == 0 && herd_test_hook("overflow", p->comm->rank))
-            overflow = true; /* the tests: this rank alone finds inf in its part, once */
+        HERD_TRY(m->be->grad_unscale_check(norm_count, m->grads + norm_first,
+                                           1.0f / p->scaler->scale, &overflow));
+        /* the tests: this rank alone (of the job, with stages) finds inf in its part, once */
+        int who = p->stage_job ? p->stage_job->rank : p->comm->rank;
+        if (p->scaler->skipped == 0 && herd_test_hook("overflow", who))
+            overflow = true;
         double any = overflow;
-        HERD_TRY(agree->ops->allreduce_f64(agree, &any, 1));
+        HERD_TRY(scaler_agree->ops->allreduce_f64(scaler_agree, &any, 1));
         s->skipped = any > 0;
         HERD_TRY(herd_loss_scaler_update(p->scaler, s->skipped));
     }
@@ -311,8 +316,8 @@ herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p,
          * ZeRO hold whole stages, each counted once per replica. */
         herd_group_sum over_slices = herd_group_of_comm(agree ? agree : p->comm);
         herd_group_sum per_replica = {.sum_f64 = sum_per_replica, .group = p, .ranks = 0};
-        const herd_group_sum *group = p->exact  ? NULL
-                                      : p->zero ? &over_slices
+        const herd_group_sum *group = p->exact     ? (p->stage_job ? &per_replica : NULL)
+                                      : p->zero      ? &over_slices
                                       : p->stage_job ? &per_replica
                                                      : NULL;
         double sq;

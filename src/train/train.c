@@ -158,7 +158,7 @@ static herd_status train_step(run *r, long sched_step, herd_step_stats *s, bool 
     if (r->timeline)
         herd_timeline_begin_step(r->timeline, r->state.epoch + 1, r->state.global_step + 1);
     double t0 = herd_now();
-    if (r->plan.exact) {
+    if (r->plan.exact && !r->pp) { /* a pipeline runs its slices through its stages */
         activity(r, "forward and backward (exact sums)");
         HERD_TRY(herd_run_exact_micro_steps(r, n_micro, seed, s));
     }

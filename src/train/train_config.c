@@ -110,9 +110,6 @@ herd_status herd_train_validate(const herd_train_config *c)
                         "gradient clipping needs a maximum norm > 0 (or 0 for none), got %g",
                         (double)c->clip_grad_norm);
     /* What the exact sums do not cover yet (issue 27). */
-    if (c->deterministic && c->pipeline_stages > 1)
-        return HERD_ERR(HERD_ERR_UNSUPPORTED, "--deterministic does not work with "
-                        "--pipeline-stages yet: drop one of the two (docs/determinism.md)");
     if (c->deterministic && c->sync_bn)
         return HERD_ERR(HERD_ERR_UNSUPPORTED, "--deterministic does not work with --sync-bn yet: "
                         "statistics over the global batch need exact sums across the slices "
@@ -130,6 +127,21 @@ herd_status herd_train_validate(const herd_train_config *c)
                         "a --batch-size that is a multiple of %d, or another --slice-size (the "
                         "same on every run you compare)", herd_slice_size(c), c->batch_size,
                         herd_slice_size(c));
+    /* Pipeline stages: a micro-batch is one slice, passed between stages whole. */
+    int micro = c->micro_batches > 0 ? c->batch_size / c->micro_batches : c->batch_size;
+    if (c->deterministic && c->pipeline_stages > 1 && micro != herd_slice_size(c))
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "--deterministic with --pipeline-stages: a "
+                        "micro-batch is one slice of %d samples (--slice-size), but --batch-size "
+                        "%d in %d --micro-batches makes micro-batches of %d; use --micro-batches "
+                        "%d (or --slice-size %d)", herd_slice_size(c), c->batch_size,
+                        c->micro_batches, micro, c->batch_size / herd_slice_size(c), micro);
+    /* One process sums the squares in fixed blocks of the whole flat gradient, which the
+     * stages' boundaries cut at other places. */
+    if (c->deterministic && c->pipeline_stages > 1 && c->clip_grad_norm > 0.0f)
+        return HERD_ERR(HERD_ERR_UNSUPPORTED, "--deterministic does not work with "
+                        "--pipeline-stages and --clip-grad-norm together yet: the norm's sum "
+                        "would not be the one process's; drop one of the three "
+                        "(docs/determinism.md)");
     if (c->dynamic_loss_scale && (!(c->loss_scale_init >= 1.0f) || !isfinite(c->loss_scale_init) ||
                                   c->loss_scale_window < 1))
         return HERD_ERR(HERD_ERR_INVALID_ARG,
