@@ -2,13 +2,13 @@
 # --deterministic (docs/determinism.md): one global batch of 96 samples (12 slices of 8),
 # split as 1 rank x 12 micro-batches of 8, 2 x 6, 3 x 4, 4 x 3 and 6 x 2 (ranks x
 # --grad-accum; more ranks than cores), and as other --batch-size per rank (1 x 32 x 3,
-# 2 x 16 x 3, 3 x 32 x 1, 4 x 24 x 1) and --threads 2, trained 40 steps (10, and up to
+# 2 x 16 x 3, 3 x 32 x 1, 4 x 24 x 1) and --threads 2, trained 24 steps (10, and up to
 # 3 ranks, under the sanitizers): the saved weights byte-identical to the one-process run,
 # for lenet5 and mlp, and for lenet5 stopped on 2 ranks and resumed on 3 (the checkpoint
 # carries the exact sums' grid); lenet5 with --clip-grad-norm and --loss-scale dynamic on 3
 # ranks and under --zero 1 on 2 ranks and --zero 2 on 3, and with --compress bf16 on 3;
 # slices of 4 (--slice-size) likewise across batch sizes; resnet20 (batch norm over each
-# slice, running statistics the mean over the step's slices), 40 steps of 48 8x8 images in
+# slice, running statistics the mean over the step's slices), 24 steps of 48 8x8 images in
 # slices of 4, as 1 x 16 x 3, 1 x 24 x 2 (--threads 2), 2 x 24 x 1, 3 x 8 x 2, 4 x 12 x 1 and
 # 6 x 8 x 1 (3 x 8 x 2 alone, 10 steps, in a repeat pass), and stopped on 2 ranks and
 # resumed on 3: the same bytes, weights and running statistics;
@@ -16,9 +16,9 @@
 # is refused at start, naming the option.
 set -u
 . "$(dirname "$0")/testlib.sh"
-# 40 steps of 96: a rank count, split or resume that changed any rounding would change the
+# 24 steps of 96: a rank count, split or resume that changed any rounding would change the
 # weights of the first step after it, and every later one.
-samples=3840
+samples=2304
 # In a repeat pass (testlib.sh: sanitizers, MPICH): 10 steps, and 2 and 3 ranks; the release
 # build runs all of it.
 splits=("2 6" "3 4" "4 3" "6 2")
@@ -58,7 +58,7 @@ check "lenet5, --slice-size 4: 1 x 24 x 4 and 1 x 8 x 12 (--threads 2) the same 
 # resnet20: batch norm. The saved file holds the running statistics beside the weights.
 # A repeat pass trains 10 steps (resnet20 under the sanitizers is slow; the code path is
 # the same).
-rn_samples=1920
+rn_samples=1152
 repeat_pass && rn_samples=480
 rn() { # rn NP BATCH ACCUM OUT [FLAGS...]: NP 1 is one process
   local np=$1 batch=$2 accum=$3 out=$4; shift 4
@@ -103,7 +103,7 @@ if have_mpi; then
   done
   # ZeRO updates a slice per rank from the whole exact mean; the clipping norm and the loss
   # scaler's check read the whole gradient on every rank, so neither follows the slices.
-  # At 0.3 some of 40 steps clip (23), at 0.2 some of a repeat pass's 10 (5).
+  # At 0.3 some of 24 steps clip (7), at 0.2 some of a repeat pass's 10 (5).
   clip=0.3; repeat_pass && clip=0.2
   cs=(--clip-grad-norm $clip --loss-scale dynamic --loss-scale-init 1024)
   run1 lenet5 12 "$tmp/clip.1" --deterministic "${cs[@]}" >"$tmp/out" 2>&1 || tail -3 "$tmp/out"
@@ -128,7 +128,7 @@ if have_mpi; then
   check "... and not the uncompressed run's (the rounding is there)" \
     bash -c "! cmp -s '$tmp/c16.1' '$tmp/lenet5.1'"
   # Stopped on 2 ranks, resumed on 3: the grid of the exact sums travels in the checkpoint.
-  stop_at=16; repeat_pass && stop_at=4
+  stop_at=10; repeat_pass && stop_at=4
   runn 2 lenet5 6 "$tmp/lenet5.stopped" --deterministic --checkpoint-dir "$tmp/ck" \
     --max-steps $stop_at >"$tmp/out" 2>&1 || tail -3 "$tmp/out"
   check "lenet5 checkpoint at step $stop_at holds the grid" \
@@ -156,11 +156,11 @@ if have_mpi; then
       cmp "$tmp/rn.1" "$tmp/rn.$np"
   done
   if ! repeat_pass; then # the checkpoint's grid covers the running statistics too
-    rn 2 24 1 "$tmp/rn.stopped" --quiet --checkpoint-dir "$tmp/rck" --max-steps 16 >"$tmp/out" 2>&1 ||
+    rn 2 24 1 "$tmp/rn.stopped" --quiet --checkpoint-dir "$tmp/rck" --max-steps 10 >"$tmp/out" 2>&1 ||
       tail -3 "$tmp/out"
     rn 3 8 2 "$tmp/rn.resumed" --quiet --checkpoint-dir "$tmp/rck" --resume >"$tmp/out" 2>&1 ||
       tail -3 "$tmp/out"
-    check "resnet20 stopped at step 16 on 2 ranks x 24, resumed on 3 x 8 x 2: the one-process bytes" \
+    check "resnet20 stopped at step 10 on 2 ranks x 24, resumed on 3 x 8 x 2: the one-process bytes" \
       cmp "$tmp/rn.1" "$tmp/rn.resumed"
   fi
   runn 2 lenet5 6 "$tmp/lenet5.2plain" >/dev/null 2>&1

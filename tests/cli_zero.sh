@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ZeRO (--zero 1|2) through the CLI under mpirun: 100 steps end on plain data
+# ZeRO (--zero 1|2) through the CLI under mpirun: 60 steps end on plain data
 # parallelism's weights (bitwise where the sums run in the same order, 2 and 3 ranks,
 # SGD and AdamW, with and without accumulation and loss scaling), each rank holds 1/N
 # of the optimizer state, clipping matches one process, a checkpoint holds whole
@@ -38,7 +38,7 @@ repeat_pass && nps=(2) opts=("${opts[1]}")
 # Steps of the runs below; a repeat pass (testlib.sh), there for memory errors and the other
 # MPI, runs the same code for fewer steps, as does the simulated device (its runs are
 # checked bitwise against the CPU's).
-steps=100 short=50 ck_samples=600 pp_samples=960
+steps=60 short=30 ck_samples=360 pp_samples=960
 { repeat_pass || [ "$dev" = sim ]; } && steps=20 short=10 ck_samples=240 pp_samples=320
 # On sim the same code runs on device buffers: 2 ranks and SGD (AdamW's update is the
 # same backend call on both devices), to keep the suite's time; each run is also checked
@@ -139,7 +139,7 @@ if [ $ckpt = 1 ]; then
   # stopped; with 2, ZeRO-2 resumes bitwise as plain data parallelism does from the same
   # file. Fewer ranks add the gradients in another order: with SGD the same losses (to
   # the 4 digits printed) and the weights within 1e-6 of the never-stopped run over these
-  # 100 steps (past ~120 the orders part for good even without ZeRO: plain 3 and 1 ranks
+  # 60 steps (past ~120 the orders part for good even without ZeRO: plain 3 and 1 ranks
   # were 1e-3 apart after 150 steps, measured); AdamW divides by the root of each
   # gradient's running square, so the rounding of gradients near zero moves weights by
   # up to lr x steps (measured: 2e-3 after 200 steps at --lr 0.0002, in conv1/conv2),
