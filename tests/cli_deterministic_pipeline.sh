@@ -4,13 +4,13 @@
 # sums over its stage group, and the stages decide a step's redo together. lenet5, 20
 # steps of 96 samples (12 slices of 8), ends on the one-process bytes as 2 stages x 1
 # replica (1F1B, 12 micro-batches a step), 2 x 2 (GPipe, --micro-batches 3, --grad-accum
-# 2), 3 stages x 1, and 2 x 2 with --zero 1 and dynamic loss scaling (an overflow found by
-# one stage skips the step everywhere: 2 x 1 and 2 x 2 agree); stopped on 2 x 1
+# 2), 3 stages x 1, 2 x 2 with --zero 1 and dynamic loss scaling (an overflow found by
+# one stage skips the step everywhere: 2 x 1 and 2 x 2 agree), and 2 x 2 with
+# --clip-grad-norm (the norm summed per tensor in the model's order); stopped on 2 x 1
 # and resumed on 2 x 2 (the checkpoint holds the whole model's grid); resnet20 (ghost
 # batch norm in slices of 4) on 2 stages. A repeat pass (testlib.sh) trains 10 steps:
-# 2 x 1, 2 x 2 and the resume. Refused at start: micro-batches that are not one slice,
-# and --clip-grad-norm with stages (the one process's norm is summed in blocks the stage
-# boundaries would cut).
+# 2 x 1, 2 x 2, clipping and the resume. Refused at start: micro-batches that are not one
+# slice.
 set -u
 . "$(dirname "$0")/testlib.sh"
 have_mpi || skip_all "herd built without MPI, or its launcher (HERD_MPIEXEC, set by ctest) missing"
@@ -58,6 +58,17 @@ if ! repeat_pass; then
   check "... the same bytes in both, not the unskipped run's" \
     bash -c "cmp -s '$tmp/o21.st' '$tmp/o22.st' && ! cmp -s '$tmp/o21.st' '$tmp/one.ls.st'"
 fi
+# Clipping: the norm is summed per tensor in the whole model's order, each stage's tensors
+# once (replica 0 of each), the same bits as one process's. At 0.3 some of 20 steps clip,
+# at 0.2 some of a repeat pass's 10.
+clip=0.3; repeat_pass && clip=0.2
+one lenet5 "$tmp/one.clip.st" --clip-grad-norm $clip >"$tmp/one.clip.out" 2>&1
+pipe 4 2 "$tmp/p22c.st" --model lenet5 --batch-size 8 --grad-accum 6 --clip-grad-norm $clip \
+  >"$tmp/out" 2>&1 || tail -3 "$tmp/out"
+check "lenet5 --clip-grad-norm $clip, one process: some steps clipped" \
+  grep -q "clipped_steps=[1-9]" "$tmp/one.clip.out"
+check "lenet5 --clip-grad-norm $clip, 2 stages x 2: the one-process bytes and clipped steps" \
+  bash -c "cmp '$tmp/one.clip.st' '$tmp/p22c.st' && grep -q 'clipped_steps=$(grep -o 'clipped_steps=[0-9]*' "$tmp/one.clip.out" | cut -d= -f2) ' '$tmp/out'"
 # Stopped on 2 stages x 1, resumed on 2 x 2: the whole model's grid in the checkpoint.
 pipe 2 2 "$tmp/stopped.st" --model lenet5 --batch-size 8 --grad-accum 12 --max-steps $stop_at \
   --checkpoint-dir "$tmp/ck" >"$tmp/out" 2>&1 || tail -3 "$tmp/out"
@@ -98,6 +109,4 @@ refused() { # refused PATTERN FLAGS...
 }
 check "micro-batches of 16 (not one slice of 8) refused, naming --micro-batches 2" \
   refused "makes micro-batches of 16; use --micro-batches 2" --batch-size 16
-check "--clip-grad-norm with stages refused" refused "pipeline-stages and --clip-grad-norm together" \
-  --batch-size 8 --clip-grad-norm 1
 finish

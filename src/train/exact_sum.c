@@ -239,6 +239,29 @@ herd_status herd_exact_sum_finish(herd_exact_sum *e, herd_model *m, herd_comm *c
     return herd_exact_sum_finish_agreed(e, m, c, NULL, redo);
 }
 
+herd_status herd_exact_sum_squares(const herd_model *m, int first_view, int whole_views,
+                                   herd_comm *job, bool contribute, double *out)
+{
+    int n = whole_views > 0 ? whole_views : m->n_views;
+    double *part = calloc((size_t)n, sizeof *part);
+    if (!part)
+        return HERD_NOMEM((size_t)n * sizeof *part);
+    herd_status st = HERD_OK;
+    for (int v = 0; v < m->n_views && st == HERD_OK && contribute; v++) {
+        const herd_tensor_view *tv = &m->views[v];
+        if (!tv->is_buffer)
+            st = m->be->sum_squares(tv->numel, m->grads + tv->offset, &part[first_view + v]);
+    }
+    if (st == HERD_OK && job && job->size > 1) /* each view written by one rank: the sum is it */
+        st = job->ops->allreduce_f64(job, part, n);
+    double total = 0;
+    for (int v = 0; v < n; v++)
+        total += part[v];
+    free(part);
+    *out = total;
+    return st;
+}
+
 double herd_exact_loss(double slice_loss) { return ldexp(rint(ldexp(slice_loss, 28)), -28); }
 
 void herd_exact_grid_format(const int *grid, int n, char *buf, size_t size)

@@ -60,6 +60,14 @@ herd_status herd_exact_sum_finish(herd_exact_sum *e, herd_model *m, herd_comm *c
 herd_status herd_exact_sum_finish_agreed(herd_exact_sum *e, herd_model *m, herd_comm *c,
                                          herd_comm *agree, bool *redo);
 
+/* The gradients' sum of squares for clipping under --deterministic: each tensor's in the
+ * backend's fixed blocks, then added in the whole model's tensor order, so a pipeline stage
+ * (views first_view.. of whole_views; 0: m is whole) gets one process's bits. With job
+ * (the pipeline's ranks) every rank gets the whole model's sum: the ranks that contribute
+ * (one replica per stage) write their stage's tensors. Collective over job. */
+herd_status herd_exact_sum_squares(const herd_model *m, int first_view, int whole_views,
+                                   herd_comm *job, bool contribute, double *out);
+
 /* A slice's summed loss on a fixed grid (2^-28): such values add exactly in doubles, in
  * any order, while the totals stay below 2^25, so the reported loss does not depend on
  * the split either. Inf and NaN stay as they are. */

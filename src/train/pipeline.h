@@ -90,8 +90,10 @@ herd_status herd_pipeline_scatter(herd_pipeline *pp, herd_optimizer *opt, herd_m
                                   herd_optimizer *whole_opt);
 
 /* --deterministic (pipeline_exact.c): the index of the stage's first tensor among the
- * whole model's; the whole model's exact grid as a checkpoint's text, from every stage's (collective
- * over the job; "" without a grid), and a checkpoint's text into this stage's grid. */
+ * whole model's; the whole model's exact grid as a checkpoint's text, from every stage's
+ * (collective over the job; "" without a grid), and a checkpoint's text into this
+ * stage's grid. */
+int herd_pipeline_first_view(const herd_pipeline *pp, const herd_model *whole);
 herd_status herd_pipeline_exact_grid_text(herd_pipeline *pp, const herd_model *whole,
                                           const herd_exact_sum *e, char *buf, size_t size);
 herd_status herd_pipeline_set_exact_grid_text(herd_pipeline *pp, const herd_model *whole,

@@ -316,12 +316,17 @@ herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p,
          * ZeRO hold whole stages, each counted once per replica. */
         herd_group_sum over_slices = herd_group_of_comm(agree ? agree : p->comm);
         herd_group_sum per_replica = {.sum_f64 = sum_per_replica, .group = p, .ranks = 0};
-        const herd_group_sum *group = p->exact     ? (p->stage_job ? &per_replica : NULL)
-                                      : p->zero      ? &over_slices
+        const herd_group_sum *group = p->zero      ? &over_slices
                                       : p->stage_job ? &per_replica
                                                      : NULL;
         double sq;
-        HERD_TRY(herd_grad_sum_squares_part(m, norm_first, norm_count, group, &sq));
+        /* --deterministic: per tensor in the whole model's order, the same bits on a stage
+         * (one replica of each writes its part) as in one process. */
+        if (p->exact)
+            HERD_TRY(herd_exact_sum_squares(m, p->first_view, p->whole_views, p->stage_job,
+                                            p->comm->rank == 0 || !p->stage_job, &sq));
+        else
+            HERD_TRY(herd_grad_sum_squares_part(m, norm_first, norm_count, group, &sq));
         if (!isfinite(sq) && !p->scaler)
             HERD_TRY(nonfinite(p, m, norm_first, norm_count, s));
         else if (p->clip_grad_norm > 0.0f && !isfinite(sq))

@@ -38,6 +38,9 @@ typedef struct herd_step_plan {
      * every rank, which then decides alike alone. */
     herd_comm *stage_job;
     int stage_replicas;
+    /* --deterministic with stages: this stage's first tensor among the whole model's, and
+     * their number (clipping's norm is summed per tensor in that order; 0: not a stage). */
+    int first_view, whole_views;
     float clip_grad_norm; /* --clip-grad-norm (0: off) */
     /* Without a loss scaler, a non-finite gradient (found from the sum of squares that
      * clipping takes anyway, agreed over the same ranks) stops training with an error

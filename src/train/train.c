@@ -470,6 +470,8 @@ static herd_status setup(run *r)
     if (r->pp) {
         r->plan.stage_job = r->comm;
         r->plan.stage_replicas = r->pp->replicas;
+        r->plan.first_view = herd_pipeline_first_view(r->pp, r->whole);
+        r->plan.whole_views = r->whole->n_views;
     }
     /* What this run measures the position in; the checkpoint's, if any, is fitted to it. */
     r->state = (herd_train_state){.seed = cfg->seed, .batch_size = micro,

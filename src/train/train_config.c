@@ -135,13 +135,6 @@ herd_status herd_train_validate(const herd_train_config *c)
                         "%d in %d --micro-batches makes micro-batches of %d; use --micro-batches "
                         "%d (or --slice-size %d)", herd_slice_size(c), c->batch_size,
                         c->micro_batches, micro, c->batch_size / herd_slice_size(c), micro);
-    /* One process sums the squares in fixed blocks of the whole flat gradient, which the
-     * stages' boundaries cut at other places. */
-    if (c->deterministic && c->pipeline_stages > 1 && c->clip_grad_norm > 0.0f)
-        return HERD_ERR(HERD_ERR_UNSUPPORTED, "--deterministic does not work with "
-                        "--pipeline-stages and --clip-grad-norm together yet: the norm's sum "
-                        "would not be the one process's; drop one of the three "
-                        "(docs/determinism.md)");
     if (c->dynamic_loss_scale && (!(c->loss_scale_init >= 1.0f) || !isfinite(c->loss_scale_init) ||
                                   c->loss_scale_window < 1))
         return HERD_ERR(HERD_ERR_INVALID_ARG,
