@@ -132,4 +132,18 @@ for n in 1 2 3 4 5 6; do
   check "write $n: no temporary is left" bash -c "! ls '$tmp/cka' | grep -q '\.tmp\.'"
 done
 
+# A rank lost after training ended (in the final save, or on the way out): herd run's
+# restart finds every epoch done, ends 0 and saves the checkpoint's weights; a resume by
+# hand of a finished run is still refused, naming --epochs.
+fin=(--model mlp --data synthetic:1,12,12,4,200 --threads 1 --epochs 2 --batch-size 20 --quiet)
+"$herd" train "${fin[@]}" --checkpoint-dir "$tmp/fin" --save "$tmp/fin.st" >/dev/null 2>&1
+HERD_RUN_SUPERVISED=1 HERD_RUN_RESTARTS=1 "$herd" train "${fin[@]}" --checkpoint-dir "$tmp/fin" \
+  --resume --save "$tmp/fin.again.st" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "a restart after training ended: exit 0 ($rc)" test $rc -eq 0
+check "... said so" grep -q "restart 1: .*has finished all 2 epochs" "$tmp/err"
+check "... and saves the finished run's weights" cmp -s "$tmp/fin.st" "$tmp/fin.again.st"
+"$herd" train "${fin[@]}" --checkpoint-dir "$tmp/fin" --resume >/dev/null 2>"$tmp/err"
+check "a resume by hand of a finished run: refused, naming --epochs" grep -q "nothing is left to train; raise --epochs" "$tmp/err"
+
 finish

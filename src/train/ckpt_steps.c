@@ -5,6 +5,7 @@
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "dist/signature.h"
 #include "train/checkpoint.h"
 #include "train/run.h"
@@ -95,7 +96,14 @@ static herd_status load_resume_state(run *r)
     }
     if (found) {
         HERD_TRY(herd_train_state_continue(&st, &r->state, r->steps_per_epoch, c->checkpoint_dir));
-        if (st.epoch >= c->epochs)
+        /* A restart by herd run after a rank failed once training had ended (in the final
+         * save, or on the way out): the job is done; the checkpoint's weights are the
+         * result (the epoch loop runs no step, and --save writes them). */
+        if (st.epoch >= c->epochs && c->run_attempt > 1 && r->comm->rank == 0)
+            herd_log(HERD_LOG_WARNING, "restart %d: the checkpoint in '%s' has finished all %d "
+                     "epochs (a rank failed after training ended): nothing is left to train, "
+                     "its weights are the result", c->run_attempt - 1, c->checkpoint_dir, c->epochs);
+        if (st.epoch >= c->epochs && c->run_attempt <= 1)
             return HERD_ERR(HERD_ERR_INVALID_ARG,
                             "the checkpoint in '%s' has finished %d epochs and --epochs is %d: nothing "
                             "is left to train; raise --epochs to train on, or start without --resume",
