@@ -494,6 +494,11 @@ static const float *layer_input(const herd_model *m, const float *x, int src)
     return src < 0 ? x : m->acts[src];
 }
 
+const float *herd_model_layer_input(const herd_model *m, const float *x, int i, int k)
+{
+    return layer_input(m, x, m->layers[i].spec.inputs[k]);
+}
+
 herd_status herd_model_forward(herd_model *m, const herd_run_ctx *ctx, const float *x,
                                const float **logits)
 {
@@ -514,59 +519,76 @@ herd_status herd_model_forward(herd_model *m, const herd_run_ctx *ctx, const flo
     return HERD_OK;
 }
 
+void herd_model_backward_begin(herd_model *m)
+{
+    memset(m->grad_written, 0, (size_t)m->n_layers * sizeof *m->grad_written);
+    m->input_written = 0;
+}
+
+/* An output read by several layers gets its gradient summed: the first consumer seen
+ * in reverse order writes it, later ones write to scratch and add (backward_done). */
+void herd_model_backward_io(const herd_model *m, int i, const float *x, const float *dlogits,
+                            herd_layer_io *io)
+{
+    const herd_layer *l = &m->layers[i];
+    memset(io, 0, sizeof *io);
+    for (int k = 0; k < l->spec.n_inputs; k++) {
+        int src = l->spec.inputs[k];
+        io->in[k] = layer_input(m, x, src);
+        if (src < 0 && !m->input_grad)
+            continue;
+        io->via_scratch[k] = (src < 0 ? m->input_written : m->grad_written[src]) > 0;
+        io->din[k] = io->via_scratch[k] ? m->scratch + k * m->scratch_floats
+                                        : src < 0 ? m->dinput : m->dacts[src];
+    }
+    io->y = m->acts[i];
+    io->dy = i == m->n_layers - 1 ? dlogits : m->dacts[i];
+}
+
+herd_status herd_model_backward_done(herd_model *m, int i, const herd_layer_io *io)
+{
+    const herd_backend *be = m->be;
+    const herd_layer *l = &m->layers[i];
+    size_t input_numel = (size_t)m->batch * m->in_c * m->in_h * m->in_w;
+    for (int k = 0; k < l->spec.n_inputs; k++) {
+        int src = l->spec.inputs[k];
+        if (src < 0 && !m->input_grad)
+            continue;
+        if (io->via_scratch[k] && l->in_format[k] == HERD_ACT_BF16)
+            HERD_TRY(be->bf16_acts->accumulate(herd_shape_numel(m->layers[src].out_shape),
+                                               (const uint16_t *)io->din[k],
+                                               (uint16_t *)m->dacts[src]));
+        else if (io->via_scratch[k])
+            HERD_TRY(src < 0 ? be->axpy(input_numel, 1.0f, io->din[k], m->dinput)
+                             : be->axpy(herd_shape_numel(m->layers[src].out_shape), 1.0f,
+                                        io->din[k], m->dacts[src]));
+        if (src < 0)
+            m->input_written++;
+        else
+            m->grad_written[src]++;
+    }
+    return HERD_OK;
+}
+
 herd_status herd_model_backward(herd_model *m, const herd_run_ctx *ctx, const float *x,
                                 const float *dlogits)
 {
-    const herd_backend *be = m->be;
-    /* An output read by several layers gets its gradient summed: the first consumer
-     * seen in reverse order writes it, later ones write to scratch and add. */
-    int *written = m->grad_written;
-    memset(written, 0, (size_t)m->n_layers * sizeof *written);
-    int input_written = 0; /* consumers that have written the input's gradient */
-    size_t input_numel = (size_t)m->batch * m->in_c * m->in_h * m->in_w;
-    herd_status st = HERD_OK;
-    int last = m->n_layers - 1;
-    for (int i = last; i >= 0 && st == HERD_OK; i--) {
+    herd_model_backward_begin(m);
+    for (int i = m->n_layers - 1; i >= 0; i--) {
         herd_layer *l = &m->layers[i];
-        const float *in[HERD_MAX_INPUTS] = {0};
-        float *din[HERD_MAX_INPUTS] = {0};
-        bool via_scratch[HERD_MAX_INPUTS] = {0};
-        for (int k = 0; k < l->spec.n_inputs; k++) {
-            int src = l->spec.inputs[k];
-            in[k] = layer_input(m, x, src);
-            if (src < 0 && !m->input_grad)
-                continue;
-            via_scratch[k] = (src < 0 ? input_written : written[src]) > 0;
-            din[k] = via_scratch[k] ? m->scratch + k * m->scratch_floats
-                                    : src < 0 ? m->dinput : m->dacts[src];
-        }
-        const float *dy = i == last ? dlogits : m->dacts[i];
+        herd_layer_io io;
+        herd_model_backward_io(m, i, x, dlogits, &io);
         double t0 = herd_trace_start(ctx->trace);
-        st = l->ops->backward(l, ctx, in, m->acts[i], dy, din);
+        herd_status st = l->ops->backward(l, ctx, io.in, io.y, io.dy, io.din);
         herd_trace_end(ctx->trace, HERD_TL_BWD_LAYER, l->spec.name, t0);
         if (st == HERD_OK && ctx->after_backward)
             st = ctx->after_backward(ctx->hook_user, i);
         if (ctx->between_layers)
             ctx->between_layers(ctx->between_user);
-        for (int k = 0; k < l->spec.n_inputs && st == HERD_OK; k++) {
-            int src = l->spec.inputs[k];
-            if (src < 0 && !m->input_grad)
-                continue;
-            if (via_scratch[k] && l->in_format[k] == HERD_ACT_BF16)
-                st = be->bf16_acts->accumulate(herd_shape_numel(m->layers[src].out_shape),
-                                               (const uint16_t *)din[k],
-                                               (uint16_t *)m->dacts[src]);
-            else if (via_scratch[k])
-                st = src < 0 ? be->axpy(input_numel, 1.0f, din[k], m->dinput)
-                             : be->axpy(herd_shape_numel(m->layers[src].out_shape), 1.0f, din[k],
-                                        m->dacts[src]);
-            if (src < 0)
-                input_written++;
-            else
-                written[src]++;
-        }
+        HERD_TRY(st);
+        HERD_TRY(herd_model_backward_done(m, i, &io));
     }
-    return st;
+    return HERD_OK;
 }
 
 void herd_model_free(herd_model *m)

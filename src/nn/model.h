@@ -42,6 +42,7 @@ struct herd_model {
     int *consumers;       /* how many layers read layer i's output */
     int input_consumers;  /* how many layers read the model input */
     int *grad_written;    /* backward: consumers that have already written layer i's gradient */
+    int input_written;    /* backward: consumers that have already written the input's */
     float *input_dev;     /* copy of the input batch in backend memory (NULL for CPU) */
 
     /* A pipeline stage is a model of its own over layers first..end-1 of the whole:
@@ -90,6 +91,22 @@ herd_status herd_model_forward(herd_model *m, const herd_run_ctx *ctx, const flo
 /* dlogits: gradient of the loss w.r.t. the logits; fills m->grads. */
 herd_status herd_model_backward(herd_model *m, const herd_run_ctx *ctx, const float *x,
                                 const float *dlogits);
+/* Backward one layer at a time, for a driver that runs several models' layers in step
+ * (nn/slices.c): begin, then for i from the last layer down: io (the tensors layer i's
+ * backward takes), the layer's backward, done (sums the gradients of outputs read by
+ * several layers). herd_model_backward is exactly this. */
+typedef struct herd_layer_io {
+    const float *in[HERD_MAX_INPUTS];
+    float *din[HERD_MAX_INPUTS];
+    bool via_scratch[HERD_MAX_INPUTS];
+    const float *y, *dy;
+} herd_layer_io;
+void herd_model_backward_begin(herd_model *m);
+void herd_model_backward_io(const herd_model *m, int i, const float *x, const float *dlogits,
+                            herd_layer_io *io);
+herd_status herd_model_backward_done(herd_model *m, int i, const herd_layer_io *io);
+/* Input k of layer i for the model input x (forward one layer at a time). */
+const float *herd_model_layer_input(const herd_model *m, const float *x, int i, int k);
 /* Host copies of a device model's parameters and buffers, for code that works on
  * host pointers (layer initialisation, weight files): zeroed, or holding the model's
  * values when download. The caller frees both, also after an error. */
