@@ -178,8 +178,6 @@ refused() { # refused PATTERN FLAGS...
   local rc=$?
   [ $rc -ne 0 ] && grep -q -- "$pat" "$tmp/err" || { echo "rc=$rc: $(cat "$tmp/err")"; return 1; }
 }
-check "--sync-bn refused, saying why" refused "does not work with --sync-bn yet: statistics over the global batch" \
-  --sync-bn --model resnet20 --data synthetic:3,32,32,10,96
 check "--device sim refused" refused "runs on the CPU only" --device sim
 check "--batch-size 12 (not whole slices of 8) refused, naming --slice-size" \
   refused "batch-size 12 is not a whole number of them" --batch-size 12 --data synthetic:1,28,28,10,120

@@ -39,9 +39,15 @@ herd_status herd_run_exact_setup(run *r)
                      "still travel as doubles, so the wire carries no fewer bytes",
                      herd_compress_name(cfg->compress), herd_compress_name(cfg->compress));
     }
-    /* Batch norm: each slice is its own batch (ghost batch norm) and the running
-     * statistics are the exact mean over the step's slices (exact_sum.h). */
-    if (r->m->n_buffer_floats > 0 && r->comm->rank == 0)
+    /* Batch norm: with --sync-bn the global batch's statistics (exact_syncbn.c); else
+     * each slice is its own batch (ghost batch norm) and the running statistics are the
+     * exact mean over the step's slices (exact_sum.h). */
+    r->exact.buffers_synced = herd_run_synced_bn(r);
+    if (r->exact.buffers_synced && r->comm->rank == 0)
+        herd_log(HERD_LOG_INFO, "--deterministic --sync-bn: batch norm normalises over the "
+                 "global batch; each rank holds its whole part of the step's activations at "
+                 "once (--grad-accum saves no memory)");
+    else if (r->m->n_buffer_floats > 0 && r->comm->rank == 0)
         herd_log(HERD_LOG_INFO, "--deterministic: batch norm normalises over each slice of %d "
                  "samples (--slice-size), and its running statistics take the mean over the "
                  "step's slices", herd_slice_size(cfg));
@@ -51,6 +57,7 @@ herd_status herd_run_exact_setup(run *r)
 
 void herd_run_exact_free(run *r)
 {
+    herd_run_synced_free(r);
     herd_exact_sum_free(&r->exact);
     herd_batch_store_free(&r->kept);
 }
@@ -58,6 +65,26 @@ void herd_run_exact_free(run *r)
 static size_t sample_floats(const run *r) { return (size_t)r->m->in_c * r->m->in_h * r->m->in_w; }
 /* Labels per sample: one per position of a language model. */
 static size_t sample_labels(const run *r) { return (size_t)r->m->positions; }
+
+herd_status herd_run_exact_micro_batch(run *r, int j, int n_micro, bool from_loader,
+                                       herd_step_stats *s, herd_batch *b)
+{
+    if (from_loader) {
+        bool has;
+        HERD_TRY(herd_loader_next(r->loader, b, &has));
+        if (!has)
+            return HERD_ERR(HERD_ERR_INTERNAL, "the loader ended the epoch %d batches early",
+                            n_micro - j);
+        s->t.data_wait += b->wait_s;
+        HERD_TRY(herd_batch_store_put(&r->kept, j, b));
+    } else {
+        *b = herd_batch_store_get(&r->kept, j);
+    }
+    if (b->n != r->cfg.batch_size) /* setup asked for whole global batches */
+        return HERD_ERR(HERD_ERR_INTERNAL, "--deterministic: a micro-batch of %d samples, not %d",
+                        b->n, r->cfg.batch_size);
+    return HERD_OK;
+}
 
 /* One pass over the step's micro-batches into the exact sums, slice by slice: the
  * model runs on each slice alone (batch-major inputs: a slice is an offset and a count),
@@ -74,20 +101,7 @@ static herd_status pass(run *r, int n_micro, uint64_t seed, bool from_loader, he
     herd_exact_sum_begin(&r->exact, r->m, (long)n_slices * ranks);
     for (int j = 0; j < n_micro; j++) {
         herd_batch b;
-        if (from_loader) {
-            bool has;
-            HERD_TRY(herd_loader_next(r->loader, &b, &has));
-            if (!has)
-                return HERD_ERR(HERD_ERR_INTERNAL, "the loader ended the epoch %d batches early",
-                                n_micro - j);
-            s->t.data_wait += b.wait_s;
-            HERD_TRY(herd_batch_store_put(&r->kept, j, &b));
-        } else {
-            b = herd_batch_store_get(&r->kept, j);
-        }
-        if (b.n != r->cfg.batch_size) /* setup asked for whole global batches */
-            return HERD_ERR(HERD_ERR_INTERNAL, "--deterministic: a micro-batch of %d samples, not "
-                            "%d", b.n, r->cfg.batch_size);
+        HERD_TRY(herd_run_exact_micro_batch(r, j, n_micro, from_loader, s, &b));
         for (int i = 0; i < per_micro; i++) {
             herd_batch slice = {.x = b.x + (size_t)i * size * sample_floats(r),
                                 .labels = b.labels + (size_t)i * size * sample_labels(r), .n = size};
@@ -104,17 +118,25 @@ static herd_status pass(run *r, int n_micro, uint64_t seed, bool from_loader, he
     return HERD_OK;
 }
 
+static herd_status any_pass(run *r, int n_micro, uint64_t seed, bool from_loader,
+                            herd_step_stats *s)
+{
+    if (r->exact.buffers_synced)
+        return herd_run_synced_pass(r, n_micro, seed, from_loader, s);
+    return pass(r, n_micro, seed, from_loader, s);
+}
+
 herd_status herd_run_exact_micro_steps(run *r, int n_micro, uint64_t seed, herd_step_stats *s)
 {
     bool redo;
     herd_exact_sum_keep_buffers(&r->exact, r->m);
-    HERD_TRY(pass(r, n_micro, seed, true, s));
+    HERD_TRY(any_pass(r, n_micro, seed, true, s));
     HERD_TRY(herd_exact_sum_finish(&r->exact, r->m, r->dp, &redo));
     if (!redo)
         return HERD_OK;
     /* The grid came from this step's own values now: the pass is counted once. */
     s->loss_sum = 0, s->correct = 0, s->samples = 0;
-    HERD_TRY(pass(r, n_micro, seed, false, s));
+    HERD_TRY(any_pass(r, n_micro, seed, false, s));
     HERD_TRY(herd_exact_sum_finish(&r->exact, r->m, r->dp, &redo));
     if (redo)
         return HERD_ERR(HERD_ERR_INTERNAL, "--deterministic: the exact sums overflowed on a grid "

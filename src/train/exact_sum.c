@@ -129,12 +129,12 @@ void herd_exact_sum_restore_buffers(const herd_exact_sum *e, herd_model *m)
     memcpy(m->buffers, e->step_buffers, m->n_buffer_floats * sizeof *m->buffers);
 }
 
-/* The views of one kind (gradients, or buffers) into the sums. */
-static void add_views(herd_exact_sum *e, const herd_model *m, bool buffers)
+/* Views first..first+count-1 of one kind (gradients, or buffers) into the sums. */
+static void add_views(herd_exact_sum *e, const herd_model *m, bool buffers, int first, int count)
 {
     const double bound = slice_bound(e);
     double outside = 0;
-    for (int v = 0; v < m->n_views; v++) {
+    for (int v = first; v < first + count; v++) {
         const herd_tensor_view *tv = &m->views[v];
         if (tv->is_buffer != buffers)
             continue;
@@ -149,14 +149,26 @@ static void add_views(herd_exact_sum *e, const herd_model *m, bool buffers)
     e->acc[n_sums(m)] += outside;
 }
 
-void herd_exact_sum_add_grads(herd_exact_sum *e, const herd_model *m) { add_views(e, m, false); }
+void herd_exact_sum_add_grad_views(herd_exact_sum *e, const herd_model *m, int first, int count)
+{
+    add_views(e, m, false, first, count);
+}
 
-void herd_exact_sum_add_buffers(herd_exact_sum *e, const herd_model *m) { add_views(e, m, true); }
+void herd_exact_sum_add_grads(herd_exact_sum *e, const herd_model *m)
+{
+    add_views(e, m, false, 0, m->n_views);
+}
+
+void herd_exact_sum_add_buffers(herd_exact_sum *e, const herd_model *m)
+{
+    if (!e->buffers_synced)
+        add_views(e, m, true, 0, m->n_views);
+}
 
 void herd_exact_sum_add(herd_exact_sum *e, const herd_model *m)
 {
-    add_views(e, m, false);
-    add_views(e, m, true);
+    herd_exact_sum_add_grads(e, m);
+    herd_exact_sum_add_buffers(e, m);
 }
 
 /* E for a tensor whose largest slice value is mx: mx lands just below 2^GRID_BITS. */
@@ -223,6 +235,8 @@ herd_status herd_exact_sum_finish_agreed(herd_exact_sum *e, herd_model *m, herd_
         /* integer × 2^E is exact; the division by the slices rounds once, the same on
          * every rank. A buffer's mean over the slices is the running statistic updated
          * once with the slices' mean statistic. */
+        if (tv->is_buffer && e->buffers_synced) /* the same bytes on every rank already */
+            continue;
         double p2 = ldexp(1.0, e->grid[v]), slices = (double)e->slices;
         bool bad = !isfinite(e->all_max[v]);
         float *g = (tv->is_buffer ? m->buffers : m->grads) + tv->offset;

@@ -31,6 +31,9 @@ typedef struct herd_exact_sum {
     /* --compress: each slice value is rounded to bf16 or IEEE half before it is added
      * (the rounding a compressed wire makes, at one fixed place: per slice). */
     enum { HERD_EXACT_ROUND_NONE, HERD_EXACT_ROUND_FP16, HERD_EXACT_ROUND_BF16 } round16;
+    /* --sync-bn: batch norm's running statistics are updated once per step from the
+     * global batch's statistics, the same bytes on every rank: not summed. */
+    bool buffers_synced;
 } herd_exact_sum;
 
 /* Zeroed, round16 NONE: set it after init for --compress. */
@@ -45,6 +48,9 @@ void herd_exact_sum_keep_buffers(herd_exact_sum *e, const herd_model *m);
 void herd_exact_sum_restore_buffers(const herd_exact_sum *e, herd_model *m);
 /* Adds the slice gradient in m->grads and the buffers its forward left (host memory). */
 void herd_exact_sum_add(herd_exact_sum *e, const herd_model *m);
+/* The gradients of views first..first+count-1 only (one layer's, as soon as a slice's
+ * backward of that layer wrote them: nn/slices.h). */
+void herd_exact_sum_add_grad_views(herd_exact_sum *e, const herd_model *m, int first, int count);
 /* The two halves, where forward and backward of a slice lie apart (pipeline stages):
  * the buffers right after the slice's forward, the gradient after its backward. */
 void herd_exact_sum_add_buffers(herd_exact_sum *e, const herd_model *m);

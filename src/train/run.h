@@ -27,6 +27,8 @@
  * still be waited for before step k+1. A stop, the epoch end and one process deliver
  * at once, so totals, checkpoints, logs and the callback see every step's figures,
  * the same numbers as before, only later. */
+typedef struct herd_synced_pass herd_synced_pass;
+
 typedef struct step_metrics {
     double stats[8];    /* loss, correct, samples, stop vote, agreement (3), checkpoint vote:
                          * reduced in place */
@@ -83,6 +85,7 @@ typedef struct run {
      * step's micro-batches kept for a redo. */
     herd_exact_sum exact;
     herd_batch_store kept;
+    herd_synced_pass *synced; /* --sync-bn's slices (exact_syncbn.c), once a step ran */
 } run;
 
 /* train_config.c */
@@ -105,6 +108,17 @@ herd_status herd_run_check_zero(const run *r);
 herd_status herd_run_exact_setup(run *r);
 herd_status herd_run_exact_micro_steps(run *r, int n_micro, uint64_t seed, herd_step_stats *s);
 void herd_run_exact_free(run *r);
+/* Micro-batch j of the step: from the loader (kept for a redo) or as kept. */
+herd_status herd_run_exact_micro_batch(run *r, int j, int n_micro, bool from_loader,
+                                       herd_step_stats *s, herd_batch *b);
+
+/* exact_syncbn.c: --deterministic --sync-bn on a model with batch norm (synced_bn): one
+ * pass over the step's slices, all of this rank's at once, layer by layer, batch norm's
+ * statistics over the global batch. */
+bool herd_run_synced_bn(const run *r);
+herd_status herd_run_synced_pass(run *r, int n_micro, uint64_t seed, bool from_loader,
+                                 herd_step_stats *s);
+void herd_run_synced_free(run *r);
 
 /* signature.c: collective; every rank learns of a difference and which. */
 herd_status herd_run_check_signature(run *r);

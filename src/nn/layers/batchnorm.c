@@ -6,8 +6,10 @@
  * activations take the same split ops, with nothing in between on one rank. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "nn/layers/common.h"
+#include "nn/slices.h"
 
 typedef struct bn_state {
     float *save_mean, *save_invstd; /* from the last training forward, for backward */
@@ -18,6 +20,7 @@ typedef struct bn_state {
     double *red, *host;
     int64_t count;  /* values per channel in the global batch of the last forward */
     bool synced;    /* the last training forward used global statistics */
+    float *keep;    /* slices: the running statistics before the batch's update (2c) */
 } bn_state;
 
 static herd_status bn_setup(herd_layer *l, herd_model *m)
@@ -166,6 +169,42 @@ static herd_status bn_forward(herd_layer *l, const herd_run_ctx *ctx, const floa
     return ctx->be->bn_fwd_infer(n, c, hw, x[0], gamma, beta, y, rmean, rvar, l->spec.eps);
 }
 
+/* Backward's first split step: dgamma/dbeta from this batch (with ctx->grad_beta), and
+ * the per-channel sums of dy and dy*(x - mean) into st->red (2c doubles). */
+static herd_status bwd_reduce(herd_layer *l, const herd_run_ctx *ctx, const float *x,
+                              const float *dy)
+{
+    bn_state *st = l->state;
+    const herd_backend *be = ctx->be;
+    herd_shape s = l->in_shape[0];
+    int n = l->batch, c = s.c, hw = s.h * s.w;
+    float *dgamma = herd_layer_grad(l, ctx, 0), *dbeta = herd_layer_grad(l, ctx, 1);
+    if (bn_bf16(l))
+        return be->bf16_acts->bn_bwd_reduce(n, c, hw, herd_bf16(x), herd_bf16(dy),
+                                            st->save_mean, st->save_invstd, st->red, st->red + c,
+                                            dgamma, dbeta, ctx->grad_beta);
+    return be->bn_bwd_reduce(n, c, hw, x, dy, st->save_mean, st->save_invstd, st->red,
+                             st->red + c, dgamma, dbeta, ctx->grad_beta);
+}
+
+/* The second: dx from the sums of dy and dy*(x - mean) in `sums` (2c doubles) over
+ * st->count values per channel. */
+static herd_status bwd_apply(herd_layer *l, const herd_run_ctx *ctx, const float *x,
+                             const float *dy, const double *sums, float *dx)
+{
+    bn_state *st = l->state;
+    const herd_backend *be = ctx->be;
+    herd_shape s = l->in_shape[0];
+    int n = l->batch, c = s.c, hw = s.h * s.w;
+    const float *gamma = herd_layer_param(l, ctx, 0);
+    if (bn_bf16(l))
+        return be->bf16_acts->bn_bwd_apply(n, c, hw, herd_bf16(x), herd_bf16(dy), gamma,
+                                           st->save_mean, st->save_invstd, sums, sums + c,
+                                           st->count, (uint16_t *)dx);
+    return be->bn_bwd_apply(n, c, hw, x, dy, gamma, st->save_mean, st->save_invstd, sums,
+                            sums + c, st->count, dx);
+}
+
 /* Backward in split steps: dgamma/dbeta from this rank's batch (the gradient
  * allreduce averages them like any parameter gradient); dx needs the sums of dy and
  * dy*(x - mean) over the global batch when synchronised. */
@@ -173,20 +212,8 @@ static herd_status bn_backward_split(herd_layer *l, const herd_run_ctx *ctx, con
                                      const float *dy, float *dx)
 {
     bn_state *st = l->state;
-    const herd_backend *be = ctx->be;
     const herd_group_sum *group = &ctx->bn_group;
-    herd_shape s = l->in_shape[0];
-    int n = l->batch, c = s.c, hw = s.h * s.w;
-    double *sum_dy = st->red, *sum_dy_xc = st->red + c;
-    float *dgamma = herd_layer_grad(l, ctx, 0), *dbeta = herd_layer_grad(l, ctx, 1);
-    const float *gamma = herd_layer_param(l, ctx, 0);
-    if (bn_bf16(l))
-        HERD_TRY(be->bf16_acts->bn_bwd_reduce(n, c, hw, herd_bf16(x), herd_bf16(dy),
-                                              st->save_mean, st->save_invstd, sum_dy, sum_dy_xc,
-                                              dgamma, dbeta, ctx->grad_beta));
-    else
-        HERD_TRY(be->bn_bwd_reduce(n, c, hw, x, dy, st->save_mean, st->save_invstd, sum_dy,
-                                   sum_dy_xc, dgamma, dbeta, ctx->grad_beta));
+    HERD_TRY(bwd_reduce(l, ctx, x, dy));
     /* No input gradient (BN on the model input): every rank runs the same model, so
      * all of them skip this allreduce together. */
     if (!dx)
@@ -197,13 +224,8 @@ static herd_status bn_backward_split(herd_layer *l, const herd_run_ctx *ctx, con
                         "no multi-rank bn_group; pass the same run context to both",
                         l->spec.name);
     if (st->synced)
-        HERD_TRY(group_sum(st, ctx, sum_dy, 2 * c, NULL));
-    if (bn_bf16(l))
-        return be->bf16_acts->bn_bwd_apply(n, c, hw, herd_bf16(x), herd_bf16(dy), gamma,
-                                           st->save_mean, st->save_invstd, sum_dy, sum_dy_xc,
-                                           st->count, (uint16_t *)dx);
-    return be->bn_bwd_apply(n, c, hw, x, dy, gamma, st->save_mean, st->save_invstd, sum_dy,
-                            sum_dy_xc, st->count, dx);
+        HERD_TRY(group_sum(st, ctx, st->red, 2 * l->in_shape[0].c, NULL));
+    return bwd_apply(l, ctx, x, dy, st->red, dx);
 }
 
 static herd_status bn_backward(herd_layer *l, const herd_run_ctx *ctx, const float *const *x,
@@ -220,6 +242,104 @@ static herd_status bn_backward(herd_layer *l, const herd_run_ctx *ctx, const flo
                            herd_layer_grad(l, ctx, 1), ctx->grad_beta);
 }
 
+/* --- Slices of one batch (nn/slices.h): each slice a model of its own, the statistics
+ * the whole batch's, added by sums->sum_rows in the batch's order of slices. */
+
+/* n doubles of backend memory into host `row`. */
+static herd_status to_host(const herd_backend *be, double *row, const double *d, int n)
+{
+    if (be->host_memory) {
+        memcpy(row, d, (size_t)n * sizeof *d);
+        return HERD_OK;
+    }
+    return be->memcpy_d2h(row, d, (size_t)n * sizeof *d);
+}
+
+static herd_status to_backend(const herd_backend *be, double *d, const double *row, int n)
+{
+    if (be->host_memory) {
+        memcpy(d, row, (size_t)n * sizeof *d);
+        return HERD_OK;
+    }
+    return be->memcpy_h2d(d, row, (size_t)n * sizeof *d);
+}
+
+extern const herd_layer_ops herd_layer_batchnorm;
+
+bool herd_layer_is_batchnorm(const herd_layer *l) { return l->ops == &herd_layer_batchnorm; }
+
+/* The running statistics are updated once, with the batch's statistics: every slice's
+ * apply starts from the values the first found, which st0->keep holds. */
+herd_status herd_batchnorm_slices_forward(herd_layer *const *ls, int n, const herd_run_ctx *ctx,
+                                          const float *const *x, float *const *y,
+                                          herd_slice_sums *sums)
+{
+    const herd_backend *be = ctx->be;
+    herd_layer *l0 = ls[0];
+    bn_state *st0 = l0->state;
+    herd_shape s = l0->in_shape[0];
+    int c = s.c;
+    double *rows = sums->rows, *g = rows + (size_t)n * (c + 1);
+    /* Per channel: the sum of x, then (after the batch's mean) of squared deviations. */
+    double *sum = st0->red, *sq = st0->red + c + 1;
+    for (int i = 0; i < n; i++) {
+        bn_state *st = ls[i]->state;
+        HERD_TRY(split_stats(ls[i], ctx, x[i], NULL, 0, st->red));
+        HERD_TRY(to_host(be, rows + (size_t)i * (c + 1), st->red, c));
+        rows[(size_t)i * (c + 1) + c] = (double)ls[i]->batch * s.h * s.w;
+    }
+    HERD_TRY(sums->sum_rows(sums->user, rows, c + 1, g));
+    int64_t count = llround(g[c]);
+    HERD_TRY(to_backend(be, sum, g, c));
+    for (int i = 0; i < n; i++) {
+        bn_state *st = ls[i]->state;
+        double *mine = i == 0 ? sq : st->red + c + 1;
+        HERD_TRY(split_stats(ls[i], ctx, x[i], sum, count, mine));
+        HERD_TRY(to_host(be, rows + (size_t)i * c, mine, c));
+    }
+    HERD_TRY(sums->sum_rows(sums->user, rows, c, g));
+    HERD_TRY(to_backend(be, sq, g, c));
+    float *rmean = herd_layer_param(l0, ctx, 2), *rvar = herd_layer_param(l0, ctx, 3);
+    if (!st0->keep && !(st0->keep = be->alloc(2 * (size_t)c * sizeof(float))))
+        return HERD_ERR_NOMEM; /* the allocator said why */
+    HERD_TRY(be->copy((size_t)c, rmean, st0->keep));
+    HERD_TRY(be->copy((size_t)c, rvar, st0->keep + c));
+    for (int i = 0; i < n; i++) {
+        bn_state *st = ls[i]->state;
+        if (i > 0) {
+            HERD_TRY(be->copy((size_t)c, st0->keep, rmean));
+            HERD_TRY(be->copy((size_t)c, st0->keep + c, rvar));
+        }
+        HERD_TRY(split_apply(ls[i], ctx, x[i], sum, sq, count, y[i]));
+        st->count = count;
+        st->synced = true;
+    }
+    return HERD_OK;
+}
+
+herd_status herd_batchnorm_slices_backward(herd_layer *const *ls, int n, const herd_run_ctx *ctx,
+                                           const float *const *x, const float *const *dy,
+                                           float *const *dx, herd_slice_sums *sums, int layer)
+{
+    const herd_backend *be = ctx->be;
+    int c = ls[0]->in_shape[0].c;
+    double *rows = sums->rows, *g = rows + (size_t)n * 2 * c;
+    for (int i = 0; i < n; i++) {
+        bn_state *st = ls[i]->state;
+        HERD_TRY(bwd_reduce(ls[i], ctx, x[i], dy[i]));
+        HERD_TRY(sums->grads_ready(sums->user, i, layer));
+        HERD_TRY(to_host(be, rows + (size_t)i * 2 * c, st->red, 2 * c));
+    }
+    if (!dx[0]) /* batch norm on the model input: no slice has an input gradient */
+        return HERD_OK;
+    HERD_TRY(sums->sum_rows(sums->user, rows, 2 * c, g));
+    bn_state *st0 = ls[0]->state;
+    HERD_TRY(to_backend(be, st0->red, g, 2 * c));
+    for (int i = 0; i < n; i++)
+        HERD_TRY(bwd_apply(ls[i], ctx, x[i], dy[i], st0->red, dx[i]));
+    return HERD_OK;
+}
+
 static void bn_destroy(herd_layer *l, const herd_backend *be)
 {
     bn_state *st = l->state;
@@ -227,6 +347,7 @@ static void bn_destroy(herd_layer *l, const herd_backend *be)
         be->free(st->save_mean);
         be->free(st->save_invstd);
         be->free(st->red);
+        be->free(st->keep);
         free(st->host);
     }
     free(st);

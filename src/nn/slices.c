@@ -1,0 +1,167 @@
+#include "nn/slices.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+herd_status herd_slices_reshape(herd_slices *s, herd_model *whole, int n, int size)
+{
+    if (s->whole && s->whole != whole)
+        return HERD_ERR(HERD_ERR_INTERNAL, "slices of model '%s' asked to run '%s'",
+                        s->whole->name, whole->name);
+    s->whole = whole;
+    int widest = 1;
+    for (int l = 0; l < whole->n_layers; l++) {
+        const herd_layer *layer = &whole->layers[l];
+        if (layer->grad_shared)
+            return HERD_ERR(HERD_ERR_UNSUPPORTED, "model '%s' ties weights (layer '%s'), which "
+                            "running a batch as slices layer by layer does not cover; drop "
+                            "--sync-bn or --deterministic", whole->name, layer->spec.name);
+        if (herd_layer_is_batchnorm(layer) && 2 * layer->in_shape[0].c + 1 > widest)
+            widest = 2 * layer->in_shape[0].c + 1;
+    }
+    if (n > s->capacity) {
+        herd_model **more = realloc(s->slice, (size_t)n * sizeof *more);
+        herd_layer_io *io = realloc(s->io, (size_t)n * sizeof *io);
+        if (more)
+            s->slice = more;
+        if (io)
+            s->io = io;
+        if (!more || !io)
+            return HERD_NOMEM((size_t)n * sizeof *io);
+        for (; s->capacity < n; s->capacity++) {
+            herd_model *m = herd_xcalloc(1, sizeof *m);
+            if (!m)
+                return HERD_ERR_NOMEM;
+            herd_status st = herd_model_build_stage(m, whole, 0, whole->n_layers, false, false, 0);
+            if (st != HERD_OK) {
+                herd_model_free(m);
+                return st;
+            }
+            s->slice[s->capacity] = m;
+        }
+    }
+    /* Each slice's row, and one more for the sums. */
+    size_t rows = (size_t)(n + 1) * (size_t)widest;
+    if (rows > s->rows_capacity) {
+        free(s->rows);
+        s->rows_capacity = 0;
+        if (!(s->rows = malloc(rows * sizeof *s->rows)))
+            return HERD_NOMEM(rows * sizeof *s->rows);
+        s->rows_capacity = rows;
+    }
+    s->n = n;
+    s->size = size;
+    for (int i = 0; i < n; i++)
+        HERD_TRY(herd_model_reshape(s->slice[i], size));
+    return HERD_OK;
+}
+
+void herd_slices_free(herd_slices *s)
+{
+    for (int i = 0; i < s->capacity; i++)
+        herd_model_free(s->slice[i]);
+    free(s->slice);
+    free(s->io);
+    free(s->rows);
+    memset(s, 0, sizeof *s);
+}
+
+const float *herd_slices_logits(const herd_slices *s, int i)
+{
+    const herd_model *m = s->slice[i];
+    return m->acts[m->n_layers - 1];
+}
+
+herd_status herd_slices_forward(herd_slices *s, const herd_run_ctx *ctx, const uint64_t *seeds,
+                                const float *const *x, herd_slice_sums *sums)
+{
+    sums->rows = s->rows;
+    int n = s->n, n_layers = s->whole->n_layers;
+    herd_layer **ls = malloc((size_t)n * sizeof *ls);
+    const float **in = malloc((size_t)n * sizeof *in);
+    float **out = malloc((size_t)n * sizeof *out);
+    herd_status st = ls && in && out ? HERD_OK : HERD_NOMEM((size_t)n * sizeof *ls);
+    for (int l = 0; l < n_layers && st == HERD_OK; l++) {
+        if (ctx->before_forward)
+            st = ctx->before_forward(ctx->before_user, l);
+        double t0 = herd_trace_start(ctx->trace);
+        const herd_layer *layer = &s->whole->layers[l];
+        if (st == HERD_OK && herd_layer_is_batchnorm(layer) && ctx->training) {
+            for (int i = 0; i < n; i++) {
+                ls[i] = &s->slice[i]->layers[l];
+                in[i] = herd_model_layer_input(s->slice[i], x[i], l, 0);
+                out[i] = s->slice[i]->acts[l];
+            }
+            st = herd_batchnorm_slices_forward(ls, n, ctx, in, out, sums);
+        }
+        for (int i = 0; i < n && st == HERD_OK && !(herd_layer_is_batchnorm(layer) &&
+                                                    ctx->training); i++) {
+            herd_model *m = s->slice[i];
+            herd_layer *li = &m->layers[l];
+            const float *inputs[HERD_MAX_INPUTS] = {0};
+            for (int k = 0; k < li->spec.n_inputs; k++)
+                inputs[k] = herd_model_layer_input(m, x[i], l, k);
+            herd_run_ctx mine = *ctx;
+            mine.seed = seeds[i];
+            st = li->ops->forward(li, &mine, inputs, m->acts[l]);
+        }
+        herd_trace_end(ctx->trace, HERD_TL_FWD_LAYER, layer->spec.name, t0);
+        if (ctx->between_layers)
+            ctx->between_layers(ctx->between_user);
+    }
+    free(ls);
+    free(in);
+    free(out);
+    return st;
+}
+
+herd_status herd_slices_backward(herd_slices *s, const herd_run_ctx *ctx, const uint64_t *seeds,
+                                 const float *const *x, const float *const *dlogits,
+                                 herd_slice_sums *sums)
+{
+    sums->rows = s->rows;
+    int n = s->n, n_layers = s->whole->n_layers;
+    herd_layer **ls = malloc((size_t)n * sizeof *ls);
+    const float **in = malloc((size_t)n * sizeof *in), **dy = malloc((size_t)n * sizeof *dy);
+    float **dx = malloc((size_t)n * sizeof *dx);
+    herd_status st = ls && in && dy && dx ? HERD_OK : HERD_NOMEM((size_t)n * sizeof *ls);
+    for (int i = 0; i < n; i++)
+        herd_model_backward_begin(s->slice[i]);
+    for (int l = n_layers - 1; l >= 0 && st == HERD_OK; l--) {
+        const herd_layer *layer = &s->whole->layers[l];
+        bool bn = herd_layer_is_batchnorm(layer);
+        for (int i = 0; i < n; i++)
+            herd_model_backward_io(s->slice[i], l, x[i], dlogits[i], &s->io[i]);
+        double t0 = herd_trace_start(ctx->trace);
+        if (bn) {
+            for (int i = 0; i < n; i++) {
+                ls[i] = &s->slice[i]->layers[l];
+                in[i] = s->io[i].in[0];
+                dy[i] = s->io[i].dy;
+                dx[i] = s->io[i].din[0];
+            }
+            st = herd_batchnorm_slices_backward(ls, n, ctx, in, dy, dx, sums, l);
+        }
+        for (int i = 0; i < n && st == HERD_OK && !bn; i++) {
+            herd_layer *li = &s->slice[i]->layers[l];
+            const herd_layer_io *io = &s->io[i];
+            herd_run_ctx mine = *ctx;
+            mine.seed = seeds[i];
+            st = li->ops->backward(li, &mine, io->in, io->y, io->dy, io->din);
+            if (st == HERD_OK)
+                st = sums->grads_ready(sums->user, i, l);
+        }
+        herd_trace_end(ctx->trace, HERD_TL_BWD_LAYER, layer->spec.name, t0);
+        if (ctx->between_layers)
+            ctx->between_layers(ctx->between_user);
+        for (int i = 0; i < n && st == HERD_OK; i++)
+            st = herd_model_backward_done(s->slice[i], l, &s->io[i]);
+    }
+    free(ls);
+    free(in);
+    free(dy);
+    free(dx);
+    return st;
+}

@@ -1,0 +1,203 @@
+/* --deterministic --sync-bn (docs/determinism.md): batch norm's training statistics are
+ * the global batch's, with the same bits at any number of ranks. A rank's slices of the
+ * step run together, layer by layer (nn/slices.h); at each batch norm every slice's
+ * per-channel sums are gathered from every rank and added in the global batch's order
+ * of slices, which no partition changes. Each slice's parameter gradients go into the
+ * exact sums as soon as its backward of a layer wrote them, as the slice-at-a-time pass
+ * adds a whole slice's (exact_step.c). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "nn/slices.h"
+#include "train/run.h"
+
+struct herd_synced_pass {
+    herd_slices slices;
+    double *all_rows; /* every rank's rows, as gathered */
+    size_t all_rows_capacity;
+    float *dlogits; /* per slice: size x positions x classes (backend memory) */
+    size_t dlogits_floats;
+    /* per slice of this rank's step */
+    const float **x;
+    const int32_t **labels;
+    const float **dl;
+    uint64_t *seeds;
+    int capacity;
+    int per_micro; /* slices per micro-batch */
+    herd_comm *comm;
+    herd_exact_sum *exact;
+    const herd_model *m;
+};
+
+bool herd_run_synced_bn(const run *r)
+{
+    if (!r->cfg.deterministic || !r->cfg.sync_bn)
+        return false;
+    for (int l = 0; l < r->m->n_layers; l++)
+        if (herd_layer_is_batchnorm(&r->m->layers[l]))
+            return true;
+    return false;
+}
+
+void herd_run_synced_free(run *r)
+{
+    herd_synced_pass *p = r->synced;
+    if (!p)
+        return;
+    herd_slices_free(&p->slices);
+    free(p->all_rows);
+    r->m->be->free(p->dlogits);
+    free(p->x);
+    free(p->labels);
+    free(p->dl);
+    free(p->seeds);
+    free(p);
+    r->synced = NULL;
+}
+
+/* The sum over the global batch's slices in their order: rank k's local slice j * B/s + i
+ * (micro-batch j, its slice i) is the global batch's slice (j * N + k) * B/s + i. */
+static herd_status sum_rows(void *user, const double *rows, int width, double *out)
+{
+    herd_synced_pass *p = user;
+    herd_comm *c = p->comm;
+    int n_local = p->slices.n, ranks = c->size;
+    size_t mine = (size_t)n_local * (size_t)width, all = mine * (size_t)ranks;
+    const double *gathered = rows;
+    if (ranks > 1) {
+        if (all > p->all_rows_capacity) {
+            free(p->all_rows);
+            p->all_rows_capacity = 0;
+            if (!(p->all_rows = malloc(all * sizeof *p->all_rows)))
+                return HERD_NOMEM(all * sizeof *p->all_rows);
+            p->all_rows_capacity = all;
+        }
+        HERD_TRY(c->ops->allgather(c, rows, p->all_rows, mine * sizeof *rows));
+        gathered = p->all_rows;
+    }
+    for (int w = 0; w < width; w++)
+        out[w] = 0.0;
+    long slices = (long)n_local * ranks;
+    for (long g = 0; g < slices; g++) {
+        long i = g % p->per_micro, q = g / p->per_micro, k = q % ranks, j = q / ranks;
+        const double *row = gathered + ((size_t)k * n_local + (size_t)(j * p->per_micro + i)) * width;
+        for (int w = 0; w < width; w++)
+            out[w] += row[w];
+    }
+    return HERD_OK;
+}
+
+static herd_status grads_ready(void *user, int slice, int layer)
+{
+    (void)slice;
+    herd_synced_pass *p = user;
+    const herd_layer *l = &p->m->layers[layer];
+    herd_exact_sum_add_grad_views(p->exact, p->m, l->first_tensor, l->n_tensors);
+    return HERD_OK;
+}
+
+static herd_status grow(run *r, int n, size_t dlogits_floats)
+{
+    herd_synced_pass *p = r->synced;
+    if (!p && !(p = r->synced = calloc(1, sizeof *p)))
+        return HERD_NOMEM(sizeof *p);
+    if (n > p->capacity) {
+        free(p->x), free(p->labels), free(p->dl), free(p->seeds);
+        p->capacity = 0;
+        p->x = malloc((size_t)n * sizeof *p->x);
+        p->labels = malloc((size_t)n * sizeof *p->labels);
+        p->dl = malloc((size_t)n * sizeof *p->dl);
+        p->seeds = malloc((size_t)n * sizeof *p->seeds);
+        if (!p->x || !p->labels || !p->dl || !p->seeds)
+            return HERD_NOMEM((size_t)n * sizeof *p->seeds);
+        p->capacity = n;
+    }
+    if (dlogits_floats > p->dlogits_floats) {
+        r->m->be->free(p->dlogits);
+        p->dlogits_floats = 0;
+        herd_mem_category was = herd_mem_category_set(HERD_MEM_ACTIVATIONS);
+        p->dlogits = r->m->be->alloc(dlogits_floats * sizeof(float));
+        herd_mem_category_set(was);
+        if (!p->dlogits)
+            return HERD_ERR_NOMEM; /* the allocator said why */
+        p->dlogits_floats = dlogits_floats;
+    }
+    return HERD_OK;
+}
+
+/* The loss of each slice (its sum on the exact grid, as the slice-at-a-time pass adds
+ * it) and its gradient, scaled for dynamic loss scaling. */
+static herd_status losses(run *r, int n, int size, herd_step_stats *s)
+{
+    herd_synced_pass *p = r->synced;
+    const herd_model *m = r->m;
+    int rows = size * m->positions;
+    for (int i = 0; i < n; i++) {
+        float *dl = p->dlogits + (size_t)i * rows * m->classes;
+        double loss = 0;
+        long correct = 0;
+        HERD_TRY(m->be->softmax_xent(rows, m->classes, herd_slices_logits(&p->slices, i),
+                                     p->labels[i], r->cfg.label_smoothing, dl, &loss, &correct));
+        if (r->plan.scaler)
+            HERD_TRY(herd_loss_scaler_scale(r->plan.scaler, m->be, dl, (size_t)rows * m->classes));
+        s->loss_sum += herd_exact_loss(loss / m->positions);
+        s->correct += (double)correct / m->positions;
+        s->samples += size;
+        p->dl[i] = dl;
+    }
+    return HERD_OK;
+}
+
+herd_status herd_run_synced_pass(run *r, int n_micro, uint64_t seed, bool from_loader,
+                                 herd_step_stats *s)
+{
+    herd_model *m = r->m;
+    herd_step_plan *plan = &r->plan;
+    int ranks = r->dp->size, rank = r->dp->rank, size = herd_slice_size(&r->cfg);
+    int per_micro = r->cfg.batch_size / size, n = n_micro * per_micro;
+    size_t x_floats = (size_t)m->in_c * m->in_h * m->in_w, labels = (size_t)m->positions;
+    HERD_TRY(grow(r, n, (size_t)n * size * m->positions * m->classes));
+    herd_synced_pass *p = r->synced;
+    p->per_micro = per_micro, p->comm = r->dp, p->exact = &r->exact, p->m = m;
+    herd_exact_sum_begin(&r->exact, m, (long)n * ranks);
+    herd_exact_sum_restore_buffers(&r->exact, m); /* a redo starts where the step did */
+    HERD_TRY(herd_phase_mark(&plan->clock, HERD_PHASE_START));
+    for (int j = 0; j < n_micro; j++) {
+        herd_batch b;
+        HERD_TRY(herd_run_exact_micro_batch(r, j, n_micro, from_loader, s, &b));
+    }
+    /* All kept first: the store grows as it keeps them, and the loader reuses its slots. */
+    for (int j = 0; j < n_micro; j++) {
+        herd_batch b = herd_batch_store_get(&r->kept, j);
+        for (int i = 0; i < per_micro; i++) {
+            int at = j * per_micro + i;
+            uint64_t place = ((uint64_t)j * (uint64_t)ranks + (uint64_t)rank) *
+                             (uint64_t)per_micro + (uint64_t)i;
+            p->x[at] = b.x + (size_t)i * size * x_floats;
+            p->labels[at] = b.labels + (size_t)i * size * labels;
+            p->seeds[at] = herd_mix64(seed, place);
+        }
+    }
+    HERD_TRY(herd_slices_reshape(&p->slices, m, n, size));
+    HERD_TRY(herd_step_params_ready(plan)); /* ZeRO: the last update's parameters */
+    herd_run_ctx ctx = herd_model_ctx(m, true, seed);
+    ctx.trace = herd_timeline_sink(plan->timeline);
+    herd_slice_sums sums = {.sum_rows = sum_rows, .grads_ready = grads_ready, .user = p};
+    double t0 = herd_now();
+    HERD_TRY(herd_slices_forward(&p->slices, &ctx, p->seeds, p->x, &sums));
+    HERD_TRY(losses(r, n, size, s));
+    double t1 = herd_now();
+    HERD_TRY(herd_phase_mark(&plan->clock, HERD_PHASE_FORWARD));
+    HERD_TRY(herd_slices_backward(&p->slices, &ctx, p->seeds, p->x, p->dl, &sums));
+    double t2 = herd_now();
+    HERD_TRY(herd_phase_mark(&plan->clock, HERD_PHASE_BACKWARD));
+    s->t.forward += t1 - t0;
+    s->t.backward += t2 - t1;
+    if (plan->timeline && !herd_phase_clock_timing(&plan->clock)) {
+        herd_timeline_add(plan->timeline, HERD_TL_FORWARD, NULL, t0, t1);
+        herd_timeline_add(plan->timeline, HERD_TL_BACKWARD, NULL, t1, t2);
+    }
+    return HERD_OK;
+}
