@@ -5,7 +5,8 @@
 # slices of 4, as 1 process x 16 x 3 (--grad-accum 3), 1 x 48 x 1, 1 x 24 x 2 at --threads
 # 2, 2 ranks x 24 x 1, 3 x 8 x 2, 4 x 12 x 1 and 6 x 8 x 1, with --zero 2 on 2 ranks, with
 # --clip-grad-norm and dynamic loss scaling on 3 ranks, and stopped on 2 ranks and
-# resumed on 3: the one-process bytes, weights and running statistics. The statistics are
+# resumed on 3, and on 3 ranks of the simulated device (--device sim): the one-process
+# bytes, weights and running statistics. The statistics are
 # the global batch's: after 2 steps the weights lie within rounding of one slice of 48
 # (batch norm over all of it), where slices of 4 without --sync-bn do not. A repeat
 # pass (testlib.sh) trains 10 steps: 1 x 16 x 3, 3 x 8 x 2 and the resume. Refused at
@@ -72,6 +73,8 @@ if have_mpi; then
     check "3 ranks with --clip-grad-norm and dynamic loss scaling: the one-process bytes" \
       cmp "$tmp/one.clip" "$tmp/n3.clip"
     check "... and clipping changed them" bash -c "! cmp -s '$tmp/one' '$tmp/one.clip'"
+    rn 3 8 2 "$tmp/n3.sim" --quiet --device sim >"$tmp/out" 2>&1 || tail -3 "$tmp/out"
+    check "3 ranks on --device sim (device memory): the one-process CPU bytes" cmp "$tmp/one" "$tmp/n3.sim"
   fi
 else
   skipped_part "several ranks under mpirun (herd built without MPI, or no launcher)"

@@ -32,6 +32,7 @@ static void fake_init(fake *f)
     f->views[0] = (herd_tensor_view){.name = "a", .offset = 0, .numel = A};
     f->views[1] = (herd_tensor_view){.name = "b", .offset = A, .numel = B};
     f->views[2] = (herd_tensor_view){.name = "running", .offset = 0, .numel = R, .is_buffer = 1};
+    f->m.be = herd_backend_cpu();
     f->m.views = f->views;
     f->m.n_views = 3;
     f->m.n_param_floats = A + B;
@@ -71,15 +72,15 @@ static void step(fake *f, const int *order, float scale, int *redos)
 {
     herd_exact_sum *e = &f->e;
     bool redo = true;
-    herd_exact_sum_keep_buffers(e, &f->m);
+    assert_herd_ok(herd_exact_sum_keep_buffers(e, &f->m));
     for (*redos = -1; redo; (*redos)++) {
         assert_true(*redos < 2);
         herd_exact_sum_begin(e, &f->m, SLICES);
         for (int k = 0; k < SLICES; k++) {
-            herd_exact_sum_restore_buffers(e, &f->m);
+            assert_herd_ok(herd_exact_sum_restore_buffers(e, &f->m));
             slice_grad(f, order[k], scale);
             slice_forward(f, order[k]);
-            herd_exact_sum_add(e, &f->m);
+            assert_herd_ok(herd_exact_sum_add(e, &f->m));
         }
         assert_herd_ok(herd_exact_sum_finish(e, &f->m, g_comm, &redo));
     }
@@ -164,7 +165,7 @@ static void test_nonfinite_reaches_the_mean(void **state)
         slice_grad(&f, k, 1.0f);
         if (k == 3)
             f.grads[A + 5] = NAN;
-        herd_exact_sum_add(&f.e, &f.m);
+        assert_herd_ok(herd_exact_sum_add(&f.e, &f.m));
     }
     bool redo;
     assert_herd_ok(herd_exact_sum_finish(&f.e, &f.m, g_comm, &redo));

@@ -2,7 +2,9 @@
 # Issue 26's 16-bit run on one GPU, about 5 minutes: --precision bf16 and fp16 (16-bit
 # channels-last activations, tensor-core convolutions and gemm, fp32 master weights).
 #   1. correctness: test_cuda_act16 (every 16-bit op against the CPU), the other CUDA
-#      tests, two bf16 runs byte-identical, fp16 refused without loss scaling;
+#      tests, two bf16 runs byte-identical, fp16 refused without loss scaling; and
+#      --deterministic on the GPU (issue 27): lenet5 and resnet20 (with and without
+#      --sync-bn) run to run, across splits and on 2 ranks sharing the GPU, byte for byte;
 #   2. throughput, samples/s, herd against PyTorch (bench/torch_reference.py: autocast,
 #      channels_last, cudnn.benchmark on) side by side;
 #   3. accuracy: resnet20 on Fashion-MNIST, 15 epochs, bf16 against fp32 on the GPU
@@ -51,6 +53,28 @@ check "fp16 without loss scaling: refused (exit $rc), naming --loss-scale" \
 herd train "${R20[@]}" --precision fp16 --loss-scale dynamic --loss-scale-init 1024 2>&1 | tail -n 1 |
   tee "$tmp/f16b.out"
 check "fp16 with --loss-scale dynamic trains" grep -q "train_loss=" "$tmp/f16b.out"
+# --deterministic (issue 27) on the GPU: each slice's gradient read back into the exact
+# sums, so the bytes must not depend on the split of the global batch or on the ranks
+# sharing the GPU, and must repeat run to run; the CPU's bytes are not promised.
+D=(--data synthetic:3,16,16,10,960 --test-samples 32 --epochs 1 --seed 5 --lr 0.05 --momentum 0.9
+   --deterministic --quiet)
+for m in lenet5 resnet20 "resnet20 --sync-bn"; do
+  tag=${m// /}
+  herd train --model $m "${D[@]}" --batch-size 8 --grad-accum 12 --save "$tmp/d.$tag.a" 2>&1 | tail -n 1
+  herd train --model $m "${D[@]}" --batch-size 8 --grad-accum 12 --save "$tmp/d.$tag.b" >/dev/null 2>&1
+  check "--deterministic $m: two runs byte-identical" cmp "$tmp/d.$tag.a" "$tmp/d.$tag.b"
+  herd train --model $m "${D[@]}" --batch-size 32 --grad-accum 3 --save "$tmp/d.$tag.c" >/dev/null 2>&1
+  check "--deterministic $m: 1 x 32 x 3 gives the 1 x 8 x 12 bytes" cmp "$tmp/d.$tag.a" "$tmp/d.$tag.c"
+  LD_LIBRARY_PATH=$HL timeout 300 mpiexec.hydra -np 2 .dev/herd train --model $m "${D[@]}" \
+    --batch-size 8 --grad-accum 6 --save "$tmp/d.$tag.n2" >/dev/null 2>&1
+  check "--deterministic $m: 2 ranks sharing the GPU give the 1-rank bytes" \
+    cmp "$tmp/d.$tag.a" "$tmp/d.$tag.n2"
+  herd train --model $m "${D[@]}" --batch-size 8 --grad-accum 12 --device cpu --save "$tmp/d.$tag.cpu" \
+    >/dev/null 2>&1
+  echo "--deterministic $m: GPU against CPU, maxdiff $(maxdiff "$tmp/d.$tag.a" "$tmp/d.$tag.cpu")"
+done
+HERD_CUDNN_ANY_ALGO=1 herd train --model lenet5 "${D[@]}" --batch-size 8 >"$tmp/any.out" 2>&1
+check "--deterministic with HERD_CUDNN_ANY_ALGO=1 refused, naming it" grep -q "HERD_CUDNN_ANY_ALGO=1" "$tmp/any.out"
 fi
 
 if [ "${FROM:-1}" -le 2 ]; then

@@ -124,6 +124,9 @@ typedef struct herd_backend {
     /* Its pointers are plain host memory (the CPU backend): callers read and write
      * them directly and skip the staging copies a device backend needs. */
     bool host_memory;
+    /* Why its kernels may give other bits from run to run (what --deterministic refuses),
+     * or NULL when they do not; a NULL function: they never do. */
+    const char *(*nondeterminism)(void);
 
     /* Memory (zeroed). A failed alloc returns NULL with the reason in herd_last_error()
      * (the request, what is held, the cap): callers return HERD_ERR_NOMEM as it is. */

@@ -16,9 +16,11 @@ herd_status herd_run_exact_setup(run *r)
     const herd_train_config *cfg = &r->cfg;
     if (!cfg->deterministic)
         return HERD_OK;
-    if (strcmp(r->m->be->name, "cpu") != 0)
-        return HERD_ERR(HERD_ERR_UNSUPPORTED, "--deterministic runs on the CPU only for now, not "
-                        "--device %s (docs/determinism.md)", r->m->be->name);
+    const herd_backend *be = r->m->be;
+    const char *why = be->nondeterminism ? be->nondeterminism() : NULL;
+    if (why)
+        return HERD_ERR(HERD_ERR_UNSUPPORTED, "--deterministic on --device %s: %s; unset it "
+                        "(docs/determinism.md)", be->name, why);
     /* The epoch's last step must hold whole micro-batches on every rank alike, or its
      * slices would depend on the number of ranks. */
     long global = (long)cfg->batch_size * cfg->grad_accum * herd_run_replicas(r);
@@ -109,7 +111,7 @@ static herd_status pass(run *r, int n_micro, uint64_t seed, bool from_loader, he
             /* The loss too is summed on a grid, so its total has no order either. */
             double loss_before = s->loss_sum;
             s->loss_sum = 0;
-            herd_exact_sum_restore_buffers(&r->exact, r->m);
+            HERD_TRY(herd_exact_sum_restore_buffers(&r->exact, r->m));
             HERD_TRY(herd_micro_step(r->m, &r->plan, &slice, j * per_micro + i, n_slices,
                                      r->cfg.label_smoothing, herd_mix64(seed, place), s));
             s->loss_sum = loss_before + herd_exact_loss(s->loss_sum);
@@ -129,7 +131,7 @@ static herd_status any_pass(run *r, int n_micro, uint64_t seed, bool from_loader
 herd_status herd_run_exact_micro_steps(run *r, int n_micro, uint64_t seed, herd_step_stats *s)
 {
     bool redo;
-    herd_exact_sum_keep_buffers(&r->exact, r->m);
+    HERD_TRY(herd_exact_sum_keep_buffers(&r->exact, r->m));
     HERD_TRY(any_pass(r, n_micro, seed, true, s));
     HERD_TRY(herd_exact_sum_finish(&r->exact, r->m, r->dp, &redo));
     if (!redo)

@@ -29,7 +29,11 @@ herd_status herd_exact_sum_init(herd_exact_sum *e, const herd_model *m, int rank
     e->grid = calloc(nv, sizeof *e->grid);
     /* malloc(0) may return NULL: one float at least. */
     e->step_buffers = malloc((m->n_buffer_floats + 1) * sizeof *e->step_buffers);
-    if (!e->acc || !e->view_max || !e->all_max || !e->grid || !e->step_buffers) {
+    /* A device's gradients and buffers are read and written through host copies. */
+    if (!m->be->host_memory)
+        e->host = malloc((m->n_param_floats + m->n_buffer_floats + 1) * sizeof *e->host);
+    if (!e->acc || !e->view_max || !e->all_max || !e->grid || !e->step_buffers ||
+        (!m->be->host_memory && !e->host)) {
         herd_exact_sum_free(e);
         return HERD_NOMEM((n_sums(m) + 1) * sizeof(double));
     }
@@ -43,6 +47,7 @@ void herd_exact_sum_free(herd_exact_sum *e)
     free(e->all_max);
     free(e->grid);
     free(e->step_buffers);
+    free(e->host);
     memset(e, 0, sizeof *e);
 }
 
@@ -119,18 +124,47 @@ static double add_view(const float *g, size_t n, bool grid, double scale, double
     return (double)outside;
 }
 
-void herd_exact_sum_keep_buffers(herd_exact_sum *e, const herd_model *m)
+herd_status herd_exact_sum_keep_buffers(herd_exact_sum *e, const herd_model *m)
 {
-    memcpy(e->step_buffers, m->buffers, m->n_buffer_floats * sizeof *m->buffers);
+    size_t bytes = m->n_buffer_floats * sizeof *m->buffers;
+    if (!m->be->host_memory)
+        return bytes ? m->be->memcpy_d2h(e->step_buffers, m->buffers, bytes) : HERD_OK;
+    memcpy(e->step_buffers, m->buffers, bytes);
+    return HERD_OK;
 }
 
-void herd_exact_sum_restore_buffers(const herd_exact_sum *e, herd_model *m)
+herd_status herd_exact_sum_restore_buffers(const herd_exact_sum *e, herd_model *m)
 {
-    memcpy(m->buffers, e->step_buffers, m->n_buffer_floats * sizeof *m->buffers);
+    size_t bytes = m->n_buffer_floats * sizeof *m->buffers;
+    if (!m->be->host_memory)
+        return bytes ? m->be->memcpy_h2d(m->buffers, e->step_buffers, bytes) : HERD_OK;
+    memcpy(m->buffers, e->step_buffers, bytes);
+    return HERD_OK;
+}
+
+/* Where view tv's values are in host memory: the model's own, or (a device's) the host
+ * copy at the same place as in the sums. */
+static float *host_at(const herd_exact_sum *e, const herd_model *m, const herd_tensor_view *tv)
+{
+    if (m->be->host_memory)
+        return (tv->is_buffer ? m->buffers : m->grads) + tv->offset;
+    return e->host + (tv->is_buffer ? m->n_param_floats : 0) + tv->offset;
+}
+
+/* The same, read back from the device now. */
+static herd_status host_values(herd_exact_sum *e, const herd_model *m, const herd_tensor_view *tv,
+                               const float **out)
+{
+    *out = host_at(e, m, tv);
+    if (m->be->host_memory)
+        return HERD_OK;
+    const float *dev = (tv->is_buffer ? m->buffers : m->grads) + tv->offset;
+    return m->be->memcpy_d2h(host_at(e, m, tv), dev, tv->numel * sizeof(float));
 }
 
 /* Views first..first+count-1 of one kind (gradients, or buffers) into the sums. */
-static void add_views(herd_exact_sum *e, const herd_model *m, bool buffers, int first, int count)
+static herd_status add_views(herd_exact_sum *e, const herd_model *m, bool buffers, int first,
+                             int count)
 {
     const double bound = slice_bound(e);
     double outside = 0;
@@ -138,8 +172,9 @@ static void add_views(herd_exact_sum *e, const herd_model *m, bool buffers, int 
         const herd_tensor_view *tv = &m->views[v];
         if (tv->is_buffer != buffers)
             continue;
+        const float *x;
+        HERD_TRY(host_values(e, m, tv, &x));
         /* Buffers are not gradients: --compress does not round them. */
-        const float *x = tv->is_buffer ? m->buffers + tv->offset : m->grads + tv->offset;
         int round16 = tv->is_buffer ? HERD_EXACT_ROUND_NONE : (int)e->round16;
         float mx, was = e->view_max[v];
         outside += add_view(x, tv->numel, e->have_grid, ldexp(1.0, -e->grid[v]), bound, round16,
@@ -147,28 +182,29 @@ static void add_views(herd_exact_sum *e, const herd_model *m, bool buffers, int 
         e->view_max[v] = mx != mx || was != was ? NAN : mx > was ? mx : was;
     }
     e->acc[n_sums(m)] += outside;
+    return HERD_OK;
 }
 
-void herd_exact_sum_add_grad_views(herd_exact_sum *e, const herd_model *m, int first, int count)
+herd_status herd_exact_sum_add_grad_views(herd_exact_sum *e, const herd_model *m, int first,
+                                          int count)
 {
-    add_views(e, m, false, first, count);
+    return add_views(e, m, false, first, count);
 }
 
-void herd_exact_sum_add_grads(herd_exact_sum *e, const herd_model *m)
+herd_status herd_exact_sum_add_grads(herd_exact_sum *e, const herd_model *m)
 {
-    add_views(e, m, false, 0, m->n_views);
+    return add_views(e, m, false, 0, m->n_views);
 }
 
-void herd_exact_sum_add_buffers(herd_exact_sum *e, const herd_model *m)
+herd_status herd_exact_sum_add_buffers(herd_exact_sum *e, const herd_model *m)
 {
-    if (!e->buffers_synced)
-        add_views(e, m, true, 0, m->n_views);
+    return e->buffers_synced ? HERD_OK : add_views(e, m, true, 0, m->n_views);
 }
 
-void herd_exact_sum_add(herd_exact_sum *e, const herd_model *m)
+herd_status herd_exact_sum_add(herd_exact_sum *e, const herd_model *m)
 {
-    herd_exact_sum_add_grads(e, m);
-    herd_exact_sum_add_buffers(e, m);
+    HERD_TRY(herd_exact_sum_add_grads(e, m));
+    return herd_exact_sum_add_buffers(e, m);
 }
 
 /* E for a tensor whose largest slice value is mx: mx lands just below 2^GRID_BITS. */
@@ -239,10 +275,13 @@ herd_status herd_exact_sum_finish_agreed(herd_exact_sum *e, herd_model *m, herd_
             continue;
         double p2 = ldexp(1.0, e->grid[v]), slices = (double)e->slices;
         bool bad = !isfinite(e->all_max[v]);
-        float *g = (tv->is_buffer ? m->buffers : m->grads) + tv->offset;
+        float *g = host_at(e, m, tv);
         const double *acc = view_acc(e, m, tv);
         for (size_t i = 0; i < tv->numel; i++)
             g[i] = bad ? e->all_max[v] : (float)(acc[i] * p2 / slices);
+        if (!m->be->host_memory) /* a device's: written back */
+            HERD_TRY(m->be->memcpy_h2d((tv->is_buffer ? m->buffers : m->grads) + tv->offset, g,
+                                       tv->numel * sizeof *g));
     }
     set_grids(e, m); /* the next step's, from this one's values */
     return HERD_OK;

@@ -28,6 +28,7 @@ typedef struct herd_exact_sum {
     bool have_grid;
     long slices;      /* this step's slices on every rank together */
     float *step_buffers; /* the buffers as the step found them (herd_exact_sum_keep_buffers) */
+    float *host;         /* a device model's gradients and buffers, read back (else NULL) */
     /* --compress: each slice value is rounded to bf16 or IEEE half before it is added
      * (the rounding a compressed wire makes, at one fixed place: per slice). */
     enum { HERD_EXACT_ROUND_NONE, HERD_EXACT_ROUND_FP16, HERD_EXACT_ROUND_BF16 } round16;
@@ -44,17 +45,19 @@ void herd_exact_sum_begin(herd_exact_sum *e, const herd_model *m, long slices);
 /* Batch-norm running statistics (m->buffers): each slice's forward updates them from
  * the buffers as the step found them, so that the slices' order does not matter. Keep
  * them at the start of a step, restore them before every slice (a redo's too). */
-void herd_exact_sum_keep_buffers(herd_exact_sum *e, const herd_model *m);
-void herd_exact_sum_restore_buffers(const herd_exact_sum *e, herd_model *m);
-/* Adds the slice gradient in m->grads and the buffers its forward left (host memory). */
-void herd_exact_sum_add(herd_exact_sum *e, const herd_model *m);
+herd_status herd_exact_sum_keep_buffers(herd_exact_sum *e, const herd_model *m);
+herd_status herd_exact_sum_restore_buffers(const herd_exact_sum *e, herd_model *m);
+/* Adds the slice gradient in m->grads and the buffers its forward left (a device
+ * backend's through host copies: each add reads the values back). */
+herd_status herd_exact_sum_add(herd_exact_sum *e, const herd_model *m);
 /* The gradients of views first..first+count-1 only (one layer's, as soon as a slice's
  * backward of that layer wrote them: nn/slices.h). */
-void herd_exact_sum_add_grad_views(herd_exact_sum *e, const herd_model *m, int first, int count);
+herd_status herd_exact_sum_add_grad_views(herd_exact_sum *e, const herd_model *m, int first,
+                                          int count);
 /* The two halves, where forward and backward of a slice lie apart (pipeline stages):
  * the buffers right after the slice's forward, the gradient after its backward. */
-void herd_exact_sum_add_buffers(herd_exact_sum *e, const herd_model *m);
-void herd_exact_sum_add_grads(herd_exact_sum *e, const herd_model *m);
+herd_status herd_exact_sum_add_buffers(herd_exact_sum *e, const herd_model *m);
+herd_status herd_exact_sum_add_grads(herd_exact_sum *e, const herd_model *m);
 /* Sums over the ranks of c and writes the mean into m->grads, and the buffers' mean over
  * the slices into m->buffers; *redo: the step's slices must be computed again (restore,
  * begin, add..., finish), every rank alike. */

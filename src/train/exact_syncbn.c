@@ -19,6 +19,10 @@ struct herd_synced_pass {
     size_t all_rows_capacity;
     float *dlogits; /* per slice: size x positions x classes (backend memory) */
     size_t dlogits_floats;
+    /* A device backend's copies of the step's inputs and labels (NULL on the CPU). */
+    float *x_dev;
+    int32_t *labels_dev;
+    size_t x_dev_floats, labels_dev_count;
     /* per slice of this rank's step */
     const float **x;
     const int32_t **labels;
@@ -49,6 +53,8 @@ void herd_run_synced_free(run *r)
     herd_slices_free(&p->slices);
     free(p->all_rows);
     r->m->be->free(p->dlogits);
+    r->m->be->free(p->x_dev);
+    r->m->be->free(p->labels_dev);
     free(p->x);
     free(p->labels);
     free(p->dl);
@@ -94,7 +100,24 @@ static herd_status grads_ready(void *user, int slice, int layer)
     (void)slice;
     herd_synced_pass *p = user;
     const herd_layer *l = &p->m->layers[layer];
-    herd_exact_sum_add_grad_views(p->exact, p->m, l->first_tensor, l->n_tensors);
+    return herd_exact_sum_add_grad_views(p->exact, p->m, l->first_tensor, l->n_tensors);
+}
+
+/* Backend memory of at least `want` elements of `size` bytes in *buf (grown, counted as
+ * activations). */
+static herd_status grow_backend(const herd_backend *be, void **buf, size_t *have, size_t want,
+                                size_t size)
+{
+    if (want <= *have)
+        return HERD_OK;
+    be->free(*buf);
+    *have = 0;
+    herd_mem_category was = herd_mem_category_set(HERD_MEM_ACTIVATIONS);
+    *buf = be->alloc(want * size);
+    herd_mem_category_set(was);
+    if (!*buf)
+        return HERD_ERR_NOMEM; /* the allocator said why */
+    *have = want;
     return HERD_OK;
 }
 
@@ -114,17 +137,8 @@ static herd_status grow(run *r, int n, size_t dlogits_floats)
             return HERD_NOMEM((size_t)n * sizeof *p->seeds);
         p->capacity = n;
     }
-    if (dlogits_floats > p->dlogits_floats) {
-        r->m->be->free(p->dlogits);
-        p->dlogits_floats = 0;
-        herd_mem_category was = herd_mem_category_set(HERD_MEM_ACTIVATIONS);
-        p->dlogits = r->m->be->alloc(dlogits_floats * sizeof(float));
-        herd_mem_category_set(was);
-        if (!p->dlogits)
-            return HERD_ERR_NOMEM; /* the allocator said why */
-        p->dlogits_floats = dlogits_floats;
-    }
-    return HERD_OK;
+    return grow_backend(r->m->be, (void **)&p->dlogits, &p->dlogits_floats, dlogits_floats,
+                        sizeof(float));
 }
 
 /* The loss of each slice (its sum on the exact grid, as the slice-at-a-time pass adds
@@ -162,15 +176,31 @@ herd_status herd_run_synced_pass(run *r, int n_micro, uint64_t seed, bool from_l
     herd_synced_pass *p = r->synced;
     p->per_micro = per_micro, p->comm = r->dp, p->exact = &r->exact, p->m = m;
     herd_exact_sum_begin(&r->exact, m, (long)n * ranks);
-    herd_exact_sum_restore_buffers(&r->exact, m); /* a redo starts where the step did */
+    HERD_TRY(herd_exact_sum_restore_buffers(&r->exact, m)); /* a redo starts where the step did */
     HERD_TRY(herd_phase_mark(&plan->clock, HERD_PHASE_START));
     for (int j = 0; j < n_micro; j++) {
         herd_batch b;
         HERD_TRY(herd_run_exact_micro_batch(r, j, n_micro, from_loader, s, &b));
     }
-    /* All kept first: the store grows as it keeps them, and the loader reuses its slots. */
+    /* All kept first: the store grows as it keeps them, and the loader reuses its slots.
+     * A device gets them all in its own memory. */
+    const herd_backend *be = m->be;
+    size_t micro_x = (size_t)r->cfg.batch_size * x_floats, micro_labels = (size_t)r->cfg.batch_size * labels;
+    if (!be->host_memory) {
+        HERD_TRY(grow_backend(be, (void **)&p->x_dev, &p->x_dev_floats, micro_x * n_micro,
+                              sizeof(float)));
+        HERD_TRY(grow_backend(be, (void **)&p->labels_dev, &p->labels_dev_count,
+                              micro_labels * n_micro, sizeof(int32_t)));
+    }
     for (int j = 0; j < n_micro; j++) {
         herd_batch b = herd_batch_store_get(&r->kept, j);
+        if (!be->host_memory) {
+            HERD_TRY(be->memcpy_h2d(p->x_dev + j * micro_x, b.x, micro_x * sizeof(float)));
+            HERD_TRY(be->memcpy_h2d(p->labels_dev + j * micro_labels, b.labels,
+                                    micro_labels * sizeof(int32_t)));
+            b.x = p->x_dev + j * micro_x;
+            b.labels = p->labels_dev + j * micro_labels;
+        }
         for (int i = 0; i < per_micro; i++) {
             int at = j * per_micro + i;
             uint64_t place = ((uint64_t)j * (uint64_t)ranks + (uint64_t)rank) *

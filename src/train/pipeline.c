@@ -311,10 +311,10 @@ static herd_status run_forward(step_run *r, int mb)
     /* --deterministic: every slice's forward starts from the running statistics the step
      * found, and what it leaves goes into the exact sums (exact_sum.h). */
     if (exact)
-        herd_exact_sum_restore_buffers(exact, pp->m);
+        HERD_TRY(herd_exact_sum_restore_buffers(exact, pp->m));
     HERD_TRY(herd_model_forward(sl->m, &ctx, sl->input, &out));
     if (exact)
-        herd_exact_sum_add_buffers(exact, pp->m);
+        HERD_TRY(herd_exact_sum_add_buffers(exact, pp->m));
     if (last) {
         double loss = 0;
         long correct = 0;
@@ -352,7 +352,7 @@ static herd_status run_backward(step_run *r, int mb, int round_n)
         herd_step_arm_reduction(r->plan, pp->m, r->n_total, &ctx);
     HERD_TRY(herd_model_backward(sl->m, &ctx, sl->input, sl->dy));
     if (exact)
-        herd_exact_sum_add_grads(exact, pp->m);
+        HERD_TRY(herd_exact_sum_add_grads(exact, pp->m));
     r->bwd_done++;
     pp->in_flight--;
     r->s->t.backward += record(r, HERD_TL_BACKWARD, mb, t0);
@@ -390,7 +390,7 @@ herd_status herd_pipeline_forward_backward(herd_pipeline *pp, herd_step_plan *pl
                   .label_smoothing = label_smoothing, .seed = seed, .s = s};
     herd_exact_sum *exact = plan->exact;
     if (exact)
-        herd_exact_sum_keep_buffers(exact, pp->m);
+        HERD_TRY(herd_exact_sum_keep_buffers(exact, pp->m));
     for (int pass = 0;; pass++) {
         if (exact) /* every micro-batch is one slice, on each replica */
             herd_exact_sum_begin(exact, pp->m, (long)n * pp->replicas);

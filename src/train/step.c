@@ -181,7 +181,7 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
         herd_step_arm_reduction(p, m, n_micro, &ctx);
     HERD_TRY(herd_model_backward(m, &ctx, b->x, p->dlogits));
     if (p->exact)
-        herd_exact_sum_add(p->exact, m);
+        HERD_TRY(herd_exact_sum_add(p->exact, m));
     double t2 = herd_now();
     HERD_TRY(herd_phase_mark(&p->clock, HERD_PHASE_BACKWARD));
     s->t.forward += t1 - t0;

@@ -155,6 +155,7 @@ static herd_status cuda_device_identity(int *ordinal, char *id, size_t cap)
 static const herd_backend cuda_backend = {
     .name = "cuda",
     .supports_op = cuda_supports_op,
+    .nondeterminism = herd_cuda_nondeterminism,
     .alloc = herd_cuda_alloc,
     .free = herd_cuda_free,
     .memcpy_h2d = herd_cuda_memcpy_h2d,

@@ -37,6 +37,12 @@ static bool env_is_1(const char *name)
     return v && strcmp(v, "1") == 0;
 }
 
+const char *herd_cuda_nondeterminism(void)
+{
+    return env_is_1("HERD_CUDNN_ANY_ALGO") ? "HERD_CUDNN_ANY_ALGO=1 lets cuDNN choose convolution "
+                                             "algorithms that add with atomics" : NULL;
+}
+
 typedef struct policy {
     bool any, exact, heuristic;
     herd_precision prec;

@@ -24,6 +24,10 @@ herd_status herd_cuda_conv_algos_choose(const herd_conv_desc *d, cudnnTensorDesc
                                         cudnnTensorDescriptor_t y, herd_precision prec,
                                         herd_cuda_conv_algos *out);
 
+/* Why convolutions may give other bits from run to run (HERD_CUDNN_ANY_ALGO=1), or NULL:
+ * the backend's nondeterminism. */
+const char *herd_cuda_nondeterminism(void);
+
 /* The file of measured choices kept across runs (cuda_conv_db.c), by a key naming the
  * GPU, cuDNN, the shape, the precision and the rules. */
 herd_status herd_cuda_conv_db_lookup(const char *key, herd_cuda_conv_algos *out, bool *found);
