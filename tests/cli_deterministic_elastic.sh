@@ -18,10 +18,10 @@ common=(--data "synthetic:1,28,28,10,$samples" --test-samples 96 --epochs 1 --se
         --lr 0.05 --momentum 0.9 --eval-every 0 --threads 1 --quiet)
 # The step of the latest checkpoint in DIR.
 latest() { sed -n 's/^ckpt-\([0-9]*\)$/\1/p' "$1/latest" 2>/dev/null; }
-# kill_in DIR ATTEMPT FILE: once that attempt has published a checkpoint of its own (one
+# kill_in DIR ATTEMPT FILE SUP: once that attempt has published a checkpoint of its own (one
 # newer than the latest when it first recorded a step: the one it resumed from), creates
-# FILE (discovery then offers fewer slots) and kills one of its ranks at random; false
-# after 120 s. Checkpoints every 2 steps leave the kill most of the run: waiting for a
+# FILE (discovery then offers fewer slots) and kills one of its ranks at random (kill_rank,
+# while herd run SUP runs); false after 120 s. Checkpoints every 2 steps leave the kill most of the run: waiting for a
 # step past the first checkpoint after the first step this loop saw raced a fast job to
 # its end (under MPICH beside the other passes, 30 steps ended before a kill).
 kill_in() {
@@ -34,8 +34,7 @@ kill_in() {
   done
   [ "$t" -lt 6000 ] || return 1
   touch "$3"
-  mapfile -t pids < <(ranks_of "$1")
-  [ ${#pids[@]} -gt 0 ] && kill -9 "${pids[$((RANDOM % ${#pids[@]}))]}"
+  kill_rank 9 "$1" "$4"
 }
 # elastic MODEL DIR FLAGS...: the job on 4 slots, then 3, then 2, killed K times; sets rc (the
 # job's exit status) and killed (the kills sent).
@@ -46,13 +45,13 @@ elastic() {
 if [ -e "$dir.two" ]; then echo localhost:2; elif [ -e "$dir.three" ]; then echo localhost:3; else echo localhost:4; fi
 DISC
   chmod +x "$dir.discover"
-  timeout 500 "${run[@]}" -np 4 --min-np 2 --max-restarts $K --host-discovery "$dir.discover" \
-    --elastic-batch keep -- train --model "$model" "${common[@]}" --batch-size 24 --checkpoint-dir "$dir" \
+  HERD_TEST_STEP_DELAY_MS=10 timeout 500 "${run[@]}" -np 4 --min-np 2 --max-restarts $K \
+    --host-discovery "$dir.discover" --elastic-batch keep -x HERD_TEST_STEP_DELAY_MS -- train --model "$model" "${common[@]}" --batch-size 24 --checkpoint-dir "$dir" \
     --checkpoint-every-steps 2 --save "$dir.st" "$@" >"$dir.out" 2>"$dir.err" &
   local sup=$!
   killed=0
-  kill_in "$dir" 1 "$dir.three" && killed=1
-  [ $K -gt 1 ] && kill_in "$dir" 2 "$dir.two" && killed=2
+  kill_in "$dir" 1 "$dir.three" $sup && killed=1
+  [ $K -gt 1 ] && kill_in "$dir" 2 "$dir.two" $sup && killed=2
   wait $sup
   rc=$?
 }

@@ -19,6 +19,11 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 seed_random
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" "$2" | tail -n 1; }
 run=("$herd" run --mpirun "$HERD_MPIEXEC" --threads-per-rank 1)
+# The jobs this test kills sleep 10 ms a step (no CPU): alone a job here trained 315 steps
+# in under 4 s, and under MPICH beside the other passes jobs ended before the polling
+# below sent their kills.
+slow=(-x HERD_TEST_STEP_DELAY_MS)
+delay=(env HERD_TEST_STEP_DELAY_MS=10)
 # wait_step DIR ATTEMPT [AHEAD]: waits until that attempt has trained a step, then
 # AHEAD more steps; false after 60 s.
 wait_step() {
@@ -42,16 +47,14 @@ job=(train --model lenet5 --data synthetic:1,28,28,10,2016 --test-samples 400 --
      --lr 0.01 --eval-every 0 --quiet)
 timeout 300 "${run[@]}" -np 2 -- "${job[@]}" --save "$tmp/ref.st" >"$tmp/ref.out" 2>"$tmp/ref.err"
 check "the run never stopped: exits 0" test $? -eq 0
-timeout 600 "${run[@]}" -np 2 --max-restarts $K -- "${job[@]}" --checkpoint-dir "$tmp/k" \
+timeout 600 "${delay[@]}" "${run[@]}" -np 2 --max-restarts $K "${slow[@]}" -- "${job[@]}" --checkpoint-dir "$tmp/k" \
   --checkpoint-every-steps $S --save "$tmp/k.st" >"$tmp/k.out" 2>"$tmp/k.err" &
 sup=$!
 killed=0
 for i in $(seq 1 $K); do
   wait_step "$tmp/k" "$i" $((RANDOM % 50)) || break
-  mapfile -t pids < <(ranks_of "$tmp/k")
-  [ ${#pids[@]} -gt 0 ] || break
-  victim=${pids[$((RANDOM % ${#pids[@]}))]}
-  kill -9 "$victim" 2>/dev/null && killed=$((killed + 1))
+  kill_rank 9 "$tmp/k" $sup || break
+  killed=$((killed + 1))
 done
 wait $sup
 rc=$?
@@ -85,12 +88,11 @@ check "killed in a background write: the never-stopped run's weights" cmp -s "$t
 
 # 2b. A rank stopped (SIGSTOP) hangs the job: past --comm-timeout herd ends it, naming
 # the rank, and herd run relaunches it from the last checkpoint.
-timeout 300 "${run[@]}" -np 2 --max-restarts 1 -- "${short[@]}" --checkpoint-dir "$tmp/h" \
+timeout 300 "${delay[@]}" "${run[@]}" -np 2 --max-restarts 1 "${slow[@]}" -- "${short[@]}" --checkpoint-dir "$tmp/h" \
   --checkpoint-every-steps $S --stall-warning 1 --comm-timeout 3 --save "$tmp/h.st" >"$tmp/h.out" 2>"$tmp/h.err" &
 sup=$!
 wait_step "$tmp/h" 1 $((RANDOM % 50))
-mapfile -t pids < <(ranks_of "$tmp/h")
-kill -STOP "${pids[$((RANDOM % ${#pids[@]}))]}"
+kill_rank STOP "$tmp/h" $sup
 wait $sup
 rc=$?
 check "hung rank: the job ends 0 after 1 restart ($rc)" test $rc -eq 0 -a "$(field restarts "$tmp/h.out")" = 1
@@ -108,7 +110,7 @@ DISC
 chmod +x "$tmp/discover"
 el=(train --model mlp --data synthetic:1,12,12,4,2000 --threads 1 --seed 5 --epochs 3 --batch-size 16
     --grad-accum 2 --lr 0.01 --eval-every 0)
-timeout 300 "${run[@]}" -np 3 --min-np 2 --max-restarts 1 --host-discovery "$tmp/discover" -- \
+timeout 300 "${delay[@]}" "${run[@]}" -np 3 --min-np 2 --max-restarts 1 --host-discovery "$tmp/discover" "${slow[@]}" -- \
   "${el[@]}" --checkpoint-dir "$tmp/e" --checkpoint-every-steps 5 --save "$tmp/e.st" \
   >"$tmp/e.out" 2>"$tmp/e.err" &
 sup=$!
@@ -116,9 +118,8 @@ sup=$!
 # before it would test a restart from scratch instead).
 for t in $(seq 1 3000); do [ -e "$tmp/e/latest" ] && break; sleep 0.02; done
 wait_step "$tmp/e" 1 1
-mapfile -t pids < <(ranks_of "$tmp/e")
 touch "$tmp/two"
-kill -9 "${pids[$((RANDOM % ${#pids[@]}))]}"
+kill_rank 9 "$tmp/e" $sup
 wait $sup
 rc=$?
 check "elastic: the job ends 0 ($rc)" test $rc -eq 0
@@ -146,16 +147,15 @@ cat >"$tmp/discover-pp" <<DISC
 if [ -e "$tmp/three" ]; then echo localhost:3; else echo localhost:4; fi
 DISC
 chmod +x "$tmp/discover-pp"
-timeout 300 "${run[@]}" -np 4 --min-np 2 --max-restarts 1 --host-discovery "$tmp/discover-pp" -- \
+timeout 300 "${delay[@]}" "${run[@]}" -np 4 --min-np 2 --max-restarts 1 --host-discovery "$tmp/discover-pp" "${slow[@]}" -- \
   train --model mlp --data synthetic:1,12,12,4,2000 --threads 1 --seed 5 --epochs 2 --batch-size 16 \
   --lr 0.01 --eval-every 0 --pipeline-stages 2 --checkpoint-dir "$tmp/p" --checkpoint-every-steps 5 \
   >"$tmp/p.out" 2>"$tmp/p.err" &
 sup=$!
 for t in $(seq 1 3000); do [ -e "$tmp/p/latest" ] && break; sleep 0.02; done
 wait_step "$tmp/p" 1 1
-mapfile -t pids < <(ranks_of "$tmp/p")
 touch "$tmp/three"
-kill -9 "${pids[$((RANDOM % ${#pids[@]}))]}"
+kill_rank 9 "$tmp/p" $sup
 wait $sup
 rc=$?
 check "elastic pipelines: the job ends 0 ($rc)" test $rc -eq 0

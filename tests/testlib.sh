@@ -69,9 +69,25 @@ no_gpu_refusal() {
 ranks_of() {
   local p
   for p in $(pgrep -f -- "--checkpoint-dir $1"); do
-    tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- ' run ' && continue
-    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = herd ] && echo "$p"
+    tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline" | grep -q -- ' run ' && continue
+    [ "$(cat 2>/dev/null "/proc/$p/comm")" = herd ] && echo "$p"
   done
+}
+# kill_rank SIGNAL DIR SUP: sends SIGNAL to one of the job's ranks at random while its
+# supervisor SUP (herd run's pid) runs, asking again for up to 10 s when none is found or
+# the one picked is gone (a relaunch, or a rank on its way out, leaves such moments); false,
+# naming the job's processes, if no signal landed.
+kill_rank() {
+  local t pids
+  for t in $(seq 1 200); do
+    mapfile -t pids < <(ranks_of "$2")
+    [ ${#pids[@]} -gt 0 ] && kill "-$1" "${pids[$((RANDOM % ${#pids[@]}))]}" 2>/dev/null && return 0
+    kill -0 "$3" 2>/dev/null || break
+    sleep 0.05
+  done
+  echo "kill_rank: no rank of the job in $2 took SIGNAL $1; its processes:" >&2
+  ps -eo pid,stat,etime,args | grep -F -- "$2" | grep -v grep >&2
+  return 1
 }
 progress() {
   sed -n "s/^herd-progress step=\([0-9]*\) time=[0-9.]* restarts=$(($2 - 1)) .*/\1/p" "$1/progress" 2>/dev/null

@@ -11,6 +11,10 @@
 
 #include "herd/herd.h"
 
+/* HERD_TEST_STEP_DELAY_MS=N (1..10000): every training step first sleeps N ms, so a test
+ * that acts on a running job (kills a rank at a step) is not raced by a job that ends
+ * first; sleeping takes no CPU from the other tests. Unset: nothing. */
+void herd_test_step_delay(void);
 /* Whether HERD_TEST_FAIL_AT names this site and rank. */
 bool herd_test_hook(const char *site, int rank);
 /* HERD_ERR_INTERNAL ("injected failure at SITE on rank RANK") when the hook names

@@ -153,6 +153,7 @@ static herd_status train_step(run *r, long sched_step, herd_step_stats *s, bool 
     /* Inside a step the other ranks wait in its reductions: a failure here ends the
      * job through the caller's herd_dist_abort or the stall timeout (herd.h). */
     HERD_TRY(herd_fail_point("step", r->comm->rank));
+    herd_test_step_delay();
     if (r->state.global_step == 1 && herd_test_hook("stop", r->comm->rank))
         raise(SIGSTOP); /* the stall tests: a rank that stops between two collectives */
     if (r->timeline)
