@@ -5,7 +5,8 @@
 # again once the 3 ranks published one, offering 2 (2 x 24 x 2). The job ends 0 after 2
 # restarts on the weights of one process trained without a stop, byte for byte
 # (cli_deterministic shows that without the flag even 2 ranks do not). A repeat pass
-# (testlib.sh) kills once, to 3 ranks, in 50 steps.
+# (testlib.sh) kills once, to 3 ranks, in 50 steps. The job sleeps 50 ms a step (no CPU:
+# HERD_TEST_STEP_DELAY_MS), or beside the other passes a kill could land after it ended.
 set -u
 . "$(dirname "$0")/testlib.sh"
 have_mpi || skip_all "herd built without MPI, or its launcher (HERD_MPIEXEC, set by ctest) missing"
@@ -45,7 +46,7 @@ elastic() {
 if [ -e "$dir.two" ]; then echo localhost:2; elif [ -e "$dir.three" ]; then echo localhost:3; else echo localhost:4; fi
 DISC
   chmod +x "$dir.discover"
-  HERD_TEST_STEP_DELAY_MS=10 timeout 500 "${run[@]}" -np 4 --min-np 2 --max-restarts $K \
+  HERD_TEST_STEP_DELAY_MS=50 timeout 500 "${run[@]}" -np 4 --min-np 2 --max-restarts $K \
     --host-discovery "$dir.discover" --elastic-batch keep -x HERD_TEST_STEP_DELAY_MS -- train --model "$model" "${common[@]}" --batch-size 24 --checkpoint-dir "$dir" \
     --checkpoint-every-steps 2 --save "$dir.st" "$@" >"$dir.out" 2>"$dir.err" &
   local sup=$!

@@ -19,11 +19,11 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 seed_random
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" "$2" | tail -n 1; }
 run=("$herd" run --mpirun "$HERD_MPIEXEC" --threads-per-rank 1)
-# The jobs this test kills sleep 10 ms a step (no CPU): alone a job here trained 315 steps
+# The jobs this test kills sleep 20 ms a step (no CPU): alone a job here trained 315 steps
 # in under 4 s, and under MPICH beside the other passes jobs ended before the polling
-# below sent their kills.
+# below sent their kills (which can lag a second there: about 50 steps at this pace).
 slow=(-x HERD_TEST_STEP_DELAY_MS)
-delay=(env HERD_TEST_STEP_DELAY_MS=10)
+delay=(env HERD_TEST_STEP_DELAY_MS=20)
 # wait_step DIR ATTEMPT [AHEAD]: waits until that attempt has trained a step, then
 # AHEAD more steps; false after 60 s.
 wait_step() {
@@ -37,10 +37,10 @@ wait_step() {
   return 1
 }
 
-# 1. Ten kills, each after a random number (0-49) of steps into an attempt, of a random
+# 1. Ten kills, each after a random number (0-29) of steps into an attempt, of a random
 # rank. 2016 samples, global batch 32: 63 steps per epoch, 16 epochs: more steps than
-# ten attempts take. A repeat pass (sanitizers, MPICH) kills 3 times in 5 epochs: the
-# same paths.
+# ten attempts take, each up to 29 steps and the polling's lag. A repeat pass (sanitizers,
+# MPICH) kills 3 times in 5 epochs: the same paths.
 S=20 K=10 epochs=16
 repeat_pass && K=3 epochs=5
 job=(train --model lenet5 --data synthetic:1,28,28,10,2016 --test-samples 400 --threads 1 --seed 3 --epochs $epochs --batch-size 16
@@ -52,7 +52,7 @@ timeout 600 "${delay[@]}" "${run[@]}" -np 2 --max-restarts $K "${slow[@]}" -- "$
 sup=$!
 killed=0
 for i in $(seq 1 $K); do
-  wait_step "$tmp/k" "$i" $((RANDOM % 50)) || break
+  wait_step "$tmp/k" "$i" $((RANDOM % 30)) || break
   kill_rank 9 "$tmp/k" $sup || break
   killed=$((killed + 1))
 done
@@ -91,7 +91,7 @@ check "killed in a background write: the never-stopped run's weights" cmp -s "$t
 timeout 300 "${delay[@]}" "${run[@]}" -np 2 --max-restarts 1 "${slow[@]}" -- "${short[@]}" --checkpoint-dir "$tmp/h" \
   --checkpoint-every-steps $S --stall-warning 1 --comm-timeout 3 --save "$tmp/h.st" >"$tmp/h.out" 2>"$tmp/h.err" &
 sup=$!
-wait_step "$tmp/h" 1 $((RANDOM % 50))
+wait_step "$tmp/h" 1 $((RANDOM % 30))
 kill_rank STOP "$tmp/h" $sup
 wait $sup
 rc=$?
