@@ -23,13 +23,16 @@ herd_status herd_slices_reshape(herd_slices *s, herd_model *whole, int n, int si
     }
     if (n > s->capacity) {
         herd_model **more = realloc(s->slice, (size_t)n * sizeof *more);
-        herd_layer_io *io = realloc(s->io, (size_t)n * sizeof *io);
         if (more)
             s->slice = more;
-        if (io)
-            s->io = io;
-        if (!more || !io)
-            return HERD_NOMEM((size_t)n * sizeof *io);
+        free(s->io), free(s->bn), free(s->bn_x), free(s->bn_dy), free(s->bn_y);
+        s->io = malloc((size_t)n * sizeof *s->io);
+        s->bn = malloc((size_t)n * sizeof *s->bn);
+        s->bn_x = malloc((size_t)n * sizeof *s->bn_x);
+        s->bn_dy = malloc((size_t)n * sizeof *s->bn_dy);
+        s->bn_y = malloc((size_t)n * sizeof *s->bn_y);
+        if (!more || !s->io || !s->bn || !s->bn_x || !s->bn_dy || !s->bn_y)
+            return HERD_NOMEM((size_t)n * sizeof *s->io);
         for (; s->capacity < n; s->capacity++) {
             herd_model *m = herd_xcalloc(1, sizeof *m);
             if (!m)
@@ -63,7 +66,7 @@ void herd_slices_free(herd_slices *s)
     for (int i = 0; i < s->capacity; i++)
         herd_model_free(s->slice[i]);
     free(s->slice);
-    free(s->io);
+    free(s->io), free(s->bn), free(s->bn_x), free(s->bn_dy), free(s->bn_y);
     free(s->rows);
     memset(s, 0, sizeof *s);
 }
@@ -78,26 +81,23 @@ herd_status herd_slices_forward(herd_slices *s, const herd_run_ctx *ctx, const u
                                 const float *const *x, herd_slice_sums *sums)
 {
     sums->rows = s->rows;
-    int n = s->n, n_layers = s->whole->n_layers;
-    herd_layer **ls = malloc((size_t)n * sizeof *ls);
-    const float **in = malloc((size_t)n * sizeof *in);
-    float **out = malloc((size_t)n * sizeof *out);
-    herd_status st = ls && in && out ? HERD_OK : HERD_NOMEM((size_t)n * sizeof *ls);
-    for (int l = 0; l < n_layers && st == HERD_OK; l++) {
+    int n = s->n;
+    herd_status st = HERD_OK;
+    for (int l = 0; l < s->whole->n_layers && st == HERD_OK; l++) {
         if (ctx->before_forward)
             st = ctx->before_forward(ctx->before_user, l);
         double t0 = herd_trace_start(ctx->trace);
         const herd_layer *layer = &s->whole->layers[l];
-        if (st == HERD_OK && herd_layer_is_batchnorm(layer) && ctx->training) {
+        bool bn = herd_layer_is_batchnorm(layer) && ctx->training;
+        if (st == HERD_OK && bn) {
             for (int i = 0; i < n; i++) {
-                ls[i] = &s->slice[i]->layers[l];
-                in[i] = herd_model_layer_input(s->slice[i], x[i], l, 0);
-                out[i] = s->slice[i]->acts[l];
+                s->bn[i] = &s->slice[i]->layers[l];
+                s->bn_x[i] = herd_model_layer_input(s->slice[i], x[i], l, 0);
+                s->bn_y[i] = s->slice[i]->acts[l];
             }
-            st = herd_batchnorm_slices_forward(ls, n, ctx, in, out, sums);
+            st = herd_batchnorm_slices_forward(s->bn, n, ctx, s->bn_x, s->bn_y, sums);
         }
-        for (int i = 0; i < n && st == HERD_OK && !(herd_layer_is_batchnorm(layer) &&
-                                                    ctx->training); i++) {
+        for (int i = 0; i < n && st == HERD_OK && !bn; i++) {
             herd_model *m = s->slice[i];
             herd_layer *li = &m->layers[l];
             const float *inputs[HERD_MAX_INPUTS] = {0};
@@ -111,9 +111,6 @@ herd_status herd_slices_forward(herd_slices *s, const herd_run_ctx *ctx, const u
         if (ctx->between_layers)
             ctx->between_layers(ctx->between_user);
     }
-    free(ls);
-    free(in);
-    free(out);
     return st;
 }
 
@@ -122,14 +119,11 @@ herd_status herd_slices_backward(herd_slices *s, const herd_run_ctx *ctx, const 
                                  herd_slice_sums *sums)
 {
     sums->rows = s->rows;
-    int n = s->n, n_layers = s->whole->n_layers;
-    herd_layer **ls = malloc((size_t)n * sizeof *ls);
-    const float **in = malloc((size_t)n * sizeof *in), **dy = malloc((size_t)n * sizeof *dy);
-    float **dx = malloc((size_t)n * sizeof *dx);
-    herd_status st = ls && in && dy && dx ? HERD_OK : HERD_NOMEM((size_t)n * sizeof *ls);
+    int n = s->n;
+    herd_status st = HERD_OK;
     for (int i = 0; i < n; i++)
         herd_model_backward_begin(s->slice[i]);
-    for (int l = n_layers - 1; l >= 0 && st == HERD_OK; l--) {
+    for (int l = s->whole->n_layers - 1; l >= 0 && st == HERD_OK; l--) {
         const herd_layer *layer = &s->whole->layers[l];
         bool bn = herd_layer_is_batchnorm(layer);
         for (int i = 0; i < n; i++)
@@ -137,12 +131,12 @@ herd_status herd_slices_backward(herd_slices *s, const herd_run_ctx *ctx, const 
         double t0 = herd_trace_start(ctx->trace);
         if (bn) {
             for (int i = 0; i < n; i++) {
-                ls[i] = &s->slice[i]->layers[l];
-                in[i] = s->io[i].in[0];
-                dy[i] = s->io[i].dy;
-                dx[i] = s->io[i].din[0];
+                s->bn[i] = &s->slice[i]->layers[l];
+                s->bn_x[i] = s->io[i].in[0];
+                s->bn_dy[i] = s->io[i].dy;
+                s->bn_y[i] = s->io[i].din[0]; /* the input gradient */
             }
-            st = herd_batchnorm_slices_backward(ls, n, ctx, in, dy, dx, sums, l);
+            st = herd_batchnorm_slices_backward(s->bn, n, ctx, s->bn_x, s->bn_dy, s->bn_y, sums, l);
         }
         for (int i = 0; i < n && st == HERD_OK && !bn; i++) {
             herd_layer *li = &s->slice[i]->layers[l];
@@ -159,9 +153,5 @@ herd_status herd_slices_backward(herd_slices *s, const herd_run_ctx *ctx, const 
         for (int i = 0; i < n && st == HERD_OK; i++)
             st = herd_model_backward_done(s->slice[i], l, &s->io[i]);
     }
-    free(ls);
-    free(in);
-    free(dy);
-    free(dx);
     return st;
 }

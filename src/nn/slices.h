@@ -31,6 +31,11 @@ typedef struct herd_slices {
     int n, capacity;
     int size;           /* samples per slice */
     herd_layer_io *io;  /* per slice, for backward */
+    /* per slice: a batch norm's layer, inputs, outputs (or input gradients) and output
+     * gradients, handed to it together */
+    herd_layer **bn;
+    const float **bn_x, **bn_dy;
+    float **bn_y;
     double *rows;       /* per slice and one more: the widest batch-norm row (2c + 1) */
     size_t rows_capacity;
 } herd_slices;

@@ -68,6 +68,12 @@ static size_t sample_floats(const run *r) { return (size_t)r->m->in_c * r->m->in
 /* Labels per sample: one per position of a language model. */
 static size_t sample_labels(const run *r) { return (size_t)r->m->positions; }
 
+uint64_t herd_run_slice_place(const run *r, int j, int i)
+{
+    uint64_t per_micro = (uint64_t)(r->cfg.batch_size / herd_slice_size(&r->cfg));
+    return ((uint64_t)j * (uint64_t)r->dp->size + (uint64_t)r->dp->rank) * per_micro + (uint64_t)i;
+}
+
 herd_status herd_run_exact_micro_batch(run *r, int j, int n_micro, bool from_loader,
                                        herd_step_stats *s, herd_batch *b)
 {
@@ -98,7 +104,7 @@ herd_status herd_run_exact_micro_batch(run *r, int j, int n_micro, bool from_loa
  * its forward leaves in them depends on the slice alone too. */
 static herd_status pass(run *r, int n_micro, uint64_t seed, bool from_loader, herd_step_stats *s)
 {
-    int ranks = r->dp->size, rank = r->dp->rank, size = herd_slice_size(&r->cfg);
+    int ranks = r->dp->size, size = herd_slice_size(&r->cfg);
     int per_micro = r->cfg.batch_size / size, n_slices = n_micro * per_micro;
     herd_exact_sum_begin(&r->exact, r->m, (long)n_slices * ranks);
     for (int j = 0; j < n_micro; j++) {
@@ -107,7 +113,7 @@ static herd_status pass(run *r, int n_micro, uint64_t seed, bool from_loader, he
         for (int i = 0; i < per_micro; i++) {
             herd_batch slice = {.x = b.x + (size_t)i * size * sample_floats(r),
                                 .labels = b.labels + (size_t)i * size * sample_labels(r), .n = size};
-            uint64_t place = ((uint64_t)j * (uint64_t)ranks + (uint64_t)rank) * (uint64_t)per_micro + (uint64_t)i;
+            uint64_t place = herd_run_slice_place(r, j, i);
             /* The loss too is summed on a grid, so its total has no order either. */
             double loss_before = s->loss_sum;
             s->loss_sum = 0;

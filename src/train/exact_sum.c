@@ -155,11 +155,12 @@ static float *host_at(const herd_exact_sum *e, const herd_model *m, const herd_t
 static herd_status host_values(herd_exact_sum *e, const herd_model *m, const herd_tensor_view *tv,
                                const float **out)
 {
-    *out = host_at(e, m, tv);
+    float *host = host_at(e, m, tv);
+    *out = host;
     if (m->be->host_memory)
         return HERD_OK;
     const float *dev = (tv->is_buffer ? m->buffers : m->grads) + tv->offset;
-    return m->be->memcpy_d2h(host_at(e, m, tv), dev, tv->numel * sizeof(float));
+    return m->be->memcpy_d2h(host, dev, tv->numel * sizeof(float));
 }
 
 /* Views first..first+count-1 of one kind (gradients, or buffers) into the sums. */

@@ -63,8 +63,9 @@ void herd_run_synced_free(run *r)
     r->synced = NULL;
 }
 
-/* The sum over the global batch's slices in their order: rank k's local slice j * B/s + i
- * (micro-batch j, its slice i) is the global batch's slice (j * N + k) * B/s + i. */
+/* The sum over the global batch's slices in their order (herd_run_slice_place): rank k's
+ * local slice j * B/s + i is the global batch's slice (j * N + k) * B/s + i, so micro-batch
+ * j outermost, then the rank, then the slice visits them in order. */
 static herd_status sum_rows(void *user, const double *rows, int width, double *out)
 {
     herd_synced_pass *p = user;
@@ -85,13 +86,14 @@ static herd_status sum_rows(void *user, const double *rows, int width, double *o
     }
     for (int w = 0; w < width; w++)
         out[w] = 0.0;
-    long slices = (long)n_local * ranks;
-    for (long g = 0; g < slices; g++) {
-        long i = g % p->per_micro, q = g / p->per_micro, k = q % ranks, j = q / ranks;
-        const double *row = gathered + ((size_t)k * n_local + (size_t)(j * p->per_micro + i)) * width;
-        for (int w = 0; w < width; w++)
-            out[w] += row[w];
-    }
+    for (int j = 0; j < n_local / p->per_micro; j++)
+        for (int k = 0; k < ranks; k++)
+            for (int i = 0; i < p->per_micro; i++) {
+                size_t at = (size_t)k * n_local + (size_t)j * p->per_micro + i;
+                const double *row = gathered + at * width;
+                for (int w = 0; w < width; w++)
+                    out[w] += row[w];
+            }
     return HERD_OK;
 }
 
@@ -169,7 +171,7 @@ herd_status herd_run_synced_pass(run *r, int n_micro, uint64_t seed, bool from_l
 {
     herd_model *m = r->m;
     herd_step_plan *plan = &r->plan;
-    int ranks = r->dp->size, rank = r->dp->rank, size = herd_slice_size(&r->cfg);
+    int ranks = r->dp->size, size = herd_slice_size(&r->cfg);
     int per_micro = r->cfg.batch_size / size, n = n_micro * per_micro;
     size_t x_floats = (size_t)m->in_c * m->in_h * m->in_w, labels = (size_t)m->positions;
     HERD_TRY(grow(r, n, (size_t)n * size * m->positions * m->classes));
@@ -203,11 +205,9 @@ herd_status herd_run_synced_pass(run *r, int n_micro, uint64_t seed, bool from_l
         }
         for (int i = 0; i < per_micro; i++) {
             int at = j * per_micro + i;
-            uint64_t place = ((uint64_t)j * (uint64_t)ranks + (uint64_t)rank) *
-                             (uint64_t)per_micro + (uint64_t)i;
             p->x[at] = b.x + (size_t)i * size * x_floats;
             p->labels[at] = b.labels + (size_t)i * size * labels;
-            p->seeds[at] = herd_mix64(seed, place);
+            p->seeds[at] = herd_mix64(seed, herd_run_slice_place(r, j, i));
         }
     }
     HERD_TRY(herd_slices_reshape(&p->slices, m, n, size));

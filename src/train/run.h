@@ -108,6 +108,10 @@ herd_status herd_run_check_zero(const run *r);
 herd_status herd_run_exact_setup(run *r);
 herd_status herd_run_exact_micro_steps(run *r, int n_micro, uint64_t seed, herd_step_stats *s);
 void herd_run_exact_free(run *r);
+/* The place in the global batch of this rank's micro-batch j's slice i (its dropout
+ * stream): the loader gives rank k of N micro-batch j as the global batch's (j * N + k)-th
+ * piece of B samples, so its slice i is slice (j * N + k) * B / s + i. */
+uint64_t herd_run_slice_place(const run *r, int j, int i);
 /* Micro-batch j of the step: from the loader (kept for a redo) or as kept. */
 herd_status herd_run_exact_micro_batch(run *r, int j, int n_micro, bool from_loader,
                                        herd_step_stats *s, herd_batch *b);
