@@ -116,6 +116,7 @@ typedef struct comm_mpi {
     MPI_Op fp16_sum, bf16_sum;
     bool initialized_mpi; /* we called MPI_Init_thread, so we finalize */
     double poll_sleep_max_s;
+    double spin_s; /* how long a wait polls flat out before sleeping */
 
     pthread_t thread;
     bool thread_started;

@@ -18,12 +18,6 @@
 #include "core/half.h"
 #include "dist/comm_mpi_internal.h"
 
-/* Open MPI moves a shared-memory collective forward only inside MPI calls, one
- * fragment per poll, so a sleep between polls stretches a 1 MiB reduction from
- * ~0.3 ms to tens of ms (measured: resnet20's exposed communication fell from 20 ms
- * to under 1 ms per step). Poll flat out for this long, which covers a gradient
- * bucket's reduction; only a collective waiting on a late rank goes on to sleep. */
-#define SPIN_SECONDS 0.005
 #define IDLE_POLL_S 20e-6
 /* After a reduce-scatter, ZeRO's all-gather follows once the rank has updated its
  * slice: poll that long for it rather than sleep and pay a wake-up, which on busy cores
@@ -102,7 +96,7 @@ static int wait_request_polling(comm_mpi *m, MPI_Request *req, double spin_s, do
 
 static int wait_request(comm_mpi *m, MPI_Request *req)
 {
-    return wait_request_polling(m, req, SPIN_SECONDS, m->poll_sleep_max_s);
+    return wait_request_polling(m, req, m->spin_s, m->poll_sleep_max_s);
 }
 
 static MPI_Datatype wire_datatype(const comm_mpi *m, herd_wire_type wire)
@@ -343,7 +337,7 @@ static int reduce_pieces(comm_mpi *m, const mpi_op *op, bool blocking, char *err
  * per round trip (measured: 7.9 ms instead of 1 us on 2 oversubscribed cores). */
 static int wait_yielding(comm_mpi *m, MPI_Request *req)
 {
-    double give_up = herd_now() + SPIN_SECONDS;
+    double give_up = herd_now() + m->spin_s;
     for (;;) {
         int done = 0;
         int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
@@ -480,7 +474,7 @@ static void run_op(comm_mpi *m, mpi_op *op, char *err, size_t cap)
     bool background = op->kind == MPI_OP_ALLREDUCE_F64_ASYNC;
     double max_sleep = background && m->poll_sleep_max_s > 0 ? BACKGROUND_POLL_S : m->poll_sleep_max_s;
     if (rc == MPI_SUCCESS)
-        rc = wait_request_polling(m, &req, background ? 0 : SPIN_SECONDS, max_sleep);
+        rc = wait_request_polling(m, &req, background ? 0 : m->spin_s, max_sleep);
     if (rc != MPI_SUCCESS && !err[0]) /* an op that said what failed keeps its own words */
         comm_mpi_describe_error(m, rc, what, err, cap);
 }
