@@ -110,7 +110,9 @@ DISC
 chmod +x "$tmp/discover"
 el=(train --model mlp --data synthetic:1,12,12,4,2000 --threads 1 --seed 5 --epochs 3 --batch-size 16
     --grad-accum 2 --lr 0.01 --eval-every 0)
-timeout 300 "${delay[@]}" "${run[@]}" -np 3 --min-np 2 --max-restarts 1 --host-discovery "$tmp/discover" "${slow[@]}" -- \
+# 60 ms a step: at 20 ms this job's 60 steps once ended before the kill under MPICH
+# beside the other passes (2026-11-28).
+timeout 300 env HERD_TEST_STEP_DELAY_MS=60 "${run[@]}" -np 3 --min-np 2 --max-restarts 1 --host-discovery "$tmp/discover" "${slow[@]}" -- \
   "${el[@]}" --checkpoint-dir "$tmp/e" --checkpoint-every-steps 5 --save "$tmp/e.st" \
   >"$tmp/e.out" 2>"$tmp/e.err" &
 sup=$!
