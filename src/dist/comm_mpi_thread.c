@@ -19,6 +19,8 @@
 #include "dist/comm_mpi_internal.h"
 
 #define IDLE_POLL_S 20e-6
+/* How long a ping-pong yields between polls before the usual wait (wait_yielding). */
+#define YIELD_SECONDS 0.005
 /* After a reduce-scatter, ZeRO's all-gather follows once the rank has updated its
  * slice: poll that long for it rather than sleep and pay a wake-up, which on busy cores
  * waits for a time slice (measured on lenet5, 2 ranks on 2 cores: exposed communication
@@ -337,7 +339,7 @@ static int reduce_pieces(comm_mpi *m, const mpi_op *op, bool blocking, char *err
  * per round trip (measured: 7.9 ms instead of 1 us on 2 oversubscribed cores). */
 static int wait_yielding(comm_mpi *m, MPI_Request *req)
 {
-    double give_up = herd_now() + m->spin_s;
+    double give_up = herd_now() + YIELD_SECONDS;
     for (;;) {
         int done = 0;
         int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
