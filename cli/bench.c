@@ -74,12 +74,12 @@ static int bench_train(int argc, char **argv)
                                        "got '%s'", optarg);
             break;
         case 'G':
-            if (!cli_parse_size(optarg, 1 << 20, UINT64_MAX, &gpu_memory_limit))
+            if (!herd_parse_size(optarg, 1 << 20, UINT64_MAX, &gpu_memory_limit))
                 return cli_usage_error("bench train", "--gpu-memory-limit takes a size of at "
                                        "least 1M like 512M or 20G, got '%s'", optarg);
             break;
         case 'L':
-            if (!cli_parse_size(optarg, 1 << 20, UINT64_MAX, &memory_limit))
+            if (!herd_parse_size(optarg, 1 << 20, UINT64_MAX, &memory_limit))
                 return cli_usage_error("bench train", "--memory-limit takes a size of at least "
                                        "1M like 300M or 4G, got '%s'", optarg);
             break;
@@ -87,7 +87,7 @@ static int bench_train(int argc, char **argv)
         case 'h': fputs(bench_help, stdout); return CLI_OK;
         default: return cli_usage_error("bench train", "unknown or incomplete option");
         }
-        if (dst && !cli_parse_int(optarg, lo, 1L << 30, dst))
+        if (dst && !herd_parse_long(optarg, lo, 1L << 30, dst))
             return cli_usage_error("bench train", "expected an integer >= %ld, got '%s'", lo, optarg);
     }
     if (optind < argc)

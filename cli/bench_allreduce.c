@@ -103,7 +103,7 @@ int cmd_bench_allreduce(int argc, char **argv)
         switch (opt) {
         case 'b':
         case 'e':
-            if (!cli_parse_size(optarg, 1, (uint64_t)1 << 34, opt == 'b' ? &cfg.min_bytes : &cfg.max_bytes))
+            if (!herd_parse_size(optarg, 1, (uint64_t)1 << 34, opt == 'b' ? &cfg.min_bytes : &cfg.max_bytes))
                 return cli_usage_error("bench allreduce", "expected a size from 1 to 16G, got '%s'", optarg);
             min_given |= opt == 'b';
             break;
@@ -121,7 +121,7 @@ int cmd_bench_allreduce(int argc, char **argv)
         case 'h': fputs(help, stdout); return CLI_OK;
         default: return cli_usage_error("bench allreduce", "unknown or incomplete option");
         }
-        if (dst && !cli_parse_int(optarg, lo, 1 << 20, &v))
+        if (dst && !herd_parse_long(optarg, lo, 1 << 20, &v))
             return cli_usage_error("bench allreduce", "expected an integer >= %ld, got '%s'", lo, optarg);
         if (dst)
             *dst = (int)v;

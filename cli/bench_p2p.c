@@ -145,13 +145,13 @@ int cmd_bench_p2p(int argc, char **argv)
         switch (opt) {
         case 'b':
         case 'L':
-            if (!cli_parse_size(optarg, 1, 1u << 30, &size))
+            if (!herd_parse_size(optarg, 1, 1u << 30, &size))
                 return cli_usage_error("bench p2p", "expected a size from 1 to 1G, got '%s'", optarg);
             *(opt == 'b' ? &cfg.bw_bytes : &cfg.lat_bytes) = (size_t)size;
             break;
         case 'n':
         case 'l':
-            if (!cli_parse_int(optarg, 1, 1 << 24, &v))
+            if (!herd_parse_long(optarg, 1, 1 << 24, &v))
                 return cli_usage_error("bench p2p", "expected a positive integer, got '%s'", optarg);
             *(opt == 'n' ? &cfg.bw_reps : &cfg.lat_reps) = (int)v;
             break;

@@ -47,14 +47,14 @@ int cmd_bench_pipeline(int argc, char **argv)
         case 'm':
         case 'n':
         case 'w':
-            if (!cli_parse_int(optarg, opt == 'w' ? 0 : 1, 1 << 20, &v))
+            if (!herd_parse_long(optarg, opt == 'w' ? 0 : 1, 1 << 20, &v))
                 return cli_usage_error("bench pipeline", "expected a %s integer, got '%s'",
                                        opt == 'w' ? "non-negative" : "positive", optarg);
             *(opt == 'm' ? &cfg.micro_batches : opt == 'n' ? &cfg.steps : &cfg.warmup) = (int)v;
             break;
         case 't':
         case 'r':
-            if (!cli_parse_float(optarg, 1e-3, 1e6, &d))
+            if (!herd_parse_double(optarg, 1e-3, 1e6, &d))
                 return cli_usage_error("bench pipeline", "expected a positive number, got '%s'", optarg);
             *(opt == 't' ? &cfg.stage_ms : &cfg.backward_ratio) = d;
             break;
@@ -63,7 +63,7 @@ int cmd_bench_pipeline(int argc, char **argv)
                 return CLI_USAGE;
             break;
         case 'b':
-            if (!cli_parse_size(optarg, 1, 1u << 30, &size))
+            if (!herd_parse_size(optarg, 1, 1u << 30, &size))
                 return cli_usage_error("bench pipeline", "expected a size from 1 to 1G, got '%s'", optarg);
             cfg.bytes = (size_t)size;
             break;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "herd/herd.h"
+#include "tools/flags.h" /* herd_parse_long, herd_parse_double, herd_parse_size */
 
 /* Exit codes: 0 ok, 1 runtime failure, 2 usage error. */
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
@@ -30,13 +31,6 @@ typedef struct cli_line {
 } cli_line;
 FILE *cli_line_begin(cli_line *l, FILE *to);
 void cli_line_end(cli_line *l);
-
-/* Strict numbers for every flag: an optional '-' and decimal digits (floats: also a
- * fraction and an exponent), nothing around them; no hex, inf or nan; in [lo, hi]. */
-bool cli_parse_int(const char *s, long lo, long hi, long *out);
-bool cli_parse_float(const char *s, double lo, double hi, double *out);
-/* Sizes with K/M/G suffixes (powers of 1024) and an optional B: "64K", "1G", "4096". */
-bool cli_parse_size(const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
 
 /* herd_dataset_open, and for token data the sequence length: seq_len, or when 0 the
  * model's context (herd_model_token_shape). */

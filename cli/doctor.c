@@ -41,7 +41,7 @@ int cmd_doctor(int argc, char **argv)
         case 'j': json = true; break;
         case 'r': env.root = optarg, env.probe_cma = NULL; break;
         case 'n':
-            if (!cli_parse_int(optarg, 1, 1 << 16, &ranks))
+            if (!herd_parse_long(optarg, 1, 1 << 16, &ranks))
                 return cli_usage_error("doctor", "--ranks-per-host wants an integer >= 1, got '%s'", optarg);
             env.ranks_per_host = (int)ranks;
             break;

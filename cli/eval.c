@@ -47,16 +47,16 @@ int cmd_eval(int argc, char **argv)
             split = strcmp(optarg, "train") == 0 ? HERD_SPLIT_TRAIN : HERD_SPLIT_TEST;
             break;
         case 'b':
-            if (!cli_parse_int(optarg, 1, 1 << 20, &batch))
+            if (!herd_parse_long(optarg, 1, 1 << 20, &batch))
                 return cli_usage_error("eval", "--batch-size must be a positive integer, got '%s'", optarg);
             break;
         case 't':
-            if (!cli_parse_int(optarg, 0, 4096, &threads))
+            if (!herd_parse_long(optarg, 0, 4096, &threads))
                 return cli_usage_error("eval", "--threads must be an integer >= 0, got '%s'", optarg);
             break;
         case 'v': device = optarg; break;
         case 'L':
-            if (!cli_parse_int(optarg, 1, 1L << 24, &seq_len))
+            if (!herd_parse_long(optarg, 1, 1L << 24, &seq_len))
                 return cli_usage_error("eval", "--seq-len must be a positive integer, got '%s'", optarg);
             break;
         case 'j': json = true; break;

@@ -45,11 +45,11 @@ int cmd_plot(int argc, char **argv)
         case 'o': output = optarg; break;
         case OPT_METRIC: metric = optarg; break;
         case OPT_WIDTH:
-            if (!cli_parse_int(optarg, 200, 20000, &width))
+            if (!herd_parse_long(optarg, 200, 20000, &width))
                 return cli_usage_error("plot", "--width is pixels in [200, 20000], got '%s'", optarg);
             break;
         case OPT_HEIGHT:
-            if (!cli_parse_int(optarg, 150, 20000, &height))
+            if (!herd_parse_long(optarg, 150, 20000, &height))
                 return cli_usage_error("plot", "--height is pixels in [150, 20000], got '%s'", optarg);
             break;
         case OPT_HELP: fputs(plot_help, stdout); return CLI_OK;

@@ -93,19 +93,19 @@ static int parse_args(int argc, char **argv, predict_args *a)
         case 'f': a->bench_file = optarg; break;
         case 'd': a->data = optarg; break;
         case 'j': a->json = true; break;
-        case 'w': ok = cli_parse_int(optarg, 1, 1 << 20, &a->workers); break;
-        case 'b': ok = cli_parse_int(optarg, 1, 1 << 20, &a->batch); break;
-        case 'T': ok = cli_parse_int(optarg, 0, 1024, &a->threads); break;
-        case 'S': ok = cli_parse_int(optarg, 1, 1 << 20, &a->steps); break;
-        case 'g': ok = cli_parse_float(optarg, 1e-6, 1e9, &a->link_gbps); break;
-        case 'l': ok = cli_parse_float(optarg, 0, 1e9, &a->latency_us); break;
-        case 's': ok = cli_parse_float(optarg, 1e-6, 1e9, &a->step_ms); break;
-        case 'B': ok = cli_parse_float(optarg, 0, 1, &a->backward_fraction); break;
-        case 't': ok = cli_parse_float(optarg, 0, 1, &a->threshold); break;
-        case 'K': ok = cli_parse_float(optarg, 1e-6, 1e6, &a->bucket_mb); break;
+        case 'w': ok = herd_parse_long(optarg, 1, 1 << 20, &a->workers); break;
+        case 'b': ok = herd_parse_long(optarg, 1, 1 << 20, &a->batch); break;
+        case 'T': ok = herd_parse_long(optarg, 0, 1024, &a->threads); break;
+        case 'S': ok = herd_parse_long(optarg, 1, 1 << 20, &a->steps); break;
+        case 'g': ok = herd_parse_double(optarg, 1e-6, 1e9, &a->link_gbps); break;
+        case 'l': ok = herd_parse_double(optarg, 0, 1e9, &a->latency_us); break;
+        case 's': ok = herd_parse_double(optarg, 1e-6, 1e9, &a->step_ms); break;
+        case 'B': ok = herd_parse_double(optarg, 0, 1, &a->backward_fraction); break;
+        case 't': ok = herd_parse_double(optarg, 0, 1, &a->threshold); break;
+        case 'K': ok = herd_parse_double(optarg, 1e-6, 1e6, &a->bucket_mb); break;
         case 'Y': a->sync_bn = true; break;
-        case 'P': ok = cli_parse_int(optarg, 1, HERD_PREDICT_MAX_STAGES, &a->stages); break;
-        case 'U': ok = cli_parse_int(optarg, 1, 1 << 20, &a->micro_batches); break;
+        case 'P': ok = herd_parse_long(optarg, 1, HERD_PREDICT_MAX_STAGES, &a->stages); break;
+        case 'U': ok = herd_parse_long(optarg, 1, 1 << 20, &a->micro_batches); break;
         case 'Q':
             if (!cli_pp_schedule_arg("predict", "--pp-schedule", optarg, &a->schedule))
                 return CLI_USAGE;

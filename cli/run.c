@@ -159,10 +159,10 @@ static long train_min_ranks(const run_args *r, long *multiple, char *why, size_t
     bool given;
     long stages = 1, zero = 0;
     const char *v = run_cmd_option(r->cmd, r->ncmd, "--pipeline-stages", &given);
-    if (!v || !cli_parse_int(v, 1, 64, &stages))
+    if (!v || !herd_parse_long(v, 1, 64, &stages))
         stages = 1;
     v = run_cmd_option(r->cmd, r->ncmd, "--zero", &given);
-    if (!v || !cli_parse_int(v, 1, 2, &zero))
+    if (!v || !herd_parse_long(v, 1, 2, &zero))
         zero = 0;
     long need = herd_train_min_ranks((int)stages, (int)zero);
     *multiple = stages;
@@ -239,7 +239,7 @@ static int parse_supervise_flag(int argc, char **argv, int *i, run_args *r)
     if (num) {
         /* At most 10000 restarts: their failures are kept, K + 1 records. */
         long lo = np_flag ? 1 : 0, hi = np_flag ? 1 << 20 : num == &r->max_restarts ? 10000 : 1 << 30;
-        if (!val || !cli_parse_int(val, lo, hi, num))
+        if (!val || !herd_parse_long(val, lo, hi, num))
             return cli_usage_error("run", "%s needs an integer from %ld to %ld%s%s%s", a, lo, hi,
                                    val ? ", got '" : "", val ? val : "", val ? "'" : "");
     } else if (strcmp(a, "--host-discovery") == 0) {
@@ -280,11 +280,11 @@ static int parse_option(int argc, char **argv, int *i, run_args *r, run_argv *ex
             return -1;
         }
     if (strcmp(a, "-np") == 0 || strcmp(a, "-n") == 0 || strcmp(a, "--np") == 0) {
-        if (!val || !cli_parse_int(argv[++*i], 1, 1 << 20, &r->np))
+        if (!val || !herd_parse_long(argv[++*i], 1, 1 << 20, &r->np))
             return cli_usage_error("run", "%s needs a number of ranks >= 1%s%s%s", a,
                                    val ? ", got '" : "", val ? val : "", val ? "'" : "");
     } else if (strcmp(a, "--threads-per-rank") == 0) {
-        if (!val || !cli_parse_int(argv[++*i], 1, 4096, &r->tpr))
+        if (!val || !herd_parse_long(argv[++*i], 1, 4096, &r->tpr))
             return cli_usage_error("run", "--threads-per-rank needs an integer >= 1%s%s%s",
                                    val ? ", got '" : "", val ? val : "", val ? "'" : "");
     } else if (strcmp(a, "--bind-to") == 0) {

@@ -108,86 +108,33 @@ static const char train_help[] =
     "train_loss, train_acc, test_loss, test_acc, samples_per_s, wall_s (token data: also\n"
     "tokens_per_s, samples_per_s x T; the loss and accuracy are per token).\n";
 
+/* The flags that are not training options (herd_train_config_set has those: one table
+ * for the command line and Python). */
 enum {
-    OPT_MODEL = 256, OPT_DATA, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_OPTIMIZER, OPT_MOMENTUM,
-    OPT_NESTEROV, OPT_WD, OPT_DECOUPLED, OPT_DECAY_BN, OPT_SCHEDULE, OPT_MILESTONES, OPT_GAMMA,
-    OPT_WARMUP, OPT_AUGMENT, OPT_SMOOTH, OPT_THREADS, OPT_SEED, OPT_CKPT, OPT_RESUME, OPT_EVAL,
-    OPT_MAX_STEPS, OPT_TRAIN_SAMPLES, OPT_TEST_SAMPLES, OPT_SAVE, OPT_LOG_EVERY, OPT_QUIET, OPT_JSON, OPT_HELP,
-    OPT_LR_SCALING, OPT_SYNC_BN, OPT_COMPRESS, OPT_GRAD_ACCUM, OPT_BUCKET_MB, OPT_CHECK_REPLICAS, OPT_DETERMINISTIC, OPT_SLICE_SIZE,
-    OPT_MEM_LIMIT, OPT_PP_STAGES, OPT_MICRO_BATCHES, OPT_PP_SCHEDULE, OPT_STAGE_SPLIT,
-    OPT_STALL_WARNING, OPT_COMM_TIMEOUT, OPT_DEVICE, OPT_LOGDIR, OPT_HISTOGRAMS, OPT_METRICS,
-    OPT_PRECISION, OPT_GPU_MEM, OPT_LOSS_SCALE,
-    OPT_LOSS_SCALE_INIT, OPT_LOSS_SCALE_WINDOW, OPT_CLIP_GRAD_NORM, OPT_TIMELINE, OPT_ZERO,
-    OPT_CKPT_STEPS, OPT_CKPT_SECONDS, OPT_ELASTIC_BATCH, OPT_ELASTIC_RANKS, OPT_ON_NONFINITE,
-    OPT_SEQ_LEN,
+    OPT_MODEL = 256, OPT_DATA, OPT_DEVICE, OPT_PRECISION, OPT_GPU_MEM, OPT_MEM_LIMIT,
+    OPT_TRAIN_SAMPLES, OPT_TEST_SAMPLES, OPT_SEQ_LEN, OPT_SAVE, OPT_QUIET, OPT_JSON, OPT_HELP,
+    OPT_STALL_WARNING, OPT_COMM_TIMEOUT, OPT_TRAINING,
 };
 
-static const struct option train_options[] = {
+static const struct option own_options[] = {
     {"model", required_argument, 0, OPT_MODEL},
     {"data", required_argument, 0, OPT_DATA},
-    {"epochs", required_argument, 0, OPT_EPOCHS},
-    {"batch-size", required_argument, 0, OPT_BATCH},
-    {"lr", required_argument, 0, OPT_LR},
-    {"optimizer", required_argument, 0, OPT_OPTIMIZER},
-    {"momentum", required_argument, 0, OPT_MOMENTUM},
-    {"nesterov", no_argument, 0, OPT_NESTEROV},
-    {"weight-decay", required_argument, 0, OPT_WD},
-    {"decoupled-decay", no_argument, 0, OPT_DECOUPLED},
-    {"decay-bn-bias", no_argument, 0, OPT_DECAY_BN},
-    {"schedule", required_argument, 0, OPT_SCHEDULE},
-    {"milestones", required_argument, 0, OPT_MILESTONES},
-    {"gamma", required_argument, 0, OPT_GAMMA},
-    {"warmup-epochs", required_argument, 0, OPT_WARMUP},
-    {"augment", no_argument, 0, OPT_AUGMENT},
-    {"label-smoothing", required_argument, 0, OPT_SMOOTH},
-    {"threads", required_argument, 0, OPT_THREADS},
     {"device", required_argument, 0, OPT_DEVICE},
     {"precision", required_argument, 0, OPT_PRECISION},
     {"gpu-memory-limit", required_argument, 0, OPT_GPU_MEM},
     {"memory-limit", required_argument, 0, OPT_MEM_LIMIT},
-    {"loss-scale", required_argument, 0, OPT_LOSS_SCALE},
-    {"loss-scale-init", required_argument, 0, OPT_LOSS_SCALE_INIT},
-    {"loss-scale-window", required_argument, 0, OPT_LOSS_SCALE_WINDOW},
-    {"clip-grad-norm", required_argument, 0, OPT_CLIP_GRAD_NORM},
-    {"on-nonfinite", required_argument, 0, OPT_ON_NONFINITE},
-    {"zero", required_argument, 0, OPT_ZERO},
-    {"seed", required_argument, 0, OPT_SEED},
-    {"checkpoint-dir", required_argument, 0, OPT_CKPT},
-    {"resume", no_argument, 0, OPT_RESUME},
-    {"checkpoint-every-steps", required_argument, 0, OPT_CKPT_STEPS},
-    {"checkpoint-every-seconds", required_argument, 0, OPT_CKPT_SECONDS},
-    {"elastic-batch", required_argument, 0, OPT_ELASTIC_BATCH},
-    {"elastic-ranks", required_argument, 0, OPT_ELASTIC_RANKS},
-    {"eval-every", required_argument, 0, OPT_EVAL},
-    {"max-steps", required_argument, 0, OPT_MAX_STEPS},
     {"train-samples", required_argument, 0, OPT_TRAIN_SAMPLES},
     {"test-samples", required_argument, 0, OPT_TEST_SAMPLES},
     {"seq-len", required_argument, 0, OPT_SEQ_LEN},
     {"save", required_argument, 0, OPT_SAVE},
-    {"log-every", required_argument, 0, OPT_LOG_EVERY},
     {"quiet", no_argument, 0, OPT_QUIET},
     {"json", no_argument, 0, OPT_JSON},
     {"help", no_argument, 0, OPT_HELP},
-    {"lr-scaling", required_argument, 0, OPT_LR_SCALING},
-    {"sync-bn", no_argument, 0, OPT_SYNC_BN},
-    {"compress", required_argument, 0, OPT_COMPRESS},
-    {"grad-accum", required_argument, 0, OPT_GRAD_ACCUM},
-    {"bucket-mb", required_argument, 0, OPT_BUCKET_MB},
-    {"pipeline-stages", required_argument, 0, OPT_PP_STAGES},
-    {"micro-batches", required_argument, 0, OPT_MICRO_BATCHES},
-    {"pp-schedule", required_argument, 0, OPT_PP_SCHEDULE},
-    {"stage-split", required_argument, 0, OPT_STAGE_SPLIT},
-    {"check-replicas", no_argument, 0, OPT_CHECK_REPLICAS},
-    {"deterministic", no_argument, 0, OPT_DETERMINISTIC},
-    {"slice-size", required_argument, 0, OPT_SLICE_SIZE},
     {"stall-warning", required_argument, 0, OPT_STALL_WARNING},
     {"comm-timeout", required_argument, 0, OPT_COMM_TIMEOUT},
-    {"logdir", required_argument, 0, OPT_LOGDIR},
-    {"histograms", required_argument, 0, OPT_HISTOGRAMS},
-    {"metrics", required_argument, 0, OPT_METRICS},
-    {"timeline", required_argument, 0, OPT_TIMELINE},
-    {0, 0, 0, 0},
 };
+#define N_OWN (sizeof own_options / sizeof own_options[0])
+#define MAX_TRAINING_OPTIONS 96
 
 typedef struct train_args {
     const char *model, *data, *save, *device;
@@ -199,19 +146,19 @@ typedef struct train_args {
     herd_dist_config dist;
 } train_args;
 
-static bool parse_milestones(const char *s, herd_train_config *cfg)
+/* getopt's table: this file's flags, then every training option. */
+static const struct option *all_options(void)
 {
-    cfg->n_milestones = 0;
-    char *copy = strdup(s), *save = NULL;
-    bool ok = copy != NULL;
-    for (char *tok = strtok_r(copy, ",", &save); ok && tok; tok = strtok_r(NULL, ",", &save)) {
-        long v;
-        ok = cfg->n_milestones < HERD_MAX_MILESTONES && cli_parse_int(tok, 1, 1000000, &v);
-        if (ok)
-            cfg->milestones[cfg->n_milestones++] = (int)v;
-    }
-    free(copy);
-    return ok && cfg->n_milestones > 0;
+    static struct option all[N_OWN + MAX_TRAINING_OPTIONS + 1];
+    if (all[0].name)
+        return all;
+    memcpy(all, own_options, sizeof own_options);
+    size_t n = N_OWN;
+    bool takes_value;
+    const char *name;
+    for (size_t i = 0; n < N_OWN + MAX_TRAINING_OPTIONS && (name = herd_train_option_name(i, &takes_value)); i++)
+        all[n++] = (struct option){name, takes_value ? required_argument : no_argument, 0, OPT_TRAINING};
+    return all;
 }
 
 /* Returns -1 when parsing succeeded, else the exit code. */
@@ -220,66 +167,38 @@ static int parse_train_args(int argc, char **argv, train_args *a)
     herd_train_config *c = &a->cfg;
     herd_train_config_default(c);
     a->data = "fashion-mnist";
+    const struct option *options = all_options();
     optind = 1;
-    int opt;
+    int opt, index;
     long iv;
     double fv;
     bool pp_schedule_given = false;
 #define INT_ARG(lo, hi, dst, what)                                                  \
     do {                                                                            \
-        if (!cli_parse_int(optarg, lo, hi, &iv))                                    \
+        if (!herd_parse_long(optarg, lo, hi, &iv))                                  \
             return cli_usage_error("train", "%s must be an integer in [%ld, %ld], got '%s'", \
                                    what, (long)(lo), (long)(hi), optarg);           \
         dst = iv;                                                                   \
     } while (0)
 #define FLOAT_ARG(lo, hi, dst, what)                                                \
     do {                                                                            \
-        if (!cli_parse_float(optarg, lo, hi, &fv))                                  \
+        if (!herd_parse_double(optarg, lo, hi, &fv))                                \
             return cli_usage_error("train", "%s must be a number in [%g, %g], got '%s'", what, \
                                    (double)(lo), (double)(hi), optarg);             \
         dst = (float)fv;                                                            \
     } while (0)
-    while ((opt = getopt_long(argc, argv, "", train_options, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "", options, &index)) != -1) {
         switch (opt) {
+        case OPT_TRAINING: {
+            char flag[64];
+            snprintf(flag, sizeof flag, "--%s", options[index].name);
+            if (herd_train_config_set(c, flag, optarg) != HERD_OK)
+                return cli_usage_error("train", "%s", herd_last_error());
+            pp_schedule_given |= strcmp(options[index].name, "pp-schedule") == 0;
+            break;
+        }
         case OPT_MODEL: a->model = optarg; break;
         case OPT_DATA: a->data = optarg; break;
-        case OPT_EPOCHS: INT_ARG(1, 100000, c->epochs, "--epochs"); break;
-        case OPT_BATCH: INT_ARG(1, 1 << 20, c->batch_size, "--batch-size"); break;
-        case OPT_LR: FLOAT_ARG(1e-12, 1e3, c->lr, "--lr"); break;
-        case OPT_OPTIMIZER:
-            if (strcmp(optarg, "sgd") == 0)
-                c->optimizer = HERD_OPT_SGD;
-            else if (strcmp(optarg, "adamw") == 0)
-                c->optimizer = HERD_OPT_ADAMW;
-            else
-                return cli_usage_error("train", "--optimizer is sgd or adamw, got '%s'", optarg);
-            break;
-        case OPT_MOMENTUM: FLOAT_ARG(0, 0.9999, c->momentum, "--momentum"); break;
-        case OPT_NESTEROV: c->nesterov = true; break;
-        case OPT_WD: FLOAT_ARG(0, 1, c->weight_decay, "--weight-decay"); break;
-        case OPT_DECOUPLED: c->decoupled_decay = true; break;
-        case OPT_DECAY_BN: c->decay_bn_bias = true; break;
-        case OPT_SCHEDULE:
-            if (strcmp(optarg, "constant") == 0)
-                c->schedule = HERD_SCHED_CONSTANT;
-            else if (strcmp(optarg, "step") == 0)
-                c->schedule = HERD_SCHED_STEP;
-            else if (strcmp(optarg, "cosine") == 0)
-                c->schedule = HERD_SCHED_COSINE;
-            else
-                return cli_usage_error("train", "--schedule is constant, step or cosine, got '%s'",
-                                       optarg);
-            break;
-        case OPT_MILESTONES:
-            if (!parse_milestones(optarg, c))
-                return cli_usage_error("train", "--milestones takes up to %d epochs like 30,60, got '%s'",
-                                       HERD_MAX_MILESTONES, optarg);
-            break;
-        case OPT_GAMMA: FLOAT_ARG(0, 1, c->gamma, "--gamma"); break;
-        case OPT_WARMUP: FLOAT_ARG(0, 100000, c->warmup_epochs, "--warmup-epochs"); break;
-        case OPT_AUGMENT: c->augment = true; break;
-        case OPT_SMOOTH: FLOAT_ARG(0, 0.999, c->label_smoothing, "--label-smoothing"); break;
-        case OPT_THREADS: INT_ARG(0, 4096, c->threads, "--threads"); break;
         case OPT_DEVICE: a->device = optarg; break;
         case OPT_PRECISION:
             if (herd_precision_parse(optarg, &a->precision) != HERD_OK)
@@ -287,98 +206,24 @@ static int parse_train_args(int argc, char **argv, train_args *a)
                                        optarg);
             break;
         case OPT_MEM_LIMIT:
-            if (!cli_parse_size(optarg, 1 << 20, UINT64_MAX, &a->memory_limit))
+            if (!herd_parse_size(optarg, 1 << 20, UINT64_MAX, &a->memory_limit))
                 return cli_usage_error("train", "--memory-limit takes a size of at least 1M like "
                                        "300M or 4G, got '%s'", optarg);
             break;
         case OPT_GPU_MEM:
-            if (!cli_parse_size(optarg, 1 << 20, UINT64_MAX, &a->gpu_memory_limit))
+            if (!herd_parse_size(optarg, 1 << 20, UINT64_MAX, &a->gpu_memory_limit))
                 return cli_usage_error("train", "--gpu-memory-limit takes a size of at least 1M "
                                        "like 512M or 20G, got '%s'", optarg);
             break;
-        case OPT_LOSS_SCALE:
-            if (strcmp(optarg, "dynamic") == 0)
-                c->dynamic_loss_scale = true;
-            else if (strcmp(optarg, "none") == 0)
-                c->dynamic_loss_scale = false;
-            else
-                return cli_usage_error("train", "--loss-scale is dynamic or none, got '%s'", optarg);
-            break;
-        case OPT_LOSS_SCALE_INIT: FLOAT_ARG(1, 1e38, c->loss_scale_init, "--loss-scale-init"); break;
-        case OPT_LOSS_SCALE_WINDOW: INT_ARG(1, 1 << 30, c->loss_scale_window, "--loss-scale-window"); break;
-        case OPT_CLIP_GRAD_NORM: FLOAT_ARG(0, 1e38, c->clip_grad_norm, "--clip-grad-norm"); break;
-        case OPT_ON_NONFINITE:
-            if (strcmp(optarg, "stop") != 0 && strcmp(optarg, "skip") != 0)
-                return cli_usage_error("train", "--on-nonfinite is stop or skip, got '%s'", optarg);
-            c->skip_nonfinite = optarg[1] == 'k';
-            break;
-        case OPT_ZERO:
-            if (strcmp(optarg, "1") == 0 || strcmp(optarg, "2") == 0)
-                c->zero_stage = optarg[0] - '0';
-            else if (strcmp(optarg, "3") == 0)
-                return cli_usage_error("train", "--zero 3 (sharding the parameters as well) is not "
-                                       "offered; use --zero 1 (optimizer state) or --zero 2 (also "
-                                       "the gradients)");
-            else
-                return cli_usage_error("train", "--zero is 1 or 2, got '%s'", optarg);
-            break;
-        case OPT_SEED: INT_ARG(0, 0x7fffffffL, c->seed, "--seed"); break;
-        case OPT_PP_STAGES: INT_ARG(1, 64, c->pipeline_stages, "--pipeline-stages"); break;
-        case OPT_MICRO_BATCHES: INT_ARG(1, 1 << 20, c->micro_batches, "--micro-batches"); break;
-        case OPT_PP_SCHEDULE:
-            pp_schedule_given = true;
-            if (!cli_pp_schedule_arg("train", "--pp-schedule", optarg, &c->pp_schedule))
-                return CLI_USAGE;
-            break;
-        case OPT_STAGE_SPLIT: c->stage_split = optarg; break;
-        case OPT_CKPT:
-            if (!*optarg)
-                return cli_usage_error("train", "--checkpoint-dir needs a directory, got ''");
-            c->checkpoint_dir = optarg;
-            break;
-        case OPT_RESUME: c->resume = true; break;
-        case OPT_CKPT_STEPS: INT_ARG(1, 1L << 40, c->checkpoint_every_steps, "--checkpoint-every-steps"); break;
-        case OPT_CKPT_SECONDS: FLOAT_ARG(0.001, 1e9, c->checkpoint_every_s, "--checkpoint-every-seconds"); break;
-        case OPT_ELASTIC_BATCH:
-            if (strcmp(optarg, "keep") == 0)
-                c->elastic_batch = HERD_ELASTIC_KEEP;
-            else if (strcmp(optarg, "scale") == 0)
-                c->elastic_batch = HERD_ELASTIC_SCALE;
-            else
-                return cli_usage_error("train", "--elastic-batch is keep or scale, got '%s'", optarg);
-            break;
-        case OPT_ELASTIC_RANKS: INT_ARG(1, 1 << 20, c->elastic_ranks, "--elastic-ranks"); break;
-        case OPT_EVAL: INT_ARG(0, 100000, c->eval_every, "--eval-every"); break;
-        case OPT_MAX_STEPS: INT_ARG(1, 1L << 40, c->max_steps, "--max-steps"); break;
         case OPT_TRAIN_SAMPLES: INT_ARG(1, 1L << 40, a->train_samples, "--train-samples"); break;
         case OPT_TEST_SAMPLES: INT_ARG(1, 1L << 40, a->test_samples, "--test-samples"); break;
         case OPT_SEQ_LEN: INT_ARG(1, 1L << 24, a->seq_len, "--seq-len"); break;
         case OPT_SAVE: a->save = optarg; break;
-        case OPT_LOG_EVERY: INT_ARG(1, 1L << 30, c->log_every, "--log-every"); break;
-        case OPT_LOGDIR: c->logdir = optarg; break;
-        case OPT_HISTOGRAMS: INT_ARG(1, 1L << 30, c->histograms, "--histograms"); break;
-        case OPT_METRICS: c->metrics_path = optarg; break;
         case OPT_QUIET: a->quiet = true; break;
         case OPT_JSON: a->json = true; break;
         case OPT_HELP: fputs(train_help, stdout); return CLI_OK;
-        case OPT_LR_SCALING:
-            if (strcmp(optarg, "linear") != 0)
-                return cli_usage_error("train", "--lr-scaling takes 'linear', got '%s'", optarg);
-            c->lr_scaling = true;
-            break;
-        case OPT_SYNC_BN: c->sync_bn = true; break;
-        case OPT_COMPRESS:
-            if (herd_compress_parse(optarg, &c->compress) != HERD_OK)
-                return cli_usage_error("train", "--compress is fp16, bf16 or none, got '%s'", optarg);
-            break;
-        case OPT_GRAD_ACCUM: INT_ARG(1, 4096, c->grad_accum, "--grad-accum"); break;
-        case OPT_BUCKET_MB: FLOAT_ARG(0.001, 4096, c->bucket_mb, "--bucket-mb"); break;
-        case OPT_CHECK_REPLICAS: c->check_replicas = true; break;
-        case OPT_DETERMINISTIC: c->deterministic = true; break;
-        case OPT_SLICE_SIZE: INT_ARG(1, 1 << 20, c->slice_size, "--slice-size"); break;
         case OPT_STALL_WARNING: FLOAT_ARG(0.1, 1e6, a->dist.stall_warning_s, "--stall-warning"); break;
         case OPT_COMM_TIMEOUT: FLOAT_ARG(0.1, 1e6, a->dist.timeout_s, "--comm-timeout"); break;
-        case OPT_TIMELINE: c->timeline_path = optarg; break;
         default: return cli_usage_error("train", "unknown or incomplete option");
         }
     }
@@ -472,7 +317,7 @@ int cmd_train(int argc, char **argv)
     long restarts = 0;
     const char *told = getenv("HERD_RUN_RESTARTS");
     if (getenv("HERD_RUN_SUPERVISED") && a.cfg.checkpoint_dir)
-        a.cfg.run_attempt = 1 + (told && cli_parse_int(told, 0, 1 << 20, &restarts) ? (int)restarts : 0);
+        a.cfg.run_attempt = 1 + (told && herd_parse_long(told, 0, 1 << 20, &restarts) ? (int)restarts : 0);
     if ((st = cli_prepare_device(dist, a.device, a.gpu_memory_limit)) != HERD_OK) {
         cli_fail(st, "cannot use the device");
         goto done;

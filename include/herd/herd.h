@@ -93,6 +93,17 @@ HERD_API void herd_dataset_free(herd_dataset *ds);
 HERD_API size_t herd_dataset_size(const herd_dataset *ds);
 /* Image shape (channels, height, width) and number of classes. */
 HERD_API void herd_dataset_shape(const herd_dataset *ds, int *c, int *h, int *w, int *classes);
+/* A data set from memory (Python's herd.Dataset.from_numpy): n images of c x h x w
+ * bytes (pixels 0..255, channels first, c of 1 to 3) and their labels in [0, classes),
+ * both copied. mean and std (c values each, on [0,1] pixels) normalise the images as
+ * the loader feeds them; NULL: computed from these images (give a test set its train
+ * set's, from herd_dataset_normalization). Every rank must pass the same data: herd
+ * shards each step's global batch itself, and the ranks compare a hash of it. */
+HERD_API herd_status herd_dataset_from_memory(const uint8_t *images, const int32_t *labels, size_t n,
+                                              int c, int h, int w, int classes, const float *mean,
+                                              const float *std, herd_dataset **out);
+/* The per-channel mean and std the loader normalises with (channels past the data's: 0, 1). */
+HERD_API void herd_dataset_normalization(const herd_dataset *ds, float mean[3], float std[3]);
 /* Keep only the first n samples (tests, quick runs). */
 HERD_API herd_status herd_dataset_truncate(herd_dataset *ds, size_t n);
 /* Token data: sample i is tokens [i*T, i*T+T) as the input (shape 1 x T x 1, ids as
@@ -421,6 +432,18 @@ typedef struct herd_train_config {
 } herd_train_config;
 
 HERD_API void herd_train_config_default(herd_train_config *cfg);
+
+/* Sets one option by the name herd train's flag gives it ("lr", "batch-size"; a leading
+ * "--", and '_' for '-' as in Python's batch_size, are accepted) from its text, checked
+ * as strictly as the command line checks it: the same ranges and choices, and an error
+ * (HERD_ERR_INVALID_ARG) naming the option as given and the value. Switches
+ * ("nesterov", "sync-bn", ...) take NULL or "true"/"1" to set, "false"/"0" to clear.
+ * Text values (paths, "stage-split") are kept as pointers: they must outlive cfg. The
+ * flags that choose data, model, device and precision are not training options. */
+HERD_API herd_status herd_train_config_set(herd_train_config *cfg, const char *name, const char *value);
+/* The names herd_train_config_set takes, i = 0.. until NULL; *takes_value is false for
+ * switches. */
+HERD_API const char *herd_train_option_name(size_t i, bool *takes_value);
 
 /* Timing of one step's phases, seconds. */
 typedef struct herd_phase_times {

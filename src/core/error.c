@@ -14,6 +14,10 @@ herd_status herd_set_error(herd_status status, const char *file, int line, const
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (!file) { /* a user's input refused: herd's source line would say nothing to them */
+        snprintf(last_error, sizeof last_error, "%s", msg);
+        return status;
+    }
     const char *base = strrchr(file, '/');
     snprintf(last_error, sizeof last_error, "%s (%s:%d)", msg, base ? base + 1 : file, line);
     return status;

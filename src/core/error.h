@@ -4,7 +4,8 @@
 
 #include "herd/herd.h"
 
-/* Records the message for herd_last_error() and returns status. */
+/* Records the message for herd_last_error() and returns status; the message ends with
+ * " (file.c:line)" unless file is NULL (an option's value refused: the user's input). */
 herd_status herd_set_error(herd_status status, const char *file, int line,
                            const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -22,6 +22,11 @@ struct herd_dataset {
     size_t n_tokens;
 };
 
+/* XXH3 of the images and labels of the first n samples (0 for token data, whose files
+ * run to gigabytes): the rank signature compares it, so ranks handed different arrays
+ * are named instead of training on a mixture. */
+uint64_t herd_dataset_content_hash(const herd_dataset *ds);
+
 /* Format readers (src/data/idx.c, cifar10.c, synthetic.c). Errors name the file and the problem.
  * Every label must lie in [0, classes), the data set's declared class count. */
 herd_status herd_idx_load(const char *images_path, const char *labels_path, int classes,

@@ -114,10 +114,16 @@ static void sign_model_and_data(herd_signature *s, const run *r)
     herd_dataset_shape(r->train, &c, &h, &w, &classes);
     herd_signature_add(s, "train_data", "%zu samples %dx%dx%d, %d classes", r->train->n, c, h, w,
                        classes);
+    float mean[3], std[3];
+    herd_dataset_normalization(r->train, mean, std);
+    herd_signature_add(s, "train_data_content", "xxh3 %016llx, mean %.9g,%.9g,%.9g std %.9g,%.9g,%.9g",
+                       (unsigned long long)herd_dataset_content_hash(r->train), mean[0], mean[1],
+                       mean[2], std[0], std[1], std[2]);
     if (r->test) {
         herd_dataset_shape(r->test, &c, &h, &w, &classes);
-        herd_signature_add(s, "test_data", "%zu samples %dx%dx%d, %d classes", r->test->n, c, h,
-                           w, classes);
+        herd_signature_add(s, "test_data", "%zu samples %dx%dx%d, %d classes, xxh3 %016llx",
+                           r->test->n, c, h, w, classes,
+                           (unsigned long long)herd_dataset_content_hash(r->test));
     } else {
         herd_signature_add(s, "test_data", "none");
     }

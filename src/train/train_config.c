@@ -80,6 +80,17 @@ herd_status herd_train_validate(const herd_train_config *c)
                         c->warmup_epochs);
     if (c->resume && !c->checkpoint_dir)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "--resume needs --checkpoint-dir");
+    /* Also refused by herd train's parser, before any rank starts (exit 2); here for
+     * the library's other callers (Python), to whom they would be silently ignored. */
+    if ((c->checkpoint_every_steps || c->checkpoint_every_s > 0) && !c->checkpoint_dir)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "--checkpoint-every-%s needs --checkpoint-dir",
+                        c->checkpoint_every_steps ? "steps" : "seconds");
+    if (c->schedule == HERD_SCHED_STEP && c->n_milestones == 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "--schedule step needs --milestones");
+    if (c->histograms && !c->logdir)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "--histograms writes TensorBoard files: add --logdir DIR");
+    if (c->stage_split && c->pipeline_stages <= 1)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "--stage-split needs --pipeline-stages > 1");
     if (c->checkpoint_dir && !*c->checkpoint_dir)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "--checkpoint-dir is empty: name a directory");
     if (c->n_milestones < 0 || c->n_milestones > HERD_MAX_MILESTONES)

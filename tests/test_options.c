@@ -1,0 +1,183 @@
+/* herd_train_config_set (the training options by name, for the CLI and Python) and
+ * herd_dataset_from_memory (Python's Dataset.from_numpy). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#include "data/dataset.h"
+
+static void test_every_option_sets_its_field(void **state)
+{
+    (void)state;
+    herd_train_config c;
+    herd_train_config_default(&c);
+    assert_herd_ok(herd_train_config_set(&c, "lr", "0.25"));
+    assert_true(c.lr == 0.25f);
+    assert_herd_ok(herd_train_config_set(&c, "--batch-size", "96"));
+    assert_herd_ok(herd_train_config_set(&c, "batch_size", "64")); /* Python's spelling */
+    assert_int_equal(c.batch_size, 64);
+    assert_herd_ok(herd_train_config_set(&c, "optimizer", "adamw"));
+    assert_int_equal(c.optimizer, HERD_OPT_ADAMW);
+    assert_herd_ok(herd_train_config_set(&c, "schedule", "cosine"));
+    assert_int_equal(c.schedule, HERD_SCHED_COSINE);
+    assert_herd_ok(herd_train_config_set(&c, "milestones", "3,7,11"));
+    assert_int_equal(c.n_milestones, 3);
+    assert_int_equal(c.milestones[2], 11);
+    assert_herd_ok(herd_train_config_set(&c, "seed", "2147483647"));
+    assert_true(c.seed == 2147483647u);
+    assert_herd_ok(herd_train_config_set(&c, "max_steps", "1099511627776"));
+    assert_true(c.max_steps == 1099511627776L);
+    assert_herd_ok(herd_train_config_set(&c, "bucket-mb", "0.5"));
+    assert_true(c.bucket_mb == 0.5);
+    assert_herd_ok(herd_train_config_set(&c, "compress", "bf16"));
+    assert_int_equal(c.compress, HERD_COMPRESS_BF16);
+    assert_herd_ok(herd_train_config_set(&c, "pp_schedule", "gpipe"));
+    assert_int_equal(c.pp_schedule, HERD_PP_SCHEDULE_GPIPE);
+    assert_herd_ok(herd_train_config_set(&c, "zero", "2"));
+    assert_int_equal(c.zero_stage, 2);
+    assert_herd_ok(herd_train_config_set(&c, "loss-scale", "dynamic"));
+    assert_true(c.dynamic_loss_scale);
+    assert_herd_ok(herd_train_config_set(&c, "on_nonfinite", "skip"));
+    assert_true(c.skip_nonfinite);
+    assert_herd_ok(herd_train_config_set(&c, "lr-scaling", "linear"));
+    assert_true(c.lr_scaling);
+    assert_herd_ok(herd_train_config_set(&c, "elastic-batch", "scale"));
+    assert_int_equal(c.elastic_batch, HERD_ELASTIC_SCALE);
+    const char *dir = "/tmp/ckpt";
+    assert_herd_ok(herd_train_config_set(&c, "checkpoint_dir", dir));
+    assert_ptr_equal(c.checkpoint_dir, dir); /* kept, not copied: documented */
+    /* Switches: no value, true/1 and false/0. */
+    assert_herd_ok(herd_train_config_set(&c, "sync-bn", NULL));
+    assert_true(c.sync_bn);
+    assert_herd_ok(herd_train_config_set(&c, "sync_bn", "false"));
+    assert_false(c.sync_bn);
+    assert_herd_ok(herd_train_config_set(&c, "deterministic", "1"));
+    assert_true(c.deterministic);
+}
+
+static void test_bad_values_named(void **state)
+{
+    (void)state;
+    herd_train_config c, before;
+    herd_train_config_default(&c);
+    before = c;
+    tu_expect_error(herd_train_config_set(&c, "lr", "0"), HERD_ERR_INVALID_ARG,
+                    "lr must be a number in [1e-12, 1000], got '0'", NULL);
+    tu_expect_error(herd_train_config_set(&c, "lr", " 0.1"), HERD_ERR_INVALID_ARG, "got ' 0.1'", NULL);
+    tu_expect_error(herd_train_config_set(&c, "epochs", "1e3"), HERD_ERR_INVALID_ARG,
+                    "epochs must be an integer in [1, 100000], got '1e3'", NULL);
+    tu_expect_error(herd_train_config_set(&c, "epochs", "0x10"), HERD_ERR_INVALID_ARG, "0x10", NULL);
+    tu_expect_error(herd_train_config_set(&c, "--optimizer", "sgdw"), HERD_ERR_INVALID_ARG,
+                    "--optimizer is sgd or adamw, got 'sgdw'", NULL);
+    tu_expect_error(herd_train_config_set(&c, "schedule", "Cosine"), HERD_ERR_INVALID_ARG,
+                    "schedule is constant, step or cosine", NULL);
+    tu_expect_error(herd_train_config_set(&c, "milestones", "3,,5"), HERD_ERR_INVALID_ARG,
+                    "milestones takes up to 8 epochs", "'3,,5'");
+    tu_expect_error(herd_train_config_set(&c, "milestones", "1,2,3,4,5,6,7,8,9"), HERD_ERR_INVALID_ARG,
+                    "up to 8", NULL);
+    tu_expect_error(herd_train_config_set(&c, "zero", "3"), HERD_ERR_INVALID_ARG,
+                    "zero 3 (sharding the parameters as well) is not offered", NULL);
+    tu_expect_error(herd_train_config_set(&c, "sync_bn", "yes"), HERD_ERR_INVALID_ARG,
+                    "sync_bn is a switch", "'yes'");
+    tu_expect_error(herd_train_config_set(&c, "checkpoint-dir", ""), HERD_ERR_INVALID_ARG,
+                    "checkpoint-dir needs a path", NULL);
+    tu_expect_error(herd_train_config_set(&c, "lr", NULL), HERD_ERR_INVALID_ARG, "lr needs a value", NULL);
+    tu_expect_error(herd_train_config_set(&c, "model", "lenet5"), HERD_ERR_INVALID_ARG,
+                    "unknown training option 'model'", NULL);
+    tu_expect_error(herd_train_config_set(&c, "learning_rate", "0.1"), HERD_ERR_INVALID_ARG,
+                    "unknown training option 'learning_rate'", NULL);
+    /* A refusal is the user's input: no source line of herd in it, and nothing changed. */
+    assert_null(strstr(herd_last_error(), ".c:"));
+    assert_memory_equal(&c, &before, sizeof c);
+}
+
+/* Every option is one herd train takes, listed in its --help. */
+static void test_names_are_the_cli_flags(void **state)
+{
+    (void)state;
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s train --help", HERD_BINARY);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    static char help[65536];
+    size_t len = fread(help, 1, sizeof help - 1, p);
+    help[len] = '\0';
+    assert_int_equal(pclose(p), 0);
+    bool takes_value;
+    const char *name;
+    size_t n = 0;
+    for (size_t i = 0; (name = herd_train_option_name(i, &takes_value)); i++, n++) {
+        char flag[80];
+        snprintf(flag, sizeof flag, "--%s ", name);
+        if (!strstr(help, flag))
+            fail_msg("training option %s is not in herd train --help", flag);
+        herd_train_config c;
+        herd_train_config_default(&c);
+        /* A switch takes no value; every other option refuses none. */
+        assert_int_equal(herd_train_config_set(&c, name, NULL) == HERD_OK, !takes_value);
+    }
+    assert_true(n >= 40);
+}
+
+static void test_dataset_from_memory(void **state)
+{
+    (void)state;
+    enum { N = 6, C = 1, H = 4, W = 3 };
+    uint8_t images[N * C * H * W];
+    int32_t labels[N];
+    for (int i = 0; i < N * C * H * W; i++)
+        images[i] = (uint8_t)(i * 37 % 256);
+    for (int i = 0; i < N; i++)
+        labels[i] = i % 3;
+    herd_dataset *ds = NULL;
+    assert_herd_ok(herd_dataset_from_memory(images, labels, N, C, H, W, 3, NULL, NULL, &ds));
+    assert_int_equal(herd_dataset_size(ds), N);
+    int c, h, w, classes;
+    herd_dataset_shape(ds, &c, &h, &w, &classes);
+    assert_true(c == C && h == H && w == W && classes == 3);
+    float mean[3], std[3], want_mean[3], want_std[3];
+    herd_dataset_normalization(ds, mean, std);
+    herd_pixel_stats(images, N, C, H * W, want_mean, want_std);
+    assert_true(mean[0] == want_mean[0] && std[0] == want_std[0]);
+    assert_true(mean[1] == 0.0f && std[1] == 1.0f);
+    /* Copied: the caller's arrays may change afterwards. */
+    uint64_t hash = herd_dataset_content_hash(ds);
+    images[0] ^= 1;
+    assert_true(herd_dataset_content_hash(ds) == hash);
+    herd_dataset *other = NULL;
+    float given_mean[1] = {0.5f}, given_std[1] = {0.25f};
+    assert_herd_ok(herd_dataset_from_memory(images, labels, N, C, H, W, 3, given_mean, given_std, &other));
+    assert_true(herd_dataset_content_hash(other) != hash); /* one pixel differs */
+    herd_dataset_normalization(other, mean, std);
+    assert_true(mean[0] == 0.5f && std[0] == 0.25f);
+    herd_dataset_free(other);
+    herd_dataset_free(ds);
+
+    labels[4] = 3;
+    tu_expect_error(herd_dataset_from_memory(images, labels, N, C, H, W, 3, NULL, NULL, &ds),
+                    HERD_ERR_INVALID_ARG, "label 4 is 3, outside 0..2", NULL);
+    assert_null(ds);
+    labels[4] = 1;
+    tu_expect_error(herd_dataset_from_memory(images, labels, N, 4, H, W, 3, NULL, NULL, &ds),
+                    HERD_ERR_INVALID_ARG, "1 to 3 channels", "4 x 4 x 3");
+    tu_expect_error(herd_dataset_from_memory(images, labels, N, C, H, W, 1, NULL, NULL, &ds),
+                    HERD_ERR_INVALID_ARG, "classes must be in 2..65536", NULL);
+    tu_expect_error(herd_dataset_from_memory(images, labels, N, C, H, W, 3, given_mean, NULL, &ds),
+                    HERD_ERR_INVALID_ARG, "both mean and std", NULL);
+    given_std[0] = 0;
+    tu_expect_error(herd_dataset_from_memory(images, labels, N, C, H, W, 3, given_mean, given_std, &ds),
+                    HERD_ERR_INVALID_ARG, "std must be > 0", NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_option_sets_its_field),
+        cmocka_unit_test(test_bad_values_named),
+        cmocka_unit_test(test_names_are_the_cli_flags),
+        cmocka_unit_test(test_dataset_from_memory),
+    };
+    return tu_run(tests, NULL, NULL);
+}
