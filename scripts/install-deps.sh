@@ -14,6 +14,7 @@ packages=(
   dataset-fashion-mnist
   protobuf-compiler python3-protobuf # tests: event files read with TensorBoard's own schema
   iproute2 iputils-ping # tests: the namespace cluster (ip netns) and a ping through its relay
+  python3-dev python3-numpy python3-pytest # the herd Python package (python/) and its tests
   strace # tests: cli_lines sees every write herd makes to stdout and stderr
   slurmctld slurmd slurm-client munge # tests: cluster_slurm, a one-node Slurm (srun --mpi=pmix)
   clang libclang-rt-dev # make test: the ASan build under clang, with the libFuzzer targets (tests/fuzz)

@@ -4,6 +4,7 @@
 # any include against the allowed direction (README, "Who may include whom"), and on a
 # private header included outside its directory (tests and bench included), and on a
 # call against the allowed direction through the public header (below):
+#   python (the herd package's C extension: the public API only)
 #   cli -> src/train -> src/{optim,obs,tools} -> src/{nn,data,dist} -> src/backend -> src/core
 # with include/herd/herd.h (the public API: types and declarations, only the C
 # library below it) open to every layer, and the CLI reaching src/ only through the
@@ -26,10 +27,11 @@ obs: nn dist backend core herd
 tools: nn dist backend core herd
 train: optim obs tools nn data dist backend core herd
 cli: tools herd
+python: herd
 '
 
 # "file target" for every quoted include (and every <x/y.h> naming a layer).
-edges=$(find src cli include -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' | sort |
+edges=$(find src cli include python -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' | sort |
   while read -r f; do
     sed -n -E 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]([^>"]+)[>"].*/\1/p' "$f" |
       while read -r inc; do echo "$f $inc"; done

@@ -1,0 +1,287 @@
+/* _herd: errors, the process's group of ranks, the library's messages and what the
+ * build offers. */
+#include <stdio.h>
+
+#include "pyherd.h"
+
+PyObject *pyherd_error, *pyherd_invalid_argument;
+
+PyObject *pyherd_raise(herd_status st, const char *what)
+{
+    PyObject *type = st == HERD_ERR_INVALID_ARG ? pyherd_invalid_argument : pyherd_error;
+    PyObject *msg = what ? PyUnicode_FromFormat("%s: %s", what, herd_last_error())
+                         : PyUnicode_FromString(herd_last_error());
+    PyObject *exc = msg ? PyObject_CallOneArg(type, msg) : NULL;
+    Py_XDECREF(msg);
+    if (!exc)
+        return NULL;
+    /* The status's name travels with it: herd.HerdError.status. */
+    PyObject *status = PyUnicode_FromString(herd_status_name(st));
+    if (status)
+        PyObject_SetAttrString(exc, "status", status);
+    Py_XDECREF(status);
+    PyErr_SetObject(type, exc);
+    Py_DECREF(exc);
+    return NULL;
+}
+
+/* ------------------------------------------------------------ the group */
+
+static herd_dist *dist;
+static herd_dist_config dist_config;
+
+herd_dist *pyherd_dist(PyObject **error)
+{
+    if (dist)
+        return dist;
+    herd_status st;
+    Py_BEGIN_ALLOW_THREADS /* MPI_Init may wait for the other ranks */
+    st = herd_dist_init(&dist_config, &dist);
+    Py_END_ALLOW_THREADS
+    if (st != HERD_OK) {
+        dist = NULL;
+        *error = pyherd_raise(st, "cannot join the distributed job");
+        return NULL;
+    }
+    return dist;
+}
+
+static PyObject *py_init(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    (void)self;
+    static char *names[] = {"comm_timeout", "stall_warning", NULL};
+    double timeout = 0, stall = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|dd", names, &timeout, &stall))
+        return NULL;
+    if (dist && ((timeout > 0 && timeout != dist_config.timeout_s) ||
+                 (stall > 0 && stall != dist_config.stall_warning_s))) {
+        PyErr_SetString(pyherd_invalid_argument,
+                        "herd.init: the job was joined already with other timeouts; call herd.init "
+                        "(with comm_timeout and stall_warning) before anything else of herd");
+        return NULL;
+    }
+    dist_config.timeout_s = timeout;
+    dist_config.stall_warning_s = stall;
+    PyObject *error = NULL;
+    if (!pyherd_dist(&error))
+        return error;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_rank(PyObject *self, PyObject *unused)
+{
+    (void)self, (void)unused;
+    PyObject *error = NULL;
+    herd_dist *d = pyherd_dist(&error);
+    return d ? PyLong_FromLong(herd_dist_rank(d)) : error;
+}
+
+static PyObject *py_size(PyObject *self, PyObject *unused)
+{
+    (void)self, (void)unused;
+    PyObject *error = NULL;
+    herd_dist *d = pyherd_dist(&error);
+    return d ? PyLong_FromLong(herd_dist_size(d)) : error;
+}
+
+static PyObject *py_local_rank(PyObject *self, PyObject *unused)
+{
+    (void)self, (void)unused;
+    PyObject *error = NULL;
+    herd_dist *d = pyherd_dist(&error);
+    return d ? PyLong_FromLong(herd_dist_local_rank(d)) : error;
+}
+
+static PyObject *py_backend(PyObject *self, PyObject *unused)
+{
+    (void)self, (void)unused;
+    PyObject *error = NULL;
+    herd_dist *d = pyherd_dist(&error);
+    return d ? PyUnicode_FromString(herd_dist_backend(d)) : error;
+}
+
+/* Leaves the job (MPI_Finalize when herd started MPI); atexit calls it. */
+static PyObject *py_shutdown(PyObject *self, PyObject *unused)
+{
+    (void)self, (void)unused;
+    if (dist) {
+        Py_BEGIN_ALLOW_THREADS
+        herd_dist_free(dist);
+        Py_END_ALLOW_THREADS
+        dist = NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* Ends every rank of the job: a rank that cannot go on must not leave the others
+ * waiting in a collective. */
+static PyObject *py_abort(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int code;
+    const char *msg;
+    if (!PyArg_ParseTuple(args, "is", &code, &msg))
+        return NULL;
+    if (!dist || herd_dist_size(dist) < 2)
+        Py_RETURN_NONE;
+    herd_dist_abort(dist, code, msg);
+    Py_RETURN_NONE; /* not reached */
+}
+
+static PyObject *py_bind_device(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *device;
+    if (!PyArg_ParseTuple(args, "s", &device))
+        return NULL;
+    PyObject *error = NULL;
+    herd_dist *d = pyherd_dist(&error);
+    if (!d)
+        return error;
+    herd_status st = herd_dist_bind_device(d, device);
+    return st == HERD_OK ? Py_NewRef(Py_None) : pyherd_raise(st, "cannot use the device");
+}
+
+static PyObject *py_set_memory_limit(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *device;
+    unsigned long long bytes;
+    if (!PyArg_ParseTuple(args, "sK", &device, &bytes))
+        return NULL;
+    herd_status st = herd_device_set_memory_limit(device, bytes);
+    return st == HERD_OK ? Py_NewRef(Py_None) : pyherd_raise(st, "memory limit");
+}
+
+/* ------------------------------------------------------------ messages */
+
+static int quiet_info = 1;
+
+static void print_log(herd_log_level level, const char *msg, void *user)
+{
+    (void)user; /* may run on herd's communication thread: no Python here */
+    if (level == HERD_LOG_INFO) {
+        if (!quiet_info)
+            fprintf(stderr, "herd: %s\n", msg);
+    } else {
+        fprintf(stderr, "herd: %s: %s\n", level == HERD_LOG_ERROR ? "error" : "warning", msg);
+    }
+    fflush(stderr);
+}
+
+static PyObject *py_set_quiet(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int quiet;
+    if (!PyArg_ParseTuple(args, "p", &quiet))
+        return NULL;
+    quiet_info = quiet;
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------ the build */
+
+static PyObject *py_build_info(PyObject *self, PyObject *unused)
+{
+    (void)self, (void)unused;
+    return PyUnicode_FromString(herd_build_info());
+}
+
+static PyObject *py_cpu_isa(PyObject *self, PyObject *unused)
+{
+    (void)self, (void)unused;
+    return PyUnicode_FromString(herd_cpu_isa());
+}
+
+static PyObject *py_default_device(PyObject *self, PyObject *unused)
+{
+    (void)self, (void)unused;
+    return PyUnicode_FromString(herd_default_device());
+}
+
+/* [(name, description)] of the model zoo. */
+static PyObject *py_zoo(PyObject *self, PyObject *unused)
+{
+    (void)self, (void)unused;
+    PyObject *list = PyList_New(0);
+    const char *name;
+    for (size_t i = 0; list && (name = herd_zoo_name(i)); i++) {
+        PyObject *item = Py_BuildValue("(ss)", name, herd_zoo_description(i));
+        if (!item || PyList_Append(list, item) < 0) {
+            Py_XDECREF(item);
+            Py_CLEAR(list);
+            break;
+        }
+        Py_DECREF(item);
+    }
+    return list;
+}
+
+/* {name: takes_value} of herd_train_config_set's options. */
+static PyObject *py_train_options(PyObject *self, PyObject *unused)
+{
+    (void)self, (void)unused;
+    PyObject *d = PyDict_New();
+    bool takes_value;
+    const char *name;
+    for (size_t i = 0; d && (name = herd_train_option_name(i, &takes_value)); i++)
+        if (PyDict_SetItemString(d, name, takes_value ? Py_True : Py_False) < 0)
+            Py_CLEAR(d);
+    return d;
+}
+
+static PyMethodDef methods[] = {
+    {"init", (PyCFunction)(void (*)(void))py_init, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"rank", py_rank, METH_NOARGS, NULL},
+    {"size", py_size, METH_NOARGS, NULL},
+    {"local_rank", py_local_rank, METH_NOARGS, NULL},
+    {"backend", py_backend, METH_NOARGS, NULL},
+    {"shutdown", py_shutdown, METH_NOARGS, NULL},
+    {"abort", py_abort, METH_VARARGS, NULL},
+    {"bind_device", py_bind_device, METH_VARARGS, NULL},
+    {"set_memory_limit", py_set_memory_limit, METH_VARARGS, NULL},
+    {"set_quiet", py_set_quiet, METH_VARARGS, NULL},
+    {"build_info", py_build_info, METH_NOARGS, NULL},
+    {"cpu_isa", py_cpu_isa, METH_NOARGS, NULL},
+    {"default_device", py_default_device, METH_NOARGS, NULL},
+    {"zoo", py_zoo, METH_NOARGS, NULL},
+    {"train_options", py_train_options, METH_NOARGS, NULL},
+    {"train", (PyCFunction)(void (*)(void))pyherd_train, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"dataset_open", pyherd_dataset_open, METH_VARARGS, NULL},
+    {"dataset_from_memory", pyherd_dataset_from_memory, METH_VARARGS, NULL},
+    {"model_create", (PyCFunction)(void (*)(void))pyherd_model_create, METH_VARARGS | METH_KEYWORDS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_herd", "herd's C library (use the herd package)", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__herd(void)
+{
+    PyObject *m = PyModule_Create(&module);
+    if (!m)
+        return NULL;
+    pyherd_error = PyErr_NewExceptionWithDoc("herd.HerdError",
+                                             "A failure in herd's library, with its message; "
+                                             ".status names the kind", NULL, NULL);
+    PyObject *bases = pyherd_error ? PyTuple_Pack(2, pyherd_error, PyExc_ValueError) : NULL;
+    pyherd_invalid_argument = bases ? PyErr_NewExceptionWithDoc(
+                                          "herd.InvalidArgument",
+                                          "A value herd refused (also a ValueError)", bases, NULL)
+                                    : NULL;
+    Py_XDECREF(bases);
+    if (!pyherd_invalid_argument || PyModule_AddObjectRef(m, "HerdError", pyherd_error) < 0 ||
+        PyModule_AddObjectRef(m, "InvalidArgument", pyherd_invalid_argument) < 0 ||
+        PyType_Ready(&pyherd_dataset_type) < 0 || PyType_Ready(&pyherd_model_type) < 0 ||
+        PyType_Ready(&pyherd_tensor_type) < 0 ||
+        PyModule_AddObjectRef(m, "Dataset", (PyObject *)&pyherd_dataset_type) < 0 ||
+        PyModule_AddObjectRef(m, "Model", (PyObject *)&pyherd_model_type) < 0 ||
+        PyModule_AddStringConstant(m, "version", HERD_VERSION) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    herd_set_log_fn(print_log, NULL);
+    return m;
+}

@@ -1,0 +1,38 @@
+/* herd's Python extension (_herd): a client of the public API (include/herd/herd.h)
+ * only, like the CLI. herd/__init__.py builds the Python API on these types. */
+#ifndef HERD_PYHERD_H
+#define HERD_PYHERD_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "herd/herd.h"
+
+/* herd.HerdError (and herd.InvalidArgument, also a ValueError): every failure of the
+ * library, with herd's message. */
+extern PyObject *pyherd_error, *pyherd_invalid_argument;
+/* Raises for status st: "<what>: <herd_last_error()>" (what may be NULL); returns NULL. */
+PyObject *pyherd_raise(herd_status st, const char *what);
+
+typedef struct {
+    PyObject_HEAD
+    herd_dataset *ds;
+} pyherd_dataset;
+
+typedef struct {
+    PyObject_HEAD
+    herd_model *m;
+    bool plan; /* layers without values (pipeline stages) */
+} pyherd_model;
+
+extern PyTypeObject pyherd_dataset_type, pyherd_model_type, pyherd_tensor_type;
+
+/* The process's group (herd_dist_init once: MPI cannot start twice), made on first use. */
+herd_dist *pyherd_dist(PyObject **error);
+
+PyObject *pyherd_train(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *pyherd_dataset_open(PyObject *self, PyObject *args);
+PyObject *pyherd_dataset_from_memory(PyObject *self, PyObject *args);
+PyObject *pyherd_model_create(PyObject *self, PyObject *args, PyObject *kwargs);
+
+#endif

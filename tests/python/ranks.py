@@ -1,0 +1,24 @@
+"""Run by test_herd.py under the launcher, on every rank: DIR MODE.
+train: herd.train as test_herd.py's CLI run, weights to DIR/py.st, "ranks=N" printed.
+other-data: rank 1 passes other arrays; each rank prints "raised: <herd's message>"."""
+import sys
+
+import numpy as np
+
+import herd
+
+out, mode = sys.argv[1], sys.argv[2]
+if mode == "train":
+    s = herd.train("lenet5", data="synthetic:1,28,28,10,512", epochs=2, batch_size=64, threads=1,
+                   lr=0.02, test_samples=128, save=f"{out}/py.st")
+    if herd.rank() == 0:
+        print(f"ranks={s['ranks']} size={herd.size()}")
+elif mode == "other-data":
+    x = np.full((64, 1, 28, 28), 7 + herd.rank(), np.uint8)
+    y = np.arange(64) % 10
+    try:
+        herd.train("mlp", data=herd.Dataset.from_numpy(x, y, classes=10, mean=[0.5], std=[0.25]),
+                   epochs=1, batch_size=16, threads=1)
+        print(f"rank {herd.rank()}: trained on data that differs between ranks")
+    except herd.HerdError as e:
+        print(f"raised: {e}", flush=True)

@@ -1,0 +1,192 @@
+"""The herd Python package end to end (ctest's python_herd): herd.train against the
+CLI byte for byte, data from NumPy against the same data from files, the progress
+callback, models' tensors in place, errors with herd's message, and several ranks
+under the launcher, where a rank whose data differs ends the job naming it."""
+import gzip
+import os
+import shlex
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import herd
+
+HERD = os.environ.get("HERD_BINARY", "herd")
+HERE = os.path.dirname(os.path.abspath(__file__))
+SYN = "synthetic:1,28,28,10,512"
+# One thread: the CLI and Python runs compared byte for byte compute alike.
+COMMON = dict(epochs=2, batch_size=64, threads=1, lr=0.02, test_samples=128)
+COMMON_FLAGS = ["--epochs", "2", "--batch-size", "64", "--threads", "1", "--lr", "0.02",
+                "--test-samples", "128"]
+
+
+def cli(*args, launcher=()):
+    r = subprocess.run([*launcher, HERD, "train", *args], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return dict(kv.split("=", 1) for kv in r.stdout.strip().splitlines()[-1].split())
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def test_build_and_zoo():
+    info = herd.build_info()
+    assert info["build"].startswith("herd " + herd.__version__)
+    assert info["default_device"] in ("cpu", "cuda")
+    zoo = herd.models()
+    assert {"mlp", "lenet5", "resnet20"} <= set(zoo)
+    assert herd.size() == 1 and herd.rank() == 0 and herd.local_rank() == 0
+
+
+def test_train_equals_cli(tmp_path):
+    """The CLI's flags as keywords: the same weights, byte for byte, and the summary's keys."""
+    flags = COMMON_FLAGS + ["--momentum", "0.8", "--nesterov", "--schedule", "step",
+                            "--milestones", "1", "--label-smoothing", "0.1"]
+    line = cli("--model", "lenet5", "--data", SYN, *flags, "--save", str(tmp_path / "cli.st"), "--quiet")
+    s = herd.train("lenet5", data=SYN, momentum=0.8, nesterov=True, schedule="step", milestones=[1],
+                   label_smoothing=0.1, save=tmp_path / "py.st", **COMMON)
+    assert read(tmp_path / "cli.st") == read(tmp_path / "py.st")
+    assert set(line) - {"memory_peak_mib"} <= set(s)
+    assert s["steps"] == int(line["steps"]) == 16
+    assert f"{s['train_loss']:.4f}" == line["train_loss"]
+    assert f"{s['test_acc']:.4f}" == line["test_acc"]
+
+
+def write_idx(path, array, magic):
+    with gzip.open(path, "wb") as f:
+        f.write(struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in array.shape))
+        f.write(array.astype(np.uint8).tobytes())
+
+
+def test_from_numpy_equals_files(tmp_path):
+    """NumPy arrays train as the same data read from IDX files (normalised alike)."""
+    rng = np.random.default_rng(7)
+    x = rng.integers(0, 256, size=(384, 28, 28), dtype=np.uint8)
+    y = rng.integers(0, 10, size=384).astype(np.int64)
+    xt, yt = x[:96].copy(), y[:96].copy()
+    write_idx(tmp_path / "train-images-idx3-ubyte.gz", x, 0x803)
+    write_idx(tmp_path / "train-labels-idx1-ubyte.gz", y, 0x801)
+    write_idx(tmp_path / "t10k-images-idx3-ubyte.gz", xt, 0x803)
+    write_idx(tmp_path / "t10k-labels-idx1-ubyte.gz", yt, 0x801)
+    cli("--model", "mlp", "--data", f"idx:{tmp_path}", "--epochs", "1", "--batch-size", "32",
+        "--threads", "1", "--save", str(tmp_path / "files.st"), "--quiet")
+    train = herd.Dataset.from_numpy(x, y, classes=10)
+    mean, std = train.normalization
+    test = herd.Dataset.from_numpy(xt, yt, classes=10, mean=mean, std=std)
+    assert len(train) == 384 and train.shape == (1, 28, 28) and train.classes == 10
+    s = herd.train("mlp", data=train, test_data=test, epochs=1, batch_size=32, threads=1,
+                   save=tmp_path / "numpy.st")
+    assert read(tmp_path / "files.st") == read(tmp_path / "numpy.st")
+    assert s["test_acc"] >= 0
+
+
+def test_progress_stop_and_raise():
+    seen = []
+    s = herd.train("mlp", data=SYN, epochs=2, batch_size=128, threads=1, test_samples=64,
+                   progress=lambda p: seen.append((p["global_step"], p["epoch_end"])))
+    steps = [g for g, end in seen if not end]
+    assert steps == list(range(1, 9)) and s["steps"] == 8
+    assert sum(end for _, end in seen) == 2  # once per epoch, after evaluation
+    s = herd.train("mlp", data=SYN, epochs=2, batch_size=128, threads=1,
+                   progress=lambda p: p["global_step"] < 3)
+    assert s["steps"] == 3
+
+    def boom(p):
+        raise KeyError("raised in the callback")
+    with pytest.raises(KeyError, match="raised in the callback"):
+        herd.train("mlp", data=SYN, epochs=1, threads=1, progress=boom)
+
+
+def test_model_tensors_in_place(tmp_path):
+    data = herd.Dataset(SYN, "test").truncate(256)
+    m = herd.Model("lenet5", data=data, seed=3)
+    params = m.parameters()
+    assert sum(p.size for name, p in params.items() if "running" not in name) == m.param_count
+    w = params["conv1.weight"]
+    assert w.shape == (6, 1, 5, 5) and w.dtype == np.float32
+    before = m.evaluate(data, batch_size=64)
+    assert before["samples"] == 256
+    m.save(tmp_path / "a.st")
+    w[:] = 0  # a view: the model changes
+    assert not np.array_equal(read(tmp_path / "a.st"), b"") and m.evaluate(data)["loss"] != before["loss"]
+    m.load(tmp_path / "a.st")
+    assert m.evaluate(data, batch_size=64) == before
+    assert np.any(w != 0)
+    del m  # the arrays keep the model alive
+    assert float(np.abs(w).sum()) > 0
+    # A model trained in place.
+    m = herd.Model("mlp", shape=(1, 28, 28), classes=10)
+    herd.train(m, data=SYN, epochs=1, threads=1, test_samples=64)
+    assert m.evaluate(herd.Dataset(SYN, "test").truncate(64))["acc"] > 0.1
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(lr=0), "lr must be a number in [1e-12, 1000], got '0'"),
+    (dict(optimizer="lamb"), "optimizer is sgd or adamw, got 'lamb'"),
+    (dict(batch_size=2.5), "batch_size must be an integer"),
+    (dict(zero=3), "zero 3 (sharding the parameters as well) is not offered"),
+    (dict(learning_rate=0.1), "unknown training option 'learning_rate'"),
+    (dict(checkpoint_every_steps=5), "--checkpoint-every-steps needs --checkpoint-dir"),
+    (dict(sync_bn="yes"), "sync_bn is a switch"),
+])
+def test_bad_options_raise_herds_message(kwargs, message):
+    with pytest.raises(herd.InvalidArgument) as e:
+        herd.train("mlp", data=SYN, epochs=1, threads=1, **kwargs)
+    assert message in str(e.value) and e.value.status == "invalid argument"
+    assert isinstance(e.value, ValueError)
+
+
+def test_bad_data_and_models_raise():
+    with pytest.raises(herd.HerdError, match="cannot build the model: cannot open model file 'nope'"):
+        herd.train("nope", data=SYN)
+    with pytest.raises(herd.HerdError, match="unknown dataset 'mnist'"):
+        herd.Dataset("mnist")
+    x = np.zeros((4, 1, 8, 8), np.uint8)
+    with pytest.raises(herd.InvalidArgument, match="images must be uint8 pixels"):
+        herd.Dataset.from_numpy(x.astype(np.float32), [0, 1, 0, 1])
+    with pytest.raises(herd.InvalidArgument, match=r"label 2 is 5, outside 0..2 \(classes 3\)"):
+        herd.Dataset.from_numpy(x, [0, 1, 5, 1], classes=3)
+    with pytest.raises(herd.InvalidArgument, match="1 to 3 channels"):
+        herd.Dataset.from_numpy(np.zeros((4, 4, 8, 8), np.uint8), [0, 1, 0, 1])
+    with pytest.raises(herd.InvalidArgument, match="mean has 2 values for 1 channels"):
+        herd.Dataset.from_numpy(x, [0, 1, 0, 1], mean=[0.5, 0.5], std=[0.2, 0.2])
+    with pytest.raises(herd.InvalidArgument, match="a model needs data="):
+        herd.Model("mlp")
+
+
+def launcher(np_):
+    exe = os.environ.get("HERD_MPIEXEC")
+    if not exe or "MPI: none" in subprocess.run([HERD, "--version"], capture_output=True, text=True).stdout:
+        pytest.skip("herd built without MPI, or its launcher (HERD_MPIEXEC, set by ctest) missing")
+    return [exe, *shlex.split(os.environ.get("HERD_MPIEXEC_PREFLAGS", "")), "-np", str(np_)]
+
+
+def ranks_script(tmp_path, np_, *args):
+    r = subprocess.run(["timeout", "200", *launcher(np_), sys.executable, os.path.join(HERE, "ranks.py"),
+                        str(tmp_path), *args], capture_output=True, text=True)
+    return r.returncode, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_ranks_equal_cli(tmp_path, np_):
+    """Under the launcher: every rank trains its share; the weights are the CLI's on as
+    many ranks, byte for byte."""
+    cli("--model", "lenet5", "--data", SYN, *COMMON_FLAGS, "--save", str(tmp_path / "cli.st"),
+        "--quiet", launcher=launcher(np_))
+    rc, out = ranks_script(tmp_path, np_, "train")
+    assert rc == 0, out
+    assert read(tmp_path / "cli.st") == read(tmp_path / "py.st")
+    assert f"ranks={np_}" in out
+
+
+def test_rank_with_other_data_named(tmp_path):
+    """A rank handed other arrays: every rank raises, naming the difference; none hangs."""
+    rc, out = ranks_script(tmp_path, 2, "other-data")
+    assert rc == 0, out
+    assert out.count("raised: ") == 2, out
+    assert "train_data_content" in out, out
