@@ -14,17 +14,18 @@ packages=(
   dataset-fashion-mnist
   protobuf-compiler python3-protobuf # tests: event files read with TensorBoard's own schema
   iproute2 iputils-ping # tests: the namespace cluster (ip netns) and a ping through its relay
-  python3-dev python3-numpy python3-pytest # the herd Python package (python/) and its tests
+  python3-dev python3-numpy python3-pytest python3-torch # the herd Python package (python/), herd.torch, their tests
   strace # tests: cli_lines sees every write herd makes to stdout and stderr
   slurmctld slurmd slurm-client munge # tests: cluster_slurm, a one-node Slurm (srun --mpi=pmix)
   clang libclang-rt-dev # make test: the ASan build under clang, with the libFuzzer targets (tests/fuzz)
 )
-# The PyTorch reference and the kernel micro-benchmarks (bench/, tests/make_fixtures.py)
-# are optional: HERD_WITH_TORCH=1. PyTorch runs its GEMMs on the OpenMP OpenBLAS, which
+# The PyTorch reference's set-up for benchmarks (bench/, tests/make_fixtures.py) is
+# optional: HERD_WITH_TORCH=1. PyTorch runs its GEMMs on the OpenMP OpenBLAS, which
 # follows its thread count (the reference BLAS makes it ~15x slower); threadpoolctl
 # reports which BLAS and kernel it runs.
 if [ "${HERD_WITH_TORCH:-0}" = 1 ]; then
-  packages+=(python3-torch python3-numpy python3-threadpoolctl libopenblas0-openmp libopenblas-openmp-dev)
+  packages+=(python3-threadpoolctl libopenblas0-openmp libopenblas-openmp-dev
+             python3-torchvision python3-filelock) # bench/horovod_example.sh: Horovod's own example
 fi
 
 missing=()

@@ -293,11 +293,6 @@ HERD_API herd_status herd_dist_bind_device(herd_dist *d, const char *device);
 HERD_API void herd_dist_abort(herd_dist *d, int code, const char *msg);
 HERD_API void herd_dist_free(herd_dist *d);
 
-/* -------------------------------------------------------------- training */
-
-typedef enum { HERD_OPT_SGD = 0, HERD_OPT_ADAMW = 1 } herd_optimizer_kind;
-typedef enum { HERD_SCHED_CONSTANT = 0, HERD_SCHED_STEP = 1, HERD_SCHED_COSINE = 2 } herd_schedule_kind;
-
 /* Gradients on the wire (--compress): as they are, or cast to a 16-bit type for the
  * allreduce and back. */
 typedef enum {
@@ -309,6 +304,38 @@ typedef enum {
 /* "none", "fp16", "bf16". */
 HERD_API const char *herd_compress_name(herd_compress c);
 HERD_API herd_status herd_compress_parse(const char *name, herd_compress *out);
+
+/* Collectives on the caller's host memory (herd.torch: Horovod's allreduce, broadcast,
+ * allgather and DistributedOptimizer). They run in the order started, on herd's
+ * communication thread, under the stall inspector and the timeout of herd_dist_config,
+ * as training's reductions do: every rank must start the same collectives in the same
+ * order with the same sizes. d NULL: a group of one. */
+typedef enum { HERD_DTYPE_F32 = 0, HERD_DTYPE_F64, HERD_DTYPE_F16, HERD_DTYPE_BF16 } herd_dtype;
+/* Starts an in-place sum of buf[0..n) of `type` over the ranks; *ticket names it for
+ * herd_dist_wait. buf must stay untouched until then. f32: the sum is multiplied by
+ * scale (1/size: the mean) and travels as `wire` (HERD_COMPRESS_FP16/BF16: each rank's
+ * scaled values cast to 16 bits, Horovod's compression). The other types are summed in
+ * their own type, scale 1 and no compression (refused otherwise). */
+HERD_API herd_status herd_dist_allreduce_start(herd_dist *d, void *buf, size_t n, herd_dtype type,
+                                               float scale, herd_compress wire, const char *name,
+                                               uint64_t *ticket);
+/* Blocks until the collective of ticket, and every one started before it, completed. */
+HERD_API herd_status herd_dist_wait(herd_dist *d, uint64_t ticket);
+/* Blocking: root's bytes into every rank's buf. */
+HERD_API herd_status herd_dist_broadcast(herd_dist *d, void *buf, size_t bytes, int root);
+/* Blocking: rank r's bytes_of[r] bytes (mine) land in every rank's all, in rank order;
+ * bytes_of is the same on every rank. */
+HERD_API herd_status herd_dist_allgather(herd_dist *d, const void *mine, void *all,
+                                         const size_t *bytes_of);
+HERD_API herd_status herd_dist_barrier(herd_dist *d);
+/* What this rank is doing, for the stall inspector's report ("step 40: backward"). */
+HERD_API void herd_dist_set_activity(herd_dist *d, const char *what);
+
+/* -------------------------------------------------------------- training */
+
+typedef enum { HERD_OPT_SGD = 0, HERD_OPT_ADAMW = 1 } herd_optimizer_kind;
+typedef enum { HERD_SCHED_CONSTANT = 0, HERD_SCHED_STEP = 1, HERD_SCHED_COSINE = 2 } herd_schedule_kind;
+
 
 #define HERD_MAX_MILESTONES 8
 

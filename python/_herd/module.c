@@ -193,6 +193,12 @@ static PyObject *py_cpu_isa(PyObject *self, PyObject *unused)
     return PyUnicode_FromString(herd_cpu_isa());
 }
 
+static PyObject *py_have_nccl(PyObject *self, PyObject *unused)
+{
+    (void)self, (void)unused;
+    return PyBool_FromLong(herd_have_nccl());
+}
+
 static PyObject *py_default_device(PyObject *self, PyObject *unused)
 {
     (void)self, (void)unused;
@@ -244,12 +250,19 @@ static PyMethodDef methods[] = {
     {"build_info", py_build_info, METH_NOARGS, NULL},
     {"cpu_isa", py_cpu_isa, METH_NOARGS, NULL},
     {"default_device", py_default_device, METH_NOARGS, NULL},
+    {"have_nccl", py_have_nccl, METH_NOARGS, NULL},
     {"zoo", py_zoo, METH_NOARGS, NULL},
     {"train_options", py_train_options, METH_NOARGS, NULL},
     {"train", (PyCFunction)(void (*)(void))pyherd_train, METH_VARARGS | METH_KEYWORDS, NULL},
     {"dataset_open", pyherd_dataset_open, METH_VARARGS, NULL},
     {"dataset_from_memory", pyherd_dataset_from_memory, METH_VARARGS, NULL},
     {"model_create", (PyCFunction)(void (*)(void))pyherd_model_create, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"allreduce_start", pyherd_allreduce_start, METH_VARARGS, NULL},
+    {"wait", pyherd_wait, METH_VARARGS, NULL},
+    {"broadcast", pyherd_broadcast, METH_VARARGS, NULL},
+    {"allgather", pyherd_allgather, METH_VARARGS, NULL},
+    {"barrier", pyherd_barrier, METH_NOARGS, NULL},
+    {"set_activity", pyherd_set_activity, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 

@@ -34,5 +34,11 @@ PyObject *pyherd_train(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *pyherd_dataset_open(PyObject *self, PyObject *args);
 PyObject *pyherd_dataset_from_memory(PyObject *self, PyObject *args);
 PyObject *pyherd_model_create(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *pyherd_allreduce_start(PyObject *self, PyObject *args);
+PyObject *pyherd_wait(PyObject *self, PyObject *args);
+PyObject *pyherd_broadcast(PyObject *self, PyObject *args);
+PyObject *pyherd_allgather(PyObject *self, PyObject *args);
+PyObject *pyherd_barrier(PyObject *self, PyObject *unused);
+PyObject *pyherd_set_activity(PyObject *self, PyObject *args);
 
 #endif

@@ -1,4 +1,5 @@
 /* The public herd_dist_* API: thin wrappers over the communicator (herd_dist is herd_comm). */
+#include <limits.h>
 #include <string.h>
 
 #include "backend/backend.h"
@@ -41,4 +42,96 @@ herd_status herd_dist_bind_device(herd_dist *d, const char *device)
     if (!d || d->size == 1 || !device || strcmp(device, "cuda") != 0)
         return HERD_OK;
     return herd_backend_cuda_bind(d->local_rank, d->local_size);
+}
+
+/* ------------------------------------------- collectives on the caller's memory */
+
+herd_status herd_dist_allreduce_start(herd_dist *d, void *buf, size_t n, herd_dtype type,
+                                      float scale, herd_compress wire, const char *name,
+                                      uint64_t *ticket)
+{
+    if (!ticket || (n && !buf) || (unsigned)type > HERD_DTYPE_BF16 ||
+        (unsigned)wire > HERD_COMPRESS_BF16 || !(scale == scale))
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "herd_dist_allreduce_start: a buffer of %zu values, "
+                        "a type, a scale and a ticket to return", n);
+    if (type != HERD_DTYPE_F32 && (scale != 1.0f || wire != HERD_COMPRESS_NONE))
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: only float32 is scaled or compressed on the "
+                        "wire; sum %s values as they are (scale 1, no compression)",
+                        name ? name : "allreduce", type == HERD_DTYPE_F64 ? "float64" :
+                        type == HERD_DTYPE_F16 ? "float16" : "bfloat16");
+    *ticket = 0;
+    if (!d || d->size == 1) {
+        if (type == HERD_DTYPE_F32 && scale != 1.0f)
+            for (size_t i = 0; i < n; i++)
+                ((float *)buf)[i] *= scale;
+        return HERD_OK;
+    }
+    herd_status st;
+    if (type == HERD_DTYPE_F32) {
+        herd_wire_type w = wire == HERD_COMPRESS_FP16 ? HERD_WIRE_FP16
+                           : wire == HERD_COMPRESS_BF16 ? HERD_WIRE_BF16 : HERD_WIRE_FP32;
+        st = d->ops->allreduce_start(d, buf, n, scale, w, name);
+    } else if (type == HERD_DTYPE_F64) {
+        if (n > INT_MAX)
+            return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: %zu float64 values are beyond one MPI call "
+                            "(at most %d): reduce them in parts", name ? name : "allreduce", n, INT_MAX);
+        st = d->ops->allreduce_f64_start(d, buf, (int)n, name);
+    } else {
+        if (!d->ops->allreduce_typed_start)
+            return HERD_ERR(HERD_ERR_UNSUPPORTED, "the %s communicator sums no 16-bit values",
+                            d->ops->name);
+        st = d->ops->allreduce_typed_start(d, buf, n, type == HERD_DTYPE_F16 ? HERD_WIRE_FP16
+                                                                              : HERD_WIRE_BF16, name);
+    }
+    if (st == HERD_OK)
+        *ticket = d->ops->ticket(d);
+    return st;
+}
+
+herd_status herd_dist_wait(herd_dist *d, uint64_t ticket)
+{
+    return !d || d->size == 1 || ticket == 0 ? HERD_OK : d->ops->wait_ticket(d, ticket);
+}
+
+herd_status herd_dist_broadcast(herd_dist *d, void *buf, size_t bytes, int root)
+{
+    if (!d)
+        return root == 0 ? HERD_OK : HERD_ERR(HERD_ERR_INVALID_ARG, "broadcast from root %d in a "
+                                                "group of one", root);
+    if (root < 0 || root >= d->size)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "broadcast from root rank %d, but the job has ranks "
+                        "0..%d", root, d->size - 1);
+    return d->ops->broadcast(d, buf, bytes, root);
+}
+
+herd_status herd_dist_allgather(herd_dist *d, const void *mine, void *all, const size_t *bytes_of)
+{
+    int size = d ? d->size : 1;
+    if (!bytes_of || (!all && bytes_of[0]))
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "herd_dist_allgather: every rank's byte count and a "
+                        "buffer for them all");
+    if (size == 1) {
+        if (bytes_of[0] && all != mine)
+            memmove(all, mine, bytes_of[0]);
+        return HERD_OK;
+    }
+    bool equal = true;
+    size_t total = 0;
+    for (int r = 0; r < size; r++) {
+        equal &= bytes_of[r] == bytes_of[0];
+        total += bytes_of[r];
+    }
+    if (equal)
+        return d->ops->allgather(d, mine, all, bytes_of[0]);
+    /* Parts of other sizes: to rank 0, then from it to all. */
+    HERD_TRY(d->ops->gather(d, mine, bytes_of[d->rank], all, bytes_of, 0));
+    return d->ops->broadcast(d, all, total, 0);
+}
+
+herd_status herd_dist_barrier(herd_dist *d) { return d ? d->ops->barrier(d) : HERD_OK; }
+
+void herd_dist_set_activity(herd_dist *d, const char *what)
+{
+    if (d && d->ops->set_activity)
+        d->ops->set_activity(d, what);
 }

@@ -1,0 +1,138 @@
+/* _herd's collectives on memory Python hands over by address (herd.torch passes
+ * tensor.data_ptr(); it keeps the tensors alive until the collective completes). */
+#include <stdlib.h>
+
+#include "pyherd.h"
+
+static void *address(PyObject *obj)
+{
+    void *p = PyLong_AsVoidPtr(obj);
+    return PyErr_Occurred() ? NULL : p;
+}
+
+/* (address, count, dtype, scale, wire, name) -> ticket */
+PyObject *pyherd_allreduce_start(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *addr;
+    Py_ssize_t n;
+    int type, wire;
+    float scale;
+    const char *name;
+    if (!PyArg_ParseTuple(args, "Onifis", &addr, &n, &type, &scale, &wire, &name))
+        return NULL;
+    void *buf = address(addr);
+    PyObject *error = NULL;
+    herd_dist *d = pyherd_dist(&error);
+    if (!d || (!buf && PyErr_Occurred()))
+        return error;
+    if (n < 0)
+        return PyErr_Format(pyherd_invalid_argument, "%s: %zd values", name, n);
+    uint64_t ticket;
+    herd_status st = herd_dist_allreduce_start(d, buf, (size_t)n, (herd_dtype)type, scale,
+                                               (herd_compress)wire, name, &ticket);
+    return st == HERD_OK ? PyLong_FromUnsignedLongLong(ticket) : pyherd_raise(st, NULL);
+}
+
+PyObject *pyherd_wait(PyObject *self, PyObject *args)
+{
+    (void)self;
+    unsigned long long ticket;
+    if (!PyArg_ParseTuple(args, "K", &ticket))
+        return NULL;
+    PyObject *error = NULL;
+    herd_dist *d = pyherd_dist(&error);
+    if (!d)
+        return error;
+    herd_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = herd_dist_wait(d, ticket);
+    Py_END_ALLOW_THREADS
+    return st == HERD_OK ? Py_NewRef(Py_None) : pyherd_raise(st, NULL);
+}
+
+/* (address, bytes, root) */
+PyObject *pyherd_broadcast(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *addr;
+    Py_ssize_t bytes;
+    int root;
+    if (!PyArg_ParseTuple(args, "Oni", &addr, &bytes, &root))
+        return NULL;
+    void *buf = address(addr);
+    PyObject *error = NULL;
+    herd_dist *d = pyherd_dist(&error);
+    if (!d || PyErr_Occurred())
+        return d ? NULL : error;
+    herd_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = herd_dist_broadcast(d, buf, (size_t)bytes, root);
+    Py_END_ALLOW_THREADS
+    return st == HERD_OK ? Py_NewRef(Py_None) : pyherd_raise(st, NULL);
+}
+
+/* (mine address, all address, [bytes of each rank]) */
+PyObject *pyherd_allgather(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *mine_addr, *all_addr, *counts;
+    if (!PyArg_ParseTuple(args, "OOO", &mine_addr, &all_addr, &counts))
+        return NULL;
+    void *mine = address(mine_addr), *all = address(all_addr);
+    PyObject *error = NULL;
+    herd_dist *d = pyherd_dist(&error);
+    if (!d || PyErr_Occurred())
+        return d ? NULL : error;
+    PyObject *fast = PySequence_Fast(counts, "the byte counts are a list, one per rank");
+    if (!fast)
+        return NULL;
+    Py_ssize_t size = PySequence_Fast_GET_SIZE(fast);
+    if (size != herd_dist_size(d)) {
+        Py_DECREF(fast);
+        return PyErr_Format(pyherd_invalid_argument, "%zd byte counts for %d ranks", size,
+                            herd_dist_size(d));
+    }
+    size_t *bytes_of = calloc((size_t)size, sizeof *bytes_of);
+    for (Py_ssize_t r = 0; bytes_of && r < size; r++)
+        bytes_of[r] = PyLong_AsSize_t(PySequence_Fast_GET_ITEM(fast, r));
+    Py_DECREF(fast);
+    if (!bytes_of || PyErr_Occurred()) {
+        free(bytes_of);
+        return bytes_of ? NULL : PyErr_NoMemory();
+    }
+    herd_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = herd_dist_allgather(d, mine, all, bytes_of);
+    Py_END_ALLOW_THREADS
+    free(bytes_of);
+    return st == HERD_OK ? Py_NewRef(Py_None) : pyherd_raise(st, NULL);
+}
+
+PyObject *pyherd_barrier(PyObject *self, PyObject *unused)
+{
+    (void)self, (void)unused;
+    PyObject *error = NULL;
+    herd_dist *d = pyherd_dist(&error);
+    if (!d)
+        return error;
+    herd_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = herd_dist_barrier(d);
+    Py_END_ALLOW_THREADS
+    return st == HERD_OK ? Py_NewRef(Py_None) : pyherd_raise(st, NULL);
+}
+
+PyObject *pyherd_set_activity(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *what;
+    if (!PyArg_ParseTuple(args, "s", &what))
+        return NULL;
+    PyObject *error = NULL;
+    herd_dist *d = pyherd_dist(&error);
+    if (!d)
+        return error;
+    herd_dist_set_activity(d, what);
+    Py_RETURN_NONE;
+}

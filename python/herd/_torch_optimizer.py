@@ -1,0 +1,229 @@
+"""herd.torch.DistributedOptimizer: gradients averaged over the ranks in buckets that
+start reducing during backward, on herd's communication thread, as herd's own trainer
+does (src/train/buckets.c): the last layers' gradients, ready first, go first in a small
+bucket, the rest in buckets of bucket_mb. Buckets start in one fixed order on every
+rank (a bucket waits for the ones before it), so the ranks' collectives always pair up;
+the ranks check at construction that they hold the same parameters."""
+import contextlib
+import hashlib
+import warnings
+
+import torch
+
+from herd import HerdError, InvalidArgument, _herd
+from herd import torch as hvd
+
+FIRST_BUCKET_MB = 1.0
+
+
+class _Bucket:
+    def __init__(self, index, params, dtype):
+        self.index, self.params, self.dtype = index, params, dtype
+        self.numel = sum(p.numel() for p in params)
+        self.flat = torch.empty(self.numel, dtype=dtype)
+        self.offsets, at = [], 0
+        for p in params:
+            self.offsets.append(at)
+            at += p.numel()
+        self.pending = set()
+        self.launched = False
+        self.handle = None
+
+
+def _buckets(params, bucket_mb):
+    """Params in reverse order of the model's registration (backward reaches the last
+    layers first), cut by dtype and size: the first bucket small so that communication
+    starts early."""
+    buckets, current, size, limit = [], [], 0, FIRST_BUCKET_MB * 2 ** 20
+    for p in reversed(params):
+        nbytes = p.numel() * p.element_size()
+        if current and (p.dtype != current[0].dtype or size + nbytes > limit):
+            buckets.append(_Bucket(len(buckets), current, current[0].dtype))
+            current, size, limit = [], 0, bucket_mb * 2 ** 20
+        current.append(p)
+        size += nbytes
+    if current:
+        buckets.append(_Bucket(len(buckets), current, current[0].dtype))
+    return buckets
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
+                 bucket_mb):
+        super(self.__class__, self).__init__(params)
+        all_params = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
+        if named_parameters is not None:
+            named = list(named_parameters)
+            if any(not isinstance(n, tuple) or len(n) != 2 for n in named):
+                raise InvalidArgument("named_parameters takes model.named_parameters(): (name, parameter) pairs")
+            names = {id(p): name for name, p in named}
+            missing = [p for p in all_params if id(p) not in names]
+            if missing:
+                raise InvalidArgument(f"{len(missing)} parameters of the optimizer are not in "
+                                      "named_parameters; pass model.named_parameters() of the same model")
+            if len(set(names.values())) != len(names):
+                raise InvalidArgument("named_parameters has a name twice")
+            # The model's order: the registration order that backward reverses.
+            order = {id(p): i for i, (_, p) in enumerate(named)}
+            all_params.sort(key=lambda p: order[id(p)])
+        else:
+            names = {id(p): f"param.{i}" for i, p in enumerate(all_params)}
+        if backward_passes_per_step < 1:
+            raise InvalidArgument(f"backward_passes_per_step must be >= 1, got {backward_passes_per_step}")
+        if compression not in hvd._WIRE:
+            raise InvalidArgument(f"compression is Compression.none, fp16 or bf16, got {compression!r}")
+        for p in all_params:
+            hvd._check(p, f"parameter {names[id(p)]}")
+            if p.dtype not in hvd._DTYPES:
+                raise HerdError(f"parameter {names[id(p)]} is {p.dtype}: herd reduces float32, "
+                                "float64, float16 and bfloat16 gradients")
+        self._names = names
+        self._scale = hvd._scale(op, None, "DistributedOptimizer")
+        self._compression = compression
+        self._passes = backward_passes_per_step
+        self._buckets = _buckets(all_params, float(bucket_mb))
+        if compression != "none" and any(b.dtype != torch.float32 for b in self._buckets):
+            warnings.warn("herd.torch: compression applies to float32 gradients; the others "
+                          "travel as they are")
+        self._bucket_of = {id(p): b for b in self._buckets for p in b.params}
+        self._counts = {id(p): 0 for p in all_params}
+        self._next = 0
+        self._synchronized = False
+        self._should_synchronize = True
+        self._check_ranks_agree(all_params)
+        self._hooks = []
+        if hvd.size() > 1:
+            self._register_hooks(all_params)
+
+    def _check_ranks_agree(self, params):
+        desc = "\n".join(f"{self._names[id(p)]} {tuple(p.shape)} {p.dtype}" for p in params)
+        desc += f"\nbuckets {[b.numel for b in self._buckets]} passes {self._passes} " \
+                f"compression {self._compression} scale {self._scale}"
+        digests = hvd.allgather_object(hashlib.sha256(desc.encode()).hexdigest(), "optimizer check")
+        differ = [r for r, d in enumerate(digests) if d != digests[0]]
+        if differ:
+            raise HerdError(f"DistributedOptimizer: rank(s) {differ} hold other parameters, buckets "
+                            "or options than rank 0 (names, shapes, dtypes, backward_passes_per_step, "
+                            "compression, op): build the same model and optimizer on every rank")
+
+    def _register_hooks(self, params):
+        for p in params:
+            if hasattr(p, "register_post_accumulate_grad_hook"):  # PyTorch 2.1+
+                self._hooks.append(p.register_post_accumulate_grad_hook(
+                    lambda param: self._grad_ready(param)))
+            else:  # the gradient accumulator's hook, kept alive with the optimizer
+                acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                self._hooks.append(acc)
+                acc.register_hook(self._make_hook(p))
+
+    def _make_hook(self, p):
+        def hook(*_):
+            self._grad_ready(p)
+        return hook
+
+    def _grad_ready(self, p):
+        if not self._should_synchronize:
+            return
+        key = id(p)
+        self._counts[key] += 1
+        if self._counts[key] < self._passes:
+            return
+        if self._counts[key] > self._passes:
+            raise HerdError(f"gradient of {self._names[key]} computed {self._counts[key]} times before "
+                            f"step() (backward_passes_per_step={self._passes}); call step() or "
+                            "synchronize() after each step's backward passes")
+        bucket = self._bucket_of[key]
+        bucket.pending.add(key)
+        self._launch_ready()
+
+    def _launch_ready(self, force=False):
+        """Starts the buckets whose gradients are all ready, in bucket order."""
+        while self._next < len(self._buckets):
+            b = self._buckets[self._next]
+            if not force and len(b.pending) < len(b.params):
+                return
+            self._launch(b)
+            self._next += 1
+
+    def _launch(self, b):
+        with torch.no_grad():
+            for p, at in zip(b.params, b.offsets):
+                view = b.flat[at:at + p.numel()]
+                if p.grad is None:
+                    view.zero_()  # unused here: the other ranks' gradients still count
+                else:
+                    view.copy_(p.grad.reshape(-1))
+        _herd.set_activity(f"herd.torch: backward, gradient bucket {b.index + 1} of {len(self._buckets)}")
+        wire = self._compression if b.dtype == torch.float32 else "none"
+        b.handle = hvd.allreduce_async_(b.flat, op=hvd.Sum, compression=wire,
+                                        name=f"gradient bucket {b.index + 1}",
+                                        prescale_factor=self._scale)
+        b.launched = True
+
+    def synchronize(self):
+        """Waits for every bucket (starting those whose gradients never came: unused
+        parameters count as zero) and writes the mean gradients into .grad."""
+        if hvd.size() == 1:
+            self._synchronized = True
+            return
+        self._launch_ready(force=True)
+        _herd.set_activity("herd.torch: waiting for the gradient buckets")
+        with torch.no_grad():
+            for b in self._buckets:
+                hvd.synchronize(b.handle)
+                for p, at in zip(b.params, b.offsets):
+                    mean = b.flat[at:at + p.numel()].view_as(p)
+                    if p.grad is None:
+                        p.grad = mean.clone()
+                    else:
+                        p.grad.copy_(mean)
+                b.pending.clear()
+                b.launched, b.handle = False, None
+        self._next = 0
+        for key in self._counts:
+            self._counts[key] = 0
+        self._synchronized = True
+        _herd.set_activity("herd.torch: forward and backward")
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """For a step after an explicit synchronize() (gradient clipping): step() then
+        does not synchronize again."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if self._should_synchronize and not self._synchronized:  # not done by hand already
+            self.synchronize()
+        self._synchronized = False
+        return super(self.__class__, self).step(closure)
+
+    def zero_grad(self, set_to_none=None):
+        if any(b.launched for b in self._buckets):
+            raise HerdError("zero_grad() while gradient buckets are being reduced: call step() "
+                            "(or synchronize()) after backward first")
+        if set_to_none is None:
+            return super(self.__class__, self).zero_grad()
+        return super(self.__class__, self).zero_grad(set_to_none=set_to_none)
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression="none",
+                         backward_passes_per_step=1, op="Average", gradient_predivide_factor=1.0,
+                         bucket_mb=25.0):
+    """Wraps optimizer (of any torch.optim class): step() first averages the gradients
+    over the ranks, reduced in buckets during backward. As Horovod's; bucket_mb is herd's
+    --bucket-mb (the first bucket is 1 MiB). gradient_predivide_factor (Horovod's split
+    of the averaging around the sum) is accepted and changes nothing: herd applies 1/size
+    once, after the sum on a float32 wire and before the cast on a 16-bit one (so that a
+    sum cannot overflow where the mean would not), which is the same mean."""
+    if not gradient_predivide_factor > 0:
+        raise InvalidArgument(f"gradient_predivide_factor must be > 0, got {gradient_predivide_factor}")
+    if gradient_predivide_factor != 1.0 and op != "Average":
+        raise InvalidArgument("gradient_predivide_factor applies to op=Average")
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
+               dict(_DistributedOptimizer.__dict__))
+    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
+               op, bucket_mb)

@@ -1,0 +1,343 @@
+"""herd.torch: Horovod's API for PyTorch scripts, on herd's communicator (docs/python.md).
+
+    import herd.torch as hvd
+    hvd.init()
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+
+Launch with `herd run -np N -- python3 script.py` (or mpirun). Collectives run in the
+order started on herd's communication thread, under its stall inspector and abort
+timeout (herd.torch.init(comm_timeout=, stall_warning=)); a rank that raises ends the
+whole job, naming itself, instead of leaving the others waiting. CPU tensors; CUDA
+tensors are refused for now (docs/python.md says what waits).
+"""
+import io
+import pickle
+import sys
+import threading
+
+import torch
+
+import herd as _herd_pkg
+from herd import HerdError, InvalidArgument, _herd
+
+__all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_rank", "local_size",
+           "Average", "Sum", "Adasum", "Compression", "allreduce", "allreduce_", "allreduce_async",
+           "allreduce_async_", "synchronize", "poll", "allgather", "allgather_async", "broadcast",
+           "broadcast_", "broadcast_async", "broadcast_async_", "broadcast_object",
+           "allgather_object", "broadcast_parameters", "broadcast_optimizer_state",
+           "DistributedOptimizer", "join", "mpi_built", "nccl_built", "gloo_built", "mpi_threads_supported", "HerdError", "InvalidArgument"]
+
+Average, Sum, Adasum = "Average", "Sum", "Adasum"
+_DTYPES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}  # herd_dtype
+_WIRE = {"none": 0, "fp16": 1, "bf16": 2}  # herd_compress
+_initialized = False
+_local_size = None
+
+
+class Compression:
+    """Gradients on the wire (float32 tensors): as they are, or cast to 16 bits for the
+    reduction (each rank's values scaled first, so a sum cannot overflow where the mean
+    would not) and back."""
+    none = "none"
+    fp16 = "fp16"
+    bf16 = "bf16"
+
+
+def init(comm=None, comm_timeout=None, stall_warning=None):
+    """Joins the job. comm (Horovod's list of ranks) is not offered: every rank takes part."""
+    global _initialized
+    if comm is not None:
+        raise InvalidArgument("herd.torch.init: sub-communicators (comm=) are not offered; every rank of the job takes part")
+    _herd_pkg.init(comm_timeout, stall_warning)
+    if not _initialized and size() > 1:
+        _abort_on_uncaught_exception()
+    _initialized = True
+
+
+def _abort_on_uncaught_exception():
+    """A rank that raises would leave the others waiting in their next collective until
+    the timeout: print the exception, then end every rank naming this one."""
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        previous(kind, value, tb)
+        sys.stderr.flush()
+        _herd.abort(1, f"rank {rank()} raised {kind.__name__}: {value}; ending the job")
+    sys.excepthook = hook
+
+    def thread_hook(args):
+        threading.__excepthook__(args)
+        _herd.abort(1, f"rank {rank()} raised {args.exc_type.__name__} in thread "
+                       f"{args.thread.name if args.thread else '?'}: {args.exc_value}; ending the job")
+    threading.excepthook = thread_hook
+
+
+def shutdown():
+    global _initialized
+    _herd.shutdown()
+    _initialized = False
+
+
+def is_initialized():
+    return _initialized
+
+
+def size():
+    return _herd.size()
+
+
+def rank():
+    return _herd.rank()
+
+
+def local_rank():
+    return _herd.local_rank()
+
+
+def local_size():
+    """Ranks on this host."""
+    global _local_size
+    if _local_size is None:
+        import socket
+        hosts = allgather_object(socket.gethostname())
+        _local_size = hosts.count(hosts[rank()])
+    return _local_size
+
+
+def mpi_threads_supported():
+    return True
+
+
+def mpi_built():
+    return _herd.backend() == "mpi" or "MPI: none" not in _herd.build_info()
+
+
+def nccl_built():
+    """Whether this herd reduces GPU memory with NCCL (herd.torch takes CPU tensors for now)."""
+    return _herd.have_nccl()
+
+
+def gloo_built():
+    return False
+
+
+def join(device=-1):
+    raise HerdError("herd.torch.join (uneven data across ranks) is not offered yet: give every "
+                    "rank the same number of steps (herd shards a global batch evenly)")
+
+
+# ------------------------------------------------------------------ tensors
+
+def _check(tensor, what):
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{what} takes a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.device.type != "cpu":
+        raise HerdError(f"{what}: a tensor on {tensor.device} (herd.torch reduces CPU tensors for "
+                        "now; CUDA tensors through NCCL wait for a GPU session)")
+    if tensor.is_sparse:
+        raise HerdError(f"{what}: sparse tensors are not offered")
+
+
+def _scale(op, average, what):
+    if average is not None:
+        op = Average if average else Sum
+    op = op or Average
+    if op == Adasum:
+        raise HerdError(f"{what}: Adasum is not offered; use op=Average or op=Sum")
+    if op not in (Average, Sum):
+        raise InvalidArgument(f"{what}: op is Average or Sum, got {op!r}")
+    return 1.0 / size() if op == Average else 1.0
+
+
+class _Handle:
+    """A collective in flight: the tensor it writes and the ticket to wait for."""
+
+    def __init__(self, tensor, ticket, after=None, keep=()):
+        self.tensor, self.ticket, self.after, self.keep, self.done = tensor, ticket, after, keep, False
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, compression=Compression.none,
+                     prescale_factor=1.0, postscale_factor=1.0):
+    """Starts an in-place sum (op=Sum) or mean (op=Average, the default) over the ranks."""
+    what = f"allreduce {name}" if name else "allreduce"
+    _check(tensor, what)
+    if tensor.dtype not in _DTYPES:
+        raise HerdError(f"{what}: {tensor.dtype} tensors are not reduced; herd sums float32, "
+                        "float64, float16 and bfloat16")
+    if not tensor.is_contiguous():
+        raise InvalidArgument(f"{what} in place needs a contiguous tensor; use allreduce (a copy)")
+    if compression not in _WIRE:
+        raise InvalidArgument(f"{what}: compression is Compression.none, fp16 or bf16, got {compression!r}")
+    scale = _scale(op, average, what) * float(prescale_factor) * float(postscale_factor)
+    after = None
+    if tensor.dtype == torch.float32:
+        wire = _WIRE[compression]
+        c_scale = scale
+    else:  # summed in their own type, scaled after
+        if compression != Compression.none:
+            raise InvalidArgument(f"{what}: compression applies to float32 tensors, not {tensor.dtype}")
+        wire, c_scale = 0, 1.0
+        after = None if scale == 1.0 else scale
+    ticket = _herd.allreduce_start(tensor.data_ptr(), tensor.numel(), _DTYPES[tensor.dtype],
+                                   c_scale, wire, name or "allreduce")
+    return _Handle(tensor, ticket, after)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, compression=Compression.none,
+                    prescale_factor=1.0, postscale_factor=1.0):
+    _check(tensor, "allreduce")
+    return allreduce_async_(tensor.detach().clone(memory_format=torch.contiguous_format), average,
+                            name, op, compression, prescale_factor, postscale_factor)
+
+
+def synchronize(handle):
+    """Waits for a collective started by an *_async call and returns its tensor."""
+    if not handle.done:
+        _herd.wait(handle.ticket)
+        if handle.after is not None:
+            handle.tensor.mul_(handle.after)
+        handle.done = True
+    return handle.tensor
+
+
+def poll(handle):
+    """True once synchronize would not block (herd answers only after waiting: a handle
+    reports done once synchronized)."""
+    return handle.done
+
+
+def allreduce_(tensor, average=None, name=None, op=None, compression=Compression.none,
+               prescale_factor=1.0, postscale_factor=1.0):
+    return synchronize(allreduce_async_(tensor, average, name, op, compression, prescale_factor,
+                                        postscale_factor))
+
+
+def allreduce(tensor, average=None, name=None, op=None, compression=Compression.none,
+              prescale_factor=1.0, postscale_factor=1.0):
+    return synchronize(allreduce_async(tensor, average, name, op, compression, prescale_factor,
+                                       postscale_factor))
+
+
+def _contiguous(tensor):
+    return tensor.detach().contiguous()
+
+
+def allgather(tensor, name=None):
+    """Every rank's tensor, concatenated along the first dimension (which may differ
+    between ranks; the others must match)."""
+    what = f"allgather {name}" if name else "allgather"
+    _check(tensor, what)
+    t = _contiguous(tensor).reshape(tensor.shape if tensor.dim() else (1,))
+    rows = torch.tensor([t.shape[0]], dtype=torch.int64)
+    all_rows = torch.empty(size(), dtype=torch.int64)
+    _herd.allgather(rows.data_ptr(), all_rows.data_ptr(), [8] * size())
+    row_bytes = _row_bytes(t)
+    shape_check = torch.tensor([row_bytes], dtype=torch.int64)
+    all_row_bytes = torch.empty(size(), dtype=torch.int64)
+    _herd.allgather(shape_check.data_ptr(), all_row_bytes.data_ptr(), [8] * size())
+    if len(set(all_row_bytes.tolist())) != 1:
+        raise InvalidArgument(f"{what}: ranks hold rows of different sizes ({all_row_bytes.tolist()} "
+                              "bytes); only the first dimension may differ")
+    out = torch.empty((int(all_rows.sum()),) + tuple(t.shape[1:]), dtype=t.dtype)
+    _herd.allgather(t.data_ptr(), out.data_ptr(), [int(r) * row_bytes for r in all_rows.tolist()])
+    return out
+
+
+def _row_bytes(t):
+    n = 1
+    for d in t.shape[1:]:
+        n *= d
+    return n * t.element_size()
+
+
+def allgather_async(tensor, name=None):
+    """allgather, complete on return (herd's allgather blocks): synchronize gives it."""
+    out = allgather(tensor, name)
+    h = _Handle(out, 0)
+    h.done = True
+    return h
+
+
+def broadcast_(tensor, root_rank, name=None):
+    """root_rank's values into tensor on every rank, in place."""
+    what = f"broadcast {name}" if name else "broadcast"
+    _check(tensor, what)
+    if not tensor.is_contiguous():
+        raise InvalidArgument(f"{what} in place needs a contiguous tensor; use broadcast (a copy)")
+    _herd.broadcast(tensor.data_ptr(), tensor.numel() * tensor.element_size(), int(root_rank))
+    return tensor
+
+
+def broadcast(tensor, root_rank, name=None):
+    _check(tensor, "broadcast")
+    return broadcast_(tensor.detach().clone(memory_format=torch.contiguous_format), root_rank, name)
+
+
+def broadcast_async_(tensor, root_rank, name=None):
+    h = _Handle(broadcast_(tensor, root_rank, name), 0)
+    h.done = True
+    return h
+
+
+def broadcast_async(tensor, root_rank, name=None):
+    h = _Handle(broadcast(tensor, root_rank, name), 0)
+    h.done = True
+    return h
+
+
+def broadcast_object(obj, root_rank=0, name=None):
+    """Any picklable object from root_rank to every rank."""
+    data = pickle.dumps(obj) if rank() == root_rank else b""
+    length = torch.tensor([len(data)], dtype=torch.int64)
+    broadcast_(length, root_rank, name)
+    buf = torch.frombuffer(bytearray(data), dtype=torch.uint8) if rank() == root_rank \
+        else torch.empty(int(length), dtype=torch.uint8)
+    if int(length):
+        broadcast_(buf, root_rank, name)
+    return pickle.loads(buf.numpy().tobytes()) if rank() != root_rank else obj
+
+
+def allgather_object(obj, name=None):
+    """Every rank's picklable object, in rank order."""
+    data = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
+    lengths = allgather(torch.tensor([data.numel()], dtype=torch.int64), name)
+    joined = allgather(data, name).numpy().tobytes()
+    out, at = [], 0
+    for n in lengths.tolist():
+        out.append(pickle.loads(joined[at:at + n]))
+        at += n
+    return out
+
+
+def broadcast_parameters(params, root_rank):
+    """root_rank's parameters (a state_dict, or named_parameters()) into every rank's, in place."""
+    items = sorted(params.items()) if isinstance(params, dict) else list(params)
+    if not all(isinstance(p, tuple) and len(p) == 2 for p in items):
+        raise InvalidArgument("broadcast_parameters takes a state_dict or named_parameters()")
+    for name, p in items:
+        if p is None:
+            continue
+        if isinstance(p, torch.Tensor):
+            with torch.no_grad():
+                if p.is_contiguous():
+                    broadcast_(p.data, root_rank, name)
+                else:
+                    p.copy_(broadcast(p, root_rank, name))
+        else:
+            raise InvalidArgument(f"broadcast_parameters: {name} is a {type(p).__name__}, not a tensor")
+
+
+def broadcast_optimizer_state(optimizer, root_rank):
+    """root_rank's optimizer state (its state_dict: steps, momenta, hyper-parameters) into
+    every rank's optimizer."""
+    if isinstance(optimizer, torch.optim.LBFGS):
+        raise HerdError("broadcast_optimizer_state: LBFGS is not offered")
+    state = broadcast_object(optimizer.state_dict() if rank() == root_rank else None, root_rank,
+                             "optimizer state")
+    if rank() != root_rank:
+        optimizer.load_state_dict(state)
+
+
+from herd._torch_optimizer import DistributedOptimizer  # noqa: E402 (needs the functions above)

@@ -1,0 +1,100 @@
+"""herd.torch, Horovod's API for PyTorch on herd's communicator (ctest's python_torch):
+a PyTorch CNN trained on 2 and 3 ranks (and with local accumulation) ends within 1e-5
+of one process taking the whole global batch; every collective checked exactly on 2
+and 3 ranks; bad calls raise herd's message on every rank; a rank that raises ends the
+job at once, naming itself."""
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import herd.torch as hvd  # noqa: E402
+
+HERD = os.environ.get("HERD_BINARY", "herd")
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_ranks.py")
+
+
+def launcher(np_):
+    exe = os.environ.get("HERD_MPIEXEC")
+    if not exe or "MPI: none" in subprocess.run([HERD, "--version"], capture_output=True, text=True).stdout:
+        pytest.skip("herd built without MPI, or its launcher (HERD_MPIEXEC, set by ctest) missing")
+    return [exe, *shlex.split(os.environ.get("HERD_MPIEXEC_PREFLAGS", "")), "-np", str(np_)]
+
+
+def run(tmp_path, np_, *args):
+    cmd = ["timeout", "200"] + (launcher(np_) if np_ > 1 else []) + [sys.executable, SCRIPT, str(tmp_path), *args]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    return r.returncode, r.stdout + r.stderr
+
+
+def max_difference(a, b):
+    a, b = torch.load(a), torch.load(b)
+    assert a.keys() == b.keys()
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    """The weights of one process taking each whole global batch (made once)."""
+    where = tmp_path_factory.mktemp("one")
+    rc, out = run(where, 1, "train", "1", "none")
+    assert rc == 0, out
+    return where / "weights-1.pt"
+
+
+# A repeat pass (make test's MPICH pass: HERD_TEST_REPEAT=1) runs one of each path.
+REPEAT = os.environ.get("HERD_TEST_REPEAT") == "1"
+CASES = [(2, 1, "none", 1e-5), (2, 2, "none", 1e-5)] + ([] if REPEAT else [(3, 1, "none", 1e-5), (2, 1, "fp16", 1e-2)])
+
+
+@pytest.mark.parametrize("np_, passes, compression, tolerance", CASES)
+def test_training_equals_one_process(tmp_path, one_process, np_, passes, compression, tolerance):
+    rc, out = run(tmp_path, np_, "train", str(passes), compression)
+    assert rc == 0, out
+    assert max_difference(one_process, tmp_path / f"weights-{np_}.pt") <= tolerance
+
+
+@pytest.mark.parametrize("np_", [2] if REPEAT else [2, 3])
+def test_collectives(tmp_path, np_):
+    rc, out = run(tmp_path, np_, "collectives")
+    assert rc == 0, out
+    for check in ["allreduce sum and average, 4 dtypes", "async handles in order", "allreduce in place",
+                  "fp16 compression", "allgather of different row counts", "broadcast from the last rank",
+                  "objects", "local size", "bad calls raise herd's message on every rank"]:
+        assert len(re.findall(re.escape("ok: " + check), out)) == np_, (check, out)
+
+
+def test_raising_rank_ends_the_job(tmp_path):
+    start = time.time()
+    rc, out = run(tmp_path, 2, "raise")
+    assert rc != 0, out
+    assert "rank 1 raised RuntimeError: a bug on rank 1; ending the job" in out, out
+    assert "left after" not in out, out  # rank 0 never came back from its allreduce
+    assert time.time() - start < 100  # ended by the abort, not by the 120 s timeout
+
+
+def test_one_process():
+    net = torch.nn.Linear(4, 2)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1),
+                                   named_parameters=net.named_parameters())
+    assert isinstance(opt, torch.optim.SGD) and hvd.size() == 1
+    before = net.weight.detach().clone()
+    net(torch.ones(3, 4)).sum().backward()
+    opt.step()
+    assert not torch.equal(before, net.weight)
+    assert torch.equal(hvd.allreduce(torch.ones(3)), torch.ones(3))
+    assert hvd.allgather(torch.ones(2, 3)).shape == (2, 3)
+    with pytest.raises(hvd.InvalidArgument, match="not in named_parameters"):
+        hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1),
+                                 named_parameters=[("weight", net.weight)])
+    with pytest.raises(hvd.InvalidArgument, match="compression is Compression.none, fp16 or bf16"):
+        hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1), compression="int8")
+    with pytest.raises(hvd.HerdError, match="Adasum is not offered"):
+        hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1), op=hvd.Adasum)
+    with pytest.raises(TypeError, match="takes a torch.Tensor"):
+        hvd.allreduce([1.0, 2.0])

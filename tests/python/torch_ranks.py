@@ -1,0 +1,116 @@
+"""Run by test_torch.py on every rank (under the launcher) or alone: OUT MODE [ARGS].
+train PASSES COMPRESSION: a PyTorch CNN trained 20 steps with herd.torch on global
+  batches of 24 (each rank its shard); rank 0 saves the weights to OUT/weights-N.pt.
+collectives: Horovod's collectives checked exactly on every rank; prints "ok: <check>".
+raise: rank 1 raises before a collective the others are in."""
+import sys
+import time
+
+import torch
+
+import herd.torch as hvd
+
+out, mode = sys.argv[1], sys.argv[2]
+hvd.init(comm_timeout=120)
+torch.set_num_threads(1)
+N, R = hvd.size(), hvd.rank()
+
+
+def model():
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(4, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(), torch.nn.Linear(8 * 3 * 3, 16), torch.nn.ReLU(), torch.nn.Linear(16, 5))
+
+
+def train(passes, compression):
+    torch.manual_seed(100 + R)  # different on every rank: broadcast_parameters makes them one
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=net.named_parameters(),
+                                   compression=compression, backward_passes_per_step=passes,
+                                   bucket_mb=0.001)  # several buckets for a small model
+    torch.manual_seed(100)
+    reference = model()
+    net.load_state_dict(reference.state_dict()) if R == 0 else None
+    hvd.broadcast_parameters(net.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    data = torch.Generator().manual_seed(7)
+    for step in range(20):
+        x = torch.randn(24, 1, 12, 12, generator=data)
+        y = torch.randint(0, 5, (24,), generator=data)
+        per = 24 // N
+        xs, ys = x[R * per:(R + 1) * per], y[R * per:(R + 1) * per]
+        opt.zero_grad()
+        micro = per // passes
+        for k in range(passes):
+            part = slice(k * micro, (k + 1) * micro)
+            loss = torch.nn.functional.cross_entropy(net(xs[part]), ys[part]) / passes
+            loss.backward()
+        opt.step()
+    if R == 0:
+        torch.save(net.state_dict(), f"{out}/weights-{N}.pt")
+    print(f"rank {R}: trained {N} ranks")
+
+
+def collectives():
+    def ok(what):
+        print(f"ok: {what}", flush=True)
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        t = torch.full((5,), float(R + 1), dtype=dtype)
+        s = hvd.allreduce(t, op=hvd.Sum)
+        assert torch.equal(s, torch.full((5,), float(N * (N + 1) // 2), dtype=dtype)), (dtype, s)
+        a = hvd.allreduce(t)  # Average
+        assert torch.allclose(a.double(), torch.full((5,), (N + 1) / 2, dtype=torch.float64)), (dtype, a)
+        assert torch.equal(t, torch.full((5,), float(R + 1), dtype=dtype))  # a copy
+    ok("allreduce sum and average, 4 dtypes")
+    handles = [hvd.allreduce_async(torch.full((1000,), float(R * 10 + i))) for i in range(4)]
+    for i, h in enumerate(handles):
+        got = hvd.synchronize(h)
+        assert torch.allclose(got, torch.full((1000,), sum(r * 10 + i for r in range(N)) / N)), i
+    ok("async handles in order")
+    t = torch.full((3,), 1.0 + R)
+    hvd.allreduce_(t, op=hvd.Sum)
+    assert torch.equal(t, torch.full((3,), float(N * (N + 1) // 2)))
+    ok("allreduce in place")
+    c = hvd.allreduce(torch.full((64,), 0.1 * (R + 1)), compression=hvd.Compression.fp16)
+    assert torch.allclose(c, torch.full((64,), 0.1 * (N + 1) / 2), rtol=1e-3), c
+    ok("fp16 compression")
+    g = hvd.allgather(torch.full((R + 1, 2), float(R)))
+    assert g.shape == (N * (N + 1) // 2, 2)
+    assert g[:, 0].tolist() == [float(r) for r in range(N) for _ in range(r + 1)]
+    ok("allgather of different row counts")
+    b = hvd.broadcast(torch.full((4,), float(R)), root_rank=N - 1)
+    assert torch.equal(b, torch.full((4,), float(N - 1)))
+    ok("broadcast from the last rank")
+    assert hvd.broadcast_object({"from": R}, root_rank=1) == {"from": 1}
+    assert hvd.allgather_object(("r", R)) == [("r", r) for r in range(N)]
+    ok("objects")
+    assert hvd.local_size() == N and hvd.local_rank() == R
+    ok("local size")
+    for call, message in [
+        (lambda: hvd.allreduce(torch.ones(3, dtype=torch.int32)), "int32 tensors are not reduced"),
+        (lambda: hvd.allreduce(torch.ones(3), op=hvd.Adasum), "Adasum is not offered"),
+        (lambda: hvd.broadcast(torch.ones(3), root_rank=N), f"broadcast from root rank {N}, but the job has ranks 0..{N - 1}"),
+        (lambda: hvd.allgather(torch.ones(2, R + 1)), "only the first dimension may differ"),
+    ]:
+        try:
+            call()
+            raise AssertionError(f"no error: {message}")
+        except hvd.HerdError as e:
+            assert message in str(e), (message, str(e))
+    ok("bad calls raise herd's message on every rank")
+
+
+def raise_on_one():
+    start = time.time()
+    if R == 1:
+        raise RuntimeError("a bug on rank 1")
+    try:
+        hvd.allreduce(torch.ones(4))  # waits for rank 1, which the abort ends
+    finally:
+        print(f"rank {R}: left after {time.time() - start:.1f} s", flush=True)
+
+
+{"train": lambda: train(int(sys.argv[3]), sys.argv[4]), "collectives": collectives,
+ "raise": raise_on_one}[mode]()
