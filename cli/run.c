@@ -22,7 +22,7 @@ static const char run_help[] =
     "\n"
     "Starts N processes of this herd binary running COMMAND (train, eval, bench, models,\n"
     "topo, doctor) through an MPI launcher, one rank per process, each bound to its own\n"
-    "cores.\n"
+    "cores; any other program (python3 script.py: import herd, herd.torch) runs as given.\n"
     "\n"
     "  -np N, -n N               number of ranks (required)\n"
     "  -H HOSTS                  hosts and slots, e.g. a:4,b:4 (default: this machine)\n"
@@ -129,13 +129,10 @@ static int check_command(const run_args *r)
         return cli_usage_error("run", "give either -H or --hostfile, not both");
     if (r->ncmd == 0)
         return cli_usage_error("run", "no command; e.g. herd run -np 2 -- train --model lenet5");
-    static const char *const known[] = {"train", "eval", "bench", "models", "topo", "doctor",
-                                        "--version", "version"};
-    for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
-        if (strcmp(r->cmd[0], known[k]) == 0)
-            return -1;
-    return cli_usage_error("run", "'%s' is not a herd command; herd run starts herd itself "
-                           "(train, eval, bench, models, topo, doctor)", r->cmd[0]);
+    if (run_is_herd_command(r->cmd[0]) || run_find_executable(r->cmd[0]))
+        return -1;
+    return cli_usage_error("run", "'%s' is neither a herd command (train, eval, bench, models, "
+                           "topo, doctor) nor a program found in PATH", r->cmd[0]);
 }
 
 /* The hosts of -H or --hostfile into h (none for this machine); -1 or the exit code. */

@@ -276,6 +276,9 @@ typedef struct herd_dist_config {
     double timeout_s;       /* abort the job after this (300) */
 } herd_dist_config;
 
+/* Either time left 0 (or cfg NULL) comes from HERD_STALL_WARNING / HERD_COMM_TIMEOUT in
+ * the environment when set (seconds: herd run -x HERD_COMM_TIMEOUT=60 -- python3 ...),
+ * else the default. */
 HERD_API herd_status herd_dist_init(const herd_dist_config *cfg, herd_dist **out);
 HERD_API int herd_dist_rank(const herd_dist *d);
 HERD_API int herd_dist_size(const herd_dist *d);

@@ -1,10 +1,25 @@
 /* The public herd_dist_* API: thin wrappers over the communicator (herd_dist is herd_comm). */
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "core/parse.h"
 #include "dist/comm.h"
+
+/* A program herd run starts as given (python3) sets the stall inspector's times with
+ * these, as herd train does with --stall-warning and --comm-timeout; a value the caller
+ * set wins. */
+static herd_status seconds_from_env(const char *name, double *seconds)
+{
+    const char *v = getenv(name);
+    if (!v || *seconds > 0)
+        return HERD_OK;
+    if (!herd_parse_double(v, 0.1, 1e6, seconds))
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s must be seconds in [0.1, 1e6], got '%s'", name, v);
+    return HERD_OK;
+}
 
 herd_status herd_dist_init(const herd_dist_config *cfg, herd_dist **out)
 {
@@ -15,6 +30,8 @@ herd_status herd_dist_init(const herd_dist_config *cfg, herd_dist **out)
         cc.stall_warning_s = cfg->stall_warning_s;
         cc.timeout_s = cfg->timeout_s;
     }
+    HERD_TRY(seconds_from_env("HERD_STALL_WARNING", &cc.stall_warning_s));
+    HERD_TRY(seconds_from_env("HERD_COMM_TIMEOUT", &cc.timeout_s));
     return herd_comm_create_default(&cc, out);
 }
 

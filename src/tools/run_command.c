@@ -39,8 +39,8 @@ static long max_ranks_per_host(long np, const run_host *hosts, int nhosts)
     return most > 0 ? most : 1;
 }
 
-/* True when file is an executable mpirun: a path as given, or found in PATH. */
-static bool find_executable(const char *name)
+/* True when name is an executable: a path as given, or found in PATH. */
+bool run_find_executable(const char *name)
 {
     if (strchr(name, '/'))
         return access(name, X_OK) == 0;
@@ -168,7 +168,7 @@ static herd_status choose_launcher(const char *kind_flag, const char **launcher,
         const char *job = getenv("SLURM_JOB_ID");
         static char slurm_how[160];
         if (!kind_flag && job && *job) {
-            bool have_srun = find_executable("srun");
+            bool have_srun = run_find_executable("srun");
             if (have_srun)
                 snprintf(slurm_how, sizeof slurm_how, "inside Slurm job %s; --launcher %s for herd's "
                          "MPI's own", job, launch_kind_name(own));
@@ -189,7 +189,7 @@ static herd_status choose_launcher(const char *kind_flag, const char **launcher,
     *how = "its --version";
     if (launch_kind_detect(*launcher, kind, detect_why, sizeof detect_why))
         return HERD_OK;
-    if (!dry_run && !find_executable(*launcher)) {
+    if (!dry_run && !run_find_executable(*launcher)) {
         snprintf(why, cap, "%s not found; install it (Debian/Ubuntu: apt-get install openmpi-bin, mpich or "
                            "slurm-client) or pass --mpirun PATH", *launcher);
         return HERD_ERR_UNSUPPORTED;
@@ -320,14 +320,30 @@ static bool cmd_has(const run_args *r, const char *flag)
     return given;
 }
 
+bool run_is_herd_command(const char *cmd)
+{
+    static const char *const known[] = {"train", "eval", "bench", "models", "topo", "doctor",
+                                        "--version", "version"};
+    for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
+        if (strcmp(cmd, known[k]) == 0)
+            return true;
+    return false;
+}
+
 /* Appends the herd command: this binary, COMMAND, --threads T where it takes them, and
  * under supervision what lets each attempt carry on from the last (see docs/cluster.md). */
 static void push_command(const run_args *r, const run_attempt *at, const char *self, bool user_given, long t,
                          run_argv *a)
 {
-    run_argv_push(a, self);
+    /* Another program (python3 script.py, for herd.torch) runs as given: its threads come
+     * from OMP_NUM_THREADS and its own flags, and it is not supervised. */
+    bool herd = run_is_herd_command(r->cmd[0]);
+    if (herd)
+        run_argv_push(a, self);
     for (int k = 0; k < r->ncmd; k++)
         run_argv_push(a, r->cmd[k]);
+    if (!herd)
+        return;
     if (!user_given && takes_threads(r->cmd, r->ncmd)) {
         run_argv_push(a, "--threads");
         run_argv_pushf(a, "%ld", t);
@@ -386,7 +402,7 @@ herd_status run_choose_launcher(run_args *r, char *why, size_t cap)
 {
     HERD_TRY(choose_launcher(r->kind_flag, &r->launcher, r->dry_run, &r->kind, &r->how, why, cap));
     /* A dry run only shows the command, so it works where the launcher is not installed. */
-    if (!r->dry_run && !find_executable(r->launcher)) {
+    if (!r->dry_run && !run_find_executable(r->launcher)) {
         snprintf(why, cap, "%s not found%s; install it (Debian/Ubuntu: apt-get install %s) or pass --mpirun PATH",
                  r->launcher, strchr(r->launcher, '/') ? "" : " in PATH", launcher_packages[r->kind]);
         return HERD_ERR_UNSUPPORTED;

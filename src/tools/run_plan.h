@@ -172,6 +172,13 @@ typedef struct run_attempt {
  * HERD_ERR_UNSUPPORTED (no such launcher here) with why set. */
 herd_status run_choose_launcher(run_args *r, char *why, size_t cap);
 
+/* Whether cmd is a subcommand of herd (train, eval, bench, models, topo, doctor,
+ * version): herd run starts this binary with it; any other program (python3) is
+ * started as given. */
+bool run_is_herd_command(const char *cmd);
+/* True when name is an executable: a path as given, or found in PATH. */
+bool run_find_executable(const char *name);
+
 /* Builds the launcher's whole command for one attempt into c (zeroed first; free
  * c->argv with run_argv_free): the same code serves the exec path and every supervised
  * attempt. HERD_ERR_INVALID_ARG (the launcher cannot express it), HERD_ERR_IO or

@@ -98,3 +98,15 @@ def test_one_process():
         hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1), op=hvd.Adasum)
     with pytest.raises(TypeError, match="takes a torch.Tensor"):
         hvd.allreduce([1.0, 2.0])
+
+
+def test_herd_run_starts_python_and_names_a_stalled_rank(tmp_path):
+    """herd run -np 2 -- python3 ...: the ranks run the script; one that never reaches the
+    collective is named by the stall inspector, and HERD_COMM_TIMEOUT ends the job."""
+    launcher(2)  # skips without MPI
+    cmd = ["timeout", "100", HERD, "run", "-x", "HERD_COMM_TIMEOUT=4", "-x", "HERD_STALL_WARNING=1",
+           "-np", "2", "--", sys.executable, SCRIPT, str(tmp_path), "stall"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    out = r.stdout + r.stderr
+    assert r.returncode not in (0, 124), out
+    assert "did not complete within 4 s (stall timeout); ranks not yet arrived: 1 on" in out, out

@@ -2,7 +2,8 @@
 train PASSES COMPRESSION: a PyTorch CNN trained 20 steps with herd.torch on global
   batches of 24 (each rank its shard); rank 0 saves the weights to OUT/weights-N.pt.
 collectives: Horovod's collectives checked exactly on every rank; prints "ok: <check>".
-raise: rank 1 raises before a collective the others are in."""
+raise: rank 1 raises before a collective the others are in.
+stall: rank 1 sleeps outside any collective (HERD_COMM_TIMEOUT ends the job)."""
 import sys
 import time
 
@@ -11,7 +12,7 @@ import torch
 import herd.torch as hvd
 
 out, mode = sys.argv[1], sys.argv[2]
-hvd.init(comm_timeout=120)
+hvd.init(comm_timeout=None if mode == "stall" else 120)
 torch.set_num_threads(1)
 N, R = hvd.size(), hvd.rank()
 
@@ -112,5 +113,11 @@ def raise_on_one():
         print(f"rank {R}: left after {time.time() - start:.1f} s", flush=True)
 
 
+def stall_on_one():
+    if R == 1:
+        time.sleep(60)  # stuck outside any collective: the stall inspector names it
+    hvd.allreduce(torch.ones(4))
+
+
 {"train": lambda: train(int(sys.argv[3]), sys.argv[4]), "collectives": collectives,
- "raise": raise_on_one}[mode]()
+ "raise": raise_on_one, "stall": stall_on_one}[mode]()
