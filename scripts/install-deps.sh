@@ -25,7 +25,7 @@ packages=(
 # reports which BLAS and kernel it runs.
 if [ "${HERD_WITH_TORCH:-0}" = 1 ]; then
   packages+=(python3-threadpoolctl libopenblas0-openmp libopenblas-openmp-dev
-             python3-torchvision python3-filelock) # bench/horovod_example.sh: Horovod's own example
+             python3-torchvision python3-filelock python3-packaging) # bench/horovod_example.sh: Horovod's own example
 fi
 
 missing=()
