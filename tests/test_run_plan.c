@@ -1,6 +1,6 @@
 /* herd run's module in the library (tools/run_plan.h), without the CLI: its strict
  * numbers, the shell-like split of --mpirun-args, -H lists, each launcher's flags and
- * what it refuses, and supervision's checks and defaults. */
+ * what it refuses, supervision's checks and defaults, and the command it builds. */
 #include <stdio.h>
 #include <string.h>
 
@@ -133,6 +133,44 @@ static void test_check_supervised(void **state)
     run_hosts_free(&h);
 }
 
+/* The command herd run builds: herd's own subcommands run this binary with --threads;
+ * any other program (python3 for import herd and herd.torch) runs as given. */
+static void test_commands(void **state)
+{
+    (void)state;
+    assert_true(run_is_herd_command("train") && run_is_herd_command("doctor"));
+    assert_false(run_is_herd_command("python3") || run_is_herd_command("trian"));
+    assert_true(run_find_executable("sh") && !run_find_executable("no-such-program-herd"));
+    run_argv extra = {0};
+    char *train[] = {"train", "--model", "mlp"}, *python[] = {"python3", "script.py", "--lr", "1"};
+    run_args r = {.np = 2, .tpr = 1, .launcher = "mpirun", .kind = LAUNCH_OPENMPI, .extra = &extra,
+                  .max_restarts = -1, .np_multiple = 1};
+    char why[512];
+    for (int k = 0; k < 2; k++) {
+        r.cmd = k == 0 ? train : python;
+        r.ncmd = k == 0 ? 3 : 4;
+        run_command c = {0};
+        assert_int_equal(run_build_command(&r, &(run_attempt){.np = 2, .restarts = -1}, &c, why, sizeof why),
+                         HERD_OK);
+        int at = -1; /* where the command starts */
+        for (int i = 0; i < c.argv.n && at < 0; i++)
+            if (strcmp(c.argv.v[i], r.cmd[0]) == 0)
+                at = i;
+        assert_true(at > 0);
+        for (int i = 0; i < r.ncmd; i++)
+            assert_string_equal(c.argv.v[at + i], r.cmd[i]);
+        if (k == 0) { /* this binary before train, --threads 1 after its flags */
+            assert_non_null(strstr(c.argv.v[at - 1], "test_run_plan"));
+            assert_int_equal(c.argv.n, at + 5);
+            assert_string_equal(c.argv.v[at + 3], "--threads");
+        } else { /* python3 as given, nothing added */
+            assert_null(strstr(c.argv.v[at - 1], "test_run_plan"));
+            assert_int_equal(c.argv.n, at + 4);
+        }
+        run_argv_free(&c.argv);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -141,6 +179,7 @@ int main(void)
         cmocka_unit_test(test_host_list),
         cmocka_unit_test(test_launcher_args),
         cmocka_unit_test(test_check_supervised),
+        cmocka_unit_test(test_commands),
     };
     return tu_run(tests, NULL, NULL);
 }

@@ -194,12 +194,6 @@ class Model:
 
 
 
-# herd train's flags that are not training options: handled here, as the CLI does.
-_TRAIN_OWN = {"model", "data", "test_data", "device", "precision", "save", "train_samples",
-              "test_samples", "seq_len", "memory_limit", "gpu_memory_limit", "progress",
-              "comm_timeout", "stall_warning", "quiet", "seed"}
-
-
 def _option_text(name, value):
     if value is True:
         return None
@@ -269,9 +263,6 @@ def train(model, data="fashion-mnist", test_data=None, *, device=None, precision
     if test_samples and test_ds is not None:
         test_ds.truncate(test_samples)
     texts = [("seed", str(seed))] + [(k, _option_text(k, v)) for k, v in options.items() if v is not None]
-    for key, _ in texts:
-        if key in _TRAIN_OWN and key != "seed":
-            raise InvalidArgument(f"{key} is an argument of herd.train, not an option")
     if isinstance(model, Model):
         m = model
     else:

@@ -4,7 +4,6 @@ callback, models' tensors in place, errors with herd's message, and several rank
 under the launcher, where a rank whose data differs ends the job naming it."""
 import gzip
 import os
-import shlex
 import struct
 import subprocess
 import sys
@@ -14,7 +13,7 @@ import pytest
 
 import herd
 
-HERD = os.environ.get("HERD_BINARY", "herd")
+from launch import HERD, REPEAT, launcher  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 SYN = "synthetic:1,28,28,10,512"
 # One thread: the CLI and Python runs compared byte for byte compute alike.
@@ -159,11 +158,6 @@ def test_bad_data_and_models_raise():
         herd.Model("mlp")
 
 
-def launcher(np_):
-    exe = os.environ.get("HERD_MPIEXEC")
-    if not exe or "MPI: none" in subprocess.run([HERD, "--version"], capture_output=True, text=True).stdout:
-        pytest.skip("herd built without MPI, or its launcher (HERD_MPIEXEC, set by ctest) missing")
-    return [exe, *shlex.split(os.environ.get("HERD_MPIEXEC_PREFLAGS", "")), "-np", str(np_)]
 
 
 def ranks_script(tmp_path, np_, *args):
@@ -172,7 +166,7 @@ def ranks_script(tmp_path, np_, *args):
     return r.returncode, r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("np_", [2] if os.environ.get("HERD_TEST_REPEAT") == "1" else [2, 3])
+@pytest.mark.parametrize("np_", [2] if REPEAT else [2, 3])
 def test_ranks_equal_cli(tmp_path, np_):
     """Under the launcher: every rank trains its share; the weights are the CLI's on as
     many ranks, byte for byte."""

@@ -5,7 +5,6 @@ and 3 ranks; bad calls raise herd's message on every rank; a rank that raises en
 job at once, naming itself."""
 import os
 import re
-import shlex
 import subprocess
 import sys
 import time
@@ -15,15 +14,9 @@ import pytest
 torch = pytest.importorskip("torch")
 import herd.torch as hvd  # noqa: E402
 
-HERD = os.environ.get("HERD_BINARY", "herd")
+from launch import HERD, REPEAT, launcher  # noqa: E402
+
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_ranks.py")
-
-
-def launcher(np_):
-    exe = os.environ.get("HERD_MPIEXEC")
-    if not exe or "MPI: none" in subprocess.run([HERD, "--version"], capture_output=True, text=True).stdout:
-        pytest.skip("herd built without MPI, or its launcher (HERD_MPIEXEC, set by ctest) missing")
-    return [exe, *shlex.split(os.environ.get("HERD_MPIEXEC_PREFLAGS", "")), "-np", str(np_)]
 
 
 def run(tmp_path, np_, *args):
@@ -47,8 +40,6 @@ def one_process(tmp_path_factory):
     return where / "weights-1.pt"
 
 
-# A repeat pass (make test's MPICH pass: HERD_TEST_REPEAT=1) runs one of each path.
-REPEAT = os.environ.get("HERD_TEST_REPEAT") == "1"
 CASES = [(2, 1, "none", 1e-5), (2, 2, "none", 1e-5)] + ([] if REPEAT else [(3, 1, "none", 1e-5), (2, 1, "fp16", 1e-2)])
 
 
