@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "tools/run_tools.h"
 
 static const char train_help[] =
     "usage: herd train --model MODEL [options]\n"
@@ -280,18 +279,10 @@ static void print_memory(const herd_train_result *res, int ranks, const char *de
     cli_line_end(&line);
 }
 
-/* Under herd run --max-restarts: one line the supervisor reads, saying where this rank
- * failed and whether training had begun (a failure in set-up repeats: not restarted). */
+/* Under herd run --max-restarts: the line the supervisor reads (herd_dist_report_failure). */
 static void tell_supervisor(const herd_dist *dist, const herd_train_result *res)
 {
-    if (!getenv("HERD_RUN_SUPERVISED"))
-        return;
-    char host[HERD_FAILURE_HOST_LEN] = "?", line[2048];
-    gethostname(host, sizeof host - 1);
-    herd_failure_line_format(line, sizeof line, dist ? herd_dist_rank(dist) : 0, host, res->steps,
-                             !res->training_started, herd_last_error());
-    fprintf(stderr, "%s\n", line);
-    fflush(stderr);
+    herd_dist_report_failure(dist, res->steps, res->training_started, NULL);
 }
 
 int cmd_train(int argc, char **argv)

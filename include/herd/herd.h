@@ -333,6 +333,13 @@ HERD_API herd_status herd_dist_allgather(herd_dist *d, const void *mine, void *a
 HERD_API herd_status herd_dist_barrier(herd_dist *d);
 /* What this rank is doing, for the stall inspector's report ("step 40: backward"). */
 HERD_API void herd_dist_set_activity(herd_dist *d, const char *what);
+/* Under herd run --max-restarts (HERD_RUN_SUPERVISED in the environment): writes to
+ * stderr the line its supervisor reads, naming this rank and host, the step reached and
+ * whether training had begun (a failure in set-up would repeat: not restarted), with
+ * message (herd_last_error() when NULL); nothing otherwise. herd train and Python's
+ * herd.train call it when training fails. */
+HERD_API void herd_dist_report_failure(const herd_dist *d, long step, bool training_started,
+                                       const char *message);
 
 /* -------------------------------------------------------------- training */
 

@@ -153,6 +153,20 @@ static PyObject *py_set_memory_limit(PyObject *self, PyObject *args)
     return st == HERD_OK ? Py_NewRef(Py_None) : pyherd_raise(st, "memory limit");
 }
 
+/* Under herd run --max-restarts: the failure line its supervisor reads (a failure in
+ * set-up, before training began, is not restarted). */
+static PyObject *py_report_failure(PyObject *self, PyObject *args)
+{
+    (void)self;
+    long step;
+    int started;
+    const char *message;
+    if (!PyArg_ParseTuple(args, "lps", &step, &started, &message))
+        return NULL;
+    herd_dist_report_failure(dist, step, started, message);
+    Py_RETURN_NONE;
+}
+
 /* ------------------------------------------------------------ messages */
 
 static int quiet_info = 1;
@@ -244,6 +258,7 @@ static PyMethodDef methods[] = {
     {"backend", py_backend, METH_NOARGS, NULL},
     {"shutdown", py_shutdown, METH_NOARGS, NULL},
     {"abort", py_abort, METH_VARARGS, NULL},
+    {"report_failure", py_report_failure, METH_VARARGS, NULL},
     {"bind_device", py_bind_device, METH_VARARGS, NULL},
     {"set_memory_limit", py_set_memory_limit, METH_VARARGS, NULL},
     {"set_quiet", py_set_quiet, METH_VARARGS, NULL},

@@ -142,7 +142,17 @@ PyObject *pyherd_train(PyObject *self, PyObject *args, PyObject *kwargs)
         PyErr_Restore(ps.exc_type, ps.exc_value, ps.exc_tb);
         return NULL;
     }
-    if (st != HERD_OK)
-        return pyherd_raise(st, "training failed");
+    if (st != HERD_OK) {
+        herd_dist_report_failure(cfg.dist, res.steps, res.training_started, NULL);
+        pyherd_raise(st, "training failed");
+        /* Said to herd run's supervisor already: herd.train must not say it again. */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyErr_NormalizeException(&type, &value, &tb);
+        if (value)
+            PyObject_SetAttrString(value, "reported", Py_True);
+        PyErr_Restore(type, value, tb);
+        return NULL;
+    }
     return result_dict(&res);
 }

@@ -241,6 +241,24 @@ def train(model, data="fashion-mnist", test_data=None, *, device=None, precision
     prints herd's information lines."""
     init(comm_timeout, stall_warning)
     _herd.set_quiet(bool(quiet))
+    # Under herd run --max-restarts: every attempt resumes from the checkpoints, with the
+    # elastic batch herd run passes herd train as flags (unless the caller chose).
+    if os.environ.get("HERD_RUN_SUPERVISED") and options.get("checkpoint_dir"):
+        options.setdefault("resume", True)
+        options.setdefault("elastic_batch", os.environ.get("HERD_RUN_ELASTIC_BATCH", "keep"))
+        if os.environ.get("HERD_RUN_ELASTIC_RANKS"):
+            options.setdefault("elastic_ranks", os.environ["HERD_RUN_ELASTIC_RANKS"])
+    try:
+        return _train(model, data, test_data, device, precision, save, train_samples, test_samples,
+                      seq_len, memory_limit, gpu_memory_limit, progress, seed, options)
+    except HerdError as e:
+        if not getattr(e, "reported", False):
+            _herd.report_failure(0, False, str(e))  # set-up: another attempt would repeat it
+        raise
+
+
+def _train(model, data, test_data, device, precision, save, train_samples, test_samples, seq_len,
+           memory_limit, gpu_memory_limit, progress, seed, options):
     if device is None:
         device = _herd.default_device()
     _herd.bind_device(device)

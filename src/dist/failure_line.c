@@ -1,11 +1,13 @@
 /* The failure lines herd run's supervisor reads: each writer beside its parser. */
 #include "dist/failure_line.h"
+#include "herd/herd.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define FAILED "herd-run: failed "
 #define LATE "ranks not yet arrived: "
@@ -16,6 +18,19 @@ void herd_failure_line_format(char *out, size_t cap, long rank, const char *host
 {
     snprintf(out, cap, FAILED "rank=%ld host=%s step=%ld phase=%s: %s", rank, host, step,
              setup ? "setup" : "training", message);
+}
+
+void herd_dist_report_failure(const herd_dist *d, long step, bool training_started, const char *message)
+{
+    if (!getenv("HERD_RUN_SUPERVISED"))
+        return;
+    char host[HERD_FAILURE_HOST_LEN] = "?", line[2048];
+    gethostname(host, sizeof host - 1);
+    host[strcspn(host, " \t")] = '\0'; /* the line's host holds no blank */
+    herd_failure_line_format(line, sizeof line, herd_dist_rank(d), host, step, !training_started,
+                             message ? message : herd_last_error());
+    fprintf(stderr, "%s\n", line);
+    fflush(stderr);
 }
 
 /* key then a decimal number (no sign) at p: the number, and p past it; NULL if not. */

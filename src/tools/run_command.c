@@ -269,8 +269,8 @@ static herd_status launcher_flags(const run_args *r, const run_attempt *at, cons
     const run_hosts *h = at->hosts && at->hosts->n ? at->hosts : NULL;
     /* Thread pools of libraries that size themselves from the environment (OpenMP,
      * OpenBLAS) would otherwise each take every core of the host. */
-    char omp[64], blas[64], restarts[64];
-    char **exported = calloc((size_t)r->nx + 4, sizeof *exported), **mca = calloc((size_t)r->nmca + 10, sizeof *mca);
+    char omp[64], blas[64], restarts[64], elastic_batch[64], elastic_ranks[64];
+    char **exported = calloc((size_t)r->nx + 6, sizeof *exported), **mca = calloc((size_t)r->nmca + 10, sizeof *mca);
     if (!exported || !mca) {
         free(exported);
         free(mca);
@@ -290,6 +290,13 @@ static herd_status launcher_flags(const run_args *r, const run_attempt *at, cons
         snprintf(restarts, sizeof restarts, "HERD_RUN_RESTARTS=%ld", at->restarts);
         exported[nexp++] = restarts;
         exported[nexp++] = "HERD_RUN_SUPERVISED=1";
+        /* What herd train gets as --elastic-batch and --elastic-ranks, for a program
+         * that is not herd (Python's herd.train reads them). */
+        snprintf(elastic_batch, sizeof elastic_batch, "HERD_RUN_ELASTIC_BATCH=%s",
+                 r->elastic_batch ? r->elastic_batch : "keep");
+        snprintf(elastic_ranks, sizeof elastic_ranks, "HERD_RUN_ELASTIC_RANKS=%ld", r->np);
+        exported[nexp++] = elastic_batch;
+        exported[nexp++] = elastic_ranks;
     }
     /* herd's own MPI settings go on a copy: every attempt chooses them afresh. */
     memcpy(mca, r->mca, (size_t)r->nmca * sizeof *mca);

@@ -39,12 +39,15 @@ herd_status run_check_supervised(run_args *r, const run_hosts *fixed, long need,
     const char *elastic = elastic_flag(r);
     if (r->max_restarts < 0)
         return elastic ? refuse(why, cap, "%s shapes restarts: it goes with --max-restarts K", elastic) : HERD_OK;
-    if (strcmp(r->cmd[0], "train") != 0)
+    /* Another program (python3 with herd.train) resumes itself: it reads the attempt,
+     * the elastic batch and the ranks from the environment (run_command.c). */
+    bool herd = run_is_herd_command(r->cmd[0]);
+    if (herd && strcmp(r->cmd[0], "train") != 0)
         return refuse(why, cap, "--max-restarts restarts herd train from its checkpoints; '%s' "
                       "has none", r->cmd[0]);
     bool given;
-    const char *dir = run_cmd_option(r->cmd, r->ncmd, "--checkpoint-dir", &given);
-    if (!dir || !*dir)
+    const char *dir = herd ? run_cmd_option(r->cmd, r->ncmd, "--checkpoint-dir", &given) : "";
+    if (herd && (!dir || !*dir))
         return refuse(why, cap, "--max-restarts needs train's --checkpoint-dir DIR: each "
                       "restart resumes from the latest checkpoint there");
     if (r->discovery && fixed)

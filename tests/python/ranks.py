@@ -1,6 +1,9 @@
 """Run by test_herd.py under the launcher, on every rank: DIR MODE.
 train: herd.train as test_herd.py's CLI run, weights to DIR/py.st, "ranks=N" printed.
-other-data: rank 1 passes other arrays; each rank prints "raised: <herd's message>"."""
+other-data: rank 1 passes other arrays; each rank prints "raised: <herd's message>".
+restart: as train, with checkpoints every 2 steps, under herd run --max-restarts: in the
+  first attempt rank 1 dies at step 7; the next resumes (herd.train reads the attempt)."""
+import os
 import sys
 
 import numpy as np
@@ -22,3 +25,14 @@ elif mode == "other-data":
         print(f"rank {herd.rank()}: trained on data that differs between ranks")
     except herd.HerdError as e:
         print(f"raised: {e}", flush=True)
+elif mode == "restart":
+    attempt = int(os.environ.get("HERD_RUN_RESTARTS", "0"))
+
+    def crash(p):
+        if attempt == 0 and herd.rank() == 1 and p["global_step"] == 7:
+            os._exit(3)  # a rank dies mid-training
+    s = herd.train("lenet5", data="synthetic:1,28,28,10,512", epochs=2, batch_size=64, threads=1,
+                   lr=0.02, test_samples=128, save=f"{out}/py.st", checkpoint_dir=f"{out}/ck",
+                   checkpoint_every_steps=2, progress=crash)
+    if herd.rank() == 0:
+        print(f"attempt={attempt} restarts={s['restarts']} lost_steps={s['lost_steps']}")

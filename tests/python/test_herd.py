@@ -184,3 +184,32 @@ def test_rank_with_other_data_named(tmp_path):
     assert rc == 0, out
     assert out.count("raised: ") == 2, out
     assert "train_data_content" in out, out
+
+
+def herd_run(tmp_path, *args):
+    launcher(2)  # skips without MPI
+    r = subprocess.run(["timeout", "200", HERD, "run", "-np", "2", "--max-restarts", *args],
+                       capture_output=True, text=True)
+    return r.returncode, r.stdout + r.stderr
+
+
+def test_herd_run_restarts_a_python_job(tmp_path):
+    """herd run --max-restarts over herd.train: a rank dies, the job is relaunched, resumes
+    from its checkpoint (herd.train reads the attempt from the environment) and ends on
+    the uninterrupted run's bytes."""
+    cli("--model", "lenet5", "--data", SYN, *COMMON_FLAGS, "--save", str(tmp_path / "cli.st"),
+        "--quiet", launcher=launcher(2))
+    rc, out = herd_run(tmp_path, "1", "--", sys.executable, os.path.join(HERE, "ranks.py"),
+                       str(tmp_path), "restart")
+    assert rc == 0, out
+    assert "restart 1/1 after rank 1 (exit code 3)" in out, out
+    assert "attempt=1 restarts=1" in out, out
+    assert read(tmp_path / "cli.st") == read(tmp_path / "py.st")
+
+
+def test_herd_run_does_not_restart_a_setup_failure(tmp_path):
+    rc, out = herd_run(tmp_path, "2", "--", sys.executable, "-c",
+                       f"import herd; herd.train('nope', data='{SYN}', checkpoint_dir='{tmp_path}/ck')")
+    assert rc != 0, out
+    assert "not restarting: herd train failed before training began" in out, out
+    assert "(herd train failed in set-up: cannot build the model: cannot open model file 'nope'" in out, out
