@@ -204,7 +204,12 @@ usage "no -np" --dry-run -- models
 usage "-np 0" -np 0 --dry-run -- models
 usage "-np abc" -np abc --dry-run -- models
 usage "no command" -np 2 --dry-run --
-usage "not a herd command" -np 2 --dry-run -- python train.py
+usage "neither a herd command nor a program" -np 2 --dry-run -- no-such-program-herd train.py
+check "neither: says so" grep -q "'no-such-program-herd' is neither a herd command" "$tmp/err"
+# Another program (python3 for import herd) runs as given: no herd binary, no --threads.
+"$herd" run --dry-run -np 2 -- sh -c true >/dev/null 2>"$tmp/err"
+check "another program: launched as given" grep -q "^herd: launching: .* sh -c true$" "$tmp/err"
+check "another program: threads through the environment only" grep -q "OMP_NUM_THREADS=1 .* sh -c true$" "$tmp/err"
 usage "unknown option" -np 2 --frobnicate -- models
 usage "bad host list" -np 2 -H a:x --dry-run -- models
 usage "-H and --hostfile" -np 2 -H a:2 --hostfile "$tmp/hosts" --dry-run -- models
