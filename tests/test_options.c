@@ -82,7 +82,7 @@ static void test_bad_values_named(void **state)
     tu_expect_error(herd_train_config_set(&c, "sync_bn", "yes"), HERD_ERR_INVALID_ARG,
                     "sync_bn is a switch", "'yes'");
     tu_expect_error(herd_train_config_set(&c, "checkpoint-dir", ""), HERD_ERR_INVALID_ARG,
-                    "checkpoint-dir needs a path", NULL);
+                    "checkpoint-dir needs a directory", NULL);
     tu_expect_error(herd_train_config_set(&c, "lr", NULL), HERD_ERR_INVALID_ARG, "lr needs a value", NULL);
     tu_expect_error(herd_train_config_set(&c, "model", "lenet5"), HERD_ERR_INVALID_ARG,
                     "unknown training option 'model'", NULL);

@@ -257,9 +257,10 @@ herd_status herd_train_config_set(herd_train_config *cfg, const char *name, cons
     int index;
     switch (o->kind) {
     case KIND_STRING:
-        if (!*value)
+        if (!*value) /* the option's name says which: checkpoint-dir, logdir, metrics, ... */
             return OPTION_ERR("%s needs a %s, got ''", name,
-                            strcmp(o->name, "stage-split") == 0 ? "list of layers" : "path");
+                              strcmp(o->name, "stage-split") == 0 ? "list of layers"
+                              : strstr(o->name, "dir") ? "directory" : "file");
         *(const char **)field = value;
         return HERD_OK;
     case KIND_CHOICE:
