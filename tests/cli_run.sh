@@ -209,7 +209,7 @@ check "neither: says so" grep -q "'no-such-program-herd' is neither a herd comma
 # Another program (python3 for import herd) runs as given: no herd binary, no --threads.
 "$herd" run --dry-run -np 2 -- sh -c true >/dev/null 2>"$tmp/err"
 check "another program: launched as given" grep -q "^herd: launching: .* sh -c true$" "$tmp/err"
-check "another program: threads through the environment only" grep -q "OMP_NUM_THREADS=1 .* sh -c true$" "$tmp/err"
+check "another program: threads through the environment only" grep -q "OMP_NUM_THREADS[= ]1 .* sh -c true$" "$tmp/err"
 usage "unknown option" -np 2 --frobnicate -- models
 usage "bad host list" -np 2 -H a:x --dry-run -- models
 usage "-H and --hostfile" -np 2 -H a:2 --hostfile "$tmp/hosts" --dry-run -- models
