@@ -299,7 +299,8 @@ static herd_status launcher_flags(const run_args *r, const run_attempt *at, cons
         exported[nexp++] = elastic_ranks;
     }
     /* herd's own MPI settings go on a copy: every attempt chooses them afresh. */
-    memcpy(mca, r->mca, (size_t)r->nmca * sizeof *mca);
+    if (r->nmca > 0)
+        memcpy(mca, r->mca, (size_t)r->nmca * sizeof *mca);
     /* Not the shared-memory single copy: no probe herd can run here predicts which of
      * Open MPI's two transports is faster for a job's messages (docs/cluster.md). */
     if (r->kind == LAUNCH_OPENMPI)
