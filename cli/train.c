@@ -232,20 +232,13 @@ static int parse_train_args(int argc, char **argv, train_args *a)
         return cli_usage_error("train", "unexpected argument '%s'", argv[optind]);
     if (!a->model)
         return cli_usage_error("train", "--model is required (try --model lenet5; 'herd models' lists the zoo)");
-    if (c->schedule == HERD_SCHED_STEP && c->n_milestones == 0)
-        return cli_usage_error("train", "--schedule step needs --milestones");
-    if (c->resume && !c->checkpoint_dir)
-        return cli_usage_error("train", "--resume needs --checkpoint-dir");
-    if ((c->checkpoint_every_steps || c->checkpoint_every_s > 0) && !c->checkpoint_dir)
-        return cli_usage_error("train", "--checkpoint-every-%s needs --checkpoint-dir",
-                               c->checkpoint_every_steps ? "steps" : "seconds");
     /* Like --micro-batches (refused in herd_train, where the ranks agree): given alone,
-     * these would be ignored. */
-    if (c->pipeline_stages <= 1 && (pp_schedule_given || c->stage_split))
-        return cli_usage_error("train", "--%s needs --pipeline-stages > 1",
-                               c->stage_split ? "stage-split" : "pp-schedule");
-    if (c->histograms && !c->logdir)
-        return cli_usage_error("train", "--histograms writes TensorBoard files: add --logdir DIR");
+     * it would be ignored, and the library cannot tell it from the default. */
+    if (c->pipeline_stages <= 1 && pp_schedule_given)
+        return cli_usage_error("train", "--pp-schedule needs --pipeline-stages > 1");
+    /* herd_train's own checks of the options, here before any rank starts (exit 2). */
+    if (herd_train_config_check(c) != HERD_OK)
+        return cli_usage_error("train", "%s", herd_last_error());
     return cli_resolve_device("train", &a->device, a->gpu_memory_limit, a->memory_limit);
 }
 

@@ -93,6 +93,29 @@ static void test_bad_values_named(void **state)
     assert_memory_equal(&c, &before, sizeof c);
 }
 
+/* Options that need others: refused by herd_train_config_check as herd_train refuses
+ * them, in the user's words. */
+static void test_combinations_checked(void **state)
+{
+    (void)state;
+    herd_train_config c;
+    herd_train_config_default(&c);
+    assert_int_equal(herd_train_config_check(&c), HERD_OK);
+    assert_int_equal(herd_train_config_set(&c, "resume", NULL), HERD_OK);
+    tu_expect_error(herd_train_config_check(&c), HERD_ERR_INVALID_ARG, "--resume needs --checkpoint-dir", NULL);
+    assert_null(strstr(herd_last_error(), ".c:"));
+    herd_train_config_default(&c);
+    assert_int_equal(herd_train_config_set(&c, "schedule", "step"), HERD_OK);
+    tu_expect_error(herd_train_config_check(&c), HERD_ERR_INVALID_ARG, "--schedule step needs --milestones", NULL);
+    assert_int_equal(herd_train_config_set(&c, "milestones", "3,5"), HERD_OK);
+    assert_int_equal(herd_train_config_check(&c), HERD_OK);
+    herd_train_config_default(&c);
+    assert_int_equal(herd_train_config_set(&c, "batch-size", "10"), HERD_OK);
+    assert_int_equal(herd_train_config_set(&c, "micro-batches", "3"), HERD_OK);
+    tu_expect_error(herd_train_config_check(&c), HERD_ERR_INVALID_ARG,
+                    "--batch-size 10 does not divide into --micro-batches 3", NULL);
+}
+
 /* Every option is one herd train takes, listed in its --help. */
 static void test_names_are_the_cli_flags(void **state)
 {
@@ -176,6 +199,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_option_sets_its_field),
         cmocka_unit_test(test_bad_values_named),
+        cmocka_unit_test(test_combinations_checked),
         cmocka_unit_test(test_names_are_the_cli_flags),
         cmocka_unit_test(test_dataset_from_memory),
     };

@@ -481,6 +481,10 @@ HERD_API herd_status herd_train_config_set(herd_train_config *cfg, const char *n
 /* The names herd_train_config_set takes, i = 0.. until NULL; *takes_value is false for
  * switches. */
 HERD_API const char *herd_train_option_name(size_t i, bool *takes_value);
+/* The checks herd_train makes of cfg alone (ranges, and options that need others such as
+ * --resume without --checkpoint-dir), for a caller that refuses bad input before any rank
+ * starts; herd_train makes them again, whoever calls it. */
+HERD_API herd_status herd_train_config_check(const herd_train_config *cfg);
 
 /* Timing of one step's phases, seconds. */
 typedef struct herd_phase_times {

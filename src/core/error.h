@@ -11,6 +11,9 @@ herd_status herd_set_error(herd_status status, const char *file, int line,
     __attribute__((format(printf, 4, 5)));
 
 #define HERD_ERR(status, ...) herd_set_error((status), __FILE__, __LINE__, __VA_ARGS__)
+/* The user's input refused (an option, a combination of options): herd's source line
+ * would tell them nothing. */
+#define HERD_INPUT_ERR(status, ...) herd_set_error((status), NULL, 0, __VA_ARGS__)
 
 /* Propagate a failing status unchanged (the callee already set the message). */
 #define HERD_TRY(expr)                     \

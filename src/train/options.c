@@ -11,7 +11,7 @@
 
 /* Refused values are the user's input: the message names option and value, not a
  * line of herd. */
-#define OPTION_ERR(...) herd_set_error(HERD_ERR_INVALID_ARG, NULL, 0, __VA_ARGS__)
+#define OPTION_ERR(...) HERD_INPUT_ERR(HERD_ERR_INVALID_ARG, __VA_ARGS__)
 
 typedef enum {
     KIND_INT,    /* int field, integer in [lo, hi] */

@@ -88,9 +88,8 @@ typedef struct run {
     herd_synced_pass *synced; /* --sync-bn's slices (exact_syncbn.c), once a step ran */
 } run;
 
-/* train_config.c */
-/* The arguments alone, before any rank talks to another (herd_train agrees on them). */
-herd_status herd_train_validate(const herd_train_config *c);
+/* train_config.c (and herd_train_config_check, public: the arguments alone, checked
+ * before any rank talks to another; herd_train agrees on its result) */
 herd_status herd_train_check_shapes(const herd_model *m, herd_dataset *train, herd_dataset *test);
 /* The replicas of the model: ranks, or with pipeline stages the pipelines. */
 int herd_run_replicas(const run *r);

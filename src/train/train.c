@@ -401,7 +401,7 @@ static herd_status run_epoch(run *r, int epoch, double t_start, bool *stop)
     return HERD_OK;
 }
 
-/* How --compress puts gradients on the wire (herd_train_validate has refused other values). */
+/* How --compress puts gradients on the wire (herd_train_config_check has refused other values). */
 static herd_wire_type wire_type(herd_compress c)
 {
     if (c == HERD_COMPRESS_FP16)
@@ -617,7 +617,7 @@ herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
                         "and a result");
     /* Every rank reaches the first agreement in train_run, so an argument one rank
      * rejects stops them all. */
-    herd_status early = herd_train_validate(cfg);
+    herd_status early = herd_train_config_check(cfg);
     if (early == HERD_OK)
         early = herd_train_check_shapes(m, train, test);
     memset(result, 0, sizeof *result);
