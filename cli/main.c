@@ -30,22 +30,9 @@ static bool quiet_info;
 
 void cli_quiet_info(bool quiet) { quiet_info = quiet; }
 
-/* The library's messages, as herd has always printed them; information plainly. */
-static void print_log(herd_log_level level, const char *msg, void *user)
-{
-    (void)user;
-    if (level == HERD_LOG_INFO) {
-        if (!quiet_info)
-            fprintf(stderr, "herd: %s\n", msg);
-    } else {
-        fprintf(stderr, "herd: %s: %s\n", level == HERD_LOG_ERROR ? "error" : "warning", msg);
-    }
-    fflush(stderr);
-}
-
 int main(int argc, char **argv)
 {
-    herd_set_log_fn(print_log, NULL);
+    herd_set_log_fn(herd_log_to_stderr, &quiet_info);
     if (argc < 2) {
         usage(stderr);
         return CLI_USAGE;

@@ -59,6 +59,10 @@ typedef enum herd_log_level { HERD_LOG_INFO = 0, HERD_LOG_WARNING = 1, HERD_LOG_
  * the reason the job is being aborted must never be lost. */
 typedef void (*herd_log_fn)(herd_log_level level, const char *msg, void *user);
 HERD_API void herd_set_log_fn(herd_log_fn fn, void *user);
+/* A herd_log_fn that prints each message as herd's command line does, as one write to
+ * stderr: "herd: MSG", or "herd: warning: MSG" / "herd: error: MSG". user, when not
+ * NULL, points to a bool that drops HERD_LOG_INFO while true (a quiet run). */
+HERD_API void herd_log_to_stderr(herd_log_level level, const char *msg, void *user);
 
 /* The message of the last failure on this thread ("" if none). */
 HERD_API const char *herd_last_error(void);

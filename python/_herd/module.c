@@ -169,19 +169,7 @@ static PyObject *py_report_failure(PyObject *self, PyObject *args)
 
 /* ------------------------------------------------------------ messages */
 
-static int quiet_info = 1;
-
-static void print_log(herd_log_level level, const char *msg, void *user)
-{
-    (void)user; /* may run on herd's communication thread: no Python here */
-    if (level == HERD_LOG_INFO) {
-        if (!quiet_info)
-            fprintf(stderr, "herd: %s\n", msg);
-    } else {
-        fprintf(stderr, "herd: %s: %s\n", level == HERD_LOG_ERROR ? "error" : "warning", msg);
-    }
-    fflush(stderr);
-}
+static bool quiet_info = true; /* read by herd_log_to_stderr, maybe on herd's thread */
 
 static PyObject *py_set_quiet(PyObject *self, PyObject *args)
 {
@@ -189,7 +177,7 @@ static PyObject *py_set_quiet(PyObject *self, PyObject *args)
     int quiet;
     if (!PyArg_ParseTuple(args, "p", &quiet))
         return NULL;
-    quiet_info = quiet;
+    quiet_info = quiet != 0;
     Py_RETURN_NONE;
 }
 
@@ -310,6 +298,6 @@ PyMODINIT_FUNC PyInit__herd(void)
         Py_DECREF(m);
         return NULL;
     }
-    herd_set_log_fn(print_log, NULL);
+    herd_set_log_fn(herd_log_to_stderr, &quiet_info);
     return m;
 }
