@@ -27,7 +27,7 @@ __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_rank", "
            "allreduce_async_", "synchronize", "poll", "allgather", "allgather_async", "broadcast",
            "broadcast_", "broadcast_async", "broadcast_async_", "broadcast_object",
            "allgather_object", "broadcast_parameters", "broadcast_optimizer_state",
-           "DistributedOptimizer", "join", "mpi_built", "nccl_built", "gloo_built", "mpi_threads_supported", "HerdError", "InvalidArgument"]
+           "DistributedOptimizer", "elastic", "join", "mpi_built", "nccl_built", "gloo_built", "mpi_threads_supported", "HerdError", "InvalidArgument"]
 
 Average, Sum, Adasum = "Average", "Sum", "Adasum"
 _DTYPES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}  # herd_dtype
@@ -341,3 +341,4 @@ def broadcast_optimizer_state(optimizer, root_rank):
 
 
 from herd._torch_optimizer import DistributedOptimizer  # noqa: E402 (needs the functions above)
+from herd import _torch_elastic as elastic  # noqa: E402 (Horovod's hvd.elastic)

@@ -2,7 +2,8 @@
 a PyTorch CNN trained on 2 and 3 ranks (and with local accumulation) ends within 1e-5
 of one process taking the whole global batch; every collective checked exactly on 2
 and 3 ranks; bad calls raise herd's message on every rank; a rank that raises ends the
-job at once, naming itself."""
+job at once, naming itself; a script under hvd.elastic.run whose rank is killed is
+relaunched by herd run --max-restarts and ends on the bytes of the run never stopped."""
 import os
 import re
 import subprocess
@@ -101,3 +102,26 @@ def test_herd_run_starts_python_and_names_a_stalled_rank(tmp_path):
     out = r.stdout + r.stderr
     assert r.returncode not in (0, 124), out
     assert "did not complete within 4 s (stall timeout); ranks not yet arrived: 1 on" in out, out
+
+
+@pytest.mark.skipif(REPEAT, reason="Python's own logic over herd run: the first pass runs it")
+def test_elastic_restart_ends_on_the_uninterrupted_bytes(tmp_path):
+    """hvd.elastic.TorchState and run: rank 1 killed at step 7 (last commit at step 5);
+    herd run --max-restarts 1 relaunches the job, which resumes at step 5 and ends on the
+    weights of the run never stopped, bit for bit. A new job where a commit lies is refused."""
+    launcher(2)  # skips without MPI
+    def herd_run(where, *flags):
+        cmd = ["timeout", "200", HERD, "run", "-np", "2", *flags, "--", sys.executable, SCRIPT, str(where), "elastic"]
+        r = subprocess.run(cmd + (["1"] if flags else ["0"]), capture_output=True, text=True)
+        return r.returncode, r.stdout + r.stderr
+    rc, out = herd_run(tmp_path / "whole")
+    assert rc == 0, out
+    rc, out = herd_run(tmp_path / "killed", "--max-restarts", "1")
+    assert rc == 0, out
+    assert re.search(r"herd: restart 1/1 after rank 1 .*", out), out
+    assert "herd.torch.elastic: resumed from" in out and "(committed on 2 rank(s); 2 now)" in out, out
+    assert out.count("attempt 1 starts at step 5") == 2, out
+    whole, killed = torch.load(tmp_path / "whole" / "elastic.pt"), torch.load(tmp_path / "killed" / "elastic.pt")
+    assert all(torch.equal(whole[k], killed[k]) for k in whole), "the resumed run's weights differ"
+    rc, out = run(tmp_path / "whole", 1, "elastic", "0")
+    assert rc != 0 and "holds the state an earlier job committed; remove it to start afresh" in out, out

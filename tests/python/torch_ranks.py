@@ -3,7 +3,12 @@ train PASSES COMPRESSION: a PyTorch CNN trained 20 steps with herd.torch on glob
   batches of 24 (each rank its shard); rank 0 saves the weights to OUT/weights-N.pt.
 collectives: Horovod's collectives checked exactly on every rank; prints "ok: <check>".
 raise: rank 1 raises before a collective the others are in.
-stall: rank 1 sleeps outside any collective (HERD_COMM_TIMEOUT ends the job)."""
+stall: rank 1 sleeps outside any collective (HERD_COMM_TIMEOUT ends the job).
+elastic KILL: the CNN trained 20 steps under hvd.elastic.run, committing every 5 to
+  OUT/state; with KILL 1 rank 1 kills itself at step 7 of the first attempt (herd run
+  --max-restarts relaunches the job); rank 0 saves the weights to OUT/elastic.pt."""
+import os
+import signal
 import sys
 import time
 
@@ -119,5 +124,35 @@ def stall_on_one():
     hvd.allreduce(torch.ones(4))
 
 
+def elastic(kill):
+    torch.manual_seed(100)
+    net = model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9),
+                                   named_parameters=net.named_parameters())
+    state = hvd.elastic.TorchState(net, opt, checkpoint_dir=f"{out}/state", step=0)
+    attempt = int(os.environ.get("HERD_RUN_RESTARTS", "0"))
+
+    @hvd.elastic.run
+    def loop(state):
+        print(f"rank {R}: attempt {attempt} starts at step {state.step}", flush=True)
+        while state.step < 20:
+            data = torch.Generator().manual_seed(1000 + state.step)  # the step's batch, whatever the attempt
+            x = torch.randn(24, 1, 12, 12, generator=data)
+            y = torch.randint(0, 5, (24,), generator=data)
+            per = 24 // N
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(net(x[R * per:(R + 1) * per]), y[R * per:(R + 1) * per]).backward()
+            opt.step()
+            state.step += 1
+            if state.step % 5 == 0:
+                state.commit()
+            if kill and attempt == 0 and R == 1 and state.step == 7:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    loop(state)
+    if R == 0:
+        torch.save(net.state_dict(), f"{out}/elastic.pt")
+
+
 {"train": lambda: train(int(sys.argv[3]), sys.argv[4]), "collectives": collectives,
- "raise": raise_on_one, "stall": stall_on_one}[mode]()
+ "raise": raise_on_one, "stall": stall_on_one, "elastic": lambda: elastic(sys.argv[3] == "1")}[mode]()
