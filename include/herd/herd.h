@@ -337,6 +337,32 @@ HERD_API herd_status herd_dist_allgather(herd_dist *d, const void *mine, void *a
 HERD_API herd_status herd_dist_barrier(herd_dist *d);
 /* What this rank is doing, for the stall inspector's report ("step 40: backward"). */
 HERD_API void herd_dist_set_activity(herd_dist *d, const char *what);
+
+/* A timeline of a program's own training (herd.torch's start_timeline): the trace herd
+ * train's --timeline writes (docs/observability.md), with every float32 reduction d
+ * runs as "allreduce <name>" on the communication track, and the spans the caller
+ * records on the compute track. */
+typedef struct herd_timeline herd_timeline;
+typedef enum herd_timeline_span {
+    HERD_SPAN_STEP = 0,  /* one optimizer step */
+    HERD_SPAN_FORWARD,   /* phases inside it */
+    HERD_SPAN_BACKWARD,
+    HERD_SPAN_COMM_WAIT, /* waiting for reductions after backward */
+    HERD_SPAN_OPTIMIZER,
+} herd_timeline_span;
+/* Collective: rank 0 creates path; every rank measures its clock against rank 0's. */
+HERD_API herd_status herd_timeline_start(herd_dist *d, const char *path, herd_timeline **out);
+/* The clock spans are given in (seconds). */
+HERD_API double herd_timeline_now(void);
+/* The caller's training thread: a span from t0 to t1 of optimizer step `step` (1-based);
+ * a step's own span last (reductions recorded after it count as the next step's). */
+HERD_API void herd_timeline_record(herd_timeline *tl, herd_timeline_span what, long step, double t0,
+                                   double t1);
+/* Collective, with no reduction pending: every rank's events so far into the file
+ * (a long run calls it now and then, so that buffers stay small). */
+HERD_API herd_status herd_timeline_write(herd_timeline *tl);
+/* Collective: writes, finishes the file and frees tl (also after a failure). */
+HERD_API herd_status herd_timeline_stop(herd_timeline *tl);
 /* Under herd run --max-restarts (HERD_RUN_SUPERVISED in the environment): writes to
  * stderr the line its supervisor reads, naming this rank and host, the step reached and
  * whether training had begun (a failure in set-up would repeat: not restarted), with

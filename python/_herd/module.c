@@ -266,6 +266,10 @@ static PyMethodDef methods[] = {
     {"allgather", pyherd_allgather, METH_VARARGS, NULL},
     {"barrier", pyherd_barrier, METH_NOARGS, NULL},
     {"set_activity", pyherd_set_activity, METH_VARARGS, NULL},
+    {"timeline_start", pyherd_timeline_start, METH_VARARGS, NULL},
+    {"timeline_now", pyherd_timeline_now, METH_NOARGS, NULL},
+    {"timeline_record", pyherd_timeline_record, METH_VARARGS, NULL},
+    {"timeline_write", pyherd_timeline_write, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 

@@ -40,5 +40,10 @@ PyObject *pyherd_broadcast(PyObject *self, PyObject *args);
 PyObject *pyherd_allgather(PyObject *self, PyObject *args);
 PyObject *pyherd_barrier(PyObject *self, PyObject *unused);
 PyObject *pyherd_set_activity(PyObject *self, PyObject *args);
+/* timeline.c */
+PyObject *pyherd_timeline_start(PyObject *self, PyObject *args);
+PyObject *pyherd_timeline_now(PyObject *self, PyObject *unused);
+PyObject *pyherd_timeline_record(PyObject *self, PyObject *args);
+PyObject *pyherd_timeline_write(PyObject *self, PyObject *args);
 
 #endif

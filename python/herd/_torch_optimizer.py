@@ -16,6 +16,11 @@ from herd import torch as hvd
 FIRST_BUCKET_MB = 1.0
 
 
+# herd_timeline_span; the timeline goes to the file every so many steps (a collective).
+_SPAN_STEP, _SPAN_BACKWARD, _SPAN_COMM_WAIT, _SPAN_OPTIMIZER = 0, 2, 3, 4
+_TIMELINE_WRITE_EVERY = 100
+
+
 class _Bucket:
     def __init__(self, index, params, dtype):
         self.index, self.params, self.dtype = index, params, dtype
@@ -90,6 +95,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._next = 0
         self._synchronized = False
         self._should_synchronize = True
+        self._steps = 0  # for the timeline: steps taken, and when the last one ended
+        self._last_step_end = self._backward_start = self._first_backward = None
         self._check_ranks_agree(all_params)
         self._hooks = []
         if hvd.size() > 1:
@@ -132,6 +139,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             raise HerdError(f"gradient of {self._names[key]} computed {self._counts[key]} times before "
                             f"step() (backward_passes_per_step={self._passes}); call step() or "
                             "synchronize() after each step's backward passes")
+        if hvd._timeline_on and self._backward_start is None:
+            self._backward_start = _herd.timeline_now()  # the step's first gradient
         bucket = self._bucket_of[key]
         bucket.pending.add(key)
         self._launch_ready()
@@ -168,6 +177,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             return
         self._launch_ready(force=True)
         _herd.set_activity("herd.torch: waiting for the gradient buckets")
+        wait_start = _herd.timeline_now() if hvd._timeline_on else None
         with torch.no_grad():
             for b in self._buckets:
                 hvd.synchronize(b.handle)
@@ -183,6 +193,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for key in self._counts:
             self._counts[key] = 0
         self._synchronized = True
+        if wait_start is not None:
+            now, step = _herd.timeline_now(), self._steps + 1
+            if self._backward_start is not None:
+                _herd.timeline_record(_SPAN_BACKWARD, step, self._backward_start, wait_start)
+            _herd.timeline_record(_SPAN_COMM_WAIT, step, wait_start, now)
+        self._first_backward, self._backward_start = self._backward_start, None
         _herd.set_activity("herd.torch: forward and backward")
 
     @contextlib.contextmanager
@@ -199,7 +215,21 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._should_synchronize and not self._synchronized:  # not done by hand already
             self.synchronize()
         self._synchronized = False
-        return super(self.__class__, self).step(closure)
+        if not hvd._timeline_on:
+            self._last_step_end = None
+            return super(self.__class__, self).step(closure)
+        start = _herd.timeline_now()
+        result = super(self.__class__, self).step(closure)
+        end = _herd.timeline_now()
+        self._steps += 1
+        _herd.timeline_record(_SPAN_OPTIMIZER, self._steps, start, end)
+        begin = self._last_step_end if self._last_step_end is not None else self._first_backward
+        if begin is not None:  # a step: from the end of the one before (the first: its backward)
+            _herd.timeline_record(_SPAN_STEP, self._steps, begin, end)
+        self._last_step_end = end
+        if self._steps % _TIMELINE_WRITE_EVERY == 0:  # every rank at the same step; none pending
+            _herd.timeline_write(False)
+        return result
 
     def zero_grad(self, set_to_none=None):
         if any(b.launched for b in self._buckets):

@@ -12,7 +12,9 @@ timeout (herd.torch.init(comm_timeout=, stall_warning=)); a rank that raises end
 whole job, naming itself, instead of leaving the others waiting. CPU tensors; CUDA
 tensors are refused for now (docs/python.md says what waits).
 """
+import atexit
 import io
+import os
 import pickle
 import sys
 import threading
@@ -27,13 +29,14 @@ __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_rank", "
            "allreduce_async_", "synchronize", "poll", "allgather", "allgather_async", "broadcast",
            "broadcast_", "broadcast_async", "broadcast_async_", "broadcast_object",
            "allgather_object", "broadcast_parameters", "broadcast_optimizer_state",
-           "DistributedOptimizer", "elastic", "join", "mpi_built", "nccl_built", "gloo_built", "mpi_threads_supported", "HerdError", "InvalidArgument"]
+           "DistributedOptimizer", "elastic", "start_timeline", "stop_timeline", "join", "mpi_built", "nccl_built", "gloo_built", "mpi_threads_supported", "HerdError", "InvalidArgument"]
 
 Average, Sum, Adasum = "Average", "Sum", "Adasum"
 _DTYPES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}  # herd_dtype
 _WIRE = {"none": 0, "fp16": 1, "bf16": 2}  # herd_compress
 _initialized = False
 _local_size = None
+_timeline_on = False  # DistributedOptimizer records its steps' spans while true
 
 
 class Compression:
@@ -54,6 +57,8 @@ def init(comm=None, comm_timeout=None, stall_warning=None):
     if not _initialized and size() > 1:
         _abort_on_uncaught_exception()
     _initialized = True
+    if os.environ.get("HERD_TIMELINE") and not _timeline_on:  # Horovod's HOROVOD_TIMELINE
+        start_timeline(os.environ["HERD_TIMELINE"])
 
 
 def _abort_on_uncaught_exception():
@@ -74,8 +79,38 @@ def _abort_on_uncaught_exception():
     threading.excepthook = thread_hook
 
 
+def start_timeline(file_path, mark_cycles=False):
+    """Collective: rank 0 writes a trace of the job to file_path, as herd train's
+    --timeline (Chrome trace JSON for Perfetto): every gradient bucket's reduction on each
+    rank's communication track, and DistributedOptimizer's steps (backward, waiting for
+    the reductions, the update) on its compute track, on rank 0's clock. It is finished by
+    stop_timeline(), shutdown() or the end of the script."""
+    global _timeline_on
+    if mark_cycles:
+        raise InvalidArgument("start_timeline: mark_cycles is not offered (herd has no fusion "
+                              "cycles: each bucket is its own reduction on the timeline)")
+    if _timeline_on:
+        raise HerdError("start_timeline: a timeline is already being written; stop_timeline() first")
+    _herd.timeline_start(os.fspath(file_path))
+    _timeline_on = True
+
+
+def stop_timeline():
+    """Collective: finishes the timeline's file (nothing without one)."""
+    global _timeline_on
+    _timeline_on = False
+    _herd.timeline_write(True)
+
+
+@atexit.register
+def _finish_timeline():
+    if _timeline_on:
+        stop_timeline()
+
+
 def shutdown():
     global _initialized
+    stop_timeline()
     _herd.shutdown()
     _initialized = False
 

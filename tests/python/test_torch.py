@@ -51,6 +51,27 @@ def test_training_equals_one_process(tmp_path, one_process, np_, passes, compres
     assert max_difference(one_process, tmp_path / f"weights-{np_}.pt") <= tolerance
 
 
+def test_timeline(tmp_path):
+    """HERD_TIMELINE (Horovod's HOROVOD_TIMELINE): rank 0 writes herd's trace, with every
+    rank's gradient buckets on its communication track and its steps on the compute track."""
+    import json
+    launcher(2)  # skips without MPI
+    cmd = ["timeout", "200", *launcher(2), "-x", "HERD_TIMELINE=" + str(tmp_path / "tl.json"), sys.executable,
+           SCRIPT, str(tmp_path), "train", "1", "none"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    events = json.load(open(tmp_path / "tl.json"))["traceEvents"]
+    def of(rank, name):
+        return [e for e in events if e.get("pid") == rank and e.get("name") == name and e.get("ph") == "X"]
+    for rank in (0, 1):
+        assert len(of(rank, "step")) == 20, rank
+        assert [e["args"]["step"] for e in of(rank, "step")] == list(range(1, 21))
+        assert len(of(rank, "comm_wait")) == 20 and len(of(rank, "optimizer")) == 20
+        buckets = [e for e in events if e.get("pid") == rank and e.get("name", "").startswith("allreduce gradient bucket")]
+        assert len(buckets) == 20 and all(e["tid"] == 1 and e["args"]["bytes"] > 0 for e in buckets), buckets[:3]
+        assert [e["args"]["step"] for e in buckets] == list(range(1, 21))  # one bucket (1 MiB) a step
+
+
 @pytest.mark.parametrize("np_", [2] if REPEAT else [2, 3])
 def test_collectives(tmp_path, np_):
     rc, out = run(tmp_path, np_, "collectives")
