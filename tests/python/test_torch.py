@@ -56,9 +56,9 @@ def test_timeline(tmp_path):
     rank's gradient buckets on its communication track and its steps on the compute track."""
     import json
     launcher(2)  # skips without MPI
-    cmd = ["timeout", "200", *launcher(2), "-x", "HERD_TIMELINE=" + str(tmp_path / "tl.json"), sys.executable,
-           SCRIPT, str(tmp_path), "train", "1", "none"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    cmd = ["timeout", "200", *launcher(2), sys.executable, SCRIPT, str(tmp_path), "train", "1", "none"]
+    # In the environment the launcher passes on (Open MPI's -x is not Hydra's flag).
+    r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HERD_TIMELINE": str(tmp_path / "tl.json")})
     assert r.returncode == 0, r.stdout + r.stderr
     events = json.load(open(tmp_path / "tl.json"))["traceEvents"]
     def of(rank, name):
