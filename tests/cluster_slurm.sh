@@ -227,10 +227,12 @@ check "salloc + herd run --launcher openmpi: mpirun (which reads the allocation)
 job=(train --model lenet5 --data synthetic:1,28,28,10,4000 --epochs 3 --batch-size 32 --quiet
      --checkpoint-every-steps 20)
 ranks_of() { pgrep -f "^$herd train .*$1" || true; } # the ranks of the job using dir $1
+# Each step first sleeps 20 ms (no CPU): beside make test's other passes a job once
+# trained to its end between the poll below finding a checkpoint and its kill.
 restart() { # restart NAME DIR HERD-RUN-FLAG...
   local name=$1 dir=$2 pid="" rc=0; shift 2
-  timeout 240 salloc -n 2 --cpus-per-task=1 "$herd" run -np 2 "$@" --max-restarts 1 -- "${job[@]}" \
-    --checkpoint-dir "$dir" >"$dir.out" 2>&1 &
+  HERD_TEST_STEP_DELAY_MS=20 timeout 240 salloc -n 2 --cpus-per-task=1 "$herd" run -np 2 "$@" \
+    -x HERD_TEST_STEP_DELAY_MS --max-restarts 1 -- "${job[@]}" --checkpoint-dir "$dir" >"$dir.out" 2>&1 &
   local run=$!
   for _ in $(seq 1200); do
     pid=$(ranks_of "$dir" | tail -n 1)
