@@ -14,6 +14,8 @@ herd_status herd_set_error(herd_status status, const char *file, int line,
 /* The user's input refused (an option, a combination of options): herd's source line
  * would tell them nothing. */
 #define HERD_INPUT_ERR(status, ...) herd_set_error((status), NULL, 0, __VA_ARGS__)
+/* The usual case: an option's value, or a combination of options, refused. */
+#define HERD_OPTION_ERR(...) HERD_INPUT_ERR(HERD_ERR_INVALID_ARG, __VA_ARGS__)
 
 /* Propagate a failing status unchanged (the callee already set the message). */
 #define HERD_TRY(expr)                     \

@@ -9,10 +9,6 @@
 #include "core/parse.h"
 #include "herd/herd.h"
 
-/* Refused values are the user's input: the message names option and value, not a
- * line of herd. */
-#define OPTION_ERR(...) HERD_INPUT_ERR(HERD_ERR_INVALID_ARG, __VA_ARGS__)
-
 typedef enum {
     KIND_INT,    /* int field, integer in [lo, hi] */
     KIND_LONG,   /* long field */
@@ -59,8 +55,8 @@ static herd_status parse_milestones(herd_train_config *c, const char *flag, cons
         }
         p = end + 1;
     }
-    return OPTION_ERR("%s takes up to %d epochs like 30,60, got '%s'", flag,
-                    HERD_MAX_MILESTONES, value);
+    return HERD_OPTION_ERR("%s takes up to %d epochs like 30,60, got '%s'", flag,
+                           HERD_MAX_MILESTONES, value);
 }
 
 static herd_status parse_zero(herd_train_config *c, const char *flag, const char *value)
@@ -70,10 +66,10 @@ static herd_status parse_zero(herd_train_config *c, const char *flag, const char
         return HERD_OK;
     }
     if (strcmp(value, "3") == 0)
-        return OPTION_ERR("%s 3 (sharding the parameters as well) is not "
-                        "offered; use %s 1 (optimizer state) or %s 2 (also the gradients)", flag,
-                        flag, flag);
-    return OPTION_ERR("%s is 1 or 2, got '%s'", flag, value);
+        return HERD_OPTION_ERR("%s 3 (sharding the parameters as well) is not "
+                               "offered; use %s 1 (optimizer state) or %s 2 (also the gradients)", flag,
+                               flag, flag);
+    return HERD_OPTION_ERR("%s is 1 or 2, got '%s'", flag, value);
 }
 
 /* The names herd_compress_parse and herd_pp_schedule_parse own. */
@@ -81,18 +77,18 @@ static herd_status parse_compress(herd_train_config *c, const char *flag, const 
 {
     if (herd_compress_parse(value, &c->compress) == HERD_OK)
         return HERD_OK;
-    return OPTION_ERR("%s is %s, %s or %s, got '%s'", flag,
-                    herd_compress_name(HERD_COMPRESS_FP16), herd_compress_name(HERD_COMPRESS_BF16),
-                    herd_compress_name(HERD_COMPRESS_NONE), value);
+    return HERD_OPTION_ERR("%s is %s, %s or %s, got '%s'", flag,
+                           herd_compress_name(HERD_COMPRESS_FP16), herd_compress_name(HERD_COMPRESS_BF16),
+                           herd_compress_name(HERD_COMPRESS_NONE), value);
 }
 
 static herd_status parse_pp_schedule(herd_train_config *c, const char *flag, const char *value)
 {
     if (herd_pp_schedule_parse(value, &c->pp_schedule) == HERD_OK)
         return HERD_OK;
-    return OPTION_ERR("%s is %s or %s, got '%s'", flag,
-                    herd_pp_schedule_name(HERD_PP_SCHEDULE_1F1B),
-                    herd_pp_schedule_name(HERD_PP_SCHEDULE_GPIPE), value);
+    return HERD_OPTION_ERR("%s is %s or %s, got '%s'", flag,
+                           herd_pp_schedule_name(HERD_PP_SCHEDULE_1F1B),
+                           herd_pp_schedule_name(HERD_PP_SCHEDULE_GPIPE), value);
 }
 
 #define F(field) offsetof(herd_train_config, field)
@@ -209,8 +205,8 @@ static herd_status set_flag(bool *field, const char *flag, const char *value)
     else if (strcmp(value, "0") == 0 || strcmp(value, "false") == 0)
         *field = false;
     else
-        return OPTION_ERR("%s is a switch: give no value, or true or false, "
-                        "got '%s'", flag, value);
+        return HERD_OPTION_ERR("%s is a switch: give no value, or true or false, "
+                               "got '%s'", flag, value);
     return HERD_OK;
 }
 
@@ -220,8 +216,8 @@ static herd_status set_number(const train_option *o, void *field, const char *fl
     double fv;
     if (o->kind == KIND_INT || o->kind == KIND_LONG || o->kind == KIND_SEED) {
         if (!herd_parse_long(value, (long)o->lo, (long)o->hi, &iv))
-            return OPTION_ERR("%s must be an integer in [%ld, %ld], got '%s'",
-                            flag, (long)o->lo, (long)o->hi, value);
+            return HERD_OPTION_ERR("%s must be an integer in [%ld, %ld], got '%s'",
+                                   flag, (long)o->lo, (long)o->hi, value);
         if (o->kind == KIND_INT)
             *(int *)field = (int)iv;
         else if (o->kind == KIND_LONG)
@@ -231,8 +227,8 @@ static herd_status set_number(const train_option *o, void *field, const char *fl
         return HERD_OK;
     }
     if (!herd_parse_double(value, o->lo, o->hi, &fv))
-        return OPTION_ERR("%s must be a number in [%g, %g], got '%s'", flag,
-                        o->lo, o->hi, value);
+        return HERD_OPTION_ERR("%s must be a number in [%g, %g], got '%s'", flag,
+                               o->lo, o->hi, value);
     if (o->kind == KIND_FLOAT)
         *(float *)field = (float)fv;
     else
@@ -243,24 +239,24 @@ static herd_status set_number(const train_option *o, void *field, const char *fl
 herd_status herd_train_config_set(herd_train_config *cfg, const char *name, const char *value)
 {
     if (!cfg || !name)
-        return OPTION_ERR("herd_train_config_set: cfg and name must be set");
+        return HERD_OPTION_ERR("herd_train_config_set: cfg and name must be set");
     const train_option *o = find_option(name);
     if (!o)
-        return OPTION_ERR("unknown training option '%s' (herd train --help "
-                        "lists them)", name);
+        return HERD_OPTION_ERR("unknown training option '%s' (herd train --help "
+                               "lists them)", name);
     void *field = (char *)cfg + o->offset;
     if (o->kind == KIND_FLAG)
         return set_flag(field, name, value);
     if (!value)
-        return OPTION_ERR("%s needs a value", name);
+        return HERD_OPTION_ERR("%s needs a value", name);
     char list[160];
     int index;
     switch (o->kind) {
     case KIND_STRING:
         if (!*value) /* the option's name says which: checkpoint-dir, logdir, metrics, ... */
-            return OPTION_ERR("%s needs a %s, got ''", name,
-                              strcmp(o->name, "stage-split") == 0 ? "list of layers"
-                              : strstr(o->name, "dir") ? "directory" : "file");
+            return HERD_OPTION_ERR("%s needs a %s, got ''", name,
+                                   strcmp(o->name, "stage-split") == 0 ? "list of layers"
+                                   : strstr(o->name, "dir") ? "directory" : "file");
         *(const char **)field = value;
         return HERD_OK;
     case KIND_CHOICE:
@@ -268,8 +264,8 @@ herd_status herd_train_config_set(herd_train_config *cfg, const char *name, cons
         index = choice_index(o->choices, value);
         if (index < 0) {
             choice_list(o->choices, list, sizeof list);
-            return OPTION_ERR("%s %s %s, got '%s'", name,
-                            strchr(list, ' ') ? "is" : "takes", list, value);
+            return HERD_OPTION_ERR("%s %s %s, got '%s'", name,
+                                   strchr(list, ' ') ? "is" : "takes", list, value);
         }
         if (o->kind == KIND_CHOICE)
             *(int *)field = index;

@@ -59,66 +59,63 @@ void herd_train_config_default(herd_train_config *cfg)
     cfg->skip_nonfinite = false; /* stop */
 }
 
-/* Refusals of the user's options: no source line of herd in the message. */
-#define CONFIG_ERR(...) HERD_INPUT_ERR(HERD_ERR_INVALID_ARG, __VA_ARGS__)
-
 herd_status herd_train_config_check(const herd_train_config *c)
 {
     if (c->epochs <= 0 || c->batch_size <= 0)
-        return CONFIG_ERR("epochs (%d) and batch size (%d) must be positive",
-                          c->epochs, c->batch_size);
+        return HERD_OPTION_ERR("epochs (%d) and batch size (%d) must be positive",
+                               c->epochs, c->batch_size);
     if (!(c->lr > 0) || !isfinite(c->lr))
-        return CONFIG_ERR("learning rate must be positive, got %g", c->lr);
+        return HERD_OPTION_ERR("learning rate must be positive, got %g", c->lr);
     if (c->momentum < 0 || c->momentum >= 1)
-        return CONFIG_ERR("momentum must be in [0, 1), got %g", c->momentum);
+        return HERD_OPTION_ERR("momentum must be in [0, 1), got %g", c->momentum);
     if (c->nesterov && c->momentum == 0)
-        return CONFIG_ERR("Nesterov momentum needs --momentum > 0");
+        return HERD_OPTION_ERR("Nesterov momentum needs --momentum > 0");
     if (c->weight_decay < 0)
-        return CONFIG_ERR("weight decay must be >= 0, got %g", c->weight_decay);
+        return HERD_OPTION_ERR("weight decay must be >= 0, got %g", c->weight_decay);
     if (c->label_smoothing < 0 || c->label_smoothing >= 1)
-        return CONFIG_ERR("label smoothing must be in [0, 1), got %g",
-                          c->label_smoothing);
+        return HERD_OPTION_ERR("label smoothing must be in [0, 1), got %g",
+                               c->label_smoothing);
     if (c->warmup_epochs > c->epochs)
-        return CONFIG_ERR("warmup epochs must be at most the epochs, got %g",
-                          c->warmup_epochs);
+        return HERD_OPTION_ERR("warmup epochs must be at most the epochs, got %g",
+                               c->warmup_epochs);
     if (c->resume && !c->checkpoint_dir)
-        return CONFIG_ERR("--resume needs --checkpoint-dir");
+        return HERD_OPTION_ERR("--resume needs --checkpoint-dir");
     if ((c->checkpoint_every_steps || c->checkpoint_every_s > 0) && !c->checkpoint_dir)
-        return CONFIG_ERR("--checkpoint-every-%s needs --checkpoint-dir",
-                          c->checkpoint_every_steps ? "steps" : "seconds");
+        return HERD_OPTION_ERR("--checkpoint-every-%s needs --checkpoint-dir",
+                               c->checkpoint_every_steps ? "steps" : "seconds");
     if (c->schedule == HERD_SCHED_STEP && c->n_milestones == 0)
-        return CONFIG_ERR("--schedule step needs --milestones");
+        return HERD_OPTION_ERR("--schedule step needs --milestones");
     if (c->histograms && !c->logdir)
-        return CONFIG_ERR("--histograms writes TensorBoard files: add --logdir DIR");
+        return HERD_OPTION_ERR("--histograms writes TensorBoard files: add --logdir DIR");
     if (c->stage_split && c->pipeline_stages <= 1)
-        return CONFIG_ERR("--stage-split needs --pipeline-stages > 1");
+        return HERD_OPTION_ERR("--stage-split needs --pipeline-stages > 1");
     if (c->checkpoint_dir && !*c->checkpoint_dir)
-        return CONFIG_ERR("--checkpoint-dir is empty: name a directory");
+        return HERD_OPTION_ERR("--checkpoint-dir is empty: name a directory");
     if (c->n_milestones < 0 || c->n_milestones > HERD_MAX_MILESTONES)
-        return CONFIG_ERR("at most %d milestones", HERD_MAX_MILESTONES);
+        return HERD_OPTION_ERR("at most %d milestones", HERD_MAX_MILESTONES);
     if (c->grad_accum < 1)
-        return CONFIG_ERR("gradient accumulation needs at least 1 micro-batch");
+        return HERD_OPTION_ERR("gradient accumulation needs at least 1 micro-batch");
     if ((unsigned)c->compress > HERD_COMPRESS_BF16)
-        return CONFIG_ERR("compress is 0 (none), 1 (fp16) or 2 (bf16)");
+        return HERD_OPTION_ERR("compress is 0 (none), 1 (fp16) or 2 (bf16)");
     if (!(c->bucket_mb > 0))
-        return CONFIG_ERR("bucket size must be positive, got %g MiB", c->bucket_mb);
+        return HERD_OPTION_ERR("bucket size must be positive, got %g MiB", c->bucket_mb);
     if (c->pipeline_stages > HERD_PP_MAX_STAGES || c->micro_batches < 0 ||
         c->pipeline_stages < 0)
-        return CONFIG_ERR("pipeline stages must be in 1..%d and micro-batches at "
-                          "least 1, got %d and %d", HERD_PP_MAX_STAGES, c->pipeline_stages,
-                          c->micro_batches);
+        return HERD_OPTION_ERR("pipeline stages must be in 1..%d and micro-batches at "
+                               "least 1, got %d and %d", HERD_PP_MAX_STAGES, c->pipeline_stages,
+                               c->micro_batches);
     if ((unsigned)c->pp_schedule > HERD_PP_SCHEDULE_GPIPE)
-        return CONFIG_ERR("pipeline schedule is 0 (1f1b) or 1 (gpipe), got %d",
-                          (int)c->pp_schedule);
+        return HERD_OPTION_ERR("pipeline schedule is 0 (1f1b) or 1 (gpipe), got %d",
+                               (int)c->pp_schedule);
     if (c->micro_batches > 1 && c->batch_size % c->micro_batches != 0)
-        return CONFIG_ERR("--batch-size %d does not divide into --micro-batches %d; pick a batch size "
-                          "that is a multiple of the micro-batches", c->batch_size, c->micro_batches);
+        return HERD_OPTION_ERR("--batch-size %d does not divide into --micro-batches %d; pick a batch size "
+                               "that is a multiple of the micro-batches", c->batch_size, c->micro_batches);
     if (c->zero_stage < 0 || c->zero_stage > 2)
-        return CONFIG_ERR("ZeRO stage %d is not offered: 0 (off), 1 "
-                          "(optimizer state sharded) or 2 (and gradients)", c->zero_stage);
+        return HERD_OPTION_ERR("ZeRO stage %d is not offered: 0 (off), 1 "
+                               "(optimizer state sharded) or 2 (and gradients)", c->zero_stage);
     if (!(c->clip_grad_norm >= 0.0f) || !isfinite(c->clip_grad_norm))
-        return CONFIG_ERR("gradient clipping needs a maximum norm > 0 (or 0 for none), got %g",
-                          (double)c->clip_grad_norm);
+        return HERD_OPTION_ERR("gradient clipping needs a maximum norm > 0 (or 0 for none), got %g",
+                               (double)c->clip_grad_norm);
     /* What the exact sums do not cover yet (issue 27). */
     if (c->deterministic && c->sync_bn && c->pipeline_stages > 1)
         return HERD_INPUT_ERR(HERD_ERR_UNSUPPORTED, "--deterministic --sync-bn does not work with "
@@ -126,29 +123,29 @@ herd_status herd_train_config_check(const herd_train_config *c)
                               "step at each batch norm; drop --pipeline-stages, or --sync-bn (then "
                               "batch norm normalises over each slice) (docs/determinism.md)");
     if (c->slice_size < 0 || (c->slice_size > 0 && !c->deterministic))
-        return CONFIG_ERR("--slice-size %d: %s", c->slice_size,
-                          c->slice_size < 0 ? "a slice holds at least one sample (0: the default, 8)"
-                                            : "slices are --deterministic's unit of work; add "
-                                              "--deterministic or drop --slice-size");
+        return HERD_OPTION_ERR("--slice-size %d: %s", c->slice_size,
+                               c->slice_size < 0 ? "a slice holds at least one sample (0: the default, 8)"
+                                                 : "slices are --deterministic's unit of work; add "
+                                                   "--deterministic or drop --slice-size");
     if (c->deterministic && c->batch_size % herd_slice_size(c) != 0)
-        return CONFIG_ERR("--deterministic computes slices of %d samples "
-                          "(--slice-size), and --batch-size %d is not a whole number of them; pick "
-                          "a --batch-size that is a multiple of %d, or another --slice-size (the "
-                          "same on every run you compare)", herd_slice_size(c), c->batch_size,
-                          herd_slice_size(c));
+        return HERD_OPTION_ERR("--deterministic computes slices of %d samples "
+                               "(--slice-size), and --batch-size %d is not a whole number of them; pick "
+                               "a --batch-size that is a multiple of %d, or another --slice-size (the "
+                               "same on every run you compare)", herd_slice_size(c), c->batch_size,
+                               herd_slice_size(c));
     /* Pipeline stages: a micro-batch is one slice, passed between stages whole. */
     int micro = c->micro_batches > 0 ? c->batch_size / c->micro_batches : c->batch_size;
     if (c->deterministic && c->pipeline_stages > 1 && micro != herd_slice_size(c))
-        return CONFIG_ERR("--deterministic with --pipeline-stages: a "
-                          "micro-batch is one slice of %d samples (--slice-size), but --batch-size "
-                          "%d in %d --micro-batches makes micro-batches of %d; use --micro-batches "
-                          "%d (or --slice-size %d)", herd_slice_size(c), c->batch_size,
-                          c->micro_batches, micro, c->batch_size / herd_slice_size(c), micro);
+        return HERD_OPTION_ERR("--deterministic with --pipeline-stages: a "
+                               "micro-batch is one slice of %d samples (--slice-size), but --batch-size "
+                               "%d in %d --micro-batches makes micro-batches of %d; use --micro-batches "
+                               "%d (or --slice-size %d)", herd_slice_size(c), c->batch_size,
+                               c->micro_batches, micro, c->batch_size / herd_slice_size(c), micro);
     if (c->dynamic_loss_scale && (!(c->loss_scale_init >= 1.0f) || !isfinite(c->loss_scale_init) ||
                                   c->loss_scale_window < 1))
-        return CONFIG_ERR("loss scaling needs an initial scale >= 1 (got %g) and a window >= 1 step "
-                          "(got %d)",
-                          (double)c->loss_scale_init, c->loss_scale_window);
+        return HERD_OPTION_ERR("loss scaling needs an initial scale >= 1 (got %g) and a window >= 1 step "
+                               "(got %d)",
+                               (double)c->loss_scale_init, c->loss_scale_window);
     return HERD_OK;
 }
 
