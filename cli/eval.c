@@ -17,7 +17,7 @@ static const char eval_help[] =
     "  --seq-len T          token data: tokens per sample (default: the model's context)\n"
     "  --device cpu|cuda|sim where to evaluate (default: cuda when a GPU is visible, else cpu);\n"
     "                       the weights load on any device, whichever one wrote them\n"
-    "  --threads N          (default: all cores)\n"
+    "  --threads N          (default: OMP_NUM_THREADS, else all cores)\n"
     "  --json               print the summary as a JSON object\n";
 
 int cmd_eval(int argc, char **argv)

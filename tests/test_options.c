@@ -1,5 +1,5 @@
-/* herd_train_config_set (the training options by name, for the CLI and Python) and
- * herd_dataset_from_memory (Python's Dataset.from_numpy). */
+/* herd_train_config_set (the training options by name, for the CLI and Python), --threads' default
+ * (herd_rank_threads) and herd_dataset_from_memory (Python's Dataset.from_numpy). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,6 +7,7 @@
 #include "testutil.h"
 
 #include "data/dataset.h"
+#include "train/step.h"
 
 static void test_every_option_sets_its_field(void **state)
 {
@@ -194,6 +195,35 @@ static void test_dataset_from_memory(void **state)
                     HERD_ERR_INVALID_ARG, "std must be > 0", NULL);
 }
 
+/* --threads' default: the user's OMP_NUM_THREADS, else the host's cores shared among
+ * its ranks (never zero); a given --threads wins over both. */
+static void test_rank_threads(void **state)
+{
+    (void)state;
+    int t = -1;
+    assert_herd_ok(herd_rank_threads(3, "7", 8, 4, &t));
+    assert_int_equal(t, 3);
+    assert_herd_ok(herd_rank_threads(0, "7", 8, 4, &t));
+    assert_int_equal(t, 7);
+    assert_herd_ok(herd_rank_threads(0, "6,2", 8, 4, &t)); /* nested levels: the outer */
+    assert_int_equal(t, 6);
+    assert_herd_ok(herd_rank_threads(0, NULL, 8, 4, &t));
+    assert_int_equal(t, 2);
+    assert_herd_ok(herd_rank_threads(0, NULL, 8, 3, &t));
+    assert_int_equal(t, 2);
+    assert_herd_ok(herd_rank_threads(0, NULL, 2, 4, &t));
+    assert_int_equal(t, 1);
+    assert_herd_ok(herd_rank_threads(0, NULL, 8, 1, &t));
+    assert_int_equal(t, 8);
+    t = -1;
+    tu_expect_error(herd_rank_threads(0, "0", 8, 1, &t), HERD_ERR_INVALID_ARG,
+                    "OMP_NUM_THREADS='0' is not a thread count", "--threads N");
+    tu_expect_error(herd_rank_threads(0, "four", 8, 1, &t), HERD_ERR_INVALID_ARG, "'four'", NULL);
+    tu_expect_error(herd_rank_threads(0, "", 8, 1, &t), HERD_ERR_INVALID_ARG, "''", NULL);
+    tu_expect_error(herd_rank_threads(0, "4 ", 8, 1, &t), HERD_ERR_INVALID_ARG, "'4 '", NULL);
+    assert_int_equal(t, -1); /* a refused value leaves the output alone */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -202,6 +232,7 @@ int main(void)
         cmocka_unit_test(test_combinations_checked),
         cmocka_unit_test(test_names_are_the_cli_flags),
         cmocka_unit_test(test_dataset_from_memory),
+        cmocka_unit_test(test_rank_threads),
     };
     return tu_run(tests, NULL, NULL);
 }

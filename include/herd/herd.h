@@ -409,7 +409,8 @@ typedef struct herd_train_config {
     float warmup_epochs;   /* linear warmup from lr/warmup_steps to lr; < 0: auto (0, or 5 with lr_scaling) */
     bool augment;          /* random crop (pad 4) and horizontal flip */
     float label_smoothing;
-    int threads;           /* 0 = all cores */
+    int threads;           /* 0: OMP_NUM_THREADS when set, else this process's cores shared
+                            * among the ranks of its host */
     uint64_t seed;
     const char *checkpoint_dir; /* NULL = no checkpoints */
     bool resume;
@@ -642,7 +643,7 @@ typedef struct herd_bench_config {
     int batch_size;            /* per rank (128) */
     int steps;                 /* timed steps (50) */
     int warmup;                /* untimed steps first (5) */
-    int threads;               /* compute threads (1; 0 = all cores) */
+    int threads;               /* compute threads (1; 0 = as herd_train_config's) */
     herd_dist *dist;           /* NULL = one process */
     const char *timeline_path; /* trace of the steps all ranks run together (NULL = off) */
 } herd_bench_config;

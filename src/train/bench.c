@@ -135,7 +135,7 @@ herd_status herd_bench_run(herd_model *m, herd_dataset *ds, const herd_bench_con
         st = HERD_ERR(HERD_ERR_INVALID_ARG, "the data has %zu samples, fewer than one batch of %d "
                       "per rank", herd_dataset_size(ds), batch_size);
     if (st == HERD_OK)
-        st = m->be->set_threads(threads);
+        st = herd_set_rank_threads(m->be, threads, (dist ? dist : local)->local_size, &threads);
     memset(res, 0, sizeof *res);
     bench_phase alone = {0}, all = {0};
     if (st == HERD_OK && comm->size > 1) {

@@ -115,6 +115,14 @@ herd_status herd_eval_sliced(herd_dataset *ds, int batch_size, int slice_index, 
                              herd_comm *comm, herd_eval_batch_fn fn, void *user,
                              herd_eval_result *r);
 
+/* One rank's compute threads: requested when above 0, else OMP_NUM_THREADS when set
+ * (refused when not a count from 1 to 4096), else cores / local_ranks, at least 1. */
+herd_status herd_rank_threads(int requested, const char *omp_num_threads, int cores, int local_ranks,
+                              int *out);
+/* herd_rank_threads for this process (its OMP_NUM_THREADS, the cores it may run on) set
+ * on be; *used is the count. */
+herd_status herd_set_rank_threads(const struct herd_backend *be, int requested, int local_ranks,
+                                  int *used);
 /* Mean loss and accuracy over a whole dataset in evaluation mode; with a
  * communicator of several ranks each evaluates a slice and the sums are reduced. */
 herd_status herd_eval_dataset(herd_model *m, herd_dataset *ds, int batch_size, herd_comm *comm,

@@ -416,11 +416,19 @@ static herd_status setup(run *r)
     /* --deterministic: oneDNN splits a slice's reductions (weight gradients) over threads
      * in an order that follows their number, so every kernel runs on one thread; running
      * slices on threads at once would win the cores back (docs/determinism.md). */
-    int threads = cfg->deterministic ? 1 : cfg->threads;
-    if (threads != cfg->threads && r->comm->rank == 0)
-        herd_log(HERD_LOG_INFO, "--deterministic: one compute thread per rank (--threads %d "
-                 "not used: threads would change the bytes)", cfg->threads);
-    HERD_TRY(r->m->be->set_threads(threads));
+    if (cfg->deterministic) {
+        if (cfg->threads != 1 && r->comm->rank == 0)
+            herd_log(HERD_LOG_INFO, "--deterministic: one compute thread per rank (--threads %d "
+                     "not used: threads would change the bytes)", cfg->threads);
+        HERD_TRY(r->m->be->set_threads(1));
+    } else {
+        int local = r->comm->local_size, threads;
+        HERD_TRY(herd_set_rank_threads(r->m->be, cfg->threads, local, &threads));
+        if (cfg->threads == 0 && !getenv("OMP_NUM_THREADS") && local > 1 && r->comm->rank == 0)
+            herd_log(HERD_LOG_INFO, "%d ranks on this host share its cores: %d compute thread%s "
+                     "per rank (--threads N or OMP_NUM_THREADS to choose)", local, threads,
+                     threads == 1 ? "" : "s");
+    }
     /* With pipeline stages every stage of a replica reads the replica's shard in
      * micro-batches: stage 0 the images, the last stage the labels. */
     int micro = cfg->batch_size / cfg->micro_batches, per_step = cfg->grad_accum * cfg->micro_batches;
