@@ -1,7 +1,8 @@
 /* GEMM and the bias ops of fully connected layers.
  * dnnl_sgemm is used rather than OpenBLAS: on the batch-128 training shapes it ran
- * about 2x faster at 1 thread (AVX-512 kernels vs OpenBLAS's Haswell ones); see
- * bench/bench_gemm.c. */
+ * about 2x faster at 1 thread than OpenBLAS's Haswell kernels, 4-8% faster than its
+ * SkylakeX ones; a oneDNN matmul made once per shape was 2-7% faster per call but gave
+ * mlp the same step time (bench/bench_gemm.c, bench/results/2026-11-28-gemm-cpu.txt). */
 #include <omp.h>
 
 #include "backend/cpu/cpu_dnnl.h"
