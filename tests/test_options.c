@@ -219,9 +219,10 @@ static void test_rank_threads(void **state)
     tu_expect_error(herd_rank_threads(0, "0", 8, 1, &t), HERD_ERR_INVALID_ARG,
                     "OMP_NUM_THREADS='0' is not a thread count", "--threads N");
     tu_expect_error(herd_rank_threads(0, "four", 8, 1, &t), HERD_ERR_INVALID_ARG, "'four'", NULL);
-    tu_expect_error(herd_rank_threads(0, "", 8, 1, &t), HERD_ERR_INVALID_ARG, "''", NULL);
     tu_expect_error(herd_rank_threads(0, "4 ", 8, 1, &t), HERD_ERR_INVALID_ARG, "'4 '", NULL);
     assert_int_equal(t, -1); /* a refused value leaves the output alone */
+    assert_herd_ok(herd_rank_threads(0, "", 8, 2, &t)); /* empty: unset, as OpenMP reads it */
+    assert_int_equal(t, 4);
 }
 
 int main(void)

@@ -468,7 +468,7 @@ herd_status herd_rank_threads(int requested, const char *omp_num_threads, int co
         *out = requested;
         return HERD_OK;
     }
-    if (omp_num_threads) {
+    if (omp_num_threads && *omp_num_threads) { /* empty: unset, as OpenMP reads it */
         /* OpenMP's list form ("8,2") gives the outer level first: that is ours. */
         char first[32];
         size_t n = strcspn(omp_num_threads, ",");

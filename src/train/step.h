@@ -116,7 +116,8 @@ herd_status herd_eval_sliced(herd_dataset *ds, int batch_size, int slice_index, 
                              herd_eval_result *r);
 
 /* One rank's compute threads: requested when above 0, else OMP_NUM_THREADS when set
- * (refused when not a count from 1 to 4096), else cores / local_ranks, at least 1. */
+ * and not empty (refused when not a count from 1 to 4096), else cores / local_ranks, at
+ * least 1. */
 herd_status herd_rank_threads(int requested, const char *omp_num_threads, int cores, int local_ranks,
                               int *out);
 /* herd_rank_threads for this process (its OMP_NUM_THREADS, the cores it may run on) set

@@ -424,7 +424,8 @@ static herd_status setup(run *r)
     } else {
         int local = r->comm->local_size, threads;
         HERD_TRY(herd_set_rank_threads(r->m->be, cfg->threads, local, &threads));
-        if (cfg->threads == 0 && !getenv("OMP_NUM_THREADS") && local > 1 && r->comm->rank == 0)
+        const char *omp = getenv("OMP_NUM_THREADS");
+        if (cfg->threads == 0 && (!omp || !*omp) && local > 1 && r->comm->rank == 0)
             herd_log(HERD_LOG_INFO, "%d ranks on this host share its cores: %d compute thread%s "
                      "per rank (--threads N or OMP_NUM_THREADS to choose)", local, threads,
                      threads == 1 ? "" : "s");
