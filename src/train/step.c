@@ -472,9 +472,14 @@ herd_status herd_rank_threads(int requested, const char *omp_num_threads, int co
         /* OpenMP's list form ("8,2") gives the outer level first: that is ours. */
         char first[32];
         size_t n = strcspn(omp_num_threads, ",");
-        long t;
-        if (n >= sizeof first || (memcpy(first, omp_num_threads, n), first[n] = '\0',
-                                  !herd_parse_long(first, 1, 4096, &t)))
+        long t = 0;
+        bool ok = n < sizeof first;
+        if (ok) {
+            memcpy(first, omp_num_threads, n);
+            first[n] = '\0';
+            ok = herd_parse_long(first, 1, 4096, &t);
+        }
+        if (!ok)
             return HERD_INPUT_ERR(HERD_ERR_INVALID_ARG,
                                   "OMP_NUM_THREADS='%s' is not a thread count from 1 to 4096: set "
                                   "it to one, unset it, or pass --threads N", omp_num_threads);
