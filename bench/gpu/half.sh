@@ -13,6 +13,9 @@
 #      it runs (HERD_CUDNN_LOG=1); compute-sanitizer over test_cuda_act16 in part 1.
 #   here:  bench/gpu/pack.sh && bench/gpu/pack_fmnist.sh
 #   there: bench/gpu/half.sh OUTDIR        (from the project root)
+#   SECTIONS="1 4" runs only those parts (default: all five), KPROF_MODES part 4's profiles
+#   (default "kernels api sample"); HERD_BEFORE=PATH, a herd
+#   binary of an earlier commit, adds its figures beside the current one's in parts 2 and 4.
 set -u
 out=${1:-${OUT:-/tmp}}
 mkdir -p "$out"
@@ -23,20 +26,23 @@ cd "$(dirname "$0")/../.."
 export HERD_CUDNN_CACHE=$tmp/cudnn-algos.tsv # measured here, in this run
 herd() { LD_LIBRARY_PATH=$HL timeout 300 .dev/herd "$@"; }
 py() { env -u LD_LIBRARY_PATH timeout 300 python3 "$@"; }
+# The binaries compared: the current one, and HERD_BEFORE's beside it when given.
+bins=(".dev/herd=herd"); [ -n "${HERD_BEFORE:-}" ] && bins+=("$HERD_BEFORE=herd-before")
 t0=$SECONDS
+want() { case " ${SECTIONS:-1 2 3 4 5} " in *" $1 "*) return 0 ;; esac; return 1; }
 section() { echo; echo "==== $* ($((SECONDS - t0)) s)"; }
 
 date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
 herd --version
 py -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), torch.cuda.get_device_name())'
 
-if [ "${FROM:-1}" -le 1 ]; then
+if want 1; then
 section "1. correctness"
 for t in test_cuda_act16 test_backend_cuda test_cuda_train test_cuda_precision; do
   check "$t" env LD_LIBRARY_PATH="$HL" HERD_TEST_DEVICE=cuda timeout 300 .dev/tests/$t
 done
 if command -v compute-sanitizer >/dev/null; then
-  LD_LIBRARY_PATH=$HL timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 \
+  LD_LIBRARY_PATH=$HL timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 \
     .dev/tests/test_cuda_act16 >"$tmp/san.out" 2>&1
   rc=$?; tail -n 2 "$tmp/san.out"
   check "compute-sanitizer memcheck test_cuda_act16: 0 errors (exit $rc)" test $rc -eq 0
@@ -77,27 +83,33 @@ HERD_CUDNN_ANY_ALGO=1 herd train --model lenet5 "${D[@]}" --batch-size 8 >"$tmp/
 check "--deterministic with HERD_CUDNN_ANY_ALGO=1 refused, naming it" grep -q "HERD_CUDNN_ANY_ALGO=1" "$tmp/any.out"
 fi
 
-if [ "${FROM:-1}" -le 2 ]; then
+if want 2; then
 section "2. throughput (samples/s)"
 R50=synthetic:3,224,224,1000,512
 hb() { # hb MODEL DATA BATCH STEPS WARMUP PRECISION (again with any cuDNN algorithm if refused)
-  local r
-  r=$(herd bench train --model "$1" --data "$2" --batch-size "$3" --steps "$4" --warmup "$5" \
-    --precision "$6" 2>&1 | tail -n1)
-  echo "herd $1 batch=$3 $6: $r"
-  case $r in *samples_per_s=*) ;; *)
-    echo "herd $1 batch=$3 $6 HERD_CUDNN_ANY_ALGO=1: $(HERD_CUDNN_ANY_ALGO=1 herd bench train \
-      --model "$1" --data "$2" --batch-size "$3" --steps "$4" --warmup "$5" --precision "$6" \
-      2>&1 | tail -n1)" ;;
-  esac
+  local r b bin label
+  for b in "${bins[@]}"; do
+    bin=${b%%=*} label=${b#*=}
+    r=$(LD_LIBRARY_PATH=$HL timeout 300 "$bin" bench train --model "$1" --data "$2"       --batch-size "$3" --steps "$4" --warmup "$5" --precision "$6" 2>&1 | tail -n1)
+    echo "$label $1 batch=$3 $6: $r"
+    case $r in *samples_per_s=*) ;; *)
+      echo "$label $1 batch=$3 $6 HERD_CUDNN_ANY_ALGO=1: $(HERD_CUDNN_ANY_ALGO=1 \
+        LD_LIBRARY_PATH=$HL timeout 300 "$bin" bench train --model "$1" --data "$2" \
+        --batch-size "$3" --steps "$4" --warmup "$5" --precision "$6" 2>&1 | tail -n1)" ;;
+    esac
+  done
 }
 tb() { # tb MODEL BATCH STEPS WARMUP PRECISION [--channels-last]
   echo "torch $1 batch=$2 $5 ${6:-}: $(py bench/torch_reference.py --device cuda --models "$1" \
     --batch-size "$2" --steps "$3" --warmup "$4" --precision "$5" ${6:-} 2>&1 | tail -n1)"
 }
-hb resnet50 $R50 64 30 5 fp32
-tb resnet50 64 30 5 fp32
+# Issue 26's table: resnet50 at 64 and 128 in fp32, tf32 and the 16-bit formats, each
+# beside PyTorch as a careful user runs it (TF32 off for fp32, channels_last for 16 bits).
 for b in 64 128; do
+  for p in fp32 tf32; do
+    hb resnet50 $R50 $b 30 5 $p
+    tb resnet50 $b 30 5 $p
+  done
   for p in bf16 fp16; do
     hb resnet50 $R50 $b 30 5 $p
     tb resnet50 $b 30 5 $p --channels-last
@@ -109,7 +121,7 @@ for p in fp32 bf16; do
 done
 fi
 
-if [ "${FROM:-1}" -le 3 ]; then
+if want 3; then
 section "3. accuracy: resnet20, Fashion-MNIST (first 30,000 training images), 15 epochs"
 fm=/usr/share/datasets/fashion-mnist
 mkdir -p $fm && cp .dev/fmnist/*.gz $fm/
@@ -126,20 +138,44 @@ check "bf16 within 0.3 points of fp32" \
   awk -v a="$a32" -v b="$a16" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 0.003) }'
 fi
 
-section "4. a resnet50 bf16 step's kernels (batch 64)"
+if want 4; then
+section "4. where a step's time goes: resnet50 bf16 (batch 64), resnet20 fp32 (batch 128)"
 kp=$(find / -name 'libcupti.so.13' -not -path '/proc/*' 2>/dev/null | head -n1)
-for s in 5 15; do
-  KPROF_OUT=$tmp/k.$s CUDA_INJECTION64_PATH=$PWD/.dev/kprof.so \
-    LD_LIBRARY_PATH=$HL:$(dirname "${kp:-/x/x}") timeout 300 .dev/herd bench train \
-    --model resnet50 --data synthetic:3,224,224,1000,512 --batch-size 64 --steps $s --warmup 2 \
-    --precision bf16 >/dev/null 2>&1
+R50B=(bench train --model resnet50 --data synthetic:3,224,224,1000,512 --batch-size 64 --warmup 2
+      --precision bf16)
+R20B=(bench train --model resnet20 --data synthetic:3,32,32,10,4096 --batch-size 128 --warmup 10
+      --precision fp32)
+for b in "${bins[@]}"; do
+  bin=${b%%=*} label=${b#*=}
+  for cfg in r50 r20; do
+    if [ $cfg = r50 ]; then args=("${R50B[@]}") short=5 long=15
+    else args=("${R20B[@]}") short=20 long=60; fi
+    echo "-- $label $cfg, unprofiled: $(LD_LIBRARY_PATH=$HL timeout 300 "$bin" "${args[@]}" \
+      --steps $long 2>&1 | tail -n1)"
+    # Kernels, copies and the device's idle gaps; with the host's CUDA calls recorded
+    # (api: KPROF_API=1, which slows the host a little); the host thread's sampled stacks
+    # (sample: KPROF_SAMPLE=1, functions named from $bin.sym): where the host spends it.
+    for mode in ${KPROF_MODES:-kernels api sample}; do
+      for s in $short $long; do
+        KPROF_API=$([ $mode = api ] && echo 1) KPROF_SAMPLE=$([ $mode = sample ] && echo 1) \
+          KPROF_SYMS=$bin.sym KPROF_OUT=$tmp/k.$label.$cfg.$mode.$s \
+          CUDA_INJECTION64_PATH=$PWD/.dev/kprof.so LD_LIBRARY_PATH=$HL:$(dirname "${kp:-/x/x}") \
+          timeout 300 "$bin" "${args[@]}" --steps $s >/dev/null 2>&1
+      done
+      echo "-- $label $cfg, $mode"
+      py bench/gpu/kprof_diff.py "$tmp/k.$label.$cfg.$mode.$short" "$tmp/k.$label.$cfg.$mode.$long" \
+        $((long - short)) --top 20
+    done
+  done
+  cp "$tmp/k.$label.r50.sample.15" "$out/kprof-bf16-$label.tsv" 2>/dev/null
 done
-py bench/gpu/kprof_diff.py "$tmp/k.5" "$tmp/k.15" 10 --top 20
-cp "$tmp/k.15" "$out/kprof-bf16.tsv" 2>/dev/null
+fi
+if want 5; then
 section "5. the algorithms chosen for resnet50 bf16 (batch 64)"
 HERD_CUDNN_CACHE= HERD_CUDNN_LOG=1 herd bench train --model resnet50 \
   --data synthetic:3,224,224,1000,512 --batch-size 64 --steps 1 --warmup 0 --precision bf16 2>&1 |
   grep "cuDNN conv" | head -n 30
 cp "$tmp/cudnn-algos.tsv" "$out/cudnn-algos.tsv" 2>/dev/null
+fi
 section "done"
 summary "gpu 16-bit checks"

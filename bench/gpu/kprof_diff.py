@@ -1,5 +1,8 @@
 """A step's kernel times from two kprof tables (bench/gpu/kprof.c) of runs that differ
-only in their step count: (long - short) / steps, per kernel name and per family.
+only in their step count: (long - short) / steps, per kernel name and per family; then,
+where kprof recorded them, the device's idle time (before which kernels), its copies, and
+the host's time inside CUDA calls and between them (by what the next call launched), and
+the sampled stacks of the host thread that drives CUDA, per step.
 
     python3 kprof_diff.py SHORT.tsv LONG.tsv STEPS [--top N]
 """
@@ -51,12 +54,18 @@ def main():
     p.add_argument("--top", type=int, default=20)
     a = p.parse_args()
     s, l = load(a.short), load(a.long)
-    rows = []
+    rows, tagged = [], {"idle before: ": [], "copy: ": [], "api: ": [], "host before: ": [],
+                        "self: ": [], "in: ": []}
     for name, (calls, ns) in l.items():
         c0, t0 = s.get(name, (0, 0))
         dt = (ns - t0) / a.steps / 1e6
         dc = (calls - c0) / a.steps
-        if dc > 0 or dt > 0:
+        if dc <= 0 and dt <= 0:
+            continue
+        tag = next((t for t in tagged if name.startswith(t)), None)
+        if tag:
+            tagged[tag].append((dt, dc, name[len(tag):]))
+        else:
             rows.append((dt, dc, name))
     total = sum(r[0] for r in rows)
     print("kernel time per step: %.3f ms in %.0f kernels" % (total, sum(r[1] for r in rows)))
@@ -72,6 +81,19 @@ def main():
     for dt, dc, name in sorted(rows, reverse=True)[: a.top]:
         print("  %8.3f ms %5.1f%% %5.0fx  %s" % (dt, 100 * dt / total if total else 0, dc,
                                                short_name(name)))
+    titles = {"idle before: ": "device idle per step: %.3f ms in %.0f gaps; the largest, by the kernel after them:",
+              "copy: ": "device copies and sets per step: %.3f ms in %.0f",
+              "api: ": "host time inside CUDA calls per step: %.3f ms in %.0f calls; the largest:",
+              "host before: ": "host time between CUDA calls per step: %.3f ms in %.0f gaps; the largest, by what the next call launched:",
+              "self: ": "the CUDA thread's wall time per step, sampled: %.3f ms in %.0f samples; where it was:",
+              "in: ": "functions on its stack, time per step (inclusive: they overlap):"}
+    for tag, found in tagged.items():
+        if not found:
+            continue
+        title = titles[tag]
+        print(title % (sum(r[0] for r in found), sum(r[1] for r in found)) if "%" in title else title)
+        for dt, dc, name in sorted(found, reverse=True)[: 8 if tag == "copy: " else 40 if tag == "in: " else a.top]:
+            print("  %8.3f ms %5.0fx  %s" % (dt, dc, short_name(name)))
 
 
 if __name__ == "__main__":

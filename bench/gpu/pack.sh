@@ -15,6 +15,7 @@ cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DHERD_CUDA=ON -DHERD_NCCL=ON -DHE
 cmake --build "$B" -j"$(nproc)" >>"$log" 2>&1 || { tail -30 "$log"; exit 1; }
 rm -rf .dev; mkdir -p .dev/tests .dev/bin .dev/lib/ucx
 cp "$B/herd" .dev/
+nm -C --defined-only .dev/herd >.dev/herd.sym # names for kprof.c's sampler (KPROF_SYMS)
 # The CUDA tests and the device-independent tests that take a device (sim in CI, cuda there).
 find "$B" -maxdepth 3 -type f -perm -u+x -name 'test_*' \( -name '*cuda*' -o -name '*gpu*' \
   -o -name 'test_comm_device' \) -exec cp {} .dev/tests/ \;
@@ -28,11 +29,13 @@ gcc -O2 -Iinclude -Isrc -I$cuda/include bench/bench_cuda_ops.c "$B/libherd.a" -L
 cupti=$(dirname "$(find -L $cuda/ -name 'libcupti.so' | head -n1)")
 gcc -O2 -Wall -Wextra -shared -fPIC -I$cuda/include bench/gpu/kprof.c -L"$cupti" -lcupti -lstdc++ \
   -o .dev/kprof.so
+# issue 31's fp32 GEMM paths on the device machine's CPU (a Xeon with AMX).
+gcc -O2 bench/bench_gemm.c -ldnnl -lopenblas -o .dev/bench_gemm
 hydra=$(readlink -f "$(command -v mpiexec.hydra)")
 cp "$hydra" "$(dirname "$hydra")/hydra_pmi_proxy" .dev/bin/
 ucx=/usr/lib/x86_64-linux-gnu/ucx
 cp -L "$ucx"/libuct_cma.so.0 "$ucx"/libuct_ib.so.0 "$ucx"/libuct_rdmacm.so.0 .dev/lib/ucx/ 2>/dev/null || true
-for f in .dev/herd .dev/bench_cuda_ops .dev/tests/* .dev/bin/mpiexec.hydra .dev/bin/hydra_pmi_proxy .dev/lib/ucx/*; do
+for f in .dev/herd .dev/bench_cuda_ops .dev/bench_gemm .dev/tests/* .dev/bin/mpiexec.hydra .dev/bin/hydra_pmi_proxy .dev/lib/ucx/*; do
   ldd "$f" 2>/dev/null
 done | awk '$3 ~ /^\// {print $3}' | sort -u |
   grep -v -E "/(libc|libm|libpthread|libdl|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|cuda|cudnn|cublas|nccl|libnvidia" |
