@@ -243,9 +243,12 @@ static void conv_case(herd_conv_desc d, bool in16, bool out16)
         check16("conv bwd data", (uint16_t *)gdx, d.n, d.c_in, xhw, dx, g_tol);
     else
         check("conv bwd data", gdx, dx, nx, g_tol);
-    float *dw_bias = malloc(nw * 4); /* the bias reference's own (unchecked) weights */
+    /* Each reference call's own (unchecked) other half: the CPU computes both gradients
+     * of a conv with bias in one call, but they sum different dy (below). */
+    float *dw_bias = calloc(nw, 4), *db_weights = calloc((size_t)d.c_out, 4);
     for (int beta = 1; beta >= 0; beta--) {
-        assert_herd_ok(cpu->conv2d_bwd_weights(pc, xr, dyr, dw, NULL, (float)beta));
+        assert_herd_ok(cpu->conv2d_bwd_weights(pc, xr, dyr, dw, d.bias ? db_weights : NULL,
+                                               (float)beta));
         /* The bias gradient sums dy as the GPU holds it: rounded when 16-bit, else not. */
         if (d.bias)
             assert_herd_ok(cpu->conv2d_bwd_weights(pc, xr, out16 ? dyr : dy, dw_bias, db,
@@ -256,6 +259,7 @@ static void conv_case(herd_conv_desc d, bool in16, bool out16)
             check(beta ? "conv bwd bias beta=1" : "conv bwd bias beta=0", gdb, db, d.c_out, 1e-4);
     }
     free(dw_bias);
+    free(db_weights);
     cpu->conv2d_plan_free(pc);
     gpu->conv2d_plan_free(pg);
     void *dev[] = {x16, dy16, w16, gx, gw, gb, gdy, gdw, gdb, gy, gdx};

@@ -1,6 +1,6 @@
 /* GPU-only checks of the GPU training options: --precision (tf32 really in use: its
  * GEMM error is TF32's, not fp32's, and within TF32 tolerances of the CPU; fp32 exact
- * again afterwards; bf16/fp16 refused), the --gpu-memory-limit cap in the caching
+ * again afterwards; bf16 within bf16's), the --gpu-memory-limit cap in the caching
  * allocator, and dynamic loss scaling skipping an overflowing step on the GPU. Without
  * a GPU (or CUDA in the build), or on a GPU without TF32, the program exits 77 (skipped)
  * saying why; a GPU that fails to initialise fails it. */
@@ -122,7 +122,10 @@ static void test_precision(void **state)
            c32c);
     if (!(gbf > 1e-3))
         fail_msg("--precision bf16: the GEMM error %.3g is not bf16's", gbf);
-    assert_true(gbf < 5e-2 && cbf > 1e-3 && cbf < 5e-2 && g32c < 1e-4 && c32c < 1e-4);
+    /* The bound is bf16's, not a bug's: an output near zero keeps the absolute error of
+     * its 576 terms' rounding to 8 bits (0.0675 on an H200); test_cuda_act16 checks the
+     * 16-bit convolutions against a CPU that rounds the same operands. */
+    assert_true(gbf < 5e-2 && cbf > 1e-3 && cbf < 0.1 && g32c < 1e-4 && c32c < 1e-4);
     gpu->conv2d_plan_free(pg);
     cpu->conv2d_plan_free(pc);
 }
@@ -205,8 +208,10 @@ int main(void)
     cpu->set_threads(1);
     gpu = tu_cuda_or_exit();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_precision),
+        /* First: its cap is checked against what herd holds, which the other cases'
+         * scratch buffers (kept for the process) would raise. */
         cmocka_unit_test(test_memory_limit),
+        cmocka_unit_test(test_precision),
         cmocka_unit_test(test_loss_scale_overflow),
     };
     int status = tu_run(tests, NULL, NULL);

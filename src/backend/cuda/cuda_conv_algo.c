@@ -12,7 +12,8 @@
  * What may be chosen: deterministic algorithms only (cuDNN's atomics-based ones sum in
  * another order on every call, and a resumed run would not end on the uninterrupted
  * run's bytes), within a quarter of the device memory herd may still take; among those
- * within 5% of the fastest, the one with the least workspace. Every convolution shares
+ * within 5% of the fastest, the one with the least workspace; no Winograd on kernels
+ * wider than 3x3 (allowed() says why). Every convolution shares
  * one workspace (cuda_conv.c), so the cost in memory is the largest choice, not a sum.
  *
  * Variables, for measuring what a rule costs:
@@ -45,35 +46,51 @@ const char *herd_cuda_nondeterminism(void)
 
 typedef struct policy {
     bool any, exact, heuristic;
+    bool wide_kernel; /* wider than 3x3 */
     herd_precision prec;
     size_t limit; /* workspace bytes an algorithm may take */
 } policy;
 
-static bool transform_fwd(cudnnConvolutionFwdAlgo_t a)
+/* The algorithms that transform their operands instead of summing products directly. */
+enum { DIRECT, FFT, WINOGRAD };
+
+static int transform_fwd(cudnnConvolutionFwdAlgo_t a)
 {
-    return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
-           a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD ||
-           a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+    return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ? FFT
+           : a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD ||
+                   a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED
+               ? WINOGRAD
+               : DIRECT;
 }
-static bool transform_bd(cudnnConvolutionBwdDataAlgo_t a)
+static int transform_bd(cudnnConvolutionBwdDataAlgo_t a)
 {
     return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT ||
-           a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
-           a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD ||
-           a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+                   a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING
+               ? FFT
+           : a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD ||
+                   a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED
+               ? WINOGRAD
+               : DIRECT;
 }
-static bool transform_bf(cudnnConvolutionBwdFilterAlgo_t a)
+static int transform_bf(cudnnConvolutionBwdFilterAlgo_t a)
 {
     return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT ||
-           a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
-           a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+                   a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING
+               ? FFT
+           : a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED ? WINOGRAD
+                                                                     : DIRECT;
 }
 
+/* Winograd on kernels wider than 3x3 is never chosen: its transforms amplify rounding
+ * with the tile (an fp32 5x5 backward-data 2.3e-2 from the CPU on an H200, 2026-11-28,
+ * where direct sums are within 1e-5). */
 static bool allowed(const policy *pol, cudnnStatus_t status, size_t memory,
-                    cudnnDeterminism_t det, bool transform)
+                    cudnnDeterminism_t det, int transform)
 {
     return status == CUDNN_STATUS_SUCCESS && memory <= pol->limit &&
-           !(pol->exact && transform) && (pol->any || det == CUDNN_DETERMINISTIC);
+           !(pol->exact && transform != DIRECT) &&
+           !(pol->wide_kernel && transform == WINOGRAD) &&
+           (pol->any || det == CUDNN_DETERMINISTIC);
 }
 
 /* One chooser per direction (the three perf structs share their fields, not a type).
@@ -273,7 +290,8 @@ static void db_key(const herd_conv_desc *d, const policy *pol, char *key, size_t
             if (*c == ' ' || *c == '\t')
                 *c = '_';
     }
-    snprintf(key, size, "%.120s cudnn%zu n%d c%d %dx%d o%d k%dx%d s%d p%d %s%s%s", gpu,
+    /* "rules2": choices stored before Winograd was barred from wide kernels are not reused. */
+    snprintf(key, size, "%.120s cudnn%zu n%d c%d %dx%d o%d k%dx%d s%d p%d %s%s%s rules2", gpu,
              cudnnGetVersion(), d->n, d->c_in, d->h_in, d->w_in, d->c_out, d->kh, d->kw,
              d->stride, d->pad, herd_precision_name(pol->prec), pol->any ? " any" : "",
              pol->exact ? " exact" : "");
@@ -286,7 +304,8 @@ herd_status herd_cuda_conv_algos_choose(const herd_conv_desc *d, cudnnTensorDesc
                                         herd_cuda_conv_algos *out)
 {
     policy pol = {.any = env_is_1("HERD_CUDNN_ANY_ALGO"), .exact = env_is_1("HERD_CUDNN_EXACT"),
-                  .heuristic = env_is_1("HERD_CUDNN_HEURISTIC"), .prec = prec};
+                  .heuristic = env_is_1("HERD_CUDNN_HEURISTIC"), .prec = prec,
+                  .wide_kernel = d->kh > 3 || d->kw > 3};
     cudnnMathType_t math = prec == HERD_PRECISION_FP32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
     HERD_CUDNN(cudnnSetConvolutionMathType(conv, math), "convolution math type");
     cached *hit = lookup(d, &pol);
