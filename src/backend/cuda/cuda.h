@@ -56,6 +56,8 @@ enum { HERD_CUDA_SCRATCH_LOSS, HERD_CUDA_SCRATCH_BN, HERD_CUDA_SCRATCH_FLAG, HER
        HERD_CUDA_SCRATCH_CONV, /* the workspace every convolution shares */
        /* 16-bit convolutions: an fp32 input, output or weights converted for cuDNN */
        HERD_CUDA_SCRATCH_CONV_X16, HERD_CUDA_SCRATCH_CONV_Y16, HERD_CUDA_SCRATCH_CONV_W16,
+       /* 16-bit gemm: the fp32 operands rounded */
+       HERD_CUDA_SCRATCH_GEMM_A16, HERD_CUDA_SCRATCH_GEMM_B16,
        HERD_CUDA_SCRATCH_COUNT };
 herd_status herd_cuda_scratch(int slot, size_t bytes, void **p);
 /* Gives a slot's buffer back to the allocator's cache (in stream order). */
@@ -225,8 +227,8 @@ herd_status herd_cuda_sum_squares(size_t n, const float *x, double *out);
 /* x *= scale on a caller's stream (the NCCL communicator's). */
 herd_status herd_cuda_scale_on(size_t n, float *x, float scale, cudaStream_t st);
 
-/* cuda_cast.cu: on a caller's stream (the NCCL communicator's). y = half(x * scale),
- * x = float(y); bf16 picks bfloat16 over IEEE half. */
+/* cuda_cast.cu: on a caller's stream (the NCCL communicator's; the backend's for the
+ * 16-bit gemm). y = half(x * scale), x = float(y); bf16 picks bfloat16 over IEEE half. */
 herd_status herd_cuda_cast_to_16(size_t n, const float *x, float scale, bool bf16, void *y,
                                  cudaStream_t st);
 herd_status herd_cuda_cast_from_16(size_t n, const void *x, bool bf16, float *y,

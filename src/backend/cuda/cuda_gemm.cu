@@ -31,6 +31,19 @@ __global__ void k_bias_grad(int rows, int cols, const float *dy, float *db, floa
 
 /* ---- launchers */
 
+/* A row-major operand of `rows` rows of `cols` values, `ld` apart, rounded to 16 bits
+ * into a scratch slot with the same leading dimension. */
+static herd_status round16(int slot, int rows, int cols, const float *x, int ld, bool bf16,
+                           const void **out)
+{
+    size_t n = (size_t)(rows - 1) * ld + cols;
+    void *buf;
+    HERD_TRY(herd_cuda_scratch(slot, n * 2, &buf));
+    HERD_TRY(herd_cuda_cast_to_16(n, x, 1.0f, bf16, buf, herd_cuda_ctx_get()->stream));
+    *out = buf;
+    return HERD_OK;
+}
+
 extern "C" herd_status herd_cuda_gemm(bool trans_a, bool trans_b, int m, int n, int k,
                                       float alpha, const float *a, int lda, const float *b,
                                       int ldb, float beta, float *c, int ldc)
@@ -43,15 +56,20 @@ extern "C" herd_status herd_cuda_gemm(bool trans_a, bool trans_b, int m, int n, 
      * buffers with the operands swapped and m, n exchanged. */
     const herd_cuda_ctx *ctx = herd_cuda_ctx_get();
     if (herd_cuda_half(ctx)) {
-        /* bf16 / fp16: cuBLAS rounds the fp32 operands to 16 bits for the tensor cores
-         * and sums in fp32, as the CPU's bf16 gemm does. */
-        cublasComputeType_t ct = ctx->precision == HERD_PRECISION_BF16
-                                     ? CUBLAS_COMPUTE_32F_FAST_16BF
-                                     : CUBLAS_COMPUTE_32F_FAST_16F;
+        /* bf16 / fp16: the operands rounded to nearest even here, as the CPU's 16-bit gemm
+         * rounds them, then tensor cores with fp32 sums. (cuBLAS's FAST_16BF rounds the fp32
+         * operands its own way: 1.3e-2 from the CPU's rounding on an H200.) */
+        bool bf16 = ctx->precision == HERD_PRECISION_BF16;
+        const void *a16, *b16;
+        HERD_TRY(round16(HERD_CUDA_SCRATCH_GEMM_A16, trans_a ? k : m, trans_a ? m : k, a, lda,
+                         bf16, &a16));
+        HERD_TRY(round16(HERD_CUDA_SCRATCH_GEMM_B16, trans_b ? n : k, trans_b ? k : n, b, ldb,
+                         bf16, &b16));
+        cudaDataType_t t16 = bf16 ? CUDA_R_16BF : CUDA_R_16F;
         HERD_CUBLAS(ctx->blas->gemm_ex(ctx->cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                       trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
-                                       CUDA_R_32F, ldb, a, CUDA_R_32F, lda, &beta, c, CUDA_R_32F,
-                                       ldc, ct, CUBLAS_GEMM_DEFAULT),
+                                       trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b16,
+                                       t16, ldb, a16, t16, lda, &beta, c, CUDA_R_32F, ldc,
+                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                     "gemm (16-bit tensor cores)");
         return HERD_OK;
     }
