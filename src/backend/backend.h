@@ -134,8 +134,9 @@ typedef struct herd_backend {
     void (*free)(void *p);
     herd_status (*set_threads)(int threads); /* 0 = all cores */
     /* Host <-> backend memory, used only at the edges (parameter init, each batch's
-     * inputs, save/load), so callers never special-case a device. Both return once
-     * the copy is complete: the host side may be reused or read straight away. For
+     * inputs, save/load), so callers never special-case a device. Both return once the
+     * host side may be reused (h2d) or read (d2h) straight away; an h2d copy may still
+     * be on its way to the device then, ordered before any later op (CUDA's is). For
      * the CPU backend they are memcpy; callers only need them when !host_memory. */
     herd_status (*memcpy_h2d)(void *dst, const void *src, size_t bytes);
     herd_status (*memcpy_d2h)(void *dst, const void *src, size_t bytes);

@@ -64,6 +64,10 @@ herd_status herd_cuda_scratch(int slot, size_t bytes, void **p);
 void herd_cuda_scratch_release(int slot);
 /* Pinned host memory for results that come back to the host (loss sums). */
 herd_status herd_cuda_host_scratch(size_t bytes, void **p);
+/* cuda_upload.c: host-to-device copies through pinned staging, in stream order, not
+ * waited for (the host buffer is free again on return); the staging goes at shutdown. */
+herd_status herd_cuda_upload(void *dst, const void *src, size_t bytes);
+void herd_cuda_upload_release(void);
 
 /* The phase timer (cuda_timer.c): backend.h's timer_mark / timer_elapsed, and the
  * events given back at shutdown. */

@@ -88,12 +88,48 @@ __global__ void k_flat_from16(size_t n, int c, const uint16_t *x, float *y, cons
     }
 }
 
+/* Few pixels (a 3x3 or 5x5 convolution's weights: hw of 9 or 25) leave most of a
+ * 32-pixel tile idle: one thread per value instead, writes in order, reads gathered from
+ * each output channel's small block (which the cache holds). */
+#define SMALL_HW 26 /* up to 5x5 */
+
+template <class H> __global__ void k_small_to_nhwc(size_t total, int c, int hw, const float *x,
+                                                   uint16_t *y)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t pc = (size_t)c * hw, k = i / pc, r = i % pc; /* y is [k][p][ch] */
+        int p = (int)(r / c), ch = (int)(r % c);
+        y[i] = H::store(x[k * pc + (size_t)ch * hw + p]);
+    }
+}
+
+template <class H>
+__global__ void k_small_from_nhwc(size_t total, int c, int hw, const uint16_t *x, float *y,
+                                  const float *bias, bool accumulate)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t pc = (size_t)c * hw, k = i / pc, r = i % pc; /* y is [k][ch][p] */
+        int ch = (int)(r / hw), p = (int)(r % hw);
+        float v = H::load(x[k * pc + (size_t)p * c + ch]);
+        y[i] = accumulate ? y[i] + v : bias ? v + bias[ch] : v;
+    }
+}
+
 template <class H> static herd_status to_nhwc(int n, int c, int hw, const float *x, uint16_t *y)
 {
     if (hw == 1 || c == 1) {
         size_t total = (size_t)n * c * hw;
         k_flat_to16<H><<<herd_cuda_blocks(total), HERD_CUDA_THREADS, 0, stream()>>>(total, x, y);
         HERD_CUDA_LAUNCHED("k_flat_to16");
+        return HERD_OK;
+    }
+    if (hw < SMALL_HW) {
+        size_t total = (size_t)n * c * hw;
+        k_small_to_nhwc<H><<<herd_cuda_blocks(total), HERD_CUDA_THREADS, 0, stream()>>>(total, c,
+                                                                                        hw, x, y);
+        HERD_CUDA_LAUNCHED("k_small_to_nhwc");
         return HERD_OK;
     }
     k_to_nhwc<H><<<transpose_grid(n, c, hw), dim3(TILE, TILE_ROWS), 0, stream()>>>(c, hw, x, y);
@@ -110,6 +146,13 @@ static herd_status from_nhwc(int n, int c, int hw, const uint16_t *x, float *y, 
         k_flat_from16<H><<<herd_cuda_blocks(total), HERD_CUDA_THREADS, 0, stream()>>>(
             total, hw == 1 ? c : 1, x, y, bias, accumulate);
         HERD_CUDA_LAUNCHED("k_flat_from16");
+        return HERD_OK;
+    }
+    if (hw < SMALL_HW) {
+        size_t total = (size_t)n * c * hw;
+        k_small_from_nhwc<H><<<herd_cuda_blocks(total), HERD_CUDA_THREADS, 0, stream()>>>(
+            total, c, hw, x, y, bias, accumulate);
+        HERD_CUDA_LAUNCHED("k_small_from_nhwc");
         return HERD_OK;
     }
     k_from_nhwc<H><<<transpose_grid(n, c, hw), dim3(TILE, TILE_ROWS), 0, stream()>>>(

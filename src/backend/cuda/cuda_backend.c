@@ -211,6 +211,7 @@ void herd_backend_cuda_shutdown(void)
     if (g_shut_down || g_init_error[0] || !g_ctx.stream)
         return;
     cudaStreamSynchronize(g_ctx.stream);
+    herd_cuda_upload_release();
     herd_cuda_timer_release();
     herd_cuda_conv_algos_release();
     herd_cuda_alloc_release();

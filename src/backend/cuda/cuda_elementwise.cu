@@ -112,8 +112,7 @@ extern "C" herd_status herd_cuda_copy(size_t n, const float *x, float *y)
     return HERD_OK;
 }
 
-/* Synchronous on purpose: the caller may overwrite or read the host side as soon as
- * this returns (loader batches are recycled, saved weights are read at once). */
+/* A copy back to the host waits for the device: the caller reads the result at once. */
 static herd_status host_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
                              const char *what)
 {
@@ -121,6 +120,8 @@ static herd_status host_copy(void *dst, const void *src, size_t bytes, cudaMemcp
         return HERD_OK;
     if (!dst || !src)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "%s of %zu bytes with a NULL pointer", what, bytes);
+    if (kind == cudaMemcpyHostToDevice)
+        return herd_cuda_upload(dst, src, bytes); /* staged: the host buffer is free on return */
     cudaStream_t s = herd_cuda_ctx_get()->stream;
     HERD_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, s), what);
     HERD_CUDA(cudaStreamSynchronize(s), what);
