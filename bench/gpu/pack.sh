@@ -2,6 +2,8 @@
 # Builds herd with CUDA here and packs what a GPU machine without herd's libraries needs
 # into .dev/ (ignored by git; name it in the device call's carry), for bench/gpu/check.sh.
 #   usage (project root): bench/gpu/pack.sh [BUILD_DIR]
+#   BEFORE=COMMIT also builds that commit's herd (in a worktree) as .dev/herd-before, for
+#   half.sh's HERD_BEFORE=.dev/herd-before: before and after side by side in one run.
 # The GPU image has CUDA, cuDNN and NCCL (inside its PyTorch) but no MPI, oneDNN or hwloc:
 # herd is built against MPICH, whose launcher (Hydra) runs from any folder, and travels
 # with every non-CUDA, non-libc library it loads, UCX's transport modules and Hydra.
@@ -16,6 +18,16 @@ cmake --build "$B" -j"$(nproc)" >>"$log" 2>&1 || { tail -30 "$log"; exit 1; }
 rm -rf .dev; mkdir -p .dev/tests .dev/bin .dev/lib/ucx
 cp "$B/herd" .dev/
 nm -C --defined-only .dev/herd >.dev/herd.sym # names for kprof.c's sampler (KPROF_SYMS)
+if [ -n "${BEFORE:-}" ]; then
+  wt=$(mktemp -d); git worktree add -q --detach "$wt" "$BEFORE"
+  cmake -S "$wt" -B "$wt/build" -DCMAKE_BUILD_TYPE=Release -DHERD_CUDA=ON -DHERD_NCCL=ON \
+    -DHERD_NATIVE=OFF -DHERD_MPI=mpich "${launch[@]}" >>"$log" 2>&1 &&
+    cmake --build "$wt/build" -j"$(nproc)" --target herd >>"$log" 2>&1 ||
+    { tail -30 "$log"; git worktree remove --force "$wt"; exit 1; }
+  cp "$wt/build/herd" .dev/herd-before
+  nm -C --defined-only .dev/herd-before >.dev/herd-before.sym
+  git worktree remove --force "$wt"
+fi
 # The CUDA tests and the device-independent tests that take a device (sim in CI, cuda there).
 find "$B" -maxdepth 3 -type f -perm -u+x -name 'test_*' \( -name '*cuda*' -o -name '*gpu*' \
   -o -name 'test_comm_device' \) -exec cp {} .dev/tests/ \;
