@@ -73,7 +73,8 @@ static void compose_build_info(void)
 #endif
     snprintf(build_info, sizeof build_info,
              "herd " HERD_VERSION " (backends: cpu: oneDNN " HERD_DNNL_VERSION
-             " (convolutions and BLAS: dnnl_sgemm), OpenMP; %s; MPI: %s; %s)",
+             " (convolutions and matmuls: primitives made once per shape), OpenMP; %s; MPI: %s;"
+             " %s)",
              cuda, mpi_library, nccl);
 }
 

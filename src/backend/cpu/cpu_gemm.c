@@ -1,8 +1,6 @@
-/* GEMM and the bias ops of fully connected layers.
- * dnnl_sgemm is used rather than OpenBLAS: on the batch-128 training shapes it ran
- * about 2x faster at 1 thread than OpenBLAS's Haswell kernels, 4-8% faster than its
- * SkylakeX ones; a oneDNN matmul made once per shape was 2-7% faster per call but gave
- * mlp the same step time (bench/bench_gemm.c, bench/results/2026-11-28-gemm-cpu.txt). */
+/* GEMM and the bias ops of fully connected layers. fp32 GEMMs go through oneDNN matmuls
+ * made once per shape (cpu_matmul.c says what they beat); OpenBLAS was 4-8% slower than
+ * either at 1 thread here, with its SkylakeX kernels (bench/results/2026-11-28-gemm-cpu.txt). */
 #include <omp.h>
 
 #include "backend/cpu/cpu_dnnl.h"
@@ -18,10 +16,10 @@ herd_status herd_cpu_gemm(bool trans_a, bool trans_b, int m, int n, int k, float
         return HERD_OK;
     if (herd_cpu_bf16() != HERD_CPU_BF16_OFF)
         return herd_cpu_gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    HERD_DNNL(dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb,
-                         beta, c, ldc),
-              "sgemm");
-    return HERD_OK;
+    herd_matmul_shape s = {.bf16 = 0, .trans_a = trans_a, .trans_b = trans_b, .m = m, .n = n,
+                           .k = k, .lda = lda, .ldb = ldb, .ldc = ldc, .alpha = alpha,
+                           .beta = beta};
+    return herd_cpu_matmul(&s, a, b, c);
 }
 
 herd_status herd_cpu_bias_add(int rows, int cols, float *y, const float *bias)

@@ -8,6 +8,14 @@
 herd_status herd_cpu_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                           const float *a, int lda, const float *b, int ldb, float beta, float *c,
                           int ldc);
+/* cpu_matmul.c: C = alpha * op(A) op(B) + beta * C through a oneDNN matmul made once per
+ * shape (row-major; A and B fp32 or bf16 by `bf16`, C fp32). All fields are 4 bytes, so a
+ * shape has no padding and compares with memcmp. */
+typedef struct herd_matmul_shape {
+    int bf16, trans_a, trans_b, m, n, k, lda, ldb, ldc;
+    float alpha, beta;
+} herd_matmul_shape;
+herd_status herd_cpu_matmul(const herd_matmul_shape *s, const void *a, const void *b, float *c);
 /* cpu_gemm_bf16.c: the same in bf16 mixed precision (herd_cpu_gemm calls it). */
 herd_status herd_cpu_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                                const float *a, int lda, const float *b, int ldb, float beta,
