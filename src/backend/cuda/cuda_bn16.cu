@@ -195,7 +195,8 @@ template <class H, int MODE>
 __device__ static uint16_t pc_one(const pc_coef<MODE> &k, uint16_t x, uint16_t dy)
 {
     float v = H::load(x);
-    float r = MODE == PC_APPLY ? v * k.k0 + k.k1 : k.k0 * (H::load(dy) - k.k1 - (v - k.mean) * k.k2);
+    float r = MODE == PC_APPLY ? v * k.k0 + k.k1
+                               : k.k0 * (H::load(dy) - k.k1 - (v - k.mean) * k.k2);
     return H::store(r);
 }
 
