@@ -12,6 +12,7 @@
  * last read it: a buffer is refilled only once that copy is done, which by then it
  * almost always is. Copies larger than STAGE_MAX (a whole model's weights at load)
  * are made directly and waited for, rather than pinning that much host memory. */
+#include <pthread.h>
 #include <string.h>
 
 #include "backend/cuda/cuda.h"
@@ -28,6 +29,9 @@ typedef struct stage {
 
 static stage g_stages[STAGE_SLOTS];
 static int g_next;
+/* The backend's ops run on one thread, but an upload costs a lock nothing next to its
+ * memcpy, and a second caller (a communicator's completion) then cannot share a slot. */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static herd_status direct(void *dst, const void *src, size_t bytes)
 {
@@ -57,12 +61,8 @@ static herd_status take(stage *st, size_t bytes)
     return HERD_OK;
 }
 
-herd_status herd_cuda_upload(void *dst, const void *src, size_t bytes)
+static herd_status staged(stage *st, void *dst, const void *src, size_t bytes)
 {
-    if (bytes > STAGE_MAX)
-        return direct(dst, src, bytes);
-    stage *st = &g_stages[g_next];
-    g_next = (g_next + 1) % STAGE_SLOTS;
     HERD_TRY(take(st, bytes));
     memcpy(st->ptr, src, bytes);
     cudaStream_t s = herd_cuda_ctx_get()->stream;
@@ -70,6 +70,18 @@ herd_status herd_cuda_upload(void *dst, const void *src, size_t bytes)
               "host-to-device copy");
     HERD_CUDA(cudaEventRecord(st->done, s), "staged copy event");
     return HERD_OK;
+}
+
+herd_status herd_cuda_upload(void *dst, const void *src, size_t bytes)
+{
+    if (bytes > STAGE_MAX)
+        return direct(dst, src, bytes);
+    pthread_mutex_lock(&g_mu);
+    stage *st = &g_stages[g_next];
+    g_next = (g_next + 1) % STAGE_SLOTS;
+    herd_status rc = staged(st, dst, src, bytes);
+    pthread_mutex_unlock(&g_mu);
+    return rc;
 }
 
 void herd_cuda_upload_release(void)
