@@ -16,6 +16,8 @@
 #   SECTIONS="1 4" runs only those parts (default: all five), KPROF_MODES part 4's profiles
 #   (default "kernels api sample"); HERD_BEFORE=PATH, a herd
 #   binary of an earlier commit, adds its figures beside the current one's in parts 2 and 4.
+#   All of it with HERD_BEFORE runs past one call's 10 minutes: split it, e.g.
+#   SECTIONS="1 4 5" (about 5 minutes) and SECTIONS="2 3" (about 6) in two calls.
 set -u
 out=${1:-${OUT:-/tmp}}
 mkdir -p "$out"
