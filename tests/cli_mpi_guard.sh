@@ -41,6 +41,13 @@ mismatch "--train-samples" train_data "" "--train-samples 400"
 check "the values of both ranks are shown" grep -q "rank 1 has train_data=400 samples.* but rank 0 has train_data=500 samples" "$tmp/err"
 mismatch "--test-samples" test_data "" "--test-samples 400"
 
+# The waits' tuning variables are read strictly: a unit or a typo is refused at start,
+# naming it, rather than read as 0.
+HERD_MPI_SPIN_US=5ms timeout 60 "${mpirun[@]}" -np 2 "$herd" "${common[@]}" --model mlp \
+  >"$tmp/out" 2>"$tmp/err"
+check "HERD_MPI_SPIN_US=5ms: refused (exit $?), naming the variable and its value" \
+  grep -q "HERD_MPI_SPIN_US='5ms' is not a time in microseconds" "$tmp/err"
+
 # Two 80-layer models that differ only in the width of the last hidden layer: long
 # past any fixed-size description, the difference is still found and named.
 python3 - "$tmp" <<'PY'

@@ -32,6 +32,7 @@ herd_status herd_comm_mpi_create(const herd_comm_config *cfg, herd_comm **out)
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/half.h"
+#include "core/parse.h"
 #include "dist/comm_mpi_internal.h"
 #include "dist/launcher.h"
 
@@ -583,6 +584,20 @@ static herd_status set_up(comm_mpi *m, MPI_Comm base)
     return HERD_OK;
 }
 
+/* A wait's tuning variable in microseconds (unset or empty: the default), strictly: a
+ * typo would otherwise read as 0 and change how every wait polls without a word. */
+static herd_status env_micros(const char *name, double dflt_us, double *out_s)
+{
+    const char *v = getenv(name);
+    double us = dflt_us;
+    if (v && *v && !herd_parse_double(v, 0.0, 60e6, &us))
+        return HERD_INPUT_ERR(HERD_ERR_INVALID_ARG, "%s='%s' is not a time in microseconds from 0 "
+                              "to 60000000; set a number or unset it (default %g)", name, v,
+                              dflt_us);
+    *out_s = 1e-6 * us;
+    return HERD_OK;
+}
+
 /* The communicator's own part, before any MPI call: the struct, host name and limits. */
 static herd_status alloc_comm(const herd_comm_config *cfg, herd_comm **out_c, comm_mpi **out_m)
 {
@@ -602,10 +617,14 @@ static herd_status alloc_comm(const herd_comm_config *cfg, herd_comm **out_c, co
         snprintf(c->host, sizeof c->host, "unknown");
     c->cfg.stall_warning_s = cfg && cfg->stall_warning_s > 0 ? cfg->stall_warning_s : DEFAULT_STALL_WARNING_S;
     c->cfg.timeout_s = cfg && cfg->timeout_s > 0 ? cfg->timeout_s : DEFAULT_TIMEOUT_S;
-    const char *poll_us = getenv("HERD_MPI_POLL_US");
-    m->poll_sleep_max_s = 1e-6 * (poll_us && *poll_us ? atof(poll_us) : DEFAULT_POLL_SLEEP_US);
-    const char *spin_us = getenv("HERD_MPI_SPIN_US");
-    m->spin_s = 1e-6 * (spin_us && *spin_us ? atof(spin_us) : DEFAULT_SPIN_US);
+    herd_status st = env_micros("HERD_MPI_POLL_US", DEFAULT_POLL_SLEEP_US, &m->poll_sleep_max_s);
+    if (st == HERD_OK)
+        st = env_micros("HERD_MPI_SPIN_US", DEFAULT_SPIN_US, &m->spin_s);
+    if (st != HERD_OK) {
+        free(m);
+        free(c);
+        return st;
+    }
     *out_c = c;
     *out_m = m;
     return HERD_OK;
