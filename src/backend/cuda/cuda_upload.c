@@ -4,7 +4,7 @@
  * for every kernel queued before it: each step's batch drained the device and then
  * crossed at pageable speed (resnet50 bf16 at batch 64 on an H200: 6.2 ms of a 39 ms
  * step, with the device idle before it). So the bytes go into pinned staging first
- * (one host memcpy, while the device still runs the previous step's kernels) and cross
+ * (one host memcpy, while the device may still be running earlier kernels) and cross
  * by DMA in stream order. The caller may reuse its buffer on return, as before; later
  * kernels see the data because they run after the copy on the same stream.
  *
