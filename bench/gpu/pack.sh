@@ -4,6 +4,8 @@
 #   usage (project root): bench/gpu/pack.sh [BUILD_DIR]
 #   BEFORE=COMMIT also builds that commit's herd (in a worktree) as .dev/herd-before, for
 #   half.sh's HERD_BEFORE=.dev/herd-before: before and after side by side in one run.
+#   XEON=1 also builds herd for the device's CPU (-march=sapphirerapids, no CUDA) as
+#   .dev/herd-xeon, for bench/gpu/xeon.sh (issue 31).
 # The GPU image has CUDA, cuDNN and NCCL (inside its PyTorch) but no MPI, oneDNN or hwloc:
 # herd is built against MPICH, whose launcher (Hydra) runs from any folder, and travels
 # with every non-CUDA, non-libc library it loads, UCX's transport modules and Hydra.
@@ -28,6 +30,12 @@ if [ -n "${BEFORE:-}" ]; then
   nm -C --defined-only .dev/herd-before >.dev/herd-before.sym
   git worktree remove --force "$wt"
 fi
+if [ "${XEON:-0}" = 1 ]; then
+  cmake -S . -B build-xeon -DCMAKE_BUILD_TYPE=Release -DHERD_CUDA=OFF -DHERD_NATIVE=OFF \
+    -DHERD_MPI=mpich -DCMAKE_C_FLAGS=-march=sapphirerapids "${launch[@]}" >>"$log" 2>&1 &&
+    cmake --build build-xeon -j"$(nproc)" --target herd >>"$log" 2>&1 || { tail -30 "$log"; exit 1; }
+  cp build-xeon/herd .dev/herd-xeon
+fi
 # The CUDA tests and the device-independent tests that take a device (sim in CI, cuda there).
 find "$B" -maxdepth 3 -type f -perm -u+x -name 'test_*' \( -name '*cuda*' -o -name '*gpu*' \
   -o -name 'test_comm_device' \) -exec cp {} .dev/tests/ \;
@@ -47,7 +55,7 @@ hydra=$(readlink -f "$(command -v mpiexec.hydra)")
 cp "$hydra" "$(dirname "$hydra")/hydra_pmi_proxy" .dev/bin/
 ucx=/usr/lib/x86_64-linux-gnu/ucx
 cp -L "$ucx"/libuct_cma.so.0 "$ucx"/libuct_ib.so.0 "$ucx"/libuct_rdmacm.so.0 .dev/lib/ucx/ 2>/dev/null || true
-for f in .dev/herd .dev/bench_cuda_ops .dev/bench_gemm .dev/tests/* .dev/bin/mpiexec.hydra .dev/bin/hydra_pmi_proxy .dev/lib/ucx/*; do
+for f in .dev/herd .dev/herd-xeon .dev/bench_cuda_ops .dev/bench_gemm .dev/tests/* .dev/bin/mpiexec.hydra .dev/bin/hydra_pmi_proxy .dev/lib/ucx/*; do
   ldd "$f" 2>/dev/null
 done | awk '$3 ~ /^\// {print $3}' | sort -u |
   grep -v -E "/(libc|libm|libpthread|libdl|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|cuda|cudnn|cublas|nccl|libnvidia" |
