@@ -16,6 +16,7 @@ mkdir -p "$out"
 exec > >(tee -a "$out/xeon-train.txt") 2>&1
 cd "$(dirname "$0")/../.."
 . .dev/env.sh
+. bench/gpu/lib.sh
 herd=${HERD_XEON:-.dev/herd-xeon}
 scale=${SCALE:-1}
 # PyTorch's step swings 2-5x between runs with glibc's default malloc (bench/herd_torch.sh
@@ -33,7 +34,6 @@ py -c 'import torch; print("torch", torch.__version__, "mkl", torch.backends.mkl
 declare -A shape=([mlp]=1,28,28,10 [lenet5]=1,28,28,10 [resnet20]=1,28,28,10 [resnet50]=3,224,224,1000)
 declare -A batch=([mlp]=128 [lenet5]=128 [resnet20]=128 [resnet50]=32)
 declare -A steps=([mlp]=200 [lenet5]=100 [resnet20]=10 [resnet50]=4)
-field() { sed -n "s/.*\<$1=\([^ ]*\).*/\1/p" | tail -n 1; }
 
 herd_run() { # herd_run MODEL THREADS PRECISION STEPS [LAUNCH...]
   local m=$1 t=$2 p=$3 s=$4; shift 4
@@ -48,7 +48,7 @@ torch_run() { # torch_run MODEL THREADS PRECISION STEPS [DDP RANKS]
 }
 row() { # row LABEL HERD_LINE TORCH_LINE
   local h t
-  h=$(field samples_per_s <<<"$2") t=$(field samples_per_s <<<"$3")
+  h=$(field samples_per_s /dev/stdin <<<"$2") t=$(field samples_per_s /dev/stdin <<<"$3")
   echo "$1 herd=${h:-?} torch=${t:-?} ratio=$(awk -v a="${h:-0}" -v b="${t:-0}" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "?" }')"
   echo "  herd:  $2"
   echo "  torch: $3"
