@@ -1,10 +1,9 @@
 /* GEMM and the bias ops of fully connected layers. fp32 GEMMs go through oneDNN matmuls
  * made once per shape (cpu_matmul.c says what they beat); OpenBLAS was 4-8% slower than
  * either at 1 thread here, with its SkylakeX kernels (bench/results/2026-11-28-gemm-cpu.txt). */
-#include <omp.h>
 
-#include "backend/cpu/cpu_dnnl.h"
 #include "backend/cpu/cpu_ops.h"
+#include "core/error.h"
 
 herd_status herd_cpu_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                           const float *a, int lda, const float *b, int ldb, float beta, float *c,

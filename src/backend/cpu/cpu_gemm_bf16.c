@@ -2,7 +2,6 @@
  * C stays fp32. Natively through a oneDNN matmul made once per shape (cpu_matmul.c);
  * emulated by rounding copies of A and B to bf16 for dnnl_sgemm. */
 #include <pthread.h>
-#include <string.h>
 
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/cpu_dnnl.h"
