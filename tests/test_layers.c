@@ -250,11 +250,11 @@ static void test_bad_tokens(void **state)
     float wte[3 * 2] = {0}, wpe[2 * 2] = {0}, y[2 * 2];
     const float bad[][2] = {{1, 3}, {0.5f, 1}, {-1, 0}};
     for (int i = 0; i < 3; i++) {
-        assert_int_not_equal(be->embedding_fwd(1, 2, 2, 3, bad[i], wte, wpe, y), HERD_OK);
+        assert_int_not_equal(be->embedding_fwd(1, 2, 2, 3, 0, 3, bad[i], wte, wpe, y), HERD_OK);
         assert_non_null(strstr(herd_last_error(), "is not a token id of a vocabulary of 3"));
     }
     const float good[2] = {2, 0};
-    assert_herd_ok(be->embedding_fwd(1, 2, 2, 3, good, wte, wpe, y));
+    assert_herd_ok(be->embedding_fwd(1, 2, 2, 3, 0, 3, good, wte, wpe, y));
 }
 
 /* The loss gradient on its own: dlogits against finite differences of the loss. */

@@ -224,18 +224,33 @@ typedef struct herd_backend {
     herd_status (*softmax_xent)(int n, int classes, const float *logits, const int32_t *labels,
                                 float smoothing, float *dlogits, double *loss_sum, long *correct);
 
+    /* Vocabulary-parallel cross-entropy (nn/xent_split.c), host memory: logits [n, count]
+     * hold classes first..first+count-1. stats gets HERD_XENT_STATS doubles a row: the
+     * part's largest logit, its class, the sum of exp(z - that largest), the label's
+     * logit (0 when the label is elsewhere), the logits' sum, 1 when the label is here.
+     * part_grad writes the gradient of the mean loss (as softmax_xent) from lse, each
+     * row's log-sum-exp over all classes. NULL: no tensor parallelism on this backend. */
+    herd_status (*xent_part_stats)(int n, int count, int first, const float *logits,
+                                   const int32_t *labels, double *stats);
+    herd_status (*xent_part_grad)(int n, int count, int first, int classes, const float *logits,
+                                  const int32_t *labels, const double *lse, float smoothing,
+                                  float *dlogits);
+
     /* Transformer ops (docs/model-files.md). Token tensors are row-major [rows, width]
      * with rows = n x t (sample-major, then position). NULL where a backend has none:
      * the layers refuse with the backend's name. */
     /* y[b,p,:] = wte[tokens[b,p],:] + wpe[p,:]. Token ids travel as floats holding whole
      * numbers (the model input is float; ids below 2^24 are exact): one that is not a
-     * whole number in [0, vocab) is refused, naming its sample, position and value. */
-    herd_status (*embedding_fwd)(int n, int t, int c, int vocab, const float *tokens,
-                                 const float *wte, const float *wpe, float *y);
-    /* dwte = beta_wte * dwte + the rows of dy added at their tokens (in row order);
-     * dwpe = beta * dwpe + dy summed over the batch (its rows past t, up to context,
-     * get only the beta: 0 clears them). */
-    herd_status (*embedding_bwd)(int n, int t, int c, int vocab, int context,
+     * whole number in [0, vocab) is refused, naming its sample, position and value. wte
+     * holds the rows of ids [first, first + count) (a tensor-parallel part; 0 and vocab
+     * otherwise): other ids add nothing. wpe NULL: no position rows added. */
+    herd_status (*embedding_fwd)(int n, int t, int c, int vocab, int first, int count,
+                                 const float *tokens, const float *wte, const float *wpe,
+                                 float *y);
+    /* dwte (count rows, ids first..) = beta_wte * dwte + the rows of dy added at their
+     * tokens (in row order); dwpe = beta * dwpe + dy summed over the batch (its rows
+     * past t, up to context, get only the beta: 0 clears them). */
+    herd_status (*embedding_bwd)(int n, int t, int c, int first, int count, int context,
                                  const float *tokens, const float *dy, float *dwte,
                                  float beta_wte, float *dwpe, float beta);
     /* Layer norm of each row over its c values (biased variance, as PyTorch); mean and
@@ -370,6 +385,8 @@ herd_status herd_backend_cuda_bind(int local_rank, int local_size);
  * check first and adds only what is its own (the CUDA grid's limits, say). Every
  * backend's plan structs begin with their finished description (herd_conv_desc d,
  * herd_pool_desc d), which the plan checks read. */
+
+#define HERD_XENT_STATS 6 /* doubles per row of xent_part_stats */
 
 /* "op: NULL array" when n > 0 and any of the arrays is NULL; returns from the caller. */
 #define HERD_CHECK_ARRAYS(op, n, ...)                                                   \

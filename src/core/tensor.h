@@ -23,6 +23,12 @@ typedef struct herd_tensor_view {
     size_t numel;
     int is_buffer;      /* 1: lives in model->buffers (not trained), 0: a parameter */
     int no_decay;       /* bias or batch-norm parameter: excluded from weight decay by default */
+    /* Tensor parallelism (nn/tensor_split.h): with split_parts > 1 this view is part
+     * split_part of the whole tensor whole_shape, cut along dimension split_dim (0 or 1);
+     * along dimension 0 the whole is split_groups equal blocks (attention's q, k, v), each
+     * cut alike. split_parts 0: the whole tensor (on every rank of a tensor group). */
+    int split_dim, split_groups, split_part, split_parts;
+    int64_t whole_shape[4];
 } herd_tensor_view;
 
 #endif

@@ -26,6 +26,25 @@ typedef struct herd_group_sum {
     int ranks;
 } herd_group_sum;
 
+/* Tensor parallelism's group (Megatron-style layers, docs/model-files.md), so that nn
+ * needs no communicator: this rank holds part `rank` of `size` of every split layer.
+ * sum adds buf[0..n) (backend memory) over the group in place, giving every rank the
+ * same bits; allgather concatenates each rank's `bytes` of host memory in rank order.
+ * Every rank of the group calls them in the same order. size 0 or 1: no split. */
+typedef struct herd_tp_group {
+    int rank, size;
+    herd_status (*sum)(void *group, float *buf, size_t n);
+    herd_status (*allgather)(void *group, const void *mine, void *all, size_t bytes);
+    void *group;
+} herd_tp_group;
+
+/* How a linear layer splits under tensor parallelism (model files' "parallel"). */
+typedef enum herd_tp_split {
+    HERD_TP_NONE,   /* the whole layer on every rank */
+    HERD_TP_COLUMN, /* output features split: the input whole, the output this rank's part */
+    HERD_TP_ROW,    /* input features split: the input a part, the output summed over the group */
+} herd_tp_split;
+
 #define HERD_MAX_INPUTS 2
 
 /* What a model file says about one layer (defaults filled by the parser). */
@@ -41,6 +60,7 @@ typedef struct herd_layer_spec {
     int heads;                 /* attention */
     bool per_position;         /* linear: applied to each position of a 1 x T x C input */
     char tie[64];              /* lm_head: the embedding layer whose token table it reads */
+    herd_tp_split parallel;    /* linear, under --tensor-parallel */
     /* linear, attention: weights from N(0, init_std^2) and zero biases (GPT-2's scheme);
      * attention's output projection from proj_init_std. 0: PyTorch's default. */
     float init_std, proj_init_std;
@@ -75,6 +95,8 @@ typedef struct herd_run_ctx {
     void *between_user;
     /* --timeline: every layer's forward and backward become events. NULL: off. */
     const herd_trace_sink *trace;
+    /* The tensor-parallel group of a split model (the model's), or NULL. */
+    const herd_tp_group *tp;
 } herd_run_ctx;
 
 /* How a layer's activations are stored (the model picks, herd_model_reshape). */

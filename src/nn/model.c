@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "nn/tensor_split.h"
 
 int herd_model_add_tensor(herd_model *m, herd_layer *l, const char *suffix, int ndim,
                           const int64_t *shape, int is_buffer, int no_decay)
@@ -70,6 +71,8 @@ static herd_status setup_layers(herd_model *m, const herd_layer_spec *specs, int
     const char *acts = getenv("HERD_BF16_ACTIVATIONS");
     m->fp32_acts_only = acts && strcmp(acts, "fp32") == 0;
     herd_shape input = {1, m->in_c, m->in_h, m->in_w};
+    m->class_first = 0;
+    m->class_count = m->classes;
     for (int i = 0; i < n; i++) {
         herd_layer *l = &m->layers[i];
         l->spec = specs[i];
@@ -105,7 +108,7 @@ static herd_status setup_layers(herd_model *m, const herd_layer_spec *specs, int
         HERD_TRY(herd_layer_checked_size(l, "output", 3, (int64_t[]){o.c, o.h, o.w}, NULL));
     }
     herd_shape out = m->layers[n - 1].out_shape;
-    bool per_position = out.c == 1 && out.h > 1 && out.w == m->classes;
+    bool per_position = out.c == 1 && out.h > 1 && out.w == m->class_count;
     m->positions = per_position ? out.h : 1;
     if (!m->open_output && !per_position && herd_shape_per_sample(out) != (size_t)m->classes)
         return HERD_ERR(HERD_ERR_INVALID_ARG,
@@ -142,12 +145,46 @@ static void init_layers(herd_model *m, uint64_t seed)
     }
 }
 
+/* A part of a split model holds what the same part of the whole model holds: the whole
+ * one is initialised (host memory, for the moment) and each view takes its part. */
+static herd_status init_split(herd_model *m, uint64_t seed)
+{
+    herd_model *whole = NULL;
+    HERD_TRY(herd_model_plan_part(m, 0, 1, &whole));
+    size_t pb = whole->n_param_floats * sizeof(float), bb = whole->n_buffer_floats * sizeof(float);
+    whole->params = herd_xcalloc(1, pb ? pb : 1);
+    whole->buffers = herd_xcalloc(1, bb ? bb : 1);
+    herd_status st = whole->params && whole->buffers ? HERD_OK : HERD_NOMEM(pb + bb);
+    whole->layer_offset = m->layer_offset;
+    if (st == HERD_OK)
+        init_layers(whole, seed);
+    float *hp = NULL, *hb = NULL;
+    if (st == HERD_OK)
+        st = herd_model_stage(m, false, &hp, &hb);
+    for (int i = 0; st == HERD_OK && i < m->n_views; i++) {
+        const herd_tensor_view *v = &m->views[i], *w = &whole->views[i];
+        herd_split_copy(v, (v->is_buffer ? whole->buffers : whole->params) + w->offset,
+                        (v->is_buffer ? hb : hp) + v->offset, true);
+    }
+    if (st == HERD_OK)
+        st = herd_model_unstage(m, hp, hb);
+    free(hp);
+    free(hb);
+    free(whole->params);
+    free(whole->buffers);
+    whole->params = whole->buffers = NULL;
+    herd_model_free(whole);
+    return st;
+}
+
 herd_status herd_model_init_params(herd_model *m, uint64_t seed)
 {
     if (!m->params)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "model '%s' is a plan without parameters "
                         "(herd_model_create_plan): nothing to initialise", m->name);
     const herd_backend *be = m->be;
+    if (m->tp.size > 1)
+        return init_split(m, seed);
     if (be->host_memory) {
         HERD_TRY(be->fill(m->n_param_floats, 0.0f, m->params));
         HERD_TRY(be->fill(m->n_buffer_floats, 0.0f, m->buffers));
@@ -485,6 +522,7 @@ herd_run_ctx herd_model_ctx(const herd_model *m, bool training, uint64_t seed)
     herd_run_ctx ctx = {
         .be = m->be, .training = training, .seed = seed, .views = m->views,
         .params = m->params, .grads = m->grads, .buffers = m->buffers, .grad_beta = 0.0f,
+        .tp = m->tp.size > 1 ? &m->tp : NULL,
     };
     return ctx;
 }

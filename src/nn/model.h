@@ -14,6 +14,9 @@ struct herd_model {
      * `classes` values); T for a language model, whose last layer gives 1 x T x classes
      * (a prediction at each position: the loss is over n x T rows of `classes`). */
     int positions;
+    /* The classes the last layer gives on this rank: [class_first, class_first +
+     * class_count), all of them unless a tensor-parallel head splits the vocabulary. */
+    int class_first, class_count;
 
     herd_layer *layers;
     int n_layers;
@@ -54,6 +57,11 @@ struct herd_model {
      * dinput (batch x in_c x in_h x in_w), allocated by reshape. */
     bool input_grad;
     float *dinput;
+
+    /* Tensor parallelism: set before planning, the layers set up this rank's part (its
+     * views say which part of which whole tensor, nn/tensor_split.h). The group's
+     * functions are filled in by the trainer before the first forward. */
+    herd_tp_group tp;
 };
 
 /* Declares a tensor of the layer being set up; returns its view index. */

@@ -265,6 +265,18 @@ static herd_status parse_layer(const cJSON *obj, herd_layer_spec *specs, int i, 
                         "embedding layer", origin, s->name);
     if (tie)
         snprintf(s->tie, sizeof s->tie, "%s", tie->valuestring);
+    const cJSON *par = cJSON_GetObjectItemCaseSensitive(obj, "parallel");
+    if (par && cJSON_IsString(par) && strcmp(par->valuestring, "column") == 0)
+        s->parallel = HERD_TP_COLUMN;
+    else if (par && cJSON_IsString(par) && strcmp(par->valuestring, "row") == 0)
+        s->parallel = HERD_TP_ROW;
+    else if (par)
+        return HERD_ERR(HERD_ERR_FORMAT, "%s: layer '%s': \"parallel\" is %s%s%s; it must be "
+                        "\"column\" (output features split over --tensor-parallel ranks) or "
+                        "\"row\" (input features split)", origin, s->name,
+                        cJSON_IsString(par) ? "'" : "not a string",
+                        cJSON_IsString(par) ? par->valuestring : "",
+                        cJSON_IsString(par) ? "'" : "");
     HERD_TRY(bool_field(obj, "bias", &s->bias, origin, s->name));
     HERD_TRY(bool_field(obj, "per_position", &s->per_position, origin, s->name));
     if (s->stride == 0)

@@ -1,5 +1,6 @@
 /* Softmax cross-entropy with label smoothing (PyTorch's CrossEntropyLoss semantics). */
 #include <math.h>
+#include <stdbool.h>
 
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
@@ -53,5 +54,57 @@ herd_status herd_cpu_softmax_xent(int n, int classes, const float *logits, const
         *loss_sum = total;
     if (correct)
         *correct = hits;
+    return HERD_OK;
+}
+
+/* Vocabulary-parallel cross-entropy (backend.h): one row's part of the classes. */
+herd_status herd_cpu_xent_part_stats(int n, int count, int first, const float *logits,
+                                     const int32_t *labels, double *stats)
+{
+    HERD_CHECK_ARRAYS("xent_part_stats", (size_t)n * count, logits, labels, stats);
+#pragma omp parallel for schedule(static) if (n * (size_t)count >= HERD_CPU_PAR_MIN)
+    for (int i = 0; i < n; i++) {
+        const float *z = logits + (size_t)i * count;
+        int best = 0;
+        for (int j = 1; j < count; j++)
+            if (z[j] > z[best])
+                best = j;
+        double sum_exp = 0.0, sum_z = 0.0;
+        for (int j = 0; j < count; j++) {
+            sum_exp += exp((double)(z[j] - z[best]));
+            sum_z += z[j];
+        }
+        int y = labels[i] - first;
+        bool here = y >= 0 && y < count;
+        double *s = stats + (size_t)i * HERD_XENT_STATS;
+        s[0] = z[best];
+        s[1] = first + best;
+        s[2] = sum_exp;
+        s[3] = here ? z[y] : 0.0;
+        s[4] = sum_z;
+        s[5] = here;
+    }
+    return HERD_OK;
+}
+
+herd_status herd_cpu_xent_part_grad(int n, int count, int first, int classes,
+                                    const float *logits, const int32_t *labels, const double *lse,
+                                    float smoothing, float *dlogits)
+{
+    HERD_CHECK_ARRAYS("xent_part_grad", (size_t)n * count, logits, labels, lse, dlogits);
+    const float off_target = smoothing / (float)classes;
+    const float on_target = 1.0f - smoothing + off_target;
+    const float inv_n = 1.0f / (float)n;
+#pragma omp parallel for schedule(static) if (n * (size_t)count >= HERD_CPU_PAR_MIN)
+    for (int i = 0; i < n; i++) {
+        const float *z = logits + (size_t)i * count;
+        float *d = dlogits + (size_t)i * count;
+        float shift = (float)lse[i];
+        for (int j = 0; j < count; j++)
+            d[j] = (expf(z[j] - shift) - off_target) * inv_n;
+        int y = labels[i] - first;
+        if (y >= 0 && y < count)
+            d[y] = (expf(z[y] - shift) - on_target) * inv_n;
+    }
     return HERD_OK;
 }

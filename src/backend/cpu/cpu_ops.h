@@ -84,13 +84,19 @@ herd_status herd_cpu_softmax_xent(int n, int classes, const float *logits, const
                                   float smoothing, float *dlogits, double *loss_sum,
                                   long *correct);
 
+herd_status herd_cpu_xent_part_stats(int n, int count, int first, const float *logits,
+                                     const int32_t *labels, double *stats);
+herd_status herd_cpu_xent_part_grad(int n, int count, int first, int classes,
+                                    const float *logits, const int32_t *labels, const double *lse,
+                                    float smoothing, float *dlogits);
+
 /* cpu_transformer.c */
-herd_status herd_cpu_embedding_fwd(int n, int t, int c, int vocab, const float *tokens,
-                                   const float *wte, const float *wpe, float *y);
-herd_status herd_cpu_embedding_bwd(int n, int t, int c, int vocab, int context,
-                                   const float *tokens,
-                                   const float *dy, float *dwte, float beta_wte, float *dwpe,
-                                   float beta);
+herd_status herd_cpu_embedding_fwd(int n, int t, int c, int vocab, int first, int count,
+                                   const float *tokens, const float *wte, const float *wpe,
+                                   float *y);
+herd_status herd_cpu_embedding_bwd(int n, int t, int c, int first, int count, int context,
+                                   const float *tokens, const float *dy, float *dwte,
+                                   float beta_wte, float *dwpe, float beta);
 herd_status herd_cpu_layernorm_fwd(int rows, int c, const float *x, const float *gamma,
                                    const float *bias, float eps, float *y, float *mean,
                                    float *rstd);

@@ -12,10 +12,11 @@
 /* Columns per thread's share in the column sums below. */
 #define COL_BLOCK 16
 
-herd_status herd_cpu_embedding_fwd(int n, int t, int c, int vocab, const float *tokens,
-                                   const float *wte, const float *wpe, float *y)
+herd_status herd_cpu_embedding_fwd(int n, int t, int c, int vocab, int first, int count,
+                                   const float *tokens, const float *wte, const float *wpe,
+                                   float *y)
 {
-    HERD_CHECK_ARRAYS("embedding_fwd", (size_t)n * t * c, tokens, wte, wpe, y);
+    HERD_CHECK_ARRAYS("embedding_fwd", (size_t)n * t * c, tokens, wte, y);
     for (int b = 0; b < n; b++)
         for (int p = 0; p < t; p++) {
             float id = tokens[(size_t)b * t + p];
@@ -27,18 +28,19 @@ herd_status herd_cpu_embedding_fwd(int n, int t, int c, int vocab, const float *
         }
 #pragma omp parallel for schedule(static) if ((size_t)n * t * c >= HERD_CPU_PAR_MIN)
     for (int r = 0; r < n * t; r++) {
-        const float *e = wte + (size_t)tokens[r] * c, *q = wpe + (size_t)(r % t) * c;
+        int row = (int)tokens[r] - first;
+        const float *e = row >= 0 && row < count ? wte + (size_t)row * c : NULL;
+        const float *q = wpe ? wpe + (size_t)(r % t) * c : NULL;
         float *out = y + (size_t)r * c;
         for (int j = 0; j < c; j++)
-            out[j] = e[j] + q[j];
+            out[j] = (e ? e[j] : 0.0f) + (q ? q[j] : 0.0f);
     }
     return HERD_OK;
 }
 
-herd_status herd_cpu_embedding_bwd(int n, int t, int c, int vocab, int context,
-                                   const float *tokens,
-                                   const float *dy, float *dwte, float beta_wte, float *dwpe,
-                                   float beta)
+herd_status herd_cpu_embedding_bwd(int n, int t, int c, int first, int count, int context,
+                                   const float *tokens, const float *dy, float *dwte,
+                                   float beta_wte, float *dwpe, float beta)
 {
     HERD_CHECK_ARRAYS("embedding_bwd", (size_t)n * t * c, tokens, dy, dwte, dwpe);
     /* Every row of dwte is scaled, not only those the tokens hit: beta 0 overwrites the
@@ -47,7 +49,7 @@ herd_status herd_cpu_embedding_bwd(int n, int t, int c, int vocab, int context,
 #pragma omp parallel for schedule(static)
     for (int j0 = 0; j0 < c; j0 += COL_BLOCK) {
         int j1 = j0 + COL_BLOCK < c ? j0 + COL_BLOCK : c;
-        for (int v = 0; v < vocab; v++)
+        for (int v = 0; v < count; v++)
             for (int j = j0; j < j1; j++)
                 dwte[(size_t)v * c + j] =
                     beta_wte == 0.0f ? 0.0f : beta_wte * dwte[(size_t)v * c + j];
@@ -56,11 +58,15 @@ herd_status herd_cpu_embedding_bwd(int n, int t, int c, int vocab, int context,
                 dwpe[(size_t)p * c + j] = beta == 0.0f ? 0.0f : beta * dwpe[(size_t)p * c + j];
         for (int r = 0; r < n * t; r++) {
             const float *g = dy + (size_t)r * c;
-            float *e = dwte + (size_t)tokens[r] * c, *q = dwpe + (size_t)(r % t) * c;
-            for (int j = j0; j < j1; j++) {
-                e[j] += g[j];
+            int row = (int)tokens[r] - first;
+            float *q = dwpe + (size_t)(r % t) * c;
+            for (int j = j0; j < j1; j++)
                 q[j] += g[j];
-            }
+            if (row < 0 || row >= count)
+                continue;
+            float *e = dwte + (size_t)row * c;
+            for (int j = j0; j < j1; j++)
+                e[j] += g[j];
         }
     }
     return HERD_OK;

@@ -1,13 +1,19 @@
 /* Causal multi-head self-attention (GPT-2's attn): qkv = x Wqkv^T + b, per head the
  * softmax of q k^T / sqrt(width / heads) over earlier positions and itself, times v,
  * then y = that Wproj^T + b. Tensors: qkv.weight [3C, C], qkv.bias, proj.weight [C, C],
- * proj.bias (q, k, v are the rows of qkv.weight in that order, heads side by side). */
+ * proj.bias (q, k, v are the rows of qkv.weight in that order, heads side by side).
+ * Under tensor parallelism each rank holds heads/T heads: their rows of q, k and v
+ * (column-parallel) and their columns of proj.weight (row-parallel), so the block
+ * sums over the group once forward (after the projection) and once backward (the
+ * input's gradient); proj.bias is whole on every rank. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "nn/layers/tokens.h"
+#include "nn/tensor_split.h"
 
 typedef struct attention_state {
+    int heads, width; /* this rank's heads and their part of the width */
     float *qkv, *att, *mix; /* saved by the forward: [rows, 3C], [n, H, T, T], [rows, C] */
     float *dmix, *dqkv;     /* backward scratch */
 } attention_state;
@@ -15,21 +21,29 @@ typedef struct attention_state {
 static herd_status attention_setup(herd_layer *l, herd_model *m)
 {
     HERD_TRY(herd_token_input(l, 0));
-    int c = l->in_shape[0].w, h = l->spec.heads;
+    int c = l->in_shape[0].w, h = l->spec.heads, parts = m->tp.size > 1 ? m->tp.size : 1;
     if (h <= 0 || c % h != 0)
         return HERD_ERR(HERD_ERR_INVALID_ARG,
                         "attention layer '%s': \"heads\" (%d) must divide the width %d", l->spec.name,
                         h, c);
+    if (h % parts != 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "attention layer '%s' has %d heads, which do not split evenly over "
+                        "--tensor-parallel %d; choose a tensor-parallel size that divides %d",
+                        l->spec.name, h, parts, h);
     int64_t wqkv[2] = {3 * (int64_t)c, c}, bqkv[1] = {3 * (int64_t)c}, wp[2] = {c, c}, bp[1] = {c};
     HERD_TRY(herd_layer_checked_size(l, "qkv.weight", 2, wqkv, NULL));
     int64_t att[3] = {h, l->in_shape[0].h, l->in_shape[0].h};
     HERD_TRY(herd_layer_checked_size(l, "attention matrix", 3, att, NULL));
-    herd_model_add_tensor(m, l, "qkv.weight", 2, wqkv, 0, 0);
-    herd_model_add_tensor(m, l, "qkv.bias", 1, bqkv, 0, 1);
-    herd_model_add_tensor(m, l, "proj.weight", 2, wp, 0, 0);
+    herd_model_add_split_tensor(m, l, "qkv.weight", 2, wqkv, 0, 3, 0);
+    herd_model_add_split_tensor(m, l, "qkv.bias", 1, bqkv, 0, 3, 1);
+    herd_model_add_split_tensor(m, l, "proj.weight", 2, wp, 1, 1, 0);
     herd_model_add_tensor(m, l, "proj.bias", 1, bp, 0, 1);
-    if (!(l->state = herd_xcalloc(1, sizeof(attention_state))))
+    attention_state *st = herd_xcalloc(1, sizeof(attention_state));
+    if (!(l->state = st))
         return HERD_ERR_NOMEM;
+    st->heads = h / parts;
+    st->width = c / parts;
     l->out_shape = l->in_shape[0];
     return HERD_OK;
 }
@@ -64,10 +78,10 @@ static herd_status attention_reshape(herd_layer *l, const herd_backend *be, int 
 {
     attention_state *st = l->state;
     free_state(st, be);
-    size_t rows = (size_t)batch * l->in_shape[0].h, c = (size_t)l->in_shape[0].w;
+    size_t rows = (size_t)batch * l->in_shape[0].h, c = (size_t)st->width;
     size_t t = (size_t)l->in_shape[0].h, f = sizeof(float);
     if (!(st->qkv = be->alloc(rows * 3 * c * f)) ||
-        !(st->att = be->alloc((size_t)batch * l->spec.heads * t * t * f)) ||
+        !(st->att = be->alloc((size_t)batch * st->heads * t * t * f)) ||
         !(st->mix = be->alloc(rows * c * f)) || !(st->dmix = be->alloc(rows * c * f)) ||
         !(st->dqkv = be->alloc(rows * 3 * c * f)))
         return HERD_ERR_NOMEM; /* the allocator said why */
@@ -80,14 +94,17 @@ static herd_status attention_forward(herd_layer *l, const herd_run_ctx *ctx,
     attention_state *st = l->state;
     const herd_backend *be = ctx->be;
     HERD_TRY(herd_token_op(l, be, be->attention_fwd != NULL, "attention"));
-    int rows = l->batch * l->in_shape[0].h, c = l->in_shape[0].w;
-    HERD_TRY(be->gemm(false, true, rows, 3 * c, c, 1.0f, x[0], c, herd_layer_param(l, ctx, 0), c,
-                      0.0f, st->qkv, 3 * c));
-    HERD_TRY(be->bias_add(rows, 3 * c, st->qkv, herd_layer_param(l, ctx, 1)));
-    HERD_TRY(be->attention_fwd(l->batch, l->in_shape[0].h, c, l->spec.heads, st->qkv, st->att,
+    /* c: the width; p: this rank's part of it (c without tensor parallelism). */
+    int rows = l->batch * l->in_shape[0].h, c = l->in_shape[0].w, p = st->width;
+    HERD_TRY(be->gemm(false, true, rows, 3 * p, c, 1.0f, x[0], c, herd_layer_param(l, ctx, 0), c,
+                      0.0f, st->qkv, 3 * p));
+    HERD_TRY(be->bias_add(rows, 3 * p, st->qkv, herd_layer_param(l, ctx, 1)));
+    HERD_TRY(be->attention_fwd(l->batch, l->in_shape[0].h, p, st->heads, st->qkv, st->att,
                                st->mix));
-    HERD_TRY(be->gemm(false, true, rows, c, c, 1.0f, st->mix, c, herd_layer_param(l, ctx, 2), c,
+    HERD_TRY(be->gemm(false, true, rows, c, p, 1.0f, st->mix, p, herd_layer_param(l, ctx, 2), p,
                       0.0f, y, c));
+    if (ctx->tp)
+        HERD_TRY(ctx->tp->sum(ctx->tp->group, y, (size_t)rows * c));
     return be->bias_add(rows, c, y, herd_layer_param(l, ctx, 3));
 }
 
@@ -99,22 +116,25 @@ static herd_status attention_backward(herd_layer *l, const herd_run_ctx *ctx,
     attention_state *st = l->state;
     const herd_backend *be = ctx->be;
     HERD_TRY(herd_token_op(l, be, be->attention_bwd != NULL, "attention"));
-    int rows = l->batch * l->in_shape[0].h, c = l->in_shape[0].w;
+    int rows = l->batch * l->in_shape[0].h, c = l->in_shape[0].w, p = st->width;
     float gb = ctx->grad_beta;
     /* The output projection, as linear's backward. */
-    HERD_TRY(be->gemm(true, false, c, c, rows, 1.0f, dy, c, st->mix, c, gb,
-                      herd_layer_grad(l, ctx, 2), c));
+    HERD_TRY(be->gemm(true, false, c, p, rows, 1.0f, dy, c, st->mix, p, gb,
+                      herd_layer_grad(l, ctx, 2), p));
     HERD_TRY(be->bias_grad(rows, c, dy, herd_layer_grad(l, ctx, 3), gb));
-    HERD_TRY(be->gemm(false, false, rows, c, c, 1.0f, dy, c, herd_layer_param(l, ctx, 2), c, 0.0f,
-                      st->dmix, c));
-    HERD_TRY(be->attention_bwd(l->batch, l->in_shape[0].h, c, l->spec.heads, st->qkv, st->att,
+    HERD_TRY(be->gemm(false, false, rows, p, c, 1.0f, dy, c, herd_layer_param(l, ctx, 2), p, 0.0f,
+                      st->dmix, p));
+    HERD_TRY(be->attention_bwd(l->batch, l->in_shape[0].h, p, st->heads, st->qkv, st->att,
                                st->dmix, st->dqkv));
-    HERD_TRY(be->gemm(true, false, 3 * c, c, rows, 1.0f, st->dqkv, 3 * c, x[0], c, gb,
+    HERD_TRY(be->gemm(true, false, 3 * p, c, rows, 1.0f, st->dqkv, 3 * p, x[0], c, gb,
                       herd_layer_grad(l, ctx, 0), c));
-    HERD_TRY(be->bias_grad(rows, 3 * c, st->dqkv, herd_layer_grad(l, ctx, 1), gb));
-    if (dx[0])
-        HERD_TRY(be->gemm(false, false, rows, c, 3 * c, 1.0f, st->dqkv, 3 * c,
+    HERD_TRY(be->bias_grad(rows, 3 * p, st->dqkv, herd_layer_grad(l, ctx, 1), gb));
+    if (dx[0]) {
+        HERD_TRY(be->gemm(false, false, rows, c, 3 * p, 1.0f, st->dqkv, 3 * p,
                           herd_layer_param(l, ctx, 0), c, 0.0f, dx[0], c));
+        if (ctx->tp)
+            HERD_TRY(ctx->tp->sum(ctx->tp->group, dx[0], (size_t)rows * c));
+    }
     return HERD_OK;
 }
 
@@ -126,11 +146,13 @@ static void attention_destroy(herd_layer *l, const herd_backend *be)
     l->state = NULL;
 }
 
-/* Projections 2 x 4C^2 per position; q k^T and att v 2 x 2 x T C over the causal half. */
+/* Projections 2 x 4C^2 per position; q k^T and att v 2 x 2 x T C over the causal half;
+ * this rank's heads' share of them. */
 static double attention_flops(const herd_layer *l)
 {
-    double t = l->in_shape[0].h, c = l->in_shape[0].w;
-    return t * 8.0 * c * c + 2.0 * t * (t + 1) * c;
+    const attention_state *st = l->state;
+    double t = l->in_shape[0].h, c = l->in_shape[0].w, part = st ? (double)st->width / c : 1.0;
+    return part * (t * 8.0 * c * c + 2.0 * t * (t + 1) * c);
 }
 
 static const char *const attention_keys[] = {"heads", "init_std", "proj_init_std", NULL};

@@ -1,15 +1,41 @@
-/* Fully connected layer: y = x W^T + b, W is [out, in] as in PyTorch. */
+/* Fully connected layer: y = x W^T + b, W is [out, in] as in PyTorch. Under tensor
+ * parallelism (Megatron-LM's pair) a "column" layer holds its part of the output
+ * features (rows of W and b): its input is whole, its output this rank's part, and the
+ * input's gradient is summed over the group. A "row" layer holds its part of the input
+ * features (columns of W): it reads the part a column layer gave, its products are
+ * summed over the group before the bias (whole, on every rank) is added. */
 #include <string.h>
 
 #include "nn/layers/tokens.h"
+#include "nn/tensor_split.h"
+
+static int tp_parts(const herd_model *m) { return m->tp.size > 1 ? m->tp.size : 1; }
 
 /* Rows and features of the input: one row per sample, or per position with
- * "per_position" (a 1 x T x C token tensor, as PyTorch's Linear on the last dimension). */
-static void linear_dims(const herd_layer *l, int *rows, int *in)
+ * "per_position" (a 1 x T x C token tensor, as PyTorch's Linear on the last dimension).
+ * out: the output features this rank computes. */
+static void linear_dims(const herd_layer *l, int *rows, int *in, int *out)
 {
     bool pp = l->spec.per_position;
     *rows = l->batch * (pp ? l->in_shape[0].h : 1);
     *in = pp ? l->in_shape[0].w : l->in_shape[0].c;
+    *out = pp ? l->out_shape.w : l->out_shape.c;
+}
+
+/* The split's part of the features, or an error naming the layer. */
+static herd_status split_features(const herd_layer *l, const herd_model *m, int whole,
+                                  const char *what, int *part)
+{
+    int t = tp_parts(m);
+    if (whole % t != 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "linear layer '%s' (\"parallel\": \"%s\"): its %d %s features do not "
+                        "split evenly over --tensor-parallel %d; choose a tensor-parallel size "
+                        "that divides %d", l->spec.name,
+                        l->spec.parallel == HERD_TP_COLUMN ? "column" : "row", whole, what, t,
+                        whole);
+    *part = whole / t;
+    return HERD_OK;
 }
 
 static herd_status linear_setup(herd_layer *l, herd_model *m)
@@ -25,18 +51,32 @@ static herd_status linear_setup(herd_layer *l, herd_model *m)
                         l->spec.name, in.c, in.h, in.w);
     if (l->spec.out <= 0)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "linear layer '%s' needs \"out\" > 0", l->spec.name);
-    int features = l->spec.per_position ? in.w : in.c;
-    int64_t wshape[2] = {l->spec.out, features};
+    int features = l->spec.per_position ? in.w : in.c, out = l->spec.out;
+    herd_tp_split split = tp_parts(m) > 1 ? l->spec.parallel : HERD_TP_NONE;
+    if (split == HERD_TP_COLUMN)
+        HERD_TRY(split_features(l, m, l->spec.out, "output", &out));
+    /* A row layer's input is already its part: the whole has tp.size times the features. */
+    int whole_in = split == HERD_TP_ROW ? features * tp_parts(m) : features;
+    int64_t wshape[2] = {l->spec.out, whole_in};
     HERD_TRY(herd_layer_checked_size(l, "weight", 2, wshape, NULL));
     int64_t bshape[1] = {l->spec.out};
-    herd_model_add_tensor(m, l, "weight", 2, wshape, 0, 0);
-    if (l->spec.bias)
-        herd_model_add_tensor(m, l, "bias", 1, bshape, 0, 1);
-    l->out_shape = l->spec.per_position ? (herd_shape){1, 1, in.h, l->spec.out}
-                                        : (herd_shape){1, l->spec.out, 1, 1};
+    if (split == HERD_TP_NONE) {
+        herd_model_add_tensor(m, l, "weight", 2, wshape, 0, 0);
+        if (l->spec.bias)
+            herd_model_add_tensor(m, l, "bias", 1, bshape, 0, 1);
+    } else {
+        herd_model_add_split_tensor(m, l, "weight", 2, wshape, split == HERD_TP_COLUMN ? 0 : 1,
+                                    1, 0);
+        if (l->spec.bias && split == HERD_TP_COLUMN)
+            herd_model_add_split_tensor(m, l, "bias", 1, bshape, 0, 1, 1);
+        else if (l->spec.bias)
+            herd_model_add_tensor(m, l, "bias", 1, bshape, 0, 1);
+    }
+    l->out_shape = l->spec.per_position ? (herd_shape){1, 1, in.h, out} : (herd_shape){1, out, 1, 1};
     return HERD_OK;
 }
 
+/* Draws the whole tensors: a split model's part is cut from them (tensor_split.h). */
 static void linear_init(herd_layer *l, herd_model *m, herd_rng *rng)
 {
     int fan_in = l->spec.per_position ? l->in_shape[0].w : l->in_shape[0].c;
@@ -55,10 +95,12 @@ static void linear_init(herd_layer *l, herd_model *m, herd_rng *rng)
 static herd_status linear_forward(herd_layer *l, const herd_run_ctx *ctx, const float *const *x,
                                   float *y)
 {
-    int n, in, out = l->spec.out;
-    linear_dims(l, &n, &in);
+    int n, in, out;
+    linear_dims(l, &n, &in, &out);
     const float *w = herd_layer_param(l, ctx, 0);
     HERD_TRY(ctx->be->gemm(false, true, n, out, in, 1.0f, x[0], in, w, in, 0.0f, y, out));
+    if (ctx->tp && l->spec.parallel == HERD_TP_ROW)
+        HERD_TRY(ctx->tp->sum(ctx->tp->group, y, (size_t)n * out));
     if (l->spec.bias)
         HERD_TRY(ctx->be->bias_add(n, out, y, herd_layer_param(l, ctx, 1)));
     return HERD_OK;
@@ -68,30 +110,35 @@ static herd_status linear_backward(herd_layer *l, const herd_run_ctx *ctx, const
                                    const float *y, const float *dy, float *const *dx)
 {
     (void)y;
-    int n, in, out = l->spec.out;
-    linear_dims(l, &n, &in);
+    int n, in, out;
+    linear_dims(l, &n, &in, &out);
     const herd_backend *be = ctx->be;
     /* dW[out, in] = dy^T x; dx = dy W. */
     HERD_TRY(be->gemm(true, false, out, in, n, 1.0f, dy, out, x[0], in, ctx->grad_beta,
                       herd_layer_grad(l, ctx, 0), in));
     if (l->spec.bias)
         HERD_TRY(be->bias_grad(n, out, dy, herd_layer_grad(l, ctx, 1), ctx->grad_beta));
-    if (dx[0])
+    if (dx[0]) {
         HERD_TRY(be->gemm(false, false, n, in, out, 1.0f, dy, out, herd_layer_param(l, ctx, 0), in,
                           0.0f, dx[0], in));
+        if (ctx->tp && l->spec.parallel == HERD_TP_COLUMN)
+            HERD_TRY(ctx->tp->sum(ctx->tp->group, dx[0], (size_t)n * in));
+    }
     return HERD_OK;
 }
 
+/* Of this rank's part (a split layer computes its share of the outputs or inputs). */
 static double linear_flops(const herd_layer *l)
 {
-    int rows, in;
+    int rows, in, out;
     herd_layer tmp = *l;
     tmp.batch = 1;
-    linear_dims(&tmp, &rows, &in);
-    return 2.0 * rows * in * l->spec.out;
+    linear_dims(&tmp, &rows, &in, &out);
+    return 2.0 * rows * in * out;
 }
 
-static const char *const linear_keys[] = {"out", "bias", "per_position", "init_std", NULL};
+static const char *const linear_keys[] = {"out", "bias", "per_position", "init_std", "parallel",
+                                          NULL};
 
 const herd_layer_ops herd_layer_linear = {
     .type = "linear", .n_inputs = 1, .setup = linear_setup, .init_params = linear_init,

@@ -1,10 +1,14 @@
 /* The tied language-model head: logits = h Wte^T at every position, Wte the token
  * table of an earlier embedding layer ("tie"), shared, not copied: the head declares
  * no tensor of its own, and the embedding's backward (which runs after the head's)
- * adds its part to the gradient the head wrote. Output 1 x T x vocab. */
+ * adds its part to the gradient the head wrote. Output 1 x T x vocab. Under tensor
+ * parallelism the table's rows are split: each rank gives the logits of its part of the
+ * vocabulary (the model's class_first, class_count; the loss is vocabulary-parallel,
+ * nn/xent_split.c), and the input's gradient is summed over the group. */
 #include <string.h>
 
 #include "nn/layers/tokens.h"
+#include "nn/tensor_split.h"
 
 static herd_status lm_head_setup(herd_layer *l, herd_model *m)
 {
@@ -27,7 +31,13 @@ static herd_status lm_head_setup(herd_layer *l, herd_model *m)
                         l->spec.name, l->in_shape[0].w, emb->spec.name, emb->spec.out);
     l->shared_view = emb->first_tensor; /* the token table, the embedding's first tensor */
     emb->grad_shared = true;
-    l->out_shape = (herd_shape){1, 1, l->in_shape[0].h, emb->spec.vocab};
+    int64_t first, count;
+    herd_split_view_range(&m->views[l->shared_view], &first, &count);
+    if (l == &m->layers[m->n_layers - 1] && emb->spec.vocab == m->classes) {
+        m->class_first = (int)first;
+        m->class_count = (int)count;
+    }
+    l->out_shape = (herd_shape){1, 1, l->in_shape[0].h, (int)count};
     return HERD_OK;
 }
 
@@ -48,9 +58,12 @@ static herd_status lm_head_backward(herd_layer *l, const herd_run_ctx *ctx, cons
     const herd_backend *be = ctx->be;
     HERD_TRY(be->gemm(true, false, v, c, rows, 1.0f, dy, v, x[0], c, ctx->grad_beta,
                       ctx->grads + off, c));
-    if (dx[0])
+    if (dx[0]) {
         HERD_TRY(be->gemm(false, false, rows, c, v, 1.0f, dy, v, ctx->params + off, c, 0.0f, dx[0],
                           c));
+        if (ctx->tp)
+            HERD_TRY(ctx->tp->sum(ctx->tp->group, dx[0], (size_t)rows * c));
+    }
     return HERD_OK;
 }
 

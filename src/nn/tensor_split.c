@@ -1,0 +1,121 @@
+/* Tensor parallelism's parts of whole tensors (tensor_split.h). */
+#include "nn/tensor_split.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+void herd_split_range(int64_t len, int part, int parts, int64_t *first, int64_t *count)
+{
+    int64_t base = len / parts, extra = len % parts;
+    *first = part * base + (part < extra ? part : extra);
+    *count = base + (part < extra ? 1 : 0);
+}
+
+int herd_model_add_split_tensor(herd_model *m, herd_layer *l, const char *suffix, int ndim,
+                                const int64_t *whole, int dim, int groups, int no_decay)
+{
+    int parts = m->tp.size > 1 ? m->tp.size : 1;
+    int64_t shape[4] = {0};
+    memcpy(shape, whole, (size_t)ndim * sizeof *whole);
+    if (parts > 1) {
+        int64_t first, count;
+        if (dim == 0) {
+            herd_split_range(whole[0] / groups, m->tp.rank, parts, &first, &count);
+            shape[0] = count * groups;
+        } else {
+            herd_split_range(whole[1], m->tp.rank, parts, &first, &count);
+            shape[1] = count;
+        }
+    }
+    int k = herd_model_add_tensor(m, l, suffix, ndim, shape, 0, no_decay);
+    if (k < 0 || parts == 1)
+        return k;
+    herd_tensor_view *v = &m->views[k];
+    v->split_dim = dim;
+    v->split_groups = dim == 0 ? groups : 1;
+    v->split_part = m->tp.rank;
+    v->split_parts = parts;
+    memcpy(v->whole_shape, whole, (size_t)ndim * sizeof *whole);
+    return k;
+}
+
+void herd_split_view_range(const herd_tensor_view *v, int64_t *first, int64_t *count)
+{
+    if (v->split_parts <= 1) {
+        *first = 0;
+        *count = v->shape[0];
+        return;
+    }
+    int d = v->split_dim;
+    herd_split_range(v->whole_shape[d] / (d == 0 ? v->split_groups : 1), v->split_part,
+                     v->split_parts, first, count);
+}
+
+size_t herd_split_whole_numel(const herd_tensor_view *v)
+{
+    if (v->split_parts <= 1)
+        return v->numel;
+    size_t n = 1;
+    for (int i = 0; i < v->ndim; i++)
+        n *= (size_t)v->whole_shape[i];
+    return n;
+}
+
+void herd_split_copy(const herd_tensor_view *v, float *whole, float *part, bool to_part)
+{
+    if (v->split_parts <= 1) {
+        if (to_part)
+            memcpy(part, whole, v->numel * sizeof *part);
+        else
+            memcpy(whole, part, v->numel * sizeof *part);
+        return;
+    }
+    int64_t rows = v->whole_shape[0], cols = v->ndim > 1 ? v->whole_shape[1] : 1;
+    int64_t first, count;
+    /* A run of whole rows per block (dim 0), or a run of columns per row (dim 1). */
+    int64_t runs, run_len, whole_stride, whole_at;
+    if (v->split_dim == 0) {
+        int64_t block = rows / v->split_groups;
+        herd_split_range(block, v->split_part, v->split_parts, &first, &count);
+        runs = v->split_groups, run_len = count * cols, whole_stride = block * cols;
+        whole_at = first * cols;
+    } else {
+        herd_split_range(cols, v->split_part, v->split_parts, &first, &count);
+        runs = rows, run_len = count, whole_stride = cols, whole_at = first;
+    }
+    for (int64_t r = 0; r < runs; r++) {
+        float *w = whole + r * whole_stride + whole_at, *p = part + r * run_len;
+        if (to_part)
+            memcpy(p, w, (size_t)run_len * sizeof *p);
+        else
+            memcpy(w, p, (size_t)run_len * sizeof *p);
+    }
+}
+
+herd_status herd_model_plan_part(const herd_model *whole, int part, int parts, herd_model **out)
+{
+    herd_model *m = herd_xcalloc(1, sizeof *m);
+    herd_layer_spec *specs = herd_xcalloc((size_t)whole->n_layers, sizeof *specs);
+    herd_status st = m && specs ? HERD_OK : HERD_ERR_NOMEM;
+    if (st == HERD_OK) {
+        memcpy(m->name, whole->name, sizeof m->name);
+        m->be = whole->be;
+        m->in_c = whole->in_c, m->in_h = whole->in_h, m->in_w = whole->in_w;
+        m->classes = whole->classes;
+        m->open_output = whole->open_output;
+        m->tp.rank = part;
+        m->tp.size = parts;
+        for (int i = 0; i < whole->n_layers; i++)
+            specs[i] = whole->layers[i].spec;
+        st = herd_model_plan(m, specs, whole->n_layers);
+    }
+    free(specs);
+    if (st != HERD_OK) {
+        herd_model_free(m);
+        m = NULL;
+    }
+    *out = m;
+    return st;
+}
