@@ -82,6 +82,12 @@ static const char train_help[] =
     "  --pp-schedule S          1f1b (P-s micro-batches in flight on stage s) or gpipe (1f1b)\n"
     "  --stage-split A,B        the layers where stages 1.. begin (default: balanced by each\n"
     "                           layer's measured forward+backward time)\n"
+    "\n"
+    "Tensor parallelism (docs/model-files.md):\n"
+    "  --tensor-parallel T      split attention heads, \"parallel\" linear layers and the\n"
+    "                           vocabulary over T consecutive ranks (Megatron-LM's layers);\n"
+    "                           ranks = T x data-parallel replicas (1; CPU)\n"
+    "\n"
     "  --check-replicas         verify after every step that all replicas are identical\n"
     "  --deterministic          the same saved weights at any number of ranks, --grad-accum,\n"
     "                           --batch-size and --threads making up the same global batch\n"
@@ -327,9 +333,9 @@ int cmd_train(int argc, char **argv)
         cli_fail(st, "--test-samples");
         goto done;
     }
-    /* Pipeline stages build their own layers' parameters: no rank holds the whole
-     * model, unless its weights are to be saved (rank 0 collects them). */
-    bool plan = a.cfg.pipeline_stages > 1 && !a.save;
+    /* Pipeline stages and tensor parts build their own parameters: no rank holds the
+     * whole model, unless its weights are to be saved (rank 0 collects them). */
+    bool plan = (a.cfg.pipeline_stages > 1 || a.cfg.tensor_parallel > 1) && !a.save;
     st = plan ? herd_model_create_plan(a.model, train, a.device, &m)
               : herd_model_create_device(a.model, train, a.device, &m);
     if (st != HERD_OK) {
@@ -355,7 +361,8 @@ int cmd_train(int argc, char **argv)
             fprintf(stderr, "herd: %d ranks (%s), %d samples per rank per step, global batch %d\n",
                     herd_dist_size(dist), herd_dist_backend(dist), a.cfg.batch_size,
                     a.cfg.batch_size * a.cfg.grad_accum * herd_dist_size(dist) /
-                        (a.cfg.pipeline_stages > 1 ? a.cfg.pipeline_stages : 1));
+                        (a.cfg.pipeline_stages > 1 ? a.cfg.pipeline_stages : 1) /
+                        (a.cfg.tensor_parallel > 1 ? a.cfg.tensor_parallel : 1));
     }
     if (herd_dist_size(dist) > 1 && a.cfg.pipeline_stages > 1 && !a.quiet && rank0)
         fprintf(stderr, "herd: %d pipelines of %d stages, %d micro-batches of %d (%s)\n",

@@ -12,7 +12,8 @@ layer norm, and a head that reads the embedding's token table. Initialisation is
 GPT-2's (and llm.c's): N(0, 0.02) for the embeddings (the embedding layer's own rule)
 and every weight matrix, zero biases, and the two projections that feed each residual
 add (attention's output, the MLP's proj) at 0.02 / sqrt(2 x layers), so the residual
-stream's variance does not grow with depth.
+stream's variance does not grow with depth. Under tensor parallelism the MLP is
+Megatron-LM's pair: fc column-parallel, proj row-parallel ("parallel").
 """
 import argparse
 import json
@@ -42,10 +43,10 @@ def model(name, layers, heads, width, context, vocab, description):
             {"type": "add", "name": h + ".res1", "inputs": [h + ".attn", prev]},
             {"type": "layernorm", "name": h + ".ln2"},
             {"type": "linear", "name": h + ".fc", "out": 4 * width, "per_position": True,
-             "init_std": std},
+             "parallel": "column", "init_std": std},
             {"type": "gelu", "name": h + ".gelu"},
             {"type": "linear", "name": h + ".proj", "out": width, "per_position": True,
-             "init_std": proj},
+             "parallel": "row", "init_std": proj},
             {"type": "add", "name": h + ".out", "inputs": [h + ".proj", h + ".res1"]},
         ]
         prev = h + ".out"
@@ -56,7 +57,9 @@ def model(name, layers, heads, width, context, vocab, description):
             "// x + attn(ln1(x)), then + proj(gelu(fc(ln2(.)))); the head reads the embedding's\n"
             "// token table (\"tie\"). GPT-2's initialisation: N(0, 0.02), the residual projections\n"
             "// at 0.02 / sqrt(2 x %d layers). Input: 1 x T x 1 token ids (T <= %d) as floats;\n"
-            "// output 1 x T x %d, a next-token prediction at every position.\n"
+            "// output 1 x T x %d, a next-token prediction at every position. Under\n"
+            "// --tensor-parallel T: attention split by heads, fc by columns, proj by rows, the\n"
+            "// vocabulary by rows of the token table (T must divide the heads).\n"
             % (name, description, layers, context, vocab))
     lines = ",\n".join("    " + json.dumps(l) for l in out)
     return (head + "{\n  \"name\": %s,\n  \"description\": %s,\n  \"layers\": [\n%s\n  ]\n}\n"

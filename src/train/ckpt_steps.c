@@ -80,7 +80,7 @@ static herd_status load_resume_state(run *r)
     herd_model *m = r->m;
     herd_optimizer *o = r->opt;
     /* Pipeline stages and ZeRO's slices take their parts of a whole model. */
-    bool parts = r->pp || c->zero_stage;
+    bool parts = r->pp || r->tp || c->zero_stage;
     if (parts) {
         HERD_TRY(whole_for_checkpoint(r, &r->ckpt_whole, &r->ckpt_opt));
         m = r->ckpt_whole;
@@ -155,7 +155,8 @@ herd_status herd_run_prepare_checkpoints(run *r)
         return r->comm->rank == 0 ? (herd_status)outcome
                                   : HERD_ERR((herd_status)outcome, "rank 0 could not use the checkpoint "
                                                              "directory: %s", msg);
-    if (!r->pp && !r->cfg.zero_stage)
+    bool split = r->pp || r->tp; /* each rank holds a part of every replica's model */
+    if (!split && !r->cfg.zero_stage)
         return HERD_OK;
     /* Rank 0 read the whole model: each stage of the first replica takes its slice
      * (broadcast_state then gives it to the stage's group), or each rank its ZeRO slice
@@ -164,12 +165,14 @@ herd_status herd_run_prepare_checkpoints(run *r)
     HERD_TRY(r->comm->ops->broadcast(r->comm, &loaded, sizeof loaded, 0));
     herd_status st = HERD_OK;
     herd_optimizer *stage_opt = r->opt;
-    if (loaded && r->pp)
+    if (loaded && split)
         st = stage_optimizer_whole(r, &stage_opt);
     if (loaded && r->pp && st == HERD_OK)
         st = herd_pipeline_scatter(r->pp, stage_opt, r->ckpt_whole, r->ckpt_opt);
-    if (loaded && r->cfg.zero_stage && st == HERD_OK) /* each stage's first replica, or rank 0 */
-        st = herd_zero_scatter_state(&r->zero, ckpt_comm(r), r->pp ? stage_opt : r->ckpt_opt, r->opt);
+    if (loaded && r->tp && st == HERD_OK)
+        st = herd_tensor_par_scatter(r->tp, r->comm, stage_opt, r->ckpt_whole, r->ckpt_opt);
+    if (loaded && r->cfg.zero_stage && st == HERD_OK) /* each part's first replica, or rank 0 */
+        st = herd_zero_scatter_state(&r->zero, ckpt_comm(r), split ? stage_opt : r->ckpt_opt, r->opt);
     stage_optimizer_release(r, stage_opt);
     herd_run_release_whole(r, r->ckpt_whole, r->ckpt_opt);
     r->ckpt_whole = NULL;
@@ -211,8 +214,9 @@ herd_status herd_run_resume_counters(run *r)
     return HERD_OK;
 }
 
-/* Every rank calls it; rank 0 writes. With pipeline stages the first replica's stages
- * send rank 0 their slices, so the file holds the whole model whatever the grid. */
+/* Every rank calls it; rank 0 writes. With pipeline stages (tensor parts) the first
+ * replica's stages (parts) send rank 0 their slices, so the file holds the whole model
+ * whatever the grid. */
 herd_status herd_run_save_checkpoint(run *r)
 {
     HERD_TRY(herd_step_params_ready(&r->plan));
@@ -220,9 +224,9 @@ herd_status herd_run_save_checkpoint(run *r)
     herd_status st = HERD_OK;
     bool rank0 = r->comm->rank == 0;
     HERD_TRY(save_counters(r)); /* collective with pipeline stages: every rank is here */
-    if (r->cfg.zero_stage && !r->pp) {
+    if (r->cfg.zero_stage && !r->pp && !r->tp) {
         st = herd_zero_save(&r->zero, ckpt_comm(r), r->cfg.checkpoint_dir, r->m, r->opt, &r->state);
-    } else if (!r->pp) {
+    } else if (!r->pp && !r->tp) {
         /* Copied now, written by the writer's thread while training goes on; this
          * returns the previous write's outcome. */
         if (rank0 && !r->writer)
@@ -240,8 +244,10 @@ herd_status herd_run_save_checkpoint(run *r)
             st = stage_optimizer_whole(r, &stage_opt);
         if (st == HERD_OK && r->cfg.zero_stage)
             st = herd_zero_gather_state(&r->zero, ckpt_comm(r), r->opt, stage_opt);
-        if (st == HERD_OK)
+        if (st == HERD_OK && r->pp)
             st = herd_pipeline_gather(r->pp, stage_opt, w, wo);
+        else if (st == HERD_OK)
+            st = herd_tensor_par_gather(r->tp, r->comm, stage_opt, w, wo);
         stage_optimizer_release(r, stage_opt);
         if (st == HERD_OK && rank0) {
             herd_optimizer_set_steps(wo, herd_optimizer_steps(r->opt));

@@ -134,6 +134,7 @@ static const train_option options[] = {
     {"slice-size", KIND_INT, F(slice_size), 1, 1 << 20, NULL, NULL},
     {"pipeline-stages", KIND_INT, F(pipeline_stages), 1, 64, NULL, NULL},
     {"micro-batches", KIND_INT, F(micro_batches), 1, 1 << 20, NULL, NULL},
+    {"tensor-parallel", KIND_INT, F(tensor_parallel), 1, 64, NULL, NULL},
     {"pp-schedule", KIND_SPECIAL, 0, 0, 0, NULL, parse_pp_schedule},
     {"stage-split", KIND_STRING, F(stage_split), 0, 0, NULL, NULL},
     {"loss-scale", KIND_CHOICE_BOOL, F(dynamic_loss_scale), 0, 0, "none|dynamic", NULL},

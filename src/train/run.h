@@ -15,6 +15,7 @@
 #include "train/pipeline.h"
 #include "train/restarts.h"
 #include "train/step.h"
+#include "train/tensor_par.h"
 
 /* One step's figures on their way to every rank: loss, accuracy and samples, the
  * stop vote and the agreement on failures since the last step. They travel a step
@@ -53,6 +54,7 @@ typedef struct run {
      * with pipeline stages this stage's group (owned by pp). */
     herd_comm *dp;
     herd_pipeline *pp;      /* pipeline stages, or NULL */
+    herd_tensor_par *tp;    /* tensor parallelism, or NULL */
     herd_comm *device_comm; /* gradients in GPU memory across ranks (owned), or NULL */
     herd_loss_scaler scaler;
     herd_loader *loader;
@@ -99,6 +101,7 @@ int herd_slice_size(const herd_train_config *c);
 herd_status herd_run_resolve_config(run *r, const herd_train_config *cfg);
 /* The pipeline's and ZeRO's arguments against the job and the model. */
 herd_status herd_run_check_pipeline(const run *r);
+herd_status herd_run_check_tensor(const run *r);
 herd_status herd_run_check_zero(const run *r);
 
 /* exact_step.c: --deterministic. Setup refuses what the exact sums do not cover (the

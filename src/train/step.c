@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/parse.h"
 #include "core/testhook.h"
+#include "nn/xent_split.h"
 #include "dist/signature.h"
 
 herd_status herd_step_plan_init(herd_step_plan *p, herd_model *m, herd_comm *comm,
@@ -167,10 +168,11 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
     HERD_TRY(herd_step_params_ready(p)); /* buckets of layers without parameters */
     double loss_sum = 0;
     long correct = 0;
-    HERD_TRY(m->be->softmax_xent(rows, m->classes, logits, b->labels, label_smoothing, p->dlogits,
-                                 &loss_sum, &correct));
+    HERD_TRY(herd_model_xent(m, rows, logits, b->labels, label_smoothing, p->dlogits, &loss_sum,
+                             &correct));
     if (p->scaler)
-        HERD_TRY(herd_loss_scaler_scale(p->scaler, m->be, p->dlogits, (size_t)rows * m->classes));
+        HERD_TRY(herd_loss_scaler_scale(p->scaler, m->be, p->dlogits,
+                                        (size_t)rows * m->class_count));
     /* Per sample: the mean over its positions. */
     s->loss_sum += loss_sum / m->positions;
     s->correct += (double)correct / m->positions;
@@ -438,8 +440,7 @@ static herd_status eval_batch(void *user, const herd_batch *hb, double *loss, do
     const float *logits;
     HERD_TRY(herd_model_forward(m, &ctx, b.x, &logits));
     long c = 0;
-    HERD_TRY(m->be->softmax_xent(b.n * m->positions, m->classes, logits, b.labels, 0.0f, NULL, loss,
-                                 &c));
+    HERD_TRY(herd_model_xent(m, b.n * m->positions, logits, b.labels, 0.0f, NULL, loss, &c));
     *loss /= m->positions; /* per sample, as in training */
     *correct = (double)c / m->positions;
     *samples = b.n;

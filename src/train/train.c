@@ -70,7 +70,9 @@ static herd_status evaluate(run *r, herd_progress *p)
         /* In micro-batches: the activations a stage holds stay what training sized. */
         HERD_TRY(herd_pipeline_evaluate(r->pp, r->test, r->pp->micro_size, &ev));
     else
-        HERD_TRY(herd_eval_dataset(r->m, r->test, r->cfg.batch_size, r->comm, &ev));
+        /* Tensor parts of a replica read the same samples: the data group slices them. */
+        HERD_TRY(herd_eval_dataset(r->m, r->test, r->cfg.batch_size, r->tp ? r->tp->data : r->comm,
+                                   &ev));
     if (r->timeline)
         herd_timeline_add(r->timeline, HERD_TL_EVALUATE, NULL, t0, herd_now());
     p->evaluated = true;
@@ -223,8 +225,10 @@ static herd_status send_metrics(run *r, const herd_step_stats *s, const herd_pro
     /* --checkpoint-every-seconds: rank 0's clock decides for every rank. */
     bool ckpt_time = r->cfg.checkpoint_every_s > 0 && r->comm->rank == 0 &&
                      herd_now() - r->last_ckpt_time >= r->cfg.checkpoint_every_s;
-    double stats[8] = {s->loss_sum, (double)s->correct, (double)s->samples, r->stop_requested,
-                       0, 0, 0, ckpt_time};
+    /* A replica's tensor parts all computed its loss: its first part counts it. */
+    double once = r->tp && r->tp->part != 0 ? 0.0 : 1.0;
+    double stats[8] = {once * s->loss_sum, once * (double)s->correct, once * (double)s->samples,
+                       r->stop_requested, 0, 0, 0, ckpt_time};
     memcpy(m->stats, stats, sizeof stats);
     m->local = r->deferred != HERD_OK ? r->deferred : herd_fail_point("stats", r->comm->rank);
     herd_agree_pack(m->local, r->comm->rank, m->stats + 4);
@@ -436,7 +440,8 @@ static herd_status setup(run *r)
     herd_loader_config lc = {
         .batch_size = micro, .shuffle = true, .augment = cfg->augment,
         .drop_last = false, .seed = cfg->seed, .prefetch = 4, .workers = 1,
-        .shard_rank = r->pp ? r->pp->replica : r->comm->rank, .shard_count = herd_run_replicas(r),
+        .shard_rank = r->pp ? r->pp->replica : r->tp ? r->tp->replica : r->comm->rank,
+        .shard_count = herd_run_replicas(r),
     };
     HERD_TRY(herd_loader_create(r->train, &lc, &r->loader));
     long batches = herd_loader_batches_per_epoch(r->loader);
@@ -562,6 +567,15 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
                      cfg->pipeline_stages, herd_pp_schedule_name(r->pp->kind), cfg->micro_batches,
                      r->pp->partition_text);
     }
+    if (cfg->tensor_parallel > 1) { /* collective, its failures agreed inside */
+        HERD_TRY(herd_tensor_par_create(cfg, r->whole, r->comm, &r->tp));
+        r->m = r->tp->m;
+        r->dp = r->tp->data;
+        if (r->comm->rank == 0)
+            herd_log(HERD_LOG_INFO, "tensor parallelism: %d parts x %d replicas (%zu of %zu "
+                     "parameters on rank 0)", r->tp->parts, r->tp->replicas, r->m->n_param_floats,
+                     herd_model_param_count(r->whole));
+    }
     HERD_TRY(agree(r, setup(r), "setting up training"));
     if (cfg->checkpoint_dir) /* every rank joins: rank 0's outcome is broadcast */
         HERD_TRY(herd_run_prepare_checkpoints(r));
@@ -613,6 +627,11 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
         st = herd_pipeline_gather(r->pp, NULL, r->comm->rank == 0 ? r->whole : NULL, NULL);
         HERD_TRY(agree(r, st, "collecting the trained stages"));
     }
+    if (r->tp && r->whole->params) { /* likewise, the parts to whole tensors */
+        st = herd_tensor_par_gather(r->tp, r->comm, NULL, r->comm->rank == 0 ? r->whole : NULL,
+                                    NULL);
+        HERD_TRY(agree(r, st, "collecting the trained parts"));
+    }
     HERD_TRY(gather_memory_peaks(r));
     return stop_timeline(r, true);
 }
@@ -660,6 +679,7 @@ herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
     herd_run_release_whole(&r, r.ckpt_whole, r.ckpt_opt);
     herd_ckpt_dir_release(&r.owner); /* after the last write */
     herd_pipeline_free(r.pp);
+    herd_tensor_par_free(r.tp);
     herd_loader_free(r.loader);
     herd_comm_destroy(r.device_comm);
     herd_comm_destroy(own);

@@ -46,6 +46,7 @@ void herd_train_config_default(herd_train_config *cfg)
     cfg->check_replicas = false;
     cfg->pipeline_stages = 1;
     cfg->micro_batches = 1;
+    cfg->tensor_parallel = 1;
     cfg->pp_schedule = HERD_PP_SCHEDULE_1F1B;
     cfg->stage_split = NULL;
     cfg->logdir = NULL;
@@ -104,6 +105,19 @@ herd_status herd_train_config_check(const herd_train_config *c)
         return HERD_OPTION_ERR("pipeline stages must be in 1..%d and micro-batches at "
                                "least 1, got %d and %d", HERD_PP_MAX_STAGES, c->pipeline_stages,
                                c->micro_batches);
+    if (c->tensor_parallel < 0 || c->tensor_parallel > 64)
+        return HERD_OPTION_ERR("--tensor-parallel must be in 1..64, got %d", c->tensor_parallel);
+    if (c->tensor_parallel > 1) {
+        /* What tensor parallelism does not cover yet (issue 28), named. */
+        const char *with = c->pipeline_stages > 1 ? "--pipeline-stages"
+                           : c->deterministic     ? "--deterministic"
+                           : c->sync_bn           ? "--sync-bn"
+                           : c->clip_grad_norm > 0 ? "--clip-grad-norm"
+                                                   : NULL;
+        if (with)
+            return HERD_INPUT_ERR(HERD_ERR_UNSUPPORTED, "--tensor-parallel does not work with %s "
+                                  "yet; drop one of them (docs/model-files.md)", with);
+    }
     if ((unsigned)c->pp_schedule > HERD_PP_SCHEDULE_GPIPE)
         return HERD_OPTION_ERR("pipeline schedule is 0 (1f1b) or 1 (gpipe), got %d",
                                (int)c->pp_schedule);
@@ -153,11 +167,20 @@ herd_status herd_train_config_check(const herd_train_config *c)
  * batch differently must cut it into the same slices to give the same bytes. */
 int herd_slice_size(const herd_train_config *c) { return c->slice_size > 0 ? c->slice_size : 8; }
 
-/* The replicas of the model: ranks, or with pipeline stages the pipelines. */
+/* The ranks that hold one replica of the model: its pipeline stages, or its tensor
+ * parts. */
+static int ranks_per_replica(const herd_train_config *c)
+{
+    return (c->pipeline_stages > 1 ? c->pipeline_stages : 1) *
+           (c->tensor_parallel > 1 ? c->tensor_parallel : 1);
+}
+
+/* The replicas of the model: ranks, or with pipeline stages the pipelines, with tensor
+ * parallelism the groups of parts. */
 int herd_run_replicas(const run *r)
 {
-    int stages = r->cfg.pipeline_stages;
-    return stages > 1 && r->comm->size % stages == 0 ? r->comm->size / stages : r->comm->size;
+    int per = ranks_per_replica(&r->cfg);
+    return per > 1 && r->comm->size % per == 0 ? r->comm->size / per : r->comm->size;
 }
 
 /* An elastic run on another number of replicas than its batch was given for:
@@ -166,7 +189,7 @@ int herd_run_replicas(const run *r)
 static herd_status resolve_elastic(run *r)
 {
     herd_train_config *c = &r->cfg;
-    int stages = c->pipeline_stages > 1 ? c->pipeline_stages : 1;
+    int stages = ranks_per_replica(c);
     int n0 = c->elastic_ranks, n = herd_run_replicas(r);
     if (n0 < 0 || (unsigned)c->elastic_batch > HERD_ELASTIC_SCALE)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "elastic ranks must be >= 0 (got %d) and the elastic "
@@ -230,6 +253,8 @@ herd_status herd_run_resolve_config(run *r, const herd_train_config *cfg)
         r->cfg.pipeline_stages = 1;
     if (r->cfg.micro_batches < 1)
         r->cfg.micro_batches = 1;
+    if (r->cfg.tensor_parallel < 1)
+        r->cfg.tensor_parallel = 1;
     HERD_TRY(resolve_elastic(r));
     long global_batch = (long)r->cfg.batch_size * r->cfg.grad_accum * herd_run_replicas(r);
     if (cfg->lr_scaling)
@@ -252,10 +277,11 @@ herd_status herd_run_check_pipeline(const run *r)
         if (c->stage_split || c->pp_schedule != HERD_PP_SCHEDULE_1F1B)
             return HERD_ERR(HERD_ERR_INVALID_ARG, "--%s needs --pipeline-stages > 1",
                             c->stage_split ? "stage-split" : "pp-schedule");
-        if (!r->m->params)
+        if (!r->m->params && c->tensor_parallel <= 1)
             return HERD_ERR(HERD_ERR_INVALID_ARG, "model '%s' is a plan without parameters; only "
-                            "training with pipeline stages builds them", r->m->name);
-        return HERD_OK;
+                            "training with pipeline stages or tensor parallelism builds them",
+                            r->m->name);
+        return herd_run_check_tensor(r);
     }
     /* The stages' loss takes one label per sample (pipeline.c). */
     if (r->m->positions > 1)
@@ -270,6 +296,29 @@ herd_status herd_run_check_pipeline(const run *r)
         return HERD_ERR(HERD_ERR_INVALID_ARG,
                         "%d ranks do not divide into pipelines of %d stages; start a multiple of %d "
                         "ranks (stages x data-parallel replicas)", r->comm->size, P, P);
+    return HERD_OK;
+}
+
+/* --tensor-parallel against the job and the backend. */
+herd_status herd_run_check_tensor(const run *r)
+{
+    int T = r->cfg.tensor_parallel;
+    if (T <= 1)
+        return HERD_OK;
+    if (r->comm->size % T != 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "%d ranks do not divide into groups of --tensor-parallel %d; start a "
+                        "multiple of %d ranks (tensor parts x data-parallel replicas)",
+                        r->comm->size, T, T);
+    if (r->cfg.zero_stage && r->comm->size < 2 * T)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "--zero %d shards each part's optimizer state across the data-parallel "
+                        "replicas, and %d ranks in groups of --tensor-parallel %d give one; start "
+                        "at least %d ranks or drop --zero", r->cfg.zero_stage, r->comm->size, T,
+                        2 * T);
+    if (!r->m->be->host_memory || !r->m->be->xent_part_stats)
+        return HERD_ERR(HERD_ERR_UNSUPPORTED, "--tensor-parallel runs on the CPU backend so far "
+                        "(the transformer layers are CPU-only); use --device cpu");
     return HERD_OK;
 }
 

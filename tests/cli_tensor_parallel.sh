@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Tensor parallelism (--tensor-parallel T) through the CLI under mpirun, on a small GPT
+# with 4 heads (tests/models/gpt-tp4.json, scripts/gpt_model.py): 50 steps at T = 2
+# and 4, and DP 2 x TP 2, end on one process's weights within 1e-5 with every step's
+# loss within 1e-5; a checkpoint saved at T = 2 holds whole tensors and resumes at
+# T = 1 and T = 4 as if never stopped; ZeRO inside the data groups changes no bit;
+# bf16 trains alike; herd eval reads the file; bad input is refused before training.
+set -u
+. "$(dirname "$0")/testlib.sh"
+have_mpi || skip_all "herd built without MPI, or its launcher (HERD_MPIEXEC, set by ctest) missing"
+corpus=/usr/share/common-licenses
+[ -d "$corpus" ] || skip_all "$corpus (Debian's base-files) is not here"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+mpirun=("${mpiexec[@]}")
+cat "$corpus"/* | head -c 40000 >"$tmp/text"
+python3 "$here/../scripts/tokenize_bytes.py" "$tmp/text" "$tmp/t_train.bin" "$tmp/t_val.bin" >/dev/null
+model="$here/models/gpt-tp4.json"
+common=(--model "$model" --data "tokens:$tmp/t_train.bin,256" --seq-len 32 --threads 1
+        --test-samples 32 --log-every 1 --quiet)
+sgd=(--optimizer sgd --lr 0.1 --momentum 0.9)
+train() { local np=$1; shift; timeout 180 "${mpirun[@]}" -np "$np" "$herd" train "${common[@]}" "$@"; }
+# losses A B: the largest relative difference of two metrics files' step losses.
+losses() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+def steps(p):
+    return [json.loads(l)["train_loss"] for l in open(p) if '"kind":"step"' in l]
+a, b = steps(sys.argv[1]), steps(sys.argv[2])
+assert len(a) == len(b) == 50, (len(a), len(b))
+print("%.3g" % max(abs(x - y) / abs(y) for x, y in zip(a, b)))
+PY
+}
+
+"$herd" train "${common[@]}" "${sgd[@]}" --batch-size 8 --max-steps 50 --metrics "$tmp/m1" \
+  --save "$tmp/w1.st" >"$tmp/one.out" 2>&1
+check "one process trains 50 steps" test -s "$tmp/w1.st"
+for grid in "2 2 8" "4 4 8" "4 2 4"; do
+  read -r np T b <<<"$grid"
+  name="T=$T on $np ranks"
+  train "$np" "${sgd[@]}" --batch-size "$b" --max-steps 50 --tensor-parallel "$T" \
+    --metrics "$tmp/m$np$T" --save "$tmp/w$np$T.st" >"$tmp/tp$np$T.out" 2>&1
+  d=$(maxdiff "$tmp/w$np$T.st" "$tmp/w1.st")
+  l=$(losses "$tmp/m$np$T" "$tmp/m1")
+  check "$name: the saved weights are one process's within 1e-5 ($d)" within "$d" 1e-5
+  check "$name: every step's loss is one process's within 1e-5 ($l)" within "$l" 1e-5
+done
+timeout 180 "${mpirun[@]}" -np 4 "$herd" train --model "$model" --data "tokens:$tmp/t_train.bin,256" \
+  --seq-len 32 --threads 1 --test-samples 32 --batch-size 4 --max-steps 1 --tensor-parallel 2 \
+  >"$tmp/grid.out" 2>&1
+check "the log names the grid" grep -q "tensor parallelism: 2 parts x 2 replicas" "$tmp/grid.out"
+
+# A checkpoint from T = 2 holds whole tensors: it resumes at T = 1 and T = 4.
+train 2 "${sgd[@]}" --batch-size 8 --max-steps 25 --tensor-parallel 2 --checkpoint-dir "$tmp/ck" \
+  >"$tmp/ck.out" 2>&1
+cp -r "$tmp/ck" "$tmp/ck4"
+"$herd" train "${common[@]}" "${sgd[@]}" --batch-size 8 --max-steps 50 --checkpoint-dir "$tmp/ck" \
+  --resume --save "$tmp/r1.st" >"$tmp/r1.out" 2>&1
+train 4 "${sgd[@]}" --batch-size 8 --max-steps 50 --tensor-parallel 4 --checkpoint-dir "$tmp/ck4" \
+  --resume --save "$tmp/r4.st" >"$tmp/r4.out" 2>&1
+d1=$(maxdiff "$tmp/r1.st" "$tmp/w1.st")
+d4=$(maxdiff "$tmp/r4.st" "$tmp/w1.st")
+check "saved at T = 2, resumed at T = 1: the uninterrupted weights within 1e-5 ($d1)" within "$d1" 1e-5
+check "saved at T = 2, resumed at T = 4: likewise ($d4)" within "$d4" 1e-5
+"$herd" eval --model "$model" --checkpoint "$tmp/w22.st" --data "tokens:$tmp/t_train.bin,256" \
+  --seq-len 32 --threads 1 >"$tmp/eval.out" 2>&1
+check "herd eval reads a file saved at T = 2" grep -q "perplexity=" "$tmp/eval.out"
+
+# ZeRO shards each part's optimizer state over its data group: AdamW, interrupted and
+# resumed, on the bits of the same grid without ZeRO.
+adamw=(--optimizer adamw --lr 0.003 --batch-size 4 --tensor-parallel 2)
+train 4 "${adamw[@]}" --max-steps 20 --save "$tmp/a.st" >"$tmp/a.out" 2>&1
+train 4 "${adamw[@]}" --zero 2 --max-steps 10 --checkpoint-dir "$tmp/ckz" >"$tmp/z.out" 2>&1
+train 4 "${adamw[@]}" --zero 2 --max-steps 20 --checkpoint-dir "$tmp/ckz" --resume \
+  --save "$tmp/z.st" >>"$tmp/z.out" 2>&1
+check "--zero 2 with TP 2 x DP 2, resumed: the bits of the run without ZeRO" \
+  test "$(maxdiff "$tmp/z.st" "$tmp/a.st")" = 0
+
+key() { grep -o "$1=[0-9.]*" "$2" | cut -d= -f2; }
+"$herd" train "${common[@]}" "${sgd[@]}" --batch-size 8 --max-steps 20 --precision bf16 \
+  >"$tmp/b1.out" 2>&1
+train 2 "${sgd[@]}" --batch-size 8 --max-steps 20 --precision bf16 --tensor-parallel 2 \
+  >"$tmp/b2.out" 2>&1
+l1=$(key train_loss "$tmp/b1.out")
+l2=$(key train_loss "$tmp/b2.out")
+if grep -q "bf16.*not\|AVX512_BF16" "$tmp/b1.out"; then
+  skipped_part "bf16 (this CPU has no bf16 arithmetic)"
+else
+  check "bf16 at T = 2 trains as one process ($l2, $l1)" \
+    awk -v a="$l2" -v b="$l1" 'BEGIN { exit !(b > 0 && (a - b) ^ 2 < 1e-6 * b * b) }'
+fi
+
+# Bad input, refused before training and naming the values.
+refused() { # refused NP PATTERN ARGS...: herd exits non-zero and says PATTERN
+  local np=$1 pattern=$2; shift 2
+  timeout 60 "${mpirun[@]}" -np "$np" "$herd" train --data "tokens:$tmp/t_train.bin,256" \
+    --seq-len 32 --threads 1 --max-steps 1 "$@" >"$tmp/bad.out" 2>&1
+  [ $? -ne 0 ] && grep -q -- "$pattern" "$tmp/bad.out" && ! grep -q "^epoch" "$tmp/bad.out"
+}
+check "heads that do not split are refused, naming both" \
+  refused 4 "'h0.attn' has 2 heads, which do not split evenly over --tensor-parallel 4" \
+  --model gpt-nano --tensor-parallel 4
+check "ranks that do not divide are refused" \
+  refused 3 "3 ranks do not divide into groups of --tensor-parallel 2" --model gpt-nano \
+  --tensor-parallel 2
+check "--pipeline-stages is refused, named" \
+  refused 2 "--tensor-parallel does not work with --pipeline-stages" --model gpt-nano \
+  --tensor-parallel 2 --pipeline-stages 2
+check "--deterministic is refused, named" \
+  refused 2 "--tensor-parallel does not work with --deterministic" --model gpt-nano \
+  --tensor-parallel 2 --deterministic
+check "--zero without a second replica is refused" \
+  refused 2 "groups of --tensor-parallel 2 give one" --model gpt-nano --tensor-parallel 2 --zero 1
+finish
