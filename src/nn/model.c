@@ -132,47 +132,55 @@ herd_status herd_model_plan(herd_model *m, const herd_layer_spec *specs, int n)
     return setup_layers(m, specs, n);
 }
 
-static void init_layers(herd_model *m, uint64_t seed)
+/* Layer i's draws come from its index in the whole model: a pipeline stage, or a tensor
+ * part, draws what the same layer of the whole model draws. */
+static void init_layer(herd_model *m, int i, uint64_t seed)
 {
     herd_rng rng;
-    for (int i = 0; i < m->n_layers; i++) {
-        herd_layer *l = &m->layers[i];
-        /* By the layer's index in the whole model: a pipeline stage draws what the
-         * same layers of the whole model draw. */
-        herd_rng_seed(&rng, seed, 0x1417, (uint64_t)(m->layer_offset + i));
-        if (l->ops->init_params)
-            l->ops->init_params(l, m, &rng);
-    }
+    herd_rng_seed(&rng, seed, 0x1417, (uint64_t)(m->layer_offset + i));
+    herd_layer *l = &m->layers[i];
+    if (l->ops->init_params)
+        l->ops->init_params(l, m, &rng);
 }
 
-/* A part of a split model holds what the same part of the whole model holds: the whole
- * one is initialised (host memory, for the moment) and each view takes its part. */
-static herd_status init_split(herd_model *m, uint64_t seed)
+static void init_layers(herd_model *m, uint64_t seed)
+{
+    for (int i = 0; i < m->n_layers; i++)
+        init_layer(m, i, seed);
+}
+
+/* A tensor part holds what the same part of the whole model holds: each layer's whole
+ * tensors are drawn into host memory of their own (one layer at a time, so the most
+ * held at once is the largest layer) and each view takes its part into hp, hb. */
+static herd_status init_split(herd_model *m, uint64_t seed, float *hp, float *hb)
 {
     herd_model *whole = NULL;
     HERD_TRY(herd_model_plan_part(m, 0, 1, &whole));
-    size_t pb = whole->n_param_floats * sizeof(float), bb = whole->n_buffer_floats * sizeof(float);
-    whole->params = herd_xcalloc(1, pb ? pb : 1);
-    whole->buffers = herd_xcalloc(1, bb ? bb : 1);
-    herd_status st = whole->params && whole->buffers ? HERD_OK : HERD_NOMEM(pb + bb);
     whole->layer_offset = m->layer_offset;
-    if (st == HERD_OK)
-        init_layers(whole, seed);
-    float *hp = NULL, *hb = NULL;
-    if (st == HERD_OK)
-        st = herd_model_stage(m, false, &hp, &hb);
-    for (int i = 0; st == HERD_OK && i < m->n_views; i++) {
-        const herd_tensor_view *v = &m->views[i], *w = &whole->views[i];
-        herd_split_copy(v, (v->is_buffer ? whole->buffers : whole->params) + w->offset,
-                        (v->is_buffer ? hb : hp) + v->offset, true);
+    herd_status st = HERD_OK;
+    for (int i = 0; st == HERD_OK && i < whole->n_layers; i++) {
+        herd_layer *l = &whole->layers[i];
+        herd_tensor_view *v = whole->views + l->first_tensor;
+        size_t sizes[2] = {0, 0}; /* parameters, buffers */
+        for (int k = 0; k < l->n_tensors; k++) { /* offsets within the layer's own copies */
+            v[k].offset = sizes[v[k].is_buffer != 0];
+            sizes[v[k].is_buffer != 0] += v[k].numel;
+        }
+        whole->params = herd_xcalloc(sizes[0] + 1, sizeof(float));
+        whole->buffers = herd_xcalloc(sizes[1] + 1, sizeof(float));
+        if (!whole->params || !whole->buffers)
+            st = HERD_NOMEM((sizes[0] + sizes[1]) * sizeof(float));
+        if (st == HERD_OK && l->n_tensors > 0)
+            init_layer(whole, i, seed);
+        for (int k = 0; st == HERD_OK && k < l->n_tensors; k++) {
+            const herd_tensor_view *p = &m->views[l->first_tensor + k];
+            herd_split_copy(p, (v[k].is_buffer ? whole->buffers : whole->params) + v[k].offset,
+                            (p->is_buffer ? hb : hp) + p->offset, true);
+        }
+        free(whole->params);
+        free(whole->buffers);
+        whole->params = whole->buffers = NULL;
     }
-    if (st == HERD_OK)
-        st = herd_model_unstage(m, hp, hb);
-    free(hp);
-    free(hb);
-    free(whole->params);
-    free(whole->buffers);
-    whole->params = whole->buffers = NULL;
     herd_model_free(whole);
     return st;
 }
@@ -183,9 +191,7 @@ herd_status herd_model_init_params(herd_model *m, uint64_t seed)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "model '%s' is a plan without parameters "
                         "(herd_model_create_plan): nothing to initialise", m->name);
     const herd_backend *be = m->be;
-    if (m->tp.size > 1)
-        return init_split(m, seed);
-    if (be->host_memory) {
+    if (be->host_memory && m->tp.size <= 1) {
         HERD_TRY(be->fill(m->n_param_floats, 0.0f, m->params));
         HERD_TRY(be->fill(m->n_buffer_floats, 0.0f, m->buffers));
         init_layers(m, seed);
@@ -196,7 +202,11 @@ herd_status herd_model_init_params(herd_model *m, uint64_t seed)
      * duration, and uploads them. */
     float *hp, *hb;
     herd_status st = herd_model_stage(m, false, &hp, &hb);
-    if (st == HERD_OK) {
+    if (st == HERD_OK && m->tp.size > 1) { /* a tensor part: through host copies too */
+        st = init_split(m, seed, hp, hb);
+        if (st == HERD_OK)
+            st = herd_model_unstage(m, hp, hb);
+    } else if (st == HERD_OK) {
         float *dp = m->params, *db = m->buffers;
         m->params = hp, m->buffers = hb;
         init_layers(m, seed);
