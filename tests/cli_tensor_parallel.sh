@@ -76,6 +76,19 @@ check "--zero 2 with TP 2 x DP 2, resumed: the bits of the run without ZeRO" \
   test "$(maxdiff "$tmp/z.st" "$tmp/a.st")" = 0
 
 key() { grep -o "$1=[0-9.]*" "$2" | cut -d= -f2; }
+
+# Clipping's norm adds the parts' squares over the tensor group, whole tensors once; the
+# loss scaler's verdict is the job's.
+clip=("${sgd[@]}" --batch-size 8 --max-steps 20 --clip-grad-norm 0.5 --loss-scale dynamic)
+"$herd" train "${common[@]}" "${clip[@]}" --save "$tmp/c1.st" >"$tmp/c1.out" 2>&1
+train 2 "${clip[@]}" --tensor-parallel 2 --save "$tmp/c2.st" >"$tmp/c2.out" 2>&1
+train 4 "${clip[@]}" --batch-size 4 --tensor-parallel 2 --zero 1 --save "$tmp/cz.st" >"$tmp/cz.out" 2>&1
+n1=$(key clipped_steps "$tmp/c1.out")
+for run in c2 cz; do
+  d=$(maxdiff "$tmp/$run.st" "$tmp/c1.st")
+  check "$run: --clip-grad-norm and --loss-scale dynamic as one process ($d; clipped $(key clipped_steps "$tmp/$run.out") of $n1)" \
+    sh -c "[ '$(key clipped_steps "$tmp/$run.out")' = '$n1' ] && [ '$n1' -gt 0 ] && awk 'BEGIN { exit !($d <= 1e-5) }'"
+done
 "$herd" train "${common[@]}" "${sgd[@]}" --batch-size 8 --max-steps 20 --precision bf16 \
   >"$tmp/b1.out" 2>&1
 train 2 "${sgd[@]}" --batch-size 8 --max-steps 20 --precision bf16 --tensor-parallel 2 \

@@ -451,7 +451,7 @@ typedef struct herd_train_config {
      * tensor_parallel parts on consecutive ranks (ranks = parts x replicas). Like
      * pipeline stages, the model passed may be a plan; rank 0's copy of one with
      * parameters receives the trained weights. CPU only, and not yet with pipeline
-     * stages, --deterministic, --sync-bn or --clip-grad-norm. 1 = none. */
+     * stages, --deterministic or --sync-bn. 1 = none. */
     int tensor_parallel;
     herd_pp_schedule_kind pp_schedule;
     const char *stage_split; /* "a,b": the layers where stages 1.. begin; NULL = balanced

@@ -39,6 +39,29 @@ herd_status herd_grad_sum_squares_part(const herd_model *m, size_t first, size_t
     return HERD_OK;
 }
 
+herd_status herd_grad_sum_squares_split(const herd_model *m, size_t first, size_t count,
+                                        const herd_group_sum *group,
+                                        const herd_group_sum *tensor, double *sq)
+{
+    HERD_TRY(check_part(m, first, count));
+    *sq = 0;
+    for (int v = 0; v < m->n_views; v++) {
+        const herd_tensor_view *t = &m->views[v];
+        size_t lo = t->offset > first ? t->offset : first;
+        size_t hi = t->offset + t->numel < first + count ? t->offset + t->numel : first + count;
+        if (t->is_buffer || lo >= hi || (t->split_parts <= 1 && m->tp.rank != 0))
+            continue;
+        double part;
+        HERD_TRY(m->be->sum_squares(hi - lo, m->grads + lo, &part));
+        *sq += part;
+    }
+    if (group && group->sum_f64)
+        HERD_TRY(group->sum_f64(group->group, sq, 1));
+    if (tensor && tensor->sum_f64)
+        HERD_TRY(tensor->sum_f64(tensor->group, sq, 1));
+    return HERD_OK;
+}
+
 herd_status herd_clip_grad_to(herd_model *m, size_t first, size_t count, float max_norm,
                               double norm, bool *clipped)
 {

@@ -54,6 +54,12 @@ herd_status herd_clip_grad_norm_part(herd_model *m, size_t first, size_t count, 
  * of a part whose global norm is `norm` (finite). */
 herd_status herd_grad_sum_squares_part(const herd_model *m, size_t first, size_t count,
                                        const herd_group_sum *group, double *sq);
+/* The same for a tensor-parallel part (model.h's tp): whole tensors counted on part 0
+ * only, so that adding over the tensor group (`tensor`, after `group`) gives the whole
+ * model's sum of squares on every rank. */
+herd_status herd_grad_sum_squares_split(const herd_model *m, size_t first, size_t count,
+                                        const herd_group_sum *group,
+                                        const herd_group_sum *tensor, double *sq);
 herd_status herd_clip_grad_to(herd_model *m, size_t first, size_t count, float max_norm,
                               double norm, bool *clipped);
 /* The first parameter view whose gradient in [first, first+count) holds inf or NaN (its

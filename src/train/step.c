@@ -294,7 +294,7 @@ herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p,
     size_t norm_first = p->exact ? 0 : first, norm_count = p->exact ? m->n_param_floats : count;
     /* With pipeline stages each holds its part even so: the loss scaler's verdict is the
      * job's, taken over each rank's whole stage (clipping is refused there). */
-    herd_comm *scaler_agree = p->exact ? p->stage_job : agree;
+    herd_comm *scaler_agree = p->exact ? p->stage_job : p->tensor_job ? p->tensor_job : agree;
     if (p->scaler && !scaler_agree)
         HERD_TRY(herd_loss_scaler_unscale(p->scaler, m->be, m->grads, m->n_param_floats,
                                           &s->skipped));
@@ -329,6 +329,9 @@ herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p,
         if (p->exact)
             HERD_TRY(herd_exact_sum_squares(m, p->first_view, p->whole_views, p->stage_job,
                                             p->comm->rank == 0 || !p->stage_job, &sq));
+        else if (p->tensor_job)
+            HERD_TRY(herd_grad_sum_squares_split(m, norm_first, norm_count, group, &p->tensor_sum,
+                                                 &sq));
         else
             HERD_TRY(herd_grad_sum_squares_part(m, norm_first, norm_count, group, &sq));
         if (!isfinite(sq) && !p->scaler)

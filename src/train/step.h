@@ -38,6 +38,11 @@ typedef struct herd_step_plan {
      * every rank, which then decides alike alone. */
     herd_comm *stage_job;
     int stage_replicas;
+    /* Tensor parallelism: each rank holds a part of every split tensor, so an overflow
+     * is agreed over the job (tensor_job), and clipping's sum of squares adds the parts
+     * over the tensor group (tensor_sum), whole tensors counted once. NULL: none. */
+    herd_comm *tensor_job;
+    herd_group_sum tensor_sum;
     /* --deterministic with stages: this stage's first tensor among the whole model's, and
      * their number (clipping's norm is summed per tensor in that order; 0: not a stage). */
     int first_view, whole_views;

@@ -482,6 +482,10 @@ static herd_status setup(run *r)
     r->plan.clip_grad_norm = cfg->clip_grad_norm;
     r->plan.skip_nonfinite = cfg->skip_nonfinite;
     r->plan.skipped = &r->scaler.skipped; /* one count of skipped steps, scaler or not */
+    if (r->tp) {
+        r->plan.tensor_job = r->comm;
+        r->plan.tensor_sum = herd_group_of_comm(r->tp->group);
+    }
     if (r->pp) {
         r->plan.stage_job = r->comm;
         r->plan.stage_replicas = r->pp->replicas;

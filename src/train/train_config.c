@@ -112,8 +112,7 @@ herd_status herd_train_config_check(const herd_train_config *c)
         const char *with = c->pipeline_stages > 1 ? "--pipeline-stages"
                            : c->deterministic     ? "--deterministic"
                            : c->sync_bn           ? "--sync-bn"
-                           : c->clip_grad_norm > 0 ? "--clip-grad-norm"
-                                                   : NULL;
+                                                  : NULL;
         if (with)
             return HERD_INPUT_ERR(HERD_ERR_UNSUPPORTED, "--tensor-parallel does not work with %s "
                                   "yet; drop one of them (docs/model-files.md)", with);
