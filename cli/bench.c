@@ -27,6 +27,8 @@ static const char bench_help[] =
     "  --gpu-memory-limit SIZE  cap herd's GPU memory, e.g. 20G (cuda and sim only)\n"
     "  --memory-limit SIZE  cap herd's memory on the model's device, e.g. 300M (as in\n"
     "                       'herd train --help')\n"
+    "  --tensor-parallel T  split the model over groups of T ranks, as 'herd train\n"
+    "                       --tensor-parallel' does (batch per replica; no one-rank baseline)\n"
     "  --timeline FILE      trace the steps of all ranks (Chrome trace JSON, see\n"
     "                       'herd train --help'); with several ranks, not rank 0's solo baseline\n"
     "  --json               print the summary as a JSON object\n"
@@ -45,13 +47,14 @@ static int bench_train(int argc, char **argv)
         {"precision", required_argument, 0, 'P'}, {"gpu-memory-limit", required_argument, 0, 'G'},
         {"memory-limit", required_argument, 0, 'L'},
         {"timeline", required_argument, 0, 'T'}, {"seq-len", required_argument, 0, 'S'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+        {"tensor-parallel", required_argument, 0, 'X'}, {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
     const char *model = NULL, *data = "fashion-mnist", *device = NULL;
     herd_precision precision = HERD_PRECISION_FP32;
     uint64_t gpu_memory_limit = 0, memory_limit = 0;
     const char *timeline = NULL;
-    long batch = 128, steps = 50, warmup = 5, threads = 1, seq_len = 0;
+    long batch = 128, steps = 50, warmup = 5, threads = 1, seq_len = 0, tensor_parallel = 1;
     bool json = false;
     int opt;
     optind = 1;
@@ -66,6 +69,7 @@ static int bench_train(int argc, char **argv)
         case 'w': dst = &warmup, lo = 0; break;
         case 't': dst = &threads, lo = 0; break;
         case 'S': dst = &seq_len; break;
+        case 'X': dst = &tensor_parallel; break;
         case 'j': json = true; break;
         case 'D': device = optarg; break;
         case 'P':
@@ -119,7 +123,8 @@ static int bench_train(int argc, char **argv)
     else if ((st = herd_bench_run(m, ds,
                                   &(herd_bench_config){.batch_size = (int)batch, .steps = (int)steps,
                                                        .warmup = (int)warmup, .threads = (int)threads,
-                                                       .dist = dist, .timeline_path = timeline},
+                                                       .dist = dist, .timeline_path = timeline,
+                                                       .tensor_parallel = (int)tensor_parallel},
                                   &r)) != HERD_OK)
         cli_fail(st, "benchmark failed");
     else {
@@ -165,7 +170,9 @@ static int bench_train(int argc, char **argv)
             cli_summary_num(&s, "peak_tflops", r.peak_tflops, 1);
         }
         cli_summary_num(&s, "ranks", r.ranks, 0);
-        if (r.ranks > 1) {
+        if (tensor_parallel > 1)
+            cli_summary_num(&s, "tensor_parallel", (double)tensor_parallel, 0);
+        if (r.ranks > 1 && r.single_rank_samples_per_s > 0) {
             cli_summary_num(&s, "single_rank_samples_per_s", r.single_rank_samples_per_s, 1);
             cli_summary_num(&s, "scaling_efficiency", r.scaling_efficiency, 4);
         }

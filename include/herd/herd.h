@@ -653,6 +653,9 @@ typedef struct herd_bench_config {
     int threads;               /* compute threads (1; 0 = as herd_train_config's) */
     herd_dist *dist;           /* NULL = one process */
     const char *timeline_path; /* trace of the steps all ranks run together (NULL = off) */
+    /* Tensor parallelism (herd_train_config's): the ranks form groups of this many parts;
+     * there is no one-rank baseline then (a part cannot train alone). 0 or 1: none. */
+    int tensor_parallel;
 } herd_bench_config;
 
 HERD_API void herd_bench_config_default(herd_bench_config *cfg);

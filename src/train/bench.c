@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "obs/observer.h"
 #include "train/step.h"
+#include "train/tensor_par.h"
 
 typedef struct bench_phase {
     double elapsed;
@@ -81,16 +82,17 @@ static herd_status run_steps(herd_model *m, herd_dataset *ds, int batch_size, in
     return st;
 }
 
-/* The run of all ranks, traced when asked: the communicator records its reductions
- * while the timeline is open. */
+/* The run of all ranks (job), traced when asked: the communicator records its
+ * reductions while the timeline is open. comm: the ranks that reduce gradients (the
+ * job, or with tensor parallelism a part's data group). */
 static herd_status run_traced(herd_model *m, herd_dataset *ds, const herd_bench_config *cfg,
-                              herd_comm *comm, bench_phase *out)
+                              herd_comm *comm, herd_comm *job, bench_phase *out)
 {
     if (!cfg->timeline_path)
         return run_steps(m, ds, cfg->batch_size, cfg->steps, cfg->warmup, comm, NULL, out);
     herd_timeline *tl;
     size_t per_step = 2 * (size_t)m->n_layers + 8;
-    HERD_TRY(herd_timeline_open(cfg->timeline_path, comm, per_step, &tl));
+    HERD_TRY(herd_timeline_open(cfg->timeline_path, job, per_step, &tl));
     herd_status st = run_steps(m, ds, cfg->batch_size, cfg->steps, cfg->warmup, comm, tl, out);
     if (st != HERD_OK) {
         herd_timeline_free(tl);
@@ -131,14 +133,30 @@ herd_status herd_bench_run(herd_model *m, herd_dataset *ds, const herd_bench_con
         st = herd_comm_device_create(comm, m->be, &device_comm);
     if (device_comm)
         comm = device_comm;
-    if (st == HERD_OK && herd_dataset_size(ds) < (size_t)batch_size * (size_t)comm->size)
+    int parts = cfg->tensor_parallel > 1 ? cfg->tensor_parallel : 1;
+    if (st == HERD_OK && comm->size % parts != 0)
+        st = HERD_ERR(HERD_ERR_INVALID_ARG, "%d ranks do not divide into groups of "
+                      "--tensor-parallel %d", comm->size, parts);
+    int replicas = comm->size / parts;
+    if (st == HERD_OK && herd_dataset_size(ds) < (size_t)batch_size * (size_t)replicas)
         st = HERD_ERR(HERD_ERR_INVALID_ARG, "the data has %zu samples, fewer than one batch of %d "
-                      "per rank", herd_dataset_size(ds), batch_size);
+                      "per replica", herd_dataset_size(ds), batch_size);
     if (st == HERD_OK)
         st = herd_set_rank_threads(m->be, threads, (dist ? dist : local)->local_size, &threads);
     memset(res, 0, sizeof *res);
     bench_phase alone = {0}, all = {0};
-    if (st == HERD_OK && comm->size > 1) {
+    herd_tensor_par *tp = NULL;
+    herd_model *bm = m;        /* what this rank trains: m, or its tensor part */
+    herd_comm *grads = comm;   /* the ranks that reduce its gradients */
+    if (st == HERD_OK && parts > 1) {
+        herd_train_config tcfg;
+        herd_train_config_default(&tcfg);
+        tcfg.tensor_parallel = parts;
+        st = herd_tensor_par_create(&tcfg, m, comm, &tp);
+        if (st == HERD_OK)
+            bm = tp->m, grads = tp->data;
+    }
+    if (st == HERD_OK && comm->size > 1 && !tp) {
         /* Baseline on the same machine in the same run: rank 0 alone, the rest idle. */
         if (comm->rank == 0)
             st = run_steps(m, ds, batch_size, steps, warmup, local, NULL, &alone);
@@ -152,7 +170,7 @@ herd_status herd_bench_run(herd_model *m, herd_dataset *ds, const herd_bench_con
                                             m->n_buffer_floats * sizeof(float), 0);
     }
     if (st == HERD_OK)
-        st = run_traced(m, ds, cfg, comm, &all);
+        st = run_traced(bm, ds, cfg, grads, comm, &all);
     /* The job is as fast as its slowest rank. */
     double slowest = all.elapsed;
     if (st == HERD_OK && comm->size > 1) {
@@ -171,6 +189,7 @@ herd_status herd_bench_run(herd_model *m, herd_dataset *ds, const herd_bench_con
         }
     }
     int ranks = comm->size; /* comm may be local or the device communicator, freed here */
+    herd_tensor_par_free(tp);
     herd_comm_destroy(device_comm);
     herd_comm_destroy(local);
     HERD_TRY(st);
@@ -179,7 +198,7 @@ herd_status herd_bench_run(herd_model *m, herd_dataset *ds, const herd_bench_con
     res->threads = threads;
     res->ranks = ranks;
     res->step_s = slowest / steps;
-    res->samples_per_s = (double)steps * batch_size * ranks / slowest;
+    res->samples_per_s = (double)steps * batch_size * replicas / slowest;
     res->phases = all.sum;
     res->phases.data_wait /= steps;
     res->phases.forward /= steps;
@@ -188,7 +207,10 @@ herd_status herd_bench_run(herd_model *m, herd_dataset *ds, const herd_bench_con
     res->phases.optimizer /= steps;
     res->phases.total = res->step_s;
     res->state_bytes = all.state_bytes;
-    if (ranks > 1) {
+    if (ranks > 1 && parts > 1) {
+        res->single_rank_samples_per_s = 0; /* no baseline: a part cannot train alone */
+        res->scaling_efficiency = 0;
+    } else if (ranks > 1) {
         res->single_rank_samples_per_s = (double)steps * batch_size / alone.elapsed;
         res->scaling_efficiency = res->samples_per_s / (ranks * res->single_rank_samples_per_s);
     } else {
