@@ -62,7 +62,7 @@ for m in "${model_list[@]}"; do
       tps=$(kv tokens_per_s "$line"); tps=${tps:--}
       gf=$(kv gflops "$line"); gf=${gf:--}
       rss=$(grep -o "maxrss_kib=[0-9]*" "$tmp/out" | cut -d= -f2 |
-            awk '{ printf "%s%.0f", NR > 1 ? ", " : "", $1 / 1024 }')
+            awk '{ printf "%s%.0f", (NR > 1 ? ", " : ""), $1 / 1024 }')
       frac=$(awk -v g="$gf" -v l="$GEMM_LIMIT" 'BEGIN { if (g == "-") print "-"; else printf "%.2f", g / (2 * l) }')
       rows+=("| $m | $p | $kind 2 (batch $b per replica) | $tps | $frac | $rss |")
     done

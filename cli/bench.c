@@ -116,7 +116,9 @@ static int bench_train(int argc, char **argv)
         cli_fail(st, "--memory-limit");
     else if ((st = cli_open_data(data, HERD_SPLIT_TRAIN, model, seq_len, &ds)) != HERD_OK)
         cli_fail(st, "cannot open the data");
-    else if ((st = herd_model_create_device(model, ds, device, &m)) != HERD_OK)
+    /* Tensor parts build their own parameters: no rank holds the whole model. */
+    else if ((st = tensor_parallel > 1 ? herd_model_create_plan(model, ds, device, &m)
+                                       : herd_model_create_device(model, ds, device, &m)) != HERD_OK)
         cli_fail(st, "cannot build the model");
     else if ((st = herd_model_set_precision(m, precision)) != HERD_OK)
         cli_fail(st, "--precision");

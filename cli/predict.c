@@ -41,6 +41,7 @@ static const char predict_help[] =
     "                      before 2026-11, a round trip after the update)\n"
     "  --threshold E       efficiency to keep (default 0.9)\n"
     "  --data DATA         data for the model's shape and the measurement (fashion-mnist)\n"
+    "  --seq-len T         token data: tokens per sample (the model's context)\n"
     "  --batch-size N      per worker (128); --threads N (1); --steps N measured steps (20)\n"
     "  --pipeline-stages P  also predict one pipeline of P stages (herd train\n"
     "                      --pipeline-stages): the layers split as herd splits them (by\n"
@@ -48,6 +49,10 @@ static const char predict_help[] =
     "                      stage, each boundary's activations and gradients one message each\n"
     "                      way (alpha + bytes x beta of the link's segment)\n"
     "  --micro-batches M   micro-batches of --batch-size / M (--pipeline-stages; 4)\n"
+    "  --tensor-parallel T  also predict one replica split over T ranks (herd train\n"
+    "                      --tensor-parallel): each layer's share of the step scaled by its\n"
+    "                      part's FLOPs, and every sum of the tensor group blocking, an\n"
+    "                      all-gather of T - 1 messages of the summed bytes over the link\n"
     "  --pp-schedule S     1f1b or gpipe (1f1b)\n"
     "  --json              one JSON object instead of the table\n";
 
@@ -60,7 +65,7 @@ typedef struct predict_args {
     int grad_bytes_per_param;
     herd_metrics_exchange metrics;
     bool json, sync_bn;
-    long stages, micro_batches;
+    long stages, micro_batches, tensor_parallel, seq_len;
     herd_pp_schedule_kind schedule;
 } predict_args;
 
@@ -77,13 +82,14 @@ static int parse_args(int argc, char **argv, predict_args *a)
         {"bucket-mb", required_argument, 0, 'K'}, {"sync-bn", no_argument, 0, 'Y'},
         {"metrics-exchange", required_argument, 0, 'M'},
         {"pipeline-stages", required_argument, 0, 'P'}, {"micro-batches", required_argument, 0, 'U'},
+        {"tensor-parallel", required_argument, 0, 'X'}, {"seq-len", required_argument, 0, 'q'},
         {"pp-schedule", required_argument, 0, 'Q'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     *a = (predict_args){.data = "fashion-mnist", .batch = 128, .threads = 1, .steps = 20,
                         .link_gbps = -1, .latency_us = -1, .step_ms = -1, .backward_fraction = -1,
                         .threshold = 0.9, .metrics = HERD_METRICS_STEP_LATE, .grad_bytes_per_param = 4, .bucket_mb = 25,
-                        .stages = 1, .micro_batches = 4};
+                        .stages = 1, .micro_batches = 4, .tensor_parallel = 1};
     int opt, idx = 0;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "", opts, &idx)) != -1) {
@@ -105,6 +111,8 @@ static int parse_args(int argc, char **argv, predict_args *a)
         case 'K': ok = herd_parse_double(optarg, 1e-6, 1e6, &a->bucket_mb); break;
         case 'Y': a->sync_bn = true; break;
         case 'P': ok = herd_parse_long(optarg, 1, HERD_PREDICT_MAX_STAGES, &a->stages); break;
+        case 'X': ok = herd_parse_long(optarg, 1, 64, &a->tensor_parallel); break;
+        case 'q': ok = herd_parse_long(optarg, 1, 1 << 24, &a->seq_len); break;
         case 'U': ok = herd_parse_long(optarg, 1, 1 << 20, &a->micro_batches); break;
         case 'Q':
             if (!cli_pp_schedule_arg("predict", "--pp-schedule", optarg, &a->schedule))
@@ -283,6 +291,38 @@ static herd_status predict_pipeline(const predict_args *a, const herd_model *m,
     return HERD_OK;
 }
 
+/* One replica of the plan's model split over a->tensor_parallel ranks
+ * (herd_predict_plan_tensor). */
+static herd_status predict_tensor(const predict_args *a, const herd_model *m,
+                                  const herd_comm_link *link, const herd_predict_plan *p, cJSON *json)
+{
+    herd_predict_tensor_plan tp;
+    int T = (int)a->tensor_parallel;
+    HERD_TRY(herd_predict_plan_tensor(m, link, p, T, (int)a->batch, &tp));
+    double speedup = p->step_s / tp.step_s;
+    if (json) {
+        cJSON *o = cJSON_AddObjectToObject(json, "tensor_parallel");
+        cJSON_AddNumberToObject(o, "parts", T);
+        cJSON_AddNumberToObject(o, "step_ms", 1e3 * tp.step_s);
+        cJSON_AddNumberToObject(o, "compute_ms", 1e3 * tp.compute_s);
+        cJSON_AddNumberToObject(o, "exchange_ms", 1e3 * tp.exchange_s);
+        cJSON_AddNumberToObject(o, "sums", tp.sums);
+        cJSON_AddNumberToObject(o, "sum_bytes", tp.sum_bytes);
+        cJSON_AddNumberToObject(o, "part_params", tp.part_params);
+        cJSON_AddNumberToObject(o, "speedup", speedup);
+        return HERD_OK;
+    }
+    printf("\none replica over %d tensor-parallel ranks: compute %.3f ms per part, %d sums a step "
+           "(%.1f KiB sent each, %.3f ms), %.0f parameters per rank\n", T, 1e3 * tp.compute_s,
+           tp.sums, tp.sum_bytes / 1024 / (tp.sums ? tp.sums : 1), 1e3 * tp.exchange_s,
+           tp.part_params);
+    printf("predicted step %.3f ms on %d ranks against one worker's %.3f ms (speed-up %.2f, %.0f%% of %d)\n",
+           1e3 * tp.step_s, T, 1e3 * p->step_s, speedup, 100 * speedup / T, T);
+    printf("tensor_parallel=%d step_ms=%.3f compute_ms=%.3f exchange_ms=%.3f sums=%d speedup=%.3f\n", T,
+           1e3 * tp.step_s, 1e3 * tp.compute_s, 1e3 * tp.exchange_s, tp.sums, speedup);
+    return HERD_OK;
+}
+
 int cmd_predict(int argc, char **argv)
 {
     predict_args a;
@@ -307,7 +347,7 @@ int cmd_predict(int argc, char **argv)
     herd_bench_result r = {0};
     if (!rows)
         cli_fail(HERD_ERR_NOMEM, "out of memory");
-    else if ((st = cli_open_data(a.data, HERD_SPLIT_TRAIN, a.model, 0, &ds)) != HERD_OK)
+    else if ((st = cli_open_data(a.data, HERD_SPLIT_TRAIN, a.model, (int)a.seq_len, &ds)) != HERD_OK)
         cli_fail(st, "cannot open the data");
     else if ((st = herd_model_create(a.model, ds, &m)) != HERD_OK)
         cli_fail(st, "cannot build the model");
@@ -333,6 +373,9 @@ int cmd_predict(int argc, char **argv)
             }
             if (a.stages > 1 && (st = predict_pipeline(&a, m, link, &plan, o)) != HERD_OK)
                 cli_fail(st, "cannot predict the pipeline");
+            else if (a.tensor_parallel > 1 &&
+                     (st = predict_tensor(&a, m, link, &plan, o)) != HERD_OK)
+                cli_fail(st, "cannot predict tensor parallelism");
             else
                 rc = CLI_OK;
             if (o)

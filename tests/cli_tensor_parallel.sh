@@ -102,6 +102,19 @@ else
     awk -v a="$l2" -v b="$l1" 'BEGIN { exit !(b > 0 && (a - b) ^ 2 < 1e-6 * b * b) }'
 fi
 
+# herd predict and herd bench know the split: two sums forward and two backward per
+# block, the embedding's and the head's, for gpt-tp4's 2 blocks 10; half the MLP and
+# attention weights per rank.
+"$herd" predict --model "$model" --data "tokens:$tmp/t_train.bin,256" --seq-len 32 --workers 2 \
+  --link-gbps 10 --latency-us 5 --step-ms 10 --tensor-parallel 2 >"$tmp/predict.out" 2>&1
+check "herd predict --tensor-parallel 2 counts 10 sums a step" grep -q "tensor_parallel=2 .* sums=10 " \
+  "$tmp/predict.out"
+timeout 180 "${mpirun[@]}" -np 2 "$herd" bench train --model "$model" \
+  --data "tokens:$tmp/t_train.bin,256" --seq-len 32 --batch-size 8 --steps 5 --warmup 1 \
+  --tensor-parallel 2 >"$tmp/bench.out" 2>&1
+check "herd bench train --tensor-parallel 2 reports tokens/s of the split job" \
+  grep -q "ranks=2 tensor_parallel=2 seq_len=32 tokens_per_s=[1-9]" "$tmp/bench.out"
+
 # Bad input, refused before training and naming the values.
 refused() { # refused NP PATTERN ARGS...: herd exits non-zero and says PATTERN
   local np=$1 pattern=$2; shift 2

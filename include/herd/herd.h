@@ -242,8 +242,17 @@ typedef struct herd_layer_info {
     /* Their elements and offsets in the gradient buffer, in declaration order. */
     size_t param_numel[HERD_LAYER_MAX_PARAMS], param_offset[HERD_LAYER_MAX_PARAMS];
     size_t output_per_sample; /* values of its output per sample */
+    /* Of a tensor-parallel part (herd_model_create_part): values per sample the layer
+     * sums over its tensor group, forward and backward (0 for a whole model). */
+    size_t tp_sum_forward, tp_sum_backward;
 } herd_layer_info;
 HERD_API size_t herd_model_layer_count(const herd_model *m);
+/* Tensor parallelism (herd_train_config's tensor_parallel): a plan (no parameters) of
+ * part `part` of m split `parts` ways, to describe (its layers' FLOPs, parameters and
+ * exchanges); an error naming the layer when m does not split so. Free with
+ * herd_model_free. */
+HERD_API herd_status herd_model_create_part(const herd_model *m, int part, int parts,
+                                            herd_model **out);
 HERD_API herd_status herd_model_layer_info(const herd_model *m, size_t i, herd_layer_info *out);
 
 /* Pipeline stages (docs/pipeline.md): the split of m's layers into `stages` runs that

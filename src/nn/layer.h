@@ -151,6 +151,9 @@ struct herd_layer {
      * That layer's backward runs last, so it adds to the gradient the head wrote. */
     int shared_view;    /* lm_head: the model's view index of the table it reads */
     bool grad_shared;   /* embedding: a later layer writes its token table's gradient first */
+    /* Tensor parallelism: values per sample this layer sums over its tensor group in
+     * forward and in backward (set by setup; herd predict models the exchanges). */
+    size_t tp_sum_forward, tp_sum_backward;
     void *state;      /* layer-private: plans, saved statistics, masks */
 };
 

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "nn/model.h"
+#include "nn/tensor_split.h"
 
 herd_status herd_model_create_on(const char *name_or_path, int c, int h, int w, int classes,
                                   const herd_backend *be, bool storage, herd_model **out)
@@ -112,6 +113,8 @@ herd_status herd_model_layer_info(const herd_model *m, size_t i, herd_layer_info
     out->type = l->ops->type;
     out->forward_flops = l->ops->flops ? l->ops->flops(l) : 0;
     out->output_per_sample = herd_shape_per_sample(l->out_shape);
+    out->tp_sum_forward = l->tp_sum_forward;
+    out->tp_sum_backward = l->tp_sum_backward;
     bool input_only = true;
     for (int k = 0; k < l->spec.n_inputs; k++)
         input_only &= l->spec.inputs[k] < 0;
@@ -127,6 +130,14 @@ herd_status herd_model_layer_info(const herd_model *m, size_t i, herd_layer_info
         out->param_offset[out->n_params++] = v->offset;
     }
     return HERD_OK;
+}
+
+herd_status herd_model_create_part(const herd_model *m, int part, int parts, herd_model **out)
+{
+    if (!m || !out || parts < 1 || part < 0 || part >= parts)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "herd_model_create_part: part %d of %d of %s", part,
+                        parts, m ? "a model" : "no model");
+    return herd_model_plan_part(m, part, parts, out);
 }
 
 herd_status herd_model_set_precision(herd_model *m, herd_precision p)

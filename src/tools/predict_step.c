@@ -125,3 +125,44 @@ herd_status herd_predict_plan_pipeline(const herd_model *m, const herd_comm_link
     free(fwd);
     return st;
 }
+
+herd_status herd_predict_plan_tensor(const herd_model *m, const herd_comm_link *link,
+                                     const herd_predict_plan *p, int parts, int batch,
+                                     herd_predict_tensor_plan *out)
+{
+    memset(out, 0, sizeof *out);
+    herd_model *part = NULL;
+    HERD_TRY(herd_model_create_part(m, 0, parts, &part));
+    int n = p->sm.n_layers;
+    double total = 0;
+    herd_status st = HERD_OK;
+    for (int l = 0; st == HERD_OK && l < n; l++) {
+        herd_layer_info li;
+        st = herd_model_layer_info(m, (size_t)l, &li);
+        total += li.forward_flops;
+    }
+    out->parts = parts;
+    for (int l = 0; st == HERD_OK && l < n; l++) {
+        herd_layer_info whole, mine;
+        if ((st = herd_model_layer_info(m, (size_t)l, &whole)) != HERD_OK ||
+            (st = herd_model_layer_info(part, (size_t)l, &mine)) != HERD_OK)
+            break;
+        double fwd = p->sm.forward_s * (total > 0 ? whole.forward_flops / total : 1.0 / n);
+        double share = whole.forward_flops > 0 ? mine.forward_flops / whole.forward_flops : 1.0;
+        out->compute_s += share * (fwd + p->backward_s[l]);
+        size_t sums[2] = {mine.tp_sum_forward, mine.tp_sum_backward};
+        for (int k = 0; k < 2; k++) {
+            if (!sums[k])
+                continue;
+            double bytes = (double)sums[k] * sizeof(float) * batch;
+            herd_alpha_beta ab = herd_comm_link_segment(link, bytes, NULL);
+            out->exchange_s += (parts - 1) * (ab.alpha_s + bytes * ab.beta_s_per_byte);
+            out->sums++;
+            out->sum_bytes += bytes;
+        }
+    }
+    out->part_params = (double)herd_model_param_count(part);
+    out->step_s = out->compute_s + out->exchange_s + p->sm.other_s;
+    herd_model_free(part);
+    return st;
+}

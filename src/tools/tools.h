@@ -350,6 +350,25 @@ typedef struct herd_predict_pipeline_plan {
     double micro_batch;                      /* samples per micro-batch */
 } herd_predict_pipeline_plan;
 
+/* One replica split over `parts` tensor-parallel ranks (--tensor-parallel): each layer's
+ * share of the step (forward and backward by FLOPs, as the plan splits them) scaled by
+ * the part's FLOPs over the whole's, plus the tensor group's sums, each blocking: an
+ * all-gather of every part's values (parts - 1 messages of the values' bytes over
+ * link, one after another), and the rest of the step as it is. */
+typedef struct herd_predict_tensor_plan {
+    int parts;
+    double compute_s;      /* forward and backward of one part */
+    double exchange_s;     /* the tensor group's sums */
+    double step_s;         /* compute + exchange + the rest */
+    int sums;              /* per step */
+    double sum_bytes;      /* per step, what one rank sends */
+    double part_params;    /* parameters one rank holds */
+} herd_predict_tensor_plan;
+
+herd_status herd_predict_plan_tensor(const herd_model *m, const herd_comm_link *link,
+                                     const herd_predict_plan *p, int parts, int batch,
+                                     herd_predict_tensor_plan *out);
+
 herd_status herd_predict_plan_pipeline(const herd_model *m, const herd_comm_link *link,
                                        const herd_predict_plan *p, int stages, int micro_batches,
                                        int batch, herd_pp_schedule_kind schedule,

@@ -44,6 +44,8 @@ static herd_status attention_setup(herd_layer *l, herd_model *m)
         return HERD_ERR_NOMEM;
     st->heads = h / parts;
     st->width = c / parts;
+    if (parts > 1) /* the projection's output; the input's gradient */
+        l->tp_sum_forward = l->tp_sum_backward = herd_shape_per_sample(l->in_shape[0]);
     l->out_shape = l->in_shape[0];
     return HERD_OK;
 }

@@ -24,6 +24,8 @@ static herd_status embedding_setup(herd_layer *l, herd_model *m)
     herd_model_add_split_tensor(m, l, "wte", 2, wte, 0, 1, 0);
     herd_model_add_tensor(m, l, "wpe", 2, wpe, 0, 0);
     l->out_shape = (herd_shape){1, 1, in.h, s->out};
+    if (m->tp.size > 1)
+        l->tp_sum_forward = herd_shape_per_sample(l->out_shape);
     return HERD_OK;
 }
 

@@ -73,6 +73,10 @@ static herd_status linear_setup(herd_layer *l, herd_model *m)
             herd_model_add_tensor(m, l, "bias", 1, bshape, 0, 1);
     }
     l->out_shape = l->spec.per_position ? (herd_shape){1, 1, in.h, out} : (herd_shape){1, out, 1, 1};
+    if (split == HERD_TP_ROW)
+        l->tp_sum_forward = herd_shape_per_sample(l->out_shape);
+    if (split == HERD_TP_COLUMN)
+        l->tp_sum_backward = herd_shape_per_sample(in);
     return HERD_OK;
 }
 

@@ -38,6 +38,8 @@ static herd_status lm_head_setup(herd_layer *l, herd_model *m)
         m->class_count = (int)count;
     }
     l->out_shape = (herd_shape){1, 1, l->in_shape[0].h, (int)count};
+    if (m->tp.size > 1)
+        l->tp_sum_backward = herd_shape_per_sample(l->in_shape[0]);
     return HERD_OK;
 }
 
