@@ -29,8 +29,8 @@ precs=(fp32 bf16)
 "$herd" --version | grep -q 'bf16: native' || precs=(fp32)
 bench_reference_setup
 bench_gemm_limits
-GEMM_LIMIT=$GEMM_HERD
-echo "1-thread fp32 GEMM limit: $GEMM_LIMIT GFLOP/s (herd's dnnl_sgemm)"
+GEMM_BF16=0
+[ ${#precs[@]} -gt 1 ] && bench_gemm_bf16_limit
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cat /usr/share/common-licenses/* | "$python" "$root/scripts/tokenize_bytes.py" - \
@@ -53,23 +53,31 @@ for m in "${model_list[@]}"; do
     for grid in "DP 2 1 $((gb / 2))" "TP 2 2 $gb"; do
       read -r kind np tpn b <<<"$grid"
       echo "\$ mpirun -np $np herd bench train --model $m --seq-len $t --batch-size $b --tensor-parallel $tpn --precision $p --steps $s"
-      OMP_NUM_THREADS=1 timeout 3600 "${mpirun[@]}" -np "$np" /usr/bin/time -f "maxrss_kib=%M" \
+      rm -f "$tmp"/rss.*
+      # Each rank's peak RSS into a file of its own (their stderr would interleave).
+      OMP_NUM_THREADS=1 timeout 3600 "${mpirun[@]}" -np "$np" \
+        sh -c '/usr/bin/time -o "$0.$OMPI_COMM_WORLD_RANK" -f %M "$@"' "$tmp/rss" \
         "$herd" bench train --model "$m" --data "tokens:$tmp/t_train.bin,$( [ "$m" = gpt2 ] && echo 50257 || echo 256)" \
         --seq-len "$t" --batch-size "$b" --steps "$s" --warmup "$warmup" --threads 1 \
         --tensor-parallel "$tpn" --precision "$p" >"$tmp/out" 2>&1 || true
-      grep -E "tokens_per_s=|maxrss_kib=|error" "$tmp/out" | sed 's/^/  /'
+      grep -E "tokens_per_s=|error" "$tmp/out" | sed 's/^/  /'
+      for f in "$tmp"/rss.*; do echo "  rank ${f##*.} maxrss_kib=$(tail -n 1 "$f")"; done
       line=$(grep tokens_per_s= "$tmp/out" | tail -n 1)
       tps=$(kv tokens_per_s "$line"); tps=${tps:--}
       gf=$(kv gflops "$line"); gf=${gf:--}
-      rss=$(grep -o "maxrss_kib=[0-9]*" "$tmp/out" | cut -d= -f2 |
+      rss=$(for f in "$tmp"/rss.*; do tail -n 1 "$f"; done |
             awk '{ printf "%s%.0f", (NR > 1 ? ", " : ""), $1 / 1024 }')
-      frac=$(awk -v g="$gf" -v l="$GEMM_LIMIT" 'BEGIN { if (g == "-") print "-"; else printf "%.2f", g / (2 * l) }')
+      lim=$GEMM_LIMIT; [ "$p" = bf16 ] && lim=$GEMM_BF16
+      frac=$(awk -v g="$gf" -v l="$lim" 'BEGIN { if (g == "-" || l <= 0) print "-"; else printf "%.2f", g / (2 * l) }')
       rows+=("| $m | $p | $kind 2 (batch $b per replica) | $tps | $frac | $rss |")
     done
   done
 done
 echo
 echo "### GPT on 2 ranks x 1 thread: tensor against data parallelism ($(date -u +%Y-%m-%d))"
+echo
+echo "Limits in this run (1 core): fp32 GEMM $GEMM_LIMIT GFLOP/s, bf16 GEMM $GEMM_BF16 GFLOP/s; a row's"
+echo "fraction is its training FLOPs per second over 2 x its precision's limit."
 echo
 echo "| model | precision | grid | tokens/s | of 2 x GEMM limit | peak RSS per rank (MiB) |"
 echo "|---|---|---|---:|---:|---|"
