@@ -149,28 +149,39 @@ static int read_fixed_hosts(const run_args *r, run_hosts *h)
     return -1;
 }
 
-/* The fewest ranks train runs with (herd_train_min_ranks), from its --pipeline-stages
- * and --zero; what asks for them into why. Values train refuses count as absent: it
- * says so itself. */
+/* The fewest ranks train runs with (herd_train_min_ranks), from its --pipeline-stages,
+ * --tensor-parallel and --zero; what asks for them into why. A replica takes stages x
+ * parts ranks, so a restart's ranks are a multiple of that. Values train refuses count
+ * as absent: it says so itself. */
 static long train_min_ranks(const run_args *r, long *multiple, char *why, size_t cap)
 {
     bool given;
-    long stages = 1, zero = 0;
+    long stages = 1, zero = 0, parts = 1;
     const char *v = run_cmd_option(r->cmd, r->ncmd, "--pipeline-stages", &given);
     if (!v || !herd_parse_long(v, 1, 64, &stages))
         stages = 1;
+    v = run_cmd_option(r->cmd, r->ncmd, "--tensor-parallel", &given);
+    if (!v || !herd_parse_long(v, 1, 64, &parts))
+        parts = 1;
     v = run_cmd_option(r->cmd, r->ncmd, "--zero", &given);
     if (!v || !herd_parse_long(v, 1, 2, &zero))
         zero = 0;
-    long need = herd_train_min_ranks((int)stages, (int)zero);
-    *multiple = stages;
+    long need = herd_train_min_ranks((int)stages, (int)zero) * parts;
+    *multiple = stages * parts;
     if (stages > 1 && zero)
         snprintf(why, cap, "train --pipeline-stages %ld --zero %ld needs %ld stages x 2 replicas", stages,
                  zero, stages);
     else if (stages > 1)
         snprintf(why, cap, "train --pipeline-stages %ld needs a rank per stage", stages);
+    else if (parts > 1 && zero)
+        snprintf(why, cap, "train --tensor-parallel %ld --zero %ld needs %ld parts x 2 replicas",
+                 parts, zero, parts);
+    else if (parts > 1)
+        snprintf(why, cap, "train --tensor-parallel %ld needs a rank per part", parts);
     else
         snprintf(why, cap, "train --zero %ld shards over at least 2 data-parallel ranks", zero);
+    if (stages > 1 && parts > 1) /* train refuses the pair, naming it */
+        *multiple = stages, need = herd_train_min_ranks((int)stages, (int)zero);
     return need;
 }
 

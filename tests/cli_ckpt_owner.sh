@@ -123,10 +123,14 @@ minnp "--min-np 3 with --pipeline-stages 2 --zero 1" 2 "needs 2 stages x 2 repli
 minnp "-np 1 with --zero 1 (--min-np not given)" 2 "np 1 is below the smallest job" \
   -np 1 --max-restarts 1 -- "${job[@]}" --zero 1
 minnp "--min-np 2 with --zero 1" 0 "train" -np 2 --max-restarts 1 --min-np 2 -- "${job[@]}" --zero 1
-minnp "-np 3 with --pipeline-stages 2" 2 "np 3 is not a multiple of train's --pipeline-stages 2" \
+minnp "-np 3 with --pipeline-stages 2" 2 "np 3 is not a multiple of 2, the ranks of one replica" \
   -np 3 --max-restarts 1 -- "${job[@]}" --pipeline-stages 2
-minnp "--max-np 5 with --pipeline-stages 2" 2 "max-np 5 is not a multiple of train's --pipeline-stages 2" \
+minnp "--max-np 5 with --pipeline-stages 2" 2 "max-np 5 is not a multiple of 2, the ranks of one" \
   -np 4 --max-np 5 --max-restarts 1 -- "${job[@]}" --pipeline-stages 2
+minnp "--min-np 2 with --tensor-parallel 2 --zero 1" 2 "needs 2 parts x 2 replicas, so 4 ranks" \
+  -np 4 --max-restarts 1 --min-np 2 -- "${job[@]}" --tensor-parallel 2 --zero 1
+minnp "-np 6 with --tensor-parallel 4" 2 "np 6 is not a multiple of 4, the ranks of one replica" \
+  -np 6 --max-restarts 1 -- "${job[@]}" --tensor-parallel 4
 
 # ---- Under MPI ----
 if ! have_mpi; then

@@ -150,7 +150,7 @@ struct run_args {
     int ncmd;
     /* Supervision: max_restarts -1 means none (herd run execs the launcher). */
     long max_restarts, min_np, max_np, elastic_timeout;
-    long np_multiple; /* a restart's ranks: a multiple of train's pipeline stages */
+    long np_multiple; /* a restart's ranks: a multiple of train's stages x tensor parts */
     const char *discovery, *elastic_batch;
     launch_kind kind;
     const char *how; /* why this kind: "--launcher", "herd's MPI", ... */

@@ -60,8 +60,8 @@ herd_status run_check_supervised(run_args *r, const run_hosts *fixed, long need,
         return refuse(why, cap, "-np %ld is below the smallest job train can run: %s, so %ld ranks",
                       r->np, need_why, need);
     if (r->np % r->np_multiple != 0)
-        return refuse(why, cap, "-np %ld is not a multiple of train's --pipeline-stages %ld", r->np,
-                      r->np_multiple);
+        return refuse(why, cap, "-np %ld is not a multiple of %ld, the ranks of one replica "
+                      "(train's --pipeline-stages x --tensor-parallel)", r->np, r->np_multiple);
     r->min_np = r->min_np ? r->min_np : need;
     r->max_np = r->max_np ? r->max_np : r->np;
     r->elastic_timeout = r->elastic_timeout >= 0 ? r->elastic_timeout : 600;
@@ -69,7 +69,8 @@ herd_status run_check_supervised(run_args *r, const run_hosts *fixed, long need,
     if (r->min_np > r->max_np)
         return refuse(why, cap, "--min-np %ld is above --max-np %ld", r->min_np, r->max_np);
     if (r->min_np % r->np_multiple != 0 || r->max_np % r->np_multiple != 0)
-        return refuse(why, cap, "--%s-np %ld is not a multiple of train's --pipeline-stages %ld",
+        return refuse(why, cap, "--%s-np %ld is not a multiple of %ld, the ranks of one replica "
+                      "(train's --pipeline-stages x --tensor-parallel)",
                       r->min_np % r->np_multiple ? "min" : "max",
                       r->min_np % r->np_multiple ? r->min_np : r->max_np, r->np_multiple);
     if (r->np < r->min_np || r->np > r->max_np)

@@ -9,8 +9,8 @@
 #include "core/error.h"
 #include "core/parse.h"
 #include "core/testhook.h"
-#include "nn/xent_split.h"
 #include "dist/signature.h"
+#include "nn/xent_split.h"
 
 herd_status herd_step_plan_init(herd_step_plan *p, herd_model *m, herd_comm *comm,
                                 double bucket_mb, herd_wire_type wire, bool sync_bn)
