@@ -285,9 +285,11 @@ def _train(model, data, test_data, device, precision, save, train_samples, test_
         m = model
     else:
         stages = int(options.get("pipeline_stages") or 1)
-        # Pipeline stages build their own layers: no rank holds the whole model, unless
-        # its weights are to be saved (rank 0 collects them).
-        m = Model(name, data=train_ds, device=device, seed=seed, _plan=stages > 1 and not save)
+        parts = int(options.get("tensor_parallel") or 1)
+        # Pipeline stages and tensor parts build their own parameters: no rank holds the
+        # whole model, unless its weights are to be saved (rank 0 collects them).
+        m = Model(name, data=train_ds, device=device, seed=seed,
+                  _plan=(stages > 1 or parts > 1) and not save)
     if precision:
         m._m.set_precision(precision)
     console = progress == "console"

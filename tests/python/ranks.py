@@ -2,7 +2,9 @@
 train: herd.train as test_herd.py's CLI run, weights to DIR/py.st, "ranks=N" printed.
 other-data: rank 1 passes other arrays; each rank prints "raised: <herd's message>".
 restart: as train, with checkpoints every 2 steps, under herd run --max-restarts: in the
-  first attempt rank 1 dies at step 7; the next resumes (herd.train reads the attempt)."""
+  first attempt rank 1 dies at step 7; the next resumes (herd.train reads the attempt).
+tensor MODEL DATA: a GPT split over the ranks (tensor_parallel=2) as test_herd.py's CLI
+  run, weights to DIR/tp.st."""
 import os
 import sys
 
@@ -16,6 +18,9 @@ if mode == "train":
                    lr=0.02, test_samples=128, save=f"{out}/py.st")
     if herd.rank() == 0:
         print(f"ranks={s['ranks']} size={herd.size()}")
+elif mode == "tensor":
+    herd.train(sys.argv[3], data=sys.argv[4], seq_len=32, batch_size=8, max_steps=10, threads=1,
+               test_samples=16, optimizer="adamw", lr=0.003, tensor_parallel=2, save=f"{out}/tp.st")
 elif mode == "other-data":
     x = np.full((64, 1, 28, 28), 7 + herd.rank(), np.uint8)
     y = np.arange(64) % 10

@@ -179,6 +179,29 @@ def test_ranks_equal_cli(tmp_path, np_):
     assert f"ranks={np_}" in out
 
 
+def test_tensor_parallel_equals_cli(tmp_path):
+    """herd.train(tensor_parallel=2) on 2 ranks: the CLI's weights at --tensor-parallel 2,
+    byte for byte (the parts' whole tensors collected into one file)."""
+    launcher(2)  # skips without MPI
+    corpus = "/usr/share/common-licenses"
+    if not os.path.isdir(corpus):
+        pytest.skip(f"{corpus} (Debian's base-files) is not here")
+    text = b"".join(read(os.path.join(corpus, f)) for f in sorted(os.listdir(corpus))
+                    if os.path.isfile(os.path.join(corpus, f)))[:40000]
+    (tmp_path / "text").write_bytes(text)
+    subprocess.run([sys.executable, os.path.join(HERE, "..", "..", "scripts", "tokenize_bytes.py"),
+                    str(tmp_path / "text"), str(tmp_path / "t_train.bin"), str(tmp_path / "t_val.bin")],
+                   check=True, capture_output=True)
+    model = os.path.join(HERE, "..", "models", "gpt-tp4.json")
+    data = f"tokens:{tmp_path / 't_train.bin'},256"
+    cli("--model", model, "--data", data, "--seq-len", "32", "--batch-size", "8", "--max-steps", "10",
+        "--threads", "1", "--test-samples", "16", "--optimizer", "adamw", "--lr", "0.003",
+        "--tensor-parallel", "2", "--save", str(tmp_path / "cli.st"), "--quiet", launcher=launcher(2))
+    rc, out = ranks_script(tmp_path, 2, "tensor", model, data)
+    assert rc == 0, out
+    assert read(tmp_path / "cli.st") == read(tmp_path / "tp.st")
+
+
 def test_rank_with_other_data_named(tmp_path):
     """A rank handed other arrays: every rank raises, naming the difference; none hangs."""
     rc, out = ranks_script(tmp_path, 2, "other-data")
