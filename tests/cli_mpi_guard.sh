@@ -37,6 +37,7 @@ mismatch "--milestones" milestones "--schedule step --milestones 1" "--schedule 
 mismatch "--label-smoothing" label_smoothing "" "--label-smoothing 0.1"
 mismatch "--max-steps" max_steps "" "--max-steps 3"
 mismatch "--grad-accum" grad_accum "" "--grad-accum 2"
+mismatch "--tensor-parallel" tensor_parallel "" "--tensor-parallel 2"
 mismatch "--train-samples" train_data "" "--train-samples 400"
 check "the values of both ranks are shown" grep -q "rank 1 has train_data=400 samples.* but rank 0 has train_data=500 samples" "$tmp/err"
 mismatch "--test-samples" test_data "" "--test-samples 400"

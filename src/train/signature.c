@@ -66,6 +66,7 @@ static void sign_config(herd_signature *s, const herd_train_config *c)
                        c->pipeline_stages, c->micro_batches,
                        herd_pp_schedule_name(c->pp_schedule),
                        c->stage_split ? c->stage_split : "by cost");
+    herd_signature_add(s, "tensor_parallel", "%d", c->tensor_parallel);
     /* The trace's flushes are collective: a rank without it would leave the others waiting. */
     herd_signature_add(s, "timeline", "%d", c->timeline_path != NULL);
     herd_signature_add(s, "checkpoint_every", "%ld steps, %.17g s", c->checkpoint_every_steps,
