@@ -27,20 +27,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -x "$herd" ] || { echo "gpt.sh: $herd not found: make build" >&2; exit 1; }
-"$herd" --version | tail -n 1
-precs=(fp32 bf16)
-if ! "$herd" --version | grep -q 'bf16: native'; then
-  echo "gpt.sh: no native bf16 on this CPU (herd refuses bf16 here): fp32 only"
-  precs=(fp32)
-fi
-bench_reference_setup
-bench_gemm_limits
-GEMM_BF16=0
-[ ${#precs[@]} -gt 1 ] && bench_gemm_bf16_limit
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cat /usr/share/common-licenses/* | "$python" "$root/scripts/tokenize_bytes.py" - \
-  "$tmp/lic_train.bin" "$tmp/lic_val.bin" >/dev/null
+bench_gpt_setup "$tmp"
 
 shape() { # model -> "T B STEPS WARMUP VOCAB"
   case $1 in

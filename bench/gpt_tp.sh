@@ -24,17 +24,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -x "$herd" ] || { echo "gpt_tp.sh: $herd not found: make build" >&2; exit 1; }
-"$herd" --version | tail -n 1
-precs=(fp32 bf16)
-"$herd" --version | grep -q 'bf16: native' || precs=(fp32)
-bench_reference_setup
-bench_gemm_limits
-GEMM_BF16=0
-[ ${#precs[@]} -gt 1 ] && bench_gemm_bf16_limit
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cat /usr/share/common-licenses/* | "$python" "$root/scripts/tokenize_bytes.py" - \
-  "$tmp/t_train.bin" "$tmp/t_val.bin" >/dev/null
+bench_gpt_setup "$tmp"
 mpirun=(mpirun.openmpi --oversubscribe --bind-to none -x OMP_NUM_THREADS=1)
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
@@ -57,7 +49,7 @@ for m in "${model_list[@]}"; do
       # Each rank's peak RSS into a file of its own (their stderr would interleave).
       OMP_NUM_THREADS=1 timeout 3600 "${mpirun[@]}" -np "$np" \
         sh -c '/usr/bin/time -o "$0.$OMPI_COMM_WORLD_RANK" -f %M "$@"' "$tmp/rss" \
-        "$herd" bench train --model "$m" --data "tokens:$tmp/t_train.bin,$( [ "$m" = gpt2 ] && echo 50257 || echo 256)" \
+        "$herd" bench train --model "$m" --data "tokens:$tmp/lic_train.bin,$( [ "$m" = gpt2 ] && echo 50257 || echo 256)" \
         --seq-len "$t" --batch-size "$b" --steps "$s" --warmup "$warmup" --threads 1 \
         --tensor-parallel "$tpn" --precision "$p" >"$tmp/out" 2>&1 || true
       grep -E "tokens_per_s=|error" "$tmp/out" | sed 's/^/  /'

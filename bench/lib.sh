@@ -129,3 +129,21 @@ bench_rss() {
   awk '/^[0-9]+$/ { printf "peak_rss_mib=%.1f\n", $1 / 1024 }' "$t/rss" # after time's note of a failure
   rm -rf "$t"
 }
+
+# The GPT benchmarks' set-up (gpt.sh, gpt_tp.sh): herd's version line; precs, fp32 and
+# bf16 where herd runs bf16 natively; the reference's settings and both GEMM limits of
+# this run; Debian's license texts tokenised byte-level into DIR/lic_train.bin.
+bench_gpt_setup() {
+  "$herd" --version | tail -n 1
+  precs=(fp32 bf16)
+  if ! "$herd" --version | grep -q 'bf16: native'; then
+    echo "$(basename "$0"): no native bf16 on this CPU (herd refuses bf16 here): fp32 only"
+    precs=(fp32)
+  fi
+  bench_reference_setup
+  bench_gemm_limits
+  GEMM_BF16=0
+  if [ ${#precs[@]} -gt 1 ]; then bench_gemm_bf16_limit; fi
+  cat /usr/share/common-licenses/* | "$python" "$bench_root/scripts/tokenize_bytes.py" - \
+    "$1/lic_train.bin" "$1/lic_val.bin" >/dev/null
+}
