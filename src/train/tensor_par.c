@@ -50,15 +50,15 @@ static herd_status group_allgather(void *user, const void *mine, void *all, size
     return g->ops->allgather(g, mine, all, bytes);
 }
 
-/* This rank's part, from the whole model's parameters and buffers (host memory). */
-static herd_status take_part(herd_model *m, const herd_model *whole, const herd_model *plan)
+/* This rank's part, from the whole model's parameters and buffers (host memory: tensor
+ * parallelism runs on the CPU). */
+static void take_part(herd_model *m, const herd_model *whole)
 {
     for (int i = 0; i < m->n_views; i++) {
-        const herd_tensor_view *v = &m->views[i], *w = &plan->views[i];
+        const herd_tensor_view *v = &m->views[i], *w = &whole->views[i];
         herd_split_copy(v, (v->is_buffer ? whole->buffers : whole->params) + w->offset,
                         (v->is_buffer ? m->buffers : m->params) + v->offset, true);
     }
-    return HERD_OK;
 }
 
 static herd_status build_part(herd_tensor_par *tp, const herd_train_config *cfg,
@@ -82,7 +82,7 @@ static herd_status build_part(herd_tensor_par *tp, const herd_train_config *cfg,
     herd_status st = herd_model_build(m, specs, whole->n_layers, cfg->seed);
     free(specs);
     if (st == HERD_OK && whole->params) /* the caller's weights (loaded or initialised) */
-        st = take_part(m, whole, whole);
+        take_part(m, whole);
     return st;
 }
 
