@@ -226,8 +226,11 @@ def test_herd_run_restarts_a_python_job(tmp_path):
     rc, out = herd_run(tmp_path, "1", "--", sys.executable, os.path.join(HERE, "ranks.py"),
                        str(tmp_path), "restart")
     assert rc == 0, out
-    # Open MPI names the rank ("after rank 1 (exit code 3)"); Hydra only its own status.
-    assert re.search(r"restart 1/1 after (rank 1 \(exit code 3\)|the launcher exited with status 3)", out), out
+    # Open MPI names the rank ("after rank 1 (exit code 3)"); Hydra only its own status,
+    # the first bad exit it reaped: rank 1's 3, or rank 0's 1 when rank 0 stopped on its
+    # lost peer first (seen once in MPICH's pass, 2026-12-03).
+    assert re.search(r"restart 1/1 after (rank 1 \(exit code 3\)|the launcher exited with status [31])",
+                     out), out
     assert "attempt=1 restarts=1" in out, out
     assert read(tmp_path / "cli.st") == read(tmp_path / "py.st")
 
