@@ -1,7 +1,6 @@
 /* Tensor parallelism's parts of whole tensors (tensor_split.h). */
 #include "nn/tensor_split.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -53,37 +52,23 @@ void herd_split_view_range(const herd_tensor_view *v, int64_t *first, int64_t *c
                      v->split_parts, first, count);
 }
 
-size_t herd_split_whole_numel(const herd_tensor_view *v)
-{
-    if (v->split_parts <= 1)
-        return v->numel;
-    size_t n = 1;
-    for (int i = 0; i < v->ndim; i++)
-        n *= (size_t)v->whole_shape[i];
-    return n;
-}
-
 void herd_split_copy(const herd_tensor_view *v, float *whole, float *part, bool to_part)
 {
-    if (v->split_parts <= 1) {
-        if (to_part)
-            memcpy(part, whole, v->numel * sizeof *part);
-        else
-            memcpy(whole, part, v->numel * sizeof *part);
-        return;
-    }
-    int64_t rows = v->whole_shape[0], cols = v->ndim > 1 ? v->whole_shape[1] : 1;
-    int64_t first, count;
-    /* A run of whole rows per block (dim 0), or a run of columns per row (dim 1). */
-    int64_t runs, run_len, whole_stride, whole_at;
-    if (v->split_dim == 0) {
-        int64_t block = rows / v->split_groups;
-        herd_split_range(block, v->split_part, v->split_parts, &first, &count);
-        runs = v->split_groups, run_len = count * cols, whole_stride = block * cols;
-        whole_at = first * cols;
-    } else {
-        herd_split_range(cols, v->split_part, v->split_parts, &first, &count);
-        runs = rows, run_len = count, whole_stride = cols, whole_at = first;
+    /* Runs of run_len floats: the whole tensor once (not split), a run of whole rows per
+     * block (dim 0), or a run of columns per row (dim 1). */
+    int64_t runs = 1, run_len = (int64_t)v->numel, whole_stride = 0, whole_at = 0;
+    if (v->split_parts > 1) {
+        int64_t rows = v->whole_shape[0], cols = v->ndim > 1 ? v->whole_shape[1] : 1;
+        int64_t first, count;
+        if (v->split_dim == 0) {
+            int64_t block = rows / v->split_groups;
+            herd_split_range(block, v->split_part, v->split_parts, &first, &count);
+            runs = v->split_groups, run_len = count * cols, whole_stride = block * cols;
+            whole_at = first * cols;
+        } else {
+            herd_split_range(cols, v->split_part, v->split_parts, &first, &count);
+            runs = rows, run_len = count, whole_stride = cols, whole_at = first;
+        }
     }
     for (int64_t r = 0; r < runs; r++) {
         float *w = whole + r * whole_stride + whole_at, *p = part + r * run_len;
@@ -97,21 +82,11 @@ void herd_split_copy(const herd_tensor_view *v, float *whole, float *part, bool 
 herd_status herd_model_plan_part(const herd_model *whole, int part, int parts, herd_model **out)
 {
     herd_model *m = herd_xcalloc(1, sizeof *m);
-    herd_layer_spec *specs = herd_xcalloc((size_t)whole->n_layers, sizeof *specs);
-    herd_status st = m && specs ? HERD_OK : HERD_ERR_NOMEM;
-    if (st == HERD_OK) {
-        memcpy(m->name, whole->name, sizeof m->name);
-        m->be = whole->be;
-        m->in_c = whole->in_c, m->in_h = whole->in_h, m->in_w = whole->in_w;
-        m->classes = whole->classes;
-        m->open_output = whole->open_output;
-        m->tp.rank = part;
-        m->tp.size = parts;
-        for (int i = 0; i < whole->n_layers; i++)
-            specs[i] = whole->layers[i].spec;
-        st = herd_model_plan(m, specs, whole->n_layers);
-    }
-    free(specs);
+    if (!m)
+        return HERD_ERR_NOMEM;
+    m->tp.rank = part; /* read by the layers' setup: set before the plan */
+    m->tp.size = parts;
+    herd_status st = herd_model_build_stage(m, whole, 0, whole->n_layers, false, false, 0);
     if (st != HERD_OK) {
         herd_model_free(m);
         m = NULL;

@@ -29,9 +29,6 @@ void herd_split_copy(const herd_tensor_view *v, float *whole, float *part, bool 
  * split dimension (a view that is not split: all of them, along dimension 0). */
 void herd_split_view_range(const herd_tensor_view *v, int64_t *first, int64_t *count);
 
-/* The whole tensor's element count of view v. */
-size_t herd_split_whole_numel(const herd_tensor_view *v);
-
 /* Plans (no storage) part `part` of a model split `parts` ways from the whole model's
  * layer specs: its views tell where its parameters sit in the whole (checkpoints). */
 herd_status herd_model_plan_part(const herd_model *whole, int part, int parts, herd_model **out);

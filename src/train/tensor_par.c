@@ -65,22 +65,12 @@ static herd_status build_part(herd_tensor_par *tp, const herd_train_config *cfg,
                               const herd_model *whole)
 {
     herd_model *m = tp->m = herd_xcalloc(1, sizeof *m);
-    herd_layer_spec *specs = herd_xcalloc((size_t)whole->n_layers, sizeof *specs);
-    if (!m || !specs) {
-        free(specs);
+    if (!m)
         return HERD_ERR_NOMEM;
-    }
-    memcpy(m->name, whole->name, sizeof m->name);
-    m->be = whole->be;
-    m->precision = whole->precision;
-    m->in_c = whole->in_c, m->in_h = whole->in_h, m->in_w = whole->in_w;
-    m->classes = whole->classes;
     m->tp = (herd_tp_group){.rank = tp->part, .size = tp->parts, .sum = group_sum,
                             .allgather = group_allgather, .group = tp};
-    for (int i = 0; i < whole->n_layers; i++)
-        specs[i] = whole->layers[i].spec;
-    herd_status st = herd_model_build(m, specs, whole->n_layers, cfg->seed);
-    free(specs);
+    /* The whole model's layers as one stage, each split as m->tp says. */
+    herd_status st = herd_model_build_stage(m, whole, 0, whole->n_layers, true, false, cfg->seed);
     if (st == HERD_OK && whole->params) /* the caller's weights (loaded or initialised) */
         take_part(m, whole);
     return st;
