@@ -174,6 +174,9 @@ void comm_mpi_who(const comm_mpi *m, char *out, size_t cap);
  * own queue, thread and stall inspector; MPI is initialised already. */
 herd_status comm_mpi_create_on(MPI_Comm base, const herd_comm_config *cfg, int thread_level,
                                const char *group_name, herd_comm **out);
+/* The caller's side of every operation (comm_mpi.c); its destroy is comm_mpi_setup.c's. */
+extern const herd_comm_ops comm_mpi_ops;
+void comm_mpi_destroy(herd_comm *c);
 herd_status comm_mpi_split(herd_comm *c, int color, int key, const char *name, herd_comm **out);
 herd_status comm_mpi_p2p_start(herd_comm *c, herd_p2p *req, bool send, void *buf, size_t bytes,
                                int peer, int tag);
