@@ -3,7 +3,8 @@
 # --deterministic for 100 steps, lenet5 (global batch 96, slices of 8) and resnet20 with
 # --sync-bn (8x8 images, global batch 48, slices of 4), at 1, 2, 3, 4 and 6 ranks
 # (oversubscribed), --grad-accum splits 1 to 4 and --threads 2, with --zero 2 and
-# --clip-grad-norm, and on 2 pipeline stages: every saved file cmp-equal to the
+# --clip-grad-norm, and on 2 pipeline stages (resnet20 too, with --sync-bn): every saved
+# file cmp-equal to the
 # one-process run's. Prints one line per comparison; raw output appended to OUT.
 #   usage: [OUT=file] bench/deterministic_100.sh [BUILD]
 set -u
@@ -54,3 +55,7 @@ for r in "2 24 1" "3 8 2" "4 12 1" "6 8 1"; do
   read -r np b a <<<"$r"
   run "$np" "$b" "$a" "$tmp/r.$np"; same "resnet20 $np x $b x $a" "$tmp/r.$np"
 done
+run 2 16 3 "$tmp/r.pp" --pipeline-stages 2 --micro-batches 4
+same "resnet20 2 pipeline stages x 1 (16 x 3, micro-batches of 4)" "$tmp/r.pp"
+run 4 8 3 "$tmp/r.pp2" --pipeline-stages 2 --micro-batches 2 --zero 2
+same "resnet20 2 pipeline stages x 2 replicas, --zero 2" "$tmp/r.pp2"

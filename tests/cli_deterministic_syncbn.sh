@@ -9,8 +9,12 @@
 # bytes, weights and running statistics. The statistics are
 # the global batch's: after 2 steps the weights lie within rounding of one slice of 48
 # (batch norm over all of it), where slices of 4 without --sync-bn do not. A repeat
-# pass (testlib.sh) trains 10 steps: 1 x 16 x 3, 3 x 8 x 2 and the resume. Refused at
-# start: --pipeline-stages with it.
+# pass (testlib.sh) trains 10 steps: 1 x 16 x 3, 3 x 8 x 2 and the resume. With
+# --pipeline-stages (every slice of the replica's step through a stage together): 2
+# stages, 2 stages x 2 replicas with --zero 2, 3 stages under GPipe, the simulated device,
+# clipping with dynamic loss scaling, stopped on 2 stages and resumed without; and a model
+# whose later stage holds a batch norm and dropout (tests/models/bndrop.json); the repeat
+# pass keeps the first two and the dropout.
 set -u
 . "$(dirname "$0")/testlib.sh"
 export OMP_NUM_THREADS=1
@@ -80,7 +84,43 @@ else
   skipped_part "several ranks under mpirun (herd built without MPI, or no launcher)"
 fi
 
-rn 1 16 3 "$tmp/pp" --quiet --pipeline-stages 2 --micro-batches 4 >/dev/null 2>"$tmp/err"
-check "--pipeline-stages refused at start, naming it" \
-  grep -q -- "--sync-bn does not work with --pipeline-stages yet" "$tmp/err"
+# Pipeline stages: each stage runs the replica's slices of the step together, its batch
+# norms summed over the stage's replicas in the global batch's order.
+if have_mpi; then
+  pp=("2 16 3 --pipeline-stages 2 --micro-batches 4" "4 8 3 --pipeline-stages 2 --micro-batches 2 --zero 2")
+  repeat_pass || pp+=("3 16 3 --pipeline-stages 3 --micro-batches 4 --pp-schedule gpipe"
+                      "2 16 3 --pipeline-stages 2 --micro-batches 4 --device sim")
+  for r in "${pp[@]}"; do
+    read -r np batch accum flags <<<"$r"
+    # shellcheck disable=SC2086
+    rn "$np" "$batch" "$accum" "$tmp/pp" $flags >"$tmp/out" 2>&1 || tail -3 "$tmp/out"
+    check "$np ranks x $batch x $accum, $flags: the one-process bytes" cmp "$tmp/one" "$tmp/pp"
+  done
+  check "... said at start: the stages take turns" grep -q "stages take turns" "$tmp/out"
+  if ! repeat_pass; then
+    rn 4 8 3 "$tmp/pp.clip" --pipeline-stages 2 --micro-batches 2 "${more[@]}" >"$tmp/out" 2>&1 ||
+      tail -3 "$tmp/out"
+    check "2 stages x 2 replicas, clipping and dynamic loss scaling: the one-process bytes" \
+      cmp "$tmp/one.clip" "$tmp/pp.clip"
+    rn 2 16 3 "$tmp/pp.stopped" --quiet --pipeline-stages 2 --micro-batches 4 \
+      --checkpoint-dir "$tmp/ckpp" --max-steps "$stop_at" >"$tmp/out" 2>&1 || tail -3 "$tmp/out"
+    rn 3 8 2 "$tmp/pp.resumed" --quiet --checkpoint-dir "$tmp/ckpp" --resume >"$tmp/out" 2>&1 ||
+      tail -3 "$tmp/out"
+    check "stopped at step $stop_at on 2 stages, resumed on 3 ranks without stages: the one-process bytes" \
+      cmp "$tmp/one" "$tmp/pp.resumed"
+  fi
+  # Dropout after batch norm in the later stage: its stream is the whole model's layer's.
+  bd() { # bd NP OUT [FLAGS...]
+    local np=$1 out=$2; shift 2
+    local launch=(); [ "$np" -gt 1 ] && launch=(timeout 300 "${mpiexec[@]}" -np "$np")
+    "${launch[@]}" "$herd" train --model "$here/models/bndrop.json" --data "synthetic:1,12,12,4,480" \
+      --test-samples 32 --epochs 1 --batch-size 16 --grad-accum 3 --seed 5 --lr 0.05 --momentum 0.9 \
+      --threads 1 --deterministic --slice-size 4 --sync-bn --quiet --save "$out" "$@"
+  }
+  bd 1 "$tmp/bd.1" >/dev/null 2>&1
+  bd 2 "$tmp/bd.pp" --pipeline-stages 2 --micro-batches 4 --stage-split drop1 >"$tmp/out" 2>&1 ||
+    tail -3 "$tmp/out"
+  check "batch norm and dropout, the second stage from the first dropout: the one-process bytes" \
+    cmp "$tmp/bd.1" "$tmp/bd.pp"
+fi
 finish

@@ -460,6 +460,22 @@ herd_mem_category herd_mem_category_set(herd_mem_category c)
 
 herd_mem_category herd_mem_category_current(void) { return mem_category; }
 
+herd_status herd_backend_grow(const herd_backend *be, herd_mem_category c, void **buf, size_t *cap,
+                              size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return HERD_OK;
+    be->free(*buf);
+    *cap = 0;
+    herd_mem_category was = herd_mem_category_set(c);
+    *buf = be->alloc(need * elem);
+    herd_mem_category_set(was);
+    if (!*buf)
+        return HERD_ERR_NOMEM; /* the allocator said why */
+    *cap = need;
+    return HERD_OK;
+}
+
 const char *herd_mem_category_name(int c)
 {
     static const char *names[] = {"parameters", "gradients", "optimizer state", "activations",

@@ -332,6 +332,10 @@ typedef struct herd_backend {
 herd_mem_category herd_mem_category_set(herd_mem_category c);
 herd_mem_category herd_mem_category_current(void);
 const char *herd_mem_category_name(int c); /* "parameters", "gradients", ... */
+/* *buf (be's memory, *cap elements of `elem` bytes) holds at least `need` elements:
+ * replaced, not copied, when it is smaller, and counted as c. */
+herd_status herd_backend_grow(const herd_backend *be, herd_mem_category c, void **buf, size_t *cap,
+                              size_t need, size_t elem);
 /* Host memory herd holds outside the CPU allocator (a file read whole), counted against
  * --memory-limit on the CPU and in its peak like an allocation: hold refuses what would
  * exceed the cap (HERD_ERR_NOMEM naming it), release gives back what hold counted. */

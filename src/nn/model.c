@@ -244,8 +244,10 @@ herd_status herd_model_build_stage(herd_model *stage, const herd_model *whole, i
     stage->be = whole->be;
     stage->precision = whole->precision;
     stage->classes = whole->classes;
-    stage->layer_offset = first;
-    stage->open_output = end < whole->n_layers;
+    /* A stage of a stage (a pipeline stage's slices) keeps the whole model's numbering
+     * (dropout's streams) and its open end. */
+    stage->layer_offset = whole->layer_offset + first;
+    stage->open_output = end < whole->n_layers || whole->open_output;
     stage->input_grad = input_grad;
     if (first == 0) {
         stage->in_c = whole->in_c, stage->in_h = whole->in_h, stage->in_w = whole->in_w;

@@ -48,7 +48,9 @@ herd_status herd_run_exact_setup(run *r)
     if (r->exact.buffers_synced && r->comm->rank == 0)
         herd_log(HERD_LOG_INFO, "--deterministic --sync-bn: batch norm normalises over the "
                  "global batch; each rank holds its whole part of the step's activations at "
-                 "once (--grad-accum saves no memory)");
+                 "once (--grad-accum saves no memory)%s",
+                 r->pp ? ", and the pipeline's stages take turns (every slice passes a batch "
+                         "norm before any goes on)" : "");
     else if (r->m->n_buffer_floats > 0 && r->comm->rank == 0)
         herd_log(HERD_LOG_INFO, "--deterministic: batch norm normalises over each slice of %d "
                  "samples (--slice-size), and its running statistics take the mean over the "

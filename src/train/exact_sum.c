@@ -362,3 +362,34 @@ herd_status herd_exact_sum_set_grid_text(herd_exact_sum *e, const herd_model *m,
     e->have_grid = true;
     return HERD_OK;
 }
+
+herd_status herd_exact_sum_rows(herd_comm *c, const double *rows, int n_local, int per_micro,
+                                int width, double **scratch, size_t *cap, double *out)
+{
+    int ranks = c->size;
+    size_t mine = (size_t)n_local * (size_t)width, all = mine * (size_t)ranks;
+    const double *gathered = rows;
+    if (ranks > 1) {
+        if (all > *cap) {
+            free(*scratch);
+            *cap = 0;
+            if (!(*scratch = malloc(all * sizeof **scratch)))
+                return HERD_NOMEM(all * sizeof **scratch);
+            *cap = all;
+        }
+        HERD_TRY(c->ops->allgather(c, rows, *scratch, mine * sizeof *rows));
+        gathered = *scratch;
+    }
+    for (int w = 0; w < width; w++)
+        out[w] = 0.0;
+    /* Rank k's local slice j * per_micro + i is the global batch's slice
+     * (j * ranks + k) * per_micro + i: micro-batch outermost, then the rank, then the slice. */
+    for (int j = 0; j < n_local / per_micro; j++)
+        for (int k = 0; k < ranks; k++)
+            for (int i = 0; i < per_micro; i++) {
+                const double *row = gathered + ((size_t)k * n_local + (size_t)j * per_micro + i) * width;
+                for (int w = 0; w < width; w++)
+                    out[w] += row[w];
+            }
+    return HERD_OK;
+}

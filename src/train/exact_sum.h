@@ -93,4 +93,11 @@ void herd_exact_sum_grid_text(const herd_exact_sum *e, const herd_model *m, char
  * value can need; anything else is an error naming the place. */
 herd_status herd_exact_sum_set_grid_text(herd_exact_sum *e, const herd_model *m, const char *text);
 
+/* --sync-bn: rows of `width` doubles, one per slice of this rank's step (micro-batch j's
+ * slice i at j * per_micro + i), gathered from every rank of c and added in the global
+ * batch's order of slices (micro-batch, then rank, then slice), which no partition of the
+ * batch changes. *scratch (*cap doubles) grows to hold the gathered rows. Collective. */
+herd_status herd_exact_sum_rows(herd_comm *c, const double *rows, int n_local, int per_micro,
+                                int width, double **scratch, size_t *cap, double *out);
+
 #endif

@@ -39,6 +39,8 @@ bool herd_run_synced_bn(const run *r)
 {
     if (!r->cfg.deterministic || !r->cfg.sync_bn)
         return false;
+    if (r->pp) /* every stage alike, batch norm in it or not */
+        return r->pp->synced_bn;
     for (int l = 0; l < r->m->n_layers; l++)
         if (herd_layer_is_batchnorm(&r->m->layers[l]))
             return true;
@@ -63,38 +65,11 @@ void herd_run_synced_free(run *r)
     r->synced = NULL;
 }
 
-/* The sum over the global batch's slices in their order (herd_run_slice_place): rank k's
- * local slice j * B/s + i is the global batch's slice (j * N + k) * B/s + i, so micro-batch
- * j outermost, then the rank, then the slice visits them in order. */
 static herd_status sum_rows(void *user, const double *rows, int width, double *out)
 {
     herd_synced_pass *p = user;
-    herd_comm *c = p->comm;
-    int n_local = p->slices.n, ranks = c->size;
-    size_t mine = (size_t)n_local * (size_t)width, all = mine * (size_t)ranks;
-    const double *gathered = rows;
-    if (ranks > 1) {
-        if (all > p->all_rows_capacity) {
-            free(p->all_rows);
-            p->all_rows_capacity = 0;
-            if (!(p->all_rows = malloc(all * sizeof *p->all_rows)))
-                return HERD_NOMEM(all * sizeof *p->all_rows);
-            p->all_rows_capacity = all;
-        }
-        HERD_TRY(c->ops->allgather(c, rows, p->all_rows, mine * sizeof *rows));
-        gathered = p->all_rows;
-    }
-    for (int w = 0; w < width; w++)
-        out[w] = 0.0;
-    for (int j = 0; j < n_local / p->per_micro; j++)
-        for (int k = 0; k < ranks; k++)
-            for (int i = 0; i < p->per_micro; i++) {
-                size_t at = (size_t)k * n_local + (size_t)j * p->per_micro + i;
-                const double *row = gathered + at * width;
-                for (int w = 0; w < width; w++)
-                    out[w] += row[w];
-            }
-    return HERD_OK;
+    return herd_exact_sum_rows(p->comm, rows, p->slices.n, p->per_micro, width, &p->all_rows,
+                               &p->all_rows_capacity, out);
 }
 
 static herd_status grads_ready(void *user, int slice, int layer)
@@ -103,24 +78,6 @@ static herd_status grads_ready(void *user, int slice, int layer)
     herd_synced_pass *p = user;
     const herd_layer *l = &p->m->layers[layer];
     return herd_exact_sum_add_grad_views(p->exact, p->m, l->first_tensor, l->n_tensors);
-}
-
-/* Backend memory of at least `want` elements of `size` bytes in *buf (grown, counted as
- * activations). */
-static herd_status grow_backend(const herd_backend *be, void **buf, size_t *have, size_t want,
-                                size_t size)
-{
-    if (want <= *have)
-        return HERD_OK;
-    be->free(*buf);
-    *have = 0;
-    herd_mem_category was = herd_mem_category_set(HERD_MEM_ACTIVATIONS);
-    *buf = be->alloc(want * size);
-    herd_mem_category_set(was);
-    if (!*buf)
-        return HERD_ERR_NOMEM; /* the allocator said why */
-    *have = want;
-    return HERD_OK;
 }
 
 static herd_status grow(run *r, int n, size_t dlogits_floats)
@@ -139,8 +96,8 @@ static herd_status grow(run *r, int n, size_t dlogits_floats)
             return HERD_NOMEM((size_t)n * sizeof *p->seeds);
         p->capacity = n;
     }
-    return grow_backend(r->m->be, (void **)&p->dlogits, &p->dlogits_floats, dlogits_floats,
-                        sizeof(float));
+    return herd_backend_grow(r->m->be, HERD_MEM_ACTIVATIONS, (void **)&p->dlogits,
+                             &p->dlogits_floats, dlogits_floats, sizeof(float));
 }
 
 /* The loss of each slice (its sum on the exact grid, as the slice-at-a-time pass adds
@@ -189,10 +146,10 @@ herd_status herd_run_synced_pass(run *r, int n_micro, uint64_t seed, bool from_l
     const herd_backend *be = m->be;
     size_t micro_x = (size_t)r->cfg.batch_size * x_floats, micro_labels = (size_t)r->cfg.batch_size * labels;
     if (!be->host_memory) {
-        HERD_TRY(grow_backend(be, (void **)&p->x_dev, &p->x_dev_floats, micro_x * n_micro,
-                              sizeof(float)));
-        HERD_TRY(grow_backend(be, (void **)&p->labels_dev, &p->labels_dev_count,
-                              micro_labels * n_micro, sizeof(int32_t)));
+        HERD_TRY(herd_backend_grow(be, HERD_MEM_ACTIVATIONS, (void **)&p->x_dev, &p->x_dev_floats,
+                                   micro_x * n_micro, sizeof(float)));
+        HERD_TRY(herd_backend_grow(be, HERD_MEM_ACTIVATIONS, (void **)&p->labels_dev,
+                                   &p->labels_dev_count, micro_labels * n_micro, sizeof(int32_t)));
     }
     for (int j = 0; j < n_micro; j++) {
         herd_batch b = herd_batch_store_get(&r->kept, j);

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "dist/signature.h"
 #include "nn/partition.h"
+#include "nn/slices.h"
 
 /* Activations travel forward with one tag, their gradients back with another; MPI
  * keeps messages of one tag between two ranks in order, and every stage handles
@@ -145,6 +146,8 @@ herd_status herd_pipeline_create(const herd_train_config *cfg, herd_model *whole
     pp->micro_batches = cfg->micro_batches;
     pp->kind = cfg->pp_schedule;
     pp->micro_size = cfg->batch_size / cfg->micro_batches;
+    for (int l = 0; l < whole->n_layers && cfg->deterministic && cfg->sync_bn; l++)
+        pp->synced_bn = pp->synced_bn || herd_layer_is_batchnorm(&whole->layers[l]);
     herd_status st = plan_stages(pp, cfg, whole);
     if (st == HERD_OK) {
         /* A stage group of one reduces nothing, but accumulates through the same code
@@ -178,6 +181,7 @@ void herd_pipeline_free(herd_pipeline *pp)
     }
     free(pp->slots);
     free(pp->actions);
+    herd_pipeline_synced_free(pp);
     herd_batch_store_free(&pp->kept);
     herd_model_free(pp->m);
     herd_comm_destroy(pp->group);
@@ -396,7 +400,10 @@ herd_status herd_pipeline_forward_backward(herd_pipeline *pp, herd_step_plan *pl
             herd_exact_sum_begin(exact, pp->m, (long)n * pp->replicas);
         pp->in_flight = 0;
         r.done = r.bwd_done = 0;
-        while (r.done < n) {
+        if (pp->synced_bn)
+            HERD_TRY(herd_pipeline_synced_pass(pp, plan, loader, n, label_smoothing, seed,
+                                               r.from_kept, s));
+        while (r.done < n && !pp->synced_bn) {
             int round_n = n - r.done < pp->micro_batches ? n - r.done : pp->micro_batches;
             HERD_TRY(run_round(&r, round_n));
             r.done += round_n;
@@ -433,18 +440,6 @@ static herd_status transfer(herd_comm *c, bool send, void *buf, size_t bytes, in
     HERD_TRY(c->ops->p2p_start(c, &req, send, buf, bytes, peer, tag));
     return c->ops->p2p_wait(c, &req, what);
 }
-
-/* *buf holds at least `need` elements of `elem` bytes in be's memory. */
-static herd_status room(const herd_backend *be, void **buf, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return HERD_OK;
-    be->free(*buf);
-    *buf = be->alloc(need * elem);
-    *cap = *buf ? need : 0;
-    return *buf ? HERD_OK : HERD_ERR_NOMEM; /* the allocator said why */
-}
-
 static herd_status eval_batch(void *user, const herd_batch *b, double *loss, double *correct,
                               double *samples)
 {
@@ -459,7 +454,8 @@ static herd_status eval_batch(void *user, const herd_batch *b, double *loss, dou
     const float *x = b->x;
     const int32_t *labels = b->labels;
     if (pp->stage > 0 || !be->host_memory) /* the CPU reads the loader's batch directly */
-        HERD_TRY(room(be, (void **)&e->in, &e->in_cap, need, sizeof(float)));
+        HERD_TRY(herd_backend_grow(be, HERD_MEM_ACTIVATIONS, (void **)&e->in, &e->in_cap, need,
+                                   sizeof(float)));
     if (pp->stage > 0) {
         snprintf(what, sizeof what, "stage %d: receiving activations to evaluate", pp->stage);
         HERD_TRY(transfer(job, false, e->in, need * sizeof(float), job->rank - 1, TAG_EVAL, what));
@@ -469,7 +465,8 @@ static herd_status eval_batch(void *user, const herd_batch *b, double *loss, dou
         x = e->in;
     }
     if (last && !be->host_memory) {
-        HERD_TRY(room(be, (void **)&e->labels, &e->labels_cap, (size_t)b->n, sizeof(int32_t)));
+        HERD_TRY(herd_backend_grow(be, HERD_MEM_ACTIVATIONS, (void **)&e->labels, &e->labels_cap,
+                                   (size_t)b->n, sizeof(int32_t)));
         HERD_TRY(be->memcpy_h2d(e->labels, b->labels, (size_t)b->n * sizeof(int32_t)));
         labels = e->labels;
     }

@@ -54,6 +54,10 @@ typedef struct herd_pipeline {
     /* --deterministic: the step's micro-batches as read (stage 0's images, the last
      * stage's labels), for a redo of the step on another grid. */
     herd_batch_store kept;
+    /* --deterministic --sync-bn on a model with batch norm: a step runs every slice of
+     * the replica's step through the stage together, layer by layer (pipeline_syncbn.c). */
+    bool synced_bn;
+    struct herd_pp_synced *synced;
 } herd_pipeline;
 
 /* Splits the job and builds this rank's stage of `whole`: the partition from
@@ -88,6 +92,17 @@ herd_status herd_pipeline_gather(herd_pipeline *pp, herd_optimizer *opt, herd_mo
  * (replica 0 by point to point, then within each stage group). */
 herd_status herd_pipeline_scatter(herd_pipeline *pp, herd_optimizer *opt, herd_model *whole,
                                   herd_optimizer *whole_opt);
+
+/* --deterministic --sync-bn (pipeline_syncbn.c): one pass over the step's n slices (a
+ * micro-batch each), all at once. Batch norm normalises over the global batch (every
+ * slice of every replica, summed in the global batch's order), so a stage takes every
+ * slice's input before its first layer runs: no two stages compute at once, the price of
+ * one process's statistics. Gradients go into plan->exact (begun by the caller).
+ * from_kept: a redo, the step's micro-batches as kept. Collective over the job. */
+herd_status herd_pipeline_synced_pass(herd_pipeline *pp, herd_step_plan *plan, herd_loader *loader,
+                                      int n, float label_smoothing, uint64_t seed, bool from_kept,
+                                      herd_step_stats *s);
+void herd_pipeline_synced_free(herd_pipeline *pp);
 
 /* --deterministic (pipeline_exact.c): the index of the stage's first tensor among the
  * whole model's; the whole model's exact grid as a checkpoint's text, from every stage's

@@ -129,12 +129,6 @@ herd_status herd_train_config_check(const herd_train_config *c)
     if (!(c->clip_grad_norm >= 0.0f) || !isfinite(c->clip_grad_norm))
         return HERD_OPTION_ERR("gradient clipping needs a maximum norm > 0 (or 0 for none), got %g",
                                (double)c->clip_grad_norm);
-    /* What the exact sums do not cover yet (issue 27). */
-    if (c->deterministic && c->sync_bn && c->pipeline_stages > 1)
-        return HERD_INPUT_ERR(HERD_ERR_UNSUPPORTED, "--deterministic --sync-bn does not work with "
-                              "--pipeline-stages yet: a stage would have to hold every slice of the "
-                              "step at each batch norm; drop --pipeline-stages, or --sync-bn (then "
-                              "batch norm normalises over each slice) (docs/determinism.md)");
     if (c->slice_size < 0 || (c->slice_size > 0 && !c->deterministic))
         return HERD_OPTION_ERR("--slice-size %d: %s", c->slice_size,
                                c->slice_size < 0 ? "a slice holds at least one sample (0: the default, 8)"
