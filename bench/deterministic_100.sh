@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# Issue 27's long check, by hand (make test trains 24 steps, to keep the suite short):
+# Issue 27's long check, by hand (make test's first pass trains the same 100 steps):
 # --deterministic for 100 steps, lenet5 (global batch 96, slices of 8) and resnet20 with
 # --sync-bn (8x8 images, global batch 48, slices of 4), at 1, 2, 3, 4 and 6 ranks
 # (oversubscribed), --grad-accum splits 1 to 4 and --threads 2, with --zero 2 and
 # --clip-grad-norm, and on 2 pipeline stages (resnet20 too, with --sync-bn): every saved
-# file cmp-equal to the
-# one-process run's. Prints one line per comparison; raw output appended to OUT.
+# file cmp-equal to the one-process run's. Prints one line per comparison; raw output appended to OUT.
 #   usage: [OUT=file] bench/deterministic_100.sh [BUILD]
 set -u
 herd=$(readlink -f "${1:-build}/herd")

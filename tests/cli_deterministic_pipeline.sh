@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # --deterministic with --pipeline-stages (docs/determinism.md): a micro-batch is one slice,
 # each stage adds its slices' gradients (and batch norm's running statistics) to exact
-# sums over its stage group, and the stages decide a step's redo together. lenet5, 20
+# sums over its stage group, and the stages decide a step's redo together. lenet5, 100
 # steps of 96 samples (12 slices of 8), ends on the one-process bytes as 2 stages x 1
 # replica (1F1B, 12 micro-batches a step), 2 x 2 (GPipe, --micro-batches 3, --grad-accum
 # 2), 3 stages x 1, 2 x 2 with --zero 1 and dynamic loss scaling (an overflow found by
@@ -15,7 +15,7 @@ set -u
 . "$(dirname "$0")/testlib.sh"
 have_mpi || skip_all "herd built without MPI, or its launcher (HERD_MPIEXEC, set by ctest) missing"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-samples=1920 stop_at=8
+samples=9600 stop_at=8
 repeat_pass && samples=960 stop_at=4
 base=(--data "synthetic:1,28,28,10,$samples" --test-samples 96 --epochs 1 --seed 5 --lr 0.05
       --momentum 0.9 --threads 1 --quiet)

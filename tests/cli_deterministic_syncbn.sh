@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # --deterministic --sync-bn (docs/determinism.md): batch norm normalises over the global
 # batch, its statistics added over the slices in the global batch's order, so the bytes do
-# not depend on who holds which slice. resnet20 on 8x8 images, 24 steps of 48 samples in
+# not depend on who holds which slice. resnet20 on 8x8 images, 100 steps of 48 samples in
 # slices of 4, as 1 process x 16 x 3 (--grad-accum 3), 1 x 48 x 1, 1 x 24 x 2 at --threads
 # 2, 2 ranks x 24 x 1, 3 x 8 x 2, 4 x 12 x 1 and 6 x 8 x 1, with --zero 2 on 2 ranks, with
 # --clip-grad-norm and dynamic loss scaling on 3 ranks, and stopped on 2 ranks and
@@ -18,7 +18,7 @@
 set -u
 . "$(dirname "$0")/testlib.sh"
 export OMP_NUM_THREADS=1
-samples=1152 stop_at=10
+samples=4800 stop_at=10
 repeat_pass && samples=480 stop_at=4
 rn() { # rn NP BATCH ACCUM OUT [FLAGS...]: NP 1 is one process
   local np=$1 batch=$2 accum=$3 out=$4; shift 4
