@@ -476,6 +476,14 @@ herd_status herd_backend_grow(const herd_backend *be, herd_mem_category c, void 
     return HERD_OK;
 }
 
+herd_status herd_backend_upload(const herd_backend *be, void *dst, const void *src, size_t bytes)
+{
+    if (!be->host_memory)
+        return be->memcpy_h2d(dst, src, bytes);
+    memcpy(dst, src, bytes);
+    return HERD_OK;
+}
+
 const char *herd_mem_category_name(int c)
 {
     static const char *names[] = {"parameters", "gradients", "optimizer state", "activations",

@@ -336,6 +336,8 @@ const char *herd_mem_category_name(int c); /* "parameters", "gradients", ... */
  * replaced, not copied, when it is smaller, and counted as c. */
 herd_status herd_backend_grow(const herd_backend *be, herd_mem_category c, void **buf, size_t *cap,
                               size_t need, size_t elem);
+/* Host bytes into be's memory (a copy on the CPU, a host-to-device copy elsewhere). */
+herd_status herd_backend_upload(const herd_backend *be, void *dst, const void *src, size_t bytes);
 /* Host memory herd holds outside the CPU allocator (a file read whole), counted against
  * --memory-limit on the CPU and in its peak like an allocation: hold refuses what would
  * exceed the cap (HERD_ERR_NOMEM naming it), release gives back what hold counted. */

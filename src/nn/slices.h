@@ -42,8 +42,8 @@ typedef struct herd_slices {
 
 /* n slices of `size` samples of whole (kept between calls: a larger n builds only the
  * slices missing); a slice's input gradient is its model's dinput after backward when
- * whole has one (a pipeline stage past the first). Refuses a model with tied weights, whose gradient two layers far
- * apart write. */
+ * whole has one (a pipeline stage past the first). Refuses a model with tied weights,
+ * whose gradient two layers far apart write. */
 herd_status herd_slices_reshape(herd_slices *s, herd_model *whole, int n, int size);
 void herd_slices_free(herd_slices *s);
 

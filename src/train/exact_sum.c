@@ -387,7 +387,8 @@ herd_status herd_exact_sum_rows(herd_comm *c, const double *rows, int n_local, i
     for (int j = 0; j < n_local / per_micro; j++)
         for (int k = 0; k < ranks; k++)
             for (int i = 0; i < per_micro; i++) {
-                const double *row = gathered + ((size_t)k * n_local + (size_t)j * per_micro + i) * width;
+                size_t at = (size_t)k * n_local + (size_t)j * per_micro + i;
+                const double *row = gathered + at * width;
                 for (int w = 0; w < width; w++)
                     out[w] += row[w];
             }

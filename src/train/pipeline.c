@@ -34,16 +34,6 @@ static herd_status copy_floats(const herd_backend *be, const float *src, float *
 {
     return n ? be->copy(n, src, dst) : HERD_OK;
 }
-
-/* Host bytes (the loader's batch) into be's memory. */
-static herd_status upload(const herd_backend *be, void *dst, const void *src, size_t bytes)
-{
-    if (!be->host_memory)
-        return be->memcpy_h2d(dst, src, bytes);
-    memcpy(dst, src, bytes);
-    return HERD_OK;
-}
-
 static herd_status alloc_slot(herd_pipeline *pp, herd_model *whole, herd_pp_slot *slot)
 {
     slot->m = herd_xcalloc(1, sizeof *slot->m);
@@ -293,9 +283,11 @@ static herd_status run_forward(step_run *r, int mb)
     sl->mb = r->done + mb;
     const herd_backend *be = pp->m->be;
     if (pp->stage == 0)
-        HERD_TRY(upload(be, sl->input, b.x, (size_t)b.n * pp->in_per_sample * sizeof(float)));
+        HERD_TRY(herd_backend_upload(be, sl->input, b.x,
+                                     (size_t)b.n * pp->in_per_sample * sizeof(float)));
     if (last)
-        HERD_TRY(upload(be, sl->labels, b.labels, (size_t)b.n * sizeof(int32_t)));
+        HERD_TRY(herd_backend_upload(be, sl->labels, b.labels,
+                                     (size_t)b.n * sizeof(int32_t)));
     HERD_TRY(wait_p2p(r, &sl->recv_act, "receiving the activations", r->done + mb));
     if (pp->stage > 0 && sl->recv_act.bytes != (size_t)b.n * pp->in_per_sample * sizeof(float))
         return HERD_ERR(HERD_ERR_INTERNAL,

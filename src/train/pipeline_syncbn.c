@@ -96,15 +96,6 @@ static herd_status grads_ready(void *user, int slice, int layer)
     const herd_layer *l = &p->m->layers[layer];
     return herd_exact_sum_add_grad_views(p->exact, p->m, l->first_tensor, l->n_tensors);
 }
-
-static herd_status upload(const herd_backend *be, void *dst, const void *src, size_t bytes)
-{
-    if (!be->host_memory)
-        return be->memcpy_h2d(dst, src, bytes);
-    memcpy(dst, src, bytes);
-    return HERD_OK;
-}
-
 /* The step's micro-batches (one slice each): stage 0's images and the last stage's
  * labels into backend memory, kept for a redo. */
 static herd_status read_batches(herd_pipeline *pp, herd_loader *loader, int n, bool from_kept,
@@ -130,10 +121,11 @@ static herd_status read_batches(herd_pipeline *pp, herd_loader *loader, int n, b
             return HERD_ERR(HERD_ERR_INTERNAL, "--deterministic: a micro-batch of %d samples, not %zu",
                             b.n, size);
         if (pp->stage == 0)
-            HERD_TRY(upload(be, p->in + mb * size * pp->in_per_sample, b.x,
-                            size * pp->in_per_sample * sizeof(float)));
+            HERD_TRY(herd_backend_upload(be, p->in + mb * size * pp->in_per_sample, b.x,
+                                         size * pp->in_per_sample * sizeof(float)));
         if (pp->stage == pp->stages - 1)
-            HERD_TRY(upload(be, p->labels + mb * size, b.labels, size * sizeof(int32_t)));
+            HERD_TRY(herd_backend_upload(be, p->labels + mb * size, b.labels,
+                                         size * sizeof(int32_t)));
     }
     return HERD_OK;
 }
