@@ -64,8 +64,14 @@ herd_status herd_synthetic_make(const char *args, herd_split split, herd_dataset
         labels[i] = (int32_t)herd_rng_below(&r, (uint32_t)v[3]);
         const uint8_t *proto = protos + (size_t)labels[i] * per_sample;
         uint8_t *img = images + i * per_sample;
+        /* A copy whose address never leaves this loop stays in registers: r's does
+         * (herd_rng_below), and every byte stored through img might alias it, so drawing
+         * from r itself reloaded and stored the state at every pixel, in every rank of
+         * every run on synthetic data. The same numbers either way. */
+        herd_rng pixel = r;
         for (size_t j = 0; j < per_sample; j++)
-            img[j] = (uint8_t)(((unsigned)proto[j] + (unsigned)(herd_rng_next(&r) >> 56) + 1) / 2);
+            img[j] = (uint8_t)(((unsigned)proto[j] + (unsigned)(herd_rng_next(&pixel) >> 56) + 1) / 2);
+        r = pixel;
     }
     free(protos);
     ds->n = n;
