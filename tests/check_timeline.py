@@ -2,12 +2,15 @@
 """Checks a herd --timeline trace (used by tests/cli_timeline.sh).
 
 usage: check_timeline.py FILE --ranks N --steps S [--comm] [--eval] [--checkpoint]
+                         [--groups NAME,NAME]
 
 Exits non-zero naming every problem: the file is not the documented Chrome trace,
 a rank is missing, events do not nest (phases in steps, layers in forward/backward,
 reductions launched during backward and complete before the step ends), the ranks'
 reductions of one bucket do not overlap once clocks are corrected, or evaluation /
-checkpoint events are missing when asked for.
+checkpoint events are missing when asked for. --groups: the group communicators'
+tracks (tensor group, data group), threads 2, 3, ... by those names, each with
+collectives of every rank launched inside a step or an evaluation.
 """
 import argparse
 import json
@@ -49,7 +52,9 @@ def main():
     ap.add_argument("--comm", action="store_true", help="bucket reductions expected")
     ap.add_argument("--eval", action="store_true")
     ap.add_argument("--checkpoint", action="store_true")
+    ap.add_argument("--groups", default="", help="names of the group tracks, in order")
     a = ap.parse_args()
+    a.groups = [g for g in a.groups.split(",") if g]
 
     with open(a.file) as f:
         doc = json.load(f)  # raises on invalid JSON
@@ -89,7 +94,7 @@ def main():
         pname = names.get((r, "process_name", 0), {}).get("name", "")
         if not pname.startswith(f"rank {r} ("):
             problem(f"rank {r}: process_name is '{pname}'")
-        for tid, want in ((0, "compute"), (1, "communication")):
+        for tid, want in enumerate(["compute", "communication"] + a.groups):
             if names.get((r, "thread_name", tid), {}).get("name") != want:
                 problem(f"rank {r}: thread {tid} is not named '{want}'")
         check_rank(r, by_rank[r], a)
@@ -97,7 +102,7 @@ def main():
     if a.comm:  # an allreduce cannot finish on any rank before every rank started it
         buckets = defaultdict(list)
         for e in x:
-            if e["cat"] == "comm" and e["name"].startswith("allreduce bucket"):
+            if e["cat"] == "comm" and e["tid"] == 1 and e["name"].startswith("allreduce bucket"):
                 buckets[(e["args"]["step"], e["name"])].append(e)
         for (step, name), evs in sorted(buckets.items()):
             if len(evs) != a.ranks:
@@ -144,7 +149,8 @@ def check_rank(r, evs, a):
         elif not any(inside(l["ts"], end(l), p) for p in outer):
             problem(f"rank {r}: '{l['name']}' at {l['ts']} is outside every {l['name'][:3]} phase")
 
-    comm = [e for e in evs if e["cat"] == "comm" and e["name"].startswith("allreduce bucket")]
+    comm = [e for e in evs if e["cat"] == "comm" and e["tid"] <= 1 and
+            e["name"].startswith("allreduce bucket")]
     if a.comm and not comm:
         problem(f"rank {r}: no 'allreduce bucket' events")
     if not a.comm and comm:
@@ -160,6 +166,7 @@ def check_rank(r, evs, a):
             problem(f"rank {r}: '{c['name']}' launched at {launched}, not during backward")
 
     evals = [e for e in evs if e["cat"] == "eval" and e["name"] == "evaluate"]
+    check_groups(r, evs, steps + evals, a.groups)
     ckpts = [e for e in evs if e["cat"] == "io" and e["name"] == "checkpoint"]
     if a.eval and not evals:
         problem(f"rank {r}: no 'evaluate' event")
@@ -169,6 +176,28 @@ def check_rank(r, evs, a):
     for e in evals + ckpts:
         if step_of(e["ts"], end(e)):
             problem(f"rank {r}: '{e['name']}' inside a step")
+
+
+def check_groups(r, evs, spans, groups):
+    """A group's collectives: on its own track, named by kind, each with its bytes, launched
+    inside a step or an evaluation (ZeRO's all-gathers may end in the next step)."""
+    tracks = defaultdict(list)
+    for e in evs:
+        if e["tid"] >= 2:
+            tracks[e["tid"]].append(e)
+    if sorted(tracks) != [2 + i for i in range(len(groups))]:
+        problem(f"rank {r}: events on tracks {sorted(tracks)}, expected the groups' "
+                f"{[2 + i for i in range(len(groups))]}")
+    for tid, group in tracks.items():
+        for e in group:
+            launched = e["ts"] - e["args"].get("queued_us", 0)
+            if e["cat"] != "comm" or e["args"].get("bytes", 0) <= 0 or \
+                    not e["name"].startswith(("allreduce ", "reduce-scatter ", "all-gather ")):
+                problem(f"rank {r}: track {tid} holds '{e['name']}' ({e['cat']}), not a collective "
+                        f"with its bytes")
+            elif not any(inside(launched, launched, s, 1.0) for s in spans):
+                problem(f"rank {r}: '{e['name']}' on track {tid} launched at {launched}, in no "
+                        f"step or evaluation")
 
 
 if __name__ == "__main__":

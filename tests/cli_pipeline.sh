@@ -3,7 +3,8 @@
 # one process accumulating the same micro-batches ends (both schedules, with loss
 # scaling too), 3 stages and 2 stages x 2 replicas train, a checkpoint written with 2
 # stages resumes with 1 and 3 and continues as if never stopped, the timeline shows
-# each micro-batch, and bad arguments are refused before training on every rank.
+# each micro-batch and each stage's reductions over its replicas, and bad arguments are
+# refused before training on every rank.
 # The second argument names the stages' device (cpu by default): on "sim", the
 # simulated device (the CPU's arithmetic behind memory the host cannot touch), the
 # activations and their gradients cross between stages through host memory and the
@@ -156,18 +157,31 @@ else
     cmp -s "$tmp/one.st" "$tmp/resumed3.st"
 fi
 
-# The timeline: every micro-batch's forward and backward on each stage, and the waits.
-pipe 2 --model lenet5 --epochs 1 --batch-size 32 --micro-batches 4 --pipeline-stages 2 \
+# The timeline: every micro-batch's forward and backward on each stage, and the waits;
+# 2 stages x 2 replicas, each stage's gradient reductions on its replicas' own track.
+pipe 4 --model lenet5 --epochs 1 --batch-size 32 --micro-batches 4 --pipeline-stages 2 \
   --max-steps 3 --timeline "$tmp/trace.json" >/dev/null 2>&1
 check "timeline: valid JSON" json_ok "$tmp/trace.json"
-check "timeline: forward and backward of micro-batch 3 on both stages" python3 - "$tmp/trace.json" <<'PY'
+check "timeline: forward and backward of micro-batch 3 on every rank of both stages" \
+  python3 - "$tmp/trace.json" <<'PY'
 import json, sys
 ev = json.load(open(sys.argv[1]))
 ev = ev["traceEvents"] if isinstance(ev, dict) else ev
 fwd = {e.get("pid") for e in ev if e.get("name", "").endswith("mb 3") and "forward" in e.get("name", "")}
 bwd = {e.get("pid") for e in ev if e.get("name", "").endswith("mb 3") and "backward" in e.get("name", "")}
 waits = [e for e in ev if "receiving the activations" in e.get("name", "")]
-sys.exit(0 if len(fwd) == 2 and len(bwd) == 2 and waits else 1)
+sys.exit(0 if len(fwd) == 4 and len(bwd) == 4 and waits else 1)
+PY
+check "timeline: each stage's reductions over its replicas on the 'stage replicas' track" \
+  python3 - "$tmp/trace.json" <<'PY'
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+named = {e["pid"] for e in ev if e.get("ph") == "M" and e["name"] == "thread_name" and
+         e["tid"] == 2 and e["args"]["name"] == "stage replicas"}
+steps = {(e["pid"], e["args"]["step"]) for e in ev if e.get("ph") == "X" and e["tid"] == 2 and
+         e["name"].startswith("allreduce bucket") and e["args"]["bytes"] > 0}
+assert named == {0, 1, 2, 3}, named
+assert steps == {(r, s) for r in range(4) for s in (1, 2, 3)}, sorted(steps)
 PY
 
 # A model that does not fit one rank's --memory-limit trains on 2 stages under it.

@@ -4,7 +4,9 @@
 # and 4, and DP 2 x TP 2, end on one process's weights within 1e-5 with every step's
 # loss within 1e-5; a checkpoint saved at T = 2 holds whole tensors and resumes at
 # T = 1 and T = 4 as if never stopped; ZeRO inside the data groups changes no bit;
-# bf16 trains alike; herd eval reads the file; bad input is refused before training.
+# bf16 trains alike; herd eval reads the file; the timeline puts the tensor group's sums
+# and the data group's reductions on tracks of their own; bad input is refused before
+# training.
 # In a repeat pass (sanitizers, MPICH): 20 steps, T = 2 and DP 2 x TP 2, the resume at
 # T = 1, one path of each kind.
 set -u
@@ -50,9 +52,22 @@ for grid in "${grids[@]}"; do
   check "$name: every step's loss is one process's within 1e-5 ($l)" within "$l" 1e-5
 done
 timeout 180 "${mpirun[@]}" -np 4 "$herd" train --model "$model" --data "tokens:$tmp/t_train.bin,256" \
-  --seq-len 32 --threads 1 --test-samples 32 --batch-size 4 --max-steps 1 --tensor-parallel 2 \
-  >"$tmp/grid.out" 2>&1
+  --seq-len 32 --threads 1 --test-samples 32 --batch-size 4 --max-steps 2 --tensor-parallel 2 \
+  --timeline "$tmp/grid.json" >"$tmp/grid.out" 2>&1
 check "the log names the grid" grep -q "tensor parallelism: 2 parts x 2 replicas" "$tmp/grid.out"
+# The tensor group's sums and the data group's reductions, each on a track of its own.
+check "timeline: the tensor group's and the data group's collectives on their tracks" \
+  python3 "$here/check_timeline.py" "$tmp/grid.json" --ranks 4 --steps 2 --groups "tensor group,data group"
+check "timeline: 'all-gather tensor-parallel sum' on the tensor group, bucket allreduces on the data group" \
+  python3 - "$tmp/grid.json" <<'PY'
+import json, sys
+ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X"]
+for r in range(4):
+    tensor = {e["name"] for e in ev if e["pid"] == r and e["tid"] == 2}
+    data = {e["name"] for e in ev if e["pid"] == r and e["tid"] == 3}
+    assert tensor == {"all-gather tensor-parallel sum"}, (r, tensor)
+    assert data and all(n.startswith("allreduce bucket") for n in data), (r, data)
+PY
 
 # A checkpoint from T = 2 holds whole tensors: it resumes at T = 1 and T = 4.
 train 2 "${sgd[@]}" --batch-size 8 --max-steps "$half" --tensor-parallel 2 --checkpoint-dir "$tmp/ck" \

@@ -16,12 +16,23 @@
 #define CLOCK_ROUNDS 8
 /* Buffers start with room for this many steps (they double when full). */
 #define STEPS_PER_BUFFER 64
+/* Tracks merged at each flush: compute, communication, then the groups'. */
+#define TRACKS (2 + HERD_TL_GROUPS)
 
 typedef struct tl_buffer {
     herd_tl_event *ev;
     size_t n, cap;
     long dropped; /* events lost because the buffer could not grow */
 } tl_buffer;
+
+/* A group communicator followed: its thread alone writes `track`. */
+typedef struct tl_group {
+    herd_timeline *tl;
+    herd_comm *comm;
+    herd_trace_sink sink; /* ctx: this group */
+    tl_buffer track;
+    uint8_t number;       /* herd_tl_event.group: 1 + its index */
+} tl_group;
 
 struct herd_timeline {
     herd_comm *comm;
@@ -30,6 +41,8 @@ struct herd_timeline {
     char *path;
     tl_buffer compute;    /* written by the training thread only */
     tl_buffer comm_track; /* written by the communication thread only */
+    tl_group groups[HERD_TL_GROUPS];
+    int n_groups;
     int epoch;
     _Atomic long step;    /* read by the communication thread for its events */
     /* rank 0 */
@@ -42,7 +55,7 @@ struct herd_timeline {
     /* Scratch of the flush's collectives, allocated at open: a rank failing to allocate
      * right before a collective would leave the others waiting in it. */
     double *clock_samples; /* CLOCK_ROUNDS * 4 per rank */
-    int64_t *counts;       /* 4 per rank */
+    int64_t *counts;       /* 2 * TRACKS per rank */
     size_t *bytes_of;      /* 1 per rank */
 };
 
@@ -108,15 +121,17 @@ void herd_timeline_add(herd_timeline *tl, herd_tl_kind kind, const char *label, 
     e->a = tl->epoch;
     e->b = atomic_load_explicit(&tl->step, memory_order_relaxed);
     e->kind = (uint8_t)kind;
+    e->group = 0;
     copy_label(e->label, sizeof e->label, label);
 }
 
-void herd_timeline_comm(herd_timeline *tl, const char *tag, double launched, double t0,
-                        double t1, size_t bytes)
+static void record_comm(herd_timeline *tl, tl_buffer *track, uint8_t group, const char *tag,
+                        double launched, double t0, double t1, size_t bytes)
 {
-    herd_tl_event *e = next_slot(&tl->comm_track);
+    herd_tl_event *e = next_slot(track);
     if (!e)
         return;
+    e->group = group;
     e->t0 = t0;
     e->t1 = t1;
     e->queued = launched > 0 && launched < t0 ? t0 - launched : 0;
@@ -124,6 +139,12 @@ void herd_timeline_comm(herd_timeline *tl, const char *tag, double launched, dou
     e->b = atomic_load_explicit(&tl->step, memory_order_relaxed);
     e->kind = HERD_TL_ALLREDUCE;
     copy_label(e->label, sizeof e->label, tag);
+}
+
+void herd_timeline_comm(herd_timeline *tl, const char *tag, double launched, double t0,
+                        double t1, size_t bytes)
+{
+    record_comm(tl, &tl->comm_track, 0, tag, launched, t0, t1, bytes);
 }
 
 static void sink_complete(void *tl, herd_tl_kind kind, const char *label, double t0, double t1)
@@ -138,6 +159,42 @@ static void sink_comm(void *tl, const char *tag, double launched, double t0, dou
 }
 
 const herd_trace_sink *herd_timeline_sink(herd_timeline *tl) { return tl ? &tl->sink : NULL; }
+
+/* A group's communication thread: only collectives reach it (never the training
+ * thread's events, which go through the timeline's own sink). */
+static void group_complete(void *g, herd_tl_kind kind, const char *label, double t0, double t1)
+{
+    (void)g, (void)kind, (void)label, (void)t0, (void)t1;
+}
+
+static void group_comm(void *ctx, const char *tag, double launched, double t0, double t1,
+                       size_t bytes)
+{
+    tl_group *g = ctx;
+    record_comm(g->tl, &g->track, g->number, tag, launched, t0, t1, bytes);
+}
+
+static void emit_metadata(FILE *f, const char *what, int pid, int tid, const char *key,
+                          const char *text, double number, long *written);
+
+herd_status herd_timeline_add_group(herd_timeline *tl, herd_comm *group, const char *name)
+{
+    if (!tl || !group || !name)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "herd_timeline_add_group: NULL argument");
+    if (tl->n_groups == HERD_TL_GROUPS)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "the timeline follows at most %d group "
+                        "communicators; '%s' is one more", HERD_TL_GROUPS, name);
+    tl_group *g = &tl->groups[tl->n_groups++];
+    g->tl = tl;
+    g->comm = group;
+    g->number = (uint8_t)tl->n_groups;
+    g->sink = (herd_trace_sink){.ctx = g, .complete = group_complete, .comm = group_comm};
+    if (tl->out)
+        for (int r = 0; r < tl->comm->size; r++)
+            emit_metadata(tl->out, "thread_name", r, 1 + g->number, "name", name, 0, &tl->written);
+    herd_comm_set_trace(group, &g->sink);
+    return HERD_OK;
+}
 
 /* --------------------------------------------------------------- clocks */
 
@@ -221,7 +278,7 @@ void herd_timeline_write_events(FILE *f, const herd_tl_event *ev, size_t n, int 
         cJSON_AddNumberToObject(o, "ts", micros(t0 - origin));
         cJSON_AddNumberToObject(o, "dur", micros(t1 > t0 ? t1 - t0 : 0));
         cJSON_AddNumberToObject(o, "pid", pid);
-        cJSON_AddNumberToObject(o, "tid", kinds[e->kind].tid);
+        cJSON_AddNumberToObject(o, "tid", e->group ? 1 + e->group : kinds[e->kind].tid);
         cJSON *args = cJSON_AddObjectToObject(o, "args");
         if (e->kind == HERD_TL_STEP) {
             cJSON_AddNumberToObject(args, "epoch", (double)e->a);
@@ -295,26 +352,34 @@ static void write_trailer(herd_timeline *tl)
 
 /* ------------------------------------------------------------- lifecycle */
 
-/* Stops the communicator recording into tl. */
+/* Stops the communicators recording into tl. */
 static void detach(herd_timeline *tl)
 {
     if (tl->comm->trace == &tl->sink)
         herd_comm_set_trace(tl->comm, NULL);
+    for (int i = 0; i < tl->n_groups; i++)
+        if (tl->groups[i].comm->trace == &tl->groups[i].sink)
+            herd_comm_set_trace(tl->groups[i].comm, NULL);
 }
 
 void herd_timeline_free(herd_timeline *tl)
 {
     if (!tl)
         return;
-    if (tl->comm->trace == &tl->sink) { /* after a failure the comm thread may still record */
+    /* After a failure the communication threads may still record. */
+    if (tl->comm->trace == &tl->sink)
         (void)tl->comm->ops->wait_all(tl->comm);
-        detach(tl);
-    }
+    for (int i = 0; i < tl->n_groups; i++)
+        if (tl->groups[i].comm->trace == &tl->groups[i].sink)
+            (void)tl->groups[i].comm->ops->wait_all(tl->groups[i].comm);
+    detach(tl);
     if (tl->out)
         fclose(tl->out);
     free(tl->path);
     free(tl->compute.ev);
     free(tl->comm_track.ev);
+    for (int i = 0; i < tl->n_groups; i++)
+        free(tl->groups[i].track.ev);
     free(tl->offset_first);
     free(tl->offset_prev);
     free(tl->offset_now);
@@ -368,7 +433,7 @@ static herd_status open_all(herd_timeline *tl, const char *path, size_t events_p
     tl->offset_now = herd_xcalloc(n, sizeof(double));
     tl->rtt = herd_xcalloc(n, sizeof(double));
     tl->clock_samples = herd_xcalloc(n * CLOCK_ROUNDS * 4, sizeof(double));
-    tl->counts = herd_xcalloc(n * 4, sizeof(int64_t));
+    tl->counts = herd_xcalloc(n * 2 * TRACKS, sizeof(int64_t));
     tl->bytes_of = herd_xcalloc(n, sizeof(size_t));
     char *hosts = herd_xcalloc(n, sizeof c->host);
     size_t cap = (events_per_step ? events_per_step : 16) * STEPS_PER_BUFFER;
@@ -460,18 +525,26 @@ herd_status herd_timeline_flush(herd_timeline *tl)
 {
     herd_comm *c = tl->comm;
     HERD_TRY(measure_clocks(tl));
-    int64_t mine[4] = {(int64_t)tl->compute.n, (int64_t)tl->comm_track.n, tl->compute.dropped,
-                       tl->comm_track.dropped};
+    /* Every rank follows the same groups (herd_timeline_add_group), so the tracks match. */
+    tl_buffer *tracks[TRACKS] = {&tl->compute, &tl->comm_track};
+    int n_tracks = 2;
+    for (int i = 0; i < tl->n_groups; i++)
+        tracks[n_tracks++] = &tl->groups[i].track;
+    int64_t mine[2 * TRACKS] = {0}; /* each track's events, then each one's dropped */
+    for (int t = 0; t < n_tracks; t++) {
+        mine[t] = (int64_t)tracks[t]->n;
+        mine[TRACKS + t] = tracks[t]->dropped;
+    }
     int64_t *counts = tl->counts;
     herd_status st = c->ops->allgather(c, mine, counts, sizeof mine);
-    if (st == HERD_OK)
-        st = merge_track(tl, &tl->compute, counts, 4);
-    if (st == HERD_OK)
-        st = merge_track(tl, &tl->comm_track, counts + 1, 4);
+    for (int t = 0; st == HERD_OK && t < n_tracks; t++)
+        st = merge_track(tl, tracks[t], counts + t, 2 * TRACKS);
     long dropped = 0;
     for (int r = 0; st == HERD_OK && r < c->size; r++)
-        dropped += (long)(counts[4 * r + 2] + counts[4 * r + 3]);
-    tl->compute.dropped = tl->comm_track.dropped = 0;
+        for (int t = 0; t < n_tracks; t++)
+            dropped += (long)counts[2 * TRACKS * r + TRACKS + t];
+    for (int t = 0; t < n_tracks; t++)
+        tracks[t]->dropped = 0;
     tl->dropped += dropped;
     if (tl->out)
         fflush(tl->out); /* a reader (or a crash) sees whole epochs */

@@ -2,7 +2,8 @@
  * --timeline: a Chrome trace-event JSON file (Perfetto, chrome://tracing) of what
  * every rank did, step by step. Each rank records fixed-size events into buffers of
  * its own — one written only by the training thread (steps, phases, layers,
- * checkpoint, evaluation), one only by the communication thread (reductions) — so
+ * checkpoint, evaluation), one only by the communication thread (reductions), one by
+ * each group communicator's thread it follows (herd_timeline_add_group) — so
  * recording takes no lock and formats nothing. At every flush (each epoch and at the
  * end, collectively) the events travel to rank 0, which maps them onto its own clock
  * with offsets measured by ping-pong and appends them to the file.
@@ -29,8 +30,12 @@ typedef struct herd_tl_event {
     double queued;  /* allreduce: seconds between launch by backward and its start */
     int64_t a, b;   /* step: epoch, step; allreduce: bytes on the wire, step */
     uint8_t kind;   /* herd_tl_kind */
-    char label[39]; /* layer name (after the kind's prefix) or the collective's name */
+    uint8_t group;  /* a group communicator's collective: 1 + its index, else 0 */
+    char label[38]; /* layer name (after the kind's prefix) or the collective's name */
 } herd_tl_event;
+
+/* Group communicators a timeline can follow besides its own (tensor group, data group). */
+#define HERD_TL_GROUPS 2
 
 /* Collective: rank 0 creates `path` and every rank measures its clock against rank
  * 0's; then comm records its reductions into the trace (herd_comm_set_trace with
@@ -48,6 +53,13 @@ herd_status herd_timeline_close(herd_timeline *tl);
 /* Frees tl without writing (after a failure): first waits out the communicator's
  * pending reductions, which may still record. The file is left unfinished. */
 void herd_timeline_free(herd_timeline *tl);
+
+/* Follows a group communicator too (tensor parallelism's tensor group, the data group of
+ * replicas that tensor parallelism or pipeline stages reduce over): its collectives go on a
+ * track of their own, named `name`, beside the communication thread's. Every rank adds the
+ * same groups in the same order, before the first step; the group's collectives then run
+ * on its own thread, which alone writes that track. At most HERD_TL_GROUPS. */
+herd_status herd_timeline_add_group(herd_timeline *tl, herd_comm *group, const char *name);
 
 /* The timeline as a trace sink, for the model's run context (herd_run_ctx.trace):
  * its calls are herd_timeline_add and herd_timeline_comm. NULL for a NULL tl. */

@@ -81,13 +81,18 @@ static herd_status evaluate(run *r, herd_progress *p)
     return HERD_OK;
 }
 
-/* Collective: the trace starts; the communicator records its reductions into it. */
+/* Collective: the trace starts; the communicators record their collectives into it. */
 static herd_status start_timeline(run *r)
 {
     size_t per_step = (size_t)r->cfg.grad_accum * r->cfg.micro_batches *
                       (2 * (size_t)r->m->n_layers + 9) + 4;
     HERD_TRY(herd_timeline_open(r->cfg.timeline_path, r->comm, per_step, &r->timeline));
     r->plan.timeline = r->timeline;
+    /* Groups of one rank run no collective; every rank has the same grid. */
+    if (r->tp && r->tp->group->size > 1)
+        HERD_TRY(herd_timeline_add_group(r->timeline, r->tp->group, "tensor group"));
+    if (r->dp != r->comm && r->dp->size > 1)
+        HERD_TRY(herd_timeline_add_group(r->timeline, r->dp, r->pp ? "stage replicas" : "data group"));
     return HERD_OK;
 }
 
