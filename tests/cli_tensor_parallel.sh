@@ -137,9 +137,18 @@ check "herd predict --tensor-parallel 2 counts 10 sums a step" grep -q "tensor_p
   "$tmp/predict.out"
 timeout 180 "${mpirun[@]}" -np 2 "$herd" bench train --model "$model" \
   --data "tokens:$tmp/t_train.bin,256" --seq-len 32 --batch-size 8 --steps 5 --warmup 1 \
-  --tensor-parallel 2 >"$tmp/bench.out" 2>&1
+  --tensor-parallel 2 --timeline "$tmp/bench.json" >"$tmp/bench.out" 2>&1
 check "herd bench train --tensor-parallel 2 reports tokens/s of the split job" \
   grep -q "ranks=2 tensor_parallel=2 seq_len=32 tokens_per_s=[1-9]" "$tmp/bench.out"
+check "... and its timeline has the tensor group's sums on their track (one replica: no data group)" \
+  python3 - "$tmp/bench.json" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))["traceEvents"]
+names = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc if e.get("ph") == "M" and e["name"] == "thread_name"}
+sums = {e["pid"] for e in doc if e.get("ph") == "X" and e["tid"] == 2 and e["name"] == "all-gather tensor-parallel sum"}
+assert names.get((0, 2)) == names.get((1, 2)) == "tensor group" and (0, 3) not in names, names
+assert sums == {0, 1}, sums
+PY
 
 # Bad input, refused before training and naming the values.
 refused() { # refused NP PATTERN ARGS...: herd exits non-zero and says PATTERN

@@ -82,18 +82,25 @@ static herd_status run_steps(herd_model *m, herd_dataset *ds, int batch_size, in
     return st;
 }
 
-/* The run of all ranks (job), traced when asked: the communicator records its
- * reductions while the timeline is open. comm: the ranks that reduce gradients (the
- * job, or with tensor parallelism a part's data group). */
+/* The run of all ranks (job), traced when asked: the communicators record their
+ * collectives while the timeline is open. comm: the ranks that reduce gradients (the
+ * job, or with tensor parallelism a part's data group); tensor: the tensor group, or NULL. */
 static herd_status run_traced(herd_model *m, herd_dataset *ds, const herd_bench_config *cfg,
-                              herd_comm *comm, herd_comm *job, bench_phase *out)
+                              herd_comm *comm, herd_comm *job, herd_comm *tensor,
+                              bench_phase *out)
 {
     if (!cfg->timeline_path)
         return run_steps(m, ds, cfg->batch_size, cfg->steps, cfg->warmup, comm, NULL, out);
     herd_timeline *tl;
     size_t per_step = 2 * (size_t)m->n_layers + 8;
     HERD_TRY(herd_timeline_open(cfg->timeline_path, job, per_step, &tl));
-    herd_status st = run_steps(m, ds, cfg->batch_size, cfg->steps, cfg->warmup, comm, tl, out);
+    herd_status st = HERD_OK; /* groups of one rank run no collective */
+    if (tensor && tensor->size > 1)
+        st = herd_timeline_add_group(tl, tensor, "tensor group");
+    if (st == HERD_OK && comm != job && comm->size > 1)
+        st = herd_timeline_add_group(tl, comm, "data group");
+    if (st == HERD_OK)
+        st = run_steps(m, ds, cfg->batch_size, cfg->steps, cfg->warmup, comm, tl, out);
     if (st != HERD_OK) {
         herd_timeline_free(tl);
         return st;
@@ -170,7 +177,7 @@ herd_status herd_bench_run(herd_model *m, herd_dataset *ds, const herd_bench_con
                                             m->n_buffer_floats * sizeof(float), 0);
     }
     if (st == HERD_OK)
-        st = run_traced(bm, ds, cfg, grads, comm, &all);
+        st = run_traced(bm, ds, cfg, grads, comm, tp ? tp->group : NULL, &all);
     /* The job is as fast as its slowest rank. */
     double slowest = all.elapsed;
     if (st == HERD_OK && comm->size > 1) {
