@@ -74,8 +74,9 @@ static herd_status time_layer(const herd_model *m, int i, int batch, double *sec
         if (!x || !dy)
             st = HERD_NOMEM((in_n + out_n) * sizeof(float));
     }
+    /* An embedding reads token ids: whole numbers below its vocabulary. */
     if (st == HERD_OK)
-        st = one->be->fill(in_n, 0.5f, x);
+        st = one->be->fill(in_n, strcmp(l->spec.type, "embedding") == 0 ? 0.0f : 0.5f, x);
     if (st == HERD_OK)
         st = one->be->fill(out_n, 0.01f, dy);
     double best = DBL_MAX;

@@ -11,6 +11,7 @@
 #include "dist/signature.h"
 #include "nn/partition.h"
 #include "nn/slices.h"
+#include "nn/xent_split.h"
 
 /* Activations travel forward with one tag, their gradients back with another; MPI
  * keeps messages of one tag between two ranks in order, and every stage handles
@@ -45,7 +46,7 @@ static herd_status alloc_slot(herd_pipeline *pp, herd_model *whole, herd_pp_slot
     const herd_backend *be = pp->m->be;
     herd_mem_category was = herd_mem_category_set(HERD_MEM_ACTIVATIONS);
     slot->input = be->alloc(n * pp->in_per_sample * sizeof(float));
-    slot->labels = be->alloc(n * sizeof(int32_t));
+    slot->labels = be->alloc(n * (size_t)pp->m->positions * sizeof(int32_t));
     slot->dy = be->alloc(n * pp->out_per_sample * sizeof(float));
     herd_mem_category_set(was);
     if (!slot->input || !slot->labels || !slot->dy)
@@ -99,18 +100,21 @@ static herd_status build_stage(herd_pipeline *pp, const herd_train_config *cfg, 
         return HERD_ERR_NOMEM;
     HERD_TRY(herd_model_build_stage(pp->m, whole, first, end, true, s > 0, cfg->seed));
     herd_model *m = pp->m;
+    HERD_TRY(herd_pipeline_tied_find(pp, whole));
     if (whole->params) { /* the caller's weights (loaded or initialised), not the seed's */
         size_t param_at, buffer_at;
         stage_offsets(whole, first, &param_at, &buffer_at);
-        HERD_TRY(copy_floats(m->be, whole->params + param_at, m->params, m->n_param_floats));
+        HERD_TRY(copy_floats(m->be, whole->params + param_at, m->params,
+                             herd_pipeline_whole_share(pp)));
         HERD_TRY(copy_floats(m->be, whole->buffers + buffer_at, m->buffers, m->n_buffer_floats));
     }
     herd_shape in = {1, m->in_c, m->in_h, m->in_w};
     pp->in_per_sample = herd_shape_per_sample(in);
     pp->out_per_sample = herd_shape_per_sample(m->layers[m->n_layers - 1].out_shape);
-    /* Stage 0 reads the images, the last stage the labels; the others only the count. */
+    /* Stage 0 reads the images, the last stage the labels (one per position of a
+     * language model); the others only the count. */
     herd_batch_store_init(&pp->kept, pp->micro_size, s == 0 ? pp->in_per_sample : 0,
-                          s == pp->stages - 1 ? 1 : 0);
+                          s == pp->stages - 1 ? (size_t)m->positions : 0);
     pp->n_slots = herd_pp_max_in_flight(pp->kind, pp->stages, pp->micro_batches, s);
     pp->slots = herd_xcalloc((size_t)pp->n_slots, sizeof *pp->slots);
     pp->actions = herd_xcalloc(2 * (size_t)pp->micro_batches, sizeof *pp->actions);
@@ -150,6 +154,9 @@ herd_status herd_pipeline_create(const herd_train_config *cfg, herd_model *whole
     if (st == HERD_OK)
         st = build_stage(pp, cfg, whole);
     st = herd_agree(job, st, "building the pipeline stages");
+    /* The last stage's copy of a tied token table starts from the table's values. */
+    if (st == HERD_OK)
+        st = herd_agree(job, herd_pipeline_tied_copy(pp, NULL, false), "copying the tied token table");
     if (st != HERD_OK) {
         herd_pipeline_free(pp);
         return st;
@@ -173,6 +180,7 @@ void herd_pipeline_free(herd_pipeline *pp)
     free(pp->actions);
     herd_pipeline_synced_free(pp);
     herd_batch_store_free(&pp->kept);
+    herd_tied_sum_free(&pp->tied, pp->m ? pp->m->be : NULL);
     herd_model_free(pp->m);
     herd_comm_destroy(pp->group);
     free(pp);
@@ -287,7 +295,7 @@ static herd_status run_forward(step_run *r, int mb)
                                      (size_t)b.n * pp->in_per_sample * sizeof(float)));
     if (last)
         HERD_TRY(herd_backend_upload(be, sl->labels, b.labels,
-                                     (size_t)b.n * sizeof(int32_t)));
+                                     (size_t)b.n * pp->m->positions * sizeof(int32_t)));
     HERD_TRY(wait_p2p(r, &sl->recv_act, "receiving the activations", r->done + mb));
     if (pp->stage > 0 && sl->recv_act.bytes != (size_t)b.n * pp->in_per_sample * sizeof(float))
         return HERD_ERR(HERD_ERR_INTERNAL,
@@ -311,16 +319,18 @@ static herd_status run_forward(step_run *r, int mb)
     HERD_TRY(herd_model_forward(sl->m, &ctx, sl->input, &out));
     if (exact)
         HERD_TRY(herd_exact_sum_add_buffers(exact, pp->m));
-    if (last) {
+    if (last) { /* a language model: a row of the loss per position, a sample's mean */
         double loss = 0;
         long correct = 0;
-        HERD_TRY(pp->m->be->softmax_xent(b.n, pp->m->classes, out, sl->labels, r->label_smoothing,
-                                         sl->dy, &loss, &correct));
+        int rows = b.n * pp->m->positions;
+        HERD_TRY(herd_model_xent(pp->m, rows, out, sl->labels, r->label_smoothing, sl->dy, &loss,
+                                 &correct));
         if (r->plan->scaler)
             HERD_TRY(herd_loss_scaler_scale(r->plan->scaler, pp->m->be, sl->dy,
-                                            (size_t)b.n * pp->m->classes));
+                                            (size_t)rows * pp->m->class_count));
+        loss /= pp->m->positions;
         r->s->loss_sum += exact ? herd_exact_loss(loss) : loss;
-        r->s->correct += correct;
+        r->s->correct += (double)correct / pp->m->positions;
         r->s->samples += b.n;
     }
     r->s->t.forward += record(r, HERD_TL_FORWARD, mb, t0);
@@ -456,10 +466,11 @@ static herd_status eval_batch(void *user, const herd_batch *b, double *loss, dou
         HERD_TRY(be->memcpy_h2d(e->in, b->x, need * sizeof(float)));
         x = e->in;
     }
+    size_t n_labels = (size_t)b->n * pp->m->positions;
     if (last && !be->host_memory) {
         HERD_TRY(herd_backend_grow(be, HERD_MEM_ACTIVATIONS, (void **)&e->labels, &e->labels_cap,
-                                   (size_t)b->n, sizeof(int32_t)));
-        HERD_TRY(be->memcpy_h2d(e->labels, b->labels, (size_t)b->n * sizeof(int32_t)));
+                                   n_labels, sizeof(int32_t)));
+        HERD_TRY(be->memcpy_h2d(e->labels, b->labels, n_labels * sizeof(int32_t)));
         labels = e->labels;
     }
     HERD_TRY(herd_model_reshape(sm, b->n));
@@ -472,8 +483,9 @@ static herd_status eval_batch(void *user, const herd_batch *b, double *loss, dou
                         job->rank + 1, TAG_EVAL, what);
     }
     long c = 0;
-    HERD_TRY(be->softmax_xent(b->n, pp->m->classes, out, labels, 0.0f, NULL, loss, &c));
-    *correct = (double)c;
+    HERD_TRY(herd_model_xent(pp->m, (int)n_labels, out, labels, 0.0f, NULL, loss, &c));
+    *loss /= pp->m->positions; /* per sample, as in training */
+    *correct = (double)c / pp->m->positions;
     *samples = b->n;
     return HERD_OK;
 }
@@ -547,6 +559,8 @@ static herd_status move_pieces(herd_pipeline *pp, herd_optimizer *opt, herd_mode
         for (int i = 0; i < piece_count(opt) && st == HERD_OK; i++) {
             size_t n;
             float *src = stage_piece(pp->m, opt, i, &n);
+            if (i != 1) /* the whole model's floats: not the last stage's copy of a tied table */
+                n = herd_pipeline_whole_share(pp);
             snprintf(what, sizeof what, "stage %d: %s its tensors (part %d)", pp->stage,
                      to_rank0 ? "sending rank 0" : "receiving from rank 0", i);
             if (n > 0)
@@ -559,11 +573,15 @@ static herd_status move_pieces(herd_pipeline *pp, herd_optimizer *opt, herd_mode
 herd_status herd_pipeline_gather(herd_pipeline *pp, herd_optimizer *opt, herd_model *whole,
                                  herd_optimizer *whole_opt)
 {
-    return move_pieces(pp, opt, whole, whole_opt, true);
+    herd_status st = move_pieces(pp, opt, whole, whole_opt, true);
+    HERD_TRY(herd_agree(pp->job, st, "gathering the stages"));
+    return herd_pipeline_tied_check(pp, whole);
 }
 
 herd_status herd_pipeline_scatter(herd_pipeline *pp, herd_optimizer *opt, herd_model *whole,
                                   herd_optimizer *whole_opt)
 {
-    return move_pieces(pp, opt, whole, whole_opt, false);
+    HERD_TRY(move_pieces(pp, opt, whole, whole_opt, false));
+    /* The file holds the table once: the first replica's last stage takes its copy. */
+    return herd_pipeline_tied_copy(pp, opt, true);
 }

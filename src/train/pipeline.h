@@ -21,6 +21,7 @@
 #include "optim/optim.h"
 #include "train/batch_store.h"
 #include "train/step.h"
+#include "train/tied_sum.h"
 
 #define HERD_PP_MAX_STAGES 64
 
@@ -54,6 +55,14 @@ typedef struct herd_pipeline {
     /* --deterministic: the step's micro-batches as read (stage 0's images, the last
      * stage's labels), for a redo of the step on another grid. */
     herd_batch_store kept;
+    /* A language model's head tied to the token table of an embedding on an earlier
+     * stage (tied_stage): that stage and the last both hold the table, tied_floats
+     * long, at tied_at of their parameters (the last stage's copy ends its own), and
+     * whole_tied_at in the whole model's; their gradients are summed after the
+     * reduction (tied). tied_floats 0: none. */
+    int tied_stage;
+    size_t tied_floats, tied_at, whole_tied_at;
+    herd_tied_sum tied;
     /* --deterministic --sync-bn on a model with batch norm: a step runs every slice of
      * the replica's step through the stage together, layer by layer (pipeline_syncbn.c). */
     bool synced_bn;
@@ -92,6 +101,20 @@ herd_status herd_pipeline_gather(herd_pipeline *pp, herd_optimizer *opt, herd_mo
  * (replica 0 by point to point, then within each stage group). */
 herd_status herd_pipeline_scatter(herd_pipeline *pp, herd_optimizer *opt, herd_model *whole,
                                   herd_optimizer *whole_opt);
+
+/* A tied token table (pipeline_tied.c). find: whether this stage holds one of its two
+ * copies, from whole (local). share: the floats of the stage's parameters that are the
+ * whole model's (all but the last stage's copy). copy: the table's stage gives the last
+ * stage its values, and with opt its optimizer state (of the first replica only when
+ * first_replica; collective over the job). plan: the gradient sums for ranks whose
+ * reduced gradients are [lo, hi) of their stage's (ZeRO's slice, or all; collective).
+ * check: replica 0's copy against the table rank 0 gathered into whole, an error when
+ * they differ (collective, agreed). */
+herd_status herd_pipeline_tied_find(herd_pipeline *pp, const herd_model *whole);
+size_t herd_pipeline_whole_share(const herd_pipeline *pp);
+herd_status herd_pipeline_tied_copy(herd_pipeline *pp, herd_optimizer *opt, bool first_replica);
+herd_status herd_pipeline_tied_plan(herd_pipeline *pp, size_t lo, size_t hi, bool sliced);
+herd_status herd_pipeline_tied_check(herd_pipeline *pp, const herd_model *whole);
 
 /* --deterministic --sync-bn (pipeline_syncbn.c): one pass over the step's n slices (a
  * micro-batch each), all at once. Batch norm normalises over the global batch (every

@@ -274,6 +274,8 @@ herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p,
 {
     double t0 = herd_now();
     HERD_TRY(p->comm->ops->wait_all(p->comm));
+    if (p->tied)
+        HERD_TRY(herd_tied_sum_run(p->tied, m->be, m->grads));
     double t1 = herd_now();
     HERD_TRY(herd_phase_mark(&p->clock, HERD_PHASE_COMM));
     size_t first, count;
@@ -324,6 +326,13 @@ herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p,
                                       : p->stage_job ? &per_replica
                                                      : NULL;
         double sq;
+        /* A tied token table counts once, on the embedding's stage: the last stage's
+         * copy ends its parameters and is left out. */
+        size_t sq_count = norm_count;
+        if (p->tied && p->tied->copy_at)
+            sq_count = norm_first >= p->tied->copy_at ? 0
+                       : norm_first + norm_count > p->tied->copy_at ? p->tied->copy_at - norm_first
+                                                                   : norm_count;
         /* --deterministic: per tensor in the whole model's order, the same bits on a stage
          * (one replica of each writes its part) as in one process. */
         if (p->exact)
@@ -333,7 +342,7 @@ herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p,
             HERD_TRY(herd_grad_sum_squares_split(m, norm_first, norm_count, group, &p->tensor_sum,
                                                  &sq));
         else
-            HERD_TRY(herd_grad_sum_squares_part(m, norm_first, norm_count, group, &sq));
+            HERD_TRY(herd_grad_sum_squares_part(m, norm_first, sq_count, group, &sq));
         if (!isfinite(sq) && !p->scaler)
             HERD_TRY(nonfinite(p, m, norm_first, norm_count, s));
         else if (p->clip_grad_norm > 0.0f && !isfinite(sq))

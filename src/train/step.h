@@ -12,6 +12,7 @@
 #include "train/buckets.h"
 #include "train/exact_sum.h"
 #include "train/phase_clock.h"
+#include "train/tied_sum.h"
 #include "train/zero.h"
 
 /* How gradients of a step are combined across micro-batches and ranks. */
@@ -43,6 +44,9 @@ typedef struct herd_step_plan {
      * over the tensor group (tensor_sum), whole tensors counted once. NULL: none. */
     herd_comm *tensor_job;
     herd_group_sum tensor_sum;
+    /* A token table tied across pipeline stages: the two copies' gradients are summed
+     * once reduced, and the norm leaves the last stage's copy out (NULL: none). */
+    herd_tied_sum *tied;
     /* --deterministic with stages: this stage's first tensor among the whole model's, and
      * their number (clipping's norm is summed per tensor in that order; 0: not a stage). */
     int first_view, whole_views;

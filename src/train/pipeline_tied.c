@@ -1,0 +1,244 @@
+/* A language model's token table, tied to a head on another pipeline stage: the
+ * embedding's stage and the last stage each hold it (tied_sum.h, pipeline.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/testhook.h"
+#include "dist/signature.h"
+#include "train/pipeline.h"
+
+/* pipeline.c's tags are 11..14. */
+enum { TAG_TIED_COPY = 15, TAG_TIED_SUM = 16, TAG_TIED_CHECK = 17 };
+
+static herd_status transfer(herd_comm *c, bool send, void *buf, size_t bytes, int peer, int tag,
+                            const char *what)
+{
+    herd_p2p req;
+    HERD_TRY(c->ops->p2p_start(c, &req, send, buf, bytes, peer, tag));
+    return c->ops->p2p_wait(c, &req, what);
+}
+
+static int layer_named(const herd_model *m, const char *name)
+{
+    for (int i = 0; i < m->n_layers; i++)
+        if (strcmp(m->layers[i].spec.name, name) == 0)
+            return i;
+    return -1;
+}
+
+herd_status herd_pipeline_tied_find(herd_pipeline *pp, const herd_model *whole)
+{
+    pp->tied_floats = 0;
+    const herd_layer *head = &whole->layers[whole->n_layers - 1];
+    int emb = strcmp(head->spec.type, "lm_head") == 0 ? layer_named(whole, head->spec.tie) : -1;
+    int last = pp->stages - 1, es = 0;
+    if (emb < 0)
+        return HERD_OK;
+    while (es < last && emb >= pp->bounds[es + 1])
+        es++;
+    if (es == last) /* one stage holds both: the head reads the embedding's table */
+        return HERD_OK;
+    const herd_tensor_view *table = &whole->views[whole->layers[emb].first_tensor];
+    pp->tied_stage = es;
+    pp->whole_tied_at = table->offset;
+    const herd_model *m = pp->m;
+    if (pp->stage == last) {
+        const herd_layer *h = &m->layers[m->n_layers - 1];
+        const herd_tensor_view *copy = &m->views[h->shared_view];
+        if (copy->numel != table->numel)
+            return HERD_ERR(HERD_ERR_INVALID_ARG,
+                            "lm_head layer '%s' on the last pipeline stage holds a copy of the "
+                            "token table of '%s', of its %d classes x its width (%zu values), "
+                            "but the table has %zu: a tied head split from its embedding needs "
+                            "the vocabulary to be the classes",
+                            h->spec.name, head->spec.tie, m->classes, copy->numel, table->numel);
+        if (copy->offset + copy->numel != m->n_param_floats)
+            return HERD_ERR(HERD_ERR_INTERNAL, "the last stage's copy of the token table does "
+                            "not end its parameters");
+        pp->tied_at = copy->offset;
+    } else if (pp->stage == es) {
+        pp->tied_at = m->views[m->layers[emb - pp->bounds[es]].first_tensor].offset;
+    }
+    pp->tied_floats = table->numel;
+    return HERD_OK;
+}
+
+size_t herd_pipeline_whole_share(const herd_pipeline *pp)
+{
+    return pp->m->n_param_floats - (pp->stage == pp->stages - 1 ? pp->tied_floats : 0);
+}
+
+herd_status herd_pipeline_tied_copy(herd_pipeline *pp, herd_optimizer *opt, bool first_replica)
+{
+    bool from = pp->stage == pp->tied_stage, to = pp->stage == pp->stages - 1;
+    if (!pp->tied_floats || (!from && !to) || (first_replica && pp->replica != 0))
+        return HERD_OK;
+    int peer = pp->replica * pp->stages + (from ? pp->stages - 1 : pp->tied_stage);
+    int pieces = 1 + (opt ? herd_optimizer_state_count(opt) : 0);
+    for (int i = 0; i < pieces; i++) {
+        size_t numel = pp->m->n_param_floats;
+        const char *name = "parameters";
+        float *base = i == 0 ? pp->m->params : herd_optimizer_state(opt, i - 1, &name, &numel);
+        if (!base || numel < pp->tied_at + pp->tied_floats)
+            return HERD_ERR(HERD_ERR_INTERNAL, "stage %d: the optimizer's '%s' does not cover "
+                            "the token table", pp->stage, name);
+        char what[128];
+        snprintf(what, sizeof what, "stage %d: %s the token table's %s", pp->stage,
+                 from ? "sending the last stage" : "receiving", name);
+        HERD_TRY(transfer(pp->job, from, base + pp->tied_at, pp->tied_floats * sizeof(float), peer,
+                          TAG_TIED_COPY, what));
+    }
+    return HERD_OK;
+}
+
+/* [a, b) of the table held by a rank: its side (1 the embedding's stage, 2 the last),
+ * replica and range in table coordinates. */
+typedef struct held {
+    int64_t side, replica, a, b;
+} held;
+
+static void add_parts(herd_tied_sum *t, const held *all, int ranks, const held *me, bool sliced,
+                      size_t tied_at, size_t *scratch)
+{
+    for (int q = 0; q < ranks; q++) {
+        const held *o = &all[q];
+        if (o->side != 3 - me->side)
+            continue;
+        /* Without ZeRO both stages of a replica hold all of it: each pairs with its own
+         * replica's. ZeRO's slices cover the table once per stage: every overlap pairs. */
+        int64_t a = sliced ? (me->a > o->a ? me->a : o->a) : me->a;
+        int64_t b = sliced ? (me->b < o->b ? me->b : o->b) : me->b;
+        if (b <= a || (!sliced && o->replica != me->replica))
+            continue;
+        if (t->parts)
+            t->parts[t->n_parts] = (herd_tied_part){.peer = q, .at = tied_at + (size_t)a,
+                                                    .n = (size_t)(b - a), .scratch = *scratch};
+        t->n_parts++;
+        *scratch += (size_t)(b - a);
+    }
+}
+
+herd_status herd_pipeline_tied_plan(herd_pipeline *pp, size_t lo, size_t hi, bool sliced)
+{
+    herd_tied_sum *t = &pp->tied;
+    t->job = pp->job;
+    if (!pp->tied_floats)
+        return HERD_OK;
+    held me = {.side = pp->stage == pp->tied_stage ? 1 : pp->stage == pp->stages - 1 ? 2 : 0,
+               .replica = pp->replica};
+    if (me.side) {
+        size_t end = pp->tied_at + pp->tied_floats;
+        size_t a = lo > pp->tied_at ? lo : pp->tied_at, b = hi < end ? hi : end;
+        me.a = (int64_t)(a - pp->tied_at);
+        me.b = b > a ? (int64_t)(b - pp->tied_at) : me.a;
+    }
+    if (me.side == 2)
+        t->copy_at = pp->tied_at;
+    herd_comm *c = herd_comm_host_side(pp->job);
+    held *all = herd_xcalloc((size_t)c->size, sizeof *all);
+    HERD_TRY(herd_agree(pp->job, all ? HERD_OK : HERD_ERR_NOMEM, "planning the tied token table's sums"));
+    herd_status st = c->ops->allgather(c, &me, all, sizeof me);
+    size_t floats = 0;
+    if (st == HERD_OK && me.side) {
+        add_parts(t, all, c->size, &me, sliced, pp->tied_at, &floats);
+        t->parts = herd_xcalloc((size_t)t->n_parts + 1, sizeof *t->parts);
+        t->reqs = herd_xcalloc(2 * (size_t)t->n_parts + 1, sizeof *t->reqs);
+        herd_mem_category was = herd_mem_category_set(HERD_MEM_GRADS);
+        t->scratch = floats ? pp->m->be->alloc(floats * sizeof(float)) : NULL;
+        herd_mem_category_set(was);
+        if (!t->parts || !t->reqs || (floats && !t->scratch))
+            st = HERD_ERR_NOMEM;
+        t->n_parts = 0, floats = 0;
+        if (st == HERD_OK)
+            add_parts(t, all, c->size, &me, sliced, pp->tied_at, &floats);
+    }
+    free(all);
+    return herd_agree(pp->job, st, "planning the tied token table's sums");
+}
+
+herd_status herd_tied_sum_run(herd_tied_sum *t, const herd_backend *be, float *grads)
+{
+    herd_comm *c = t->job;
+    for (int k = 0; k < t->n_parts; k++) {
+        const herd_tied_part *p = &t->parts[k];
+        HERD_TRY(c->ops->p2p_start(c, &t->reqs[2 * k], false, t->scratch + p->scratch,
+                                   p->n * sizeof(float), p->peer, TAG_TIED_SUM));
+        HERD_TRY(c->ops->p2p_start(c, &t->reqs[2 * k + 1], true, grads + p->at,
+                                   p->n * sizeof(float), p->peer, TAG_TIED_SUM));
+    }
+    for (int k = 0; k < 2 * t->n_parts; k++)
+        HERD_TRY(c->ops->p2p_wait(c, &t->reqs[k], "summing the tied token table's gradients"));
+    if (herd_test_hook("untie", c->rank)) /* the tests: this rank's copy drifts apart */
+        return HERD_OK;
+    for (int k = 0; k < t->n_parts; k++) {
+        const herd_tied_part *p = &t->parts[k];
+        HERD_TRY(be->add(p->n, grads + p->at, t->scratch + p->scratch, grads + p->at));
+    }
+    return HERD_OK;
+}
+
+void herd_tied_sum_free(herd_tied_sum *t, const herd_backend *be)
+{
+    if (be)
+        be->free(t->scratch);
+    free(t->parts);
+    free(t->reqs);
+    memset(t, 0, sizeof *t);
+}
+
+/* The first differing value of n floats, or n when they are the same. */
+static size_t first_difference(const float *a, const float *b, size_t n)
+{
+    size_t i = 0;
+    while (i < n && memcmp(&a[i], &b[i], sizeof *a) == 0)
+        i++;
+    return i;
+}
+
+herd_status herd_pipeline_tied_check(herd_pipeline *pp, const herd_model *whole)
+{
+    if (!pp->tied_floats)
+        return HERD_OK;
+    herd_comm *job = pp->job;
+    const herd_backend *be = pp->m->be;
+    size_t n = pp->tied_floats, bytes = n * sizeof(float);
+    int holder = pp->stages - 1; /* replica 0's last stage */
+    float *recv = NULL, *host = NULL, *table = NULL;
+    herd_status st = HERD_OK;
+    if (job->rank == 0) {
+        recv = be->alloc(bytes);
+        host = be->host_memory ? recv : malloc(bytes);
+        table = be->host_memory ? whole->params + pp->whole_tied_at : malloc(bytes);
+        st = recv && host && table ? HERD_OK : HERD_ERR_NOMEM;
+    }
+    st = herd_agree(job, st, "checking the tied token table");
+    if (st == HERD_OK && job->rank == holder)
+        st = transfer(job, true, pp->m->params + pp->tied_at, bytes, 0, TAG_TIED_CHECK,
+                      "sending rank 0 the copy of the token table");
+    if (st == HERD_OK && job->rank == 0) {
+        st = transfer(job, false, recv, bytes, holder, TAG_TIED_CHECK,
+                      "receiving the last stage's copy of the token table");
+        if (st == HERD_OK && !be->host_memory)
+            st = be->memcpy_d2h(host, recv, bytes);
+        if (st == HERD_OK && !be->host_memory)
+            st = be->memcpy_d2h(table, whole->params + pp->whole_tied_at, bytes);
+        size_t at = st == HERD_OK ? first_difference(host, table, n) : n;
+        if (at < n)
+            st = HERD_ERR(HERD_ERR_INTERNAL,
+                          "the last pipeline stage's copy of the token table differs from the "
+                          "table at value %zu of %zu (%.9g against %.9g): the tied head and "
+                          "embedding no longer hold the same weights; this is a bug in herd, "
+                          "please report it with the command",
+                          at, n, (double)host[at], (double)table[at]);
+    }
+    if (job->rank == 0) {
+        if (host != recv)
+            free(host);
+        if (!be->host_memory)
+            free(table);
+        be->free(recv);
+    }
+    return herd_agree(job, st, "checking the tied token table");
+}
