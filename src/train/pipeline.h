@@ -106,14 +106,14 @@ herd_status herd_pipeline_scatter(herd_pipeline *pp, herd_optimizer *opt, herd_m
  * copies, from whole (local). share: the floats of the stage's parameters that are the
  * whole model's (all but the last stage's copy). copy: the table's stage gives the last
  * stage its values, and with opt its optimizer state (of the first replica only when
- * first_replica; collective over the job). plan: the gradient sums for ranks whose
- * reduced gradients are [lo, hi) of their stage's (ZeRO's slice, or all; collective).
+ * first_replica; collective over the job). plan: the gradient sums of plan's reduced
+ * gradients (its ZeRO slice, or all), set as plan->tied (collective, agreed).
  * check: replica 0's copy against the table rank 0 gathered into whole, an error when
  * they differ (collective, agreed). */
 herd_status herd_pipeline_tied_find(herd_pipeline *pp, const herd_model *whole);
 size_t herd_pipeline_whole_share(const herd_pipeline *pp);
 herd_status herd_pipeline_tied_copy(herd_pipeline *pp, herd_optimizer *opt, bool first_replica);
-herd_status herd_pipeline_tied_plan(herd_pipeline *pp, size_t lo, size_t hi, bool sliced);
+herd_status herd_pipeline_tied_plan(herd_pipeline *pp, herd_step_plan *plan);
 herd_status herd_pipeline_tied_check(herd_pipeline *pp, const herd_model *whole);
 
 /* --deterministic --sync-bn (pipeline_syncbn.c): one pass over the step's n slices (a

@@ -120,12 +120,15 @@ static void add_parts(herd_tied_sum *t, const held *all, int ranks, const held *
     }
 }
 
-herd_status herd_pipeline_tied_plan(herd_pipeline *pp, size_t lo, size_t hi, bool sliced)
+herd_status herd_pipeline_tied_plan(herd_pipeline *pp, herd_step_plan *plan)
 {
     herd_tied_sum *t = &pp->tied;
     t->job = pp->job;
     if (!pp->tied_floats)
         return HERD_OK;
+    plan->tied = t;
+    bool sliced = plan->zero != NULL;
+    size_t lo = sliced ? plan->zero->lo : 0, hi = sliced ? plan->zero->hi : pp->m->n_param_floats;
     held me = {.side = pp->stage == pp->tied_stage ? 1 : pp->stage == pp->stages - 1 ? 2 : 0,
                .replica = pp->replica};
     if (me.side) {

@@ -586,12 +586,8 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
                      herd_model_param_count(r->whole));
     }
     HERD_TRY(agree(r, setup(r), "setting up training"));
-    if (r->pp) { /* collective, agreed inside: the sums of a tied token table's copies */
-        bool sliced = cfg->zero_stage != 0;
-        HERD_TRY(herd_pipeline_tied_plan(r->pp, sliced ? r->zero.lo : 0,
-                                         sliced ? r->zero.hi : r->m->n_param_floats, sliced));
-        r->plan.tied = r->pp->tied_floats ? &r->pp->tied : NULL;
-    }
+    if (r->pp) /* collective, agreed inside: the sums of a tied token table's copies */
+        HERD_TRY(herd_pipeline_tied_plan(r->pp, &r->plan));
     if (cfg->checkpoint_dir) /* every rank joins: rank 0's outcome is broadcast */
         HERD_TRY(herd_run_prepare_checkpoints(r));
     HERD_TRY(broadcast_state(r));
