@@ -1,49 +1,46 @@
 #!/usr/bin/env bash
-# Pipeline stages for a language model through the CLI under mpirun, on a small GPT
-# (tests/models/gpt-tp4.json) whose head is tied to the embedding's token table: the
-# last stage keeps a copy of the table, and the two copies' gradients are summed after
-# the reduction (src/train/pipeline_tied.c). 20 steps on 2 stages (both schedules), 3
-# stages, 2 stages x 2 replicas with --zero 2 end on one process's weights within 1e-5,
-# every step's loss within 1e-5; --clip-grad-norm with --loss-scale dynamic counts the
-# table once; a checkpoint from 2 stages resumes on one process and on 3 stages x 2
-# replicas with ZeRO, and AdamW's on 2 stages to the uninterrupted bits; each save
-# checks the two copies bitwise, and a run whose copies
+# Pipeline stages for a language model through the CLI under mpirun, alone and with
+# tensor parts inside each stage (DP x PP x TP), on a small GPT (tests/models/gpt-tp4.json)
+# whose head is tied to the embedding's token table: the last stage keeps a copy of the
+# table, and the two copies' gradients are summed after the reduction
+# (src/train/pipeline_tied.c). 50 steps on 2 stages (both schedules), 3 stages, 2 stages
+# x 2 replicas with --zero 2, 2 stages x 2 parts, 2 x 2 x 2 with --zero 2, and 3 stages x
+# 2 parts end on one process's weights within 1e-5, every step's loss within 1e-5;
+# --clip-grad-norm with --loss-scale dynamic counts the table once; checkpoints hold
+# whole tensors: saved on 2 stages (x 2 parts) they resume on one process, on 3 stages x
+# 2 replicas with ZeRO and on 3 stages x 2 parts, one process's resumes on 2 x 2, and
+# AdamW's on 2 stages to the uninterrupted bits; the timeline puts the tensor group's
+# and the stage replicas' collectives on their tracks; each save checks the two copies
+# bitwise, and a run whose copies
 # drift apart (a test hook skips the sum on one rank) stops with an error; herd eval
-# reads the file; --deterministic is refused, named.
-# In a repeat pass (sanitizers, MPICH): 2 stages, 2 x 2 with ZeRO, the resume on one
-# process, the drift and the refusal.
+# reads the file; --deterministic, and --zero without a second replica, are refused.
+# In a repeat pass (sanitizers, MPICH): 20 steps, 2 stages, 2 stages x 2 parts, 2 x 2 with ZeRO,
+# the resumes on one process, the drift and the refusals.
 set -u
 . "$(dirname "$0")/testlib.sh"
 have_mpi || skip_all "herd built without MPI, or its launcher (HERD_MPIEXEC, set by ctest) missing"
-corpus=/usr/share/common-licenses
-[ -d "$corpus" ] || skip_all "$corpus (Debian's base-files) is not here"
+token_corpus
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 mpirun=("${mpiexec[@]}")
-cat "$corpus"/* | head -c 40000 >"$tmp/text"
-python3 "$here/../scripts/tokenize_bytes.py" "$tmp/text" "$tmp/t_train.bin" "$tmp/t_val.bin" >/dev/null
 model="$here/models/gpt-tp4.json"
 common=(--model "$model" --data "tokens:$tmp/t_train.bin,256" --seq-len 32 --threads 1
         --test-samples 32 --log-every 1 --quiet)
-sgd=(--optimizer sgd --lr 0.1 --momentum 0.9 --max-steps 20)
+steps=50
+repeat_pass && steps=20
+half=$((steps / 2))
+sgd=(--optimizer sgd --lr 0.1 --momentum 0.9 --max-steps "$steps")
 # np, then the run's arguments after --pipeline-stages
-grids=("2 2 --micro-batches 2 --batch-size 8" "4 2 --micro-batches 2 --batch-size 4 --zero 2"
-       "2 2 --micro-batches 4 --batch-size 8 --pp-schedule gpipe" "3 3 --micro-batches 4 --batch-size 8")
-repeat_pass && grids=("${grids[@]:0:2}")
+grids=("2 2 --micro-batches 2 --batch-size 8" "4 2 --micro-batches 2 --batch-size 8 --tensor-parallel 2"
+       "4 2 --micro-batches 2 --batch-size 4 --zero 2"
+       "8 2 --batch-size 4 --tensor-parallel 2 --zero 2"
+       "2 2 --micro-batches 4 --batch-size 8 --pp-schedule gpipe" "3 3 --micro-batches 4 --batch-size 8"
+       "6 3 --micro-batches 4 --batch-size 8 --tensor-parallel 2 --pp-schedule gpipe")
+repeat_pass && grids=("${grids[@]:0:3}")
 train() { local np=$1; shift; timeout 180 "${mpirun[@]}" -np "$np" "$herd" train "${common[@]}" "$@"; }
-losses() {
-  python3 - "$1" "$2" <<'PY'
-import json, sys
-def steps(p):
-    return [json.loads(l)["train_loss"] for l in open(p) if '"kind":"step"' in l]
-a, b = steps(sys.argv[1]), steps(sys.argv[2])
-assert len(a) == len(b) == 20, (len(a), len(b))
-print("%.3g" % max(abs(x - y) / abs(y) for x, y in zip(a, b)))
-PY
-}
 
 "$herd" train "${common[@]}" "${sgd[@]}" --batch-size 8 --metrics "$tmp/m1" --save "$tmp/w1.st" \
   >"$tmp/one.out" 2>&1
-check "one process trains 20 steps" test -s "$tmp/w1.st"
+check "one process trains $steps steps" test -s "$tmp/w1.st"
 i=0
 for grid in "${grids[@]}"; do
   read -r np P rest <<<"$grid"
@@ -52,7 +49,7 @@ for grid in "${grids[@]}"; do
   train "$np" "${sgd[@]}" --pipeline-stages "$P" $rest --metrics "$tmp/m$i" --save "$tmp/w$i.st" \
     >"$tmp/pp$i.out" 2>&1
   d=$(maxdiff "$tmp/w$i.st" "$tmp/w1.st")
-  l=$(losses "$tmp/m$i" "$tmp/m1")
+  l=$(step_losses "$tmp/m$i" "$tmp/m1" "$steps")
   check "$P stages on $np ranks ($rest): one process's weights within 1e-5 ($d)" within "$d" 1e-5
   check "... and every step's loss within 1e-5 ($l)" within "$l" 1e-5
 done
@@ -64,27 +61,49 @@ clip=(--optimizer sgd --lr 0.1 --momentum 0.9 --max-steps 20 --clip-grad-norm 0.
 if ! repeat_pass; then
   "$herd" train "${common[@]}" "${clip[@]}" --batch-size 8 --save "$tmp/c1.st" >"$tmp/c1.out" 2>&1
   train 4 "${clip[@]}" --batch-size 4 --pipeline-stages 2 --zero 1 --save "$tmp/c4.st" >"$tmp/c4.out" 2>&1
+  train 4 "${clip[@]}" --batch-size 8 --pipeline-stages 2 --tensor-parallel 2 --save "$tmp/ct.st" \
+    >"$tmp/ct.out" 2>&1
   n1=$(key clipped_steps "$tmp/c1.out")
-  d=$(maxdiff "$tmp/c4.st" "$tmp/c1.st")
-  check "--clip-grad-norm and --loss-scale dynamic on 2 stages x 2 with ZeRO 1 as one process ($d; clipped $(key clipped_steps "$tmp/c4.out") of $n1)" \
-    sh -c "[ '$(key clipped_steps "$tmp/c4.out")' = '$n1' ] && [ '$n1' -gt 0 ] && awk 'BEGIN { exit !($d <= 1e-5) }'"
+  for run in c4 ct; do
+    d=$(maxdiff "$tmp/$run.st" "$tmp/c1.st")
+    check "$run: --clip-grad-norm and --loss-scale dynamic as one process ($d; clipped $(key clipped_steps "$tmp/$run.out") of $n1)" \
+      sh -c "[ '$(key clipped_steps "$tmp/$run.out")' = '$n1' ] && [ '$n1' -gt 0 ] && awk 'BEGIN { exit !($d <= 1e-5) }'"
+  done
 fi
 
-# A checkpoint holds the table once; the last stage's copy takes its values and its
-# momentum again at a resume, on any grid.
-train 2 "${sgd[@]}" --max-steps 10 --batch-size 8 --pipeline-stages 2 --micro-batches 2 \
+# A checkpoint holds the table once, in whole tensors; the last stage's copy takes its
+# values and its momentum again at a resume, on any grid.
+train 2 "${sgd[@]}" --max-steps "$half" --batch-size 8 --pipeline-stages 2 --micro-batches 2 \
   --checkpoint-dir "$tmp/ck" >"$tmp/ck.out" 2>&1
-cp -r "$tmp/ck" "$tmp/ck3"
+train 4 "${sgd[@]}" --max-steps "$half" --batch-size 8 --pipeline-stages 2 --tensor-parallel 2 \
+  --checkpoint-dir "$tmp/ckt" >"$tmp/ckt.out" 2>&1
+for d in ck3 ckt1 ckt3; do cp -r "$tmp/${d%?}" "$tmp/$d"; done
 "$herd" train "${common[@]}" "${sgd[@]}" --batch-size 8 --checkpoint-dir "$tmp/ck" --resume \
   --save "$tmp/r1.st" >"$tmp/r1.out" 2>&1
 d1=$(maxdiff "$tmp/r1.st" "$tmp/w1.st")
 check "saved on 2 stages, resumed on one process: the uninterrupted weights within 1e-5 ($d1)" \
   within "$d1" 1e-5
+"$herd" train "${common[@]}" "${sgd[@]}" --batch-size 8 --checkpoint-dir "$tmp/ckt1" --resume \
+  --save "$tmp/rt1.st" >"$tmp/rt1.out" 2>&1
+d1=$(maxdiff "$tmp/rt1.st" "$tmp/w1.st")
+check "saved on 2 stages x 2 tensor parts, resumed on one process: likewise ($d1)" within "$d1" 1e-5
 if ! repeat_pass; then
   train 6 "${sgd[@]}" --batch-size 4 --pipeline-stages 3 --zero 2 --checkpoint-dir "$tmp/ck3" \
     --resume --save "$tmp/r3.st" >"$tmp/r3.out" 2>&1
   d3=$(maxdiff "$tmp/r3.st" "$tmp/w1.st")
-  check "... and on 3 stages x 2 replicas with --zero 2: likewise ($d3)" within "$d3" 1e-5
+  check "saved on 2 stages, resumed on 3 stages x 2 replicas with --zero 2: likewise ($d3)" \
+    within "$d3" 1e-5
+  train 6 "${sgd[@]}" --batch-size 8 --pipeline-stages 3 --tensor-parallel 2 \
+    --checkpoint-dir "$tmp/ckt3" --resume --save "$tmp/rt3.st" >"$tmp/rt3.out" 2>&1
+  d3=$(maxdiff "$tmp/rt3.st" "$tmp/w1.st")
+  check "saved on 2 stages x 2 parts, resumed on 3 stages x 2 parts: likewise ($d3)" within "$d3" 1e-5
+  rm -rf "$tmp/ck1"
+  "$herd" train "${common[@]}" "${sgd[@]}" --max-steps "$half" --batch-size 8 --checkpoint-dir "$tmp/ck1" \
+    >"$tmp/ck1.out" 2>&1
+  train 4 "${sgd[@]}" --batch-size 8 --pipeline-stages 2 --tensor-parallel 2 --checkpoint-dir "$tmp/ck1" \
+    --resume --save "$tmp/r14.st" >"$tmp/r14.out" 2>&1
+  d4=$(maxdiff "$tmp/r14.st" "$tmp/w1.st")
+  check "saved on one process, resumed on 2 stages x 2 parts: likewise ($d4)" within "$d4" 1e-5
 fi
 # AdamW's moments of the copy come back too: interrupted and resumed on the same grid,
 # the bits of the run that never stopped (and the copies still equal at the save).
@@ -99,6 +118,26 @@ check "AdamW on 2 stages, interrupted and resumed: the uninterrupted bits" \
   --seq-len 32 --threads 1 >"$tmp/eval.out" 2>&1
 check "herd eval reads a file saved on 2 stages" grep -q "perplexity=" "$tmp/eval.out"
 
+# The timeline of 2 stages x 2 parts x 2 replicas: the tensor group's sums and each
+# stage part's reductions over its replicas, each on a track of its own.
+if ! repeat_pass; then
+  train 8 --batch-size 4 --max-steps 2 --pipeline-stages 2 --tensor-parallel 2 \
+    --timeline "$tmp/grid.json" >"$tmp/grid.out" 2>&1
+  check "timeline: the tensor group's sums and the stage replicas' reductions on their tracks" \
+    python3 - "$tmp/grid.json" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))["traceEvents"]
+names = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc
+         if e.get("ph") == "M" and e["name"] == "thread_name"}
+ev = [e for e in doc if e.get("ph") == "X"]
+for r in range(8):
+    assert names[(r, 2)] == "tensor group" and names[(r, 3)] == "stage replicas", names
+    assert {e["name"] for e in ev if e["pid"] == r and e["tid"] == 2} == {"all-gather tensor-parallel sum"}
+    data = {e["name"] for e in ev if e["pid"] == r and e["tid"] == 3}
+    assert data and all(n.startswith("allreduce bucket") for n in data), (r, data)
+PY
+fi
+
 # The copies drift apart when rank 1 (the last stage) skips the sum: the save says so.
 HERD_TEST_FAIL_AT=untie:1 train 2 "${sgd[@]}" --batch-size 8 --max-steps 3 --pipeline-stages 2 \
   --save "$tmp/drift.st" >"$tmp/drift.out" 2>&1
@@ -111,4 +150,9 @@ train 2 "${sgd[@]}" --batch-size 8 --pipeline-stages 2 --deterministic >"$tmp/de
 rc=$?
 check "--deterministic with stages of a language model is refused (exit $rc)" test "$rc" -ne 0
 check "... naming the option" grep -q "deterministic with --pipeline-stages and a language model" "$tmp/det.out"
+train 4 "${sgd[@]}" --batch-size 4 --pipeline-stages 2 --tensor-parallel 2 --zero 1 >"$tmp/z.out" 2>&1
+rc=$?
+check "--zero on stages of parts without a second replica is refused (exit $rc)" test "$rc" -ne 0
+check "... naming the ranks it needs" grep -q "in every pipeline stage give one; start at least 8 ranks" \
+  "$tmp/z.out"
 finish

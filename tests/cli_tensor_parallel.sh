@@ -12,12 +12,9 @@
 set -u
 . "$(dirname "$0")/testlib.sh"
 have_mpi || skip_all "herd built without MPI, or its launcher (HERD_MPIEXEC, set by ctest) missing"
-corpus=/usr/share/common-licenses
-[ -d "$corpus" ] || skip_all "$corpus (Debian's base-files) is not here"
+token_corpus
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 mpirun=("${mpiexec[@]}")
-cat "$corpus"/* | head -c 40000 >"$tmp/text"
-python3 "$here/../scripts/tokenize_bytes.py" "$tmp/text" "$tmp/t_train.bin" "$tmp/t_val.bin" >/dev/null
 model="$here/models/gpt-tp4.json"
 common=(--model "$model" --data "tokens:$tmp/t_train.bin,256" --seq-len 32 --threads 1
         --test-samples 32 --log-every 1 --quiet)
@@ -26,17 +23,6 @@ steps=50 grids=("2 2 8" "4 4 8" "4 2 4")
 repeat_pass && steps=20 grids=("2 2 8" "4 2 4")
 half=$((steps / 2))
 train() { local np=$1; shift; timeout 180 "${mpirun[@]}" -np "$np" "$herd" train "${common[@]}" "$@"; }
-# losses A B: the largest relative difference of two metrics files' step losses.
-losses() {
-  python3 - "$1" "$2" <<'PY'
-import json, sys
-def steps(p):
-    return [json.loads(l)["train_loss"] for l in open(p) if '"kind":"step"' in l]
-a, b = steps(sys.argv[1]), steps(sys.argv[2])
-assert len(a) == len(b) == int(sys.argv[3]), (len(a), len(b))
-print("%.3g" % max(abs(x - y) / abs(y) for x, y in zip(a, b)))
-PY
-}
 
 "$herd" train "${common[@]}" "${sgd[@]}" --batch-size 8 --max-steps "$steps" --metrics "$tmp/m1" \
   --save "$tmp/w1.st" >"$tmp/one.out" 2>&1
@@ -47,7 +33,7 @@ for grid in "${grids[@]}"; do
   train "$np" "${sgd[@]}" --batch-size "$b" --max-steps "$steps" --tensor-parallel "$T" \
     --metrics "$tmp/m$np$T" --save "$tmp/w$np$T.st" >"$tmp/tp$np$T.out" 2>&1
   d=$(maxdiff "$tmp/w$np$T.st" "$tmp/w1.st")
-  l=$(losses "$tmp/m$np$T" "$tmp/m1" "$steps")
+  l=$(step_losses "$tmp/m$np$T" "$tmp/m1" "$steps")
   check "$name: the saved weights are one process's within 1e-5 ($d)" within "$d" 1e-5
   check "$name: every step's loss is one process's within 1e-5 ($l)" within "$l" 1e-5
 done
@@ -163,9 +149,9 @@ check "heads that do not split are refused, naming both" \
 check "ranks that do not divide are refused" \
   refused 3 "3 ranks do not divide into groups of --tensor-parallel 2" --model gpt-nano \
   --tensor-parallel 2
-check "--pipeline-stages is refused, named" \
-  refused 2 "--tensor-parallel does not work with --pipeline-stages" --model gpt-nano \
-  --tensor-parallel 2 --pipeline-stages 2
+check "stages of parts that do not fill the ranks are refused" \
+  refused 2 "2 ranks do not divide into pipelines of 2 stages of --tensor-parallel parts" \
+  --model gpt-nano --tensor-parallel 2 --pipeline-stages 2
 check "--deterministic is refused, named" \
   refused 2 "--tensor-parallel does not work with --deterministic" --model gpt-nano \
   --tensor-parallel 2 --deterministic

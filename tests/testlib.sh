@@ -123,7 +123,29 @@ print("%.3g" % max(abs(x - y) / max(1.0, abs(y)) for k in a for x, y in zip(a[k]
 PY
 }
 # within D T: D <= T (numbers as maxdiff prints them).
-within() { awk -v d="$1" -v t="$2" 'BEGIN { exit !(d <= t) }'; }
+# token_corpus: 40,000 bytes of Debian's license texts (base-files), tokenised byte-level
+# into $tmp/t_train.bin and $tmp/t_val.bin; the whole script is skipped without them.
+token_corpus() {
+  local corpus=/usr/share/common-licenses
+  [ -d "$corpus" ] || skip_all "$corpus (Debian's base-files) is not here"
+  cat "$corpus"/* | head -c 40000 >"$tmp/text"
+  python3 "$here/../scripts/tokenize_bytes.py" "$tmp/text" "$tmp/t_train.bin" "$tmp/t_val.bin" >/dev/null
+}
+# step_losses A B N: the largest relative difference of two --metrics files' step losses,
+# each file holding N steps.
+step_losses() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import json, sys
+def steps(p):
+    return [json.loads(l)["train_loss"] for l in open(p) if '"kind":"step"' in l]
+a, b = steps(sys.argv[1]), steps(sys.argv[2])
+assert len(a) == len(b) == int(sys.argv[3]), (len(a), len(b))
+print("%.3g" % max(abs(x - y) / abs(y) for x, y in zip(a, b)))
+PY
+}
+# within D T: D is a number no larger than T (an empty or non-numeric D, from a helper that
+# failed, is not within anything).
+within() { [[ $1 =~ ^[0-9.eE+-]+$ ]] && awk -v d="$1" -v t="$2" 'BEGIN { exit !(d <= t) }'; }
 finish() {
   local name part
   name=$(basename "$0" .sh)

@@ -169,7 +169,7 @@ herd_status herd_run_prepare_checkpoints(run *r)
         st = stage_optimizer_whole(r, &stage_opt);
     if (loaded && r->pp && st == HERD_OK)
         st = herd_pipeline_scatter(r->pp, stage_opt, r->ckpt_whole, r->ckpt_opt);
-    if (loaded && r->tp && st == HERD_OK)
+    if (loaded && r->tp && !r->pp && st == HERD_OK) /* stages hand out their parts themselves */
         st = herd_tensor_par_scatter(r->tp, r->comm, stage_opt, r->ckpt_whole, r->ckpt_opt);
     if (loaded && r->cfg.zero_stage && st == HERD_OK) /* each part's first replica, or rank 0 */
         st = herd_zero_scatter_state(&r->zero, ckpt_comm(r), split ? stage_opt : r->ckpt_opt, r->opt);

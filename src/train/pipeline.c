@@ -40,6 +40,7 @@ static herd_status alloc_slot(herd_pipeline *pp, herd_model *whole, herd_pp_slot
     slot->m = herd_xcalloc(1, sizeof *slot->m);
     if (!slot->m)
         return HERD_ERR_NOMEM;
+    slot->m->tp = pp->tp; /* split as the stage is */
     int s = pp->stage;
     HERD_TRY(herd_model_build_stage(slot->m, whole, pp->bounds[s], pp->bounds[s + 1], false, s > 0, 0));
     size_t n = (size_t)pp->micro_size;
@@ -68,12 +69,14 @@ static herd_status plan_stages(herd_pipeline *pp, const herd_train_config *cfg, 
         return HERD_ERR_NOMEM;
     herd_status st = HERD_OK;
     /* Timing a layer allocates it (its parameters and gradients, once, on rank 0): with
-     * the cuts named, the FLOPs only describe the stages. */
-    if (pp->job->rank == 0)
+     * the cuts named, the FLOPs only describe the stages. Every tensor part's pipeline
+     * cuts alike: rank 0 of the whole job measures. */
+    herd_comm *world = pp->world;
+    if (world->rank == 0)
         st = herd_partition_layer_costs(whole, pp->micro_size, !cfg->stage_split, cost);
-    herd_status agreed = herd_agree(pp->job, st, "measuring the layers' cost");
-    if (agreed == HERD_OK && pp->job->size > 1)
-        agreed = pp->job->ops->broadcast(pp->job, cost, (size_t)n * sizeof *cost, 0);
+    herd_status agreed = herd_agree(world, st, "measuring the layers' cost");
+    if (agreed == HERD_OK && world->size > 1)
+        agreed = world->ops->broadcast(world, cost, (size_t)n * sizeof *cost, 0);
     if (agreed == HERD_OK)
         agreed = cfg->stage_split ? herd_partition_parse(whole, cfg->stage_split, P, pp->bounds)
                                   : herd_partition_balance(whole, cost, P, pp->bounds);
@@ -98,10 +101,13 @@ static herd_status build_stage(herd_pipeline *pp, const herd_train_config *cfg, 
     pp->m = herd_xcalloc(1, sizeof *pp->m);
     if (!pp->m)
         return HERD_ERR_NOMEM;
+    pp->m->tp = pp->tp; /* tensor parallelism inside the stage: its layers split */
     HERD_TRY(herd_model_build_stage(pp->m, whole, first, end, true, s > 0, cfg->seed));
     herd_model *m = pp->m;
     HERD_TRY(herd_pipeline_tied_find(pp, whole));
-    if (whole->params) { /* the caller's weights (loaded or initialised), not the seed's */
+    if (whole->params && pp->tp.size > 1)
+        herd_pipeline_take_part(pp, whole);
+    else if (whole->params) { /* the caller's weights (loaded or initialised), not the seed's */
         size_t param_at, buffer_at;
         stage_offsets(whole, first, &param_at, &buffer_at);
         HERD_TRY(copy_floats(m->be, whole->params + param_at, m->params,
@@ -128,11 +134,21 @@ static herd_status build_stage(herd_pipeline *pp, const herd_train_config *cfg, 
 herd_status herd_pipeline_create(const herd_train_config *cfg, herd_model *whole, herd_comm *job,
                                  herd_pipeline **out)
 {
+    return herd_pipeline_create_split(cfg, whole, job, job, NULL, out);
+}
+
+herd_status herd_pipeline_create_split(const herd_train_config *cfg, herd_model *whole,
+                                       herd_comm *world, herd_comm *job, const herd_tp_group *tp,
+                                       herd_pipeline **out)
+{
     *out = NULL;
     herd_pipeline *pp = herd_xcalloc(1, sizeof *pp);
     if (!pp)
         return HERD_ERR_NOMEM;
+    pp->world = world;
     pp->job = job;
+    if (tp)
+        pp->tp = *tp;
     pp->stages = cfg->pipeline_stages;
     pp->stage = job->rank % pp->stages;
     pp->replica = job->rank / pp->stages;
@@ -153,10 +169,11 @@ herd_status herd_pipeline_create(const herd_train_config *cfg, herd_model *whole
     }
     if (st == HERD_OK)
         st = build_stage(pp, cfg, whole);
-    st = herd_agree(job, st, "building the pipeline stages");
+    st = herd_agree(world, st, "building the pipeline stages");
     /* The last stage's copy of a tied token table starts from the table's values. */
     if (st == HERD_OK)
-        st = herd_agree(job, herd_pipeline_tied_copy(pp, NULL, false), "copying the tied token table");
+        st = herd_agree(world, herd_pipeline_tied_copy(pp, NULL, false),
+                        "copying the tied token table");
     if (st != HERD_OK) {
         herd_pipeline_free(pp);
         return st;
@@ -180,7 +197,7 @@ void herd_pipeline_free(herd_pipeline *pp)
     free(pp->actions);
     herd_pipeline_synced_free(pp);
     herd_batch_store_free(&pp->kept);
-    herd_tied_sum_free(&pp->tied, pp->m ? pp->m->be : NULL);
+    herd_tied_sum_free(&pp->tied_sum, pp->m ? pp->m->be : NULL);
     herd_model_free(pp->m);
     herd_comm_destroy(pp->group);
     free(pp);
@@ -573,15 +590,17 @@ static herd_status move_pieces(herd_pipeline *pp, herd_optimizer *opt, herd_mode
 herd_status herd_pipeline_gather(herd_pipeline *pp, herd_optimizer *opt, herd_model *whole,
                                  herd_optimizer *whole_opt)
 {
-    herd_status st = move_pieces(pp, opt, whole, whole_opt, true);
-    HERD_TRY(herd_agree(pp->job, st, "gathering the stages"));
-    return herd_pipeline_tied_check(pp, whole);
+    herd_status st = pp->tp.size > 1 ? herd_pipeline_move_parts(pp, opt, whole, whole_opt, true)
+                                     : move_pieces(pp, opt, whole, whole_opt, true);
+    HERD_TRY(herd_agree(pp->world, st, "gathering the stages"));
+    return herd_pipeline_tied_check(pp);
 }
 
 herd_status herd_pipeline_scatter(herd_pipeline *pp, herd_optimizer *opt, herd_model *whole,
                                   herd_optimizer *whole_opt)
 {
-    HERD_TRY(move_pieces(pp, opt, whole, whole_opt, false));
+    HERD_TRY(pp->tp.size > 1 ? herd_pipeline_move_parts(pp, opt, whole, whole_opt, false)
+                             : move_pieces(pp, opt, whole, whole_opt, false));
     /* The file holds the table once: the first replica's last stage takes its copy. */
     return herd_pipeline_tied_copy(pp, opt, true);
 }

@@ -40,7 +40,13 @@ typedef struct herd_pipeline {
     int micro_batches;   /* M: micro-batches per round; a step is grad_accum rounds */
     herd_pp_schedule_kind kind;
     int bounds[HERD_PP_MAX_STAGES + 1];
-    herd_comm *job;      /* the whole job: neighbours, metrics, agreements (not owned) */
+    herd_comm *job;      /* the stages' job: neighbours, metrics, agreements (not owned) */
+    /* With tensor parallelism inside the stages, job is this part's pipelines (the
+     * ranks holding the same part of every stage) and world the whole job, where the
+     * partition is measured and agreed; tp splits the stage's layers. Otherwise world
+     * is job and tp.size 0. */
+    herd_comm *world;
+    herd_tp_group tp;
     herd_comm *group;    /* this stage's data-parallel group (owned) */
     herd_model *m;       /* this stage, with storage (owned) */
     int micro_size;      /* samples per micro-batch (the loader's batch) */
@@ -56,13 +62,14 @@ typedef struct herd_pipeline {
      * stage's labels), for a redo of the step on another grid. */
     herd_batch_store kept;
     /* A language model's head tied to the token table of an embedding on an earlier
-     * stage (tied_stage): that stage and the last both hold the table, tied_floats
-     * long, at tied_at of their parameters (the last stage's copy ends its own), and
-     * whole_tied_at in the whole model's; their gradients are summed after the
-     * reduction (tied). tied_floats 0: none. */
+     * stage (tied_stage): that stage and the last both hold the table (their tensor
+     * part's rows), tied_floats long, at tied_at of their parameters (the last stage's
+     * copy ends its own; 0 on the other stages); their gradients are summed after the
+     * reduction (tied_sum). */
+    bool tied;
     int tied_stage;
-    size_t tied_floats, tied_at, whole_tied_at;
-    herd_tied_sum tied;
+    size_t tied_floats, tied_at;
+    herd_tied_sum tied_sum;
     /* --deterministic --sync-bn on a model with batch norm: a step runs every slice of
      * the replica's step through the stage together, layer by layer (pipeline_syncbn.c). */
     bool synced_bn;
@@ -78,6 +85,13 @@ typedef struct herd_pipeline {
  * and the stage groups it splits into reduce device gradients. */
 herd_status herd_pipeline_create(const herd_train_config *cfg, herd_model *whole, herd_comm *job,
                                  herd_pipeline **out);
+/* The same with tensor parallelism inside each stage: job is this rank's part's
+ * pipelines (world's ranks holding part tp->rank; rank = replica x P + stage in it),
+ * world the whole job (rank = (replica x P + stage) x T + part), and tp the stage's
+ * tensor group. Collective over world. */
+herd_status herd_pipeline_create_split(const herd_train_config *cfg, herd_model *whole,
+                                       herd_comm *world, herd_comm *job, const herd_tp_group *tp,
+                                       herd_pipeline **out);
 void herd_pipeline_free(herd_pipeline *pp);
 
 /* One optimizer step's forward and backward over n micro-batches read from loader
@@ -108,13 +122,24 @@ herd_status herd_pipeline_scatter(herd_pipeline *pp, herd_optimizer *opt, herd_m
  * stage its values, and with opt its optimizer state (of the first replica only when
  * first_replica; collective over the job). plan: the gradient sums of plan's reduced
  * gradients (its ZeRO slice, or all), set as plan->tied (collective, agreed).
- * check: replica 0's copy against the table rank 0 gathered into whole, an error when
- * they differ (collective, agreed). */
+ * check: replica 0's copy against its table, an error when they differ (collective
+ * over world, agreed). */
 herd_status herd_pipeline_tied_find(herd_pipeline *pp, const herd_model *whole);
 size_t herd_pipeline_whole_share(const herd_pipeline *pp);
 herd_status herd_pipeline_tied_copy(herd_pipeline *pp, herd_optimizer *opt, bool first_replica);
 herd_status herd_pipeline_tied_plan(herd_pipeline *pp, herd_step_plan *plan);
-herd_status herd_pipeline_tied_check(herd_pipeline *pp, const herd_model *whole);
+herd_status herd_pipeline_tied_check(herd_pipeline *pp);
+
+/* Tensor parts inside the stages (pipeline_parts.c). take_part: this rank's part of
+ * its stage from whole's parameters and buffers (host memory). move_parts: between the
+ * first replica's stage parts and world rank 0's whole model (to_rank0: gathered; else
+ * handed out), parameters, buffers and, with opt, each optimizer state (laid out as the
+ * parameters). Collective over world. */
+void herd_pipeline_take_part(herd_pipeline *pp, const herd_model *whole);
+herd_status herd_pipeline_move_parts(herd_pipeline *pp, herd_optimizer *opt, herd_model *whole,
+                                     herd_optimizer *whole_opt, bool to_rank0);
+/* The index of stage s's first tensor among the whole model's. */
+int herd_pipeline_stage_first_view(const herd_pipeline *pp, const herd_model *whole, int s);
 
 /* --deterministic --sync-bn (pipeline_syncbn.c): one pass over the step's n slices (a
  * micro-batch each), all at once. Batch norm normalises over the global batch (every

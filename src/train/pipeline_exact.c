@@ -7,12 +7,17 @@
 #include "core/error.h"
 #include "train/pipeline.h"
 
-int herd_pipeline_first_view(const herd_pipeline *pp, const herd_model *whole)
+int herd_pipeline_stage_first_view(const herd_pipeline *pp, const herd_model *whole, int s)
 {
     int first = 0;
-    for (int i = 0; i < pp->bounds[pp->stage]; i++)
+    for (int i = 0; i < pp->bounds[s]; i++)
         first += whole->layers[i].n_tensors;
     return first;
+}
+
+int herd_pipeline_first_view(const herd_pipeline *pp, const herd_model *whole)
+{
+    return herd_pipeline_stage_first_view(pp, whole, pp->stage);
 }
 
 herd_status herd_pipeline_exact_grid_text(herd_pipeline *pp, const herd_model *whole,

@@ -30,6 +30,7 @@ static int layer_named(const herd_model *m, const char *name)
 
 herd_status herd_pipeline_tied_find(herd_pipeline *pp, const herd_model *whole)
 {
+    pp->tied = false;
     pp->tied_floats = 0;
     const herd_layer *head = &whole->layers[whole->n_layers - 1];
     int emb = strcmp(head->spec.type, "lm_head") == 0 ? layer_named(whole, head->spec.tie) : -1;
@@ -40,28 +41,27 @@ herd_status herd_pipeline_tied_find(herd_pipeline *pp, const herd_model *whole)
         es++;
     if (es == last) /* one stage holds both: the head reads the embedding's table */
         return HERD_OK;
-    const herd_tensor_view *table = &whole->views[whole->layers[emb].first_tensor];
+    const herd_layer_spec *e = &whole->layers[emb].spec;
+    if (e->vocab != whole->classes)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "lm_head layer '%s' is tied to the token table of '%s' (vocabulary %d) "
+                        "but predicts %d classes: split from its embedding by pipeline stages, "
+                        "the head keeps a copy of the table, which needs the vocabulary to be "
+                        "the classes", head->spec.name, e->name, e->vocab, whole->classes);
     pp->tied_stage = es;
-    pp->whole_tied_at = table->offset;
+    /* This rank's rows of the table (its tensor part's): the same on both stages. */
     const herd_model *m = pp->m;
-    if (pp->stage == last) {
-        const herd_layer *h = &m->layers[m->n_layers - 1];
-        const herd_tensor_view *copy = &m->views[h->shared_view];
-        if (copy->numel != table->numel)
-            return HERD_ERR(HERD_ERR_INVALID_ARG,
-                            "lm_head layer '%s' on the last pipeline stage holds a copy of the "
-                            "token table of '%s', of its %d classes x its width (%zu values), "
-                            "but the table has %zu: a tied head split from its embedding needs "
-                            "the vocabulary to be the classes",
-                            h->spec.name, head->spec.tie, m->classes, copy->numel, table->numel);
-        if (copy->offset + copy->numel != m->n_param_floats)
-            return HERD_ERR(HERD_ERR_INTERNAL, "the last stage's copy of the token table does "
-                            "not end its parameters");
-        pp->tied_at = copy->offset;
-    } else if (pp->stage == es) {
-        pp->tied_at = m->views[m->layers[emb - pp->bounds[es]].first_tensor].offset;
-    }
-    pp->tied_floats = table->numel;
+    const herd_tensor_view *v = NULL;
+    if (pp->stage == last)
+        v = &m->views[m->layers[m->n_layers - 1].shared_view];
+    else if (pp->stage == es)
+        v = &m->views[m->layers[emb - pp->bounds[es]].first_tensor];
+    if (v && pp->stage == last && v->offset + v->numel != m->n_param_floats)
+        return HERD_ERR(HERD_ERR_INTERNAL, "the last stage's copy of the token table does "
+                        "not end its parameters");
+    pp->tied = true;
+    pp->tied_at = v ? v->offset : 0;
+    pp->tied_floats = v ? v->numel : 0;
     return HERD_OK;
 }
 
@@ -73,7 +73,7 @@ size_t herd_pipeline_whole_share(const herd_pipeline *pp)
 herd_status herd_pipeline_tied_copy(herd_pipeline *pp, herd_optimizer *opt, bool first_replica)
 {
     bool from = pp->stage == pp->tied_stage, to = pp->stage == pp->stages - 1;
-    if (!pp->tied_floats || (!from && !to) || (first_replica && pp->replica != 0))
+    if (!pp->tied || (!from && !to) || (first_replica && pp->replica != 0))
         return HERD_OK;
     int peer = pp->replica * pp->stages + (from ? pp->stages - 1 : pp->tied_stage);
     int pieces = 1 + (opt ? herd_optimizer_state_count(opt) : 0);
@@ -122,9 +122,9 @@ static void add_parts(herd_tied_sum *t, const held *all, int ranks, const held *
 
 herd_status herd_pipeline_tied_plan(herd_pipeline *pp, herd_step_plan *plan)
 {
-    herd_tied_sum *t = &pp->tied;
+    herd_tied_sum *t = &pp->tied_sum;
     t->job = pp->job;
-    if (!pp->tied_floats)
+    if (!pp->tied)
         return HERD_OK;
     plan->tied = t;
     bool sliced = plan->zero != NULL;
@@ -141,7 +141,7 @@ herd_status herd_pipeline_tied_plan(herd_pipeline *pp, herd_step_plan *plan)
         t->copy_at = pp->tied_at;
     herd_comm *c = herd_comm_host_side(pp->job);
     held *all = herd_xcalloc((size_t)c->size, sizeof *all);
-    HERD_TRY(herd_agree(pp->job, all ? HERD_OK : HERD_ERR_NOMEM, "planning the tied token table's sums"));
+    HERD_TRY(herd_agree(pp->world, all ? HERD_OK : HERD_ERR_NOMEM, "planning the tied token table's sums"));
     herd_status st = c->ops->allgather(c, &me, all, sizeof me);
     size_t floats = 0;
     if (st == HERD_OK && me.side) {
@@ -158,7 +158,7 @@ herd_status herd_pipeline_tied_plan(herd_pipeline *pp, herd_step_plan *plan)
             add_parts(t, all, c->size, &me, sliced, pp->tied_at, &floats);
     }
     free(all);
-    return herd_agree(pp->job, st, "planning the tied token table's sums");
+    return herd_agree(pp->world, st, "planning the tied token table's sums");
 }
 
 herd_status herd_tied_sum_run(herd_tied_sum *t, const herd_backend *be, float *grads)
@@ -200,33 +200,34 @@ static size_t first_difference(const float *a, const float *b, size_t n)
     return i;
 }
 
-herd_status herd_pipeline_tied_check(herd_pipeline *pp, const herd_model *whole)
+/* Replica 0's last stage sends its copy to replica 0's table stage, which compares. */
+herd_status herd_pipeline_tied_check(herd_pipeline *pp)
 {
-    if (!pp->tied_floats)
+    if (!pp->tied)
         return HERD_OK;
-    herd_comm *job = pp->job;
     const herd_backend *be = pp->m->be;
     size_t n = pp->tied_floats, bytes = n * sizeof(float);
-    int holder = pp->stages - 1; /* replica 0's last stage */
+    bool holder = pp->replica == 0 && pp->stage == pp->tied_stage;
+    bool copy = pp->replica == 0 && pp->stage == pp->stages - 1;
     float *recv = NULL, *host = NULL, *table = NULL;
     herd_status st = HERD_OK;
-    if (job->rank == 0) {
+    if (holder) {
         recv = be->alloc(bytes);
         host = be->host_memory ? recv : malloc(bytes);
-        table = be->host_memory ? whole->params + pp->whole_tied_at : malloc(bytes);
+        table = be->host_memory ? pp->m->params + pp->tied_at : malloc(bytes);
         st = recv && host && table ? HERD_OK : HERD_ERR_NOMEM;
     }
-    st = herd_agree(job, st, "checking the tied token table");
-    if (st == HERD_OK && job->rank == holder)
-        st = transfer(job, true, pp->m->params + pp->tied_at, bytes, 0, TAG_TIED_CHECK,
-                      "sending rank 0 the copy of the token table");
-    if (st == HERD_OK && job->rank == 0) {
-        st = transfer(job, false, recv, bytes, holder, TAG_TIED_CHECK,
+    st = herd_agree(pp->world, st, "checking the tied token table");
+    if (st == HERD_OK && copy)
+        st = transfer(pp->job, true, pp->m->params + pp->tied_at, bytes, pp->tied_stage,
+                      TAG_TIED_CHECK, "sending the copy of the token table");
+    if (st == HERD_OK && holder) {
+        st = transfer(pp->job, false, recv, bytes, pp->stages - 1, TAG_TIED_CHECK,
                       "receiving the last stage's copy of the token table");
         if (st == HERD_OK && !be->host_memory)
             st = be->memcpy_d2h(host, recv, bytes);
         if (st == HERD_OK && !be->host_memory)
-            st = be->memcpy_d2h(table, whole->params + pp->whole_tied_at, bytes);
+            st = be->memcpy_d2h(table, pp->m->params + pp->tied_at, bytes);
         size_t at = st == HERD_OK ? first_difference(host, table, n) : n;
         if (at < n)
             st = HERD_ERR(HERD_ERR_INTERNAL,
@@ -236,12 +237,12 @@ herd_status herd_pipeline_tied_check(herd_pipeline *pp, const herd_model *whole)
                           "please report it with the command",
                           at, n, (double)host[at], (double)table[at]);
     }
-    if (job->rank == 0) {
+    if (holder) {
         if (host != recv)
             free(host);
         if (!be->host_memory)
             free(table);
         be->free(recv);
     }
-    return herd_agree(job, st, "checking the tied token table");
+    return herd_agree(pp->world, st, "checking the tied token table");
 }

@@ -104,6 +104,10 @@ herd_status herd_run_check_pipeline(const run *r);
 herd_status herd_run_check_tensor(const run *r);
 herd_status herd_run_check_zero(const run *r);
 
+/* grid.c: collective; the pipeline stages (r->pp) and tensor parts (r->tp) of the
+ * configuration, r->m this rank's part of the model, r->dp its data-parallel group. */
+herd_status herd_run_build_grid(run *r);
+
 /* exact_step.c: --deterministic. Setup refuses what the exact sums do not cover (the
  * same on every rank: model, data and configuration are agreed); a step runs its
  * n_micro micro-batches through them, again when the grid asks (every rank alike). */

@@ -339,7 +339,7 @@ herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p,
             HERD_TRY(herd_exact_sum_squares(m, p->first_view, p->whole_views, p->stage_job,
                                             p->comm->rank == 0 || !p->stage_job, &sq));
         else if (p->tensor_job)
-            HERD_TRY(herd_grad_sum_squares_split(m, norm_first, norm_count, group, &p->tensor_sum,
+            HERD_TRY(herd_grad_sum_squares_split(m, norm_first, sq_count, group, &p->tensor_sum,
                                                  &sq));
         else
             HERD_TRY(herd_grad_sum_squares_part(m, norm_first, sq_count, group, &sq));

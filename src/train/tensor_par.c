@@ -18,7 +18,7 @@
 static herd_status group_sum(void *user, float *buf, size_t n)
 {
     herd_tensor_par *tp = user;
-    const herd_backend *be = tp->m->be;
+    const herd_backend *be = tp->be;
     if (n > INT_MAX)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "a tensor-parallel sum of %zu values is more than "
                         "one exchange takes (%d)", n, INT_MAX);
@@ -61,14 +61,19 @@ static void take_part(herd_model *m, const herd_model *whole)
     }
 }
 
+herd_tp_group herd_tensor_par_group(herd_tensor_par *tp)
+{
+    return (herd_tp_group){.rank = tp->part, .size = tp->parts, .sum = group_sum,
+                           .allgather = group_allgather, .group = tp};
+}
+
 static herd_status build_part(herd_tensor_par *tp, const herd_train_config *cfg,
                               const herd_model *whole)
 {
     herd_model *m = tp->m = herd_xcalloc(1, sizeof *m);
     if (!m)
         return HERD_ERR_NOMEM;
-    m->tp = (herd_tp_group){.rank = tp->part, .size = tp->parts, .sum = group_sum,
-                            .allgather = group_allgather, .group = tp};
+    m->tp = herd_tensor_par_group(tp);
     /* The whole model's layers as one stage, each split as m->tp says. */
     herd_status st = herd_model_build_stage(m, whole, 0, whole->n_layers, true, false, cfg->seed);
     if (st == HERD_OK && whole->params) /* the caller's weights (loaded or initialised) */
@@ -83,21 +88,28 @@ herd_status herd_tensor_par_create(const herd_train_config *cfg, herd_model *who
     herd_tensor_par *tp = herd_xcalloc(1, sizeof *tp);
     if (!tp)
         return HERD_ERR_NOMEM;
+    tp->be = whole->be;
     tp->parts = cfg->tensor_parallel;
+    int stages = cfg->pipeline_stages > 1 ? cfg->pipeline_stages : 1;
     tp->part = job->rank % tp->parts;
-    tp->replica = job->rank / tp->parts;
-    tp->replicas = job->size / tp->parts;
+    tp->replica = job->rank / (tp->parts * stages);
+    tp->replicas = job->size / (tp->parts * stages);
     tp->counts = herd_xcalloc((size_t)tp->parts, sizeof *tp->counts);
     herd_status st = tp->counts ? HERD_OK : HERD_ERR_NOMEM;
+    /* The tensor group: one replica's parts (of one stage). */
+    int group = job->rank / tp->parts;
     char name[48];
-    snprintf(name, sizeof name, "tensor group %d", tp->replica);
+    snprintf(name, sizeof name, "tensor group %d", group);
     if (st == HERD_OK)
-        st = job->ops->split(job, tp->replica, tp->part, name, &tp->group);
-    snprintf(name, sizeof name, "data group of part %d", tp->part);
-    if (st == HERD_OK)
-        st = tp->replicas > 1 ? job->ops->split(job, tp->part, tp->replica, name, &tp->data)
-                              : herd_comm_device_local_create(whole->be, &tp->data);
-    if (st == HERD_OK)
+        st = job->ops->split(job, group, tp->part, name, &tp->group);
+    /* With stages, the pipeline runs over the ranks holding this part (rank = replica x
+     * P + stage there) and builds the stage; it reduces over its stage groups. */
+    snprintf(name, sizeof name, "%s of part %d", stages > 1 ? "pipelines" : "data group", tp->part);
+    if (st == HERD_OK && (stages > 1 || tp->replicas > 1))
+        st = job->ops->split(job, tp->part, group, name, &tp->data);
+    else if (st == HERD_OK)
+        st = herd_comm_device_local_create(whole->be, &tp->data);
+    if (st == HERD_OK && stages == 1)
         st = build_part(tp, cfg, whole);
     st = herd_agree(job, st, "building the tensor-parallel parts");
     if (st != HERD_OK) {
@@ -112,9 +124,9 @@ void herd_tensor_par_free(herd_tensor_par *tp)
 {
     if (!tp)
         return;
-    if (tp->m)
-        tp->m->be->free(tp->scratch);
-    herd_model_free(tp->m);
+    tp->be->free(tp->scratch);
+    if (!tp->stage_model)
+        herd_model_free(tp->m);
     herd_comm_destroy(tp->data);
     herd_comm_destroy(tp->group);
     free(tp->counts);

@@ -17,18 +17,27 @@
 
 typedef struct herd_tensor_par {
     int parts, part, replicas, replica;
-    herd_comm *group; /* the tensor group: this replica's parts (owned) */
-    herd_comm *data;  /* the data group: this part in every replica (owned) */
-    herd_model *m;    /* this rank's part (owned) */
+    const herd_backend *be;
+    herd_comm *group; /* the tensor group: this replica's parts (of its stage) (owned) */
+    /* The data group: this part in every replica (owned). With pipeline stages, this
+     * part's pipelines: every stage of every replica, over which the pipeline runs. */
+    herd_comm *data;
+    herd_model *m;    /* this rank's part (owned), or with stages the stage's (not owned) */
+    bool stage_model;
     float *scratch;   /* the group's sums: every part's values side by side */
     size_t scratch_floats;
     int *counts;      /* per part, for the all-gather */
 } herd_tensor_par;
 
 /* Collective over job: the groups and this rank's part of `whole` (its parameters when
- * it holds them, else initialised from seed as the whole model would be). */
+ * it holds them, else initialised from seed as the whole model would be). With
+ * cfg->pipeline_stages > 1 the groups only (rank = (replica x P + stage) x T + part):
+ * the pipeline builds the stage's part (herd_pipeline_create_split over data, with
+ * herd_tensor_par_group's functions) and the caller sets m and stage_model. */
 herd_status herd_tensor_par_create(const herd_train_config *cfg, herd_model *whole,
                                    herd_comm *job, herd_tensor_par **out);
+/* The tensor group's sums for a model's layers (herd_model.tp). */
+herd_tp_group herd_tensor_par_group(herd_tensor_par *tp);
 void herd_tensor_par_free(herd_tensor_par *tp);
 
 /* Collective over job: the first replica's parts (parameters, buffers and, with opt on

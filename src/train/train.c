@@ -492,7 +492,7 @@ static herd_status setup(run *r)
         r->plan.tensor_sum = herd_group_of_comm(r->tp->group);
     }
     if (r->pp) {
-        r->plan.stage_job = r->comm;
+        r->plan.stage_job = r->pp->job; /* with tensor parts: this part's stages */
         r->plan.stage_replicas = r->pp->replicas;
         r->plan.first_view = herd_pipeline_first_view(r->pp, r->whole);
         r->plan.whole_views = r->whole->n_views;
@@ -566,25 +566,7 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
         HERD_TRY(herd_comm_device_create(r->comm, r->m->be, &r->device_comm));
         r->comm = r->device_comm;
     }
-    r->dp = r->comm;
-    if (cfg->pipeline_stages > 1) { /* collective, its failures agreed inside */
-        HERD_TRY(herd_pipeline_create(cfg, r->whole, r->comm, &r->pp));
-        r->m = r->pp->m;
-        r->dp = r->pp->group;
-        if (r->comm->rank == 0)
-            herd_log(HERD_LOG_INFO, "pipeline of %d stages (%s, %d micro-batches):\n%s",
-                     cfg->pipeline_stages, herd_pp_schedule_name(r->pp->kind), cfg->micro_batches,
-                     r->pp->partition_text);
-    }
-    if (cfg->tensor_parallel > 1) { /* collective, its failures agreed inside */
-        HERD_TRY(herd_tensor_par_create(cfg, r->whole, r->comm, &r->tp));
-        r->m = r->tp->m;
-        r->dp = r->tp->data;
-        if (r->comm->rank == 0)
-            herd_log(HERD_LOG_INFO, "tensor parallelism: %d parts x %d replicas (%zu of %zu "
-                     "parameters on rank 0)", r->tp->parts, r->tp->replicas, r->m->n_param_floats,
-                     herd_model_param_count(r->whole));
-    }
+    HERD_TRY(herd_run_build_grid(r));
     HERD_TRY(agree(r, setup(r), "setting up training"));
     if (r->pp) /* collective, agreed inside: the sums of a tied token table's copies */
         HERD_TRY(herd_pipeline_tied_plan(r->pp, &r->plan));
@@ -638,7 +620,7 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
         st = herd_pipeline_gather(r->pp, NULL, r->comm->rank == 0 ? r->whole : NULL, NULL);
         HERD_TRY(agree(r, st, "collecting the trained stages"));
     }
-    if (r->tp && r->whole->params) { /* likewise, the parts to whole tensors */
+    if (r->tp && !r->pp && r->whole->params) { /* likewise, the parts to whole tensors */
         st = herd_tensor_par_gather(r->tp, r->comm, NULL, r->comm->rank == 0 ? r->whole : NULL,
                                     NULL);
         HERD_TRY(agree(r, st, "collecting the trained parts"));

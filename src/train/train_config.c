@@ -109,10 +109,7 @@ herd_status herd_train_config_check(const herd_train_config *c)
         return HERD_OPTION_ERR("--tensor-parallel must be in 1..64, got %d", c->tensor_parallel);
     if (c->tensor_parallel > 1) {
         /* What tensor parallelism does not cover yet (issue 28), named. */
-        const char *with = c->pipeline_stages > 1 ? "--pipeline-stages"
-                           : c->deterministic     ? "--deterministic"
-                           : c->sync_bn           ? "--sync-bn"
-                                                  : NULL;
+        const char *with = c->deterministic ? "--deterministic" : c->sync_bn ? "--sync-bn" : NULL;
         if (with)
             return HERD_INPUT_ERR(HERD_ERR_UNSUPPORTED, "--tensor-parallel does not work with %s "
                                   "yet; drop one of them (docs/model-files.md)", with);
@@ -288,11 +285,14 @@ herd_status herd_run_check_pipeline(const run *r)
         return HERD_ERR(HERD_ERR_INVALID_ARG,
                         "--pipeline-stages %d asks for more stages than model '%s' has layers (%d)",
                         P, r->m->name, r->m->n_layers);
-    if (r->comm->size % P != 0)
+    int per = ranks_per_replica(c);
+    if (r->comm->size % per != 0)
         return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "%d ranks do not divide into pipelines of %d stages; start a multiple of %d "
-                        "ranks (stages x data-parallel replicas)", r->comm->size, P, P);
-    return HERD_OK;
+                        "%d ranks do not divide into pipelines of %d stages%s; start a multiple "
+                        "of %d ranks (stages x %sdata-parallel replicas)", r->comm->size, P,
+                        per > P ? " of --tensor-parallel parts" : "", per,
+                        per > P ? "parts x " : "");
+    return herd_run_check_tensor(r);
 }
 
 /* --tensor-parallel against the job and the backend. */
@@ -306,12 +306,13 @@ herd_status herd_run_check_tensor(const run *r)
                         "%d ranks do not divide into groups of --tensor-parallel %d; start a "
                         "multiple of %d ranks (tensor parts x data-parallel replicas)",
                         r->comm->size, T, T);
-    if (r->cfg.zero_stage && r->comm->size < 2 * T)
+    int per = ranks_per_replica(&r->cfg);
+    if (r->cfg.zero_stage && r->comm->size < 2 * per)
         return HERD_ERR(HERD_ERR_INVALID_ARG,
                         "--zero %d shards each part's optimizer state across the data-parallel "
-                        "replicas, and %d ranks in groups of --tensor-parallel %d give one; start "
-                        "at least %d ranks or drop --zero", r->cfg.zero_stage, r->comm->size, T,
-                        2 * T);
+                        "replicas, and %d ranks in groups of --tensor-parallel %d%s give one; "
+                        "start at least %d ranks or drop --zero", r->cfg.zero_stage, r->comm->size,
+                        T, per > T ? " in every pipeline stage" : "", 2 * per);
     if (!r->m->be->host_memory || !r->m->be->xent_part_stats)
         return HERD_ERR(HERD_ERR_UNSUPPORTED, "--tensor-parallel runs on the CPU backend so far "
                         "(the transformer layers are CPU-only); use --device cpu");
