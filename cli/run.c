@@ -168,7 +168,13 @@ static long train_min_ranks(const run_args *r, long *multiple, char *why, size_t
         zero = 0;
     long need = herd_train_min_ranks((int)stages, (int)zero) * parts;
     *multiple = stages * parts;
-    if (stages > 1 && zero)
+    if (stages > 1 && parts > 1 && zero)
+        snprintf(why, cap, "train --pipeline-stages %ld --tensor-parallel %ld --zero %ld needs "
+                 "%ld stages x %ld parts x 2 replicas", stages, parts, zero, stages, parts);
+    else if (stages > 1 && parts > 1)
+        snprintf(why, cap, "train --pipeline-stages %ld --tensor-parallel %ld needs %ld stages x "
+                 "%ld parts", stages, parts, stages, parts);
+    else if (stages > 1 && zero)
         snprintf(why, cap, "train --pipeline-stages %ld --zero %ld needs %ld stages x 2 replicas", stages,
                  zero, stages);
     else if (stages > 1)
@@ -180,8 +186,6 @@ static long train_min_ranks(const run_args *r, long *multiple, char *why, size_t
         snprintf(why, cap, "train --tensor-parallel %ld needs a rank per part", parts);
     else
         snprintf(why, cap, "train --zero %ld shards over at least 2 data-parallel ranks", zero);
-    if (stages > 1 && parts > 1) /* train refuses the pair, naming it */
-        *multiple = stages, need = herd_train_min_ranks((int)stages, (int)zero);
     return need;
 }
 
@@ -195,7 +199,7 @@ static int prepare(run_args *r, run_hosts *fixed)
         rc = read_fixed_hosts(r, fixed);
     herd_status st = HERD_OK;
     if (rc < 0) {
-        char need_why[160];
+        char need_why[256];
         long need = train_min_ranks(r, &r->np_multiple, need_why, sizeof need_why);
         st = run_check_supervised(r, r->hosts || r->hostfile ? fixed : NULL, need, need_why, why, sizeof why);
     }
