@@ -266,6 +266,7 @@ static herd_status predict_pipeline(const predict_args *a, const herd_model *m,
         cJSON_AddNumberToObject(o, "speedup", p->step_s / pr.step_s);
         cJSON_AddNumberToObject(o, "bubble", pr.bubble);
         cJSON_AddNumberToObject(o, "ideal_bubble", pr.ideal_bubble);
+        cJSON_AddNumberToObject(o, "tied_table_ms", 1e3 * pm->tied_s);
         cJSON *list = cJSON_AddArrayToObject(o, "stage_first_layer");
         for (int s = 0; s < P; s++)
             cJSON_AddItemToArray(list, cJSON_CreateString(p->layer_names[bounds[s]]));
@@ -281,6 +282,9 @@ static herd_status predict_pipeline(const predict_args *a, const herd_model *m,
             printf(", %.3f ms each way to stage %d", 1e3 * pm->transfer_s[s], s + 1);
         printf("\n");
     }
+    if (pm->tied_s > 0)
+        printf("  the token table on stage %d and its copy on stage %d: %.3f ms to exchange their "
+               "gradients after the reduction\n", pm->tied_stage, P - 1, 1e3 * pm->tied_s);
     printf("predicted step %.3f ms on %d ranks against one worker's %.3f ms (speed-up %.2f, %.0f%% of %d); "
            "bubble %.3f, ideal %.3f (the time per sample taken not to depend on the batch)\n",
            1e3 * pr.step_s, P, 1e3 * p->step_s, p->step_s / pr.step_s,

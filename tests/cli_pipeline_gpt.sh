@@ -10,12 +10,12 @@
 # whole tensors: saved on 2 stages (x 2 parts) they resume on one process, on 3 stages x
 # 2 replicas with ZeRO and on 3 stages x 2 parts, one process's resumes on 2 x 2, and
 # AdamW's on 2 stages to the uninterrupted bits; the timeline puts the tensor group's
-# and the stage replicas' collectives on their tracks; each save checks the two copies
-# bitwise, and a run whose copies
-# drift apart (a test hook skips the sum on one rank) stops with an error; herd eval
-# reads the file; --deterministic, and --zero without a second replica, are refused.
-# In a repeat pass (sanitizers, MPICH): 20 steps, 2 stages, 2 stages x 2 parts, 2 x 2 with ZeRO,
-# the resumes on one process, the drift and the refusals.
+# and the stage replicas' collectives on their tracks; herd predict counts the table's
+# exchange; each save checks the two copies bitwise, and a run whose copies drift apart
+# (a test hook skips the sum on one rank) stops with an error; herd eval reads the
+# file; --deterministic, and --zero without a second replica, are refused.
+# In a repeat pass (sanitizers, MPICH): 20 steps, 2 stages, 2 stages x 2 parts, 2 x 2
+# with ZeRO, the resumes on one process, the prediction, the drift and the refusals.
 set -u
 . "$(dirname "$0")/testlib.sh"
 have_mpi || skip_all "herd built without MPI, or its launcher (HERD_MPIEXEC, set by ctest) missing"
@@ -137,6 +137,12 @@ for r in range(8):
     assert data and all(n.startswith("allreduce bucket") for n in data), (r, data)
 PY
 fi
+
+# herd predict adds the exchange of the table's gradient between stage 0 and the last.
+"$herd" predict --model "$model" --data "tokens:$tmp/t_train.bin,256" --seq-len 32 --workers 2 \
+  --link-gbps 10 --latency-us 5 --step-ms 10 --pipeline-stages 2 --micro-batches 2 >"$tmp/predict.out" 2>&1
+check "herd predict --pipeline-stages 2 counts the tied table's exchange" \
+  grep -q "the token table on stage 0 and its copy on stage 1: 0\.0[0-9]* ms" "$tmp/predict.out"
 
 # The copies drift apart when rank 1 (the last stage) skips the sum: the save says so.
 HERD_TEST_FAIL_AT=untie:1 train 2 "${sgd[@]}" --batch-size 8 --max-steps 3 --pipeline-stages 2 \

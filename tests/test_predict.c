@@ -343,6 +343,12 @@ static void test_pipeline(void **state)
     herd_pipeline_prediction pr;
     assert_int_equal(herd_predict_pipeline(&pm, &pr), HERD_OK);
     assert_true(fabs(pr.step_s - (1 + 0.25 + 2 + 4 + 0.25 + 3 + 0.5)) < 1e-9);
+    /* A tied token table: its stage (reduced at 10.5 + 0.5) and the last (done at 7.25)
+     * exchange once both are done: 11 + 2. */
+    pm.tied_stage = 0, pm.tied_s = 2;
+    assert_int_equal(herd_predict_pipeline(&pm, &pr), HERD_OK);
+    assert_true(fabs(pr.step_s - (11 + 2)) < 1e-9);
+    pm.tied_s = 0;
     pm.stages = 0;
     assert_int_equal(herd_predict_pipeline(&pm, &pr), HERD_ERR_INVALID_ARG);
 }

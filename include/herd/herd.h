@@ -245,6 +245,8 @@ typedef struct herd_layer_info {
     /* Of a tensor-parallel part (herd_model_create_part): values per sample the layer
      * sums over its tensor group, forward and backward (0 for a whole model). */
     size_t tp_sum_forward, tp_sum_backward;
+    /* lm_head: the name of the embedding layer whose token table it reads; else NULL. */
+    const char *tie;
 } herd_layer_info;
 HERD_API size_t herd_model_layer_count(const herd_model *m);
 /* Tensor parallelism (herd_train_config's tensor_parallel): a plan (no parameters) of

@@ -115,6 +115,7 @@ herd_status herd_model_layer_info(const herd_model *m, size_t i, herd_layer_info
     out->output_per_sample = herd_shape_per_sample(l->out_shape);
     out->tp_sum_forward = l->tp_sum_forward;
     out->tp_sum_backward = l->tp_sum_backward;
+    out->tie = l->spec.tie[0] ? l->spec.tie : NULL;
     bool input_only = true;
     for (int k = 0; k < l->spec.n_inputs; k++)
         input_only &= l->spec.inputs[k] < 0;

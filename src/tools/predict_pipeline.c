@@ -64,6 +64,11 @@ herd_status herd_predict_pipeline(const herd_pipeline_model *m, herd_pipeline_pr
             compute = fmax(compute, free_at[s]);
             step = fmax(step, free_at[s] + m->allreduce_s[s]);
         }
+        if (m->tied_s > 0) {
+            int t = m->tied_stage;
+            step = fmax(step, fmax(free_at[t] + m->allreduce_s[t],
+                                   free_at[P - 1] + m->allreduce_s[P - 1]) + m->tied_s);
+        }
         out->step_s = step + m->other_s;
         for (int s = 0; s < P; s++)
             out->bubble += (1 - out->busy_s[s] / compute) / P;

@@ -78,6 +78,29 @@ herd_status herd_predict_plan_build(const herd_model *m, const herd_predict_opts
     return HERD_OK;
 }
 
+/* A head tied to a token table on an earlier stage: the last stage keeps a copy, and the
+ * two exchange the table's gradient after the reduction (train/pipeline_tied.c). */
+static herd_status plan_tied(const herd_model *m, const herd_comm_link *link,
+                             herd_predict_pipeline_plan *out)
+{
+    int n = (int)herd_model_layer_count(m), P = out->pm.stages;
+    herd_layer_info head, li;
+    HERD_TRY(herd_model_layer_info(m, (size_t)n - 1, &head));
+    for (int l = 0; head.tie && l < out->bounds[P - 1]; l++) {
+        HERD_TRY(herd_model_layer_info(m, (size_t)l, &li));
+        if (strcmp(li.name, head.tie) != 0 || li.n_params == 0)
+            continue;
+        int s = 0;
+        while (l >= out->bounds[s + 1])
+            s++;
+        double bytes = (double)li.param_numel[0] * sizeof(float);
+        herd_alpha_beta ab = herd_comm_link_segment(link, bytes, NULL);
+        out->pm.tied_stage = s;
+        out->pm.tied_s = ab.alpha_s + bytes * ab.beta_s_per_byte;
+    }
+    return HERD_OK;
+}
+
 herd_status herd_predict_plan_pipeline(const herd_model *m, const herd_comm_link *link,
                                        const herd_predict_plan *p, int stages, int micro_batches,
                                        int batch, herd_pp_schedule_kind schedule,
@@ -119,6 +142,8 @@ herd_status herd_predict_plan_pipeline(const herd_model *m, const herd_comm_link
             pm->transfer_s[s] = ab.alpha_s + bytes * ab.beta_s_per_byte;
         }
     }
+    if (st == HERD_OK)
+        st = plan_tied(m, link, out);
     if (st == HERD_OK)
         st = herd_predict_pipeline(pm, &out->pr);
     free(cost);

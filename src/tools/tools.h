@@ -285,6 +285,11 @@ typedef struct herd_pipeline_model {
     double backward_s[HERD_PREDICT_MAX_STAGES];
     double transfer_s[HERD_PREDICT_MAX_STAGES]; /* from stage s to s+1, each way */
     double allreduce_s[HERD_PREDICT_MAX_STAGES]; /* stage s's gradients among its replicas */
+    /* A language model's token table on stage tied_stage and its copy on the last: once
+     * both have reduced their gradients they exchange them, tied_s each way at once
+     * (0: no copy). */
+    int tied_stage;
+    double tied_s;
     double other_s;
 } herd_pipeline_model;
 
