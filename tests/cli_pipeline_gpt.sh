@@ -10,7 +10,8 @@
 # whole tensors: saved on 2 stages (x 2 parts) they resume on one process, on 3 stages x
 # 2 replicas with ZeRO and on 3 stages x 2 parts, one process's resumes on 2 x 2, and
 # AdamW's on 2 stages to the uninterrupted bits; the timeline puts the tensor group's
-# and the stage replicas' collectives on their tracks; herd predict counts the table's
+# and the stage replicas' collectives on their tracks; bf16 on 2 x 2 trains as one
+# process; herd predict counts the table's
 # exchange; each save checks the two copies bitwise, and a run whose copies drift apart
 # (a test hook skips the sum on one rank) stops with an error; herd eval reads the
 # file; --deterministic, and --zero without a second replica, are refused.
@@ -136,6 +137,21 @@ for r in range(8):
     data = {e["name"] for e in ev if e["pid"] == r and e["tid"] == 3}
     assert data and all(n.startswith("allreduce bucket") for n in data), (r, data)
 PY
+fi
+
+# bf16 on 2 stages x 2 parts trains as one process does (the last step's loss).
+if ! repeat_pass; then
+  bf=(--optimizer sgd --lr 0.1 --momentum 0.9 --batch-size 8 --max-steps 20 --precision bf16)
+  "$herd" train "${common[@]}" "${bf[@]}" >"$tmp/b1.out" 2>&1
+  train 4 "${bf[@]}" --pipeline-stages 2 --tensor-parallel 2 >"$tmp/b4.out" 2>&1
+  l1=$(key train_loss "$tmp/b1.out")
+  l4=$(key train_loss "$tmp/b4.out")
+  if grep -q "bf16.*not\|AVX512_BF16" "$tmp/b1.out"; then
+    skipped_part "bf16 (this CPU has no bf16 arithmetic)"
+  else
+    check "bf16 on 2 stages x 2 parts trains as one process ($l4, $l1)" \
+      awk -v a="$l4" -v b="$l1" 'BEGIN { exit !(b > 0 && (a - b) ^ 2 < 1e-6 * b * b) }'
+  fi
 fi
 
 # herd predict adds the exchange of the table's gradient between stage 0 and the last.
