@@ -7,7 +7,8 @@ herd_status herd_run_build_grid(run *r)
 {
     const herd_train_config *cfg = &r->cfg;
     r->dp = r->comm;
-    if (cfg->tensor_parallel > 1) /* collective, its failures agreed inside; with stages the groups */
+    /* Collective, its failures agreed inside; with stages only the groups. */
+    if (cfg->tensor_parallel > 1)
         HERD_TRY(herd_tensor_par_create(cfg, r->whole, r->comm, &r->tp));
     if (cfg->pipeline_stages > 1) { /* collective, its failures agreed inside */
         herd_tp_group parts = r->tp ? herd_tensor_par_group(r->tp) : (herd_tp_group){0};

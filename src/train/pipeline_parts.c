@@ -71,8 +71,8 @@ static herd_status plan_parts(herd_pipeline *pp, herd_model *whole, herd_model *
             if (p == pp->m)
                 continue;
             p->tp = (herd_tp_group){.rank = t, .size = T};
-            HERD_TRY(herd_model_build_stage(p, whole, pp->bounds[s], pp->bounds[s + 1], false, s > 0,
-                                            0));
+            int first = pp->bounds[s], end = pp->bounds[s + 1];
+            HERD_TRY(herd_model_build_stage(p, whole, first, end, false, s > 0, 0));
             most = p->n_param_floats > most ? p->n_param_floats : most;
             most = p->n_buffer_floats > most ? p->n_buffer_floats : most;
         }

@@ -141,8 +141,13 @@ herd_status herd_pipeline_tied_plan(herd_pipeline *pp, herd_step_plan *plan)
         t->copy_at = pp->tied_at;
     herd_comm *c = herd_comm_host_side(pp->job);
     held *all = herd_xcalloc((size_t)c->size, sizeof *all);
-    HERD_TRY(herd_agree(pp->world, all ? HERD_OK : HERD_ERR_NOMEM, "planning the tied token table's sums"));
-    herd_status st = c->ops->allgather(c, &me, all, sizeof me);
+    herd_status st = herd_agree(pp->world, all ? HERD_OK : HERD_ERR_NOMEM,
+                                "planning the tied token table's sums");
+    if (st != HERD_OK) {
+        free(all);
+        return st;
+    }
+    st = c->ops->allgather(c, &me, all, sizeof me);
     size_t floats = 0;
     if (st == HERD_OK && me.side) {
         add_parts(t, all, c->size, &me, sliced, pp->tied_at, &floats);
