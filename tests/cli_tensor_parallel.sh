@@ -83,7 +83,6 @@ train 4 "${adamw[@]}" --zero 2 --max-steps 20 --checkpoint-dir "$tmp/ckz" --resu
 check "--zero 2 with TP 2 x DP 2, resumed: the bits of the run without ZeRO" \
   test "$(maxdiff "$tmp/z.st" "$tmp/a.st")" = 0
 
-key() { grep -o "$1=[0-9.]*" "$2" | cut -d= -f2; }
 
 # Clipping's norm adds the parts' squares over the tensor group, whole tensors once; the
 # loss scaler's verdict is the job's.
@@ -105,14 +104,7 @@ done
   >"$tmp/b1.out" 2>&1
 train 2 "${sgd[@]}" --batch-size 8 --max-steps 20 --precision bf16 --tensor-parallel 2 \
   >"$tmp/b2.out" 2>&1
-l1=$(key train_loss "$tmp/b1.out")
-l2=$(key train_loss "$tmp/b2.out")
-if grep -q "bf16.*not\|AVX512_BF16" "$tmp/b1.out"; then
-  skipped_part "bf16 (this CPU has no bf16 arithmetic)"
-else
-  check "bf16 at T = 2 trains as one process ($l2, $l1)" \
-    awk -v a="$l2" -v b="$l1" 'BEGIN { exit !(b > 0 && (a - b) ^ 2 < 1e-6 * b * b) }'
-fi
+bf16_as_one "at T = 2" "$tmp/b1.out" "$tmp/b2.out"
 
 # herd predict and herd bench know the split: two sums forward and two backward per
 # block, the embedding's and the head's, for gpt-tp4's 2 blocks 10; half the MLP and

@@ -20,7 +20,6 @@ dev=${2:-cpu}
 common=(--model lenet5 --data synthetic:1,28,28,10,2400 --test-samples 240 --threads 1 --eval-every 0 --quiet)
 train() { local np=$1; shift; timeout 180 "${mpirun[@]}" -np "$np" "$herd" train "${common[@]}" --device "$dev" "$@"; }
 on_cpu() { local np=$1; shift; timeout 180 "${mpirun[@]}" -np "$np" "$herd" train "${common[@]}" --device cpu "$@"; }
-key() { grep -o "$1=[0-9.]*" "$2" | cut -d= -f2; }
 # refused OUT: the run said the device does not offer a feature (not a failure here).
 refused() { grep -q "not supported\|does not support" "$1"; }
 

@@ -122,6 +122,21 @@ assert a.keys() == b.keys()
 print("%.3g" % max(abs(x - y) / max(1.0, abs(y)) for k in a for x, y in zip(a[k], b[k])))
 PY
 }
+# key NAME FILE: the value of NAME=... in FILE (a summary line's figure).
+key() { grep -o "$1=[0-9.]*" "$2" | cut -d= -f2; }
+# bf16_as_one WHAT ONE OTHER: the last loss in OTHER's summary (a bf16 run split some way)
+# within 1e-3 of ONE's (one process, bf16); skipped, named, on a CPU without bf16.
+bf16_as_one() {
+  local l1 l2
+  l1=$(key train_loss "$2")
+  l2=$(key train_loss "$3")
+  if grep -q "bf16.*not\|AVX512_BF16" "$2"; then
+    skipped_part "bf16 (this CPU has no bf16 arithmetic)"
+  else
+    check "bf16 $1 trains as one process ($l2, $l1)" \
+      awk -v a="$l2" -v b="$l1" 'BEGIN { exit !(b > 0 && (a - b) ^ 2 < 1e-6 * b * b) }'
+  fi
+}
 # within D T: D <= T (numbers as maxdiff prints them).
 # token_corpus: 40,000 bytes of Debian's license texts (base-files), tokenised byte-level
 # into $tmp/t_train.bin and $tmp/t_val.bin; the whole script is skipped without them.

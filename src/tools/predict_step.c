@@ -97,6 +97,7 @@ static herd_status plan_tied(const herd_model *m, const herd_comm_link *link,
         herd_alpha_beta ab = herd_comm_link_segment(link, bytes, NULL);
         out->pm.tied_stage = s;
         out->pm.tied_s = ab.alpha_s + bytes * ab.beta_s_per_byte;
+        return HERD_OK;
     }
     return HERD_OK;
 }
