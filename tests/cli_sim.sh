@@ -36,7 +36,30 @@ train --device sim --precision bf16 >/dev/null 2>"$tmp/err"
 check "--precision bf16 on sim exits 1 naming sim" \
   bash -c "test $? -eq 1 && grep -q 'not available on the sim backend' '$tmp/err'"
 
+# A language model behind device memory: embeddings, layer norm, attention, GELU and the
+# tied head on sim give the CPU's bytes (one rank here, two pipeline stages below).
+gpt=()
+if [ -d /usr/share/common-licenses ]; then
+  token_corpus
+  gpt=(train --model gpt-nano --data "tokens:$tmp/t_train.bin,256" --seq-len 32 --batch-size 8
+       --max-steps 6 --epochs 1 --optimizer adamw --lr 0.003 --threads 1 --seed 3 --test-samples 16
+       --quiet)
+  "$herd" "${gpt[@]}" --device cpu --save "$tmp/gpt.cpu.st" >/dev/null 2>&1
+  "$herd" "${gpt[@]}" --device sim --save "$tmp/gpt.sim.st" >"$tmp/err" 2>&1
+  check "gpt-nano on sim gives the CPU's bytes" cmp "$tmp/gpt.cpu.st" "$tmp/gpt.sim.st"
+else
+  skipped_part "gpt-nano on sim (no /usr/share/common-licenses to tokenise)"
+fi
+
 if have_mpi; then
+  if [ ${#gpt[@]} -gt 0 ]; then
+    for d in cpu sim; do
+      timeout 300 "${mpiexec[@]}" -np 2 "$herd" "${gpt[@]}" --pipeline-stages 2 --device $d \
+        --save "$tmp/gpt.pp.$d.st" >"$tmp/err2" 2>&1
+    done
+    check "gpt-nano in 2 pipeline stages on sim (the tied table exchanged in device memory): the CPU's bytes" \
+      cmp "$tmp/gpt.pp.cpu.st" "$tmp/gpt.pp.sim.st"
+  fi
   timeout 300 "${mpiexec[@]}" -np 2 "$herd" train --model mlp --data "$data" --epochs 1 \
     --batch-size 16 --threads 1 --json --device cpu >"$tmp/cpu2.json" 2>"$tmp/err2"
   check "2 ranks train on the cpu" test $? -eq 0

@@ -40,6 +40,7 @@ static void open_once(void)
     if (resolve(h, "cublasCreate_v2", &l.create) && resolve(h, "cublasDestroy_v2", &l.destroy) &&
         resolve(h, "cublasSetStream_v2", &l.set_stream) && resolve(h, "cublasSetMathMode", &l.set_math_mode) &&
         resolve(h, "cublasSgemm_v2", &l.sgemm) && resolve(h, "cublasGemmEx", &l.gemm_ex) &&
+        resolve(h, "cublasSgemmStridedBatched", &l.sgemm_strided_batched) &&
         resolve(h, "cublasGetStatusName", &l.status_name) &&
         resolve(h, "cublasGetStatusString", &l.status_string) &&
         resolve(h, "cublasGetProperty", &l.get_property))

@@ -23,6 +23,7 @@ typedef struct herd_cublas_lib {
     __typeof__(&cublasSetStream_v2) set_stream;
     __typeof__(&cublasSetMathMode) set_math_mode;
     __typeof__(&cublasSgemm_v2) sgemm;
+    __typeof__(&cublasSgemmStridedBatched) sgemm_strided_batched; /* attention's per-head products */
     /* Spelled out: C++ overloads cublasGemmEx, so __typeof__ cannot name it. */
     cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
                               const void *, const void *, cudaDataType, int, const void *,

@@ -315,7 +315,8 @@ herd_status herd_run_check_tensor(const run *r)
                         T, per > T ? " in every pipeline stage" : "", 2 * per);
     if (!r->m->be->host_memory || !r->m->be->xent_part_stats)
         return HERD_ERR(HERD_ERR_UNSUPPORTED, "--tensor-parallel runs on the CPU backend so far "
-                        "(the transformer layers are CPU-only); use --device cpu");
+                        "(the vocabulary-parallel cross-entropy and the tensor group's sums "
+                        "work on host memory); use --device cpu");
     return HERD_OK;
 }
 

@@ -58,6 +58,8 @@ enum { HERD_CUDA_SCRATCH_LOSS, HERD_CUDA_SCRATCH_BN, HERD_CUDA_SCRATCH_FLAG, HER
        HERD_CUDA_SCRATCH_CONV_X16, HERD_CUDA_SCRATCH_CONV_Y16, HERD_CUDA_SCRATCH_CONV_W16,
        /* 16-bit gemm: the fp32 operands rounded */
        HERD_CUDA_SCRATCH_GEMM_A16, HERD_CUDA_SCRATCH_GEMM_B16,
+       HERD_CUDA_SCRATCH_ATTN, /* attention's backward: d(scores) of a batch */
+       HERD_CUDA_SCRATCH_COLSUM, /* column sums over many rows: each slice's partial sums */
        HERD_CUDA_SCRATCH_COUNT };
 herd_status herd_cuda_scratch(int slot, size_t bytes, void **p);
 /* Gives a slot's buffer back to the allocator's cache (in stream order). */
@@ -122,6 +124,16 @@ static inline unsigned herd_cuda_blocks(size_t n)
 }
 
 /* ---- ops, one file per family; same contracts as backend.h */
+
+/* Column sums over `rows` rows in slices of rows, so that long columns (a transformer's
+ * n x t rows) spread over the GPU: the slice count, fixed by the row count alone (the
+ * same sums on any GPU); 1 below HERD_CUDA_COLSUM_ROWS rows a slice. */
+#define HERD_CUDA_COLSUM_ROWS 256
+static inline int herd_cuda_colsum_slices(int rows)
+{
+    int s = (rows + HERD_CUDA_COLSUM_ROWS - 1) / HERD_CUDA_COLSUM_ROWS;
+    return s < 1 ? 1 : s > 64 ? 64 : s;
+}
 
 /* cuda_gemm.cu */
 herd_status herd_cuda_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
@@ -220,6 +232,26 @@ herd_status herd_cuda_nhwc16_bias_grad(size_t rows, int c, const uint16_t *dy, f
 herd_status herd_cuda_softmax_xent(int n, int classes, const float *logits,
                                    const int32_t *labels, float smoothing, float *dlogits,
                                    double *loss_sum, long *correct);
+
+/* cuda_transformer.cu, cuda_attention.cu */
+herd_status herd_cuda_embedding_fwd(int n, int t, int c, int vocab, int first, int count,
+                                    const float *tokens, const float *wte, const float *wpe,
+                                    float *y);
+herd_status herd_cuda_embedding_bwd(int n, int t, int c, int first, int count, int context,
+                                    const float *tokens, const float *dy, float *dwte,
+                                    float beta_wte, float *dwpe, float beta);
+herd_status herd_cuda_layernorm_fwd(int rows, int c, const float *x, const float *gamma,
+                                    const float *bias, float eps, float *y, float *mean,
+                                    float *rstd);
+herd_status herd_cuda_layernorm_bwd(int rows, int c, const float *x, const float *dy,
+                                    const float *gamma, const float *mean, const float *rstd,
+                                    float *dx, float *dgamma, float *dbias, float beta);
+herd_status herd_cuda_gelu_fwd(size_t n, const float *x, float *y);
+herd_status herd_cuda_gelu_bwd(size_t n, const float *x, const float *dy, float *dx);
+herd_status herd_cuda_attention_fwd(int n, int t, int c, int heads, const float *qkv, float *att,
+                                    float *y);
+herd_status herd_cuda_attention_bwd(int n, int t, int c, int heads, const float *qkv,
+                                    const float *att, const float *dy, float *dqkv);
 
 /* cuda_optim.cu */
 herd_status herd_cuda_sgd_update(size_t n, float *w, const float *g, float *momentum_buf,

@@ -80,10 +80,12 @@ static herd_status cuda_set_precision(herd_precision p)
                         "%d.%d (use --precision fp32%s)",
                         herd_precision_name(p), need, prop.name, prop.major, prop.minor,
                         prop.major >= 7 && p != HERD_PRECISION_FP16 ? " or fp16" : "");
-    /* cuBLAS: TF32 tensor cores for cublasSgemm under tf32, none otherwise (the default
+    /* cuBLAS: TF32 tensor cores for cublasSgemm under tf32, none under fp32 (the default
      * mode does not use TF32); bf16 and fp16 name their compute type per call
-     * (cuda_gemm.cu). Convolutions pick up the precision when they next run. */
-    bool tf32 = p == HERD_PRECISION_TF32;
+     * (cuda_gemm.cu), and the fp32 products left under them (attention's scores and
+     * mixing, cuda_attention.cu) take TF32, more precise than the 16-bit operands PyTorch's
+     * autocast gives them. Convolutions pick up the precision when they next run. */
+    bool tf32 = p != HERD_PRECISION_FP32;
     HERD_CUBLAS(g_ctx.blas->set_math_mode(g_ctx.cublas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
                                                            : CUBLAS_DEFAULT_MATH),
                 "setting the math mode");
@@ -191,6 +193,14 @@ static const herd_backend cuda_backend = {
     .copy = herd_cuda_copy,
     .fill = herd_cuda_fill,
     .softmax_xent = herd_cuda_softmax_xent,
+    .embedding_fwd = herd_cuda_embedding_fwd,
+    .embedding_bwd = herd_cuda_embedding_bwd,
+    .layernorm_fwd = herd_cuda_layernorm_fwd,
+    .layernorm_bwd = herd_cuda_layernorm_bwd,
+    .gelu_fwd = herd_cuda_gelu_fwd,
+    .gelu_bwd = herd_cuda_gelu_bwd,
+    .attention_fwd = herd_cuda_attention_fwd,
+    .attention_bwd = herd_cuda_attention_bwd,
     .sgd_update = herd_cuda_sgd_update,
     .adamw_update = herd_cuda_adamw_update,
     .grad_unscale_check = herd_cuda_grad_unscale_check,

@@ -10,23 +10,42 @@ __global__ void k_bias_add(size_t total, int cols, float *y, const float *bias)
         y[i] += bias[i % cols];
 }
 
-/* One block of 32 x 8 threads per 32 columns: x walks columns (coalesced), y strides
- * the rows, then the 8 partial sums of a column are added in shared memory. */
-__global__ void k_bias_grad(int rows, int cols, const float *dy, float *db, float beta)
+/* One block of 32 x 8 threads per 32 columns and slice of rows: x walks columns
+ * (coalesced), y strides the slice's rows, then the 8 partial sums of a column are added
+ * in shared memory. One slice writes db itself; several write their sums to part
+ * [slice][cols] for k_bias_grad_total. */
+__global__ void k_bias_grad(int rows, int cols, int per_slice, const float *dy, float *db,
+                            float beta, float *part)
 {
-    __shared__ float part[8][33];
-    int col = blockIdx.x * 32 + threadIdx.x;
+    __shared__ float sums[8][33];
+    int col = blockIdx.x * 32 + threadIdx.x, lo = blockIdx.y * per_slice;
+    int hi = lo + per_slice < rows ? lo + per_slice : rows;
     float s = 0.0f;
     if (col < cols)
-        for (int r = threadIdx.y; r < rows; r += 8)
+        for (int r = lo + threadIdx.y; r < hi; r += 8)
             s += dy[(size_t)r * cols + col];
-    part[threadIdx.y][threadIdx.x] = s;
+    sums[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
     if (threadIdx.y == 0 && col < cols) {
         for (int j = 1; j < 8; j++)
-            s += part[j][threadIdx.x];
-        db[col] = beta == 0.0f ? s : db[col] + s;
+            s += sums[j][threadIdx.x];
+        if (part)
+            part[(size_t)blockIdx.y * cols + col] = s;
+        else
+            db[col] = beta == 0.0f ? s : db[col] + s;
     }
+}
+
+/* db (+)= the slices' sums, added in slice order. */
+__global__ void k_bias_grad_total(int cols, int slices, const float *part, float *db, float beta)
+{
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= cols)
+        return;
+    float s = part[col];
+    for (int k = 1; k < slices; k++)
+        s += part[(size_t)k * cols + col];
+    db[col] = beta == 0.0f ? s : db[col] + s;
 }
 
 /* ---- launchers */
@@ -98,8 +117,20 @@ extern "C" herd_status herd_cuda_bias_grad(int rows, int cols, const float *dy, 
     HERD_TRY(herd_check_bias_grad(rows, cols, dy, db, beta));
     if (cols == 0)
         return HERD_OK;
-    k_bias_grad<<<(cols + 31) / 32, dim3(32, 8), 0, herd_cuda_ctx_get()->stream>>>(rows, cols, dy,
-                                                                                  db, beta);
+    cudaStream_t st = herd_cuda_ctx_get()->stream;
+    int slices = herd_cuda_colsum_slices(rows), per = (rows + slices - 1) / slices;
+    float *part = NULL;
+    if (slices > 1) {
+        void *p;
+        HERD_TRY(herd_cuda_scratch(HERD_CUDA_SCRATCH_COLSUM, (size_t)slices * cols * sizeof(float), &p));
+        part = (float *)p;
+    }
+    dim3 grid((unsigned)(cols + 31) / 32, (unsigned)slices);
+    k_bias_grad<<<grid, dim3(32, 8), 0, st>>>(rows, cols, per, dy, db, beta, part);
     HERD_CUDA_LAUNCHED("k_bias_grad");
+    if (part) {
+        k_bias_grad_total<<<(cols + 255) / 256, 256, 0, st>>>(cols, slices, part, db, beta);
+        HERD_CUDA_LAUNCHED("k_bias_grad_total");
+    }
     return HERD_OK;
 }

@@ -24,6 +24,26 @@ herd_status herd_sim_dev(const char *op, const char *arg, const void *p, size_t 
 herd_status herd_sim_host(const char *op, const char *arg, const void *p);
 bool herd_sim_is_device(const void *p);
 
+/* sim_transformer.c: backend.h's transformer ops. */
+herd_status herd_sim_embedding_fwd(int n, int t, int c, int vocab, int first, int count,
+                                   const float *tokens, const float *wte, const float *wpe,
+                                   float *y);
+herd_status herd_sim_embedding_bwd(int n, int t, int c, int first, int count, int context,
+                                   const float *tokens, const float *dy, float *dwte,
+                                   float beta_wte, float *dwpe, float beta);
+herd_status herd_sim_layernorm_fwd(int rows, int c, const float *x, const float *gamma,
+                                   const float *bias, float eps, float *y, float *mean,
+                                   float *rstd);
+herd_status herd_sim_layernorm_bwd(int rows, int c, const float *x, const float *dy,
+                                   const float *gamma, const float *mean, const float *rstd,
+                                   float *dx, float *dgamma, float *dbias, float beta);
+herd_status herd_sim_gelu_fwd(size_t n, const float *x, float *y);
+herd_status herd_sim_gelu_bwd(size_t n, const float *x, const float *dy, float *dx);
+herd_status herd_sim_attention_fwd(int n, int t, int c, int heads, const float *qkv, float *att,
+                                   float *y);
+herd_status herd_sim_attention_bwd(int n, int t, int c, int heads, const float *qkv,
+                                   const float *att, const float *dy, float *dqkv);
+
 /* sim_timer.c: backend.h's timer_mark / timer_elapsed / timer_host_time on host clocks. */
 herd_status herd_sim_timer_mark(int slot);
 herd_status herd_sim_timer_elapsed(int from, int to, double *seconds);

@@ -17,7 +17,7 @@ static inline herd_status herd_token_input(const herd_layer *l, int i)
     return HERD_OK;
 }
 
-/* An error naming the op a backend lacks (the transformer ops are CPU-only so far). */
+/* An error naming the op a backend lacks. */
 static inline herd_status herd_token_op(const herd_layer *l, const herd_backend *be,
                                         bool has_op, const char *what)
 {
