@@ -109,7 +109,7 @@ class Attention(nn.Module):
         q, k, v = self.qkv(x).split(c, dim=2)
         q, k, v = (a.view(n, t, self.heads, d).transpose(1, 2) for a in (q, k, v))
         att = (q @ k.transpose(-2, -1)) / (d ** 0.5)
-        mask = torch.ones(t, t, dtype=torch.bool).tril()
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
         att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).reshape(n, t, c)
         return self.proj(y)

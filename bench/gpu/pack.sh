@@ -38,7 +38,11 @@ if [ "${XEON:-0}" = 1 ]; then
 fi
 # The CUDA tests and the device-independent tests that take a device (sim in CI, cuda there).
 find "$B" -maxdepth 3 -type f -perm -u+x -name 'test_*' \( -name '*cuda*' -o -name '*gpu*' \
-  -o -name 'test_comm_device' \) -exec cp {} .dev/tests/ \;
+  -o -name 'test_comm_device' -o -name 'test_device_*' \) -exec cp {} .dev/tests/ \;
+# Token data for half.sh's GPT part: Debian's license texts, tokenised byte-level.
+mkdir -p .dev/tok
+cat /usr/share/common-licenses/* | python3 scripts/tokenize_bytes.py - .dev/tok/lic_train.bin \
+  .dev/tok/lic_val.bin >/dev/null
 # The MPI tests that take a device (run there under Hydra with 2 ranks on the one GPU).
 for t in mpi_equivalence mpi_pipeline mpi_staged test_loss_scale; do cp "$B/tests/$t" .dev/tests/; done
 # bench/gpu/speed.sh's tools: the backend's op timer and the kernel-time recorder.
@@ -56,7 +60,7 @@ cp "$hydra" "$(dirname "$hydra")/hydra_pmi_proxy" .dev/bin/
 ucx=/usr/lib/x86_64-linux-gnu/ucx
 cp -L "$ucx"/libuct_cma.so.0 "$ucx"/libuct_ib.so.0 "$ucx"/libuct_rdmacm.so.0 .dev/lib/ucx/ 2>/dev/null || true
 for f in .dev/herd .dev/herd-xeon .dev/bench_cuda_ops .dev/bench_gemm .dev/tests/* .dev/bin/mpiexec.hydra .dev/bin/hydra_pmi_proxy .dev/lib/ucx/*; do
-  ldd "$f" 2>/dev/null
+  [ -e "$f" ] && ldd "$f" 2>/dev/null || true # set -e: one missing binary (no XEON=1) ended the list
 done | awk '$3 ~ /^\// {print $3}' | sort -u |
   grep -v -E "/(libc|libm|libpthread|libdl|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|cuda|cudnn|cublas|nccl|libnvidia" |
   while read -r l; do cp -L "$l" .dev/lib/; done
