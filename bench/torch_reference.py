@@ -505,7 +505,9 @@ def main():
         return
 
     torch.set_num_threads(args.threads)
-    x_train, y_train = load_fashion_mnist(args.data_dir, "train")
+    # With --shape, bench() draws synthetic batches: no data set is read (the GPU
+    # machine, where bench/gpu/xeon.sh runs this, has none).
+    x_train, y_train = (None, None) if args.shape else load_fashion_mnist(args.data_dir, "train")
     if args.time_to_acc:
         x_test, y_test = load_fashion_mnist(args.data_dir, "test")
         for m in (args.models or "lenet5").split(","):

@@ -123,9 +123,10 @@ static void test_precision(void **state)
     if (!(gbf > 1e-3))
         fail_msg("--precision bf16: the GEMM error %.3g is not bf16's", gbf);
     /* The bound is bf16's, not a bug's: an output near zero keeps the absolute error of
-     * its 576 terms' rounding to 8 bits (0.0675 on an H200); test_cuda_act16 checks the
-     * 16-bit convolutions against a CPU that rounds the same operands. */
-    assert_true(gbf < 5e-2 && cbf > 1e-3 && cbf < 0.1 && g32c < 1e-4 && c32c < 1e-4);
+     * its terms' rounding to 8 bits (on an H200: conv 0.0675 over 576 terms, gemm 0.0678
+     * since its operands round to nearest even, tf32's 0.01 times 8 for 3 fewer bits);
+     * test_cuda_act16 checks the 16-bit ops against a CPU that rounds the same operands. */
+    assert_true(gbf < 0.1 && cbf > 1e-3 && cbf < 0.1 && g32c < 1e-4 && c32c < 1e-4);
     gpu->conv2d_plan_free(pg);
     cpu->conv2d_plan_free(pc);
 }
