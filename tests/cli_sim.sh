@@ -59,6 +59,26 @@ if have_mpi; then
     done
     check "gpt-nano in 2 pipeline stages on sim (the tied table exchanged in device memory): the CPU's bytes" \
       cmp "$tmp/gpt.pp.cpu.st" "$tmp/gpt.pp.sim.st"
+    # Tensor parallelism on device memory: the group's sums through the staged
+    # communicator, the vocabulary-parallel loss's stats through the host, the parts of a
+    # checkpoint gathered at T = 2 and handed out again from one saved at T = 1.
+    for d in cpu sim; do
+      timeout 300 "${mpiexec[@]}" -np 2 "$herd" "${gpt[@]}" --tensor-parallel 2 --device $d \
+        --save "$tmp/gpt.tp.$d.st" >"$tmp/err2" 2>&1
+      "$herd" "${gpt[@]}" --max-steps 3 --device $d --checkpoint-dir "$tmp/ck1.$d" \
+        --checkpoint-every-steps 3 >/dev/null 2>&1
+      timeout 300 "${mpiexec[@]}" -np 2 "$herd" "${gpt[@]}" --tensor-parallel 2 --device $d \
+        --checkpoint-dir "$tmp/ck1.$d" --save "$tmp/gpt.tpres.$d.st" >"$tmp/err2" 2>&1
+    done
+    check "gpt-nano at --tensor-parallel 2 on sim: the CPU's bytes" \
+      cmp "$tmp/gpt.tp.cpu.st" "$tmp/gpt.tp.sim.st"
+    check "... and resumed at T = 2 from a checkpoint of one process: the CPU's bytes" \
+      cmp "$tmp/gpt.tpres.cpu.st" "$tmp/gpt.tpres.sim.st"
+    check "... which are the uninterrupted run's" cmp "$tmp/gpt.tp.sim.st" "$tmp/gpt.tpres.sim.st"
+    timeout 300 "${mpiexec[@]}" -np 4 "$herd" "${gpt[@]}" --tensor-parallel 2 --pipeline-stages 2 \
+      --device sim >"$tmp/err2" 2>&1
+    check "--tensor-parallel with --pipeline-stages on sim: refused, naming both" \
+      grep -q "tensor-parallel with --pipeline-stages runs on the CPU so far" "$tmp/err2"
   fi
   timeout 300 "${mpiexec[@]}" -np 2 "$herd" train --model mlp --data "$data" --epochs 1 \
     --batch-size 16 --threads 1 --json --device cpu >"$tmp/cpu2.json" 2>"$tmp/err2"

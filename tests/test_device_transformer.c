@@ -1,6 +1,7 @@
 /* The transformer ops of a device backend against the CPU backend's: embeddings (a
  * whole table and a tensor-parallel part, repeated tokens, no position rows), layer
- * norm, GELU and causal attention, forward and backward, on the same random inputs.
+ * norm, GELU and causal attention, forward and backward, and the vocabulary-parallel
+ * loss's two halves, on the same random inputs.
  * HERD_TEST_DEVICE picks the device: sim (the default, in make test) must give the CPU's
  * bits; cuda (bench/gpu/half.sh, exits 77 without a GPU) must come within fp32
  * rounding, and give the CPU's bits where it adds in the CPU's order (embeddings). */
@@ -194,6 +195,60 @@ static void test_attention(void **state)
     attention_case(2, 128, 96, 2); /* gpt-nano's shape, batch 2 */
 }
 
+/* Row summaries of one part [first, first + count) of `classes` and the gradient from
+ * given log-sum-exps, with labels inside and outside the part. */
+static void xent_part_case(int n, int count, int first, int classes)
+{
+    float *z = tu_randv((size_t)n * count, 40), *d = calloc((size_t)n * count, 4);
+    for (size_t i = 0; i < (size_t)n * count; i++)
+        z[i] *= 5.0f;
+    z[count + 3] = z[count + 1] = 9.0f; /* a tie in row 1: the lower class wins */
+    int32_t *labels = malloc((size_t)n * sizeof *labels);
+    double *stats = calloc((size_t)n * HERD_XENT_STATS, sizeof *stats), *lse = malloc(n * 8);
+    for (int i = 0; i < n; i++) {
+        labels[i] = (i * 37 + 5) % classes;
+        lse[i] = 3.0 + 0.01 * i;
+    }
+    size_t sb = (size_t)n * HERD_XENT_STATS * sizeof(double);
+    float *gz = up(z, (size_t)n * count), *gd = up(d, (size_t)n * count);
+    int32_t *gl = dev->alloc((size_t)n * sizeof *labels);
+    double *gs = dev->alloc(sb), *glse = dev->alloc((size_t)n * 8);
+    assert_non_null(gl), assert_non_null(gs), assert_non_null(glse);
+    assert_herd_ok(dev->memcpy_h2d(gl, labels, (size_t)n * sizeof *labels));
+    assert_herd_ok(dev->memcpy_h2d(glse, lse, (size_t)n * 8));
+    assert_herd_ok(cpu->xent_part_stats(n, count, first, z, labels, stats));
+    assert_herd_ok(dev->xent_part_stats(n, count, first, gz, gl, gs));
+    double *h = malloc(sb), err = 0;
+    assert_herd_ok(dev->memcpy_d2h(h, gs, sb));
+    for (size_t i = 0; i < (size_t)n * HERD_XENT_STATS; i++) {
+        double e = fabs(h[i] - stats[i]) / (fabs(stats[i]) > 1 ? fabs(stats[i]) : 1);
+        err = e > err ? e : err;
+    }
+    printf("  xent_part_stats n%d part %d+%d of %d    max rel err %.3g\n", n, first, count, classes,
+           err);
+    if (!(err <= tol))
+        fail_msg("xent_part_stats on %s: max rel err %g > %g", dev->name, err, tol);
+    for (int i = 0; i < n; i++) /* the largest logit's class and whether the label is here: exact */
+        if (h[i * HERD_XENT_STATS + 1] != stats[i * HERD_XENT_STATS + 1] ||
+            h[i * HERD_XENT_STATS + 5] != stats[i * HERD_XENT_STATS + 5])
+            fail_msg("xent_part_stats row %d: class %g / here %g, the CPU's %g / %g", i,
+                     h[i * HERD_XENT_STATS + 1], h[i * HERD_XENT_STATS + 5],
+                     stats[i * HERD_XENT_STATS + 1], stats[i * HERD_XENT_STATS + 5]);
+    assert_herd_ok(cpu->xent_part_grad(n, count, first, classes, z, labels, lse, 0.1f, d));
+    assert_herd_ok(dev->xent_part_grad(n, count, first, classes, gz, gl, glse, 0.1f, gd));
+    check("xent_part_grad", gd, d, (size_t)n * count, tol);
+    dev->free(gz), dev->free(gd), dev->free(gl), dev->free(gs), dev->free(glse);
+    free(z), free(d), free(labels), free(stats), free(lse), free(h);
+}
+
+static void test_xent_part(void **state)
+{
+    (void)state;
+    xent_part_case(5, 7, 0, 20);
+    xent_part_case(64, 100, 100, 257); /* the last part of an uneven split */
+    xent_part_case(33, 1000, 500, 2000);
+}
+
 int main(void)
 {
     const char *name = getenv("HERD_TEST_DEVICE");
@@ -212,7 +267,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_embedding), cmocka_unit_test(test_bad_token),
         cmocka_unit_test(test_layernorm), cmocka_unit_test(test_gelu),
-        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_attention), cmocka_unit_test(test_xent_part),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
 #if HERD_HAVE_CUDA

@@ -223,6 +223,14 @@ echo "gpt-nano in 2 pipeline stages sharing the GPU (the tied table exchanged): 
 # 2 stages end 1.7e-4 from one process after these 20 AdamW steps).
 check "gpt-nano in 2 pipeline stages on the GPU: within 1e-3 of one GPU process" \
   awk -v d="$md" 'BEGIN { exit !(d != "" && d <= 1e-3) }'
+# Tensor parallelism on the GPU (2 parts sharing it): the split loss's kernels
+# (cuda_loss.cu) and the group's sums in device memory; not run on a GPU before.
+LD_LIBRARY_PATH=$HL timeout 300 mpiexec.hydra -np 2 .dev/herd train "${G[@]}" --tensor-parallel 2 \
+  --save "$tmp/g.tp.st" >"$tmp/tp.out" 2>&1 || tail -n 5 "$tmp/tp.out"
+md=$(maxdiff "$tmp/g.cuda.st" "$tmp/g.tp.st")
+echo "gpt-nano at --tensor-parallel 2 sharing the GPU: weights maxdiff $md from one GPU process"
+check "gpt-nano at --tensor-parallel 2 on the GPU: within 1e-3 of one GPU process" \
+  awk -v d="$md" 'BEGIN { exit !(d != "" && d <= 1e-3) }'
 herd train "${G[@]}" --precision bf16 --max-steps 10 2>&1 | tail -n 1 | tee "$tmp/g.bf16"
 check "gpt-nano bf16 trains on the GPU" grep -q "train_loss=" "$tmp/g.bf16"
 # tokens/s: herd bench train against PyTorch running the same model file

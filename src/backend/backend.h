@@ -224,7 +224,8 @@ typedef struct herd_backend {
     herd_status (*softmax_xent)(int n, int classes, const float *logits, const int32_t *labels,
                                 float smoothing, float *dlogits, double *loss_sum, long *correct);
 
-    /* Vocabulary-parallel cross-entropy (nn/xent_split.c), host memory: logits [n, count]
+    /* Vocabulary-parallel cross-entropy (nn/xent_split.c), in the backend's memory (stats
+     * and lse too; the caller copies them to and from the host): logits [n, count]
      * hold classes first..first+count-1. stats gets HERD_XENT_STATS doubles a row: the
      * part's largest logit, its class, the sum of exp(z - that largest), the label's
      * logit (0 when the label is elsewhere), the logits' sum, 1 when the label is here.

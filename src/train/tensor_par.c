@@ -50,15 +50,70 @@ static herd_status group_allgather(void *user, const void *mine, void *all, size
     return g->ops->allgather(g, mine, all, bytes);
 }
 
-/* This rank's part, from the whole model's parameters and buffers (host memory: tensor
- * parallelism runs on the CPU). */
-static void take_part(herd_model *m, const herd_model *whole)
+/* n floats of be's memory readable on the host: src itself on a host backend, else a
+ * copy in *owned (freed by the caller). */
+static herd_status host_view(const herd_backend *be, const float *src, size_t n,
+                             const float **out, float **owned)
 {
-    for (int i = 0; i < m->n_views; i++) {
-        const herd_tensor_view *v = &m->views[i], *w = &whole->views[i];
-        herd_split_copy(v, (v->is_buffer ? whole->buffers : whole->params) + w->offset,
-                        (v->is_buffer ? m->buffers : m->params) + v->offset, true);
+    *owned = NULL;
+    *out = src;
+    if (be->host_memory || n == 0)
+        return HERD_OK;
+    if (!(*owned = malloc(n * sizeof(float))))
+        return HERD_NOMEM(n * sizeof(float));
+    *out = *owned;
+    return be->memcpy_d2h(*owned, src, n * sizeof(float));
+}
+
+/* A host array of n floats that ends up in be's dst: dst itself on a host backend,
+ * else a buffer put there by put_back. */
+static herd_status host_target(const herd_backend *be, float *dst, size_t n, float **out)
+{
+    *out = dst;
+    if (be->host_memory || n == 0)
+        return HERD_OK;
+    if (!(*out = calloc(n, sizeof(float))))
+        return HERD_NOMEM(n * sizeof(float));
+    return HERD_OK;
+}
+
+static herd_status put_back(const herd_backend *be, float *dst, float *host, size_t n,
+                            herd_status st)
+{
+    if (host != dst) {
+        if (st == HERD_OK)
+            st = be->memcpy_h2d(dst, host, n * sizeof(float));
+        free(host);
     }
+    return st;
+}
+
+/* This rank's part, from the whole model's parameters and buffers (through the host on
+ * a device backend). */
+static herd_status take_part(herd_model *m, const herd_model *whole)
+{
+    const herd_backend *be = m->be;
+    const float *wp = NULL, *wb = NULL;
+    float *own_p = NULL, *own_b = NULL, *mp = NULL, *mb = NULL;
+    herd_status st = host_view(be, whole->params, whole->n_param_floats, &wp, &own_p);
+    if (st == HERD_OK)
+        st = host_view(be, whole->buffers, whole->n_buffer_floats, &wb, &own_b);
+    if (st == HERD_OK)
+        st = host_target(be, m->params, m->n_param_floats, &mp);
+    if (st == HERD_OK)
+        st = host_target(be, m->buffers, m->n_buffer_floats, &mb);
+    for (int i = 0; st == HERD_OK && i < m->n_views; i++) {
+        const herd_tensor_view *v = &m->views[i], *w = &whole->views[i];
+        herd_split_copy(v, (float *)(v->is_buffer ? wb : wp) + w->offset,
+                        (v->is_buffer ? mb : mp) + v->offset, true);
+    }
+    if (mp)
+        st = put_back(be, m->params, mp, m->n_param_floats, st);
+    if (mb)
+        st = put_back(be, m->buffers, mb, m->n_buffer_floats, st);
+    free(own_p);
+    free(own_b);
+    return st;
 }
 
 herd_tp_group herd_tensor_par_group(herd_tensor_par *tp)
@@ -77,7 +132,7 @@ static herd_status build_part(herd_tensor_par *tp, const herd_train_config *cfg,
     /* The whole model's layers as one stage, each split as m->tp says. */
     herd_status st = herd_model_build_stage(m, whole, 0, whole->n_layers, true, false, cfg->seed);
     if (st == HERD_OK && whole->params) /* the caller's weights (loaded or initialised) */
-        take_part(m, whole);
+        st = take_part(m, whole);
     return st;
 }
 
@@ -146,7 +201,8 @@ static float *param_array(herd_model *m, herd_optimizer *o, int k)
 
 static int arrays_of(herd_optimizer *o) { return 1 + (o ? herd_optimizer_state_count(o) : 0); }
 
-/* Root of the first replica's group: each part's array k into the whole's. */
+/* Root of the first replica's group: each part's array k (mine, host memory) into the
+ * whole's (be's memory). */
 static herd_status gather_on_root(herd_tensor_par *tp, herd_model **plans, const float *mine,
                                   float *whole_arr, const herd_model *whole_plan)
 {
@@ -156,18 +212,22 @@ static herd_status gather_on_root(herd_tensor_par *tp, herd_model **plans, const
         return HERD_ERR_NOMEM;
     for (int t = 0; t < tp->parts; t++)
         total += bytes_of[t] = plans[t]->n_param_floats * sizeof(float);
-    float *all = herd_xcalloc(1, total ? total : 1);
+    float *all = herd_xcalloc(1, total ? total : 1), *whole_host = NULL;
     herd_status st = all ? g->ops->gather(g, mine, bytes_of[0], all, bytes_of, 0) : HERD_ERR_NOMEM;
+    if (st == HERD_OK)
+        st = host_target(tp->be, whole_arr, whole_plan->n_param_floats, &whole_host);
     const float *at = all;
     for (int t = 0; st == HERD_OK && t < tp->parts; t++) {
         for (int i = 0; i < plans[t]->n_views; i++) {
             const herd_tensor_view *v = &plans[t]->views[i];
             if (!v->is_buffer)
-                herd_split_copy(v, whole_arr + whole_plan->views[i].offset, (float *)at + v->offset,
-                                false);
+                herd_split_copy(v, whole_host + whole_plan->views[i].offset,
+                                (float *)at + v->offset, false);
         }
         at += plans[t]->n_param_floats;
     }
+    if (whole_host)
+        st = put_back(tp->be, whole_arr, whole_host, whole_plan->n_param_floats, st);
     free(all);
     free(bytes_of);
     return st;
@@ -191,20 +251,24 @@ herd_status herd_tensor_par_gather(herd_tensor_par *tp, herd_comm *job, herd_opt
     herd_model *m = tp->m;
     int arrays = arrays_of(opt);
     for (int k = 0; tp->replica == 0 && st == HERD_OK && k < arrays; k++) {
-        float *mine = param_array(m, opt, k);
+        float *mine = param_array(m, opt, k), *own = NULL;
+        const float *host = NULL;
         if (!mine)
             st = HERD_ERR(HERD_ERR_UNSUPPORTED, "optimizer state %d is not laid out as the "
                           "parameters: tensor parallelism cannot checkpoint it", k - 1);
+        else
+            st = host_view(tp->be, mine, m->n_param_floats, &host, &own);
         if (st == HERD_OK && root)
-            st = gather_on_root(tp, plans, mine, param_array(whole, whole_opt, k), whole);
+            st = gather_on_root(tp, plans, host, param_array(whole, whole_opt, k), whole);
         else if (st == HERD_OK) {
             herd_comm *g = herd_comm_host_side(tp->group);
-            st = g->ops->gather(g, mine, m->n_param_floats * sizeof(float), NULL, NULL, 0);
+            st = g->ops->gather(g, host, m->n_param_floats * sizeof(float), NULL, NULL, 0);
         }
+        free(own);
     }
     /* Buffers are whole on every part (no split layer has any). */
     if (st == HERD_OK && root && m->n_buffer_floats)
-        memcpy(whole->buffers, m->buffers, m->n_buffer_floats * sizeof(float));
+        st = tp->be->copy(m->n_buffer_floats, m->buffers, whole->buffers);
     for (int t = 0; plans && t < tp->parts; t++)
         herd_model_free(plans[t]);
     free(plans);
@@ -227,26 +291,35 @@ herd_status herd_tensor_par_scatter(herd_tensor_par *tp, herd_comm *job, herd_op
     bool root = job->rank == 0;
     herd_comm *g = herd_comm_host_side(tp->group);
     int arrays = arrays_of(opt);
+    const herd_backend *be = tp->be;
     for (int k = 0; tp->replica == 0 && st == HERD_OK && k < arrays; k++) {
-        float *mine = param_array(m, opt, k);
-        if (root)
-            memcpy(tmp, param_array(whole, whole_opt, k), plan->n_param_floats * sizeof(float));
+        float *mine = param_array(m, opt, k), *part = NULL;
+        /* Every rank reaches the broadcast; a failed copy on the root shows after it. */
+        herd_status copied = root ? be->memcpy_d2h(tmp, param_array(whole, whole_opt, k),
+                                                   plan->n_param_floats * sizeof(float))
+                                  : HERD_OK;
         st = g->ops->broadcast(g, tmp, plan->n_param_floats * sizeof(float), 0);
+        st = st != HERD_OK ? st : copied;
+        if (st == HERD_OK && mine)
+            st = host_target(be, mine, m->n_param_floats, &part);
         for (int i = 0; st == HERD_OK && mine && i < m->n_views; i++) {
             const herd_tensor_view *v = &m->views[i];
             if (!v->is_buffer)
-                herd_split_copy(v, tmp + plan->views[i].offset, mine + v->offset, true);
+                herd_split_copy(v, tmp + plan->views[i].offset, part + v->offset, true);
         }
+        if (part)
+            st = put_back(be, mine, part, m->n_param_floats, st);
         if (st == HERD_OK && !mine)
             st = HERD_ERR(HERD_ERR_UNSUPPORTED, "optimizer state %d is not laid out as the "
                           "parameters: tensor parallelism cannot resume it", k - 1);
     }
     if (tp->replica == 0 && st == HERD_OK && m->n_buffer_floats) {
-        if (root)
-            memcpy(tmp, whole->buffers, m->n_buffer_floats * sizeof(float));
-        st = g->ops->broadcast(g, tmp, m->n_buffer_floats * sizeof(float), 0);
+        size_t bytes = m->n_buffer_floats * sizeof(float);
+        herd_status copied = root ? be->memcpy_d2h(tmp, whole->buffers, bytes) : HERD_OK;
+        st = g->ops->broadcast(g, tmp, bytes, 0);
+        st = st != HERD_OK ? st : copied;
         if (st == HERD_OK)
-            memcpy(m->buffers, tmp, m->n_buffer_floats * sizeof(float));
+            st = be->memcpy_h2d(m->buffers, tmp, bytes);
     }
     free(tmp);
     herd_model_free(plan);

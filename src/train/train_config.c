@@ -313,10 +313,15 @@ herd_status herd_run_check_tensor(const run *r)
                         "replicas, and %d ranks in groups of --tensor-parallel %d%s give one; "
                         "start at least %d ranks or drop --zero", r->cfg.zero_stage, r->comm->size,
                         T, per > T ? " in every pipeline stage" : "", 2 * per);
-    if (!r->m->be->host_memory || !r->m->be->xent_part_stats)
-        return HERD_ERR(HERD_ERR_UNSUPPORTED, "--tensor-parallel runs on the CPU backend so far "
-                        "(the vocabulary-parallel cross-entropy and the tensor group's sums "
-                        "work on host memory); use --device cpu");
+    const herd_backend *be = r->m->be;
+    if (!be->xent_part_stats || !be->xent_part_grad)
+        return HERD_ERR(HERD_ERR_UNSUPPORTED, "--tensor-parallel: the %s backend has no "
+                        "vocabulary-parallel cross-entropy; use --device cpu", be->name);
+    /* pipeline_parts.c moves a stage's parts through host memory only. */
+    if (!be->host_memory && r->cfg.pipeline_stages > 1)
+        return HERD_ERR(HERD_ERR_UNSUPPORTED, "--tensor-parallel with --pipeline-stages runs on "
+                        "the CPU so far (on %s, use one of the two); use --device cpu",
+                        be->name);
     return HERD_OK;
 }
 

@@ -232,6 +232,11 @@ herd_status herd_cuda_nhwc16_bias_grad(size_t rows, int c, const uint16_t *dy, f
 herd_status herd_cuda_softmax_xent(int n, int classes, const float *logits,
                                    const int32_t *labels, float smoothing, float *dlogits,
                                    double *loss_sum, long *correct);
+herd_status herd_cuda_xent_part_stats(int n, int count, int first, const float *logits,
+                                      const int32_t *labels, double *stats);
+herd_status herd_cuda_xent_part_grad(int n, int count, int first, int classes,
+                                     const float *logits, const int32_t *labels,
+                                     const double *lse, float smoothing, float *dlogits);
 
 /* cuda_transformer.cu, cuda_attention.cu */
 herd_status herd_cuda_embedding_fwd(int n, int t, int c, int vocab, int first, int count,

@@ -157,3 +157,95 @@ extern "C" herd_status herd_cuda_softmax_xent(int n, int classes, const float *l
         *correct = (long)r->hits;
     return HERD_OK;
 }
+
+/* ---- the vocabulary-parallel loss's two halves (nn/xent_split.c; backend.h) */
+
+/* One warp per row of this part: its largest logit and the first class holding it (the
+ * CPU scans ascending with >), the sum of exp(z - that largest) in double, the label's
+ * logit when the label is in the part, the logits' sum, and whether it is. */
+__global__ void k_xent_part_stats(int n, int count, int first, const float *logits,
+                                  const int32_t *labels, double *stats)
+{
+    int lane = threadIdx.x & 31;
+    int row = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    if (row >= n)
+        return;
+    const float *z = logits + (size_t)row * count;
+    float best = -INFINITY;
+    int arg = 0x7fffffff;
+    for (int j = lane; j < count; j += 32)
+        if (z[j] > best) {
+            best = z[j];
+            arg = j;
+        }
+    for (int o = 16; o > 0; o >>= 1) {
+        float ob = __shfl_xor_sync(0xffffffffu, best, o);
+        int oa = __shfl_xor_sync(0xffffffffu, arg, o);
+        if (ob > best || (ob == best && oa < arg)) {
+            best = ob;
+            arg = oa;
+        }
+    }
+    double se = 0.0, sz = 0.0;
+    for (int j = lane; j < count; j += 32) {
+        se += exp((double)(z[j] - best));
+        sz += z[j];
+    }
+    se = warp_sum(se);
+    sz = warp_sum(sz);
+    if (lane == 0) {
+        int y = labels[row] - first;
+        bool here = y >= 0 && y < count;
+        double *s = stats + (size_t)row * HERD_XENT_STATS;
+        s[0] = best;
+        s[1] = first + arg;
+        s[2] = se;
+        s[3] = here ? z[y] : 0.0;
+        s[4] = sz;
+        s[5] = here;
+    }
+}
+
+/* d = (e^(z - lse) - the target's share) / n, one thread per logit. */
+__global__ void k_xent_part_grad(size_t total, int n, int count, int first, const float *logits,
+                                 const int32_t *labels, const double *lse, float off_target,
+                                 float on_target, float *dlogits)
+{
+    float inv_n = 1.0f / (float)n;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t row = i / count;
+        int j = (int)(i % count);
+        float shift = (float)lse[row];
+        float target = labels[row] - first == j ? on_target : off_target;
+        dlogits[i] = (expf(logits[i] - shift) - target) * inv_n;
+    }
+}
+
+extern "C" herd_status herd_cuda_xent_part_stats(int n, int count, int first, const float *logits,
+                                                 const int32_t *labels, double *stats)
+{
+    HERD_CHECK_ARRAYS("xent_part_stats", (size_t)n * count, logits, labels, stats);
+    if (n <= 0 || count <= 0)
+        return HERD_OK;
+    k_xent_part_stats<<<(n + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, 32 * ROWS_PER_BLOCK, 0,
+                        herd_cuda_ctx_get()->stream>>>(n, count, first, logits, labels, stats);
+    HERD_CUDA_LAUNCHED("k_xent_part_stats");
+    return HERD_OK;
+}
+
+extern "C" herd_status herd_cuda_xent_part_grad(int n, int count, int first, int classes,
+                                                const float *logits, const int32_t *labels,
+                                                const double *lse, float smoothing,
+                                                float *dlogits)
+{
+    HERD_CHECK_ARRAYS("xent_part_grad", (size_t)n * count, logits, labels, lse, dlogits);
+    size_t total = (size_t)(n > 0 ? n : 0) * (size_t)(count > 0 ? count : 0);
+    if (total == 0)
+        return HERD_OK;
+    float off_target = smoothing / (float)classes, on_target = 1.0f - smoothing + off_target;
+    k_xent_part_grad<<<herd_cuda_blocks(total), HERD_CUDA_THREADS, 0, herd_cuda_ctx_get()->stream>>>(
+        total, n, count, first, logits, labels, lse, off_target, on_target, dlogits);
+    HERD_CUDA_LAUNCHED("k_xent_part_grad");
+    return HERD_OK;
+}

@@ -24,7 +24,7 @@ herd_status herd_sim_dev(const char *op, const char *arg, const void *p, size_t 
 herd_status herd_sim_host(const char *op, const char *arg, const void *p);
 bool herd_sim_is_device(const void *p);
 
-/* sim_transformer.c: backend.h's transformer ops. */
+/* sim_transformer.c: backend.h's transformer ops and the vocabulary-parallel loss's. */
 herd_status herd_sim_embedding_fwd(int n, int t, int c, int vocab, int first, int count,
                                    const float *tokens, const float *wte, const float *wpe,
                                    float *y);
@@ -43,6 +43,11 @@ herd_status herd_sim_attention_fwd(int n, int t, int c, int heads, const float *
                                    float *y);
 herd_status herd_sim_attention_bwd(int n, int t, int c, int heads, const float *qkv,
                                    const float *att, const float *dy, float *dqkv);
+herd_status herd_sim_xent_part_stats(int n, int count, int first, const float *logits,
+                                     const int32_t *labels, double *stats);
+herd_status herd_sim_xent_part_grad(int n, int count, int first, int classes, const float *logits,
+                                    const int32_t *labels, const double *lse, float smoothing,
+                                    float *dlogits);
 
 /* sim_timer.c: backend.h's timer_mark / timer_elapsed / timer_host_time on host clocks. */
 herd_status herd_sim_timer_mark(int slot);

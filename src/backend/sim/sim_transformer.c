@@ -1,4 +1,4 @@
-/* The simulated device's transformer ops: each checks that its arrays are device memory
+/* The simulated device's transformer ops (and the vocabulary-parallel loss's): each checks that its arrays are device memory
  * covering what the op reads and writes, then runs the CPU op on the shadows (so the
  * CPU's bits), as sim_backend.c does for the others. */
 #include "backend/sim/sim.h"
@@ -7,9 +7,10 @@
 static const herd_backend *cpu(void) { return herd_backend_cpu(); }
 
 #define OP (__func__ + 4) /* sim_<op> */
-#define DEV(arg, n)                                                 \
+#define DEV_BYTES(arg, bytes)                                       \
     void *arg##_d;                                                  \
-    HERD_TRY(herd_sim_dev(OP, #arg, (arg), (n) * sizeof(float), &arg##_d))
+    HERD_TRY(herd_sim_dev(OP, #arg, (arg), (bytes), &arg##_d))
+#define DEV(arg, n) DEV_BYTES(arg, (n) * sizeof(float))
 
 /* A size of a checked (positive) shape; negative ones are refused by the CPU op. */
 static size_t prod(int a, int b) { return a > 0 && b > 0 ? (size_t)a * (size_t)b : 0; }
@@ -100,4 +101,25 @@ herd_status herd_sim_attention_bwd(int n, int t, int c, int heads, const float *
     DEV(dy, rows * width);
     DEV(dqkv, rows * 3 * width);
     return cpu()->attention_bwd(n, t, c, heads, qkv_d, att_d, dy_d, dqkv_d);
+}
+
+herd_status herd_sim_xent_part_stats(int n, int count, int first, const float *logits,
+                                     const int32_t *labels, double *stats)
+{
+    DEV(logits, prod(n, count));
+    DEV_BYTES(labels, prod(n, 1) * sizeof(int32_t));
+    DEV_BYTES(stats, prod(n, HERD_XENT_STATS) * sizeof(double));
+    return cpu()->xent_part_stats(n, count, first, logits_d, labels_d, stats_d);
+}
+
+herd_status herd_sim_xent_part_grad(int n, int count, int first, int classes, const float *logits,
+                                    const int32_t *labels, const double *lse, float smoothing,
+                                    float *dlogits)
+{
+    DEV(logits, prod(n, count));
+    DEV_BYTES(labels, prod(n, 1) * sizeof(int32_t));
+    DEV_BYTES(lse, prod(n, 1) * sizeof(double));
+    DEV(dlogits, prod(n, count));
+    return cpu()->xent_part_grad(n, count, first, classes, logits_d, labels_d, lse_d, smoothing,
+                                 dlogits_d);
 }
