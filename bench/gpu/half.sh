@@ -215,22 +215,22 @@ echo "gpt-nano, 20 AdamW steps: largest relative loss difference GPU against CPU
   "weights maxdiff $(maxdiff "$tmp/g.cuda.st" "$tmp/g.cpu.st")"
 check "gpt-nano GPU losses within 1e-4 of the CPU's over 20 steps" \
   awk -v d="$l" 'BEGIN { exit !(d <= 1e-4) }'
-LD_LIBRARY_PATH=$HL timeout 300 mpiexec.hydra -np 2 .dev/herd train "${G[@]}" --pipeline-stages 2 \
-  --save "$tmp/g.pp.st" >"$tmp/pp.out" 2>&1 || tail -n 5 "$tmp/pp.out"
-md=$(maxdiff "$tmp/g.cuda.st" "$tmp/g.pp.st")
-echo "gpt-nano in 2 pipeline stages sharing the GPU (the tied table exchanged): weights maxdiff $md"
-# Not bitwise: the tied table's gradient is summed in two halves (on the CPU too, where
-# 2 stages end 1.7e-4 from one process after these 20 AdamW steps).
-check "gpt-nano in 2 pipeline stages on the GPU: within 1e-3 of one GPU process" \
-  awk -v d="$md" 'BEGIN { exit !(d != "" && d <= 1e-3) }'
-# Tensor parallelism on the GPU (2 parts sharing it): the split loss's kernels
-# (cuda_loss.cu) and the group's sums in device memory; not run on a GPU before.
-LD_LIBRARY_PATH=$HL timeout 300 mpiexec.hydra -np 2 .dev/herd train "${G[@]}" --tensor-parallel 2 \
-  --save "$tmp/g.tp.st" >"$tmp/tp.out" 2>&1 || tail -n 5 "$tmp/tp.out"
-md=$(maxdiff "$tmp/g.cuda.st" "$tmp/g.tp.st")
-echo "gpt-nano at --tensor-parallel 2 sharing the GPU: weights maxdiff $md from one GPU process"
-check "gpt-nano at --tensor-parallel 2 on the GPU: within 1e-3 of one GPU process" \
-  awk -v d="$md" 'BEGIN { exit !(d != "" && d <= 1e-3) }'
+# 2 ranks sharing the GPU against one GPU process: within 1e-3, not bitwise (on the CPU
+# too, 2 stages end 1.7e-4 from one process after these 20 AdamW steps: the tied table's
+# gradient is summed in two halves).
+two_ranks() { # two_ranks TAG WHAT FLAGS...
+  local tag=$1 what=$2 md; shift 2
+  LD_LIBRARY_PATH=$HL timeout 300 mpiexec.hydra -np 2 .dev/herd train "${G[@]}" "$@" \
+    --save "$tmp/g.$tag.st" >"$tmp/$tag.out" 2>&1 || tail -n 5 "$tmp/$tag.out"
+  md=$(maxdiff "$tmp/g.cuda.st" "$tmp/g.$tag.st")
+  echo "gpt-nano $what sharing the GPU: weights maxdiff $md from one GPU process"
+  check "gpt-nano $what on the GPU: within 1e-3 of one GPU process" \
+    awk -v d="$md" 'BEGIN { exit !(d != "" && d <= 1e-3) }'
+}
+two_ranks pp "in 2 pipeline stages (the tied table exchanged)" --pipeline-stages 2
+# Tensor parallelism: the split loss's kernels (cuda_loss.cu) and the group's sums in
+# device memory; not yet run on a GPU (written after 2026-12-04's device calls).
+two_ranks tp "at --tensor-parallel 2" --tensor-parallel 2
 herd train "${G[@]}" --precision bf16 --max-steps 10 2>&1 | tail -n 1 | tee "$tmp/g.bf16"
 check "gpt-nano bf16 trains on the GPU" grep -q "train_loss=" "$tmp/g.bf16"
 # tokens/s: herd bench train against PyTorch running the same model file

@@ -21,6 +21,40 @@ __device__ static double warp_sum(double v)
     return v;
 }
 
+/* A warp's summary of row z of count values, on every lane: its largest value and the
+ * first index holding it (the CPU scans with >, so ties go to the lowest), the sum of
+ * exp(z - largest) in double, and the sum of z. */
+__device__ static void row_summary(const float *z, int count, int lane, float *best_out,
+                                   int *arg_out, double *se_out, double *sz_out)
+{
+    float best = -INFINITY;
+    int arg = 0x7fffffff;
+    for (int j = lane; j < count; j += 32)
+        if (z[j] > best) {
+            best = z[j];
+            arg = j;
+        }
+    for (int o = 16; o > 0; o >>= 1) {
+        float ob = __shfl_xor_sync(0xffffffffu, best, o);
+        int oa = __shfl_xor_sync(0xffffffffu, arg, o);
+        if (ob > best || (ob == best && oa < arg)) {
+            best = ob;
+            arg = oa;
+        }
+    }
+    double se = 0.0, sz = 0.0;
+    for (int j = lane; j < count; j += 32) {
+        se += exp((double)(z[j] - best));
+        sz += z[j];
+    }
+    se = warp_sum(se);
+    sz = warp_sum(sz);
+    *best_out = best;
+    *arg_out = arg;
+    *se_out = se;
+    *sz_out = sz;
+}
+
 __global__ void k_xent_rows(int n, int classes, const float *logits, const int32_t *labels,
                             float smoothing, float *dlogits, double *row_loss, int *row_hit,
                             xent_result *res)
@@ -39,29 +73,10 @@ __global__ void k_xent_rows(int n, int classes, const float *logits, const int32
         }
         return;
     }
-    /* Max and its first index (the CPU scans with >, so ties go to the lowest). */
-    float best = -INFINITY;
-    int arg = 0x7fffffff;
-    for (int j = lane; j < classes; j += 32)
-        if (z[j] > best) {
-            best = z[j];
-            arg = j;
-        }
-    for (int o = 16; o > 0; o >>= 1) {
-        float ob = __shfl_xor_sync(0xffffffffu, best, o);
-        int oa = __shfl_xor_sync(0xffffffffu, arg, o);
-        if (ob > best || (ob == best && oa < arg)) {
-            best = ob;
-            arg = oa;
-        }
-    }
-    double se = 0.0, sz = 0.0;
-    for (int j = lane; j < classes; j += 32) {
-        se += exp((double)(z[j] - best));
-        sz += z[j];
-    }
-    se = warp_sum(se);
-    sz = warp_sum(sz);
+    float best;
+    int arg;
+    double se, sz;
+    row_summary(z, classes, lane, &best, &arg, &se, &sz);
     float off_target = smoothing / (float)classes;
     if (lane == 0) {
         double lse = best + log(se);
@@ -171,28 +186,10 @@ __global__ void k_xent_part_stats(int n, int count, int first, const float *logi
     if (row >= n)
         return;
     const float *z = logits + (size_t)row * count;
-    float best = -INFINITY;
-    int arg = 0x7fffffff;
-    for (int j = lane; j < count; j += 32)
-        if (z[j] > best) {
-            best = z[j];
-            arg = j;
-        }
-    for (int o = 16; o > 0; o >>= 1) {
-        float ob = __shfl_xor_sync(0xffffffffu, best, o);
-        int oa = __shfl_xor_sync(0xffffffffu, arg, o);
-        if (ob > best || (ob == best && oa < arg)) {
-            best = ob;
-            arg = oa;
-        }
-    }
-    double se = 0.0, sz = 0.0;
-    for (int j = lane; j < count; j += 32) {
-        se += exp((double)(z[j] - best));
-        sz += z[j];
-    }
-    se = warp_sum(se);
-    sz = warp_sum(sz);
+    float best;
+    int arg;
+    double se, sz;
+    row_summary(z, count, lane, &best, &arg, &se, &sz);
     if (lane == 0) {
         int y = labels[row] - first;
         bool here = y >= 0 && y < count;
