@@ -106,7 +106,7 @@ static herd_status build_stage(herd_pipeline *pp, const herd_train_config *cfg, 
     herd_model *m = pp->m;
     HERD_TRY(herd_pipeline_tied_find(pp, whole));
     if (whole->params && pp->tp.size > 1)
-        herd_pipeline_take_part(pp, whole);
+        HERD_TRY(herd_pipeline_take_part(pp, whole));
     else if (whole->params) { /* the caller's weights (loaded or initialised), not the seed's */
         size_t param_at, buffer_at;
         stage_offsets(whole, first, &param_at, &buffer_at);

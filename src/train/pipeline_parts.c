@@ -1,8 +1,8 @@
 /* Tensor parts inside pipeline stages: a stage part's values from the whole model, and
  * the whole model's tensors gathered from (or handed to) the first replica's stage parts
  * on world rank 0 (pipeline.h). Each array travels flat, as the part holds it, and rank
- * 0 cuts or pastes every tensor (nn/tensor_split.h). Tensor parallelism runs on the
- * CPU: every buffer here is host memory. */
+ * 0 cuts or pastes every tensor (nn/tensor_split.h) in host memory; on a device backend
+ * the arrays cross to the host for it and the transfers run from device buffers. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,12 +35,58 @@ static void copy_views(const herd_model *part, const herd_model *whole, int firs
     }
 }
 
-void herd_pipeline_take_part(herd_pipeline *pp, const herd_model *whole)
+/* n floats of be's src as a host array (src itself on a host backend, else a copy to
+ * free), or, with src NULL, a zeroed host array for n floats. */
+static herd_status to_host(const herd_backend *be, const float *src, size_t n, float **out)
 {
+    if (be->host_memory && src) {
+        *out = (float *)src;
+        return HERD_OK;
+    }
+    if (!(*out = calloc(n ? n : 1, sizeof(float))))
+        return HERD_NOMEM(n * sizeof(float));
+    return src && n ? be->memcpy_d2h(*out, src, n * sizeof(float)) : HERD_OK;
+}
+
+/* The reverse: host back into be's dst (nothing on a host backend), and the copy freed. */
+static herd_status from_host(const herd_backend *be, float *dst, float *host, size_t n,
+                             bool copy_back, herd_status st)
+{
+    if (host == dst)
+        return st;
+    if (st == HERD_OK && copy_back && n)
+        st = be->memcpy_h2d(dst, host, n * sizeof(float));
+    free(host);
+    return st;
+}
+
+herd_status herd_pipeline_take_part(herd_pipeline *pp, const herd_model *whole)
+{
+    const herd_backend *be = pp->m->be;
+    herd_model *m = pp->m;
     int first, n;
     stage_views(pp, whole, pp->stage, &first, &n);
-    copy_views(pp->m, whole, first, n, false, whole->params, pp->m->params, true);
-    copy_views(pp->m, whole, first, n, true, whole->buffers, pp->m->buffers, true);
+    float *wp = NULL, *wb = NULL, *mp = NULL, *mb = NULL;
+    herd_status st = to_host(be, whole->params, whole->n_param_floats, &wp);
+    if (st == HERD_OK)
+        st = to_host(be, whole->buffers, whole->n_buffer_floats, &wb);
+    if (st == HERD_OK)
+        st = to_host(be, be->host_memory ? m->params : NULL, m->n_param_floats, &mp);
+    if (st == HERD_OK)
+        st = to_host(be, be->host_memory ? m->buffers : NULL, m->n_buffer_floats, &mb);
+    if (st == HERD_OK) {
+        copy_views(m, whole, first, n, false, wp, mp, true);
+        copy_views(m, whole, first, n, true, wb, mb, true);
+    }
+    if (mp)
+        st = from_host(be, m->params, mp, m->n_param_floats, true, st);
+    if (mb)
+        st = from_host(be, m->buffers, mb, m->n_buffer_floats, true, st);
+    if (wp)
+        st = from_host(be, whole->params, wp, 0, false, st);
+    if (wb)
+        st = from_host(be, whole->buffers, wb, 0, false, st);
+    return st;
 }
 
 /* Array k of a model: 0 its parameters, 1 its buffers, then each optimizer state (NULL
@@ -55,10 +101,10 @@ static float *array_of(herd_model *m, herd_optimizer *o, int k, size_t *numel)
     return *numel == m->n_param_floats ? s : NULL;
 }
 
-/* Rank 0: the plans of every stage part (its own is its stage), and a buffer for the
- * largest array. */
+/* Rank 0: the plans of every stage part (its own is its stage), and a host buffer for
+ * the largest array (*most_out floats). */
 static herd_status plan_parts(herd_pipeline *pp, herd_model *whole, herd_model **plans,
-                              float **buf)
+                              float **buf, size_t *most_out)
 {
     int T = pp->tp.size;
     size_t most = 1;
@@ -76,26 +122,36 @@ static herd_status plan_parts(herd_pipeline *pp, herd_model *whole, herd_model *
             most = p->n_param_floats > most ? p->n_param_floats : most;
             most = p->n_buffer_floats > most ? p->n_buffer_floats : most;
         }
+    *most_out = most;
     *buf = herd_xcalloc(most, sizeof **buf);
     return *buf ? HERD_OK : HERD_ERR_NOMEM;
 }
 
-/* Rank 0's side: array k of every stage part, through buf, to or from the whole. */
-static herd_status move_on_rank0(herd_pipeline *pp, herd_model **plans, float *buf, int k,
-                                 herd_optimizer *opt, herd_model *whole, herd_optimizer *whole_opt,
-                                 bool to_rank0)
+/* Rank 0's side: array k of every stage part to or from the whole, cut and pasted in
+ * host memory (whole_h, mine_h); the other parts travel through buf, which dev_buf
+ * stands in for on the wire when the backend's memory is a device's. */
+static herd_status move_on_rank0(herd_pipeline *pp, herd_model **plans, float *buf, float *dev_buf,
+                                 int k, herd_optimizer *opt, herd_model *whole,
+                                 herd_optimizer *whole_opt, bool to_rank0)
 {
+    const herd_backend *be = pp->m->be;
     int T = pp->tp.size;
     size_t all;
-    float *whole_arr = array_of(whole, whole_opt, k, &all);
-    for (int s = 0; s < pp->stages; s++)
-        for (int t = 0; t < T; t++) {
+    float *whole_arr = array_of(whole, whole_opt, k, &all), *whole_h = NULL;
+    herd_status st = whole_arr ? to_host(be, whole_arr, all, &whole_h) : HERD_OK;
+    for (int s = 0; st == HERD_OK && s < pp->stages; s++)
+        for (int t = 0; st == HERD_OK && t < T; t++) {
             herd_model *p = plans[s * T + t];
-            size_t numel;
-            float *mine = p == pp->m ? array_of(pp->m, opt, k, &numel) : buf;
-            if (!mine || !whole_arr)
-                return HERD_ERR(HERD_ERR_UNSUPPORTED, "optimizer state %d is not laid out as "
-                                "the parameters: stages of tensor parts cannot move it", k - 2);
+            size_t numel, own_n = 0;
+            float *own = p == pp->m ? array_of(pp->m, opt, k, &own_n) : NULL;
+            if ((p == pp->m && !own) || !whole_arr) {
+                st = HERD_ERR(HERD_ERR_UNSUPPORTED, "optimizer state %d is not laid out as "
+                              "the parameters: stages of tensor parts cannot move it", k - 2);
+                break;
+            }
+            float *mine_h = buf;
+            if (own)
+                st = to_host(be, own, own_n, &mine_h);
             int first, n;
             stage_views(pp, whole, s, &first, &n);
             numel = k == 1 ? p->n_buffer_floats : p->n_param_floats;
@@ -104,18 +160,29 @@ static herd_status move_on_rank0(herd_pipeline *pp, herd_model **plans, float *b
             char what[96];
             snprintf(what, sizeof what, "%s stage %d part %d's tensors (array %d)",
                      to_rank0 ? "gathering" : "sending", s, t, k);
-            if (!to_rank0)
-                copy_views(p, whole, first, n, k == 1, whole_arr, mine, true);
-            if (mine == buf && numel > 0) {
+            size_t bytes = numel * sizeof(float);
+            if (st == HERD_OK && !to_rank0)
+                copy_views(p, whole, first, n, k == 1, whole_h, mine_h, true);
+            if (st == HERD_OK && !own && numel > 0) {
+                if (!to_rank0 && dev_buf != buf)
+                    st = be->memcpy_h2d(dev_buf, buf, bytes);
                 herd_p2p req;
-                HERD_TRY(pp->world->ops->p2p_start(pp->world, &req, !to_rank0, buf,
-                                                   numel * sizeof(float), s * T + t, TAG_PARTS));
-                HERD_TRY(pp->world->ops->p2p_wait(pp->world, &req, what));
+                if (st == HERD_OK)
+                    st = pp->world->ops->p2p_start(pp->world, &req, !to_rank0, dev_buf, bytes,
+                                                   s * T + t, TAG_PARTS);
+                if (st == HERD_OK)
+                    st = pp->world->ops->p2p_wait(pp->world, &req, what);
+                if (st == HERD_OK && to_rank0 && dev_buf != buf)
+                    st = be->memcpy_d2h(buf, dev_buf, bytes);
             }
-            if (to_rank0)
-                copy_views(p, whole, first, n, k == 1, whole_arr, mine, false);
+            if (st == HERD_OK && to_rank0)
+                copy_views(p, whole, first, n, k == 1, whole_h, mine_h, false);
+            if (own)
+                st = from_host(be, own, mine_h, own_n, !to_rank0, st);
         }
-    return HERD_OK;
+    if (whole_h)
+        st = from_host(be, whole_arr, whole_h, all, to_rank0, st);
+    return st;
 }
 
 herd_status herd_pipeline_move_parts(herd_pipeline *pp, herd_optimizer *opt, herd_model *whole,
@@ -124,16 +191,21 @@ herd_status herd_pipeline_move_parts(herd_pipeline *pp, herd_optimizer *opt, her
     herd_comm *w = pp->world;
     int T = pp->tp.size, arrays = 2 + (opt ? herd_optimizer_state_count(opt) : 0);
     herd_model **plans = NULL;
-    float *buf = NULL;
+    float *buf = NULL, *dev_buf = NULL;
+    size_t most = 0;
     herd_status st = HERD_OK;
     if (w->rank == 0) {
         plans = herd_xcalloc((size_t)pp->stages * (size_t)T, sizeof *plans);
-        st = plans ? plan_parts(pp, whole, plans, &buf) : HERD_ERR_NOMEM;
+        st = plans ? plan_parts(pp, whole, plans, &buf, &most) : HERD_ERR_NOMEM;
+        const herd_backend *be = pp->m->be;
+        dev_buf = buf;
+        if (st == HERD_OK && !be->host_memory && !(dev_buf = be->alloc(most * sizeof(float))))
+            st = HERD_ERR_NOMEM;
     }
     st = herd_agree(w, st, "planning the stages' tensor parts");
     for (int k = 0; st == HERD_OK && k < arrays; k++) {
         if (w->rank == 0) {
-            st = move_on_rank0(pp, plans, buf, k, opt, whole, whole_opt, to_rank0);
+            st = move_on_rank0(pp, plans, buf, dev_buf, k, opt, whole, whole_opt, to_rank0);
             continue;
         }
         if (pp->replica != 0)
@@ -158,6 +230,8 @@ herd_status herd_pipeline_move_parts(herd_pipeline *pp, herd_optimizer *opt, her
         if (plans[i] != pp->m)
             herd_model_free(plans[i]);
     free(plans);
+    if (dev_buf != buf)
+        pp->m->be->free(dev_buf);
     free(buf);
     return st;
 }

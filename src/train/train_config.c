@@ -317,11 +317,6 @@ herd_status herd_run_check_tensor(const run *r)
     if (!be->xent_part_stats || !be->xent_part_grad)
         return HERD_ERR(HERD_ERR_UNSUPPORTED, "--tensor-parallel: the %s backend has no "
                         "vocabulary-parallel cross-entropy; use --device cpu", be->name);
-    /* pipeline_parts.c moves a stage's parts through host memory only. */
-    if (!be->host_memory && r->cfg.pipeline_stages > 1)
-        return HERD_ERR(HERD_ERR_UNSUPPORTED, "--tensor-parallel with --pipeline-stages runs on "
-                        "the CPU so far (on %s, use one of the two); use --device cpu",
-                        be->name);
     return HERD_OK;
 }
 
