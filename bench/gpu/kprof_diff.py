@@ -13,7 +13,8 @@ import re
 FAMILIES = [
     ("cuDNN conv backward filter", r"wgrad|bwd_filter|BwdFilter|dgrad2d_w|conv2d_grad_weight"),
     ("cuDNN conv backward data", r"dgrad|bwd_data|BwdData"),
-    ("cuDNN conv forward", r"fprop|implicit_convolve|conv2d_fwd|implicit_gemm|xmma_fprop|fwd_kernel|cudnn.*conv|sm90_xmma|winograd|fft"),
+    # Not a bare "sm90_xmma": cuBLAS's own GEMMs are sm90_xmma_gemm_* (gpt2 on 2026-12-04).
+    ("cuDNN conv forward", r"fprop|implicit_convolve|conv2d_fwd|implicit_gemm|xmma_fprop|fwd_kernel|cudnn.*conv|winograd|fft"),
     ("layout conversion", r"nchwToNhwc|nhwcToNchw|transpose|nchw|nhwc"),
     ("batch norm", r"\bk_bn|bn_|batch_?norm"),
     ("GEMM (cuBLAS)", r"gemm|cutlass|sgemm|ampere|sm90"),
