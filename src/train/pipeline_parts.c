@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "dist/signature.h"
 #include "nn/tensor_split.h"
+#include "train/host_stage.h"
 #include "train/pipeline.h"
 
 enum { TAG_PARTS = 18 }; /* pipeline.c's are 11..14, pipeline_tied.c's 15..17 */
@@ -35,31 +36,6 @@ static void copy_views(const herd_model *part, const herd_model *whole, int firs
     }
 }
 
-/* n floats of be's src as a host array (src itself on a host backend, else a copy to
- * free), or, with src NULL, a zeroed host array for n floats. */
-static herd_status to_host(const herd_backend *be, const float *src, size_t n, float **out)
-{
-    if (be->host_memory && src) {
-        *out = (float *)src;
-        return HERD_OK;
-    }
-    if (!(*out = calloc(n ? n : 1, sizeof(float))))
-        return HERD_NOMEM(n * sizeof(float));
-    return src && n ? be->memcpy_d2h(*out, src, n * sizeof(float)) : HERD_OK;
-}
-
-/* The reverse: host back into be's dst (nothing on a host backend), and the copy freed. */
-static herd_status from_host(const herd_backend *be, float *dst, float *host, size_t n,
-                             bool copy_back, herd_status st)
-{
-    if (host == dst)
-        return st;
-    if (st == HERD_OK && copy_back && n)
-        st = be->memcpy_h2d(dst, host, n * sizeof(float));
-    free(host);
-    return st;
-}
-
 herd_status herd_pipeline_take_part(herd_pipeline *pp, const herd_model *whole)
 {
     const herd_backend *be = pp->m->be;
@@ -67,25 +43,25 @@ herd_status herd_pipeline_take_part(herd_pipeline *pp, const herd_model *whole)
     int first, n;
     stage_views(pp, whole, pp->stage, &first, &n);
     float *wp = NULL, *wb = NULL, *mp = NULL, *mb = NULL;
-    herd_status st = to_host(be, whole->params, whole->n_param_floats, &wp);
+    herd_status st = herd_host_stage(be, whole->params, whole->n_param_floats, true, &wp);
     if (st == HERD_OK)
-        st = to_host(be, whole->buffers, whole->n_buffer_floats, &wb);
+        st = herd_host_stage(be, whole->buffers, whole->n_buffer_floats, true, &wb);
     if (st == HERD_OK)
-        st = to_host(be, be->host_memory ? m->params : NULL, m->n_param_floats, &mp);
+        st = herd_host_stage(be, m->params, m->n_param_floats, false, &mp);
     if (st == HERD_OK)
-        st = to_host(be, be->host_memory ? m->buffers : NULL, m->n_buffer_floats, &mb);
+        st = herd_host_stage(be, m->buffers, m->n_buffer_floats, false, &mb);
     if (st == HERD_OK) {
         copy_views(m, whole, first, n, false, wp, mp, true);
         copy_views(m, whole, first, n, true, wb, mb, true);
     }
     if (mp)
-        st = from_host(be, m->params, mp, m->n_param_floats, true, st);
+        st = herd_host_unstage(be, m->params, mp, m->n_param_floats, true, st);
     if (mb)
-        st = from_host(be, m->buffers, mb, m->n_buffer_floats, true, st);
+        st = herd_host_unstage(be, m->buffers, mb, m->n_buffer_floats, true, st);
     if (wp)
-        st = from_host(be, whole->params, wp, 0, false, st);
+        st = herd_host_unstage(be, whole->params, wp, 0, false, st);
     if (wb)
-        st = from_host(be, whole->buffers, wb, 0, false, st);
+        st = herd_host_unstage(be, whole->buffers, wb, 0, false, st);
     return st;
 }
 
@@ -138,7 +114,7 @@ static herd_status move_on_rank0(herd_pipeline *pp, herd_model **plans, float *b
     int T = pp->tp.size;
     size_t all;
     float *whole_arr = array_of(whole, whole_opt, k, &all), *whole_h = NULL;
-    herd_status st = whole_arr ? to_host(be, whole_arr, all, &whole_h) : HERD_OK;
+    herd_status st = whole_arr ? herd_host_stage(be, whole_arr, all, true, &whole_h) : HERD_OK;
     for (int s = 0; st == HERD_OK && s < pp->stages; s++)
         for (int t = 0; st == HERD_OK && t < T; t++) {
             herd_model *p = plans[s * T + t];
@@ -151,7 +127,7 @@ static herd_status move_on_rank0(herd_pipeline *pp, herd_model **plans, float *b
             }
             float *mine_h = buf;
             if (own)
-                st = to_host(be, own, own_n, &mine_h);
+                st = herd_host_stage(be, own, own_n, true, &mine_h);
             int first, n;
             stage_views(pp, whole, s, &first, &n);
             numel = k == 1 ? p->n_buffer_floats : p->n_param_floats;
@@ -178,10 +154,10 @@ static herd_status move_on_rank0(herd_pipeline *pp, herd_model **plans, float *b
             if (st == HERD_OK && to_rank0)
                 copy_views(p, whole, first, n, k == 1, whole_h, mine_h, false);
             if (own)
-                st = from_host(be, own, mine_h, own_n, !to_rank0, st);
+                st = herd_host_unstage(be, own, mine_h, own_n, !to_rank0, st);
         }
     if (whole_h)
-        st = from_host(be, whole_arr, whole_h, all, to_rank0, st);
+        st = herd_host_unstage(be, whole_arr, whole_h, all, to_rank0, st);
     return st;
 }
 

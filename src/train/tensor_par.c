@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "dist/signature.h"
 #include "nn/tensor_split.h"
+#include "train/host_stage.h"
 
 /* Every part's values side by side by an all-gather, then added in part order on every
  * rank: the group's ranks get the same bits whatever algorithm the engine picks, which
@@ -50,69 +51,32 @@ static herd_status group_allgather(void *user, const void *mine, void *all, size
     return g->ops->allgather(g, mine, all, bytes);
 }
 
-/* n floats of be's memory readable on the host: src itself on a host backend, else a
- * copy in *owned (freed by the caller). */
-static herd_status host_view(const herd_backend *be, const float *src, size_t n,
-                             const float **out, float **owned)
-{
-    *owned = NULL;
-    *out = src;
-    if (be->host_memory || n == 0)
-        return HERD_OK;
-    if (!(*owned = malloc(n * sizeof(float))))
-        return HERD_NOMEM(n * sizeof(float));
-    *out = *owned;
-    return be->memcpy_d2h(*owned, src, n * sizeof(float));
-}
-
-/* A host array of n floats that ends up in be's dst: dst itself on a host backend,
- * else a buffer put there by put_back. */
-static herd_status host_target(const herd_backend *be, float *dst, size_t n, float **out)
-{
-    *out = dst;
-    if (be->host_memory || n == 0)
-        return HERD_OK;
-    if (!(*out = calloc(n, sizeof(float))))
-        return HERD_NOMEM(n * sizeof(float));
-    return HERD_OK;
-}
-
-static herd_status put_back(const herd_backend *be, float *dst, float *host, size_t n,
-                            herd_status st)
-{
-    if (host != dst) {
-        if (st == HERD_OK)
-            st = be->memcpy_h2d(dst, host, n * sizeof(float));
-        free(host);
-    }
-    return st;
-}
-
 /* This rank's part, from the whole model's parameters and buffers (through the host on
  * a device backend). */
 static herd_status take_part(herd_model *m, const herd_model *whole)
 {
     const herd_backend *be = m->be;
-    const float *wp = NULL, *wb = NULL;
-    float *own_p = NULL, *own_b = NULL, *mp = NULL, *mb = NULL;
-    herd_status st = host_view(be, whole->params, whole->n_param_floats, &wp, &own_p);
+    float *wp = NULL, *wb = NULL, *mp = NULL, *mb = NULL;
+    herd_status st = herd_host_stage(be, whole->params, whole->n_param_floats, true, &wp);
     if (st == HERD_OK)
-        st = host_view(be, whole->buffers, whole->n_buffer_floats, &wb, &own_b);
+        st = herd_host_stage(be, whole->buffers, whole->n_buffer_floats, true, &wb);
     if (st == HERD_OK)
-        st = host_target(be, m->params, m->n_param_floats, &mp);
+        st = herd_host_stage(be, m->params, m->n_param_floats, false, &mp);
     if (st == HERD_OK)
-        st = host_target(be, m->buffers, m->n_buffer_floats, &mb);
+        st = herd_host_stage(be, m->buffers, m->n_buffer_floats, false, &mb);
     for (int i = 0; st == HERD_OK && i < m->n_views; i++) {
         const herd_tensor_view *v = &m->views[i], *w = &whole->views[i];
-        herd_split_copy(v, (float *)(v->is_buffer ? wb : wp) + w->offset,
+        herd_split_copy(v, (v->is_buffer ? wb : wp) + w->offset,
                         (v->is_buffer ? mb : mp) + v->offset, true);
     }
     if (mp)
-        st = put_back(be, m->params, mp, m->n_param_floats, st);
+        st = herd_host_unstage(be, m->params, mp, m->n_param_floats, true, st);
     if (mb)
-        st = put_back(be, m->buffers, mb, m->n_buffer_floats, st);
-    free(own_p);
-    free(own_b);
+        st = herd_host_unstage(be, m->buffers, mb, m->n_buffer_floats, true, st);
+    if (wp)
+        st = herd_host_unstage(be, whole->params, wp, 0, false, st);
+    if (wb)
+        st = herd_host_unstage(be, whole->buffers, wb, 0, false, st);
     return st;
 }
 
@@ -215,7 +179,7 @@ static herd_status gather_on_root(herd_tensor_par *tp, herd_model **plans, const
     float *all = herd_xcalloc(1, total ? total : 1), *whole_host = NULL;
     herd_status st = all ? g->ops->gather(g, mine, bytes_of[0], all, bytes_of, 0) : HERD_ERR_NOMEM;
     if (st == HERD_OK)
-        st = host_target(tp->be, whole_arr, whole_plan->n_param_floats, &whole_host);
+        st = herd_host_stage(tp->be, whole_arr, whole_plan->n_param_floats, false, &whole_host);
     const float *at = all;
     for (int t = 0; st == HERD_OK && t < tp->parts; t++) {
         for (int i = 0; i < plans[t]->n_views; i++) {
@@ -227,7 +191,7 @@ static herd_status gather_on_root(herd_tensor_par *tp, herd_model **plans, const
         at += plans[t]->n_param_floats;
     }
     if (whole_host)
-        st = put_back(tp->be, whole_arr, whole_host, whole_plan->n_param_floats, st);
+        st = herd_host_unstage(tp->be, whole_arr, whole_host, whole_plan->n_param_floats, true, st);
     free(all);
     free(bytes_of);
     return st;
@@ -251,20 +215,20 @@ herd_status herd_tensor_par_gather(herd_tensor_par *tp, herd_comm *job, herd_opt
     herd_model *m = tp->m;
     int arrays = arrays_of(opt);
     for (int k = 0; tp->replica == 0 && st == HERD_OK && k < arrays; k++) {
-        float *mine = param_array(m, opt, k), *own = NULL;
-        const float *host = NULL;
+        float *mine = param_array(m, opt, k), *host = NULL;
         if (!mine)
             st = HERD_ERR(HERD_ERR_UNSUPPORTED, "optimizer state %d is not laid out as the "
                           "parameters: tensor parallelism cannot checkpoint it", k - 1);
         else
-            st = host_view(tp->be, mine, m->n_param_floats, &host, &own);
+            st = herd_host_stage(tp->be, mine, m->n_param_floats, true, &host);
         if (st == HERD_OK && root)
             st = gather_on_root(tp, plans, host, param_array(whole, whole_opt, k), whole);
         else if (st == HERD_OK) {
             herd_comm *g = herd_comm_host_side(tp->group);
             st = g->ops->gather(g, host, m->n_param_floats * sizeof(float), NULL, NULL, 0);
         }
-        free(own);
+        if (host)
+            st = herd_host_unstage(tp->be, mine, host, 0, false, st);
     }
     /* Buffers are whole on every part (no split layer has any). */
     if (st == HERD_OK && root && m->n_buffer_floats)
@@ -301,14 +265,14 @@ herd_status herd_tensor_par_scatter(herd_tensor_par *tp, herd_comm *job, herd_op
         st = g->ops->broadcast(g, tmp, plan->n_param_floats * sizeof(float), 0);
         st = st != HERD_OK ? st : copied;
         if (st == HERD_OK && mine)
-            st = host_target(be, mine, m->n_param_floats, &part);
+            st = herd_host_stage(be, mine, m->n_param_floats, false, &part);
         for (int i = 0; st == HERD_OK && mine && i < m->n_views; i++) {
             const herd_tensor_view *v = &m->views[i];
             if (!v->is_buffer)
                 herd_split_copy(v, tmp + plan->views[i].offset, part + v->offset, true);
         }
         if (part)
-            st = put_back(be, mine, part, m->n_param_floats, st);
+            st = herd_host_unstage(be, mine, part, m->n_param_floats, true, st);
         if (st == HERD_OK && !mine)
             st = HERD_ERR(HERD_ERR_UNSUPPORTED, "optimizer state %d is not laid out as the "
                           "parameters: tensor parallelism cannot resume it", k - 1);
