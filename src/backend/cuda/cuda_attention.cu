@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_kernels.cuh"
 
 #define WARPS_PER_BLOCK 8 /* one warp a row of scores */
 
@@ -32,8 +33,7 @@ __global__ void k_causal_softmax(size_t rows, int t, float *att)
         row[j] = e;
         sum += e;
     }
-    for (int o = 16; o > 0; o >>= 1)
-        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    sum = warp_sum(sum);
     float inv = 1.0f / sum;
     for (int j = lane; j < t; j += 32)
         row[j] = j <= i ? row[j] * inv : 0.0f;
@@ -51,8 +51,7 @@ __global__ void k_softmax_bwd(size_t rows, int t, float scale, const float *att,
     float *d = ds + r * t, s = 0.0f;
     for (int j = lane; j <= i; j += 32)
         s += a[j] * d[j];
-    for (int o = 16; o > 0; o >>= 1)
-        s += __shfl_xor_sync(0xffffffffu, s, o);
+    s = warp_sum(s);
     for (int j = lane; j < t; j += 32)
         d[j] = a[j] * (d[j] - s) * scale;
 }

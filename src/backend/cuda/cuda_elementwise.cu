@@ -1,11 +1,8 @@
 /* Elementwise ops as grid-stride kernels, and dropout with the CPU backend's exact
  * random stream (so a run gives the same masks on either device). */
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_kernels.cuh"
 #include "core/rng.h"
-
-#define GRID_STRIDE(i, n)                                                         \
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);        \
-         i += (size_t)gridDim.x * blockDim.x)
 
 /* ---- kernels */
 

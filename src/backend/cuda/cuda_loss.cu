@@ -2,6 +2,7 @@
  * per sample writes its loss and hit; a second single-block kernel adds them in a
  * fixed order, so loss_sum is deterministic (no atomics on the sum). */
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_kernels.cuh"
 
 #define ROWS_PER_BLOCK 4 /* warps per block */
 
@@ -13,13 +14,6 @@ typedef struct xent_result {
 } xent_result;
 
 /* ---- kernels */
-
-__device__ static double warp_sum(double v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 /* A warp's summary of row z of count values, on every lane: its largest value and the
  * first index holding it (the CPU scans with >, so ties go to the lowest), the sum of
@@ -209,8 +203,8 @@ __global__ void k_xent_part_grad(size_t total, int n, int count, int first, cons
                                  float on_target, float *dlogits)
 {
     float inv_n = 1.0f / (float)n;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
-         i += (size_t)gridDim.x * blockDim.x) {
+    GRID_STRIDE(i, total)
+    {
         size_t row = i / count;
         int j = (int)(i % count);
         float shift = (float)lse[row];

@@ -9,16 +9,13 @@
 #include <stdlib.h>
 
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_kernels.cuh"
 
 struct herd_pool_plan {
     herd_pool_desc d;
     int *argmax;         /* per output element: input offset within its (n, c) plane */
     bool have_workspace; /* a training forward ran since the plan was made */
 };
-
-#define GRID_STRIDE(i, n)                                                         \
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);        \
-         i += (size_t)gridDim.x * blockDim.x)
 
 /* ---- kernels */
 
@@ -99,8 +96,7 @@ __global__ void k_gap_fwd(size_t rows, int hw, const float *x, float *y)
         double s = 0.0;
         for (int i = lane; i < hw; i += 32)
             s += xr[i];
-        for (int o = 16; o > 0; o >>= 1)
-            s += __shfl_xor_sync(0xffffffffu, s, o);
+        s = warp_sum(s);
         if (lane == 0)
             y[row] = (float)(s * (1.0f / (float)hw));
     }

@@ -5,19 +5,9 @@
 #include <math.h>
 
 #include "backend/cuda/cuda.h"
-
-#define GRID_STRIDE(i, n)                                                         \
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);        \
-         i += (size_t)gridDim.x * blockDim.x)
+#include "backend/cuda/cuda_kernels.cuh"
 
 #define WARPS_PER_BLOCK 8 /* the per-row kernels: one warp a row */
-
-__device__ static double warp_sum(double v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 __device__ static bool is_token(float id, int vocab)
 {
