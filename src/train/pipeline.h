@@ -131,10 +131,10 @@ herd_status herd_pipeline_tied_plan(herd_pipeline *pp, herd_step_plan *plan);
 herd_status herd_pipeline_tied_check(herd_pipeline *pp);
 
 /* Tensor parts inside the stages (pipeline_parts.c). take_part: this rank's part of
- * its stage from whole's parameters and buffers (through the host on a device). move_parts: between the
- * first replica's stage parts and world rank 0's whole model (to_rank0: gathered; else
- * handed out), parameters, buffers and, with opt, each optimizer state (laid out as the
- * parameters). Collective over world. */
+ * its stage from whole's parameters and buffers (through the host on a device).
+ * move_parts: between the first replica's stage parts and world rank 0's whole model
+ * (to_rank0: gathered; else handed out), parameters, buffers and, with opt, each
+ * optimizer state (laid out as the parameters). Collective over world. */
 herd_status herd_pipeline_take_part(herd_pipeline *pp, const herd_model *whole);
 herd_status herd_pipeline_move_parts(herd_pipeline *pp, herd_optimizer *opt, herd_model *whole,
                                      herd_optimizer *whole_opt, bool to_rank0);

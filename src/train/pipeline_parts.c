@@ -38,31 +38,9 @@ static void copy_views(const herd_model *part, const herd_model *whole, int firs
 
 herd_status herd_pipeline_take_part(herd_pipeline *pp, const herd_model *whole)
 {
-    const herd_backend *be = pp->m->be;
-    herd_model *m = pp->m;
     int first, n;
     stage_views(pp, whole, pp->stage, &first, &n);
-    float *wp = NULL, *wb = NULL, *mp = NULL, *mb = NULL;
-    herd_status st = herd_host_stage(be, whole->params, whole->n_param_floats, true, &wp);
-    if (st == HERD_OK)
-        st = herd_host_stage(be, whole->buffers, whole->n_buffer_floats, true, &wb);
-    if (st == HERD_OK)
-        st = herd_host_stage(be, m->params, m->n_param_floats, false, &mp);
-    if (st == HERD_OK)
-        st = herd_host_stage(be, m->buffers, m->n_buffer_floats, false, &mb);
-    if (st == HERD_OK) {
-        copy_views(m, whole, first, n, false, wp, mp, true);
-        copy_views(m, whole, first, n, true, wb, mb, true);
-    }
-    if (mp)
-        st = herd_host_unstage(be, m->params, mp, m->n_param_floats, true, st);
-    if (mb)
-        st = herd_host_unstage(be, m->buffers, mb, m->n_buffer_floats, true, st);
-    if (wp)
-        st = herd_host_unstage(be, whole->params, wp, 0, false, st);
-    if (wb)
-        st = herd_host_unstage(be, whole->buffers, wb, 0, false, st);
-    return st;
+    return herd_host_take_part(pp->m, whole, first, n);
 }
 
 /* Array k of a model: 0 its parameters, 1 its buffers, then each optimizer state (NULL

@@ -51,35 +51,6 @@ static herd_status group_allgather(void *user, const void *mine, void *all, size
     return g->ops->allgather(g, mine, all, bytes);
 }
 
-/* This rank's part, from the whole model's parameters and buffers (through the host on
- * a device backend). */
-static herd_status take_part(herd_model *m, const herd_model *whole)
-{
-    const herd_backend *be = m->be;
-    float *wp = NULL, *wb = NULL, *mp = NULL, *mb = NULL;
-    herd_status st = herd_host_stage(be, whole->params, whole->n_param_floats, true, &wp);
-    if (st == HERD_OK)
-        st = herd_host_stage(be, whole->buffers, whole->n_buffer_floats, true, &wb);
-    if (st == HERD_OK)
-        st = herd_host_stage(be, m->params, m->n_param_floats, false, &mp);
-    if (st == HERD_OK)
-        st = herd_host_stage(be, m->buffers, m->n_buffer_floats, false, &mb);
-    for (int i = 0; st == HERD_OK && i < m->n_views; i++) {
-        const herd_tensor_view *v = &m->views[i], *w = &whole->views[i];
-        herd_split_copy(v, (v->is_buffer ? wb : wp) + w->offset,
-                        (v->is_buffer ? mb : mp) + v->offset, true);
-    }
-    if (mp)
-        st = herd_host_unstage(be, m->params, mp, m->n_param_floats, true, st);
-    if (mb)
-        st = herd_host_unstage(be, m->buffers, mb, m->n_buffer_floats, true, st);
-    if (wp)
-        st = herd_host_unstage(be, whole->params, wp, 0, false, st);
-    if (wb)
-        st = herd_host_unstage(be, whole->buffers, wb, 0, false, st);
-    return st;
-}
-
 herd_tp_group herd_tensor_par_group(herd_tensor_par *tp)
 {
     return (herd_tp_group){.rank = tp->part, .size = tp->parts, .sum = group_sum,
@@ -96,7 +67,7 @@ static herd_status build_part(herd_tensor_par *tp, const herd_train_config *cfg,
     /* The whole model's layers as one stage, each split as m->tp says. */
     herd_status st = herd_model_build_stage(m, whole, 0, whole->n_layers, true, false, cfg->seed);
     if (st == HERD_OK && whole->params) /* the caller's weights (loaded or initialised) */
-        st = take_part(m, whole);
+        st = herd_host_take_part(m, whole, 0, m->n_views);
     return st;
 }
 

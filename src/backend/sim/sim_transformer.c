@@ -1,6 +1,7 @@
-/* The simulated device's transformer ops (and the vocabulary-parallel loss's): each checks that its arrays are device memory
- * covering what the op reads and writes, then runs the CPU op on the shadows (so the
- * CPU's bits), as sim_backend.c does for the others. */
+/* The simulated device's transformer ops (and the vocabulary-parallel loss's): each
+ * checks that its arrays are device memory covering what the op reads and writes, then
+ * runs the CPU op on the shadows (so the CPU's bits), as sim_backend.c does for the
+ * others. */
 #include "backend/sim/sim.h"
 #include "core/error.h"
 
