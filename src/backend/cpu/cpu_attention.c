@@ -25,12 +25,14 @@ static bool mm(char ta, char tb, int m, int n, int k, float alpha, const float *
 static void softmax_row(float *row, int i, int t)
 {
     float mx = row[0];
+#pragma omp simd reduction(max : mx)
     for (int j = 1; j <= i; j++)
         mx = row[j] > mx ? row[j] : mx;
 #pragma omp simd
     for (int j = 0; j <= i; j++)
         row[j] = herd_fast_expf(row[j] - mx);
     float sum = 0;
+#pragma omp simd reduction(+ : sum)
     for (int j = 0; j <= i; j++)
         sum += row[j];
     float inv = 1.0f / sum;
