@@ -238,6 +238,16 @@ herd_status herd_comm_mpi_create(const herd_comm_config *cfg, herd_comm **out)
     int initialized = 0, provided = MPI_THREAD_SINGLE;
     MPI_Initialized(&initialized);
     if (!initialized) {
+        /* Another MPI's launcher is known from the environment before MPI starts: refuse
+         * then, rather than after each rank started as a singleton job (Open MPI forks a
+         * daemon for one, which under load has died with exit 11 before herd could say
+         * why). The check after MPI_Init below still catches what the family cannot. */
+        herd_status early = herd_mpi_launcher_check_before_init(herd_mpi_library_version());
+        if (early != HERD_OK) {
+            free(m);
+            free(c);
+            return early;
+        }
         /* MULTIPLE: pipeline stages send activations from the training thread while
          * the communication thread runs collectives; data parallelism alone needs only
          * SERIALIZED (one thread calls MPI), checked below. */

@@ -67,3 +67,14 @@ herd_status herd_mpi_launcher_check(const char *mpi_library, int mpi_size, char 
     }
     return HERD_OK;
 }
+
+herd_status herd_mpi_launcher_check_before_init(const char *mpi_library)
+{
+    /* Under srun the variables of several launchers can be set at once (--mpi=pmi2 sets
+     * PMI_SIZE, which an Open MPI with Slurm's PMI support joins): left to the check
+     * after MPI_Init, which sees whether the job was joined. */
+    const char *srun = lookup(NULL, "SLURM_STEP_NUM_TASKS");
+    if (srun && strtol(srun, NULL, 10) > 1)
+        return HERD_OK;
+    return herd_mpi_launcher_check(mpi_library, 0, NULL);
+}

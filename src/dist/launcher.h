@@ -13,5 +13,9 @@
  * launcher that started more ranks is the mismatch. With mpi_size 0 (MPI not started,
  * as in herd doctor) the launcher's family is compared with the library's instead. */
 herd_status herd_mpi_launcher_check(const char *mpi_library, int mpi_size, char **envp);
+/* The same from this process's environment alone, before MPI starts: another MPI's
+ * launcher (by family) is refused without starting MPI; under srun HERD_OK (what srun's
+ * plugin gives is known only after MPI_Init). */
+herd_status herd_mpi_launcher_check_before_init(const char *mpi_library);
 
 #endif
