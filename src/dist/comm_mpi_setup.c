@@ -239,9 +239,10 @@ herd_status herd_comm_mpi_create(const herd_comm_config *cfg, herd_comm **out)
     MPI_Initialized(&initialized);
     if (!initialized) {
         /* Another MPI's launcher is known from the environment before MPI starts: refuse
-         * then, rather than after each rank started as a singleton job (Open MPI forks a
-         * daemon for one, which under load has died with exit 11 before herd could say
-         * why). The check after MPI_Init below still catches what the family cannot. */
+         * then, rather than after each rank started a singleton job of its own (Open MPI
+         * forks daemons for one; cli_mpi_mismatch once saw that path end in exit 11
+         * without herd's message). The check after MPI_Init below still catches what
+         * the family cannot. */
         herd_status early = herd_mpi_launcher_check_before_init(herd_mpi_library_version());
         if (early != HERD_OK) {
             free(m);

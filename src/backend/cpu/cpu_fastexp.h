@@ -9,11 +9,13 @@
 /* e^x = 2^n e^r with n = round(x / ln 2) and |r| <= ln(2)/2; e^r from its Taylor series to
  * r^7 (the next term is below 6e-9 relative), ln 2 in two parts so that n ln 2 is exact.
  * Relative error within a few float ulps; x below -87 gives 0 and above 88 gives e^88
- * (inputs here are bounded: softmax arguments are <= 0, GELU's are clamped). */
+ * (inputs here are bounded: softmax arguments are <= 0, GELU's are clamped); NaN gives
+ * NaN, so a diverged step still shows (the clamp keeps NaN out of the int conversion,
+ * where it would be undefined). */
 static inline float herd_fast_expf(float x)
 {
     const float shifter = 12582912.0f; /* 1.5 x 2^23: adding it rounds to an integer */
-    float c = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+    float c = x > -87.0f ? (x < 88.0f ? x : 88.0f) : -87.0f;
     float n = (c * 1.44269504088896341f + shifter) - shifter;
     float r = (c - n * 0.693145751953125f) - n * 1.428606765330187e-6f;
     float p = 1.0f / 5040.0f;
@@ -27,7 +29,7 @@ static inline float herd_fast_expf(float x)
     int32_t bits = ((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    return x < -87.0f ? 0.0f : p * scale;
+    return x < -87.0f ? 0.0f : x == x ? p * scale : x;
 }
 
 #endif

@@ -6,7 +6,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 
-/* A row's largest logit and the first place it is at (0 when the row is NaN). The loops
+/* A row's largest logit and the first place it is at (0 where none equals it: NaN). The loops
  * below vectorise: with a vocabulary of 256, libm's exp one value at a time took a fifth of
  * gpt-nano's training step. */
 static int row_argmax(const float *z, int n, float *max_out)
