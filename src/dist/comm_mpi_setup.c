@@ -232,23 +232,19 @@ herd_status comm_mpi_create_on(MPI_Comm base, const herd_comm_config *cfg, int t
 herd_status herd_comm_mpi_create(const herd_comm_config *cfg, herd_comm **out)
 {
     *out = NULL;
+    int initialized = 0, provided = MPI_THREAD_SINGLE;
+    MPI_Initialized(&initialized);
+    /* Another MPI's launcher is known from the environment before MPI starts: refuse
+     * then, rather than after each rank started a singleton job of its own (Open MPI
+     * forks daemons for one; cli_mpi_mismatch once saw that path end in exit 11 without
+     * herd's message). The check after MPI_Init below still catches what the family
+     * cannot. */
+    if (!initialized)
+        HERD_TRY(herd_mpi_launcher_check_before_init(herd_mpi_library_version()));
     herd_comm *c;
     comm_mpi *m;
     HERD_TRY(alloc_comm(cfg, &c, &m));
-    int initialized = 0, provided = MPI_THREAD_SINGLE;
-    MPI_Initialized(&initialized);
     if (!initialized) {
-        /* Another MPI's launcher is known from the environment before MPI starts: refuse
-         * then, rather than after each rank started a singleton job of its own (Open MPI
-         * forks daemons for one; cli_mpi_mismatch once saw that path end in exit 11
-         * without herd's message). The check after MPI_Init below still catches what
-         * the family cannot. */
-        herd_status early = herd_mpi_launcher_check_before_init(herd_mpi_library_version());
-        if (early != HERD_OK) {
-            free(m);
-            free(c);
-            return early;
-        }
         /* MULTIPLE: pipeline stages send activations from the training thread while
          * the communication thread runs collectives; data parallelism alone needs only
          * SERIALIZED (one thread calls MPI), checked below. */
