@@ -18,18 +18,22 @@
 #include "tools/run_plan.h"
 
 static const char run_help[] =
-    "usage: herd run -np N [options] -- COMMAND [ARGS...]\n"
+    "usage: herd run [-np N] [options] -- COMMAND [ARGS...]\n"
     "\n"
     "Starts N processes of this herd binary running COMMAND (train, eval, bench, models,\n"
     "topo, doctor) through an MPI launcher, one rank per process, each bound to its own\n"
     "cores; any other program (python3 script.py: import herd, herd.torch) runs as given.\n"
     "\n"
-    "  -np N, -n N               number of ranks (required)\n"
+    "  -np N, -n N               number of ranks (default: a rank per slot of -H or the\n"
+    "                            hostfile, the tasks of a Slurm allocation, else a rank\n"
+    "                            per GPU for --device cuda, else per NUMA node, each\n"
+    "                            with its node's cores as threads; said at start)\n"
     "  -H HOSTS                  hosts and slots, e.g. a:4,b:4 (default: this machine)\n"
     "  --hostfile FILE           hosts, one a line: 'host slots=N' (Open MPI) or 'host:N'\n"
     "                            (Hydra); given to a launcher of the other form as a list\n"
     "  --threads-per-rank T      cores and compute threads per rank (default: this\n"
-    "                            machine's cores / ranks per host, at least 1)\n"
+    "                            machine's cores, not hardware threads, / ranks per host,\n"
+    "                            at least 1)\n"
     "  --bind-to X               core (default: T cores per rank), hwthread, socket, numa\n"
     "                            or none\n"
     "  -x VAR[=VALUE]            export an environment variable to every rank (repeatable)\n"
@@ -121,11 +125,9 @@ static int run_error(herd_status st, const char *why)
     return CLI_FAIL;
 }
 
-/* What every herd run needs: a size and a herd command. -1 when fine, else the exit code. */
+/* What every herd run needs: a command. -1 when fine, else the exit code. */
 static int check_command(const run_args *r)
 {
-    if (r->np == 0)
-        return cli_usage_error("run", "-np N is required");
     if (r->hosts && r->hostfile)
         return cli_usage_error("run", "give either -H or --hostfile, not both");
     if (r->ncmd == 0)
@@ -197,14 +199,18 @@ static int prepare(run_args *r, run_hosts *fixed)
     int rc = check_command(r);
     if (rc < 0)
         rc = read_fixed_hosts(r, fixed);
-    herd_status st = HERD_OK;
-    if (rc < 0) {
-        char need_why[256];
-        long need = train_min_ranks(r, &r->np_multiple, need_why, sizeof need_why);
-        st = run_check_supervised(r, r->hosts || r->hostfile ? fixed : NULL, need, need_why, why, sizeof why);
-    }
-    if (rc < 0 && st == HERD_OK)
-        st = run_choose_launcher(r, why, sizeof why);
+    if (rc >= 0)
+        return rc;
+    char need_why[256];
+    long need = train_min_ranks(r, &r->np_multiple, need_why, sizeof need_why);
+    const run_hosts *hosts = r->hosts || r->hostfile ? fixed : NULL;
+    herd_status st = run_choose_launcher(r, why, sizeof why);
+    if (st == HERD_OK)
+        st = run_size_job(r, hosts, need, why, sizeof why);
+    if (st == HERD_OK && r->np_how[0])
+        fprintf(stderr, "herd: -np not given: %ld rank(s), %s; -np N to choose\n", r->np, r->np_how);
+    if (st == HERD_OK)
+        st = run_check_supervised(r, hosts, need, need_why, why, sizeof why);
     return st != HERD_OK ? run_error(st, why) : rc;
 }
 

@@ -8,7 +8,9 @@ set -u
 has() { grep -q -e "$1" "$tmp/err"; }  # the launch line contains $1
 hasnt() { ! grep -q -e "$1" "$tmp/err"; }
 dry() { "$herd" run --dry-run --launcher openmpi "$@" >"$tmp/out" 2>"$tmp/err"; } # Open MPI's flags
-cores=$(getconf _NPROCESSORS_ONLN)
+# Cores as hwloc counts them (not hardware threads): what herd run shares among ranks.
+cores=$("$herd" topo | sed -n 's/.* \([0-9][0-9]*\) core(s).*/\1/p')
+[ -n "$cores" ] || cores=$(getconf _NPROCESSORS_ONLN)
 self=$(readlink -f "$herd")
 
 "$herd" run --help >"$tmp/help"; check "run --help exits 0" test $? -eq 0
@@ -200,7 +202,36 @@ if have_mpi; then
   check "by default herd's MPI's launcher ($HERD_MPIEXEC), not PATH's" grep -q "^herd: launching: $HERD_MPIEXEC " "$tmp/err"
 fi
 
-usage "no -np" --dry-run -- models
+# Without -np: a rank per NUMA node (per GPU for --device cuda), per slot of -H or a
+# hostfile, or per Slurm task under srun; what a command needs at least; said at start.
+# HWLOC_SYNTHETIC stands in for a bigger machine: 2 packages of 2 NUMA nodes of 4 cores
+# of 2 hardware threads each.
+big="pack:2 numa:2 core:4 pu:2"
+HWLOC_SYNTHETIC=$big dry -- train --model lenet5
+check "no -np, 4 NUMA nodes: 4 ranks of 4 cores (not hardware threads)" \
+  has "-np 4 --bind-to core --map-by slot:PE=4 .*train --model lenet5 --threads 4\$"
+check "... said at start" has "^herd: -np not given: 4 rank(s), a rank per NUMA node of this host: 4 node(s), 16 core(s)"
+HWLOC_SYNTHETIC=$big dry -np 2 -- train --model lenet5
+check "-np 2 on 16 cores of 32 hardware threads: 8 threads each" has "PE=8 .*--threads 8\$"
+check "... and nothing said of -np" hasnt "np not given"
+HWLOC_SYNTHETIC=$big dry -- train --model lenet5 --pipeline-stages 3 --zero 1
+check "no -np, 4 nodes, 3 stages x 2 replicas: raised to 6, said" \
+  has "^herd: -np not given: 6 rank(s), .*; 4 raised to 6, the fewest the command runs with"
+dry -- models
+check "no -np on this machine: a rank per NUMA node" has "^herd: -np not given: [0-9]* rank(s), a rank per NUMA node"
+dry -H a:3,b:2 -- models
+check "no -np, -H a:3,b:2: 5 ranks" has "-np 5 -H a:3,b:2 "
+printf 'a slots=2\nb\n' >"$tmp/noslots"
+usage "no -np, a hostfile host without slots" --dry-run --hostfile "$tmp/noslots" -- models
+check "... names the host and asks for -np or slots" grep -q "host 'b' says no slot count.*give -np N" "$tmp/err"
+SLURM_JOB_ID=77 SLURM_NTASKS=6 PATH="$tmp/slurmbin:$PATH" "$herd" run --dry-run -- models >"$tmp/out" 2>"$tmp/err"
+check "no -np inside a Slurm allocation of 6 tasks: srun -n 6" has "srun -n 6 "
+if ! "$herd" topo 2>/dev/null | grep -q "^GPUs ([1-9]"; then
+  usage "no -np, --device cuda and no GPU" --dry-run -- train --model lenet5 --device cuda
+  check "... says no GPU is seen" grep -q "asks for --device cuda where herd sees no GPU" "$tmp/err"
+fi
+usage "no -np with --host-discovery" --dry-run --max-restarts 1 --host-discovery 'echo a:2' -- train \
+  --model mlp --checkpoint-dir "$tmp/ck"
 usage "-np 0" -np 0 --dry-run -- models
 usage "-np abc" -np abc --dry-run -- models
 usage "no command" -np 2 --dry-run --
@@ -228,6 +259,10 @@ if have_mpi; then
   check "real launch: herd run -np 2 -- models exits 0 ($rc)" test $rc -eq 0
   check "real launch: both ranks printed the zoo" test "$(grep -c '^lenet5 ' "$tmp/out")" -eq 2
   [ $rc -ne 0 ] && cat "$tmp/err"
+  nodes=$("$herd" topo | sed -n 's/.* \([0-9][0-9]*\) NUMA node(s).*/\1/p')
+  timeout 60 "$herd" run -- models >"$tmp/out" 2>"$tmp/err"
+  check "real launch without -np: a rank per NUMA node ($nodes), each printed the zoo" \
+    test "$(grep -c '^lenet5 ' "$tmp/out")" -eq "${nodes:-0}"
   timeout 60 "$herd" run -np 2 -- topo >"$tmp/out" 2>"$tmp/err"
   rc=$?
   check "real launch: herd run -np 2 -- topo exits 0 ($rc)" test $rc -eq 0

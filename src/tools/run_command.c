@@ -373,7 +373,7 @@ static void push_command(const run_args *r, const run_attempt *at, const char *s
 
 herd_status run_build_command(const run_args *r, const run_attempt *at, run_command *c, char *why, size_t cap)
 {
-    *c = (run_command){.np = at->np, .cores = sysconf(_SC_NPROCESSORS_ONLN)};
+    *c = (run_command){.np = at->np, .cores = r->cores > 0 ? r->cores : sysconf(_SC_NPROCESSORS_ONLN)};
     if (c->cores < 1)
         c->cores = 1;
     sizing z = {.local = !at->hosts || at->hosts->n == 0 || only_this_machine(at->hosts)};

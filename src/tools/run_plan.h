@@ -15,6 +15,9 @@
 
 #include "herd/herd.h"
 
+/* Writes the message into why and returns HERD_ERR_INVALID_ARG: a usage error. */
+__attribute__((format(printf, 3, 4))) herd_status run_refuse(char *why, size_t cap, const char *fmt, ...);
+
 /* Strict numbers, as herd's flags take them: an optional '-' and decimal digits
  * (doubles: also a fraction and an exponent), nothing around them, in [lo, hi]. */
 bool run_parse_long(const char *s, long lo, long hi, long *out);
@@ -151,6 +154,8 @@ struct run_args {
     /* Supervision: max_restarts -1 means none (herd run execs the launcher). */
     long max_restarts, min_np, max_np, elastic_timeout;
     long np_multiple; /* a restart's ranks: a multiple of train's stages x tensor parts */
+    long cores;       /* this machine's cores (hwloc's, not hardware threads); 0: unknown */
+    char np_how[192]; /* how the ranks were chosen when -np was not given; "" when it was */
     const char *discovery, *elastic_batch;
     launch_kind kind;
     const char *how; /* why this kind: "--launcher", "herd's MPI", ... */
@@ -184,6 +189,15 @@ bool run_find_executable(const char *name);
  * attempt. HERD_ERR_INVALID_ARG (the launcher cannot express it), HERD_ERR_IO or
  * HERD_ERR_NOMEM with why set. */
 herd_status run_build_command(const run_args *r, const run_attempt *at, run_command *c, char *why, size_t cap);
+
+/* Reads this machine's cores into r->cores and, when -np was not given, chooses it:
+ * the slots of -H or the hostfile (each must say them), the Slurm allocation's tasks
+ * under srun, else this machine's: a rank per GPU for a herd command on --device cuda,
+ * else a rank per NUMA node (a launcher's own default, a rank per core, would multiply
+ * the global batch); at least need ranks, in whole multiples of r->np_multiple.
+ * r->np_how says which. HERD_ERR_INVALID_ARG (a usage error) with why set when none
+ * of that tells (--host-discovery, a host without slots, --device cuda and no GPU). */
+herd_status run_size_job(run_args *r, const run_hosts *fixed, long need, char *why, size_t cap);
 
 /* ------------------------------------------------------------- supervision */
 

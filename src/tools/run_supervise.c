@@ -17,7 +17,7 @@
 #include "tools/run_internal.h"
 
 /* A usage error: why set, HERD_ERR_INVALID_ARG. */
-__attribute__((format(printf, 3, 4))) static herd_status refuse(char *why, size_t cap, const char *fmt, ...)
+herd_status run_refuse(char *why, size_t cap, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -38,52 +38,52 @@ herd_status run_check_supervised(run_args *r, const run_hosts *fixed, long need,
 {
     const char *elastic = elastic_flag(r);
     if (r->max_restarts < 0)
-        return elastic ? refuse(why, cap, "%s shapes restarts: it goes with --max-restarts K", elastic) : HERD_OK;
+        return elastic ? run_refuse(why, cap, "%s shapes restarts: it goes with --max-restarts K", elastic) : HERD_OK;
     /* Another program (python3 with herd.train) resumes itself: it reads the attempt,
      * the elastic batch and the ranks from the environment (run_command.c). */
     bool herd = run_is_herd_command(r->cmd[0]);
     if (herd && strcmp(r->cmd[0], "train") != 0)
-        return refuse(why, cap, "--max-restarts restarts herd train from its checkpoints; '%s' "
+        return run_refuse(why, cap, "--max-restarts restarts herd train from its checkpoints; '%s' "
                       "has none", r->cmd[0]);
     bool given;
     const char *dir = herd ? run_cmd_option(r->cmd, r->ncmd, "--checkpoint-dir", &given) : "";
     if (herd && (!dir || !*dir))
-        return refuse(why, cap, "--max-restarts needs train's --checkpoint-dir DIR: each "
+        return run_refuse(why, cap, "--max-restarts needs train's --checkpoint-dir DIR: each "
                       "restart resumes from the latest checkpoint there");
     if (r->discovery && fixed)
-        return refuse(why, cap, "--host-discovery finds the hosts; give it without -H or --hostfile");
+        return run_refuse(why, cap, "--host-discovery finds the hosts; give it without -H or --hostfile");
     /* A restart the discovery shrinks below what train can run would fail at set-up. */
     if (need > 1 && r->min_np && r->min_np < need)
-        return refuse(why, cap, "--min-np %ld is below the smallest job train can run: %s, so "
+        return run_refuse(why, cap, "--min-np %ld is below the smallest job train can run: %s, so "
                       "%ld ranks; give --min-np %ld or more", r->min_np, need_why, need, need);
     if (need > 1 && r->np < need)
-        return refuse(why, cap, "-np %ld is below the smallest job train can run: %s, so %ld ranks",
+        return run_refuse(why, cap, "-np %ld is below the smallest job train can run: %s, so %ld ranks",
                       r->np, need_why, need);
     if (r->np % r->np_multiple != 0)
-        return refuse(why, cap, "-np %ld is not a multiple of %ld, the ranks of one replica "
+        return run_refuse(why, cap, "-np %ld is not a multiple of %ld, the ranks of one replica "
                       "(train's --pipeline-stages x --tensor-parallel)", r->np, r->np_multiple);
     r->min_np = r->min_np ? r->min_np : need;
     r->max_np = r->max_np ? r->max_np : r->np;
     r->elastic_timeout = r->elastic_timeout >= 0 ? r->elastic_timeout : 600;
     r->elastic_batch = r->elastic_batch ? r->elastic_batch : "keep";
     if (r->min_np > r->max_np)
-        return refuse(why, cap, "--min-np %ld is above --max-np %ld", r->min_np, r->max_np);
+        return run_refuse(why, cap, "--min-np %ld is above --max-np %ld", r->min_np, r->max_np);
     if (r->min_np % r->np_multiple != 0 || r->max_np % r->np_multiple != 0)
-        return refuse(why, cap, "--%s-np %ld is not a multiple of %ld, the ranks of one replica "
+        return run_refuse(why, cap, "--%s-np %ld is not a multiple of %ld, the ranks of one replica "
                       "(train's --pipeline-stages x --tensor-parallel)",
                       r->min_np % r->np_multiple ? "min" : "max",
                       r->min_np % r->np_multiple ? r->min_np : r->max_np, r->np_multiple);
     if (r->np < r->min_np || r->np > r->max_np)
-        return refuse(why, cap, "-np %ld is outside --min-np %ld .. --max-np %ld", r->np,
+        return run_refuse(why, cap, "-np %ld is outside --min-np %ld .. --max-np %ld", r->np,
                       r->min_np, r->max_np);
     long slots = fixed ? run_hosts_slots(fixed) : r->np;
     const char *source = r->hosts ? "-H" : "the hostfile";
     /* A fixed source never offers more: such a job could only wait for nothing. */
     if (fixed && r->min_np > slots)
-        return refuse(why, cap, "--min-np %ld is more than the %ld slot(s) %s offers", r->min_np,
+        return run_refuse(why, cap, "--min-np %ld is more than the %ld slot(s) %s offers", r->min_np,
                       slots, source);
     if (fixed && r->np > slots)
-        return refuse(why, cap, "-np %ld is more than the %ld slot(s) %s offers (a host without "
+        return run_refuse(why, cap, "-np %ld is more than the %ld slot(s) %s offers (a host without "
                       "a slot count counts 1)", r->np, slots, source);
     return HERD_OK;
 }
