@@ -50,10 +50,24 @@ done
 # each slice's gradient back; the same kernels give the CPU's bytes.
 run1 lenet5 12 "$tmp/lenet5.sim" --deterministic --device sim >/dev/null 2>&1
 check "lenet5 on --device sim: the CPU's bytes" cmp "$tmp/lenet5.1" "$tmp/lenet5.sim"
-# Two threads: every kernel runs on one. (lenet5: oneDNN splits its convolutions' weight
-# gradients over threads; mlp's GEMMs gave the same bytes at 2 threads even before.)
+# Threads run whole slices at once, every kernel on one thread (exact_threads.c): the
+# order they finish in does not reach the sums. (lenet5: oneDNN would split its
+# convolutions' weight gradients over threads.) 3 threads on 2 cores too.
 run1 lenet5 12 "$tmp/lenet5.t2" --deterministic --threads 2 >/dev/null 2>&1
 check "lenet5, --threads 2: the same bytes" cmp "$tmp/lenet5.1" "$tmp/lenet5.t2"
+"$herd" train --model lenet5 --data synthetic:1,28,28,10,96 --epochs 1 --batch-size 8 --deterministic \
+  --threads 2 --max-steps 1 >"$tmp/out" 2>&1
+check "... said: 2 threads each run whole slices" grep -q "deterministic: 2 threads each run whole slices" "$tmp/out"
+run1 lenet5 12 "$tmp/lenet5.t3" --deterministic --threads 3 >/dev/null 2>&1
+check "lenet5, --threads 3: the same bytes" cmp "$tmp/lenet5.1" "$tmp/lenet5.t3"
+run1 mlp 12 "$tmp/mlp.t2" --deterministic --threads 2 >/dev/null 2>&1
+check "mlp, --threads 2 (its matmuls on two threads at once): the same bytes" cmp "$tmp/mlp.1" "$tmp/mlp.t2"
+# Dropout's streams follow the slice, not the thread (a batch-norm and dropout model).
+bdt() { "$herd" train --model "$here/models/bndrop.json" --data synthetic:1,12,12,4,480 --test-samples 32 \
+  --epochs 1 --batch-size 16 --grad-accum 3 --seed 5 --lr 0.05 --deterministic --slice-size 4 --quiet "$@"; }
+bdt --threads 1 --save "$tmp/bd.t1" >/dev/null 2>&1
+bdt --threads 2 --save "$tmp/bd.t2" >/dev/null 2>&1
+check "batch norm and dropout, --threads 2: the same bytes" cmp "$tmp/bd.t1" "$tmp/bd.t2"
 # Slices of 4: micro-batches of 4 x 24 and of 12 x 8 agree.
 run1 lenet5 24 "$tmp/s4.a" --deterministic --batch-size 4 --slice-size 4 >/dev/null 2>&1
 run1 lenet5 8 "$tmp/s4.b" --deterministic --batch-size 12 --slice-size 4 --threads 2 >/dev/null 2>&1
@@ -112,6 +126,9 @@ if have_mpi; then
   clip=0.3; repeat_pass && clip=0.2
   cs=(--clip-grad-norm $clip --loss-scale dynamic --loss-scale-init 1024)
   run1 lenet5 12 "$tmp/clip.1" --deterministic "${cs[@]}" >"$tmp/out" 2>&1 || tail -3 "$tmp/out"
+  run1 lenet5 12 "$tmp/clip.t2" --deterministic "${cs[@]}" --threads 2 >/dev/null 2>&1
+  check "lenet5 with clipping and dynamic loss scaling, --threads 2: the same bytes" \
+    cmp "$tmp/clip.1" "$tmp/clip.t2"
   check "lenet5 with clipping and dynamic loss scaling, one process: clipped" \
     grep -q "clipped_steps=[1-9]" "$tmp/out"
   zeros=("1 2 6" "2 3 4")
@@ -128,6 +145,8 @@ if have_mpi; then
     cmp "$tmp/clip.1" "$tmp/clip.3"
   # --compress rounds each slice's gradient to 16 bits: a fixed place, so any N agrees.
   run1 lenet5 12 "$tmp/c16.1" --deterministic --compress bf16 >/dev/null 2>&1
+  run1 lenet5 12 "$tmp/c16.t2" --deterministic --compress bf16 --threads 2 >/dev/null 2>&1
+  check "lenet5 --compress bf16, --threads 2: the same bytes" cmp "$tmp/c16.1" "$tmp/c16.t2"
   runn 3 lenet5 4 "$tmp/c16.3" --deterministic --compress bf16 >"$tmp/out" 2>&1 || tail -3 "$tmp/out"
   check "lenet5 --compress bf16, 3 ranks x 4: the one-process bytes" cmp "$tmp/c16.1" "$tmp/c16.3"
   check "... and not the uncompressed run's (the rounding is there)" \

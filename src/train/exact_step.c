@@ -11,6 +11,26 @@
 #include "core/rng.h"
 #include "train/run.h"
 
+/* Threads: whole slices at once where the model allows (exact_threads.c), as many as
+ * --threads would give the kernels; every kernel itself on one. */
+static herd_status threads_setup(run *r)
+{
+    int threads;
+    HERD_TRY(herd_process_rank_threads(r->cfg.threads, r->comm->local_size, &threads));
+    HERD_TRY(herd_run_exact_threads_setup(r, threads));
+    if (r->comm->rank != 0 || threads < 2)
+        return HERD_OK;
+    if (r->exact_threads)
+        herd_log(HERD_LOG_INFO, "--deterministic: %d threads each run whole slices, every kernel on "
+                 "one thread (the same bytes at any --threads)", threads);
+    else
+        herd_log(HERD_LOG_INFO, "--deterministic: one compute thread per rank (--threads %d not used: "
+                 "%s run their slices one after another)", threads,
+                 r->pp ? "pipeline stages" : r->tp ? "tensor parts" : r->exact.buffers_synced
+                 ? "--sync-bn's slices, layer by layer," : "models on a device");
+    return HERD_OK;
+}
+
 herd_status herd_run_exact_setup(run *r)
 {
     const herd_train_config *cfg = &r->cfg;
@@ -56,11 +76,12 @@ herd_status herd_run_exact_setup(run *r)
                  "samples (--slice-size), and its running statistics take the mean over the "
                  "step's slices", herd_slice_size(cfg));
     r->plan.exact = &r->exact;
-    return HERD_OK;
+    return threads_setup(r);
 }
 
 void herd_run_exact_free(run *r)
 {
+    herd_run_exact_threads_free(r);
     herd_run_synced_free(r);
     herd_exact_sum_free(&r->exact);
     herd_batch_store_free(&r->kept);
@@ -133,6 +154,8 @@ static herd_status any_pass(run *r, int n_micro, uint64_t seed, bool from_loader
 {
     if (r->exact.buffers_synced)
         return herd_run_synced_pass(r, n_micro, seed, from_loader, s);
+    if (r->exact_threads)
+        return herd_run_exact_threads_pass(r, n_micro, seed, from_loader, s);
     return pass(r, n_micro, seed, from_loader, s);
 }
 

@@ -163,9 +163,10 @@ static herd_status host_values(herd_exact_sum *e, const herd_model *m, const her
     return m->be->memcpy_d2h(host, dev, tv->numel * sizeof(float));
 }
 
-/* Views first..first+count-1 of one kind (gradients, or buffers) into the sums. */
-static herd_status add_views(herd_exact_sum *e, const herd_model *m, bool buffers, int first,
-                             int count)
+/* Views first..first+count-1 of one kind (gradients, or buffers) into the sums: the
+ * model's own, or from src (host memory laid out as the model's, NULL: the model's). */
+static herd_status add_views_from(herd_exact_sum *e, const herd_model *m, bool buffers, int first,
+                                  int count, const float *src)
 {
     const double bound = slice_bound(e);
     double outside = 0;
@@ -173,8 +174,9 @@ static herd_status add_views(herd_exact_sum *e, const herd_model *m, bool buffer
         const herd_tensor_view *tv = &m->views[v];
         if (tv->is_buffer != buffers)
             continue;
-        const float *x;
-        HERD_TRY(host_values(e, m, tv, &x));
+        const float *x = src ? src + tv->offset : NULL;
+        if (!src)
+            HERD_TRY(host_values(e, m, tv, &x));
         /* Buffers are not gradients: --compress does not round them. */
         int round16 = tv->is_buffer ? HERD_EXACT_ROUND_NONE : (int)e->round16;
         float mx, was = e->view_max[v];
@@ -184,6 +186,12 @@ static herd_status add_views(herd_exact_sum *e, const herd_model *m, bool buffer
     }
     e->acc[n_sums(m)] += outside;
     return HERD_OK;
+}
+
+static herd_status add_views(herd_exact_sum *e, const herd_model *m, bool buffers, int first,
+                             int count)
+{
+    return add_views_from(e, m, buffers, first, count, NULL);
 }
 
 herd_status herd_exact_sum_add_grad_views(herd_exact_sum *e, const herd_model *m, int first,
@@ -206,6 +214,13 @@ herd_status herd_exact_sum_add(herd_exact_sum *e, const herd_model *m)
 {
     HERD_TRY(herd_exact_sum_add_grads(e, m));
     return herd_exact_sum_add_buffers(e, m);
+}
+
+herd_status herd_exact_sum_add_host(herd_exact_sum *e, const herd_model *m, const float *grads,
+                                    const float *buffers)
+{
+    HERD_TRY(add_views_from(e, m, false, 0, m->n_views, grads));
+    return e->buffers_synced ? HERD_OK : add_views_from(e, m, true, 0, m->n_views, buffers);
 }
 
 /* E for a tensor whose largest slice value is mx: mx lands just below 2^GRID_BITS. */

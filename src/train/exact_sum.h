@@ -50,6 +50,10 @@ herd_status herd_exact_sum_restore_buffers(const herd_exact_sum *e, herd_model *
 /* Adds the slice gradient in m->grads and the buffers its forward left (a device
  * backend's through host copies: each add reads the values back). */
 herd_status herd_exact_sum_add(herd_exact_sum *e, const herd_model *m);
+/* The same from host memory laid out as m->grads and m->buffers (a thread's own copies,
+ * exact_threads.c). Not thread-safe: one caller at a time. */
+herd_status herd_exact_sum_add_host(herd_exact_sum *e, const herd_model *m, const float *grads,
+                                    const float *buffers);
 /* The gradients of views first..first+count-1 only (one layer's, as soon as a slice's
  * backward of that layer wrote them: nn/slices.h). */
 herd_status herd_exact_sum_add_grad_views(herd_exact_sum *e, const herd_model *m, int first,

@@ -29,6 +29,7 @@
  * at once, so totals, checkpoints, logs and the callback see every step's figures,
  * the same numbers as before, only later. */
 typedef struct herd_synced_pass herd_synced_pass;
+typedef struct herd_exact_threads herd_exact_threads;
 
 typedef struct step_metrics {
     double stats[8];    /* loss, correct, samples, stop vote, agreement (3), checkpoint vote:
@@ -88,6 +89,7 @@ typedef struct run {
     herd_exact_sum exact;
     herd_batch_store kept;
     herd_synced_pass *synced; /* --sync-bn's slices (exact_syncbn.c), once a step ran */
+    herd_exact_threads *exact_threads; /* slices on threads (exact_threads.c), or NULL */
 } run;
 
 /* train_config.c (and herd_train_config_check, public: the arguments alone, checked
@@ -121,6 +123,14 @@ uint64_t herd_run_slice_place(const run *r, int j, int i);
 /* Micro-batch j of the step: from the loader (kept for a redo) or as kept. */
 herd_status herd_run_exact_micro_batch(run *r, int j, int n_micro, bool from_loader,
                                        herd_step_stats *s, herd_batch *b);
+
+/* exact_threads.c: --deterministic on `threads` threads, each slice whole on one, when
+ * the model can (host memory, no pipeline stages or tensor parts, batch norm per slice);
+ * else nothing (the slices run one after another). The pass is exact_step.c's pass. */
+herd_status herd_run_exact_threads_setup(run *r, int threads);
+herd_status herd_run_exact_threads_pass(run *r, int n_micro, uint64_t seed, bool from_loader,
+                                        herd_step_stats *s);
+void herd_run_exact_threads_free(run *r);
 
 /* exact_syncbn.c: --deterministic --sync-bn on a model with batch norm (synced_bn): one
  * pass over the step's slices, all of this rank's at once, layer by layer, batch norm's

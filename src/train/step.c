@@ -505,11 +505,16 @@ herd_status herd_rank_threads(int requested, const char *omp_num_threads, int co
     return HERD_OK;
 }
 
-herd_status herd_set_rank_threads(const herd_backend *be, int requested, int local_ranks, int *used)
+herd_status herd_process_rank_threads(int requested, int local_ranks, int *used)
 {
     cpu_set_t mine;
     int cores = sched_getaffinity(0, sizeof mine, &mine) == 0 ? CPU_COUNT(&mine) : 1;
-    HERD_TRY(herd_rank_threads(requested, getenv("OMP_NUM_THREADS"), cores, local_ranks, used));
+    return herd_rank_threads(requested, getenv("OMP_NUM_THREADS"), cores, local_ranks, used);
+}
+
+herd_status herd_set_rank_threads(const herd_backend *be, int requested, int local_ranks, int *used)
+{
+    HERD_TRY(herd_process_rank_threads(requested, local_ranks, used));
     return be->set_threads(*used);
 }
 

@@ -129,8 +129,9 @@ herd_status herd_eval_sliced(herd_dataset *ds, int batch_size, int slice_index, 
  * least 1. */
 herd_status herd_rank_threads(int requested, const char *omp_num_threads, int cores, int local_ranks,
                               int *out);
-/* herd_rank_threads for this process (its OMP_NUM_THREADS, the cores it may run on) set
- * on be; *used is the count. */
+/* herd_rank_threads for this process (its OMP_NUM_THREADS, the cores it may run on). */
+herd_status herd_process_rank_threads(int requested, int local_ranks, int *used);
+/* The same, set on be; *used is the count. */
 herd_status herd_set_rank_threads(const struct herd_backend *be, int requested, int local_ranks,
                                   int *used);
 /* Mean loss and accuracy over a whole dataset in evaluation mode; with a

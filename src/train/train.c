@@ -423,12 +423,9 @@ static herd_status setup(run *r)
 {
     const herd_train_config *cfg = &r->cfg;
     /* --deterministic: oneDNN splits a slice's reductions (weight gradients) over threads
-     * in an order that follows their number, so every kernel runs on one thread; running
-     * slices on threads at once would win the cores back (docs/determinism.md). */
+     * in an order that follows their number, so every kernel runs on one thread; the
+     * threads run whole slices at once instead (exact_threads.c, docs/determinism.md). */
     if (cfg->deterministic) {
-        if (cfg->threads != 1 && r->comm->rank == 0)
-            herd_log(HERD_LOG_INFO, "--deterministic: one compute thread per rank (--threads %d "
-                     "not used: threads would change the bytes)", cfg->threads);
         HERD_TRY(r->m->be->set_threads(1));
     } else {
         int local = r->comm->local_size, threads;

@@ -1,18 +1,16 @@
 /* GEMM in bf16 mixed precision: A and B become bf16, products accumulate in fp32,
  * C stays fp32. Natively through a oneDNN matmul made once per shape (cpu_matmul.c);
  * emulated by rounding copies of A and B to bf16 for dnnl_sgemm. */
-#include <pthread.h>
-
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/cpu_dnnl.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/half.h"
 
 /* The bf16 copies of A and B: kept and grown, since a fresh allocation per call costs
- * more in page faults than the matmul itself (measured on mlp). */
-static void *copies;
-static size_t copies_bytes;
-static pthread_mutex_t copies_mu = PTHREAD_MUTEX_INITIALIZER;
+ * more in page faults than the matmul itself (measured on mlp). One per thread: threads
+ * run GEMMs at once (--deterministic's slices). */
+static _Thread_local void *copies;
+static _Thread_local size_t copies_bytes;
 
 static void *copies_buffer(size_t bytes)
 {
@@ -54,12 +52,9 @@ herd_status herd_cpu_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, 
     int a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
     int b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
     size_t a_n = (size_t)a_rows * a_cols, b_n = (size_t)b_rows * b_cols;
-    pthread_mutex_lock(&copies_mu);
     char *copy = copies_buffer((a_n + b_n) * elem);
-    if (!copy) {
-        pthread_mutex_unlock(&copies_mu);
+    if (!copy)
         return HERD_ERR_NOMEM; /* the allocator said why */
-    }
     herd_status st = HERD_OK;
     dnnl_status_t ds = dnnl_success;
     if (native) {
@@ -77,7 +72,6 @@ herd_status herd_cpu_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, 
         ds = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a32, a_cols, b32,
                         b_cols, beta, c, ldc);
     }
-    pthread_mutex_unlock(&copies_mu);
     HERD_DNNL(ds, "sgemm (bf16 emulation)");
     return st;
 }
