@@ -125,17 +125,29 @@ herd_status herd_run_exact_micro_batch(run *r, int j, int n_micro, bool from_loa
  * (j * N + k)-th piece of B samples, so its slice i is slice (j * N + k) * B / s + i.
  * Every slice starts from the batch-norm running statistics the step found, so what
  * its forward leaves in them depends on the slice alone too. */
+int herd_run_exact_begin(run *r, int n_micro)
+{
+    int n_slices = n_micro * (r->cfg.batch_size / herd_slice_size(&r->cfg));
+    herd_exact_sum_begin(&r->exact, r->m, (long)n_slices * r->dp->size);
+    return n_slices;
+}
+
+herd_batch herd_run_exact_slice(const run *r, const herd_batch *b, int i)
+{
+    size_t size = (size_t)herd_slice_size(&r->cfg);
+    return (herd_batch){.x = b->x + (size_t)i * size * sample_floats(r),
+                        .labels = b->labels + (size_t)i * size * sample_labels(r), .n = (int)size};
+}
+
 static herd_status pass(run *r, int n_micro, uint64_t seed, bool from_loader, herd_step_stats *s)
 {
-    int ranks = r->dp->size, size = herd_slice_size(&r->cfg);
-    int per_micro = r->cfg.batch_size / size, n_slices = n_micro * per_micro;
-    herd_exact_sum_begin(&r->exact, r->m, (long)n_slices * ranks);
+    int per_micro = r->cfg.batch_size / herd_slice_size(&r->cfg);
+    int n_slices = herd_run_exact_begin(r, n_micro);
     for (int j = 0; j < n_micro; j++) {
         herd_batch b;
         HERD_TRY(herd_run_exact_micro_batch(r, j, n_micro, from_loader, s, &b));
         for (int i = 0; i < per_micro; i++) {
-            herd_batch slice = {.x = b.x + (size_t)i * size * sample_floats(r),
-                                .labels = b.labels + (size_t)i * size * sample_labels(r), .n = size};
+            herd_batch slice = herd_run_exact_slice(r, &b, i);
             uint64_t place = herd_run_slice_place(r, j, i);
             /* The loss too is summed on a grid, so its total has no order either. */
             double loss_before = s->loss_sum;

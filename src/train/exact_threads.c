@@ -130,9 +130,8 @@ herd_status herd_run_exact_threads_pass(run *r, int n_micro, uint64_t seed, bool
                                         herd_step_stats *s)
 {
     herd_exact_threads *t = r->exact_threads;
-    int ranks = r->dp->size, size = herd_slice_size(&r->cfg);
-    int per_micro = r->cfg.batch_size / size, n_slices = n_micro * per_micro;
-    herd_exact_sum_begin(&r->exact, r->m, (long)n_slices * ranks);
+    int size = herd_slice_size(&r->cfg), per_micro = r->cfg.batch_size / size;
+    int n_slices = herd_run_exact_begin(r, n_micro);
     /* The loader and ZeRO's gathers are the main thread's: every micro-batch is read, and
      * every parameter here, before the threads start. */
     for (int j = 0; j < n_micro; j++) {
@@ -149,7 +148,6 @@ herd_status herd_run_exact_threads_pass(run *r, int n_micro, uint64_t seed, bool
         if (!t->slices_cap)
             return HERD_NOMEM((size_t)n_slices * sizeof *t->slice_loss);
     }
-    size_t floats = (size_t)r->m->in_c * r->m->in_h * r->m->in_w, labels = (size_t)r->m->positions;
     herd_status st = HERD_OK;
     char why[1024] = "";
     double t0 = herd_now();
@@ -162,10 +160,8 @@ herd_status herd_run_exact_threads_pass(run *r, int n_micro, uint64_t seed, bool
 #pragma omp for schedule(dynamic, 1)
         for (int k = 0; k < n_slices; k++) {
             herd_batch b = herd_batch_store_get(&r->kept, k / per_micro);
-            int i = k % per_micro;
-            herd_batch slice = {.x = b.x + (size_t)i * size * floats, .labels = b.labels + (size_t)i * size * labels,
-                                .n = size};
-            uint64_t place = herd_run_slice_place(r, k / per_micro, i);
+            herd_batch slice = herd_run_exact_slice(r, &b, k % per_micro);
+            uint64_t place = herd_run_slice_place(r, k / per_micro, k % per_micro);
             herd_status mine = run_slice(r, w, &slice, herd_mix64(seed, place), k);
             if (mine != HERD_OK) {
 #pragma omp critical(herd_exact_threads_error)
