@@ -55,10 +55,10 @@ check "--quiet prints no breakdown" bash -c "! grep -q 'peak memory' '$tmp/err'"
 # cap refuses both.
 train --model mlp --checkpoint-dir "$tmp/mck" --checkpoint-every-steps 2 >"$tmp/out" 2>"$tmp/err"
 check "the writer's copies are in the breakdown (checkpoint buffers 5.1 MiB)" \
-  grep -q "^herd: peak memory 13.3 MiB: .*, checkpoint 5.1$" "$tmp/err"
+  grep -q "^herd: peak memory [0-9.]* MiB: .*, checkpoint 5.1$" "$tmp/err"
 train --model mlp --epochs 2 --checkpoint-dir "$tmp/mck" --resume >"$tmp/out" 2>"$tmp/err"
 check "a resume's read buffers are in the breakdown (7.7 MiB)" \
-  grep -q "^herd: peak memory 15.3 MiB: .*, checkpoint 7.7$" "$tmp/err"
+  grep -q "^herd: peak memory [0-9.]* MiB: .*, checkpoint 7.7$" "$tmp/err"
 train --model mlp --memory-limit 12M >/dev/null 2>&1
 check "mlp trains under 12M without checkpoints" test $? -eq 0
 train --model mlp --memory-limit 12M --checkpoint-dir "$tmp/mck2" --checkpoint-every-steps 2 >/dev/null 2>"$tmp/err"

@@ -11,6 +11,16 @@ void herd_cpu_free(void *p);
 herd_status herd_cpu_set_memory_limit(uint64_t bytes);
 void herd_cpu_memory_usage(herd_memory_usage *out);
 void herd_cpu_memory_reset_peak(void);
+/* A block of at least `bytes` that belongs to the calling thread, kept from one call to
+ * the next and freed when the thread ends (threads run kernels at once: --deterministic's
+ * slices). Its contents do not survive growth. NULL when the allocator refused (it said
+ * why). */
+typedef enum herd_cpu_thread_buffer_kind {
+    HERD_CPU_MATMUL_SCRATCH, /* a matmul primitive's scratchpad */
+    HERD_CPU_BF16_COPIES,    /* the bf16 GEMM's operand copies */
+    HERD_CPU_THREAD_BUFFERS
+} herd_cpu_thread_buffer_kind;
+void *herd_cpu_thread_buffer(herd_cpu_thread_buffer_kind kind, size_t bytes);
 
 /* Fused optimizer kernels (cpu_optim.c). */
 herd_status herd_cpu_sgd_update(size_t n, float *w, const float *g, float *momentum_buf,

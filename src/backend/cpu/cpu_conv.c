@@ -446,11 +446,12 @@ herd_status herd_cpu_conv2d_fwd(herd_conv_plan *p, const float *x, const float *
 {
     HERD_TRY(herd_check_conv2d_fwd(p, x, w, b, y));
     HERD_TRY(current(p));
-    bool kept;
-    herd_status st = bind_arena(p, herd_dnnl_arena_lock(p, &kept));
+    herd_dnnl_arena_hold hold;
+    HERD_TRY(herd_dnnl_arena_lock(p, &hold));
+    herd_status st = bind_arena(p, hold.base);
     if (st == HERD_OK)
         st = conv_fwd(p, x, w, b, y);
-    herd_dnnl_arena_unlock();
+    herd_dnnl_arena_unlock(&hold);
     return st;
 }
 
@@ -459,11 +460,12 @@ herd_status herd_cpu_conv2d_bwd_data(herd_conv_plan *p, const float *dy, const f
 {
     HERD_TRY(herd_check_conv2d_bwd_data(p, dy, w, dx));
     HERD_TRY(current(p));
-    bool kept;
-    herd_status st = bind_arena(p, herd_dnnl_arena_lock(p, &kept));
+    herd_dnnl_arena_hold hold;
+    HERD_TRY(herd_dnnl_arena_lock(p, &hold));
+    herd_status st = bind_arena(p, hold.base);
     if (st == HERD_OK)
-        st = conv_bwd_data(p, dy, w, dx, kept);
-    herd_dnnl_arena_unlock();
+        st = conv_bwd_data(p, dy, w, dx, hold.kept);
+    herd_dnnl_arena_unlock(&hold);
     return st;
 }
 
@@ -472,10 +474,11 @@ herd_status herd_cpu_conv2d_bwd_weights(herd_conv_plan *p, const float *x, const
 {
     HERD_TRY(herd_check_conv2d_bwd_weights(p, x, dy, dw, db, beta));
     HERD_TRY(current(p));
-    bool kept;
-    herd_status st = bind_arena(p, herd_dnnl_arena_lock(p, &kept));
+    herd_dnnl_arena_hold hold;
+    HERD_TRY(herd_dnnl_arena_lock(p, &hold));
+    herd_status st = bind_arena(p, hold.base);
     if (st == HERD_OK)
         st = conv_bwd_weights(p, x, dy, dw, db, beta);
-    herd_dnnl_arena_unlock();
+    herd_dnnl_arena_unlock(&hold);
     return st;
 }

@@ -233,29 +233,51 @@ herd_status herd_dnnl_scratch_init_transient(const const_dnnl_primitive_desc_t *
     return scratch_init(pds, n, NULL, bytes, mem, what);
 }
 
-static struct {
-    pthread_mutex_t mu; /* held by a call using the arena, and by joins and leaves */
+/* The arenas: one per call running at once (threads running convolutions together:
+ * --deterministic's slices), each as big as the largest plan's need. */
+typedef struct arena_slot {
     char *buf;
     size_t bytes;
-    int users;
     const void *owner; /* who used it last; NULL after it moved */
-} arena = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, NULL};
+    bool busy;
+} arena_slot;
+
+#define ARENA_SLOTS 256
+static struct {
+    pthread_mutex_t mu; /* guards the table; a call holds its slot, not the lock */
+    arena_slot slot[ARENA_SLOTS];
+    int n;
+    size_t need;
+    int users;
+} arena = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* Slot s holds arena.need bytes (its contents gone when it grows). Callers hold mu. */
+static herd_status arena_fit(arena_slot *s)
+{
+    if (s->bytes >= arena.need)
+        return HERD_OK;
+    char *grown = herd_cpu_alloc(arena.need);
+    if (!grown)
+        return HERD_ERR_NOMEM; /* the allocator said why */
+    herd_cpu_free(s->buf);
+    s->buf = grown;
+    s->bytes = arena.need;
+    s->owner = NULL;
+    return HERD_OK;
+}
 
 herd_status herd_dnnl_arena_join(size_t bytes)
 {
     pthread_mutex_lock(&arena.mu);
+    if (bytes > arena.need)
+        arena.need = bytes;
+    if (arena.n == 0)
+        arena.n = 1;
+    /* The slots not in use grow now: a plan too big fails when it is made. */
     herd_status st = HERD_OK;
-    if (bytes > arena.bytes) {
-        char *grown = herd_cpu_alloc(bytes);
-        if (!grown) {
-            st = HERD_ERR_NOMEM; /* the allocator said why */
-        } else {
-            herd_cpu_free(arena.buf);
-            arena.buf = grown;
-            arena.bytes = bytes;
-            arena.owner = NULL;
-        }
-    }
+    for (int i = 0; i < arena.n && st == HERD_OK; i++)
+        if (!arena.slot[i].busy)
+            st = arena_fit(&arena.slot[i]);
     if (st == HERD_OK)
         arena.users++;
     pthread_mutex_unlock(&arena.mu);
@@ -266,20 +288,44 @@ void herd_dnnl_arena_leave(void)
 {
     pthread_mutex_lock(&arena.mu);
     if (--arena.users == 0) {
-        herd_cpu_free(arena.buf);
-        arena.buf = NULL;
-        arena.bytes = 0;
-        arena.owner = NULL;
+        for (int i = 0; i < arena.n; i++)
+            herd_cpu_free(arena.slot[i].buf);
+        memset(arena.slot, 0, sizeof arena.slot);
+        arena.n = 0;
+        arena.need = 0;
     }
     pthread_mutex_unlock(&arena.mu);
 }
 
-char *herd_dnnl_arena_lock(const void *owner, bool *kept)
+herd_status herd_dnnl_arena_lock(const void *owner, herd_dnnl_arena_hold *h)
 {
     pthread_mutex_lock(&arena.mu);
-    *kept = arena.owner == owner;
-    arena.owner = owner;
-    return arena.buf;
+    /* The slot this owner left its copies in, else any free one, else a new one. */
+    int pick = -1;
+    for (int i = 0; i < arena.n && pick < 0; i++)
+        if (!arena.slot[i].busy && arena.slot[i].owner == owner)
+            pick = i;
+    for (int i = 0; i < arena.n && pick < 0; i++)
+        if (!arena.slot[i].busy)
+            pick = i;
+    if (pick < 0 && arena.n < ARENA_SLOTS)
+        pick = arena.n++;
+    herd_status st = pick < 0 ? HERD_ERR(HERD_ERR_INTERNAL, "%d convolutions at once: more than "
+                                         "the arenas' table holds", ARENA_SLOTS)
+                              : arena_fit(&arena.slot[pick]);
+    if (st == HERD_OK) {
+        arena_slot *s = &arena.slot[pick];
+        s->busy = true;
+        *h = (herd_dnnl_arena_hold){.base = s->buf, .kept = s->owner == owner, .slot = pick};
+        s->owner = owner;
+    }
+    pthread_mutex_unlock(&arena.mu);
+    return st;
 }
 
-void herd_dnnl_arena_unlock(void) { pthread_mutex_unlock(&arena.mu); }
+void herd_dnnl_arena_unlock(const herd_dnnl_arena_hold *h)
+{
+    pthread_mutex_lock(&arena.mu);
+    arena.slot[h->slot].busy = false;
+    pthread_mutex_unlock(&arena.mu);
+}

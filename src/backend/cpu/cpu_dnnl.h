@@ -69,13 +69,19 @@ void herd_dnnl_port_free(herd_dnnl_port *port);
  * plan of the process, as big as the largest plan's need. Before it, each plan held
  * its own (resnet50 at batch 32: 5.6 GiB of workspace, 1.9 GiB with the arena). A plan
  * joins with its need when built and leaves when freed; the arena is freed with its
- * last plan. A call holds the arena's lock throughout; `kept` says whether it still
- * holds what the same owner left in it (nothing else used it since, and it did not move).
+ * last plan. A call holds an arena throughout; calls at once (threads) hold one each,
+ * so there are as many as ever ran together. `kept` says whether the arena still holds
+ * what the same owner left in it (nothing else used it since, and it did not move).
  */
+typedef struct herd_dnnl_arena_hold {
+    char *base;
+    bool kept;
+    int slot;
+} herd_dnnl_arena_hold;
 herd_status herd_dnnl_arena_join(size_t bytes);
 void herd_dnnl_arena_leave(void);
-char *herd_dnnl_arena_lock(const void *owner, bool *kept);
-void herd_dnnl_arena_unlock(void);
+herd_status herd_dnnl_arena_lock(const void *owner, herd_dnnl_arena_hold *h);
+void herd_dnnl_arena_unlock(const herd_dnnl_arena_hold *h);
 /* Points the port at the caller's data; inputs are reordered into `inner` now. */
 herd_status herd_dnnl_port_in(herd_dnnl_port *port, const void *data, const char *what);
 /* Points the port at the caller's output; call herd_dnnl_port_out_finish after the primitive. */

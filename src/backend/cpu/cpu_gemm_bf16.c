@@ -7,21 +7,8 @@
 #include "core/half.h"
 
 /* The bf16 copies of A and B: kept and grown, since a fresh allocation per call costs
- * more in page faults than the matmul itself (measured on mlp). One per thread: threads
- * run GEMMs at once (--deterministic's slices). */
-static _Thread_local void *copies;
-static _Thread_local size_t copies_bytes;
-
-static void *copies_buffer(size_t bytes)
-{
-    if (bytes <= copies_bytes)
-        return copies;
-    herd_cpu_free(copies);
-    copies = herd_cpu_alloc(bytes);
-    copies_bytes = copies ? bytes : 0;
-    return copies;
-}
-
+ * more in page faults than the matmul itself (measured on mlp); one per thread, as
+ * threads run GEMMs at once (--deterministic's slices). */
 /* A rows x cols matrix with leading dimension ld, copied compactly: as bf16 (to16)
  * or as fp32 rounded to bf16 (to32). The rows are converted inline: a parallel region
  * per row costs more than the row. */
@@ -52,7 +39,7 @@ herd_status herd_cpu_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, 
     int a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
     int b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
     size_t a_n = (size_t)a_rows * a_cols, b_n = (size_t)b_rows * b_cols;
-    char *copy = copies_buffer((a_n + b_n) * elem);
+    char *copy = herd_cpu_thread_buffer(HERD_CPU_BF16_COPIES, (a_n + b_n) * elem);
     if (!copy)
         return HERD_ERR_NOMEM; /* the allocator said why */
     herd_status st = HERD_OK;

@@ -133,25 +133,12 @@ static herd_status lookup(const herd_matmul_shape *s, matmul_entry **out)
     return HERD_OK;
 }
 
-/* The calling thread's scratchpad, grown to bytes; kept for its next matmul. */
-static _Thread_local void *thread_scratch;
-static _Thread_local size_t thread_scratch_bytes;
-static void *scratch_of_thread(size_t bytes)
-{
-    if (bytes > thread_scratch_bytes) {
-        herd_cpu_free(thread_scratch);
-        thread_scratch = herd_cpu_alloc(bytes);
-        thread_scratch_bytes = thread_scratch ? bytes : 0;
-    }
-    return thread_scratch;
-}
-
 /* Executes e's primitive on a, b, c through mems (a, b, c and the scratchpad: the
  * entry's, or a call's own). */
 static herd_status execute(const matmul_entry *e, dnnl_memory_t *mems, const void *a, const void *b,
                            float *c, const char *what)
 {
-    void *scratch = e->scratch_bytes ? scratch_of_thread(e->scratch_bytes) : NULL;
+    void *scratch = e->scratch_bytes ? herd_cpu_thread_buffer(HERD_CPU_MATMUL_SCRATCH, e->scratch_bytes) : NULL;
     if (e->scratch_bytes && !scratch)
         return HERD_ERR_NOMEM; /* the allocator said why */
     HERD_DNNL(dnnl_memory_set_data_handle(mems[0], (void *)a), what);

@@ -159,3 +159,50 @@ void herd_cpu_memory_reset_peak(void)
     memcpy(at_peak, by_category, sizeof at_peak);
     pthread_mutex_unlock(&mu);
 }
+
+/* Thread buffers: a key per kind, whose destructor frees the thread's block at its end. */
+typedef struct thread_buffer {
+    void *block;
+    size_t bytes;
+} thread_buffer;
+static pthread_key_t buffer_keys[HERD_CPU_THREAD_BUFFERS];
+static pthread_once_t buffer_keys_once = PTHREAD_ONCE_INIT;
+static bool buffer_keys_made;
+
+static void thread_buffer_free(void *v)
+{
+    thread_buffer *b = v;
+    herd_cpu_free(b->block);
+    free(b);
+}
+
+static void make_buffer_keys(void)
+{
+    bool made = true;
+    for (int k = 0; k < HERD_CPU_THREAD_BUFFERS; k++)
+        made &= pthread_key_create(&buffer_keys[k], thread_buffer_free) == 0;
+    buffer_keys_made = made;
+}
+
+void *herd_cpu_thread_buffer(herd_cpu_thread_buffer_kind kind, size_t bytes)
+{
+    pthread_once(&buffer_keys_once, make_buffer_keys);
+    if (!buffer_keys_made) {
+        HERD_ERR(HERD_ERR_INTERNAL, "pthread_key_create failed: no thread buffers");
+        return NULL;
+    }
+    thread_buffer *b = pthread_getspecific(buffer_keys[kind]);
+    if (!b) {
+        if (!(b = calloc(1, sizeof *b)) || pthread_setspecific(buffer_keys[kind], b) != 0) {
+            free(b);
+            HERD_NOMEM(sizeof *b);
+            return NULL;
+        }
+    }
+    if (bytes > b->bytes) {
+        herd_cpu_free(b->block);
+        b->block = herd_cpu_alloc(bytes);
+        b->bytes = b->block ? bytes : 0;
+    }
+    return b->block;
+}
