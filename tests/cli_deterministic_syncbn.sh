@@ -3,7 +3,7 @@
 # batch, its statistics added over the slices in the global batch's order, so the bytes do
 # not depend on who holds which slice. resnet20 on 8x8 images, 100 steps of 48 samples in
 # slices of 4, as 1 process x 16 x 3 (--grad-accum 3), 1 x 48 x 1, 1 x 24 x 2 at --threads
-# 2, 2 ranks x 24 x 1, 3 x 8 x 2, 4 x 12 x 1 and 6 x 8 x 1, with --zero 2 on 2 ranks, with
+# 2 and 1 x 48 x 1 at --threads 3 (the slices' layers on threads), 2 ranks x 24 x 1, 3 x 8 x 2, 4 x 12 x 1 and 6 x 8 x 1, with --zero 2 on 2 ranks, with
 # --clip-grad-norm and dynamic loss scaling on 3 ranks, and stopped on 2 ranks and
 # resumed on 3, and on 3 ranks of the simulated device (--device sim): the one-process
 # bytes, weights and running statistics. The statistics are
@@ -36,8 +36,13 @@ check "... the saved file holds the running statistics" grep -qa '"layer3.2.bn2.
 if ! repeat_pass; then
   rn 1 48 1 "$tmp/one.b48" --quiet >/dev/null 2>&1
   check "1 process x 48 x 1: the same bytes" cmp "$tmp/one" "$tmp/one.b48"
-  rn 1 24 2 "$tmp/one.t2" --quiet --threads 2 >/dev/null 2>&1
+  # Threads run the slices' layers at once, batch norm's sums still in slice order.
+  rn 1 24 2 "$tmp/one.t2" --threads 2 >"$tmp/out" 2>&1
   check "1 process x 24 x 2, --threads 2: the same bytes" cmp "$tmp/one" "$tmp/one.t2"
+  check "... said: the slices' layers on 2 threads" \
+    grep -q "deterministic: 2 threads each run whole slices (layer by layer: --sync-bn)" "$tmp/out"
+  rn 1 48 1 "$tmp/one.t3" --quiet --threads 3 >/dev/null 2>&1
+  check "1 process x 48 x 1, --threads 3: the same bytes" cmp "$tmp/one" "$tmp/one.t3"
   # The global batch's statistics: 2 steps against one slice of 48 (batch norm over it
   # without --sync-bn), where slices of 4 without --sync-bn normalise over each slice.
   short=(--max-steps 2 --quiet)

@@ -2,8 +2,9 @@
  * on the whole batch: resnet20's batch norms normalise over the whole batch (the slices'
  * sums added between them), so its logits, every parameter gradient (the slices' added)
  * and the running statistics match the whole-batch run within rounding, for 8 samples
- * as 1 slice of 8, 4 of 2 and 8 of 1; every slice's gradient of every layer is handed
- * over exactly once; models with tied weights are refused. */
+ * as 1 slice of 8, 4 of 2 and 8 of 1, and with the slices' layers on 2 and 3 threads;
+ * every slice's gradient of every layer is handed over exactly once; models with tied
+ * weights are refused. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +36,7 @@ static herd_status sum_rows(void *user, const double *rows, int width, double *o
     return HERD_OK;
 }
 
-static herd_status grads_ready(void *user, int slice, int layer)
+static herd_status grads_ready(void *user, int slice, int layer, const float *grads)
 {
     (void)slice;
     collect *c = user;
@@ -45,7 +46,7 @@ static herd_status grads_ready(void *user, int slice, int layer)
         const herd_tensor_view *v = &c->m->views[l->first_tensor + k];
         if (!v->is_buffer)
             for (size_t i = 0; i < v->numel; i++)
-                c->grads[v->offset + i] += c->m->grads[v->offset + i];
+                c->grads[v->offset + i] += grads[v->offset + i];
     }
     return HERD_OK;
 }
@@ -70,7 +71,9 @@ static void assert_close(const float *a, const double *b, size_t n, double tol, 
         }
 }
 
-static void check_slices(int size)
+/* threads > 1: the slices' layers on that many threads at once (slices.threads), each
+ * writing its own gradients. */
+static void check_slices(int size, int threads)
 {
     int n = BATCH / size;
     size_t in = 3 * HW * HW;
@@ -97,6 +100,11 @@ static void check_slices(int size)
     herd_model *m = make();
     herd_slices s = {0};
     assert_int_equal(herd_slices_reshape(&s, m, n, size), HERD_OK);
+    float *thread_grads[4] = {0};
+    for (int t = 0; t < threads && threads > 1; t++)
+        thread_grads[t] = calloc(m->n_param_floats, sizeof(float));
+    s.threads = threads;
+    s.thread_grads = thread_grads;
     collect c = {.m = m, .n = n, .grads = calloc(m->n_param_floats, sizeof(double)),
                  .seen = calloc((size_t)m->n_layers, sizeof(int))};
     herd_slice_sums sums = {.sum_rows = sum_rows, .grads_ready = grads_ready, .user = &c};
@@ -127,15 +135,19 @@ static void check_slices(int size)
     assert_int_equal(c.rows_calls, 3 * bns);
 
     herd_slices_free(&s);
+    for (int t = 0; t < 4; t++)
+        free(thread_grads[t]);
     herd_model_free(m);
     herd_model_free(whole);
     free(got), free(c.grads), free(c.seen), free(want_logits), free(want_grads);
     free(want_buffers), free(x), free(dlogits);
 }
 
-static void test_one_slice(void **state) { (void)state; check_slices(8); }
-static void test_four_slices(void **state) { (void)state; check_slices(2); }
-static void test_eight_slices(void **state) { (void)state; check_slices(1); }
+static void test_one_slice(void **state) { (void)state; check_slices(8, 1); }
+static void test_four_slices(void **state) { (void)state; check_slices(2, 1); }
+static void test_eight_slices(void **state) { (void)state; check_slices(1, 1); }
+static void test_four_slices_on_two_threads(void **state) { (void)state; check_slices(2, 2); }
+static void test_eight_slices_on_three_threads(void **state) { (void)state; check_slices(1, 3); }
 
 static void test_tied_weights_refused(void **state)
 {
@@ -158,6 +170,8 @@ int main(void)
         cmocka_unit_test(test_one_slice),
         cmocka_unit_test(test_four_slices),
         cmocka_unit_test(test_eight_slices),
+        cmocka_unit_test(test_four_slices_on_two_threads),
+        cmocka_unit_test(test_eight_slices_on_three_threads),
         cmocka_unit_test(test_tied_weights_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,5 +1,7 @@
 #include "nn/slices.h"
 
+#include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,6 +81,62 @@ const float *herd_slices_logits(const herd_slices *s, int i)
     return m->acts[m->n_layers - 1];
 }
 
+/* Layer l of slice i: forward (io NULL), or backward from io[i] with its gradients
+ * handed to sums->grads_ready (serialised by the caller when on threads). */
+static herd_status one_slice(herd_slices *s, const herd_run_ctx *ctx, const uint64_t *seeds,
+                             const float *const *x, const herd_layer_io *io, float *grads, int i,
+                             int l)
+{
+    herd_model *m = s->slice[i];
+    herd_layer *li = &m->layers[l];
+    herd_run_ctx mine = *ctx;
+    mine.seed = seeds[i];
+    if (!io) {
+        const float *inputs[HERD_MAX_INPUTS] = {0};
+        for (int k = 0; k < li->spec.n_inputs; k++)
+            inputs[k] = herd_model_layer_input(m, x[i], l, k);
+        return li->ops->forward(li, &mine, inputs, m->acts[l]);
+    }
+    mine.grads = grads;
+    return li->ops->backward(li, &mine, io[i].in, io[i].y, io[i].dy, io[i].din);
+}
+
+/* Layer l of every slice: one after another, or on s->threads threads at once, each
+ * slice whole on one (its kernels see one thread), gradients into the thread's own
+ * buffer and handed on one slice at a time. */
+static herd_status each_slice(herd_slices *s, int n, const herd_run_ctx *ctx, const uint64_t *seeds,
+                              const float *const *x, const herd_layer_io *io, herd_slice_sums *sums, int l)
+{
+    if (s->threads < 2) {
+        herd_status st = HERD_OK;
+        for (int i = 0; i < n && st == HERD_OK; i++) {
+            st = one_slice(s, ctx, seeds, x, io, ctx->grads, i, l);
+            if (st == HERD_OK && io)
+                st = sums->grads_ready(sums->user, i, l, ctx->grads);
+        }
+        return st;
+    }
+    herd_status st = HERD_OK;
+    char why[1024] = "";
+#pragma omp parallel for num_threads(s->threads) schedule(dynamic, 1)
+    for (int i = 0; i < n; i++) {
+        float *grads = s->thread_grads[omp_get_thread_num()];
+        herd_status mine = one_slice(s, ctx, seeds, x, io, grads, i, l);
+        if (mine == HERD_OK && io) {
+#pragma omp critical(herd_slices_grads)
+            mine = sums->grads_ready(sums->user, i, l, grads);
+        }
+        if (mine != HERD_OK) {
+#pragma omp critical(herd_slices_error)
+            if (st == HERD_OK) {
+                st = mine;
+                snprintf(why, sizeof why, "%s", herd_last_error());
+            }
+        }
+    }
+    return st == HERD_OK ? HERD_OK : HERD_ERR(st, "%s", why);
+}
+
 herd_status herd_slices_forward(herd_slices *s, const herd_run_ctx *ctx, const uint64_t *seeds,
                                 const float *const *x, herd_slice_sums *sums)
 {
@@ -99,16 +157,8 @@ herd_status herd_slices_forward(herd_slices *s, const herd_run_ctx *ctx, const u
             }
             st = herd_batchnorm_slices_forward(s->bn, n, ctx, s->bn_x, s->bn_y, sums);
         }
-        for (int i = 0; i < n && st == HERD_OK && !bn; i++) {
-            herd_model *m = s->slice[i];
-            herd_layer *li = &m->layers[l];
-            const float *inputs[HERD_MAX_INPUTS] = {0};
-            for (int k = 0; k < li->spec.n_inputs; k++)
-                inputs[k] = herd_model_layer_input(m, x[i], l, k);
-            herd_run_ctx mine = *ctx;
-            mine.seed = seeds[i];
-            st = li->ops->forward(li, &mine, inputs, m->acts[l]);
-        }
+        if (st == HERD_OK && !bn)
+            st = each_slice(s, n, ctx, seeds, x, NULL, NULL, l);
         herd_trace_end(ctx->trace, HERD_TL_FWD_LAYER, layer->spec.name, t0);
         if (ctx->between_layers)
             ctx->between_layers(ctx->between_user);
@@ -140,15 +190,8 @@ herd_status herd_slices_backward(herd_slices *s, const herd_run_ctx *ctx, const 
             }
             st = herd_batchnorm_slices_backward(s->bn, n, ctx, s->bn_x, s->bn_dy, s->bn_y, sums, l);
         }
-        for (int i = 0; i < n && st == HERD_OK && !bn; i++) {
-            herd_layer *li = &s->slice[i]->layers[l];
-            const herd_layer_io *io = &s->io[i];
-            herd_run_ctx mine = *ctx;
-            mine.seed = seeds[i];
-            st = li->ops->backward(li, &mine, io->in, io->y, io->dy, io->din);
-            if (st == HERD_OK)
-                st = sums->grads_ready(sums->user, i, l);
-        }
+        if (st == HERD_OK && !bn)
+            st = each_slice(s, n, ctx, seeds, x, s->io, sums, l);
         herd_trace_end(ctx->trace, HERD_TL_BWD_LAYER, layer->spec.name, t0);
         if (ctx->between_layers)
             ctx->between_layers(ctx->between_user);

@@ -19,8 +19,10 @@ typedef struct herd_slice_sums {
      * in the same order. */
     herd_status (*sum_rows)(void *user, const double *rows, int width, double *out);
     /* Slice `slice`'s backward of layer `layer` has written the layer's parameter
-     * gradients (overwriting: grad_beta 0); the next slice's overwrites them. */
-    herd_status (*grads_ready)(void *user, int slice, int layer);
+     * gradients into grads (the whole model's, or its thread's: herd_slices.threads),
+     * overwriting (grad_beta 0); the next slice's overwrites them. With threads, called
+     * by one thread at a time. */
+    herd_status (*grads_ready)(void *user, int slice, int layer, const float *grads);
     void *user;
     double *rows; /* scratch: slices x the widest row (herd_slices fills it in) */
 } herd_slice_sums;
@@ -38,6 +40,12 @@ typedef struct herd_slices {
     float **bn_y;
     double *rows;       /* per slice and one more: the widest batch-norm row (2c + 1) */
     size_t rows_capacity;
+    /* Set by the caller: the slices' layers other than batch norm run on `threads`
+     * threads at once, thread t writing parameter gradients into thread_grads[t] (laid
+     * out as the whole model's, host memory). 0 or 1: one after another, into the
+     * context's. */
+    int threads;
+    float **thread_grads;
 } herd_slices;
 
 /* n slices of `size` samples of whole (kept between calls: a larger n builds only the

@@ -17,17 +17,21 @@ static herd_status threads_setup(run *r)
 {
     int threads;
     HERD_TRY(herd_process_rank_threads(r->cfg.threads, r->comm->local_size, &threads));
-    HERD_TRY(herd_run_exact_threads_setup(r, threads));
+    bool whole_on_host = r->m->be->host_memory && !r->pp && !r->tp;
+    if (r->exact.buffers_synced)
+        r->synced_threads = whole_on_host ? threads : 1;
+    else
+        HERD_TRY(herd_run_exact_threads_setup(r, threads));
     if (r->comm->rank != 0 || threads < 2)
         return HERD_OK;
-    if (r->exact_threads)
-        herd_log(HERD_LOG_INFO, "--deterministic: %d threads each run whole slices, every kernel on "
-                 "one thread (the same bytes at any --threads)", threads);
+    if (r->exact_threads || r->synced_threads > 1)
+        herd_log(HERD_LOG_INFO, "--deterministic: %d threads each run whole slices%s, every kernel on "
+                 "one thread (the same bytes at any --threads)", threads,
+                 r->synced_threads > 1 ? " (layer by layer: --sync-bn)" : "");
     else
         herd_log(HERD_LOG_INFO, "--deterministic: one compute thread per rank (--threads %d not used: "
                  "%s run their slices one after another)", threads,
-                 r->pp ? "pipeline stages" : r->tp ? "tensor parts" : r->exact.buffers_synced
-                 ? "--sync-bn's slices, layer by layer," : "models on a device");
+                 r->pp ? "pipeline stages" : r->tp ? "tensor parts" : "models on a device");
     return HERD_OK;
 }
 

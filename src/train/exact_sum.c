@@ -195,9 +195,9 @@ static herd_status add_views(herd_exact_sum *e, const herd_model *m, bool buffer
 }
 
 herd_status herd_exact_sum_add_grad_views(herd_exact_sum *e, const herd_model *m, int first,
-                                          int count)
+                                          int count, const float *grads)
 {
-    return add_views(e, m, false, first, count);
+    return add_views_from(e, m, false, first, count, grads == m->grads ? NULL : grads);
 }
 
 herd_status herd_exact_sum_add_grads(herd_exact_sum *e, const herd_model *m)

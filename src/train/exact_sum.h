@@ -55,9 +55,10 @@ herd_status herd_exact_sum_add(herd_exact_sum *e, const herd_model *m);
 herd_status herd_exact_sum_add_host(herd_exact_sum *e, const herd_model *m, const float *grads,
                                     const float *buffers);
 /* The gradients of views first..first+count-1 only (one layer's, as soon as a slice's
- * backward of that layer wrote them: nn/slices.h). */
+ * backward of that layer wrote them: nn/slices.h), from grads: the model's own, or a
+ * thread's in host memory laid out as them. */
 herd_status herd_exact_sum_add_grad_views(herd_exact_sum *e, const herd_model *m, int first,
-                                          int count);
+                                          int count, const float *grads);
 /* The two halves, where forward and backward of a slice lie apart (pipeline stages):
  * the buffers right after the slice's forward, the gradient after its backward. */
 herd_status herd_exact_sum_add_buffers(herd_exact_sum *e, const herd_model *m);

@@ -33,6 +33,8 @@ struct herd_synced_pass {
     herd_comm *comm;
     herd_exact_sum *exact;
     const herd_model *m;
+    float **thread_grads; /* with threads: each thread's gradients (slices.threads) */
+    int n_thread_grads;
 };
 
 bool herd_run_synced_bn(const run *r)
@@ -61,8 +63,27 @@ void herd_run_synced_free(run *r)
     free(p->labels);
     free(p->dl);
     free(p->seeds);
+    for (int t = 0; t < p->n_thread_grads; t++)
+        r->m->be->free(p->thread_grads[t]);
+    free(p->thread_grads);
     free(p);
     r->synced = NULL;
+}
+
+/* Gradients for each of r->synced_threads threads, made once. */
+static herd_status thread_grads(run *r, herd_synced_pass *p)
+{
+    if (p->thread_grads)
+        return HERD_OK;
+    int n = r->synced_threads;
+    if (!(p->thread_grads = calloc((size_t)n, sizeof *p->thread_grads)))
+        return HERD_NOMEM((size_t)n * sizeof *p->thread_grads);
+    herd_mem_category was = herd_mem_category_set(HERD_MEM_GRADS);
+    for (; p->n_thread_grads < n; p->n_thread_grads++)
+        if (!(p->thread_grads[p->n_thread_grads] = r->m->be->alloc((r->m->n_param_floats + 1) * sizeof(float))))
+            break;
+    herd_mem_category_set(was);
+    return p->n_thread_grads == n ? HERD_OK : HERD_ERR_NOMEM; /* the allocator said why */
 }
 
 static herd_status sum_rows(void *user, const double *rows, int width, double *out)
@@ -72,12 +93,12 @@ static herd_status sum_rows(void *user, const double *rows, int width, double *o
                                &p->all_rows_capacity, out);
 }
 
-static herd_status grads_ready(void *user, int slice, int layer)
+static herd_status grads_ready(void *user, int slice, int layer, const float *grads)
 {
     (void)slice;
     herd_synced_pass *p = user;
     const herd_layer *l = &p->m->layers[layer];
-    return herd_exact_sum_add_grad_views(p->exact, p->m, l->first_tensor, l->n_tensors);
+    return herd_exact_sum_add_grad_views(p->exact, p->m, l->first_tensor, l->n_tensors, grads);
 }
 
 static herd_status grow(run *r, int n, size_t dlogits_floats)
@@ -168,6 +189,11 @@ herd_status herd_run_synced_pass(run *r, int n_micro, uint64_t seed, bool from_l
         }
     }
     HERD_TRY(herd_slices_reshape(&p->slices, m, n, size));
+    if (r->synced_threads > 1) { /* each thread's slices write their own gradients */
+        HERD_TRY(thread_grads(r, p));
+        p->slices.threads = r->synced_threads;
+        p->slices.thread_grads = p->thread_grads;
+    }
     HERD_TRY(herd_step_params_ready(plan)); /* ZeRO: the last update's parameters */
     herd_run_ctx ctx = herd_model_ctx(m, true, seed);
     ctx.trace = herd_timeline_sink(plan->timeline);

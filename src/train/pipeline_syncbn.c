@@ -89,12 +89,12 @@ static herd_status sum_rows(void *user, const double *rows, int width, double *o
                                &p->all_rows_cap, out);
 }
 
-static herd_status grads_ready(void *user, int slice, int layer)
+static herd_status grads_ready(void *user, int slice, int layer, const float *grads)
 {
     (void)slice;
     herd_pp_synced *p = user;
     const herd_layer *l = &p->m->layers[layer];
-    return herd_exact_sum_add_grad_views(p->exact, p->m, l->first_tensor, l->n_tensors);
+    return herd_exact_sum_add_grad_views(p->exact, p->m, l->first_tensor, l->n_tensors, grads);
 }
 /* The step's micro-batches (one slice each): stage 0's images and the last stage's
  * labels into backend memory, kept for a redo. */

@@ -90,6 +90,7 @@ typedef struct run {
     herd_batch_store kept;
     herd_synced_pass *synced; /* --sync-bn's slices (exact_syncbn.c), once a step ran */
     herd_exact_threads *exact_threads; /* slices on threads (exact_threads.c), or NULL */
+    int synced_threads; /* --sync-bn's slices: layers on this many threads (exact_syncbn.c) */
 } run;
 
 /* train_config.c (and herd_train_config_check, public: the arguments alone, checked

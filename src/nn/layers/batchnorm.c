@@ -327,7 +327,7 @@ herd_status herd_batchnorm_slices_backward(herd_layer *const *ls, int n, const h
     for (int i = 0; i < n; i++) {
         bn_state *st = ls[i]->state;
         HERD_TRY(bwd_reduce(ls[i], ctx, x[i], dy[i]));
-        HERD_TRY(sums->grads_ready(sums->user, i, layer));
+        HERD_TRY(sums->grads_ready(sums->user, i, layer, ctx->grads));
         HERD_TRY(to_host(be, rows + (size_t)i * 2 * c, st->red, 2 * c));
     }
     if (!dx[0]) /* batch norm on the model input: no slice has an input gradient */
