@@ -5,9 +5,9 @@
  * arithmetic is the one-thread run's), and each slice's gradient goes into the exact
  * sums, whose integer additions give the same bits in whatever order the threads finish:
  * the cores are used, and the bytes do not change with --threads. */
-#include <math.h>
 #include <omp.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
