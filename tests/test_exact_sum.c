@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/error.h"
 #include "testutil.h"
 
 #include "train/exact_sum.h"
@@ -239,6 +240,23 @@ static void test_loss_order_free(void **state)
     assert_true(isinf(herd_exact_loss(INFINITY)) && isnan(herd_exact_loss(NAN)));
 }
 
+/* Threads that fail at once (exact_threads.c, nn/slices.c): the first failure's status
+ * and its thread's message reach the caller; none failing gives HERD_OK. */
+static void test_first_error_across_threads(void **state)
+{
+    (void)state;
+    herd_first_error none = {0}, failed = {0};
+#pragma omp parallel for num_threads(2)
+    for (int i = 0; i < 8; i++) {
+        herd_first_error_keep(&none, HERD_OK);
+        herd_first_error_keep(&failed, i == 3 || i == 5 ? HERD_ERR(HERD_ERR_NOMEM, "slice %d failed", i)
+                                                          : HERD_OK);
+    }
+    assert_int_equal(herd_first_error_status(&none), HERD_OK);
+    assert_int_equal(herd_first_error_status(&failed), HERD_ERR_NOMEM);
+    assert_true(strstr(herd_last_error(), "slice 3 failed") || strstr(herd_last_error(), "slice 5 failed"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -247,6 +265,7 @@ int main(void)
         cmocka_unit_test(test_nonfinite_reaches_the_mean),
         cmocka_unit_test(test_grid_in_checkpoints),
         cmocka_unit_test(test_loss_order_free),
+        cmocka_unit_test(test_first_error_across_threads),
     };
     if (herd_comm_local_create(&g_comm) != HERD_OK)
         return 1;

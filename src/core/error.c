@@ -25,6 +25,24 @@ herd_status herd_set_error(herd_status status, const char *file, int line, const
 
 const char *herd_last_error(void) { return last_error; }
 
+void herd_first_error_keep(herd_first_error *f, herd_status st)
+{
+    if (st == HERD_OK)
+        return;
+#pragma omp critical(herd_first_error)
+    if (f->st == HERD_OK) {
+        f->st = st;
+        snprintf(f->why, sizeof f->why, "%s", last_error);
+    }
+}
+
+herd_status herd_first_error_status(const herd_first_error *f)
+{
+    if (f->st != HERD_OK)
+        snprintf(last_error, sizeof last_error, "%s", f->why);
+    return f->st;
+}
+
 const char *herd_status_name(herd_status s)
 {
     switch (s) {

@@ -25,6 +25,17 @@ herd_status herd_set_error(herd_status status, const char *file, int line,
             return herd_try_st_;           \
     } while (0)
 
+/* The first failure among threads working at once (an OpenMP parallel region), whose
+ * messages are each thread's own: a thread that fails hands its status to
+ * herd_first_error_keep; after the region herd_first_error_status returns the first one
+ * with its message as herd_last_error() of the calling thread. */
+typedef struct herd_first_error {
+    herd_status st;
+    char why[1024];
+} herd_first_error;
+void herd_first_error_keep(herd_first_error *f, herd_status st);
+herd_status herd_first_error_status(const herd_first_error *f);
+
 /* Allocation helpers that set an out-of-memory error naming the size. */
 void *herd_xcalloc(size_t count, size_t size);
 void *herd_aligned_alloc(size_t bytes); /* 64-byte aligned, zeroed; free with herd_aligned_free */

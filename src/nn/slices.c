@@ -1,7 +1,6 @@
 #include "nn/slices.h"
 
 #include <omp.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -116,8 +115,7 @@ static herd_status each_slice(herd_slices *s, int n, const herd_run_ctx *ctx, co
         }
         return st;
     }
-    herd_status st = HERD_OK;
-    char why[1024] = "";
+    herd_first_error failed = {0};
 #pragma omp parallel for num_threads(s->threads) schedule(dynamic, 1)
     for (int i = 0; i < n; i++) {
         float *grads = s->thread_grads[omp_get_thread_num()];
@@ -126,15 +124,9 @@ static herd_status each_slice(herd_slices *s, int n, const herd_run_ctx *ctx, co
 #pragma omp critical(herd_slices_grads)
             mine = sums->grads_ready(sums->user, i, l, grads);
         }
-        if (mine != HERD_OK) {
-#pragma omp critical(herd_slices_error)
-            if (st == HERD_OK) {
-                st = mine;
-                snprintf(why, sizeof why, "%s", herd_last_error());
-            }
-        }
+        herd_first_error_keep(&failed, mine);
     }
-    return st == HERD_OK ? HERD_OK : HERD_ERR(st, "%s", why);
+    return herd_first_error_status(&failed);
 }
 
 herd_status herd_slices_forward(herd_slices *s, const herd_run_ctx *ctx, const uint64_t *seeds,

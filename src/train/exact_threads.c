@@ -6,8 +6,6 @@
  * sums, whose integer additions give the same bits in whatever order the threads finish:
  * the cores are used, and the bytes do not change with --threads. */
 #include <omp.h>
-#include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,7 +25,6 @@ typedef struct exact_worker {
 struct herd_exact_threads {
     exact_worker *w;
     int n;
-    pthread_mutex_t sums_mu; /* one slice's gradient into the exact sums at a time */
     double *slice_loss, *slice_correct; /* per slice of the pass, added in slice order */
     int slices_cap;
 };
@@ -52,7 +49,6 @@ void herd_run_exact_threads_free(run *r)
         r->m->be->free(w->buffers);
         r->m->be->free(w->dlogits);
     }
-    pthread_mutex_destroy(&t->sums_mu);
     free(t->w);
     free(t->slice_loss);
     free(t->slice_correct);
@@ -71,7 +67,6 @@ herd_status herd_run_exact_threads_setup(run *r, int threads)
         free(t);
         return HERD_ERR_NOMEM;
     }
-    pthread_mutex_init(&t->sums_mu, NULL);
     r->exact_threads = t;
     size_t dlogits = (size_t)size * m->positions * m->classes * sizeof(float);
     while (t->n < threads) {
@@ -120,9 +115,9 @@ static herd_status run_slice(run *r, exact_worker *w, const herd_batch *slice, u
     /* As herd_micro_step counts a slice: per sample, the mean over its positions. */
     t->slice_loss[k] = herd_exact_loss(loss / m->positions);
     t->slice_correct[k] = (double)correct / m->positions;
-    pthread_mutex_lock(&t->sums_mu);
-    herd_status st = herd_exact_sum_add_host(&r->exact, m, w->grads, w->buffers);
-    pthread_mutex_unlock(&t->sums_mu);
+    herd_status st;
+#pragma omp critical(herd_exact_sums) /* one slice's gradient into the sums at a time */
+    st = herd_exact_sum_add_host(&r->exact, m, w->grads, w->buffers);
     return st;
 }
 
@@ -148,8 +143,7 @@ herd_status herd_run_exact_threads_pass(run *r, int n_micro, uint64_t seed, bool
         if (!t->slices_cap)
             return HERD_NOMEM((size_t)n_slices * sizeof *t->slice_loss);
     }
-    herd_status st = HERD_OK;
-    char why[1024] = "";
+    herd_first_error failed = {0};
     double t0 = herd_now();
     for (int i = 0; i < t->n; i++)
         t->w[i].forward_s = t->w[i].backward_s = 0;
@@ -162,18 +156,10 @@ herd_status herd_run_exact_threads_pass(run *r, int n_micro, uint64_t seed, bool
             herd_batch b = herd_batch_store_get(&r->kept, k / per_micro);
             herd_batch slice = herd_run_exact_slice(r, &b, k % per_micro);
             uint64_t place = herd_run_slice_place(r, k / per_micro, k % per_micro);
-            herd_status mine = run_slice(r, w, &slice, herd_mix64(seed, place), k);
-            if (mine != HERD_OK) {
-#pragma omp critical(herd_exact_threads_error)
-                if (st == HERD_OK) {
-                    st = mine;
-                    snprintf(why, sizeof why, "%s", herd_last_error());
-                }
-            }
+            herd_first_error_keep(&failed, run_slice(r, w, &slice, herd_mix64(seed, place), k));
         }
     }
-    if (st != HERD_OK)
-        return HERD_ERR(st, "%s", why);
+    HERD_TRY(herd_first_error_status(&failed));
     /* The loss and accuracy in slice order, as one thread adds them. */
     for (int k = 0; k < n_slices; k++) {
         s->loss_sum += t->slice_loss[k];
