@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Remakes the lists of tests/repeat_passes.txt (not run by make test; docs in that file).
+# Builds herd with clang's source coverage in DIR, runs every test once as a repeat pass
+# does (HERD_SANITIZED=1, two at a time), keeps the lines of herd's own code (src/, cli/)
+# each test reached, and prints, for the sanitizer and the MPICH pass, the tests whose
+# lines the pass's other tests all reach (tests/repeat_select.py).
+# usage: tests/repeat_select.sh SANITIZER_COSTS MPICH_COSTS [DIR]
+#   *_COSTS: "NAME SECONDS" for each test of that pass, e.g. from a tree that ran its
+#   whole pass: awk '!/^---/ {print $1, $3}' build-asan/Testing/Temporary/CTestCostData.txt
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+src=$(dirname "$here")
+asan_costs=$(realpath "$1") mpich_costs=$(realpath "$2")
+dir=$(realpath -m "${3:-build-coverage}")
+cov="-fprofile-instr-generate -fcoverage-mapping"
+cmake -S "$src" -B "$dir" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG=-O1 \
+  -DCMAKE_C_FLAGS="$cov -Wno-pass-failed" -DCMAKE_EXE_LINKER_FLAGS="$cov" \
+  -DCMAKE_SHARED_LINKER_FLAGS="$cov" -DHERD_CUDA=OFF >/dev/null
+cmake --build "$dir" -j "$(nproc)" >/dev/null
+profdata=$(command -v llvm-profdata || command -v llvm-profdata-14)
+llvmcov=$(command -v llvm-cov || command -v llvm-cov-14)
+rm -rf "$dir/coverage" && mkdir -p "$dir/coverage/raw" "$dir/coverage/lines"
+
+run_one() { # the test's processes write their profiles under raw/NAME
+  mkdir -p "$dir/coverage/raw/$1"
+  (cd "$dir" && HERD_SANITIZED=1 CI=true LLVM_PROFILE_FILE="$dir/coverage/raw/$1/%p.profraw" \
+    ctest -R "^$1\$" >"$dir/coverage/raw/$1.log" 2>&1) || echo "repeat_select: $1 failed (see $dir/coverage/raw/$1.log)" >&2
+}
+export -f run_one
+export dir
+(cd "$dir" && ctest -N | awk '/Test +#/ {print $3}') | xargs -P 2 -I{} bash -c 'run_one {}'
+
+objects=()
+for f in "$dir/herd" "$dir"/libherd.so "$dir"/tests/test_* "$dir"/tests/mpi_*; do
+  [ -f "$f" ] && [ -x "$f" ] && objects+=(-object "$f")
+done
+for raw in "$dir"/coverage/raw/*/; do
+  name=$(basename "$raw")
+  ls "$raw"/*.profraw >/dev/null 2>&1 || continue
+  "$profdata" merge -sparse "$raw"/*.profraw -o "$dir/coverage/$name.profdata"
+  "$llvmcov" export -format=lcov -instr-profile "$dir/coverage/$name.profdata" "${objects[@]}" 2>/dev/null |
+    awk -v src="$src/" '/^SF:/ { f = substr($0, 4); keep = index(f, src "src/") == 1 || index(f, src "cli/") == 1
+                                  sub("^" src, "", f) }
+                        keep && /^DA:/ { split(substr($0, 4), d, ","); if (d[2] > 0) print f, d[1] }' |
+    sort -u >"$dir/coverage/lines/$name.txt"
+done
+
+# The sanitizer pass: herd's whole code; the tests whose ranks check for leaks (label
+# leak_checked) and the fuzz targets (not in this build) stay.
+leak_checked=$(cd "$dir" && ctest -N -L leak_checked | awk '/Test +#/ {print $3}')
+python3 "$here/repeat_select.py" sanitizer "$dir/coverage/lines" "$asan_costs" '^(src|cli)/' \
+  $leak_checked fuzz_smoke fuzz_regressions
+# The MPICH pass: the code that talks to MPI or its launchers; and the tests whose point is
+# what the MPI itself does (exact sums whatever its reduction order, its faults).
+python3 "$here/repeat_select.py" mpich "$dir/coverage/lines" "$mpich_costs" \
+  '^(src/dist/|src/tools/(run_|doctor|shm_probe|bench_allreduce)|cli/(run|bench_allreduce)|src/core/build_info)' \
+  cli_deterministic mpi_faults
