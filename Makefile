@@ -31,14 +31,15 @@ run: deps
 	@$(MAKE) --no-print-directory build
 	$(BUILD)/herd run -np $(RANKS) -- train $(RUN_FLAGS)
 
-# The whole suite: the optimised build, then the same tests under ASan + UBSan, then
+# The whole suite: what building needs installed, then the optimised build (the tests'
+# packages installing beside it, tests/suite.sh), then the same tests under ASan + UBSan, then
 # the MPI tests of a build against MPICH, then a build without MPI. The sanitizer and
 # MPICH passes are repeat passes (tests/testlib.sh): each script keeps one configuration
 # of each code path, for memory errors and for the other MPI; the first runs them all.
 # tests/suite.sh overlaps them: the sanitizer, MPICH and no-MPI passes run beside the
 # first, each once its own build is done.
-test: deps
-	@$(MAKE) --no-print-directory build
+test:
+	@bash scripts/install-deps.sh build
 	@BUILD=$(BUILD) bash tests/suite.sh
 
 test-fast: build

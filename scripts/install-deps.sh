@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs the Debian packages herd needs to build, test and run. Idempotent and
 # quiet when nothing is missing; uses sudo when not run as root.
+# usage: install-deps.sh [all|build|test]: all (the default); what configuring and
+# compiling need; what only the tests need (make test installs those while it builds).
 set -euo pipefail
 
-packages=(
+build_packages=(
   build-essential cmake pkg-config
   ccache # make test compiles herd four times: the MPICH and no-MPI builds reuse most objects
   libdnnl-dev ocl-icd-opencl-dev libcjson-dev zlib1g-dev libcmocka-dev
@@ -11,19 +13,28 @@ packages=(
   openmpi-bin libopenmpi-dev libhwloc-dev
   mpich libmpich-dev # make test builds herd a second time against MPICH (Open MPI stays the default)
   libprotobuf-c-dev protobuf-c-compiler libplplot-dev plplot-driver-cairo
-  dataset-fashion-mnist
-  protobuf-compiler python3-protobuf # tests: event files read with TensorBoard's own schema
-  iproute2 iputils-ping # tests: the namespace cluster (ip netns) and a ping through its relay
-  python3-dev python3-numpy python3-pytest python3-torch # the herd Python package (python/), herd.torch, their tests
-  strace # tests: cli_lines sees every write herd makes to stdout and stderr
-  slurmctld slurmd slurm-client munge # tests: cluster_slurm, a one-node Slurm (srun --mpi=pmix)
+  python3-dev # the herd Python package (python/)
   clang libclang-rt-dev # make test: the ASan build under clang, with the libFuzzer targets (tests/fuzz)
 )
+test_packages=(
+  dataset-fashion-mnist # make run's data
+  protobuf-compiler python3-protobuf # tests: event files read with TensorBoard's own schema
+  iproute2 iputils-ping # tests: the namespace cluster (ip netns) and a ping through its relay
+  python3-numpy python3-pytest python3-torch # the Python package's use, herd.torch, their tests
+  strace # tests: cli_lines sees every write herd makes to stdout and stderr
+  slurmctld slurmd slurm-client munge # tests: cluster_slurm, a one-node Slurm (srun --mpi=pmix)
+)
+case "${1:-all}" in
+  all) packages=("${build_packages[@]}" "${test_packages[@]}") ;;
+  build) packages=("${build_packages[@]}") ;;
+  test) packages=("${test_packages[@]}") ;;
+  *) echo "install-deps: unknown group '$1' (all, build or test)" >&2; exit 2 ;;
+esac
 # The PyTorch reference's set-up for benchmarks (bench/, tests/make_fixtures.py) is
 # optional: HERD_WITH_TORCH=1. PyTorch runs its GEMMs on the OpenMP OpenBLAS, which
 # follows its thread count (the reference BLAS makes it ~15x slower); threadpoolctl
 # reports which BLAS and kernel it runs.
-if [ "${HERD_WITH_TORCH:-0}" = 1 ]; then
+if [ "${HERD_WITH_TORCH:-0}" = 1 ] && [ "${1:-all}" != build ]; then
   packages+=(python3-threadpoolctl libopenblas0-openmp libopenblas-openmp-dev
              python3-torchvision python3-filelock python3-packaging) # bench/horovod_example.sh: Horovod's own example
 fi

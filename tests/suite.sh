@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# make test's passes, all at once (the optimised build is already built): the optimised
+# make test's builds and passes, all at once (what building needs is already installed:
+# install-deps.sh build). What only the tests need (install-deps.sh test: PyTorch and its
+# libraries, Slurm, the data set: more than half of a new machine's installing) installs
+# while the optimised build compiles; every pass's tests wait for it. Then the optimised
 # build's tests in the foreground; beside them the sanitizer, MPICH and no-MPI passes,
 # each starting as soon as its own build is done (through ccache most of the MPICH and
 # no-MPI builds' objects are the optimised build's). Many tests wait on a stopped or
@@ -20,13 +23,23 @@ mkdir -p "$logs"
 have_mpich() { command -v mpicc.mpich >/dev/null; }
 stamp() { date -u +%H:%M:%S; }
 
+# The tests' packages, beside the builds: one apt at a time, and no other install runs now.
+echo "suite $(stamp): installing what the tests need (install-deps.sh test), beside the builds"
+rm -f "$logs/deps.rc"
+(bash scripts/install-deps.sh test >"$logs/deps.log" 2>&1; echo $? >"$logs/deps.rc") &
+deps_ready() { # waits for the install; fails, naming its log, if it failed
+  while [ ! -s "$logs/deps.rc" ]; do sleep 1; done
+  [ "$(cat "$logs/deps.rc")" = 0 ] || { echo "suite: installing the tests' packages failed:" >&2; cat "$logs/deps.log" >&2; return 1; }
+}
+make --no-print-directory build || { echo "make test: FAILED: the optimised build" >&2; exit 1; }
+
 declare -A pid jobs=([asan]=3 [mpich]=1 [nompi]=2)
 passes=(asan nompi)
 have_mpich && passes+=(mpich)
 echo "suite $(stamp): the optimised build's tests; beside them ${passes[*]}, each after its build (logs: $logs)"
 for pass in "${passes[@]}"; do
   (
-    make --no-print-directory "$pass" CTEST_JOBS=${jobs[$pass]}
+    make --no-print-directory "$pass-build" && deps_ready && make --no-print-directory "$pass" CTEST_JOBS=${jobs[$pass]}
     rc=$?
     echo "suite $(stamp): the $pass pass (and its build) ended, exit $rc"
     exit $rc
@@ -35,7 +48,11 @@ for pass in "${passes[@]}"; do
 done
 
 failed=()
-make --no-print-directory test-fast CTEST_JOBS=2 || failed+=("optimised build's tests")
+if deps_ready; then
+  make --no-print-directory test-fast CTEST_JOBS=2 || failed+=("optimised build's tests")
+else
+  failed+=("installing the tests' packages")
+fi
 echo "suite $(stamp): the optimised build's tests ended"
 for pass in nompi mpich asan; do
   [ -n "${pid[$pass]:-}" ] || continue
