@@ -73,10 +73,10 @@ void herd_run_synced_free(run *r)
 /* Gradients for each of r->synced_threads threads, made once. */
 static herd_status thread_grads(run *r, herd_synced_pass *p)
 {
-    if (p->thread_grads)
-        return HERD_OK;
     int n = r->synced_threads;
-    if (!(p->thread_grads = calloc((size_t)n, sizeof *p->thread_grads)))
+    if (p->n_thread_grads == n)
+        return HERD_OK;
+    if (!p->thread_grads && !(p->thread_grads = calloc((size_t)n, sizeof *p->thread_grads)))
         return HERD_NOMEM((size_t)n * sizeof *p->thread_grads);
     herd_mem_category was = herd_mem_category_set(HERD_MEM_GRADS);
     for (; p->n_thread_grads < n; p->n_thread_grads++)
