@@ -2,7 +2,7 @@
 # make test's builds and passes, all at once (what building needs is already installed:
 # install-deps.sh build). What only the tests need (install-deps.sh test: PyTorch and its
 # libraries, Slurm, the data set: more than half of a new machine's installing) installs
-# while the optimised build compiles; every pass's tests wait for it. Then the optimised
+# while the optimised build compiles (it takes longer); every pass waits for it. Then the optimised
 # build's tests in the foreground; beside them the sanitizer, MPICH and no-MPI passes,
 # each starting as soon as its own build is done (through ccache most of the MPICH and
 # no-MPI builds' objects are the optimised build's). Many tests wait on a stopped or
@@ -39,7 +39,7 @@ have_mpich && passes+=(mpich)
 echo "suite $(stamp): the optimised build's tests; beside them ${passes[*]}, each after its build (logs: $logs)"
 for pass in "${passes[@]}"; do
   (
-    make --no-print-directory "$pass-build" && deps_ready && make --no-print-directory "$pass" CTEST_JOBS=${jobs[$pass]}
+    deps_ready && make --no-print-directory "$pass" CTEST_JOBS=${jobs[$pass]}
     rc=$?
     echo "suite $(stamp): the $pass pass (and its build) ended, exit $rc"
     exit $rc
