@@ -15,6 +15,7 @@ build_packages=(
   libprotobuf-c-dev protobuf-c-compiler libplplot-dev plplot-driver-cairo
   python3-dev # the herd Python package (python/)
   clang libclang-rt-dev # make test: the ASan build under clang, with the libFuzzer targets (tests/fuzz)
+  lld # which links that build (CMakeLists.txt: 35 CPU-s against ld.bfd's 49)
 )
 test_packages=(
   dataset-fashion-mnist # make run's data

@@ -15,10 +15,11 @@ if [ ! -f "$lib" ] || ! nm -D "$lib" >/dev/null 2>&1; then
 fi
 
 # Not herd's: the linker's bounds of sanitizer-coverage sections (__start_/__stop_, in the
-# fuzz-instrumented build) and clang's OpenMP critical-section locks, which stay global
-# by design so every object shares one lock per name.
+# fuzz-instrumented build) and of the data segment (_edata, _end, __bss_start: gold
+# exports them), and clang's OpenMP critical-section locks, which stay global by design
+# so every object shares one lock per name.
 exported=$(nm -D --defined-only "$lib" | awk 'NF == 3 { print $3 }' |
-  grep -vE '^(__start_|__stop_|\.gomp_critical_user_)' | sort -u)
+  grep -vE '^(__start_|__stop_|\.gomp_critical_user_|_edata$|_end$|__bss_start$)' | sort -u)
 # Every function declared in the public headers: a herd_ name followed by '('.
 declared=$(cat "$root"/include/herd/*.h | grep -oE '\bherd_[a-z0-9_]+[[:space:]]*\(' | tr -d '( \t' | sort -u)
 [ -n "$declared" ] || { echo "check_exports: no declarations found in $root/include/herd"; exit 1; }
