@@ -163,8 +163,9 @@ usage "hydra -x of an unset variable" -np 2 --dry-run --launcher hydra -x HERD_T
 
 # Slurm's srun: -n, -w + --ntasks-per-node, --cpus-per-task, --cpu-bind, --mpi, --export.
 # Without MPI herd has no PMI plugin to ask for: srun gets no --mpi= at all.
-plugin=pmix; "$herd" --version | grep -q "MPI: MPICH" && plugin=pmi2
-mpiflag="--mpi=$plugin "; "$herd" --version | grep -q "MPI: none" && { plugin="(none)"; mpiflag=""; }
+version=$("$herd" --version) # once: it loads cuBLAS to name its version
+plugin=pmix; grep -q "MPI: MPICH" <<<"$version" && plugin=pmi2
+mpiflag="--mpi=$plugin "; grep -q "MPI: none" <<<"$version" && { plugin="(none)"; mpiflag=""; }
 srun() { "$herd" run --dry-run --launcher srun "$@" >"$tmp/out" 2>"$tmp/err"; }
 srun -np 8 -H a:4,b:4 --threads-per-rank 2 -x FOO=1 -- train --model mlp
 check "srun: -n, -w, --ntasks-per-node" has "srun -n 8 -w a,b --ntasks-per-node=4 "
@@ -195,7 +196,7 @@ check "--launcher wins over --version" grep -q "^herd: launcher: hydra (--launch
 "$herd" run --dry-run -np 2 --mpirun /nowhere/srun -- models >/dev/null 2>"$tmp/err"
 check "dry run, srun not installed: the kind from its name, said so" bash -c \
   "grep -q '^herd: launcher: srun (a dry run: from its name)' '$tmp/err' && grep -q '^herd: launching: /nowhere/srun -n 2 ' '$tmp/err'"
-own=openmpi; "$herd" --version | grep -q "MPI: MPICH" && own=hydra
+own=openmpi; grep -q "MPI: MPICH" <<<"$version" && own=hydra
 "$herd" run --dry-run -np 2 -- models >/dev/null 2>"$tmp/err"
 check "by default herd's MPI's kind ($own)" grep -q "^herd: launcher: $own (herd's MPI)" "$tmp/err"
 if have_mpi; then
