@@ -140,18 +140,18 @@ static herd_status act_to_f32(int n, int c, int hw, const uint16_t *x, float *y)
 static herd_status act_relu_fwd(size_t n, const uint16_t *x, uint16_t *y)
 {
     HERD_CHECK_ARRAYS("bf16 relu_fwd", n, x, y);
-#pragma omp parallel for simd schedule(static) if (n >= HERD_CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++)
+    HERD_CPU_FOR_SIMD(herd_cpu_par(n), size_t, i, n,
         y[i] = positive(x[i]) ? x[i] : 0; /* negatives, -0 and NaN give +0, as in fp32 */
+    );
     return HERD_OK;
 }
 
 static herd_status act_relu_bwd(size_t n, const uint16_t *y, const uint16_t *dy, uint16_t *dx)
 {
     HERD_CHECK_ARRAYS("bf16 relu_bwd", n, y, dy, dx);
-#pragma omp parallel for simd schedule(static) if (n >= HERD_CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++)
+    HERD_CPU_FOR_SIMD(herd_cpu_par(n), size_t, i, n,
         dx[i] = positive(y[i]) ? dy[i] : 0;
+    );
     return HERD_OK;
 }
 
@@ -159,11 +159,10 @@ static herd_status act_relu_bwd(size_t n, const uint16_t *y, const uint16_t *dy,
 static herd_status act_add(size_t n, const uint16_t *a, const uint16_t *b, uint16_t *y)
 {
     HERD_CHECK_ARRAYS("bf16 add", n, a, b, y);
-#pragma omp parallel for simd schedule(static) if (n >= HERD_CPU_PAR_MIN)
-    for (size_t i = 0; i < n / 2; i++) {
+    HERD_CPU_FOR_SIMD(herd_cpu_par(n), size_t, i, n / 2,
         uint32_t wa = ld(a + 2 * i), wb = ld(b + 2 * i);
         st(y + 2 * i, pack(lo(wa) + lo(wb), hi(wa) + hi(wb)));
-    }
+    );
     if (n % 2)
         y[n - 1] = f2b(b2f(a[n - 1]) + b2f(b[n - 1]));
     return HERD_OK;

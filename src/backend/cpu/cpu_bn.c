@@ -140,14 +140,13 @@ herd_status herd_cpu_bn_fwd_train(int n, int c, int hw, const float *x, const fl
                                      running_mean, running_var));
     int64_t count = (int64_t)n * hw;
     size_t plane = (size_t)c * hw;
-#pragma omp parallel for schedule(static) if ((size_t)count * c >= HERD_CPU_PAR_MIN)
-    for (int ch = 0; ch < c; ch++) {
+    HERD_CPU_FOR(herd_cpu_par((size_t)count * c), int, ch, c,
         float mean = ch_mean(ch_sum(CH(x, ch), n, plane, hw), count);
         double sq = ch_sqdev(CH(x, ch), n, plane, hw, mean);
         ch_apply(CH(x, ch), CH(y, ch), n, plane, hw, mean, sq, count, gamma[ch], beta[ch],
                  &save_mean[ch], &save_invstd[ch], &running_mean[ch], &running_var[ch],
                  momentum, eps);
-    }
+    );
     return HERD_OK;
 }
 
@@ -178,15 +177,14 @@ herd_status herd_cpu_bn_bwd(int n, int c, int hw, const float *x, const float *d
                                beta));
     size_t plane = (size_t)c * hw;
     int64_t count = (int64_t)n * hw;
-#pragma omp parallel for schedule(static) if ((size_t)count * c >= HERD_CPU_PAR_MIN)
-    for (int ch = 0; ch < c; ch++) {
+    HERD_CPU_FOR(herd_cpu_par((size_t)count * c), int, ch, c,
         double sum_dy, sum_dy_xc;
         ch_bwd_sums(CH(x, ch), CH(dy, ch), n, plane, hw, save_mean[ch], &sum_dy, &sum_dy_xc);
         if (dx)
             ch_dx(CH(x, ch), CH(dy, ch), CH(dx, ch), n, plane, hw, gamma[ch], save_mean[ch],
                   save_invstd[ch], sum_dy, sum_dy_xc, count);
         ch_param_grads(sum_dy, sum_dy_xc, save_invstd[ch], &dgamma[ch], &dbeta[ch], beta);
-    }
+    );
     return HERD_OK;
 }
 
@@ -197,10 +195,10 @@ herd_status herd_cpu_bn_stats(int n, int c, int hw, const float *x, const double
 {
     HERD_TRY(herd_check_bn_stats(n, c, hw, x, sum, count, out));
     size_t plane = (size_t)c * hw;
-#pragma omp parallel for schedule(static) if ((size_t)n * plane >= HERD_CPU_PAR_MIN)
-    for (int ch = 0; ch < c; ch++)
+    HERD_CPU_FOR(herd_cpu_par((size_t)n * plane), int, ch, c,
         out[ch] = sum ? ch_sqdev(CH(x, ch), n, plane, hw, ch_mean(sum[ch], count))
                       : ch_sum(CH(x, ch), n, plane, hw);
+    );
     return HERD_OK;
 }
 
@@ -213,11 +211,11 @@ herd_status herd_cpu_bn_apply_train(int n, int c, int hw, const float *x, const 
     HERD_TRY(herd_check_bn_apply_train(n, c, hw, x, gamma, beta, sum, sqdev, count, y, save_mean,
                                        save_invstd, running_mean, running_var));
     size_t plane = (size_t)c * hw;
-#pragma omp parallel for schedule(static) if ((size_t)n * plane >= HERD_CPU_PAR_MIN)
-    for (int ch = 0; ch < c; ch++)
+    HERD_CPU_FOR(herd_cpu_par((size_t)n * plane), int, ch, c,
         ch_apply(CH(x, ch), CH(y, ch), n, plane, hw, ch_mean(sum[ch], count), sqdev[ch], count,
                  gamma[ch], beta[ch], &save_mean[ch], &save_invstd[ch], &running_mean[ch],
                  &running_var[ch], momentum, eps);
+    );
     return HERD_OK;
 }
 
@@ -229,12 +227,11 @@ herd_status herd_cpu_bn_bwd_reduce(int n, int c, int hw, const float *x, const f
     HERD_TRY(herd_check_bn_bwd_reduce(n, c, hw, x, dy, save_mean, save_invstd, sum_dy, sum_dy_xc,
                                       dgamma, dbeta, beta));
     size_t plane = (size_t)c * hw;
-#pragma omp parallel for schedule(static) if ((size_t)n * plane >= HERD_CPU_PAR_MIN)
-    for (int ch = 0; ch < c; ch++) {
+    HERD_CPU_FOR(herd_cpu_par((size_t)n * plane), int, ch, c,
         ch_bwd_sums(CH(x, ch), CH(dy, ch), n, plane, hw, save_mean[ch], &sum_dy[ch],
                     &sum_dy_xc[ch]);
         ch_param_grads(sum_dy[ch], sum_dy_xc[ch], save_invstd[ch], &dgamma[ch], &dbeta[ch], beta);
-    }
+    );
     return HERD_OK;
 }
 
@@ -246,9 +243,9 @@ herd_status herd_cpu_bn_bwd_apply(int n, int c, int hw, const float *x, const fl
     HERD_TRY(herd_check_bn_bwd_apply(n, c, hw, x, dy, gamma, save_mean, save_invstd, sum_dy,
                                      sum_dy_xc, count, dx));
     size_t plane = (size_t)c * hw;
-#pragma omp parallel for schedule(static) if ((size_t)n * plane >= HERD_CPU_PAR_MIN)
-    for (int ch = 0; ch < c; ch++)
+    HERD_CPU_FOR(herd_cpu_par((size_t)n * plane), int, ch, c,
         ch_dx(CH(x, ch), CH(dy, ch), CH(dx, ch), n, plane, hw, gamma[ch], save_mean[ch],
               save_invstd[ch], sum_dy[ch], sum_dy_xc[ch], count);
+    );
     return HERD_OK;
 }

@@ -7,18 +7,18 @@
 herd_status herd_cpu_relu_fwd(size_t n, const float *x, float *y)
 {
     HERD_CHECK_ARRAYS("relu_fwd", n, x, y);
-#pragma omp parallel for simd schedule(static) if (n >= HERD_CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++)
+    HERD_CPU_FOR_SIMD(herd_cpu_par(n), size_t, i, n,
         y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    );
     return HERD_OK;
 }
 
 herd_status herd_cpu_relu_bwd(size_t n, const float *y, const float *dy, float *dx)
 {
     HERD_CHECK_ARRAYS("relu_bwd", n, y, dy, dx);
-#pragma omp parallel for simd schedule(static) if (n >= HERD_CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++)
+    HERD_CPU_FOR_SIMD(herd_cpu_par(n), size_t, i, n,
         dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    );
     return HERD_OK;
 }
 
@@ -31,38 +31,37 @@ herd_status herd_cpu_dropout_fwd(size_t n, const float *x, float *y, float *mask
     /* p = 1 drops everything (PyTorch returns zeros) instead of scaling by infinity. */
     float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
     uint64_t key = herd_dropout_key(seed);
-#pragma omp parallel for simd schedule(static) if (n >= HERD_CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
+    HERD_CPU_FOR_SIMD(herd_cpu_par(n), size_t, i, n,
         mask[i] = herd_rng_uniform_at(key, i) >= p ? keep_scale : 0.0f;
         y[i] = x[i] * mask[i];
-    }
+    );
     return HERD_OK;
 }
 
 herd_status herd_cpu_mul(size_t n, const float *a, const float *b, float *y)
 {
     HERD_CHECK_ARRAYS("mul", n, a, b, y);
-#pragma omp parallel for simd schedule(static) if (n >= HERD_CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++)
+    HERD_CPU_FOR_SIMD(herd_cpu_par(n), size_t, i, n,
         y[i] = a[i] * b[i];
+    );
     return HERD_OK;
 }
 
 herd_status herd_cpu_add(size_t n, const float *a, const float *b, float *y)
 {
     HERD_CHECK_ARRAYS("add", n, a, b, y);
-#pragma omp parallel for simd schedule(static) if (n >= HERD_CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++)
+    HERD_CPU_FOR_SIMD(herd_cpu_par(n), size_t, i, n,
         y[i] = a[i] + b[i];
+    );
     return HERD_OK;
 }
 
 herd_status herd_cpu_axpy(size_t n, float alpha, const float *x, float *y)
 {
     HERD_CHECK_ARRAYS("axpy", n, x, y);
-#pragma omp parallel for simd schedule(static) if (n >= HERD_CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++)
+    HERD_CPU_FOR_SIMD(herd_cpu_par(n), size_t, i, n,
         y[i] += alpha * x[i];
+    );
     return HERD_OK;
 }
 
@@ -71,17 +70,17 @@ herd_status herd_cpu_copy(size_t n, const float *x, float *y)
     HERD_CHECK_ARRAYS("copy", n, x, y);
     if (x == y)
         return HERD_OK;
-#pragma omp parallel for simd schedule(static) if (n >= HERD_CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++)
+    HERD_CPU_FOR_SIMD(herd_cpu_par(n), size_t, i, n,
         y[i] = x[i];
+    );
     return HERD_OK;
 }
 
 herd_status herd_cpu_fill(size_t n, float value, float *y)
 {
     HERD_CHECK_ARRAYS("fill", n, y);
-#pragma omp parallel for simd schedule(static) if (n >= HERD_CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++)
+    HERD_CPU_FOR_SIMD(herd_cpu_par(n), size_t, i, n,
         y[i] = value;
+    );
     return HERD_OK;
 }

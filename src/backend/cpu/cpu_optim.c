@@ -4,10 +4,8 @@
 #include <stdlib.h>
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
-
-/* Below this many floats the OpenMP fork/join costs more than the loop. */
-#define HERD_OPTIM_PAR_MIN 32768
 
 herd_status herd_cpu_sgd_update(size_t n, float *w, const float *g, float *momentum_buf,
                                 const herd_sgd_args *a)
@@ -26,12 +24,11 @@ herd_status herd_cpu_sgd_update(size_t n, float *w, const float *g, float *momen
     const float *restrict G = g;
 
     if (mom == 0.0f) {
-#pragma omp parallel for simd schedule(static) if (n >= HERD_OPTIM_PAR_MIN)
-        for (ptrdiff_t i = 0; i < len; i++) {
+        HERD_CPU_FOR_SIMD(herd_cpu_par(n), ptrdiff_t, i, len,
             float wi = W[i] * shrink;
             float gi = G[i] + wd_coupled * wi;
             W[i] = wi - lr * gi;
-        }
+        );
         return HERD_OK;
     }
 
@@ -39,23 +36,21 @@ herd_status herd_cpu_sgd_update(size_t n, float *w, const float *g, float *momen
      * mom*0 + g == g, so the first step needs no special case. */
     float *restrict B = momentum_buf;
     if (a->nesterov) {
-#pragma omp parallel for simd schedule(static) if (n >= HERD_OPTIM_PAR_MIN)
-        for (ptrdiff_t i = 0; i < len; i++) {
+        HERD_CPU_FOR_SIMD(herd_cpu_par(n), ptrdiff_t, i, len,
             float wi = W[i] * shrink;
             float gi = G[i] + wd_coupled * wi;
             float bi = mom * B[i] + gi;
             B[i] = bi;
             W[i] = wi - lr * (gi + mom * bi);
-        }
+        );
     } else {
-#pragma omp parallel for simd schedule(static) if (n >= HERD_OPTIM_PAR_MIN)
-        for (ptrdiff_t i = 0; i < len; i++) {
+        HERD_CPU_FOR_SIMD(herd_cpu_par(n), ptrdiff_t, i, len,
             float wi = W[i] * shrink;
             float gi = G[i] + wd_coupled * wi;
             float bi = mom * B[i] + gi;
             B[i] = bi;
             W[i] = wi - lr * bi;
-        }
+        );
     }
     return HERD_OK;
 }
@@ -79,8 +74,7 @@ herd_status herd_cpu_adamw_update(size_t n, float *w, const float *g, float *m, 
     float *restrict W = w, *restrict M = m, *restrict V = v;
     const float *restrict G = g;
 
-#pragma omp parallel for simd schedule(static) if (n >= HERD_OPTIM_PAR_MIN)
-    for (ptrdiff_t i = 0; i < len; i++) {
+    HERD_CPU_FOR_SIMD(herd_cpu_par(n), ptrdiff_t, i, len,
         float gi = G[i];
         float mi = b1 * M[i] + (1.0f - b1) * gi;
         float vi = b2 * V[i] + (1.0f - b2) * gi * gi;
@@ -90,7 +84,7 @@ herd_status herd_cpu_adamw_update(size_t n, float *w, const float *g, float *m, 
          * vi >= 0, so errno would never be set anyway.
          * torch.optim.AdamW: decay first, then w -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps). */
         W[i] = W[i] * shrink - step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
-    }
+    );
     return HERD_OK;
 }
 
@@ -102,7 +96,7 @@ herd_status herd_cpu_grad_unscale_check(size_t n, float *x, float factor, bool *
     /* inf * factor stays inf and NaN stays NaN, so checking the results is checking
      * the inputs too; x - x is 0 exactly for finite x and NaN otherwise, which keeps
      * the loop a vectorisable reduction. */
-#pragma omp parallel for reduction(| : bad) if (n >= HERD_OPTIM_PAR_MIN)
+#pragma omp parallel for reduction(| : bad) if (n >= HERD_CPU_PAR_MIN)
     for (ptrdiff_t i = 0; i < len; i++) {
         float v = x[i] * factor;
         x[i] = v;
@@ -125,7 +119,7 @@ herd_status herd_cpu_sum_squares(size_t n, const float *x, double *out)
     if (!part)
         return HERD_NOMEM(blocks * sizeof(double));
     const ptrdiff_t nb = (ptrdiff_t)blocks;
-#pragma omp parallel for schedule(static) if (n >= HERD_OPTIM_PAR_MIN)
+#pragma omp parallel for schedule(static) if (n >= HERD_CPU_PAR_MIN)
     for (ptrdiff_t b = 0; b < nb; b++) {
         size_t lo = (size_t)b * SUM_SQUARES_BLOCK, hi = lo + SUM_SQUARES_BLOCK < n ? lo + SUM_SQUARES_BLOCK : n;
         double s = 0.0;

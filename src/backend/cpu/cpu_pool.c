@@ -120,14 +120,13 @@ herd_status herd_cpu_pool_fwd(herd_pool_plan *p, const float *x, float *y, bool 
     bool keep = d->is_max && training;
     uint8_t *arg8 = keep && !p->wide_argmax ? p->argmax : NULL;
     int32_t *arg32 = keep && p->wide_argmax ? p->argmax : NULL;
-#pragma omp parallel for schedule(static) if (planes * in >= HERD_CPU_PAR_MIN)
-    for (size_t i = 0; i < planes; i++) {
+    HERD_CPU_FOR(herd_cpu_par(planes * in), size_t, i, planes,
         if (d->is_max)
             max_plane(d, x + i * in, y + i * out, arg8 ? arg8 + i * out : NULL,
                       arg32 ? arg32 + i * out : NULL);
         else
             avg_plane(d, x + i * in, y + i * out);
-    }
+    );
     p->have_argmax = keep;
     return HERD_OK;
 }
@@ -141,8 +140,7 @@ herd_status herd_cpu_pool_bwd(herd_pool_plan *p, const float *dy, float *dx)
     const uint8_t *arg8 = p->wide_argmax ? NULL : p->argmax;
     const int32_t *arg32 = p->wide_argmax ? p->argmax : NULL;
     float count = (float)(d->k * d->k);
-#pragma omp parallel for schedule(static) if (planes * in >= HERD_CPU_PAR_MIN)
-    for (size_t i = 0; i < planes; i++) {
+    HERD_CPU_FOR(herd_cpu_par(planes * in), size_t, i, planes,
         float *g = dx + i * in;
         const float *gy = dy + i * out;
         memset(g, 0, in * sizeof *g);
@@ -162,7 +160,7 @@ herd_status herd_cpu_pool_bwd(herd_pool_plan *p, const float *dy, float *dx)
                     for (int q = w.q0; q < w.q1; q++)
                         g[(size_t)(w.h0 + r) * d->w_in + w.w0 + q] += share;
             }
-    }
+    );
     return HERD_OK;
 }
 
@@ -171,15 +169,14 @@ herd_status herd_cpu_global_avgpool_fwd(int n, int c, int hw, const float *x, fl
     HERD_TRY(herd_check_global_avgpool("global_avgpool_fwd", n, c, hw, x, y));
     size_t rows = (size_t)n * c;
     float inv = 1.0f / (float)hw;
-#pragma omp parallel for schedule(static) if (rows * hw >= HERD_CPU_PAR_MIN)
-    for (size_t r = 0; r < rows; r++) {
+    HERD_CPU_FOR(herd_cpu_par(rows * hw), size_t, r, rows,
         const float *xr = x + r * hw;
         double s = 0.0; /* see row_sum in cpu_bn.c */
-#pragma omp simd reduction(+ : s)
+        _Pragma("omp simd reduction(+ : s)")
         for (int i = 0; i < hw; i++)
             s += xr[i];
         y[r] = s * inv;
-    }
+    );
     return HERD_OK;
 }
 
@@ -188,12 +185,11 @@ herd_status herd_cpu_global_avgpool_bwd(int n, int c, int hw, const float *dy, f
     HERD_TRY(herd_check_global_avgpool("global_avgpool_bwd", n, c, hw, dy, dx));
     size_t rows = (size_t)n * c;
     float inv = 1.0f / (float)hw;
-#pragma omp parallel for schedule(static) if (rows * hw >= HERD_CPU_PAR_MIN)
-    for (size_t r = 0; r < rows; r++) {
+    HERD_CPU_FOR(herd_cpu_par(rows * hw), size_t, r, rows,
         float g = dy[r] * inv;
         float *dxr = dx + r * hw;
         for (int i = 0; i < hw; i++)
             dxr[i] = g;
-    }
+    );
     return HERD_OK;
 }

@@ -26,15 +26,14 @@ herd_status herd_cpu_embedding_fwd(int n, int t, int c, int vocab, int first, in
                                 "vocabulary of %d (whole numbers 0..%d)",
                                 (double)id, b, p, vocab, vocab - 1);
         }
-#pragma omp parallel for schedule(static) if ((size_t)n * t * c >= HERD_CPU_PAR_MIN)
-    for (int r = 0; r < n * t; r++) {
+    HERD_CPU_FOR(herd_cpu_par((size_t)n * t * c), int, r, n * t,
         int row = (int)tokens[r] - first;
         const float *e = row >= 0 && row < count ? wte + (size_t)row * c : NULL;
         const float *q = wpe ? wpe + (size_t)(r % t) * c : NULL;
         float *out = y + (size_t)r * c;
         for (int j = 0; j < c; j++)
             out[j] = (e ? e[j] : 0.0f) + (q ? q[j] : 0.0f);
-    }
+    );
     return HERD_OK;
 }
 
@@ -77,25 +76,24 @@ herd_status herd_cpu_layernorm_fwd(int rows, int c, const float *x, const float 
                                    float *rstd)
 {
     HERD_CHECK_ARRAYS("layernorm_fwd", (size_t)rows * c, x, gamma, bias, y, mean, rstd);
-#pragma omp parallel for schedule(static) if ((size_t)rows * c >= HERD_CPU_PAR_MIN)
-    for (int r = 0; r < rows; r++) {
+    HERD_CPU_FOR(herd_cpu_par((size_t)rows * c), int, r, rows,
         const float *xr = x + (size_t)r * c;
         double s = 0, sq = 0;
-#pragma omp simd reduction(+ : s)
+        _Pragma("omp simd reduction(+ : s)")
         for (int j = 0; j < c; j++)
             s += xr[j];
         double mu = s / c;
-#pragma omp simd reduction(+ : sq)
+        _Pragma("omp simd reduction(+ : sq)")
         for (int j = 0; j < c; j++)
             sq += (xr[j] - mu) * (xr[j] - mu);
         float rs = (float)(1.0 / sqrt(sq / c + eps));
         float *yr = y + (size_t)r * c;
-#pragma omp simd
+        _Pragma("omp simd")
         for (int j = 0; j < c; j++)
             yr[j] = ((xr[j] - (float)mu) * rs) * gamma[j] + bias[j];
         mean[r] = (float)mu;
         rstd[r] = rs;
-    }
+    );
     return HERD_OK;
 }
 
@@ -106,11 +104,10 @@ herd_status herd_cpu_layernorm_bwd(int rows, int c, const float *x, const float 
     HERD_CHECK_ARRAYS("layernorm_bwd", (size_t)rows * c, x, dy, gamma, mean, rstd, dgamma, dbias);
     /* dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy gamma, per row. */
     if (dx) {
-#pragma omp parallel for schedule(static) if ((size_t)rows * c >= HERD_CPU_PAR_MIN)
-        for (int r = 0; r < rows; r++) {
+        HERD_CPU_FOR(herd_cpu_par((size_t)rows * c), int, r, rows,
             const float *xr = x + (size_t)r * c, *dr = dy + (size_t)r * c;
             double sg = 0, sgx = 0;
-#pragma omp simd reduction(+ : sg, sgx)
+            _Pragma("omp simd reduction(+ : sg, sgx)")
             for (int j = 0; j < c; j++) {
                 double g = (double)dr[j] * gamma[j], xh = (xr[j] - mean[r]) * rstd[r];
                 sg += g;
@@ -118,12 +115,12 @@ herd_status herd_cpu_layernorm_bwd(int rows, int c, const float *x, const float 
             }
             float mg = (float)(sg / c), mgx = (float)(sgx / c);
             float *o = dx + (size_t)r * c;
-#pragma omp simd
+            _Pragma("omp simd")
             for (int j = 0; j < c; j++) {
                 float xh = (xr[j] - mean[r]) * rstd[r];
                 o[j] = rstd[r] * (dr[j] * gamma[j] - mg - xh * mgx);
             }
-        }
+        );
     }
 #pragma omp parallel for schedule(static)
     for (int j0 = 0; j0 < c; j0 += COL_BLOCK) {
@@ -153,23 +150,21 @@ herd_status herd_cpu_layernorm_bwd(int rows, int c, const float *x, const float 
 herd_status herd_cpu_gelu_fwd(size_t n, const float *x, float *y)
 {
     HERD_CHECK_ARRAYS("gelu_fwd", n, x, y);
-#pragma omp parallel for simd schedule(static) if (n >= HERD_CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
+    HERD_CPU_FOR_SIMD(herd_cpu_par(n), size_t, i, n,
         float v = x[i], u = GELU_K * (v + GELU_A * v * v * v);
         y[i] = v / (1.0f + herd_fast_expf(-2.0f * u));
-    }
+    );
     return HERD_OK;
 }
 
 herd_status herd_cpu_gelu_bwd(size_t n, const float *x, const float *dy, float *dx)
 {
     HERD_CHECK_ARRAYS("gelu_bwd", n, x, dy, dx);
-#pragma omp parallel for simd schedule(static) if (n >= HERD_CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
+    HERD_CPU_FOR_SIMD(herd_cpu_par(n), size_t, i, n,
         float v = x[i], u = GELU_K * (v + GELU_A * v * v * v);
         float e = herd_fast_expf(-2.0f * u), s = 1.0f / (1.0f + e);
         float dinner = GELU_K * (1.0f + 3.0f * GELU_A * v * v);
         dx[i] = dy[i] * (s + 2.0f * v * s * (e * s) * dinner);
-    }
+    );
     return HERD_OK;
 }
