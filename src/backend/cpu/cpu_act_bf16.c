@@ -97,7 +97,6 @@ static herd_status check(const char *op, int n, int c, int hw, const int64_t *co
 #define BLOCKS ((size_t)n * (size_t)(c / L))
 #define BLK(p, k) ((p) + (k) * (size_t)hw * L)    /* block k of a blocked tensor */
 #define CH0(k) ((int)((k) % (size_t)(c / L)) * L) /* its first channel */
-#define PAR if (BLOCKS * (size_t)hw * L >= HERD_CPU_PAR_MIN)
 
 static bool act_in_use(void) { return herd_cpu_bf16() == HERD_CPU_BF16_NATIVE; }
 
@@ -107,15 +106,14 @@ static herd_status act_from_f32(int n, int c, int hw, const float *x, uint16_t *
 {
     HERD_TRY(check("from_f32", n, c, hw, NULL));
     HERD_CHECK_ARRAYS("bf16 from_f32", 1, x, y);
-#pragma omp parallel for schedule(static) PAR
-    for (size_t k = 0; k < BLOCKS; k++) {
+    HERD_CPU_FOR(herd_cpu_par(BLOCKS * (size_t)hw * L), size_t, k, BLOCKS,
         const float *xb = x + k * L * hw;
         uint16_t *yb = BLK(y, k);
         for (int p = 0; p < hw; p++)
-#pragma omp simd
+            _Pragma("omp simd")
             for (int l = 0; l < L; l++)
                 yb[(size_t)p * L + l] = f2b(xb[(size_t)l * hw + p]);
-    }
+    );
     return HERD_OK;
 }
 
@@ -123,15 +121,14 @@ static herd_status act_to_f32(int n, int c, int hw, const uint16_t *x, float *y)
 {
     HERD_TRY(check("to_f32", n, c, hw, NULL));
     HERD_CHECK_ARRAYS("bf16 to_f32", 1, x, y);
-#pragma omp parallel for schedule(static) PAR
-    for (size_t k = 0; k < BLOCKS; k++) {
+    HERD_CPU_FOR(herd_cpu_par(BLOCKS * (size_t)hw * L), size_t, k, BLOCKS,
         const uint16_t *xb = BLK(x, k);
         float *yb = y + k * L * hw;
         for (int l = 0; l < L; l++)
-#pragma omp simd
+            _Pragma("omp simd")
             for (int p = 0; p < hw; p++)
                 yb[(size_t)l * hw + p] = b2f(xb[(size_t)p * L + l]);
-    }
+    );
     return HERD_OK;
 }
 
@@ -181,7 +178,11 @@ static herd_status act_copy(size_t n, const uint16_t *x, uint16_t *y)
     HERD_CHECK_ARRAYS("bf16 copy", n, x, y);
     if (x == y)
         return HERD_OK;
-#pragma omp parallel for schedule(static) if (n >= HERD_CPU_PAR_MIN)
+    if (!herd_cpu_par(n)) { /* no parallel region for one thread's copy (herd_cpu_par) */
+        memcpy(y, x, n * sizeof *y);
+        return HERD_OK;
+    }
+#pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i += COPY_CHUNK)
         memcpy(y + i, x + i, (n - i < COPY_CHUNK ? n - i : COPY_CHUNK) * sizeof *y);
     return HERD_OK;
@@ -220,13 +221,12 @@ static herd_status act_global_avgpool_fwd(int n, int c, int hw, const uint16_t *
     HERD_TRY(check("global_avgpool_fwd", n, c, hw, NULL));
     HERD_CHECK_ARRAYS("bf16 global_avgpool_fwd", 1, x, y);
     float inv = 1.0f / (float)hw; /* as herd_cpu_global_avgpool_fwd: sum * (1/hw) */
-#pragma omp parallel for schedule(static) PAR
-    for (size_t k = 0; k < BLOCKS; k++) {
+    HERD_CPU_FOR(herd_cpu_par(BLOCKS * (size_t)hw * L), size_t, k, BLOCKS,
         double s[L];
         block_sum(BLK(x, k), hw, s);
         for (int l = 0; l < L; l++) /* y[s*c + ch] is y[k*16 + lane] */
             y[k * L + l] = (float)(s[l] * inv);
-    }
+    );
     return HERD_OK;
 }
 
@@ -235,14 +235,13 @@ static herd_status act_global_avgpool_bwd(int n, int c, int hw, const float *dy,
     HERD_TRY(check("global_avgpool_bwd", n, c, hw, NULL));
     HERD_CHECK_ARRAYS("bf16 global_avgpool_bwd", 1, dy, dx);
     float inv = 1.0f / (float)hw;
-#pragma omp parallel for schedule(static) PAR
-    for (size_t k = 0; k < BLOCKS; k++) {
+    HERD_CPU_FOR(herd_cpu_par(BLOCKS * (size_t)hw * L), size_t, k, BLOCKS,
         uint16_t g[L];
         for (int l = 0; l < L; l++)
             g[l] = f2b(dy[k * L + l] * inv);
         for (int p = 0; p < hw; p++)
             memcpy(BLK(dx, k) + (size_t)p * L, g, sizeof g);
-    }
+    );
     return HERD_OK;
 }
 
@@ -256,8 +255,7 @@ static herd_status act_bn_stats(int n, int c, int hw, const uint16_t *x, const d
     double *part = malloc(BLOCKS * L * sizeof *part);
     if (!part)
         return HERD_NOMEM(BLOCKS * L * sizeof *part);
-#pragma omp parallel for schedule(static) PAR
-    for (size_t k = 0; k < BLOCKS; k++) {
+    HERD_CPU_FOR(herd_cpu_par(BLOCKS * (size_t)hw * L), size_t, k, BLOCKS,
         if (!sum) {
             block_sum(BLK(x, k), hw, part + k * L);
             continue;
@@ -268,7 +266,7 @@ static herd_status act_bn_stats(int n, int c, int hw, const uint16_t *x, const d
             m[l] = (float)(sum[CH0(k) + l] / (double)count);
         split(&mean, m);
         block_sqdev(BLK(x, k), hw, &mean, part + k * L);
-    }
+    );
     fold_samples(part, n, c, out);
     free(part);
     return HERD_OK;
@@ -300,15 +298,14 @@ static herd_status act_bn_apply_train(int n, int c, int hw, const uint16_t *x, c
         running_mean[ch] = (1.0f - momentum) * running_mean[ch] + momentum * save_mean[ch];
         running_var[ch] = (1.0f - momentum) * running_var[ch] + momentum * (float)unbiased;
     }
-#pragma omp parallel for schedule(static) PAR
-    for (size_t k = 0; k < BLOCKS; k++) {
+    HERD_CPU_FOR(herd_cpu_par(BLOCKS * (size_t)hw * L), size_t, k, BLOCKS,
         float scale[L], shift[L];
         for (int l = 0, ch = CH0(k); l < L; l++, ch++) {
             scale[l] = gamma[ch] * save_invstd[ch];
             shift[l] = beta[ch] - save_mean[ch] * scale[l];
         }
         block_affine(BLK(x, k), BLK(y, k), hw, scale, shift);
-    }
+    );
     return HERD_OK;
 }
 
@@ -318,15 +315,14 @@ static herd_status act_bn_fwd_infer(int n, int c, int hw, const uint16_t *x, con
 {
     HERD_TRY(check("bn_fwd_infer", n, c, hw, NULL));
     HERD_CHECK_ARRAYS("bf16 bn_fwd_infer", 1, x, gamma, beta, y, running_mean, running_var);
-#pragma omp parallel for schedule(static) PAR
-    for (size_t k = 0; k < BLOCKS; k++) {
+    HERD_CPU_FOR(herd_cpu_par(BLOCKS * (size_t)hw * L), size_t, k, BLOCKS,
         float scale[L], shift[L];
         for (int l = 0, ch = CH0(k); l < L; l++, ch++) {
             scale[l] = gamma[ch] / sqrtf(running_var[ch] + eps);
             shift[l] = beta[ch] - running_mean[ch] * scale[l];
         }
         block_affine(BLK(x, k), BLK(y, k), hw, scale, shift);
-    }
+    );
     return HERD_OK;
 }
 
@@ -343,8 +339,7 @@ static herd_status act_bn_bwd_reduce(int n, int c, int hw, const uint16_t *x, co
     double *part = malloc(2 * vals * sizeof *part);
     if (!part)
         return HERD_NOMEM(2 * vals * sizeof *part);
-#pragma omp parallel for schedule(static) PAR
-    for (size_t k = 0; k < BLOCKS; k++) { /* sums of dy and dy*(x - mean), as ch_bwd_sums */
+    HERD_CPU_FOR(herd_cpu_par(BLOCKS * (size_t)hw * L), size_t, k, BLOCKS, /* sums of dy and dy*(x - mean), as ch_bwd_sums */
         const uint16_t *xb = BLK(x, k), *dyb = BLK(dy, k);
         lanes mean;
         split(&mean, save_mean + CH0(k));
@@ -354,7 +349,7 @@ static herd_status act_bn_bwd_reduce(int n, int c, int hw, const uint16_t *x, co
                   bo[j] += hi(g) * (hi(v) - mean.o[j]));
         unsplit(ae, ao, part + k * L);
         unsplit(be, bo, part + vals + k * L);
-    }
+    );
     fold_samples(part, n, c, sum_dy);
     fold_samples(part + vals, n, c, sum_dy_xc);
     free(part);
@@ -374,8 +369,7 @@ static herd_status act_bn_bwd_apply(int n, int c, int hw, const uint16_t *x, con
     HERD_TRY(check("bn_bwd_apply", n, c, hw, &count));
     HERD_CHECK_ARRAYS("bf16 bn_bwd_apply", 1, x, dy, gamma, save_mean, save_invstd, sum_dy,
                       sum_dy_xc, dx);
-#pragma omp parallel for schedule(static) PAR
-    for (size_t k = 0; k < BLOCKS; k++) { /* dx = g*(dy - mean_dy - (x - mean)*proj): ch_dx */
+    HERD_CPU_FOR(herd_cpu_par(BLOCKS * (size_t)hw * L), size_t, k, BLOCKS, /* dx = g*(dy - mean_dy - (x - mean)*proj): ch_dx */
         float v[4][L];
         for (int l = 0, ch = CH0(k); l < L; l++, ch++) {
             float invstd = save_invstd[ch];
@@ -392,7 +386,7 @@ static herd_status act_bn_bwd_apply(int n, int c, int hw, const uint16_t *x, con
                   st(dxb + 2 * i,
                      pack(g.e[j] * (lo(d) - mdy.e[j] - (lo(u) - mean.e[j]) * proj.e[j]),
                           g.o[j] * (hi(d) - mdy.o[j] - (hi(u) - mean.o[j]) * proj.o[j]))));
-    }
+    );
     return HERD_OK;
 }
 

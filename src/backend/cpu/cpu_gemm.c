@@ -24,12 +24,11 @@ herd_status herd_cpu_gemm(bool trans_a, bool trans_b, int m, int n, int k, float
 herd_status herd_cpu_bias_add(int rows, int cols, float *y, const float *bias)
 {
     HERD_TRY(herd_check_bias_add(rows, cols, y, bias));
-#pragma omp parallel for schedule(static) if (rows * (size_t)cols >= HERD_CPU_PAR_MIN)
-    for (int r = 0; r < rows; r++) {
+    HERD_CPU_FOR(herd_cpu_par(rows * (size_t)cols), int, r, rows,
         float *row = y + (size_t)r * cols;
         for (int j = 0; j < cols; j++)
             row[j] += bias[j];
-    }
+    );
     return HERD_OK;
 }
 

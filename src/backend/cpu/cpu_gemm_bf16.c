@@ -14,8 +14,7 @@
  * per row costs more than the row. */
 static void compact(const float *x, int rows, int cols, int ld, uint16_t *to16, float *to32)
 {
-#pragma omp parallel for schedule(static) if ((size_t)rows * cols >= HERD_CPU_PAR_MIN)
-    for (int r = 0; r < rows; r++) {
+    HERD_CPU_FOR(herd_cpu_par((size_t)rows * cols), int, r, rows,
         const float *row = x + (size_t)r * ld;
         if (to16) {
             uint16_t *out = to16 + (size_t)r * cols;
@@ -26,7 +25,7 @@ static void compact(const float *x, int rows, int cols, int ld, uint16_t *to16, 
             for (int i = 0; i < cols; i++)
                 out[i] = herd_bf16_to_float(herd_float_to_bf16(row[i]));
         }
-    }
+    );
 }
 
 herd_status herd_cpu_gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,

@@ -97,8 +97,7 @@ herd_status herd_cpu_xent_part_stats(int n, int count, int first, const float *l
                                      const int32_t *labels, double *stats)
 {
     HERD_CHECK_ARRAYS("xent_part_stats", (size_t)n * count, logits, labels, stats);
-#pragma omp parallel for schedule(static) if (n * (size_t)count >= HERD_CPU_PAR_MIN)
-    for (int i = 0; i < n; i++) {
+    HERD_CPU_FOR(herd_cpu_par(n * (size_t)count), int, i, n,
         const float *z = logits + (size_t)i * count;
         float zmax;
         int best = row_argmax(z, count, &zmax);
@@ -112,7 +111,7 @@ herd_status herd_cpu_xent_part_stats(int n, int count, int first, const float *l
         s[3] = here ? z[y] : 0.0;
         s[4] = sum_z;
         s[5] = here;
-    }
+    );
     return HERD_OK;
 }
 
@@ -124,17 +123,16 @@ herd_status herd_cpu_xent_part_grad(int n, int count, int first, int classes,
     const float off_target = smoothing / (float)classes;
     const float on_target = 1.0f - smoothing + off_target;
     const float inv_n = 1.0f / (float)n;
-#pragma omp parallel for schedule(static) if (n * (size_t)count >= HERD_CPU_PAR_MIN)
-    for (int i = 0; i < n; i++) {
+    HERD_CPU_FOR(herd_cpu_par(n * (size_t)count), int, i, n,
         const float *z = logits + (size_t)i * count;
         float *d = dlogits + (size_t)i * count;
         float shift = (float)lse[i];
-#pragma omp simd
+        _Pragma("omp simd")
         for (int j = 0; j < count; j++)
             d[j] = (herd_fast_expf(z[j] - shift) - off_target) * inv_n;
         int y = labels[i] - first;
         if (y >= 0 && y < count)
             d[y] = (herd_fast_expf(z[y] - shift) - on_target) * inv_n;
-    }
+    );
     return HERD_OK;
 }

@@ -93,7 +93,7 @@ herd_status herd_cpu_set_precision(herd_precision p)
 
 void herd_cpu_round_bf16(float *x, size_t n)
 {
-#pragma omp parallel for schedule(static) if (n >= HERD_CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++)
+    HERD_CPU_FOR(herd_cpu_par(n), size_t, i, n,
         x[i] = herd_bf16_to_float(herd_float_to_bf16(x[i]));
+    );
 }
