@@ -133,10 +133,14 @@ extern const herd_bf16_act_ops herd_cpu_bf16_act_ops;
 #define HERD_CPU_PAR_MIN 32768
 
 /* Whether a loop of `work` elements runs on the OpenMP team: enough work to pay for the
- * fork, and more than one thread to give it to. Otherwise the loop runs inline, outside any
- * parallel region: libgomp ends every region with a futex call, even one an if clause keeps
- * on one thread (1 us each; --deterministic resnet20 ran 3,600 regions a step). */
-static inline bool herd_cpu_par(size_t work) { return work >= HERD_CPU_PAR_MIN && omp_get_max_threads() > 1; }
+ * fork, more than one thread to give it to, and not already inside a region (a nested one
+ * runs on one thread). Otherwise the loop runs inline, outside any parallel region: libgomp
+ * ends every region with a futex call, even one an if clause keeps on one thread (1 us
+ * each; --deterministic resnet20 ran 3,600 regions a step). */
+static inline bool herd_cpu_par(size_t work)
+{
+    return work >= HERD_CPU_PAR_MIN && omp_get_max_threads() > 1 && !omp_in_parallel();
+}
 
 /* for (TYPE I = 0; I < N; I++) { BODY }: split statically over the team when PAR, inline
  * otherwise; the _SIMD form vectorises both ways, as `omp simd` does (no alias checks). */
