@@ -143,7 +143,8 @@ static inline bool herd_cpu_par(size_t work)
 }
 
 /* for (TYPE I = 0; I < N; I++) { BODY }: split statically over the team when PAR, inline
- * otherwise; the _SIMD form vectorises both ways, as `omp simd` does (no alias checks). */
+ * otherwise; the _SIMD form vectorises both ways, as `omp simd` does (no alias checks).
+ * BODY is a macro argument, so it holds no `#` line: an inner pragma is written _Pragma(...). */
 #define HERD_CPU_FOR(par, TYPE, I, N, ...)                                                         \
     do {                                                                                           \
         if (par) {                                                                                 \
