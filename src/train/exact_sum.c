@@ -1,13 +1,13 @@
 #include "train/exact_sum.h"
 
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "core/half.h"
+#include "core/par.h"
 
 /* Bits of a slice value below its tensor's largest (fp32 keeps 24). */
 #define GRID_BITS 30
@@ -120,15 +120,14 @@ static void add_runs(const float *g, size_t n, size_t r0, size_t r1, bool grid, 
 /* One view of a slice (add_run), inf or NaN anywhere making the maximum NaN, so the step
  * is not finite whatever the grid. Returns how many values fell outside the headroom:
  * their place gets nothing, and the step is redone on another grid. Every element is its
- * own sum, and the max and the counts have no order, so threads may split the view. A view
- * too small for them, or one thread, stays outside any parallel region (libgomp ends each
- * with a futex call: 4.5% of a --deterministic resnet20 run in slices of 4). */
+ * own sum, and the max and the counts have no order, so threads may split the view; a view
+ * too small for them stays outside any parallel region (herd_par_team). */
 static double add_view(const float *g, size_t n, bool grid, double scale, double bound,
                        int round16, double *acc, float *mx_out)
 {
     size_t outside = 0, bad = 0, runs = (n + RUN - 1) / RUN;
     float mx = 0.0f;
-    if (n < 65536 || omp_get_max_threads() < 2 || omp_in_parallel()) {
+    if (!herd_par_team(n, 65536)) {
         add_runs(g, n, 0, runs, grid, scale, bound, round16, acc, &mx, &outside, &bad);
     } else {
 #pragma omp parallel for reduction(max : mx) reduction(+ : outside, bad)

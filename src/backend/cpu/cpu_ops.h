@@ -2,10 +2,8 @@
 #ifndef HERD_BACKEND_CPU_OPS_H
 #define HERD_BACKEND_CPU_OPS_H
 
-#include <omp.h>
-#include <stdbool.h>
-
 #include "backend/backend.h"
+#include "core/par.h"
 
 /* cpu_gemm.c */
 herd_status herd_cpu_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
@@ -132,15 +130,8 @@ extern const herd_bf16_act_ops herd_cpu_bf16_act_ops;
 /* Elementwise loops below this many elements stay on one thread: forking costs more. */
 #define HERD_CPU_PAR_MIN 32768
 
-/* Whether a loop of `work` elements runs on the OpenMP team: enough work to pay for the
- * fork, more than one thread to give it to, and not already inside a region (a nested one
- * runs on one thread). Otherwise the loop runs inline, outside any parallel region: libgomp
- * ends every region with a futex call, even one an if clause keeps on one thread (1 us
- * each; --deterministic resnet20 ran 3,600 regions a step). */
-static inline bool herd_cpu_par(size_t work)
-{
-    return work >= HERD_CPU_PAR_MIN && omp_get_max_threads() > 1 && !omp_in_parallel();
-}
+/* herd_par_team (core/par.h) at this backend's threshold. */
+static inline bool herd_cpu_par(size_t work) { return herd_par_team(work, HERD_CPU_PAR_MIN); }
 
 /* for (TYPE I = 0; I < N; I++) { BODY }: split statically over the team when PAR, inline
  * otherwise; the _SIMD form vectorises both ways, as `omp simd` does (no alias checks).
