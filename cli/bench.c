@@ -110,7 +110,7 @@ static int bench_train(int argc, char **argv)
     if ((st = herd_dist_init(NULL, &dist)) != HERD_OK)
         return cli_fail(st, "cannot join the distributed job");
     bool rank0 = herd_dist_rank(dist) == 0;
-    if ((st = cli_prepare_device(dist, device, gpu_memory_limit)) != HERD_OK)
+    if ((st = cli_prepare_device(dist, device, (int)threads, gpu_memory_limit)) != HERD_OK)
         cli_fail(st, "cannot use the device");
     else if (memory_limit && (st = herd_device_set_memory_limit(device, memory_limit)) != HERD_OK)
         cli_fail(st, "--memory-limit");

@@ -111,9 +111,11 @@ bool cli_pp_schedule_arg(const char *cmd, const char *flag, const char *value, h
     return false;
 }
 
-herd_status cli_prepare_device(herd_dist *dist, const char *device, uint64_t gpu_memory_limit)
+herd_status cli_prepare_device(herd_dist *dist, const char *device, int threads, uint64_t gpu_memory_limit)
 {
     herd_status st = herd_dist_bind_device(dist, device);
+    if (st == HERD_OK)
+        st = herd_device_set_threads(device, threads, dist);
     if (st == HERD_OK && gpu_memory_limit)
         st = herd_device_set_memory_limit(device, gpu_memory_limit);
     return st;

@@ -45,12 +45,12 @@ bool cli_pp_schedule_arg(const char *cmd, const char *flag, const char *value, h
 /* Device flags shared by train and bench. cli_resolve_device fills in the default
  * device and refuses GPU-only flags elsewhere, and both memory limits at once (-1 =
  * fine, else the exit code);
- * cli_prepare_device binds each rank to its GPU and applies the memory limit, before
- * any model exists; cli_print_device writes the header line naming the device (how
+ * cli_prepare_device binds each rank to its GPU, sets its compute threads (--threads) and
+ * applies the memory limit, before any data set or model exists; cli_print_device writes the header line naming the device (how
  * gradients cross ranks is said where it is decided: herd_comm_device_create). */
 int cli_resolve_device(const char *cmd, const char **device, uint64_t gpu_memory_limit,
                        uint64_t memory_limit);
-herd_status cli_prepare_device(herd_dist *dist, const char *device, uint64_t gpu_memory_limit);
+herd_status cli_prepare_device(herd_dist *dist, const char *device, int threads, uint64_t gpu_memory_limit);
 void cli_print_device(const herd_model *m);
 
 /* The stable last line: key=value pairs, or one JSON object with --json. */

@@ -76,7 +76,9 @@ int cmd_eval(int argc, char **argv)
     herd_status st;
     int rc = CLI_FAIL;
     herd_eval_result r;
-    if ((st = cli_open_data(data, split, model, seq_len, &ds)) != HERD_OK)
+    if ((st = herd_device_set_threads(device, (int)threads, NULL)) != HERD_OK)
+        cli_fail(st, "--threads");
+    else if ((st = cli_open_data(data, split, model, seq_len, &ds)) != HERD_OK)
         cli_fail(st, "cannot open the data");
     else if ((st = herd_model_create_device(model, ds, device, &m)) != HERD_OK)
         cli_fail(st, "cannot build the model");

@@ -310,7 +310,7 @@ int cmd_train(int argc, char **argv)
     const char *told = getenv("HERD_RUN_RESTARTS");
     if (getenv("HERD_RUN_SUPERVISED") && a.cfg.checkpoint_dir)
         a.cfg.run_attempt = 1 + (told && herd_parse_long(told, 0, 1 << 20, &restarts) ? (int)restarts : 0);
-    if ((st = cli_prepare_device(dist, a.device, a.gpu_memory_limit)) != HERD_OK) {
+    if ((st = cli_prepare_device(dist, a.device, a.cfg.threads, a.gpu_memory_limit)) != HERD_OK) {
         cli_fail(st, "cannot use the device");
         goto done;
     }

@@ -1,5 +1,7 @@
 /* herd_train_config_set (the training options by name, for the CLI and Python), --threads' default
  * (herd_rank_threads) and herd_dataset_from_memory (Python's Dataset.from_numpy). */
+#include <dirent.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,6 +197,39 @@ static void test_dataset_from_memory(void **state)
                     HERD_ERR_INVALID_ARG, "std must be > 0", NULL);
 }
 
+static int threads_now(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* herd_device_set_threads before the model: building and initialising one then runs on
+ * the threads asked for (--threads 1 started a team of every core first, whose spinning
+ * workers took a core from the rank beside it). Run first, before any team exists. */
+static void test_threads_set_before_the_model(void **state)
+{
+    (void)state;
+    omp_set_num_threads(2); /* what OpenMP chooses on 2 cores without OMP_NUM_THREADS */
+    assert_herd_ok(herd_device_set_threads("cpu", 1, NULL));
+    assert_int_equal(omp_get_max_threads(), 1);
+    int before = threads_now();
+    herd_model *m = NULL;
+    assert_herd_ok(herd_model_create_shape("lenet5", 1, 28, 28, 10, &m));
+    assert_herd_ok(herd_model_init_params(m, 7));
+    assert_int_equal(threads_now(), before);
+    herd_model_free(m);
+    assert_herd_ok(herd_device_set_threads("cpu", 2, NULL));
+    assert_int_equal(omp_get_max_threads(), 2);
+    tu_expect_error(herd_device_set_threads("cpu", -1, NULL), HERD_ERR_INVALID_ARG, "got -1", NULL);
+    tu_expect_error(herd_device_set_threads("tpu", 1, NULL), HERD_ERR_INVALID_ARG, "tpu", NULL);
+    omp_set_num_threads(1);
+}
+
 /* --threads' default: the user's OMP_NUM_THREADS, else the host's cores shared among
  * its ranks (never zero); a given --threads wins over both. */
 static void test_rank_threads(void **state)
@@ -228,6 +263,7 @@ static void test_rank_threads(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_threads_set_before_the_model),
         cmocka_unit_test(test_every_option_sets_its_field),
         cmocka_unit_test(test_bad_values_named),
         cmocka_unit_test(test_combinations_checked),

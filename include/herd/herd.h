@@ -306,6 +306,13 @@ HERD_API bool herd_have_nccl(void);
  * the GPU of its local rank (and fails when a host has more ranks than GPUs); "cpu"
  * and groups of one need nothing. */
 HERD_API herd_status herd_dist_bind_device(herd_dist *d, const char *device);
+/* This process's compute threads on `device` (the CPU's: herd's kernels and oneDNN's), as
+ * herd_train and herd_bench_train choose them: threads when above 0, else OMP_NUM_THREADS
+ * when set, else the cores this process may run on shared among dist's ranks on its host
+ * (dist NULL: one process). Call it before building a model: creating and initialising
+ * one runs on these threads, and OpenMP keeps the team it starts for the process's life
+ * (without it, --threads 1 ranks started every core's worth of threads first). */
+HERD_API herd_status herd_device_set_threads(const char *device, int threads, const herd_dist *dist);
 /* Ends every process of the job with exit code `code` (use after a fatal error on one
  * rank); msg goes to the log function at HERD_LOG_ERROR first. Does not return. */
 HERD_API void herd_dist_abort(herd_dist *d, int code, const char *msg);

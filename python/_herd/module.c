@@ -132,13 +132,16 @@ static PyObject *py_bind_device(PyObject *self, PyObject *args)
 {
     (void)self;
     const char *device;
-    if (!PyArg_ParseTuple(args, "s", &device))
+    int threads = 0; /* train's option: 0 chooses as herd_train does */
+    if (!PyArg_ParseTuple(args, "s|i", &device, &threads))
         return NULL;
     PyObject *error = NULL;
     herd_dist *d = pyherd_dist(&error);
     if (!d)
         return error;
     herd_status st = herd_dist_bind_device(d, device);
+    if (st == HERD_OK)
+        st = herd_device_set_threads(device, threads, d);
     return st == HERD_OK ? Py_NewRef(Py_None) : pyherd_raise(st, "cannot use the device");
 }
 

@@ -261,7 +261,8 @@ def _train(model, data, test_data, device, precision, save, train_samples, test_
            memory_limit, gpu_memory_limit, progress, seed, options):
     if device is None:
         device = _herd.default_device()
-    _herd.bind_device(device)
+    # The rank's GPU and compute threads before the data and the model exist.
+    _herd.bind_device(device, int(options.get("threads") or 0))
     if gpu_memory_limit is not None:
         if device == "cpu":
             raise InvalidArgument("gpu_memory_limit caps a GPU's memory: it needs device='cuda' or 'sim'")

@@ -518,6 +518,16 @@ herd_status herd_set_rank_threads(const herd_backend *be, int requested, int loc
     return be->set_threads(*used);
 }
 
+herd_status herd_device_set_threads(const char *device, int threads, const herd_dist *dist)
+{
+    if (threads < 0)
+        return HERD_INPUT_ERR(HERD_ERR_INVALID_ARG, "threads is 0 (as herd_train chooses) or a "
+                              "count, got %d", threads);
+    const herd_backend *be;
+    HERD_TRY(herd_backend_for(device, &be));
+    return herd_set_rank_threads(be, threads, dist ? dist->local_size : 1, &threads);
+}
+
 herd_status herd_evaluate(herd_model *m, herd_dataset *ds, int batch_size, int threads,
                           herd_eval_result *result)
 {
