@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "core/hugepages.h"
 #include "nn/model.h"
 #include "testutil.h"
 
@@ -154,6 +155,70 @@ static void test_threads_under_cap(void **state)
     for (int c = 0; c < HERD_MEM_CATEGORIES; c++)
         sum += u.peak_by_category[c];
     assert_int_equal(sum, u.peak);
+}
+
+/* Whether /proc/self/smaps says the mapping holding p may take huge pages (THPeligible: 1);
+ * -1 where the kernel does not say (older kernels, no THP). */
+static int thp_eligible(const void *p)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return -1;
+    char line[256];
+    int eligible = -1;
+    bool inside = false;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+            inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+        else if (inside && sscanf(line, "THPeligible: %d", &eligible) == 1)
+            break;
+    }
+    fclose(f);
+    return eligible;
+}
+
+static bool thp_offered(void)
+{
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    char mode[128] = "";
+    bool ok = f && fgets(mode, sizeof mode, f) && !strstr(mode, "[never]");
+    if (f)
+        fclose(f);
+    return ok;
+}
+
+/* Blocks of 2 MiB and more: on a huge-page boundary (plus the header), zeroed, marked
+ * for huge pages where the kernel offers them, counted as any block; under the
+ * sanitizers from calloc (ASan's redzones), where herd_huge_worth says no. */
+static void test_huge_page_blocks(void **state)
+{
+    (void)state;
+    const size_t mib2 = (size_t)2 << 20;
+    char *raw = herd_huge_map(3 * mib2 + 100);
+    assert_non_null(raw);
+    assert_int_equal((uintptr_t)raw % mib2, 0);
+    for (size_t i = 0; i < 3 * mib2 + 100; i += 4096)
+        assert_int_equal(raw[i], 0);
+    raw[3 * mib2 + 99] = 1; /* the last byte asked for is there */
+    if (thp_offered() && thp_eligible(raw) >= 0)
+        assert_int_equal(thp_eligible(raw), 1);
+    herd_huge_unmap(raw, 3 * mib2 + 100);
+    assert_false(herd_huge_worth(mib2 - 1));
+
+    const herd_backend *be = herd_backend_cpu();
+    herd_memory_usage before = usage();
+    float *big = be->alloc(5 * mib2 / 2);
+    assert_non_null(big);
+    assert_int_equal((uintptr_t)big % 64, 0);
+    if (herd_huge_worth(mib2))
+        assert_int_equal((uintptr_t)big % mib2, 64); /* the header fills the first 64 bytes */
+    for (size_t i = 0; i < 5 * mib2 / 2 / sizeof *big; i += 1024)
+        assert_true(big[i] == 0.0f);
+    big[5 * mib2 / 2 / sizeof *big - 1] = 1.0f;
+    assert_int_equal(usage().current - before.current, 5 * mib2 / 2);
+    be->free(big);
+    assert_int_equal(usage().current, before.current);
 }
 
 /* A request too large to round up is refused, not wrapped to a small block. */
@@ -335,6 +400,7 @@ int main(void)
         cmocka_unit_test_teardown(test_threads, lift_cap),
         cmocka_unit_test_teardown(test_threads_under_cap, lift_cap),
         cmocka_unit_test_teardown(test_huge_request, lift_cap),
+        cmocka_unit_test_teardown(test_huge_page_blocks, lift_cap),
         cmocka_unit_test_teardown(test_refusals_while_sizing, lift_cap),
         cmocka_unit_test_teardown(test_train_figures, lift_cap),
         cmocka_unit_test(test_gradient_buffers_shared),
