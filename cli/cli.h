@@ -46,8 +46,9 @@ bool cli_pp_schedule_arg(const char *cmd, const char *flag, const char *value, h
  * device and refuses GPU-only flags elsewhere, and both memory limits at once (-1 =
  * fine, else the exit code);
  * cli_prepare_device binds each rank to its GPU, sets its compute threads (--threads) and
- * applies the memory limit, before any data set or model exists; cli_print_device writes the header line naming the device (how
- * gradients cross ranks is said where it is decided: herd_comm_device_create). */
+ * applies the memory limit, before any data set or model exists; cli_print_device writes
+ * the header line naming the device (how gradients cross ranks is said where it is
+ * decided: herd_comm_device_create). */
 int cli_resolve_device(const char *cmd, const char **device, uint64_t gpu_memory_limit,
                        uint64_t memory_limit);
 herd_status cli_prepare_device(herd_dist *dist, const char *device, int threads, uint64_t gpu_memory_limit);
