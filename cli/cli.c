@@ -111,7 +111,8 @@ bool cli_pp_schedule_arg(const char *cmd, const char *flag, const char *value, h
     return false;
 }
 
-herd_status cli_prepare_device(herd_dist *dist, const char *device, int threads, uint64_t gpu_memory_limit)
+herd_status cli_prepare_device(herd_dist *dist, const char *device, int threads,
+                               uint64_t gpu_memory_limit)
 {
     herd_status st = herd_dist_bind_device(dist, device);
     if (st == HERD_OK)

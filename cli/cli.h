@@ -51,7 +51,8 @@ bool cli_pp_schedule_arg(const char *cmd, const char *flag, const char *value, h
  * decided: herd_comm_device_create). */
 int cli_resolve_device(const char *cmd, const char **device, uint64_t gpu_memory_limit,
                        uint64_t memory_limit);
-herd_status cli_prepare_device(herd_dist *dist, const char *device, int threads, uint64_t gpu_memory_limit);
+herd_status cli_prepare_device(herd_dist *dist, const char *device, int threads,
+                               uint64_t gpu_memory_limit);
 void cli_print_device(const herd_model *m);
 
 /* The stable last line: key=value pairs, or one JSON object with --json. */

@@ -261,8 +261,10 @@ def _train(model, data, test_data, device, precision, save, train_samples, test_
            memory_limit, gpu_memory_limit, progress, seed, options):
     if device is None:
         device = _herd.default_device()
-    # The rank's GPU and compute threads before the data and the model exist.
-    _herd.bind_device(device, int(options.get("threads") or 0))
+    # The rank's GPU and compute threads before the data and the model exist. A value that
+    # is not a positive count waits for herd's own check of the options (its message).
+    threads = options.get("threads")
+    _herd.bind_device(device, threads if isinstance(threads, int) and threads > 0 else 0)
     if gpu_memory_limit is not None:
         if device == "cpu":
             raise InvalidArgument("gpu_memory_limit caps a GPU's memory: it needs device='cuda' or 'sim'")

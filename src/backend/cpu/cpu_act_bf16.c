@@ -97,6 +97,7 @@ static herd_status check(const char *op, int n, int c, int hw, const int64_t *co
 #define BLOCKS ((size_t)n * (size_t)(c / L))
 #define BLK(p, k) ((p) + (k) * (size_t)hw * L)    /* block k of a blocked tensor */
 #define CH0(k) ((int)((k) % (size_t)(c / L)) * L) /* its first channel */
+#define PAR herd_cpu_par(BLOCKS * (size_t)hw * L)    /* the team for a whole tensor's blocks */
 
 static bool act_in_use(void) { return herd_cpu_bf16() == HERD_CPU_BF16_NATIVE; }
 
@@ -106,7 +107,7 @@ static herd_status act_from_f32(int n, int c, int hw, const float *x, uint16_t *
 {
     HERD_TRY(check("from_f32", n, c, hw, NULL));
     HERD_CHECK_ARRAYS("bf16 from_f32", 1, x, y);
-    HERD_CPU_FOR(herd_cpu_par(BLOCKS * (size_t)hw * L), size_t, k, BLOCKS,
+    HERD_CPU_FOR(PAR, size_t, k, BLOCKS,
         const float *xb = x + k * L * hw;
         uint16_t *yb = BLK(y, k);
         for (int p = 0; p < hw; p++)
@@ -121,7 +122,7 @@ static herd_status act_to_f32(int n, int c, int hw, const uint16_t *x, float *y)
 {
     HERD_TRY(check("to_f32", n, c, hw, NULL));
     HERD_CHECK_ARRAYS("bf16 to_f32", 1, x, y);
-    HERD_CPU_FOR(herd_cpu_par(BLOCKS * (size_t)hw * L), size_t, k, BLOCKS,
+    HERD_CPU_FOR(PAR, size_t, k, BLOCKS,
         const uint16_t *xb = BLK(x, k);
         float *yb = y + k * L * hw;
         for (int l = 0; l < L; l++)
@@ -221,7 +222,7 @@ static herd_status act_global_avgpool_fwd(int n, int c, int hw, const uint16_t *
     HERD_TRY(check("global_avgpool_fwd", n, c, hw, NULL));
     HERD_CHECK_ARRAYS("bf16 global_avgpool_fwd", 1, x, y);
     float inv = 1.0f / (float)hw; /* as herd_cpu_global_avgpool_fwd: sum * (1/hw) */
-    HERD_CPU_FOR(herd_cpu_par(BLOCKS * (size_t)hw * L), size_t, k, BLOCKS,
+    HERD_CPU_FOR(PAR, size_t, k, BLOCKS,
         double s[L];
         block_sum(BLK(x, k), hw, s);
         for (int l = 0; l < L; l++) /* y[s*c + ch] is y[k*16 + lane] */
@@ -235,7 +236,7 @@ static herd_status act_global_avgpool_bwd(int n, int c, int hw, const float *dy,
     HERD_TRY(check("global_avgpool_bwd", n, c, hw, NULL));
     HERD_CHECK_ARRAYS("bf16 global_avgpool_bwd", 1, dy, dx);
     float inv = 1.0f / (float)hw;
-    HERD_CPU_FOR(herd_cpu_par(BLOCKS * (size_t)hw * L), size_t, k, BLOCKS,
+    HERD_CPU_FOR(PAR, size_t, k, BLOCKS,
         uint16_t g[L];
         for (int l = 0; l < L; l++)
             g[l] = f2b(dy[k * L + l] * inv);
@@ -255,7 +256,7 @@ static herd_status act_bn_stats(int n, int c, int hw, const uint16_t *x, const d
     double *part = malloc(BLOCKS * L * sizeof *part);
     if (!part)
         return HERD_NOMEM(BLOCKS * L * sizeof *part);
-    HERD_CPU_FOR(herd_cpu_par(BLOCKS * (size_t)hw * L), size_t, k, BLOCKS,
+    HERD_CPU_FOR(PAR, size_t, k, BLOCKS,
         if (!sum) {
             block_sum(BLK(x, k), hw, part + k * L);
             continue;
@@ -298,7 +299,7 @@ static herd_status act_bn_apply_train(int n, int c, int hw, const uint16_t *x, c
         running_mean[ch] = (1.0f - momentum) * running_mean[ch] + momentum * save_mean[ch];
         running_var[ch] = (1.0f - momentum) * running_var[ch] + momentum * (float)unbiased;
     }
-    HERD_CPU_FOR(herd_cpu_par(BLOCKS * (size_t)hw * L), size_t, k, BLOCKS,
+    HERD_CPU_FOR(PAR, size_t, k, BLOCKS,
         float scale[L], shift[L];
         for (int l = 0, ch = CH0(k); l < L; l++, ch++) {
             scale[l] = gamma[ch] * save_invstd[ch];
@@ -315,7 +316,7 @@ static herd_status act_bn_fwd_infer(int n, int c, int hw, const uint16_t *x, con
 {
     HERD_TRY(check("bn_fwd_infer", n, c, hw, NULL));
     HERD_CHECK_ARRAYS("bf16 bn_fwd_infer", 1, x, gamma, beta, y, running_mean, running_var);
-    HERD_CPU_FOR(herd_cpu_par(BLOCKS * (size_t)hw * L), size_t, k, BLOCKS,
+    HERD_CPU_FOR(PAR, size_t, k, BLOCKS,
         float scale[L], shift[L];
         for (int l = 0, ch = CH0(k); l < L; l++, ch++) {
             scale[l] = gamma[ch] / sqrtf(running_var[ch] + eps);
@@ -339,7 +340,8 @@ static herd_status act_bn_bwd_reduce(int n, int c, int hw, const uint16_t *x, co
     double *part = malloc(2 * vals * sizeof *part);
     if (!part)
         return HERD_NOMEM(2 * vals * sizeof *part);
-    HERD_CPU_FOR(herd_cpu_par(BLOCKS * (size_t)hw * L), size_t, k, BLOCKS, /* sums of dy and dy*(x - mean), as ch_bwd_sums */
+    /* Sums of dy and dy*(x - mean), as ch_bwd_sums. */
+    HERD_CPU_FOR(PAR, size_t, k, BLOCKS,
         const uint16_t *xb = BLK(x, k), *dyb = BLK(dy, k);
         lanes mean;
         split(&mean, save_mean + CH0(k));
@@ -369,7 +371,8 @@ static herd_status act_bn_bwd_apply(int n, int c, int hw, const uint16_t *x, con
     HERD_TRY(check("bn_bwd_apply", n, c, hw, &count));
     HERD_CHECK_ARRAYS("bf16 bn_bwd_apply", 1, x, dy, gamma, save_mean, save_invstd, sum_dy,
                       sum_dy_xc, dx);
-    HERD_CPU_FOR(herd_cpu_par(BLOCKS * (size_t)hw * L), size_t, k, BLOCKS, /* dx = g*(dy - mean_dy - (x - mean)*proj): ch_dx */
+    /* dx = g*(dy - mean_dy - (x - mean)*proj): ch_dx. */
+    HERD_CPU_FOR(PAR, size_t, k, BLOCKS,
         float v[4][L];
         for (int l = 0, ch = CH0(k); l < L; l++, ch++) {
             float invstd = save_invstd[ch];

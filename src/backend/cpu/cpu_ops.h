@@ -139,7 +139,9 @@ static inline bool herd_cpu_par(size_t work) { return herd_par_team(work, HERD_C
 #define HERD_CPU_FOR(par, TYPE, I, N, ...)                                                         \
     do {                                                                                           \
         if (par) {                                                                                 \
-            _Pragma("omp parallel for schedule(static)") for (TYPE I = 0; I < (N); I++) { __VA_ARGS__ } \
+            _Pragma("omp parallel for schedule(static)") for (TYPE I = 0; I < (N); I++) {          \
+                __VA_ARGS__                                                                        \
+            }                                                                                      \
         } else {                                                                                   \
             for (TYPE I = 0; I < (N); I++) { __VA_ARGS__ }                                         \
         }                                                                                          \
