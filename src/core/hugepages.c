@@ -4,20 +4,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "core/sanitizer.h"
+
 #define HUGE_PAGE ((size_t)2 << 20)
 
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
-#ifndef UNDER_ASAN
-#define UNDER_ASAN 0
-#endif
-
-bool herd_huge_worth(size_t bytes) { return !UNDER_ASAN && bytes >= HUGE_PAGE; }
+bool herd_huge_worth(size_t bytes) { return !HERD_ASAN && bytes >= HUGE_PAGE; }
 
 static size_t mapped_length(size_t bytes)
 {

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/sanitizer.h"
 #include "dist/comm.h"
 #include "dist/signature.h"
 
@@ -23,14 +24,7 @@ bool herd_comm_launched_by_mpi(void)
     return env_set("SLURM_PROCID") && ntasks && atoi(ntasks) > 1;
 }
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define HERD_ASAN 1
-#endif
-#elif defined(__SANITIZE_ADDRESS__)
-#define HERD_ASAN 1
-#endif
-#ifdef HERD_ASAN
+#if HERD_ASAN
 #include <sanitizer/lsan_interface.h>
 
 /* Under AddressSanitizer: LeakSanitizer asks at exit whether to look for leaks. Open
