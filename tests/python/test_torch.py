@@ -20,9 +20,10 @@ from launch import HERD, REPEAT, launcher  # noqa: E402
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_ranks.py")
 
 
-def run(tmp_path, np_, *args):
+def run(tmp_path, np_, *args, env=None):
     cmd = ["timeout", "200"] + (launcher(np_) if np_ > 1 else []) + [sys.executable, SCRIPT, str(tmp_path), *args]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    # Variables for the ranks go in the launcher's environment (Open MPI's -x is not Hydra's flag).
+    r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})})
     return r.returncode, r.stdout + r.stderr
 
 
@@ -41,26 +42,35 @@ def one_process(tmp_path_factory):
     return where / "weights-1.pt"
 
 
+@pytest.fixture(scope="module")
+def two_ranks_traced(tmp_path_factory):
+    """2 ranks, one pass, no compression, with HERD_TIMELINE: the job that both the first
+    training case and test_timeline read (one launch of two PyTorch ranks instead of two)."""
+    launcher(2)  # skips without MPI
+    where = tmp_path_factory.mktemp("two")
+    rc, out = run(where, 2, "train", "1", "none", env={"HERD_TIMELINE": str(where / "tl.json")})
+    assert rc == 0, out
+    return where
+
+
 CASES = [(2, 1, "none", 1e-5), (2, 2, "none", 1e-5)] + ([] if REPEAT else [(3, 1, "none", 1e-5), (2, 1, "fp16", 1e-2)])
 
 
 @pytest.mark.parametrize("np_, passes, compression, tolerance", CASES)
-def test_training_equals_one_process(tmp_path, one_process, np_, passes, compression, tolerance):
-    rc, out = run(tmp_path, np_, "train", str(passes), compression)
-    assert rc == 0, out
+def test_training_equals_one_process(request, tmp_path, one_process, np_, passes, compression, tolerance):
+    if (np_, passes, compression) == (2, 1, "none"):
+        tmp_path = request.getfixturevalue("two_ranks_traced")
+    else:
+        rc, out = run(tmp_path, np_, "train", str(passes), compression)
+        assert rc == 0, out
     assert max_difference(one_process, tmp_path / f"weights-{np_}.pt") <= tolerance
 
 
-def test_timeline(tmp_path):
+def test_timeline(two_ranks_traced):
     """HERD_TIMELINE (Horovod's HOROVOD_TIMELINE): rank 0 writes herd's trace, with every
     rank's gradient buckets on its communication track and its steps on the compute track."""
     import json
-    launcher(2)  # skips without MPI
-    cmd = ["timeout", "200", *launcher(2), sys.executable, SCRIPT, str(tmp_path), "train", "1", "none"]
-    # In the environment the launcher passes on (Open MPI's -x is not Hydra's flag).
-    r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HERD_TIMELINE": str(tmp_path / "tl.json")})
-    assert r.returncode == 0, r.stdout + r.stderr
-    events = json.load(open(tmp_path / "tl.json"))["traceEvents"]
+    events = json.load(open(two_ranks_traced / "tl.json"))["traceEvents"]
     def of(rank, name):
         return [e for e in events if e.get("pid") == rank and e.get("name") == name and e.get("ph") == "X"]
     for rank in (0, 1):
