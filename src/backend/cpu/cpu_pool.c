@@ -94,12 +94,12 @@ static void max_plane(const herd_pool_desc *d, const float *x, float *y, uint8_t
 }
 
 /* 2x2 windows at stride 2 without padding (lenet5's and most CNNs' pooling): the same
- * comparisons in the same order as max_plane, with no window arithmetic per output, so
- * the loop over a row vectorises. 3.5x faster than max_plane on lenet5's planes. */
+ * comparisons in the same order as max_plane, without its window arithmetic per output
+ * or a branch on which input wins: 3-4x faster on lenet5's planes, forward and backward
+ * (bench/results/2026-12-05-suite-waits.txt). */
 static inline float max_of_window(float a, float b, float c, float e, uint8_t *at)
 {
-    /* Selects, not branches: which input wins is data, and a branch on it is mispredicted
-     * about every other window. */
+    /* Selects, not branches: which input wins is data, which branch predictors miss. */
     float best = a > -FLT_MAX ? a : -FLT_MAX;
     uint8_t where = 0;
     bool t = b > best;
