@@ -186,8 +186,9 @@ herd_status herd_cpu_pool_fwd(herd_pool_plan *p, const float *x, float *y, bool 
     bool keep = d->is_max && training;
     uint8_t *arg8 = keep && !p->wide_argmax ? p->argmax : NULL;
     int32_t *arg32 = keep && p->wide_argmax ? p->argmax : NULL;
+    bool two_by_two = is_2x2_stride_2(d);
     HERD_CPU_FOR(herd_cpu_par(planes * in), size_t, i, planes,
-        if (is_2x2_stride_2(d))
+        if (two_by_two)
             max_plane_2x2(d, x + i * in, y + i * out, arg8 ? arg8 + i * out : NULL);
         else if (d->is_max)
             max_plane(d, x + i * in, y + i * out, arg8 ? arg8 + i * out : NULL,
@@ -208,10 +209,11 @@ herd_status herd_cpu_pool_bwd(herd_pool_plan *p, const float *dy, float *dx)
     const uint8_t *arg8 = p->wide_argmax ? NULL : p->argmax;
     const int32_t *arg32 = p->wide_argmax ? p->argmax : NULL;
     float count = (float)(d->k * d->k);
+    bool two_by_two = is_2x2_stride_2(d);
     HERD_CPU_FOR(herd_cpu_par(planes * in), size_t, i, planes,
         float *g = dx + i * in;
         const float *gy = dy + i * out;
-        if (is_2x2_stride_2(d)) {
+        if (two_by_two) {
             max_plane_2x2_bwd(d, gy, arg8 + i * out, g);
             continue;
         }
