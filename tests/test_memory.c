@@ -221,6 +221,32 @@ static void test_huge_page_blocks(void **state)
     assert_int_equal(usage().current, before.current);
 }
 
+/* A malloc'd block (a data set's images) asks for huge pages for the whole 2 MiB pages
+ * inside it, before it is written; the block stays malloc's. Small blocks, NULL and the
+ * sanitizer builds are left alone. */
+static void test_huge_advise(void **state)
+{
+    (void)state;
+    const size_t mib2 = (size_t)2 << 20, bytes = 5 * mib2 + 12345;
+    herd_huge_advise(NULL, bytes);
+    char *small = malloc(mib2 - 1);
+    assert_non_null(small);
+    herd_huge_advise(small, mib2 - 1);
+    memset(small, 7, mib2 - 1);
+    free(small);
+    char *block = malloc(bytes);
+    assert_non_null(block);
+    herd_huge_advise(block, bytes);
+    memset(block, 3, bytes);
+    assert_int_equal(block[0], 3);
+    assert_int_equal(block[bytes - 1], 3);
+    /* The first whole huge page inside the block. */
+    char *inner = (char *)(((uintptr_t)block + mib2 - 1) / mib2 * mib2);
+    if (herd_huge_worth(bytes) && thp_offered() && thp_eligible(inner) >= 0)
+        assert_int_equal(thp_eligible(inner), 1);
+    free(block);
+}
+
 /* A request too large to round up is refused, not wrapped to a small block. */
 static void test_huge_request(void **state)
 {
@@ -401,6 +427,7 @@ int main(void)
         cmocka_unit_test_teardown(test_threads_under_cap, lift_cap),
         cmocka_unit_test_teardown(test_huge_request, lift_cap),
         cmocka_unit_test_teardown(test_huge_page_blocks, lift_cap),
+        cmocka_unit_test(test_huge_advise),
         cmocka_unit_test_teardown(test_refusals_while_sizing, lift_cap),
         cmocka_unit_test_teardown(test_train_figures, lift_cap),
         cmocka_unit_test(test_gradient_buffers_shared),

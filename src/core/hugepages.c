@@ -42,3 +42,13 @@ void herd_huge_unmap(void *p, size_t bytes)
     if (p)
         munmap(p, mapped_length(bytes));
 }
+
+void herd_huge_advise(void *p, size_t bytes)
+{
+    if (!p || !herd_huge_worth(bytes))
+        return;
+    uintptr_t start = ((uintptr_t)p + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    uintptr_t end = ((uintptr_t)p + bytes) / HUGE_PAGE * HUGE_PAGE;
+    if (end > start) /* refused where THP is off: small pages, as before */
+        (void)madvise((void *)start, end - start, MADV_HUGEPAGE);
+}

@@ -16,5 +16,9 @@ bool herd_huge_worth(size_t bytes);
  * nothing until touched, as calloc's large blocks. Give it back with herd_huge_unmap. */
 void *herd_huge_map(size_t bytes);
 void herd_huge_unmap(void *p, size_t bytes);
+/* Asks for huge pages under the whole 2 MiB pages inside a block from malloc, before it
+ * is first written (a data set's images: 9,600 of lenet5's synthetic ones took 1,840
+ * faults, a third of a short run's CPU); the block stays malloc's, freed by free. */
+void herd_huge_advise(void *p, size_t bytes);
 
 #endif

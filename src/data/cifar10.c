@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include "core/error.h"
+#include "core/hugepages.h"
 #include "data/dataset.h"
 
 #define CIFAR_SIDE 32
@@ -74,6 +75,7 @@ herd_status herd_cifar10_load(const char *dir, herd_split split, herd_dataset *d
         total += records[i];
     }
     uint8_t *images = malloc(total * CIFAR_PIXELS);
+    herd_huge_advise(images, total * CIFAR_PIXELS);
     int32_t *labels = herd_xcalloc(total, sizeof *labels);
     if (!images || !labels) {
         free(images);

@@ -8,6 +8,7 @@
 #include <zlib.h>
 
 #include "core/error.h"
+#include "core/hugepages.h"
 #include "data/dataset.h"
 
 #define IDX_MAGIC_IMAGES 0x00000803u
@@ -142,6 +143,10 @@ static herd_status idx_read_new(idx_file *f, size_t len, size_t expected_total, 
     uint8_t *buf = malloc(cap ? cap : 1);
     if (!buf)
         return HERD_NOMEM(cap);
+    /* Huge pages only for the block that will not grow: advising one that realloc then
+     * grows splits its mapping, and glibc copies it instead of moving it (mremap fails). */
+    if (cap == len)
+        herd_huge_advise(buf, cap);
     for (;;) {
         herd_status st = idx_read(f, buf + done, cap - done, expected_total);
         if (st != HERD_OK) {
@@ -158,6 +163,8 @@ static herd_status idx_read_new(idx_file *f, size_t len, size_t expected_total, 
             return HERD_NOMEM(next);
         }
         buf = grown;
+        if (next == len)
+            herd_huge_advise(buf, next);
         cap = next;
     }
     *out = buf;

@@ -6,6 +6,7 @@
 #include <xxhash.h>
 
 #include "core/error.h"
+#include "core/hugepages.h"
 #include "data/dataset.h"
 
 herd_status herd_dataset_from_memory(const uint8_t *images, const int32_t *labels, size_t n, int c,
@@ -40,6 +41,7 @@ herd_status herd_dataset_from_memory(const uint8_t *images, const int32_t *label
     if (!ds)
         return HERD_ERR_NOMEM;
     ds->images = malloc(pixels);
+    herd_huge_advise(ds->images, pixels);
     ds->labels = malloc(n * sizeof *ds->labels);
     if (!ds->images || !ds->labels) {
         herd_dataset_free(ds);

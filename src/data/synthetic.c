@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/hugepages.h"
 #include "core/rng.h"
 #include "data/dataset.h"
 
@@ -48,6 +49,7 @@ herd_status herd_synthetic_make(const char *args, herd_split split, herd_dataset
     uint8_t *images = malloc(per_sample * n);
     int32_t *labels = herd_xcalloc(n, sizeof *labels);
     uint8_t *protos = malloc(per_sample * (size_t)v[3]);
+    herd_huge_advise(images, per_sample * n);
     if (!images || !labels || !protos) {
         free(images);
         free(labels);
