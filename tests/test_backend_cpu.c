@@ -133,6 +133,49 @@ static void conv_case(herd_conv_desc d)
     free(dw), free(dwr), free(db), free(dbr), free(dxa), free(dwa);
 }
 
+/* Plans of one shape reading the same weights share one reordered copy of them
+ * (cpu_shared_weights.c): the same bits as a plan alone, and weights changed in place
+ * reach every plan, however many share. */
+static void test_conv_shared_weights(void **state)
+{
+    (void)state;
+    herd_conv_desc d = {.n = 2, .c_in = 16, .h_in = 8, .w_in = 8, .c_out = 32, .kh = 3, .kw = 3,
+                        .stride = 1, .pad = 1};
+    assert_herd_ok(herd_conv_desc_finish(&d));
+    size_t nx = (size_t)d.n * d.c_in * d.h_in * d.w_in, nw = (size_t)d.c_out * d.c_in * d.kh * d.kw;
+    size_t ny = (size_t)d.n * d.c_out * d.h_out * d.w_out;
+    float *x = tu_randv(nx, 20), *w = tu_randv(nw, 21), *dy = tu_randv(ny, 22);
+    float *w_alone = malloc(nw * 4), *y[3], *dx[3];
+    for (int i = 0; i < 3; i++)
+        y[i] = calloc(ny, 4), dx[i] = calloc(nx, 4);
+    herd_conv_plan *p[3]; /* p[0], p[1] read w; p[2] reads its own copy, alone */
+    for (int i = 0; i < 3; i++)
+        assert_herd_ok(be->conv2d_plan(&d, &p[i]));
+    for (int step = 0; step < 3; step++) {
+        memcpy(w_alone, w, nw * 4);
+        for (int i = 0; i < 3; i++) {
+            const float *wi = i == 2 ? w_alone : w;
+            assert_herd_ok(be->conv2d_fwd(p[i], x, wi, NULL, y[i]));
+            assert_herd_ok(be->conv2d_bwd_data(p[i], dy, wi, dx[i]));
+        }
+        for (int i = 0; i < 2; i++) {
+            assert_memory_equal(y[i], y[2], ny * 4);
+            assert_memory_equal(dx[i], dx[2], nx * 4);
+        }
+        w[(size_t)step * 97 % nw] += 0.5f; /* an update in place, one value */
+    }
+    be->conv2d_plan_free(p[0]); /* p[1] reads alone from now on */
+    memcpy(w_alone, w, nw * 4);
+    assert_herd_ok(be->conv2d_fwd(p[1], x, w, NULL, y[1]));
+    assert_herd_ok(be->conv2d_fwd(p[2], x, w_alone, NULL, y[2]));
+    assert_memory_equal(y[1], y[2], ny * 4);
+    be->conv2d_plan_free(p[1]);
+    be->conv2d_plan_free(p[2]);
+    for (int i = 0; i < 3; i++)
+        free(y[i]), free(dx[i]);
+    free(x), free(w), free(w_alone), free(dy);
+}
+
 static void test_conv(void **state)
 {
     (void)state;
@@ -585,7 +628,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table),       cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_bias_ops),    cmocka_unit_test(test_desc_finish),
-        cmocka_unit_test(test_conv),        cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_conv),        cmocka_unit_test(test_conv_shared_weights),        cmocka_unit_test(test_pool),
         cmocka_unit_test(test_global_avgpool), cmocka_unit_test(test_batchnorm),
         cmocka_unit_test(test_elementwise), cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_softmax_xent), cmocka_unit_test(test_shared_checks),

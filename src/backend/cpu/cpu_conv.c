@@ -367,7 +367,7 @@ static herd_status conv_fwd(herd_conv_plan *p, const float *x, const float *w, c
     p->fwd_x = p->bwd_dy = NULL;
     HERD_TRY(herd_dnnl_port_in(&p->f_src, x, "conv fwd src"));
     p->fwd_x = x;
-    HERD_TRY(herd_dnnl_port_in(&p->f_w, w, "conv fwd weights"));
+    HERD_TRY(herd_dnnl_port_in_weights(&p->f_w, w, "conv fwd weights"));
     HERD_TRY(herd_dnnl_port_out(&p->f_dst, y, "conv fwd dst"));
     dnnl_exec_arg_t args[5] = {herd_dnnl_arg(DNNL_ARG_SRC, p->f_src.inner),
                                herd_dnnl_arg(DNNL_ARG_WEIGHTS, p->f_w.inner),
@@ -391,7 +391,7 @@ static herd_status conv_bwd_data(herd_conv_plan *p, const float *dy, const float
     p->bwd_dy = NULL;
     if (!have_dy)
         HERD_TRY(herd_dnnl_port_in(ddst, dy, "conv bwd data diff_dst"));
-    HERD_TRY(herd_dnnl_port_in(&p->d_w, w, "conv bwd data weights"));
+    HERD_TRY(herd_dnnl_port_in_weights(&p->d_w, w, "conv bwd data weights"));
     HERD_TRY(herd_dnnl_port_out(&p->d_dsrc, dx, "conv bwd data diff_src"));
     dnnl_exec_arg_t args[4] = {herd_dnnl_arg(DNNL_ARG_DIFF_DST, ddst->inner),
                                herd_dnnl_arg(DNNL_ARG_WEIGHTS, p->d_w.inner),

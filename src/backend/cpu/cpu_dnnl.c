@@ -97,6 +97,7 @@ herd_status herd_dnnl_port_init_bf16_rounded(herd_dnnl_port *port,
 
 void herd_dnnl_port_free(herd_dnnl_port *port)
 {
+    herd_dnnl_port_unshare(port);
     if (port->reorder)
         dnnl_primitive_destroy(port->reorder);
     if (port->inner && port->inner != port->user)

@@ -43,6 +43,7 @@ typedef struct herd_dnnl_port {
     size_t inner_bytes;
     bool round_bf16; /* inputs: inner holds the caller's values rounded to bf16 */
     bool transient;  /* inner_buf is lent by herd_dnnl_port_bind for one call, not owned */
+    struct herd_dnnl_shared_weights *shared; /* herd_dnnl_port_in_weights' copy, if any */
 } herd_dnnl_port;
 
 herd_status herd_dnnl_port_init(herd_dnnl_port *port, const dnnl_memory_desc_t *user_md,
@@ -62,6 +63,12 @@ herd_status herd_dnnl_port_init_transient(herd_dnnl_port *port, const dnnl_memor
 size_t herd_dnnl_port_transient_bytes(const herd_dnnl_port *port);
 herd_status herd_dnnl_port_bind(herd_dnnl_port *port, void *buf, const char *what);
 void herd_dnnl_port_free(herd_dnnl_port *port);
+/* herd_dnnl_port_in for weights (cpu_shared_weights.c): the ports that read the same
+ * weights in the same layouts share one reordered copy, made again only when the
+ * weights' bytes change; the copy is the one each port would have made. */
+herd_status herd_dnnl_port_in_weights(herd_dnnl_port *port, const void *data, const char *what);
+/* Leaves the shared copy (herd_dnnl_port_free does). */
+void herd_dnnl_port_unshare(herd_dnnl_port *port);
 
 /*
  * The transient arena: copies a primitive needs during one call only (reordered
