@@ -247,6 +247,41 @@ static void test_huge_advise(void **state)
     free(block);
 }
 
+/* Convolution plans that read the same weights share one reordered copy, made at the
+ * first shared call (cpu_shared_weights.c); where the cap leaves no room for it, each plan
+ * reads its own copy, sized at set-up: the same bits, and no error mid-training. */
+static void test_shared_weights_capped(void **state)
+{
+    (void)state;
+    const herd_backend *be = herd_backend_cpu();
+    herd_conv_desc d = {.n = 1, .c_in = 256, .h_in = 4, .w_in = 4, .c_out = 256, .kh = 3, .kw = 3,
+                        .stride = 1, .pad = 1};
+    assert_herd_ok(herd_conv_desc_finish(&d));
+    size_t nx = (size_t)d.n * d.c_in * d.h_in * d.w_in, nw = (size_t)d.c_out * d.c_in * d.kh * d.kw;
+    size_t ny = (size_t)d.n * d.c_out * d.h_out * d.w_out;
+    float *x = tu_randv(nx, 30), *w = tu_randv(nw, 31), *w_alone = malloc(nw * 4);
+    float *y[3] = {calloc(ny, 4), calloc(ny, 4), calloc(ny, 4)};
+    memcpy(w_alone, w, nw * 4);
+    herd_conv_plan *p[3];
+    for (int i = 0; i < 3; i++)
+        assert_herd_ok(be->conv2d_plan(&d, &p[i]));
+    assert_herd_ok(be->conv2d_fwd(p[2], x, w_alone, NULL, y[2])); /* the arena exists now */
+    herd_memory_usage held = usage();
+    /* 1 MiB of room: less than the 2.25 MiB a shared copy of the weights would take. */
+    assert_int_equal(herd_device_set_memory_limit("cpu", held.current + (1 << 20)), HERD_OK);
+    for (int i = 0; i < 2; i++) {
+        assert_herd_ok(be->conv2d_fwd(p[i], x, w, NULL, y[i]));
+        assert_memory_equal(y[i], y[2], ny * 4);
+    }
+    assert_int_equal(usage().current, held.current);
+    assert_int_equal(herd_device_set_memory_limit("cpu", 0), HERD_OK);
+    for (int i = 0; i < 3; i++) {
+        be->conv2d_plan_free(p[i]);
+        free(y[i]);
+    }
+    free(x), free(w), free(w_alone);
+}
+
 /* A request too large to round up is refused, not wrapped to a small block. */
 static void test_huge_request(void **state)
 {
@@ -428,6 +463,7 @@ int main(void)
         cmocka_unit_test_teardown(test_huge_request, lift_cap),
         cmocka_unit_test_teardown(test_huge_page_blocks, lift_cap),
         cmocka_unit_test(test_huge_advise),
+        cmocka_unit_test_teardown(test_shared_weights_capped, lift_cap),
         cmocka_unit_test_teardown(test_refusals_while_sizing, lift_cap),
         cmocka_unit_test_teardown(test_train_figures, lift_cap),
         cmocka_unit_test(test_gradient_buffers_shared),

@@ -83,16 +83,27 @@ static herd_status port_attach(herd_dnnl_port *port, const void *data)
     return HERD_OK;
 }
 
+/* Whether e has its copy, made now if not (under shared_mu). Where memory (or
+ * --memory-limit) refuses it, the ports read their own copies, as they did alone: the
+ * same bytes, and set-up already sized those. */
+static bool has_copy(herd_dnnl_port *port, struct herd_dnnl_shared_weights *e)
+{
+    if (e->copy)
+        return true;
+    e->copy = herd_cpu_alloc(port->inner_bytes);
+    e->snapshot = malloc(e->user_bytes ? e->user_bytes : 1);
+    if (e->copy && e->snapshot)
+        return true;
+    herd_cpu_free(e->copy);
+    free(e->snapshot);
+    e->copy = e->snapshot = NULL;
+    return false;
+}
+
 /* Makes e's copy from data if it was made from other bytes (called under shared_mu). */
 static herd_status refresh(herd_dnnl_port *port, struct herd_dnnl_shared_weights *e, const void *data,
                            const char *what)
 {
-    if (!e->copy) {
-        e->copy = herd_cpu_alloc(port->inner_bytes);
-        e->snapshot = malloc(e->user_bytes ? e->user_bytes : 1);
-        if (!e->copy || !e->snapshot)
-            return HERD_ERR_NOMEM;
-    }
     if (e->valid && memcmp(e->snapshot, data, e->user_bytes) == 0)
         return HERD_OK;
     e->valid = false;
@@ -117,7 +128,7 @@ herd_status herd_dnnl_port_in_weights(herd_dnnl_port *port, const void *data, co
     pthread_mutex_lock(&shared_mu);
     herd_status st = port_attach(port, data);
     struct herd_dnnl_shared_weights *e = port->shared;
-    bool alone = st == HERD_OK && e->users == 1;
+    bool alone = st == HERD_OK && (e->users == 1 || !has_copy(port, e));
     if (st == HERD_OK && !alone)
         st = refresh(port, e, data, what);
     pthread_mutex_unlock(&shared_mu);
@@ -127,7 +138,7 @@ herd_status herd_dnnl_port_in_weights(herd_dnnl_port *port, const void *data, co
         HERD_DNNL(dnnl_memory_set_data_handle(port->inner, e->copy), what);
         return HERD_OK;
     }
-    /* The only reader: its own copy, as a port without sharing. */
+    /* The only reader (or no memory for a shared copy): its own copy, as before. */
     HERD_DNNL(dnnl_memory_set_data_handle(port->inner, port->inner_buf), what);
     return herd_dnnl_port_in(port, data, what);
 }
