@@ -68,12 +68,12 @@ static struct herd_dnnl_shared_weights *entry_find(const void *data, const dnnl_
 /* Joins the port to the entry for (data, its layouts), leaving the one it had. */
 static herd_status port_attach(herd_dnnl_port *port, const void *data)
 {
+    struct herd_dnnl_shared_weights *e = port->shared;
+    if (e && e->data == data) /* every call after the first */
+        return HERD_OK;
     const dnnl_memory_desc_t *user_md, *prim_md;
     HERD_DNNL(dnnl_memory_get_memory_desc(port->user, &user_md), "shared weights");
     HERD_DNNL(dnnl_memory_get_memory_desc(port->inner, &prim_md), "shared weights");
-    struct herd_dnnl_shared_weights *e = port->shared;
-    if (e && e->data == data)
-        return HERD_OK;
     if (e)
         entry_release(e);
     port->shared = entry_find(data, user_md, prim_md, port->round_bf16);
