@@ -30,6 +30,7 @@ herd_status herd_comm_mpi_create(const herd_comm_config *cfg, herd_comm **out)
 #include <unistd.h>
 
 #include "core/clock.h"
+#include "core/drain.h"
 #include "core/log.h"
 #include "dist/comm_mpi_internal.h"
 
@@ -57,6 +58,8 @@ void comm_mpi_who(const comm_mpi *m, char *out, size_t cap)
  * once under srun with PMIx: a step whose surviving rank stayed for minutes after its
  * peer's kill), the rank ends itself a while later rather than hang. */
 #define ABORT_GRACE_S 30
+/* The longest a failing rank waits for the launcher to read its last words. */
+#define OUTPUT_READ_MAX_S 10.0
 static volatile sig_atomic_t g_abort_code = 1;
 static void exit_after_abort(int sig)
 {
@@ -79,6 +82,10 @@ _Noreturn void comm_mpi_fatal_after(comm_mpi *m, int code, const char *msg, doub
         struct timespec ts = {0, 50 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
+    /* And until the launcher has read them, where the pipe or socket tells: on a loaded
+     * machine Hydra waited past the moment above and lost the message (make test, its
+     * MPICH pass at low priority: three tests in one run). */
+    herd_wait_output_read(OUTPUT_READ_MAX_S);
     g_abort_code = code ? code : 1;
     signal(SIGALRM, exit_after_abort);
     alarm(ABORT_GRACE_S);
