@@ -281,9 +281,11 @@ kill_rank() {
     pid=$(ranks "$1" | grep -vxF -f "$1.hit" | tail -n 1 || true)
     if [ -n "$pid" ] && [ -e "$1/latest" ]; then
       ranks "$1" >>"$1.hit"
-      kill -9 "$pid"
-      echo "$pid"
-      return
+      # Gone between pgrep and kill (an attempt's rank its launcher was ending): look on.
+      if kill -9 "$pid" 2>/dev/null; then
+        echo "$pid"
+        return
+      fi
     fi
     sleep 0.1
   done

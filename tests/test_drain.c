@@ -53,6 +53,7 @@ static void test_file(void **state)
     assert_int_equal(herd_unread_bytes(fd), -1); /* nor a closed descriptor */
     free(path);
     tu_rmtree(dir);
+    free(dir);
 }
 
 /* A child writes to stderr, a pipe, and waits: it returns once the parent has read. */
