@@ -13,13 +13,11 @@
 # Tests at a time: 2 in the first pass, 3 under the sanitizers (979 s with 2), 1 for
 # MPICH (more ranks than cores slow MPICH most under load: a 3-rank run took 1 s alone
 # and 5 s beside other tests).
-# The background passes (their builds too) run at nice 19: the first pass's tests then
-# get a core as soon as they wake, and the others take what it leaves idle. Many of the
-# first pass's tests hand work from rank to rank (a pipeline's stages, a collective per
-# batch norm); beside 6-8 busy tests each hand-over waited for a time slice and a waiting
-# rank polled meanwhile (cli_deterministic_pipeline: 14 s alone, 242 s in the suite). From
-# clean clones on 2026-12-05 (bench/results/2026-12-05-suite-priority.txt): 19 min 48 s and
-# 2,110 CPU-s without; 17 min 28 s and 1,874 CPU-s with.
+# Tried and left: the background passes at nice 19, so that the first pass's hand-overs
+# between ranks wait on no time slice (bench/results/2026-12-05-suite-priority.txt): the
+# first pass then took 10-11 minutes instead of 18, but the whole suite 17 min 28 s to
+# 19 min 41 s in three runs, within the spread of runs without, and MPICH's ranks, starved,
+# outlasted the tests' own waits.
 # The passes themselves are the Makefile's targets (asan, mpich, nompi), so that each can
 # also run alone. Each background pass writes its own log, printed whole when it ends;
 # the suite fails if any pass or build does.
@@ -46,7 +44,7 @@ have_mpich && passes+=(mpich)
 echo "suite $(stamp): the optimised build's tests; beside them ${passes[*]}, each after its build (logs: $logs)"
 for pass in "${passes[@]}"; do
   (
-    deps_ready && nice -n 19 make --no-print-directory "$pass" CTEST_JOBS=${jobs[$pass]}
+    deps_ready && make --no-print-directory "$pass" CTEST_JOBS=${jobs[$pass]}
     rc=$?
     echo "suite $(stamp): the $pass pass (and its build) ended, exit $rc"
     exit $rc
