@@ -56,32 +56,46 @@ static void test_file(void **state)
     free(dir);
 }
 
-/* A child writes to stderr, a pipe, and waits: it returns once the parent has read. */
+/* Forks a child that writes "last words\n" to stderr, the write end of pipe p, and exits 0
+ * when herd_wait_output_read(max_s) says it was read, 1 when it gave up. The parent
+ * keeps both ends. */
+static pid_t child_waiting_to_be_read(const int p[2], double max_s)
+{
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        close(p[0]); /* the parent still holds its own read end */
+        dup2(p[1], STDERR_FILENO);
+        if (write(STDERR_FILENO, "last words\n", 11) != 11)
+            _exit(3);
+        _exit(herd_wait_output_read(max_s) ? 0 : 1);
+    }
+    return child;
+}
+
+static int exit_code(pid_t child)
+{
+    int status = 0;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFEXITED(status));
+    return WEXITSTATUS(status);
+}
+
+/* The child's wait returns once the parent has read its words. */
 static void test_wait_for_reader(void **state)
 {
     (void)state;
     int p[2];
     assert_int_equal(pipe(p), 0);
-    pid_t child = fork();
-    assert_true(child >= 0);
-    if (child == 0) {
-        close(p[0]);
-        dup2(p[1], STDERR_FILENO);
-        if (write(STDERR_FILENO, "last words\n", 11) != 11)
-            _exit(3);
-        bool read_all = herd_wait_output_read(30.0);
-        _exit(read_all ? 0 : 1);
-    }
-    close(p[1]);
+    pid_t child = child_waiting_to_be_read(p, 30.0);
     usleep(200 * 1000);
     int status = 0;
     assert_int_equal(waitpid(child, &status, WNOHANG), 0); /* still waiting on its words */
     char buf[32];
     assert_int_equal(read(p[0], buf, sizeof buf), 11);
-    assert_int_equal(waitpid(child, &status, 0), child);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_int_equal(exit_code(child), 0);
     close(p[0]);
+    close(p[1]);
 }
 
 /* Nobody reads: the wait gives up after its limit, and says so. */
@@ -90,19 +104,7 @@ static void test_wait_gives_up(void **state)
     (void)state;
     int p[2];
     assert_int_equal(pipe(p), 0);
-    pid_t child = fork();
-    assert_true(child >= 0);
-    if (child == 0) {
-        close(p[0]); /* the parent still holds its own read end */
-        dup2(p[1], STDERR_FILENO);
-        if (write(STDERR_FILENO, "x", 1) != 1)
-            _exit(3);
-        _exit(herd_wait_output_read(0.1) ? 0 : 1);
-    }
-    int status = 0;
-    assert_int_equal(waitpid(child, &status, 0), child); /* the parent keeps p[0] open */
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 1);
+    assert_int_equal(exit_code(child_waiting_to_be_read(p, 0.1)), 1);
     close(p[0]);
     close(p[1]);
 }
