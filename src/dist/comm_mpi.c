@@ -69,6 +69,14 @@ static void exit_after_abort(int sig)
 
 _Noreturn void comm_mpi_fatal_after(comm_mpi *m, int code, const char *msg, double delay_s)
 {
+    if (delay_s < 0.2)
+        delay_s = 0.2;
+    /* Armed first: a write blocked on a launcher that stopped reading (this message, or
+     * another thread's holding stdout's lock that the wait below flushes) must not keep
+     * the rank from ending. */
+    g_abort_code = code ? code : 1;
+    signal(SIGALRM, exit_after_abort);
+    alarm((unsigned)(delay_s + OUTPUT_READ_MAX_S) + ABORT_GRACE_S);
     char who[160];
     comm_mpi_who(m, who, sizeof who);
     herd_log(HERD_LOG_ERROR, "%s: %s", who, msg);
@@ -76,8 +84,6 @@ _Noreturn void comm_mpi_fatal_after(comm_mpi *m, int code, const char *msg, doub
      * what it has not read yet when a rank aborts (about 1 run in 20 lost every
      * message here). A moment lets it read this rank's last words first; longer when
      * the launcher should end the job before this abort (a vanished host). */
-    if (delay_s < 0.2)
-        delay_s = 0.2;
     for (double until = herd_now() + delay_s; herd_now() < until;) {
         struct timespec ts = {0, 50 * 1000 * 1000};
         nanosleep(&ts, NULL);
@@ -86,9 +92,6 @@ _Noreturn void comm_mpi_fatal_after(comm_mpi *m, int code, const char *msg, doub
      * machine Hydra waited past the moment above and lost the message (make test, its
      * MPICH pass at low priority: three tests in one run). */
     herd_wait_output_read(OUTPUT_READ_MAX_S);
-    g_abort_code = code ? code : 1;
-    signal(SIGALRM, exit_after_abort);
-    alarm(ABORT_GRACE_S);
     MPI_Abort(MPI_COMM_WORLD, code ? code : 1);
     _exit(code ? code : 1); /* MPI_Abort does not return; this only satisfies _Noreturn */
 }
