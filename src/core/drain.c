@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "core/clock.h"
@@ -36,7 +35,6 @@ bool herd_wait_output_read(double max_s)
             return true;
         if (herd_now() >= until)
             return false;
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        nanosleep(&ts, NULL);
+        herd_sleep(0.01);
     }
 }

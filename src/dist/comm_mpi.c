@@ -84,10 +84,8 @@ _Noreturn void comm_mpi_fatal_after(comm_mpi *m, int code, const char *msg, doub
      * what it has not read yet when a rank aborts (about 1 run in 20 lost every
      * message here). A moment lets it read this rank's last words first; longer when
      * the launcher should end the job before this abort (a vanished host). */
-    for (double until = herd_now() + delay_s; herd_now() < until;) {
-        struct timespec ts = {0, 50 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
+    for (double until = herd_now() + delay_s; herd_now() < until;)
+        herd_sleep(0.05);
     /* And until the launcher has read them, where the pipe or socket tells: on a loaded
      * machine Hydra waited past the moment above and lost the message (make test, its
      * MPICH pass at low priority: three tests in one run). */

@@ -81,12 +81,6 @@ herd_status comm_mpi_p2p_start(herd_comm *c, herd_p2p *req, bool send, void *buf
     return HERD_OK;
 }
 
-static void sleep_s(double s)
-{
-    struct timespec ts = {0, (long)(s * 1e9)};
-    nanosleep(&ts, NULL);
-}
-
 herd_status comm_mpi_p2p_wait(herd_comm *c, herd_p2p *req, const char *what)
 {
     comm_mpi *m = c->impl;
@@ -146,7 +140,7 @@ herd_status comm_mpi_p2p_wait(herd_comm *c, herd_p2p *req, const char *what)
                      what, age, req->send ? "sending to" : "receiving from", req->peer, peer_host);
             warned = true;
         }
-        sleep_s(sleep);
+        herd_sleep(sleep);
         sleep = sleep * 2 < P2P_MAX_SLEEP_S ? sleep * 2 : P2P_MAX_SLEEP_S;
     }
 }

@@ -67,12 +67,6 @@ static void check_abort_request(comm_mpi *m)
         comm_mpi_fatal(m, code, msg);
 }
 
-static void sleep_s(double s)
-{
-    struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
-
 /* Polls req to completion, keeping the stall inspector and abort requests served:
  * flat out for spin_s, then sleeping between polls, up to max_sleep_s (0: never). */
 static int wait_request_polling(comm_mpi *m, MPI_Request *req, double spin_s, double max_sleep_s)
@@ -90,7 +84,7 @@ static int wait_request_polling(comm_mpi *m, MPI_Request *req, double spin_s, do
         comm_mpi_stall_poll(m);
         check_abort_request(m);
         if (max_sleep_s > 0 && herd_now() > spin_until) {
-            sleep_s(sleep);
+            herd_sleep(sleep);
             sleep = sleep * 2 < max_sleep_s ? sleep * 2 : max_sleep_s;
         }
     }
