@@ -182,6 +182,41 @@ static void check_blocking(herd_comm *c)
              c->local_rank, c->local_size, below, same);
 }
 
+/* A blocking op behind queued reductions waits its turn (it may not run on the caller
+ * while the thread has work: every rank must start collectives in one order), and the
+ * same ops with every blocking one handed to the thread (HERD_MPI_INLINE=0, read when a
+ * communicator is made) give the same results. */
+static void check_blocking_order(herd_comm *c)
+{
+    enum { N = 1 << 16 };
+    float *g = malloc(N * sizeof *g);
+    for (int i = 0; i < N; i++)
+        g[i] = (float)(c->rank + i % 7);
+    MT_OK(c->ops->allreduce_start(c, g, N, 1.0f, HERD_WIRE_FP32, "before the blocking op"));
+    double v = c->rank + 1;
+    MT_OK(c->ops->allreduce_f64(c, &v, 1));
+    MT_OK(c->ops->wait_all(c));
+    MT_CHECK(v == c->size * (c->size + 1) / 2, "allreduce_f64 behind a queued one: %g", v);
+    float want = (float)(c->size * (c->size - 1) / 2 + c->size * ((N - 1) % 7));
+    MT_CHECK(g[N - 1] == want, "queued allreduce %g, want %g", g[N - 1], want);
+    free(g);
+
+    MT_CHECK(setenv("HERD_MPI_INLINE", "0", 1) == 0, "setenv");
+    herd_comm *queued;
+    MT_OK(c->ops->split(c, 0, c->rank, "every blocking op queued", &queued));
+    unsetenv("HERD_MPI_INLINE");
+    check_blocking(queued);
+    herd_comm_destroy(queued);
+    MT_CHECK(setenv("HERD_MPI_INLINE", "yes", 1) == 0, "setenv");
+    herd_comm *refused = NULL;
+    herd_status st = c->ops->split(c, 0, c->rank, "refused", &refused);
+    unsetenv("HERD_MPI_INLINE");
+    MT_CHECK(st != HERD_OK && strstr(herd_last_error(), "HERD_MPI_INLINE='yes' is not 0 or 1"),
+             "HERD_MPI_INLINE=yes: status %d, '%s'", (int)st, herd_last_error());
+    if (refused)
+        herd_comm_destroy(refused);
+}
+
 /* The timeline's ops: a gather of different sizes per rank, and ping-pongs whose
  * times, on one host's shared monotonic clock, must follow cause and effect. */
 static void check_timeline_ops(herd_comm *c)
@@ -310,6 +345,7 @@ int main(void)
     check_wire_headroom(c);
     check_zero_parts(c);
     check_blocking(c);
+    check_blocking_order(c);
     check_f64_async(c);
     check_timeline_ops(c);
     check_split_and_p2p(c);

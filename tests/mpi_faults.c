@@ -1,6 +1,8 @@
 /* Faults for tests/mpi_faults.sh: `warn` (rank 1 joins 3 s late), `timeout` (rank 1
  * never joins), `stop0` (rank 0 stops itself with SIGSTOP), `kill` (rank 1 dies from
- * SIGKILL mid-job). */
+ * SIGKILL mid-job). A second argument `blocking` makes the late collective a blocking
+ * one, which its caller runs itself (the communication thread idle): the caller then
+ * serves the stall inspector. */
 #include <signal.h>
 #include <string.h>
 #include <unistd.h>
@@ -26,7 +28,7 @@ int main(int argc, char **argv)
     else if (strcmp(mode, "stop0") == 0) /* rank 0 counts as silent after 3 s */
         cfg = (herd_comm_config){.stall_warning_s = 1, .timeout_s = 6};
     else if (strcmp(mode, "kill") != 0) {
-        fprintf(stderr, "usage: mpi_faults warn|timeout|stop0|kill\n");
+        fprintf(stderr, "usage: mpi_faults warn|timeout|stop0|kill [blocking]\n");
         return 2;
     }
     herd_comm *c;
@@ -50,10 +52,18 @@ int main(int argc, char **argv)
         mt_compute(strcmp(mode, "warn") == 0 ? 3.0 : 60.0); /* compute-bound, not in a collective */
     }
     c->ops->set_activity(c, "epoch 1 step 2: backward");
-    MT_OK(c->ops->allreduce_start(c, g, 1000, 1.0f, HERD_WIRE_FP32, "bucket 3"));
-    MT_OK(c->ops->wait_all(c));
     float want = (float)(c->size * (c->size - 1) / 2) * (float)c->size;
-    MT_CHECK(g[0] == want && g[999] == want, "%g, want %g", g[0], want);
+    if (argc > 2 && strcmp(argv[2], "blocking") == 0) {
+        double d[1000];
+        for (int i = 0; i < 1000; i++)
+            d[i] = g[i];
+        MT_OK(c->ops->allreduce_f64(c, d, 1000));
+        MT_CHECK(d[0] == want && d[999] == want, "%g, want %g", d[0], (double)want);
+    } else {
+        MT_OK(c->ops->allreduce_start(c, g, 1000, 1.0f, HERD_WIRE_FP32, "bucket 3"));
+        MT_OK(c->ops->wait_all(c));
+        MT_CHECK(g[0] == want && g[999] == want, "%g, want %g", g[0], want);
+    }
     MT_OK(c->ops->barrier(c));
     herd_comm_destroy(c);
     return mt_finish("done");

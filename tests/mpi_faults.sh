@@ -7,10 +7,10 @@ prog=$1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 out=$tmp/out
 fail() { echo "FAIL: $*"; echo "--- output:"; cat "$out"; exit 1; }
-# Runs mpirun -np $1 $prog $2 under timeout 60; sets rc and secs.
+# Runs mpirun -np $1 $prog $2 [$3] under timeout 60; sets rc and secs.
 run() {
   local start=$(date +%s.%N)
-  timeout 60 "${mpiexec[@]}" -np "$1" "$prog" "$2" >"$out" 2>&1
+  timeout 60 "${mpiexec[@]}" -np "$1" "$prog" "${@:2}" >"$out" 2>&1
   rc=$?
   secs=$(echo "$(date +%s.%N) - $start" | bc)
 }
@@ -32,6 +32,22 @@ run 2 timeout
 grep -q "herd: error: rank 0 on host .*: collective #2 .*did not complete within 3 s (stall timeout); ranks not yet arrived: 1 on .*epoch 1 step 2: forward" "$out" \
   || fail "timeout: message naming rank 1"
 echo "timeout: ok, mpirun exit $rc after ${secs} s"
+
+# The same with a blocking collective, which the waiting ranks run on their own thread
+# (the communication thread idle): they serve the stall inspector themselves.
+run 3 warn blocking
+[ $rc -eq 0 ] || fail "warn blocking: exit $rc"
+grep -Eq "herd: warning: collective #2 \(allreduce_f64 'metrics', 8000 bytes\) pending for [0-9]+ s on rank 0; ranks not yet arrived: 1 on [^ ]+ \(last: 'epoch 1 step 2: forward' [0-9]+ s ago\)$" "$out" \
+  || fail "warn blocking: rank 0's report naming rank 1"
+grep -Eq "herd: warning: rank 2 on host .*: collective #2 .* pending for [0-9]+ s; ranks not yet arrived: 1 (on|\()" "$out" \
+  || fail "warn blocking: rank 2's own warning, naming rank 1"
+echo "warn blocking: ok (${secs} s)"
+run 2 timeout blocking
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "timeout blocking: exit $rc"
+(( $(echo "$secs < 15" | bc) )) || fail "timeout blocking: took $secs s"
+grep -q "herd: error: rank 0 on host .*: collective #2 (allreduce_f64 'metrics', 8000 bytes) did not complete within 3 s (stall timeout); ranks not yet arrived: 1 on .*epoch 1 step 2: forward" "$out" \
+  || fail "timeout blocking: message naming rank 1"
+echo "timeout blocking: ok, mpirun exit $rc after ${secs} s"
 
 # Rank 0 stops (SIGSTOP): rank 1 names it and ends the job at the timeout (6 s).
 run 2 stop0

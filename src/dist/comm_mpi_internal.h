@@ -2,9 +2,11 @@
  * Shared state of the MPI communicator (comm_mpi.c: set-up and the caller's side;
  * comm_mpi_thread.c: the communication thread; comm_mpi_stall.c: the stall inspector).
  *
- * Only the communication thread calls MPI once the communicator is created, so
- * MPI_THREAD_SERIALIZED suffices and every MPI call it makes is non-blocking: it
- * can always answer the stall inspector, however long a collective waits.
+ * One thread at a time calls MPI for a communicator once it is created: its
+ * communication thread, or the caller of a blocking op that runs the op itself while
+ * the thread sleeps with nothing queued. So MPI_THREAD_SERIALIZED suffices, and every
+ * MPI call made is non-blocking: whoever waits can always answer the stall inspector,
+ * however long a collective waits.
  */
 #ifndef HERD_DIST_COMM_MPI_INTERNAL_H
 #define HERD_DIST_COMM_MPI_INTERNAL_H
@@ -133,8 +135,13 @@ typedef struct comm_mpi {
     char async_error[384];
     char activity[96];
     double activity_time;
+    /* A blocking op may run on its caller's thread (comm_mpi.c: run_blocking) while the
+     * thread sleeps in wait_for_work (thread_idle) with nothing queued; the thread then
+     * stays there, calling no MPI, until the caller is done (inline_busy). */
+    bool thread_idle, inline_busy;
+    bool inline_blocking; /* HERD_MPI_INLINE (default 1): allowed at all */
 
-    /* owned by the thread */
+    /* owned by the thread, or by the caller running a blocking op itself */
     mpi_op *current;
     double current_start;
     uint64_t started; /* seq of the last op handed to MPI */
@@ -159,6 +166,10 @@ void comm_mpi_algo_started(comm_mpi *m, bool picked);
 void comm_mpi_algo_fini(comm_mpi *m);
 
 void *comm_mpi_thread_main(void *arg);
+/* Runs op (started, polled to completion, the stall inspector served meanwhile) without
+ * retiring it; err gets what failed, or "". The thread's, or a caller's holding
+ * inline_busy. */
+void comm_mpi_run_op(comm_mpi *m, mpi_op *op, char *err, size_t cap);
 /* Operations whose caller does not wait for them (completed by wait_all). */
 static inline bool comm_mpi_op_is_async(mpi_op_kind k)
 {

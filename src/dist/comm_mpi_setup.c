@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "core/build_info.h"
@@ -167,6 +168,19 @@ static herd_status env_micros(const char *name, double dflt_us, double *out_s)
 }
 
 /* The communicator's own part, before any MPI call: the struct, host name and limits. */
+/* HERD_MPI_INLINE: 1 (unset or empty: the default) or 0, where a blocking collective's
+ * caller always hands it to the communication thread (to compare, or to rule it out). */
+static herd_status env_inline(bool *out)
+{
+    const char *v = getenv("HERD_MPI_INLINE");
+    *out = !v || !*v || strcmp(v, "1") == 0;
+    if (v && *v && strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
+        return HERD_INPUT_ERR(HERD_ERR_INVALID_ARG, "HERD_MPI_INLINE='%s' is not 0 or 1; set 0 "
+                              "(blocking collectives always on the communication thread), 1, or "
+                              "unset it (default 1)", v);
+    return HERD_OK;
+}
+
 static herd_status alloc_comm(const herd_comm_config *cfg, herd_comm **out_c, comm_mpi **out_m)
 {
     herd_comm *c = herd_xcalloc(1, sizeof *c);
@@ -188,6 +202,8 @@ static herd_status alloc_comm(const herd_comm_config *cfg, herd_comm **out_c, co
     herd_status st = env_micros("HERD_MPI_POLL_US", DEFAULT_POLL_SLEEP_US, &m->poll_sleep_max_s);
     if (st == HERD_OK)
         st = env_micros("HERD_MPI_SPIN_US", DEFAULT_SPIN_US, &m->spin_s);
+    if (st == HERD_OK)
+        st = env_inline(&m->inline_blocking);
     if (st != HERD_OK) {
         free(m);
         free(c);

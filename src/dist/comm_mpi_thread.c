@@ -1,10 +1,12 @@
 /*
  * The communication thread: runs the queued operations one at a time, in the order
- * every rank queued them, and is the only caller of MPI after set-up. Each
+ * every rank queued them, and is the only caller of MPI after set-up but for a blocking
+ * op its caller runs itself while the thread sleeps with nothing queued. Each
  * operation is a non-blocking MPI call polled with MPI_Test (Open MPI progresses
  * it only inside MPI calls), with a short sleep between polls so that a pending
  * reduction does not take a core from the rank's compute threads.
  */
+#include <errno.h>
 #include <limits.h>
 #include <sched.h>
 #include <stdio.h>
@@ -475,15 +477,20 @@ static void run_op(comm_mpi *m, mpi_op *op, char *err, size_t cap)
         comm_mpi_describe_error(m, rc, what, err, cap);
 }
 
+void comm_mpi_run_op(comm_mpi *m, mpi_op *op, char *err, size_t cap)
+{
+    m->current = op;
+    m->current_start = herd_now();
+    m->started = op->seq;
+    run_op(m, op, err, cap);
+    m->current = NULL;
+}
+
 /* Runs the head of the queue, then retires it. */
 static void run_head(comm_mpi *m, mpi_op *op)
 {
     char err[sizeof op->error] = "";
-    m->current = op;
-    m->current_start = herd_now();
-    m->started = op->seq;
-    run_op(m, op, err, sizeof err);
-    m->current = NULL;
+    comm_mpi_run_op(m, op, err, sizeof err);
     /* Recorded before the op is retired: wait_all then orders it before the reader. */
     const herd_trace_sink *trace = m->c->trace;
     bool gradients = op->kind == MPI_OP_ALLREDUCE || op->kind == MPI_OP_REDUCE_SCATTER ||
@@ -521,6 +528,27 @@ static void run_head(comm_mpi *m, mpi_op *op)
     pthread_mutex_unlock(&m->mu);
 }
 
+/* Under mu: sleeps until there is work, or for a while (the stall inspector's turn).
+ * While a caller runs a blocking op itself (inline_busy) it sleeps on: that caller
+ * serves the inspector and an abort, and only one thread calls MPI for this queue.
+ * thread_idle, set since the thread's last MPI call, ends here. */
+static void wait_for_work(comm_mpi *m)
+{
+    bool timed_out = false;
+    m->thread_idle = true;
+    while (m->inline_busy || (!timed_out && !m->head && !m->shutdown && !m->abort_requested)) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 50 * 1000 * 1000;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        timed_out = pthread_cond_timedwait(&m->work_cv, &m->mu, &until) == ETIMEDOUT;
+    }
+    m->thread_idle = false;
+}
+
 void *comm_mpi_thread_main(void *arg)
 {
     comm_mpi *m = arg;
@@ -532,17 +560,7 @@ void *comm_mpi_thread_main(void *arg)
         while (!__atomic_load_n(&m->head, __ATOMIC_ACQUIRE) && herd_now() < poll_until)
             sched_yield();
         pthread_mutex_lock(&m->mu);
-        if (!m->head && !m->shutdown && !m->abort_requested) {
-            /* Idle: wake now and then to answer the stall inspector. */
-            struct timespec until;
-            clock_gettime(CLOCK_REALTIME, &until);
-            until.tv_nsec += 50 * 1000 * 1000;
-            if (until.tv_nsec >= 1000000000L) {
-                until.tv_sec++;
-                until.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&m->work_cv, &m->mu, &until);
-        }
+        wait_for_work(m);
         mpi_op *op = m->head;
         bool stop = m->shutdown && !op;
         pthread_mutex_unlock(&m->mu);
@@ -554,6 +572,9 @@ void *comm_mpi_thread_main(void *arg)
         else if (stop)
             break;
         comm_mpi_stall_poll(m);
+        pthread_mutex_lock(&m->mu); /* no MPI from here until wait_for_work returns */
+        m->thread_idle = true;
+        pthread_mutex_unlock(&m->mu);
     }
     comm_mpi_stall_drain(m);
     return NULL;
