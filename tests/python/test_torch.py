@@ -39,7 +39,7 @@ def one_process(tmp_path_factory):
     where = tmp_path_factory.mktemp("one")
     rc, out = run(where, 1, "train", "1", "none")
     assert rc == 0, out
-    return where / "weights-1.pt"
+    return where / "weights-1-1-none.pt"
 
 
 @pytest.fixture(scope="module")
@@ -50,27 +50,48 @@ def two_ranks_traced(tmp_path_factory):
     where = tmp_path_factory.mktemp("two")
     rc, out = run(where, 2, "train", "1", "none", env={"HERD_TIMELINE": str(where / "tl.json")})
     assert rc == 0, out
-    return where
+    return where, out
+
+
+# The other cases of each rank count share a launch (torch_ranks.py runs its modes in
+# turn), the collectives last: every launch imports PyTorch on every rank.
+JOBS = {2: "train 2 none" + ("" if REPEAT else " + train 1 fp16") + " + collectives",
+        3: "train 1 none + collectives"}
+
+
+@pytest.fixture(scope="module")
+def ranks_job(tmp_path_factory):
+    """{N: (directory, output)} of the job of N ranks (JOBS), launched when first asked for."""
+    done = {}
+
+    def job(np_):
+        if np_ not in done:
+            launcher(np_)  # skips without MPI
+            where = tmp_path_factory.mktemp(f"ranks{np_}")
+            rc, out = run(where, np_, *JOBS[np_].split())
+            assert rc == 0, out
+            done[np_] = (where, out)
+        return done[np_]
+    return job
 
 
 CASES = [(2, 1, "none", 1e-5), (2, 2, "none", 1e-5)] + ([] if REPEAT else [(3, 1, "none", 1e-5), (2, 1, "fp16", 1e-2)])
 
 
 @pytest.mark.parametrize("np_, passes, compression, tolerance", CASES)
-def test_training_equals_one_process(request, tmp_path, one_process, np_, passes, compression, tolerance):
+def test_training_equals_one_process(request, one_process, ranks_job, np_, passes, compression, tolerance):
     if (np_, passes, compression) == (2, 1, "none"):
-        tmp_path = request.getfixturevalue("two_ranks_traced")
+        where, _ = request.getfixturevalue("two_ranks_traced")
     else:
-        rc, out = run(tmp_path, np_, "train", str(passes), compression)
-        assert rc == 0, out
-    assert max_difference(one_process, tmp_path / f"weights-{np_}.pt") <= tolerance
+        where, _ = ranks_job(np_)
+    assert max_difference(one_process, where / f"weights-{np_}-{passes}-{compression}.pt") <= tolerance
 
 
 def test_timeline(two_ranks_traced):
     """HERD_TIMELINE (Horovod's HOROVOD_TIMELINE): rank 0 writes herd's trace, with every
     rank's gradient buckets on its communication track and its steps on the compute track."""
     import json
-    events = json.load(open(two_ranks_traced / "tl.json"))["traceEvents"]
+    events = json.load(open(two_ranks_traced[0] / "tl.json"))["traceEvents"]
     def of(rank, name):
         return [e for e in events if e.get("pid") == rank and e.get("name") == name and e.get("ph") == "X"]
     for rank in (0, 1):
@@ -83,9 +104,8 @@ def test_timeline(two_ranks_traced):
 
 
 @pytest.mark.parametrize("np_", [2] if REPEAT else [2, 3])
-def test_collectives(tmp_path, np_):
-    rc, out = run(tmp_path, np_, "collectives")
-    assert rc == 0, out
+def test_collectives(ranks_job, np_):
+    _, out = ranks_job(np_)
     for check in ["allreduce sum and average, 4 dtypes", "async handles in order", "allreduce in place",
                   "fp16 compression", "allgather of different row counts", "broadcast from the last rank",
                   "objects", "local size", "bad calls raise herd's message on every rank"]:

@@ -1,6 +1,9 @@
-"""Run by test_torch.py on every rank (under the launcher) or alone: OUT MODE [ARGS].
+"""Run by test_torch.py on every rank (under the launcher) or alone: OUT MODE [ARGS]
+[+ MODE [ARGS] ...], the modes one after another in one process (each launch imports
+PyTorch, 1.5 to 2 CPU-s a rank on the project's machine).
 train PASSES COMPRESSION: a PyTorch CNN trained 20 steps with herd.torch on global
-  batches of 24 (each rank its shard); rank 0 saves the weights to OUT/weights-N.pt.
+  batches of 24 (each rank its shard); rank 0 saves the weights to
+  OUT/weights-N-PASSES-COMPRESSION.pt.
 collectives: Horovod's collectives checked exactly on every rank; prints "ok: <check>".
 raise: rank 1 raises before a collective the others are in.
 stall: rank 1 sleeps outside any collective (HERD_COMM_TIMEOUT ends the job).
@@ -16,8 +19,9 @@ import torch
 
 import herd.torch as hvd
 
-out, mode = sys.argv[1], sys.argv[2]
-hvd.init(comm_timeout=None if mode == "stall" else 120)
+out = sys.argv[1]
+tasks = [task.split() for task in " ".join(sys.argv[2:]).split(" + ")]
+hvd.init(comm_timeout=None if tasks[0][0] == "stall" else 120)
 torch.set_num_threads(1)
 N, R = hvd.size(), hvd.rank()
 
@@ -55,7 +59,7 @@ def train(passes, compression):
             loss.backward()
         opt.step()
     if R == 0:
-        torch.save(net.state_dict(), f"{out}/weights-{N}.pt")
+        torch.save(net.state_dict(), f"{out}/weights-{N}-{passes}-{compression}.pt")
     print(f"rank {R}: trained {N} ranks")
 
 
@@ -154,5 +158,6 @@ def elastic(kill):
         torch.save(net.state_dict(), f"{out}/elastic.pt")
 
 
-{"train": lambda: train(int(sys.argv[3]), sys.argv[4]), "collectives": collectives,
- "raise": raise_on_one, "stall": stall_on_one, "elastic": lambda: elastic(sys.argv[3] == "1")}[mode]()
+for mode, *args in tasks:
+    {"train": lambda: train(int(args[0]), args[1]), "collectives": collectives,
+     "raise": raise_on_one, "stall": stall_on_one, "elastic": lambda: elastic(args[0] == "1")}[mode]()
