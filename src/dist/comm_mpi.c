@@ -281,8 +281,8 @@ static herd_status mpi_wait_all(herd_comm *c)
 
 /* Under mu: whether the caller may run a blocking op itself. Only when the thread
  * sleeps with nothing queued, so that the op keeps its place in every rank's order
- * and one thread at a time calls MPI; the ops whose waits poll (the benchmark's
- * timed loops and clock rounds stay on the thread). */
+ * and one thread at a time calls MPI; and only an op that is one polled non-blocking
+ * call (the benchmark's timed loops and the clock rounds stay on the thread). */
 static bool may_run_inline(const comm_mpi *m, mpi_op_kind kind)
 {
     bool polled = kind == MPI_OP_BROADCAST || kind == MPI_OP_ALLREDUCE_F64 ||

@@ -167,7 +167,6 @@ static herd_status env_micros(const char *name, double dflt_us, double *out_s)
     return HERD_OK;
 }
 
-/* The communicator's own part, before any MPI call: the struct, host name and limits. */
 /* HERD_MPI_INLINE: 1 (unset or empty: the default) or 0, where a blocking collective's
  * caller always hands it to the communication thread (to compare, or to rule it out). */
 static herd_status env_inline(bool *out)
@@ -181,6 +180,7 @@ static herd_status env_inline(bool *out)
     return HERD_OK;
 }
 
+/* The communicator's own part, before any MPI call: the struct, host name and limits. */
 static herd_status alloc_comm(const herd_comm_config *cfg, herd_comm **out_c, comm_mpi **out_m)
 {
     herd_comm *c = herd_xcalloc(1, sizeof *c);
