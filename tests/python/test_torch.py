@@ -50,7 +50,7 @@ def two_ranks_traced(tmp_path_factory):
     where = tmp_path_factory.mktemp("two")
     rc, out = run(where, 2, "train", "1", "none", env={"HERD_TIMELINE": str(where / "tl.json")})
     assert rc == 0, out
-    return where, out
+    return where
 
 
 # The other cases of each rank count share a launch (torch_ranks.py runs its modes in
@@ -81,7 +81,7 @@ CASES = [(2, 1, "none", 1e-5), (2, 2, "none", 1e-5)] + ([] if REPEAT else [(3, 1
 @pytest.mark.parametrize("np_, passes, compression, tolerance", CASES)
 def test_training_equals_one_process(request, one_process, ranks_job, np_, passes, compression, tolerance):
     if (np_, passes, compression) == (2, 1, "none"):
-        where, _ = request.getfixturevalue("two_ranks_traced")
+        where = request.getfixturevalue("two_ranks_traced")
     else:
         where, _ = ranks_job(np_)
     assert max_difference(one_process, where / f"weights-{np_}-{passes}-{compression}.pt") <= tolerance
@@ -91,7 +91,7 @@ def test_timeline(two_ranks_traced):
     """HERD_TIMELINE (Horovod's HOROVOD_TIMELINE): rank 0 writes herd's trace, with every
     rank's gradient buckets on its communication track and its steps on the compute track."""
     import json
-    events = json.load(open(two_ranks_traced[0] / "tl.json"))["traceEvents"]
+    events = json.load(open(two_ranks_traced / "tl.json"))["traceEvents"]
     def of(rank, name):
         return [e for e in events if e.get("pid") == rank and e.get("name") == name and e.get("ph") == "X"]
     for rank in (0, 1):
