@@ -14,6 +14,15 @@ RUN_FLAGS ?= --model lenet5 --data fashion-mnist --epochs 10 --batch-size 128 --
              --lr-scaling linear --momentum 0.9 --nesterov --weight-decay 5e-4 --schedule cosine \
              --warmup-epochs 1
 
+# Ninja when installed (install-deps.sh build brings it): a cold build of herd took 132 CPU-s
+# and 71 s on 2 cores against 169 CPU-s and 92 s with Makefiles, the difference spent in
+# make's bookkeeping per target (bench/results/2026-12-06-build-cost.txt).
+GENERATOR ?= $(if $(shell command -v ninja 2>/dev/null),Ninja,Unix Makefiles)
+# fresh DIR: a tree that another generator made starts afresh (CMake cannot switch in place).
+define fresh
+	@grep -qsx 'CMAKE_GENERATOR:INTERNAL=$(GENERATOR)' $(1)/CMakeCache.txt || rm -rf $(1)/CMakeCache.txt $(1)/CMakeFiles
+endef
+
 .PHONY: all deps build run test test-fast asan asan-build fuzz mpich mpich-build nompi nompi-build install clean bench print-run-flags
 
 all: build
@@ -21,10 +30,10 @@ all: build
 deps:
 	@bash scripts/install-deps.sh
 
-$(BUILD)/Makefile:
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
-
-build: $(BUILD)/Makefile
+# Configured once: cmake --build runs CMake again when a CMakeLists.txt changes.
+build:
+	$(call fresh,$(BUILD))
+	@[ -f $(BUILD)/CMakeCache.txt ] || cmake -G "$(GENERATOR)" -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
 run: deps
@@ -57,7 +66,8 @@ asan-build:
 	@if [ -f $(ASAN_BUILD)/CMakeCache.txt ] && \
 	    ! grep -q '^CMAKE_C_COMPILER:[A-Z]*=$(ASAN_CC)$$' $(ASAN_BUILD)/CMakeCache.txt; then \
 	  rm -rf $(ASAN_BUILD)/CMakeCache.txt $(ASAN_BUILD)/CMakeFiles; fi
-	cmake -S . -B $(ASAN_BUILD) -DCMAKE_C_COMPILER=$(ASAN_CC) -DCMAKE_BUILD_TYPE=Debug -DHERD_SANITIZE=ON \
+	$(call fresh,$(ASAN_BUILD))
+	cmake -G "$(GENERATOR)" -S . -B $(ASAN_BUILD) -DCMAKE_C_COMPILER=$(ASAN_CC) -DCMAKE_BUILD_TYPE=Debug -DHERD_SANITIZE=ON \
 	  -DHERD_CUDA=OFF >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 
@@ -79,7 +89,8 @@ fuzz: asan-build
 # test programs), not the unit tests it never runs: 31 CPU-s instead of 54 after the
 # optimised build (ccache as on a new machine).
 mpich-build:
-	cmake -S . -B $(MPICH_BUILD) -DCMAKE_BUILD_TYPE=Release -DHERD_MPI=mpich -DHERD_CUDA=OFF >/dev/null
+	$(call fresh,$(MPICH_BUILD))
+	cmake -G "$(GENERATOR)" -S . -B $(MPICH_BUILD) -DCMAKE_BUILD_TYPE=Release -DHERD_MPI=mpich -DHERD_CUDA=OFF >/dev/null
 	@cmake --build $(MPICH_BUILD) -j $(JOBS) --target mpi_pass
 
 mpich:
@@ -96,7 +107,8 @@ mpich:
 # but the two long training ones, which run no MPI code, and the CLI's smoke and launcher
 # tests; what launches ranks skips (77) in this build.
 nompi-build:
-	cmake -S . -B $(NOMPI_BUILD) -DCMAKE_BUILD_TYPE=Release -DHERD_MPI=OFF -DHERD_CUDA=OFF >/dev/null
+	$(call fresh,$(NOMPI_BUILD))
+	cmake -G "$(GENERATOR)" -S . -B $(NOMPI_BUILD) -DCMAKE_BUILD_TYPE=Release -DHERD_MPI=OFF -DHERD_CUDA=OFF >/dev/null
 	@cmake --build $(NOMPI_BUILD) -j $(JOBS)
 
 nompi: nompi-build
