@@ -77,23 +77,12 @@ if(HERD_WITH_CUDA)
   # checked against the CPU one at fp32 tolerances.
   add_compile_options("$<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings;-Xcompiler=-Wall,-Wextra>")
   # cuBLAS is opened when the backend starts (src/core/cublas_lib.c), not linked.
-  set(HERD_CUDA_LIBS CUDA::cudart ${HERD_CUDNN_LIB} ${CMAKE_DL_LIBS})
+  # Linked only: the toolkit's include directories go to the configured files alone
+  # (cmake/config.cmake).
+  set(HERD_CUDA_LIBS $<LINK_ONLY:CUDA::cudart> ${HERD_CUDNN_LIB} ${CMAKE_DL_LIBS})
   if(HERD_WITH_NCCL)
     list(APPEND HERD_CUDA_LIBS ${HERD_NCCL_LIB})
   endif()
   message(STATUS "herd: CUDA backend (CUDA ${CUDAToolkit_VERSION}, cuDNN ${HERD_CUDNN_LIB}, "
                  "NCCL ${HERD_WITH_NCCL}; architectures ${CMAKE_CUDA_ARCHITECTURES})")
 endif()
-
-function(herd_cuda_link target)
-  if(NOT HERD_WITH_CUDA)
-    return()
-  endif()
-  target_compile_definitions(${target} PUBLIC HERD_HAVE_CUDA=1 HERD_HAVE_CUDNN=1)
-  target_include_directories(${target} PUBLIC ${HERD_CUDNN_INCLUDE})
-  target_link_libraries(${target} PUBLIC ${HERD_CUDA_LIBS})
-  if(HERD_WITH_NCCL)
-    target_compile_definitions(${target} PUBLIC HERD_HAVE_NCCL=1)
-    target_include_directories(${target} PUBLIC ${HERD_NCCL_INCLUDE})
-  endif()
-endfunction()

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "herd_config.h"
 #include "testutil.h"
 #include "dist/comm.h"
 #include "dist/launcher.h"

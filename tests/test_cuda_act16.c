@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "herd_config.h"
 #include "testutil.h"
 
 #include "backend/backend.h"

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "herd_config.h"
 #include "testutil.h"
 
 #if HERD_HAVE_CUDA

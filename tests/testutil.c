@@ -1,3 +1,4 @@
+#include "herd_config.h"
 #include "testutil.h"
 
 #include <dirent.h>

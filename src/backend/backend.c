@@ -1,5 +1,6 @@
 /* What every backend shares: layer descriptions, the argument checks each op makes
  * before it computes, precision names and the GPU peak table. */
+#include "herd_config.h"
 #include "backend/backend.h"
 
 #include <string.h>

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "herd_config.h"
 #include "core/build_info.h"
 #if HERD_HAVE_CUDA
 #include "core/cublas_lib.h"

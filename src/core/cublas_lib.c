@@ -1,4 +1,5 @@
 /* Only a build with the CUDA backend has cuBLAS headers. */
+#include "herd_config.h"
 #if HERD_HAVE_CUDA
 #include "core/cublas_lib.h"
 

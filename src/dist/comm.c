@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "herd_config.h"
 #include "core/error.h"
 #include "core/sanitizer.h"
 #include "dist/comm.h"

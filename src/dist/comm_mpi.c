@@ -6,6 +6,7 @@
  * collectives wait for the thread to finish them, or run on the caller's thread when
  * the communication thread sleeps with nothing queued.
  */
+#include "herd_config.h"
 #include "core/error.h"
 #include "dist/comm.h"
 

@@ -15,6 +15,7 @@
  * (about the bytes on the wire of the collectives themselves, in place, no copies).
  * Point-to-point transfers (pipeline stages) go through host memory and the MPI
  * communicator (comm_device.c). */
+#include "herd_config.h"
 #include "core/error.h"
 #include "dist/comm.h"
 

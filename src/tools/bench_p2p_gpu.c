@@ -6,6 +6,7 @@
  */
 #include <stdio.h>
 
+#include "herd_config.h"
 #include "core/error.h"
 #include "tools/bench_internal.h"
 

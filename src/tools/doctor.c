@@ -15,6 +15,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "herd_config.h"
 #if HERD_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif

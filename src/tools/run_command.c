@@ -8,16 +8,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "herd_config.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "tools/run_plan.h"
-
-#ifndef HERD_MPI_FAMILY
-#define HERD_MPI_FAMILY ""
-#endif
-#ifndef HERD_MPIEXEC
-#define HERD_MPIEXEC ""
-#endif
 
 /* The most ranks any host gets when np ranks fill the slots in order, as
  * Open MPI's default by-slot mapping does. slots <= 0 means unknown. */
