@@ -2,8 +2,9 @@
 # The layer graph: which part of herd includes which, from every #include in src/,
 # cli/ and include/. Prints the graph (edges with their include counts) and fails on
 # any include against the allowed direction (README, "Who may include whom"), and on a
-# private header included outside its directory (tests and bench included), and on a
-# call against the allowed direction through the public header (below):
+# private header included outside its directory (tests and bench included), on a
+# call against the allowed direction through the public header, and on a file that reads
+# the build's configuration without including herd_config.h (below):
 #   python (the herd package's C extension: the public API only)
 #   cli -> src/train -> src/{optim,obs,tools} -> src/{nn,data,dist} -> src/backend -> src/core
 # with include/herd/herd.h (the public API: types and declarations, only the C
@@ -149,4 +150,24 @@ END {
 echo "check_layers: the private headers stay in their directories"
 [ -z "$calls" ] || { echo "$calls"; exit 1; }
 echo "check_layers: every call through the public header points the allowed way"
+
+# The build's configuration (HERD_HAVE_MPI/CUDA/NCCL, HERD_MPI_FAMILY, HERD_MPIEXEC) is in
+# generated/herd_config.h: a file that uses it in code must include that header, or it
+# would build its other branch without a word (-Wundef catches an #if, not an #ifdef nor a
+# CUDA file). Comments and string literals are skipped.
+unconfigured=$(find src cli tests python \( -name '*.c' -o -name '*.h' -o -name '*.cu' \) -print0 |
+  xargs -0 awk '
+    FNR == 1 { incom = 0 }
+    {
+        line = $0
+        if (incom) { if (!sub(/^.*\*\//, "", line)) next; incom = 0 }
+        gsub(/"([^"\\]|\\.)*"/, "\"\"", line); gsub(/\/\*.*\*\//, "", line); sub(/\/\/.*/, "", line)
+        if (sub(/\/\*.*$/, "", line)) incom = 1
+        if (line ~ /(^|[^A-Za-z0-9_])(HERD_HAVE_(MPI|CUDA|NCCL)|HERD_MPI_FAMILY|HERD_MPIEXEC)([^A-Za-z0-9_]|$)/)
+            print FILENAME
+    }' | sort -u | while read -r f; do
+    grep -q '^#include "herd_config.h"' "$f" || echo "check_layers: $f uses the build's configuration without #include \"herd_config.h\""
+  done)
+[ -z "$unconfigured" ] || { echo "$unconfigured"; exit 1; }
+echo "check_layers: every file that reads the build's configuration includes herd_config.h"
 exit $layers
