@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "herd_config.h"
 #include "testutil.h"
+#include "herd_config.h"
 
 #include "backend/backend.h"
 

@@ -2,8 +2,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "herd_config.h"
 #include "testutil.h"
+#include "herd_config.h"
 #include "dist/comm.h"
 #include "dist/launcher.h"
 

@@ -6,8 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "herd_config.h"
 #include "testutil.h"
+#include "herd_config.h"
 
 #if HERD_HAVE_CUDA
 #include "backend/cuda/cuda_conv_algo.h"

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "herd_config.h"
 #include "testutil.h"
+#include "herd_config.h"
 
 #include "backend/backend.h"
 

@@ -1,4 +1,3 @@
-#include "herd_config.h"
 #include "testutil.h"
 
 #include <dirent.h>
@@ -10,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "herd_config.h"
 #include "core/rng.h"
 #include "core/safetensors.h"
 #include "nn/model.h"

@@ -1,10 +1,10 @@
 /* What every backend shares: layer descriptions, the argument checks each op makes
  * before it computes, precision names and the GPU peak table. */
-#include "herd_config.h"
 #include "backend/backend.h"
 
 #include <string.h>
 
+#include "herd_config.h"
 #include "core/error.h"
 
 /* PyTorch's output size: floor((in + 2*pad - k) / stride) + 1. */

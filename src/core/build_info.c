@@ -2,8 +2,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "herd_config.h"
 #include "core/build_info.h"
+#include "herd_config.h"
 #if HERD_HAVE_CUDA
 #include "core/cublas_lib.h"
 #endif
