@@ -13,7 +13,7 @@ build_packages=(
   libdnnl-dev ocl-icd-opencl-dev libcjson-dev zlib1g-dev libcmocka-dev
   libxxhash-dev # checkpoint checksums (XXH3)
   openmpi-bin libopenmpi-dev libhwloc-dev
-  libprotobuf-c-dev protobuf-c-compiler libplplot-dev plplot-driver-cairo
+  libprotobuf-c-dev protobuf-c-compiler
   python3-dev # the herd Python package (python/)
   clang libclang-rt-dev # make test: the ASan build under clang, with the libFuzzer targets (tests/fuzz)
   lld # which links that build (CMakeLists.txt: 35 CPU-s against ld.bfd's 49)
@@ -21,6 +21,7 @@ build_packages=(
 test_packages=(
   mpich libmpich-dev # make test builds herd a second time against MPICH (Open MPI stays the default)
   dataset-fashion-mnist # make run's data
+  libplplot17 plplot-driver-cairo # herd plot (PLplot, opened when it draws: building needs none of it)
   protobuf-compiler python3-protobuf # tests: event files read with TensorBoard's own schema
   iproute2 iputils-ping # tests: the namespace cluster (ip netns) and a ping through its relay
   python3-numpy python3-pytest python3-torch # the Python package's use, herd.torch, their tests

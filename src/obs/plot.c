@@ -5,7 +5,6 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
-#include <plplot.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,9 +16,10 @@
 
 static char plplot_warning[256];
 static int page_width_px, subpage_height_px;
+static const herd_plplot_lib *pl; /* PLplot's state is the process's: one page at a time */
 
 /* PLplot's recoverable errors (plabort) come here instead of stderr. */
-static void keep_warning(PLCHAR_VECTOR msg)
+static void keep_warning(const char *msg)
 {
     if (!plplot_warning[0])
         snprintf(plplot_warning, sizeof plplot_warning, "%s", msg);
@@ -31,7 +31,7 @@ static bool have_device(const char *name)
     const char **menus = calloc((size_t)n, sizeof *menus), **names = calloc((size_t)n, sizeof *names);
     bool found = false;
     if (menus && names) {
-        plgDevs(&menus, &names, &n);
+        pl->gdevs(&menus, &names, &n);
         for (int i = 0; i < n && !found; i++)
             found = strcmp(names[i], name) == 0;
     }
@@ -40,11 +40,13 @@ static bool have_device(const char *name)
     return found;
 }
 
-herd_status herd_plot_begin(const char *png, int width, int height, int n_panels)
+herd_status herd_plot_begin(const char *png, int width, int height, int n_panels,
+                            const herd_plplot_lib **out)
 {
     if (width < 200 || height < 150 || width > 20000 || height > 20000)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "plot size %dx%d: width and height must be in "
                         "[200, 20000] and [150, 20000] pixels", width, height);
+    HERD_TRY(herd_plplot_open(&pl));
     /* PLplot ends the process on a fatal error, so the two it could meet here are
      * checked first: the driver (plplot-driver-cairo) and the output file. */
     if (!have_device("pngcairo"))
@@ -54,44 +56,45 @@ herd_status herd_plot_begin(const char *png, int width, int height, int n_panels
     if (!f)
         return HERD_ERR(HERD_ERR_IO, "cannot write the plot '%s': %s; check -o", png, strerror(errno));
     fclose(f);
-    static const PLINT r[PLOT_N_COLORS] = {255, 0, 225, 31, 255, 44, 214, 148, 170};
-    static const PLINT g[PLOT_N_COLORS] = {255, 0, 225, 119, 127, 160, 39, 103, 170};
-    static const PLINT b[PLOT_N_COLORS] = {255, 0, 225, 180, 14, 44, 40, 189, 170};
+    static const pl_int r[PLOT_N_COLORS] = {255, 0, 225, 31, 255, 44, 214, 148, 170};
+    static const pl_int g[PLOT_N_COLORS] = {255, 0, 225, 119, 127, 160, 39, 103, 170};
+    static const pl_int b[PLOT_N_COLORS] = {255, 0, 225, 180, 14, 44, 40, 189, 170};
     plplot_warning[0] = '\0';
-    plsabort(keep_warning);
-    plsdev("pngcairo");
-    plsfnam(png);
-    plspage(0, 0, width, height, 0, 0);
-    plscmap0(r, g, b, PLOT_N_COLORS);
-    plssub(1, n_panels);
-    plinit();
+    pl->sabort(keep_warning);
+    pl->sdev("pngcairo");
+    pl->sfnam(png);
+    pl->spage(0, 0, width, height, 0, 0);
+    pl->scmap0(r, g, b, PLOT_N_COLORS);
+    pl->ssub(1, n_panels);
+    pl->init();
     page_width_px = width;
     subpage_height_px = height / n_panels;
+    *out = pl;
     return HERD_OK;
 }
 
 double herd_plot_text_height(double px)
 {
-    PLFLT def_mm, ht_mm, x0, x1, y0, y1;
-    plgchr(&def_mm, &ht_mm);
-    plgspa(&x0, &x1, &y0, &y1);
+    pl_flt def_mm, ht_mm, x0, x1, y0, y1;
+    pl->gchr(&def_mm, &ht_mm);
+    pl->gspa(&x0, &x1, &y0, &y1);
     double px_per_mm = (double)page_width_px / (x1 - x0);
     double scale = def_mm > 0 && x1 > x0 ? px / (def_mm * px_per_mm) : 1;
-    plschr(0, scale);
+    pl->schr(0, scale);
     return scale;
 }
 
 void herd_plot_viewport_px(double left, double right, double bottom, double top)
 {
     double w = page_width_px, h = subpage_height_px;
-    plvpor(fmin(0.45, left / w), fmax(0.55, 1 - right / w), fmin(0.45, bottom / h),
+    pl->vpor(fmin(0.45, left / w), fmax(0.55, 1 - right / w), fmin(0.45, bottom / h),
            fmax(0.55, 1 - top / h));
 }
 
 herd_status herd_plot_end(const char *png)
 {
-    plend();
-    plsabort(NULL);
+    pl->end();
+    pl->sabort(NULL);
     if (plplot_warning[0])
         return HERD_ERR(HERD_ERR_INTERNAL, "PLplot could not draw '%s': %s", png, plplot_warning);
     return HERD_OK;
@@ -202,19 +205,19 @@ static void draw_line(const series *s, int color, bool log_y, bool markers)
         return;
     for (int i = 0; i < s->n; i++)
         y[i] = log_y ? log10(s->y[i]) : s->y[i];
-    plcol0(color);
-    plwidth(2);
-    plline(s->n, s->x, y);
+    pl->col0(color);
+    pl->width(2);
+    pl->line(s->n, s->x, y);
     if (markers)
-        plstring(s->n, s->x, y, "#(728)"); /* a Hershey star: the evaluated points */
-    plwidth(1);
+        pl->string(s->n, s->x, y, "#(728)"); /* a Hershey star: the evaluated points */
+    pl->width(1);
     free(y);
 }
 
 /* One panel: train (line) and optionally test (line with markers) against step. */
 static void panel(const series *train, const series *test, double x_max, const char *title,
                   const char *y_label, const char *train_label, const char *test_label,
-                  PLINT legend_corner)
+                  pl_int legend_corner)
 {
     double lo, hi;
     range(train, test, &lo, &hi);
@@ -230,31 +233,31 @@ static void panel(const series *train, const series *test, double x_max, const c
     /* The y label clears the widest tick label (digits of the largest value). */
     double widest = log_y ? 4.5 : floor(log10(fmax(fabs(lo), fabs(hi)) + 1)) + 2;
     double label_disp = 1.6 + 0.7 * fmax(widest, 3); /* in text heights */
-    pladv(0);
+    pl->adv(0);
     double text_scale = herd_plot_text_height(TEXT_PX);
     herd_plot_viewport_px(TEXT_PX * (label_disp + 1.5), 24, TEXT_PX * 4.6, TEXT_PX * 3.4);
-    plwind(0, x_max, lo - pad, hi + pad);
-    plcol0(PLOT_GRID);
-    plbox("g", 0, 0, "g", 0, 0);
-    plcol0(PLOT_FG);
-    plbox("bcnst", 0, 0, log_y ? "bcnstvl" : "bcnstv", 0, 0);
+    pl->wind(0, x_max, lo - pad, hi + pad);
+    pl->col0(PLOT_GRID);
+    pl->box("g", 0, 0, "g", 0, 0);
+    pl->col0(PLOT_FG);
+    pl->box("bcnst", 0, 0, log_y ? "bcnstvl" : "bcnstv", 0, 0);
     char y_text[96];
     snprintf(y_text, sizeof y_text, "%s%s", y_label, log_y ? " (log scale)" : "");
-    pllab("step", "", title);
-    plmtex("l", label_disp, 0.5, 0.5, y_text);
+    pl->lab("step", "", title);
+    pl->mtex("l", label_disp, 0.5, 0.5, y_text);
     draw_line(train, PLOT_BLUE, log_y, false);
     if (test)
         draw_line(test, PLOT_ORANGE, log_y, true);
 
     if (!test)
         return; /* one curve: the title says what it is */
-    PLINT opts[2] = {PL_LEGEND_LINE, PL_LEGEND_LINE | PL_LEGEND_SYMBOL};
-    PLINT colors[2] = {PLOT_BLUE, PLOT_ORANGE}, styles[2] = {1, 1}, numbers[2] = {0, 1};
-    PLFLT widths[2] = {2, 2}, scales[2] = {1, 1};
+    pl_int opts[2] = {PL_LEGEND_LINE, PL_LEGEND_LINE | PL_LEGEND_SYMBOL};
+    pl_int colors[2] = {PLOT_BLUE, PLOT_ORANGE}, styles[2] = {1, 1}, numbers[2] = {0, 1};
+    pl_flt widths[2] = {2, 2}, scales[2] = {1, 1};
     const char *texts[2] = {train_label, test_label}, *symbols[2] = {"", "#(728)"};
-    PLFLT lw, lh;
-    plcol0(PLOT_FG);
-    pllegend(&lw, &lh, PL_LEGEND_BACKGROUND | PL_LEGEND_BOUNDING_BOX,
+    pl_flt lw, lh;
+    pl->col0(PLOT_FG);
+    pl->legend(&lw, &lh, PL_LEGEND_BACKGROUND | PL_LEGEND_BOUNDING_BOX,
              legend_corner | PL_POSITION_RIGHT | PL_POSITION_INSIDE, 0.01, 0.02, 0.06, PLOT_BG,
              PLOT_FG, 1, 0, 0, 2, opts, 1.0, 0.9 * text_scale, 1.8, 0, colors, texts, NULL, NULL,
              NULL, NULL, colors, styles, widths, colors, scales, numbers, symbols);
@@ -307,11 +310,12 @@ herd_status herd_plot_metrics(const char *metrics_path, const char *png_path, co
      * epoch lines (means over an epoch) when a run was too short for any: one curve
      * never mixes the two averaging windows. */
     const series *train = s[TRAIN_LOSS].n > 0 ? s : s + EPOCH_OFFSET;
+    const herd_plplot_lib *lib = NULL;
     if (st == HERD_OK)
         st = herd_plot_begin(png_path, width ? width : 1000, height ? height : 300 * n_panels,
-                             n_panels);
+                             n_panels, &lib);
     if (st == HERD_OK) {
-        plsyax(7, 0); /* 12000 samples/s as it is, not 1.2 with an exponent aside */
+        lib->syax(7, 0); /* 12000 samples/s as it is, not 1.2 with an exponent aside */
         if (want[0])
             panel(&train[TRAIN_LOSS], &s[TEST_LOSS], x_max, "Loss", "loss", "train",
                   "test (end of epoch)", PL_POSITION_TOP);

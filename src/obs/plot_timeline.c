@@ -2,7 +2,6 @@
  * from a Chrome trace-event file written by herd train --timeline. */
 #include <cjson/cJSON.h>
 #include <math.h>
-#include <plplot.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,7 +114,7 @@ static herd_status read_trace(const char *path, trace_summary *t)
 }
 
 /* Rank labels on the y axis: bar i (from the top) is rank i. */
-static void rank_label(PLINT axis, PLFLT value, PLCHAR_NC_VECTOR label, PLINT length, PLPointer data)
+static void rank_label(pl_int axis, pl_flt value, char *label, pl_int length, void *data)
 {
     const trace_summary *t = data;
     int row = (int)lround(value);
@@ -129,14 +128,14 @@ static void rank_label(PLINT axis, PLFLT value, PLCHAR_NC_VECTOR label, PLINT le
         snprintf(label, (size_t)length, "rank %d", rank);
 }
 
-static void fill_box(double x0, double x1, double y0, double y1, int color)
+static void fill_box(const herd_plplot_lib *pl, double x0, double x1, double y0, double y1, int color)
 {
-    PLFLT xs[4] = {x0, x1, x1, x0}, ys[4] = {y0, y0, y1, y1};
-    plcol0(color);
-    plfill(4, xs, ys);
+    pl_flt xs[4] = {x0, x1, x1, x0}, ys[4] = {y0, y0, y1, y1};
+    pl->col0(color);
+    pl->fill(4, xs, ys);
 }
 
-static void draw_bars(const trace_summary *t)
+static void draw_bars(const herd_plplot_lib *pl, const trace_summary *t)
 {
     /* In the step's order; "other" is step time outside the phases. */
     static const int colors[N_PHASES + 1] = {PLOT_PURPLE, PLOT_BLUE, PLOT_ORANGE, PLOT_RED,
@@ -157,14 +156,14 @@ static void draw_bars(const trace_summary *t)
     /* Margins in pixels: the longest rank label on the left; the totals column
      * and the legend on the right. */
     const double text_px = 11, char_px = 0.8 * text_px;
-    pladv(0);
+    pl->adv(0);
     double text_scale = herd_plot_text_height(text_px);
     herd_plot_viewport_px(1.5 * text_px + char_px * label_len, 11 * char_px + 230, 4.5 * text_px,
                           3 * text_px);
     double y_lo = -0.6, y_hi = t->n - 0.4;
-    plwind(0, x_max > 0 ? 1.03 * x_max : 1, y_lo, y_hi);
-    plcol0(PLOT_GRID);
-    plbox("g", 0, 0, "", 0, 0);
+    pl->wind(0, x_max > 0 ? 1.03 * x_max : 1, y_lo, y_hi);
+    pl->col0(PLOT_GRID);
+    pl->box("g", 0, 0, "", 0, 0);
     for (int i = 0; i < t->n; i++) {
         const rank_times *r = &t->ranks[i];
         if (r->steps == 0)
@@ -173,34 +172,34 @@ static void draw_bars(const trace_summary *t)
         double phases = 0;
         for (int k = 0; k < N_PHASES; k++) {
             double w = r->phase_us[k] / per;
-            fill_box(x, x + w, y - 0.35, y + 0.35, colors[k]);
+            fill_box(pl, x, x + w, y - 0.35, y + 0.35, colors[k]);
             x += w;
             phases += w;
         }
         double total = r->step_us / per;
         if (total > phases)
-            fill_box(x, total, y - 0.35, y + 0.35, colors[N_PHASES]);
+            fill_box(pl, x, total, y - 0.35, y + 0.35, colors[N_PHASES]);
         char text[32];
         snprintf(text, sizeof text, "%.2f ms", fmax(total, phases));
-        plcol0(PLOT_FG);
-        plmtex("rv", 0.8, (y - y_lo) / (y_hi - y_lo), 0, text); /* the totals column */
+        pl->col0(PLOT_FG);
+        pl->mtex("rv", 0.8, (y - y_lo) / (y_hi - y_lo), 0, text); /* the totals column */
     }
-    plcol0(PLOT_FG);
-    plslabelfunc(rank_label, (PLPointer)t);
+    pl->col0(PLOT_FG);
+    pl->slabelfunc(rank_label, (void *)t);
     /* y: one horizontal rank label per bar (PLplot labels only ticked axes). */
-    plbox("bcnst", 0, 0, "bcntvo", 1, 0);
-    plslabelfunc(NULL, NULL);
+    pl->box("bcnst", 0, 0, "bcntvo", 1, 0);
+    pl->slabelfunc(NULL, NULL);
     char title[128];
     if (steps_min == steps_max)
         snprintf(title, sizeof title, "Step time per rank (mean over %ld steps)", steps_max);
     else
         snprintf(title, sizeof title, "Step time per rank (mean over %ld to %ld steps)", steps_min,
                  steps_max);
-    pllab("ms per step", "", title);
+    pl->lab("ms per step", "", title);
 
-    PLINT opts[N_PHASES + 1], box_colors[N_PHASES + 1], patterns[N_PHASES + 1];
-    PLINT text_colors[N_PHASES + 1];
-    PLFLT scales[N_PHASES + 1], widths[N_PHASES + 1];
+    pl_int opts[N_PHASES + 1], box_colors[N_PHASES + 1], patterns[N_PHASES + 1];
+    pl_int text_colors[N_PHASES + 1];
+    pl_flt scales[N_PHASES + 1], widths[N_PHASES + 1];
     const char *legend_texts[N_PHASES + 1];
     for (int k = 0; k <= N_PHASES; k++) {
         opts[k] = PL_LEGEND_COLOR_BOX;
@@ -211,8 +210,8 @@ static void draw_bars(const trace_summary *t)
         text_colors[k] = PLOT_FG;
         legend_texts[k] = texts[k];
     }
-    PLFLT lw, lh;
-    pllegend(&lw, &lh, 0, PL_POSITION_RIGHT | PL_POSITION_INSIDE | PL_POSITION_SUBPAGE, 0.01, 0, 0.03,
+    pl_flt lw, lh;
+    pl->legend(&lw, &lh, 0, PL_POSITION_RIGHT | PL_POSITION_INSIDE | PL_POSITION_SUBPAGE, 0.01, 0, 0.03,
              PLOT_BG, PLOT_FG, 1, N_PHASES + 1, 1, N_PHASES + 1, opts, 0.5, 0.9 * text_scale, 2.0, 0, text_colors,
              legend_texts, box_colors, patterns, scales, widths, NULL, NULL, NULL, NULL, NULL, NULL,
              NULL);
@@ -224,10 +223,11 @@ herd_status herd_plot_timeline(const char *trace_path, const char *png_path, int
         return HERD_ERR(HERD_ERR_INVALID_ARG, "herd_plot_timeline needs a trace and a PNG path");
     trace_summary t = {0};
     herd_status st = read_trace(trace_path, &t);
+    const herd_plplot_lib *pl = NULL;
     if (st == HERD_OK)
-        st = herd_plot_begin(png_path, width ? width : 1000, height ? height : 240 + 45 * t.n, 1);
+        st = herd_plot_begin(png_path, width ? width : 1000, height ? height : 240 + 45 * t.n, 1, &pl);
     if (st == HERD_OK) {
-        draw_bars(&t);
+        draw_bars(pl, &t);
         st = herd_plot_end(png_path);
     }
     free(t.ranks);
