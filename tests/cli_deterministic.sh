@@ -9,9 +9,10 @@
 # ranks and under --zero 1 on 2 ranks and --zero 2 on 3, and with --compress bf16 on 3;
 # slices of 4 (--slice-size) likewise across batch sizes; resnet20 (batch norm over each
 # slice, running statistics the mean over the step's slices), 100 steps of 48 8x8 images in
-# slices of 4, as 1 x 16 x 3, 1 x 24 x 2 (--threads 2), 2 x 24 x 1, 3 x 8 x 2, 4 x 12 x 1 and
-# 6 x 8 x 1 (3 x 8 x 2 alone, 10 steps, in a repeat pass), and stopped on 2 ranks and
-# resumed on 3: the same bytes, weights and running statistics;
+# slices of 4, as 1 x 16 x 3, 1 x 24 x 2 (--threads 2), 3 x 8 x 2 and 4 x 12 x 1 (3 x 8 x 2
+# alone, 10 steps, in a repeat pass), and stopped on 2 ranks x 24 and resumed on 3: the same
+# bytes, weights and running statistics (cli_deterministic_syncbn trains resnet20 at every
+# rank count of issue 27, 1 to 6, under --sync-bn);
 # without the flag they are not (so the comparison can fail); lenet5 on the simulated device
 # (--device sim) gives the CPU's bytes. What it does not cover yet is refused at start,
 # naming the option.
@@ -171,7 +172,9 @@ if have_mpi; then
     grep -q "global batch 48 kept as 2 x 8 x 3" "$tmp/out"
   runn 2 lenet5 3 "$tmp/e.st" --deterministic --elastic-ranks 4 --max-steps 1 >"$tmp/out" 2>&1
   check "elastic from 4 ranks x 3 to 2 x 6 taken (exit $?)" grep -q "elastic: 2 replicas instead of 4" "$tmp/out"
-  rns=("3 8 2" "2 24 1" "4 12 1" "6 8 1")
+  # Each rank's slices' statistics enter the exact sums as its gradients do (lenet5 above
+  # covers 1 to 6 ranks); 2 ranks run in the resume below, 6 under --sync-bn.
+  rns=("3 8 2" "4 12 1")
   repeat_pass && rns=("3 8 2")
   for rs in "${rns[@]}"; do
     read -r np batch accum <<<"$rs"
