@@ -46,10 +46,10 @@ set(HERD_CONFIG_REGEX "#include \"(${HERD_CONFIG_REGEX})\"")
 
 # herd_configured_sources(FILE...): gives those of the files (C or CUDA sources, in the
 # calling directory) that include a configuration header MPI's and CUDA's include
-# directories; the CUDA backend's own files always.
+# directories; the CUDA backend's own files (and the unit of its kernels) always.
 function(herd_configured_sources)
   foreach(src ${ARGN})
-    if(src MATCHES "/src/backend/cuda/")
+    if(src MATCHES "/src/backend/cuda/|\\.cu$")
       set(hit 1)
     else()
       file(STRINGS ${src} hit REGEX "${HERD_CONFIG_REGEX}" LIMIT_COUNT 1)

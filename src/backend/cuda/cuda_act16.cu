@@ -281,7 +281,7 @@ static herd_status act_copy(size_t n, const uint16_t *x, uint16_t *y)
 /* ---- global average pooling: [n][hw][c] 16-bit <-> [n][c] fp32 */
 
 template <class H>
-__global__ void k_gap_fwd(int n, int c, int hw, const uint16_t *x, float *y)
+__global__ void k_gap16_fwd(int n, int c, int hw, const uint16_t *x, float *y)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x; /* (sample, channel) */
     if (i >= n * c)
@@ -295,7 +295,7 @@ __global__ void k_gap_fwd(int n, int c, int hw, const uint16_t *x, float *y)
 }
 
 template <class H>
-__global__ void k_gap_bwd(size_t total, int c, int hw, const float *dy, uint16_t *dx)
+__global__ void k_gap16_bwd(size_t total, int c, int hw, const float *dy, uint16_t *dx)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -306,16 +306,16 @@ __global__ void k_gap_bwd(size_t total, int c, int hw, const float *dy, uint16_t
 
 template <class H> static herd_status gap_fwd_t(int n, int c, int hw, const uint16_t *x, float *y)
 {
-    k_gap_fwd<H><<<(n * c + 255) / 256, 256, 0, stream()>>>(n, c, hw, x, y);
-    HERD_CUDA_LAUNCHED("k_gap_fwd");
+    k_gap16_fwd<H><<<(n * c + 255) / 256, 256, 0, stream()>>>(n, c, hw, x, y);
+    HERD_CUDA_LAUNCHED("k_gap16_fwd");
     return HERD_OK;
 }
 template <class H>
 static herd_status gap_bwd_t(int n, int c, int hw, const float *dy, uint16_t *dx)
 {
     size_t total = (size_t)n * c * hw;
-    k_gap_bwd<H><<<herd_cuda_blocks(total), HERD_CUDA_THREADS, 0, stream()>>>(total, c, hw, dy, dx);
-    HERD_CUDA_LAUNCHED("k_gap_bwd");
+    k_gap16_bwd<H><<<herd_cuda_blocks(total), HERD_CUDA_THREADS, 0, stream()>>>(total, c, hw, dy, dx);
+    HERD_CUDA_LAUNCHED("k_gap16_bwd");
     return HERD_OK;
 }
 

@@ -12,13 +12,12 @@
 #include <math.h>
 
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_kernels.cuh"
 
 #define BN_THREADS 256
 #define BN_WARPS (BN_THREADS / 32)
 #define BN_PIECE 1024    /* a warp's unit of work: up to this much of one (n, c) row */
 #define BN_TARGET_BLOCKS 1024 /* partial-sum blocks to aim for, over all channels */
-
-enum { SUM_X, SUM_SQDEV, SUM_BWD };
 
 /* ---- kernels */
 
@@ -202,8 +201,6 @@ __global__ void k_bn_infer(size_t total, int c, int hw, const float *x, const fl
 }
 
 /* ---- launch helpers */
-
-static cudaStream_t stream(void) { return herd_cuda_ctx_get()->stream; }
 
 /* Splits per channel: enough blocks overall, no more than there are warp units. */
 static int bn_splits(int n, int c, int hw)

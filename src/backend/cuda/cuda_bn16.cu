@@ -4,7 +4,6 @@
  * parameters and statistics in fp32, each result rounded once to 16 bits. */
 #include "backend/cuda/cuda_half.cuh"
 
-enum { SUM_X, SUM_SQDEV, SUM_BWD };
 #define BN_TARGET_BLOCKS 1024
 #define BN8_TARGET_BLOCKS 512
 

@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_kernels.cuh"
 
 /* The two 16-bit formats, as raw bits (the table's buffers are uint16_t). */
 struct as_bf16 {
@@ -18,7 +19,6 @@ struct as_fp16 {
     static __device__ uint16_t store(float v) { return __half_as_ushort(__float2half_rn(v)); }
 };
 
-static inline cudaStream_t stream(void) { return herd_cuda_ctx_get()->stream; }
 static inline bool fp16(void) { return herd_cuda_ctx_get()->precision == HERD_PRECISION_FP16; }
 
 /* Runs F<as_fp16> or F<as_bf16> by the precision: F is a launcher template. */

@@ -1,6 +1,16 @@
-/* Loop and warp idioms the CUDA backend's kernels share. */
+/* Loop and warp idioms the CUDA backend's kernels share, and the launchers' stream. All
+ * .cu files compile as one unit (cmake/cuda.cmake): what two of them need is defined here
+ * once. */
 #ifndef HERD_BACKEND_CUDA_KERNELS_CUH
 #define HERD_BACKEND_CUDA_KERNELS_CUH
+
+#include "backend/cuda/cuda.h"
+
+/* The stream every launcher queues on: the context's. */
+static inline cudaStream_t stream(void) { return herd_cuda_ctx_get()->stream; }
+
+/* What batch norm's partial-sum kernels add (cuda_bn.cu, cuda_bn16.cu). */
+enum { SUM_X, SUM_SQDEV, SUM_BWD };
 
 /* A grid-stride loop of i over [0, n) (launched with herd_cuda_blocks, cuda.h). */
 #define GRID_STRIDE(i, n)                                                         \

@@ -205,8 +205,6 @@ __global__ void k_gelu_bwd(size_t n, const float *x, const float *dy, float *dx)
 
 /* ---- launchers */
 
-static cudaStream_t stream(void) { return herd_cuda_ctx_get()->stream; }
-
 /* The first bad token's row, or -1: one 4-byte copy back, waited for (the forward's
  * first kernel, so little is queued before it). */
 static herd_status first_bad_token(int rows, int vocab, const float *tokens, int *bad_row)
