@@ -1,5 +1,5 @@
 /* Loop and warp idioms the CUDA backend's kernels share, and the launchers' stream. All
- * .cu files compile as one unit (cmake/cuda.cmake): what two of them need is defined here
+ * .cu files compile as one unit (CMakeLists.txt): what two of them need is defined here
  * once. */
 #ifndef HERD_BACKEND_CUDA_KERNELS_CUH
 #define HERD_BACKEND_CUDA_KERNELS_CUH
