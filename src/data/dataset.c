@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/hugepages.h"
 #include "data/dataset.h"
 
 #define FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
@@ -199,7 +200,10 @@ void herd_dataset_free(herd_dataset *ds)
 {
     if (!ds)
         return;
-    free(ds->images);
+    if (ds->images_mapped)
+        herd_huge_unmap(ds->images, ds->images_mapped);
+    else
+        free(ds->images);
     free(ds->labels);
     free(ds->tokens);
     free(ds);

@@ -14,6 +14,7 @@ struct herd_dataset {
     int c, h, w, classes;
     size_t n;
     uint8_t *images;  /* n * c * h * w */
+    size_t images_mapped; /* its bytes when herd_huge_map gave it (freed by herd_huge_unmap), else 0 */
     int32_t *labels;  /* n */
     float mean[3], std[3]; /* per-channel normalisation applied by the loader (on [0,1] pixels) */
     /* Token data instead of images (then images and labels are NULL): n sequences of
