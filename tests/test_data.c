@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "core/hugepages.h"
 #include "data/dataset.h"
 
 /* ------------------------------------------------------------ fabricated files */
@@ -438,11 +439,18 @@ static void test_synthetic(void **state)
     assert_memory_not_equal(a->images, t->images, 50 * 144);
     for (int i = 0; i < 50; i++)
         assert_true(a->labels[i] >= 0 && a->labels[i] < 5);
+    assert_int_equal(a->images_mapped, 0); /* 7 KB: malloc's */
     herd_dataset_free(a);
     herd_dataset_free(b);
     herd_dataset_free(t);
     assert_herd_ok(herd_dataset_open("synthetic:1,28,28,10", HERD_SPLIT_TEST, &a));
     assert_int_equal(herd_dataset_size(a), 10000);
+    /* 7.8 MB written at once: whole huge pages (not under ASan, whose redzones need malloc). */
+    assert_int_equal(a->images_mapped % HERD_HUGE_PAGE, 0);
+    if (herd_huge_worth(HERD_HUGE_PAGE))
+        assert_true(a->images_mapped >= 10000 * 784 && (uintptr_t)a->images % HERD_HUGE_PAGE == 0);
+    else
+        assert_int_equal(a->images_mapped, 0);
     assert_herd_ok(herd_dataset_truncate(a, 100));
     assert_int_equal(herd_dataset_size(a), 100);
     herd_dataset_free(a);

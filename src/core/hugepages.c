@@ -6,14 +6,15 @@
 
 #include "core/sanitizer.h"
 
-#define HUGE_PAGE ((size_t)2 << 20)
+#define HUGE_PAGE HERD_HUGE_PAGE
 
-bool herd_huge_worth(size_t bytes) { return !HERD_ASAN && bytes >= HUGE_PAGE / 2; }
+bool herd_huge_worth(size_t bytes) { return !HERD_ASAN && bytes >= HUGE_PAGE; }
 
-/* Whole huge pages: a huge page's fault needs its 2 MiB inside the mapping, so a tail
- * in small pages would fault once per 4 KiB (about 10 us each on a VM, where a huge
- * page's fault costs about 0.1 us per 4 KiB of it). */
-static size_t mapped_length(size_t bytes) { return (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE; }
+static size_t mapped_length(size_t bytes)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    return (bytes + page - 1) / page * page;
+}
 
 void *herd_huge_map(size_t bytes)
 {

@@ -8,11 +8,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* Whether a block of `bytes` goes to herd_huge_map: at least half a huge page (the mapping
- * is whole huge pages), and not under AddressSanitizer, which puts redzones only around its
- * own allocator's blocks. */
+#define HERD_HUGE_PAGE ((size_t)2 << 20)
+
+/* Whether a block of `bytes` goes to herd_huge_map: at least one whole huge page, and not
+ * under AddressSanitizer, which puts redzones only around its own allocator's blocks. */
 bool herd_huge_worth(size_t bytes);
-/* `bytes` of zeroed memory on a 2 MiB boundary, in whole huge pages marked as such (where the kernel
+/* `bytes` of zeroed memory on a 2 MiB boundary, marked for huge pages (where the kernel
  * refuses, it stays on small pages); NULL when the system has no memory. The pages cost
  * nothing until touched, as calloc's large blocks. Give it back with herd_huge_unmap. */
 void *herd_huge_map(size_t bytes);
