@@ -49,10 +49,9 @@ for pass in "${passes[@]}"; do
     # The sanitizer and no-MPI builds need only the build packages: on a new machine they
     # compile while the tests' packages still install (dpkg keeps one core; the optimised
     # build is done), and their passes rebuild nothing (1.4 and 0.5 s).
-    rc=0
-    if [ "$pass" != mpich ]; then make --no-print-directory "$pass-build" || rc=$?; fi
-    [ $rc -eq 0 ] && deps_ready && make --no-print-directory "$pass" CTEST_JOBS=${jobs[$pass]}
-    rc=$((rc ? rc : $?))
+    { [ "$pass" = mpich ] || make --no-print-directory "$pass-build"; } &&
+      deps_ready && make --no-print-directory "$pass" CTEST_JOBS=${jobs[$pass]}
+    rc=$?
     echo "suite $(stamp): the $pass pass (and its build) ended, exit $rc"
     exit $rc
   ) >"$logs/$pass.log" 2>&1 &

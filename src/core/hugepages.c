@@ -6,9 +6,15 @@
 
 #include "core/sanitizer.h"
 
-#define HUGE_PAGE HERD_HUGE_PAGE
+#define HUGE_PAGE ((size_t)2 << 20)
 
 bool herd_huge_worth(size_t bytes) { return !HERD_ASAN && bytes >= HUGE_PAGE; }
+
+size_t herd_huge_whole(size_t bytes)
+{
+    size_t whole = (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    return bytes >= HUGE_PAGE / 2 && whole >= bytes && herd_huge_worth(whole) ? whole : 0;
+}
 
 static size_t mapped_length(size_t bytes)
 {

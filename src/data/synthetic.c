@@ -46,23 +46,17 @@ herd_status herd_synthetic_make(const char *args, herd_split split, herd_dataset
         return HERD_ERR(HERD_ERR_INVALID_ARG, "synthetic:%s: %zu bytes of images is too large "
                         "(limit %zu); use a smaller N or image", args, per_sample * n,
                         SYNTH_MAX_BYTES);
-    /* Written whole right away: from 1 MiB on whole huge pages (up to 1 MiB more), a few
-     * page faults instead of one per 4 KiB (a 2,400-image set: 460, about 10 us each on a
-     * VM; every rank of every run on synthetic data makes it). */
-    size_t bytes = per_sample * n;
-    size_t whole = (bytes + HERD_HUGE_PAGE - 1) / HERD_HUGE_PAGE * HERD_HUGE_PAGE;
-    size_t mapped = bytes >= HERD_HUGE_PAGE / 2 && herd_huge_worth(whole) ? whole : 0;
-    uint8_t *images = mapped ? herd_huge_map(mapped) : malloc(bytes);
+    /* Written whole right away: on whole huge pages from 1 MiB (a 2,400-image set took 460
+     * page faults; every rank of every run on synthetic data makes it). Allocated last, so
+     * that a failure leaves nothing of it to give back. */
+    size_t bytes = per_sample * n, mapped = herd_huge_whole(bytes);
     int32_t *labels = herd_xcalloc(n, sizeof *labels);
     uint8_t *protos = malloc(per_sample * (size_t)v[3]);
-    if (!images || !labels || !protos) {
-        if (mapped)
-            herd_huge_unmap(images, mapped);
-        else
-            free(images);
+    uint8_t *images = !labels || !protos ? NULL : mapped ? herd_huge_map(mapped) : malloc(bytes);
+    if (!images) {
         free(labels);
         free(protos);
-        return HERD_NOMEM(per_sample * n);
+        return HERD_NOMEM(bytes);
     }
     herd_rng r;
     /* Prototypes are shared by both splits; samples come from a per-split stream. */
