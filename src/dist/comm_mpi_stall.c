@@ -399,13 +399,21 @@ void comm_mpi_stall_poll(comm_mpi *m)
         inspect_as_other(m, now);
 }
 
+/* One sleep of a teardown wait, 1 ms doubling to 4 ms: a rank that ends first may wait
+ * seconds for one still saving, and each wake-up costs a system call and two context
+ * switches (on a virtual machine, several microseconds each). */
+static void teardown_sleep(double *delay_s)
+{
+    herd_sleep(*delay_s);
+    if (*delay_s < 0.004)
+        *delay_s *= 2;
+}
+
 static void complete_request(MPI_Request *req)
 {
-    double until = herd_now() + 5.0;
-    while (!request_done(req) && herd_now() < until) {
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-    }
+    double until = herd_now() + 5.0, delay = 0.001;
+    while (!request_done(req) && herd_now() < until)
+        teardown_sleep(&delay);
     if (*req != MPI_REQUEST_NULL) { /* a peer that has gone away: give the message up */
         MPI_Cancel(req);
         MPI_Request_free(req);
@@ -426,10 +434,9 @@ void comm_mpi_stall_drain(comm_mpi *m)
     /* Once every rank is here no more inspector messages are sent: receive the rest. */
     MPI_Request barrier;
     if (MPI_Ibarrier(m->stall_comm, &barrier) == MPI_SUCCESS)
-        while (!request_done(&barrier)) { /* a collective cannot be cancelled: wait for everyone */
-            struct timespec ts = {0, 1000000};
-            nanosleep(&ts, NULL);
-        }
+        /* A collective cannot be cancelled: wait for everyone. */
+        for (double delay = 0.001; !request_done(&barrier);)
+            teardown_sleep(&delay);
     for (;;) {
         int flag = 0;
         MPI_Status st;
