@@ -117,6 +117,11 @@ static void test_combinations_checked(void **state)
     assert_int_equal(herd_train_config_set(&c, "micro-batches", "3"), HERD_OK);
     tu_expect_error(herd_train_config_check(&c), HERD_ERR_INVALID_ARG,
                     "--batch-size 10 does not divide into --micro-batches 3", NULL);
+    /* A library caller's compression outside herd_compress (the CLI's names cannot give one). */
+    herd_train_config_default(&c);
+    c.compress = (herd_compress)3;
+    tu_expect_error(herd_train_config_check(&c), HERD_ERR_INVALID_ARG,
+                    "compress is 0 (none), 1 (fp16) or 2 (bf16)", NULL);
 }
 
 /* Every option is one herd train takes, listed in its --help. */
