@@ -46,6 +46,9 @@ fi
 # errors and for the other MPI, not for more configurations of one code path. There a
 # script keeps one of each path (`repeat_pass && nps=(2)`); the first pass runs them all.
 repeat_pass() { [ "${HERD_SANITIZED:-0}" = 1 ] || [ "${HERD_TEST_REPEAT:-0}" = 1 ]; }
+# The sanitizer pass alone: a script leaves out there the parts whose lines of herd's code
+# the pass's other tests reach (clang's coverage of each process: tests/repeat_passes.txt).
+sanitizer_pass() { [ "${HERD_SANITIZED:-0}" = 1 ]; }
 # seed_random: seeds $RANDOM from HERD_TEST_SEED, or a fresh seed, and prints it so a
 # failing run can be repeated.
 seed_random() {
