@@ -42,7 +42,7 @@ train() { local np=$1; shift; timeout 180 "${mpirun[@]}" -np "$np" "$herd" train
 "$herd" train "${common[@]}" "${sgd[@]}" --batch-size 8 --metrics "$tmp/m1" --save "$tmp/w1.st" \
   >"$tmp/one.out" 2>&1
 check "one process trains $steps steps" test -s "$tmp/w1.st"
-i=0
+i=1 # w1.st and m1 are the one-process run's
 for grid in "${grids[@]}"; do
   read -r np P rest <<<"$grid"
   i=$((i + 1))

@@ -292,6 +292,10 @@ kill_rank() {
   echo "no rank to kill"
 }
 
+# Under the sanitizers the two killed jobs are left out: their lines of herd's code run in
+# that pass's other tests (cluster_slurm's restart, cli_resume, cli_ckpt_integrity; clang's
+# coverage of each process, 2026-12-06); the set-up failure's are this test's own.
+if ! sanitizer_pass; then
 timeout 300 "$herd" run -np 2 --max-restarts 2 -- "${job[@]}" --checkpoint-dir "$tmp/real1" \
   >"$tmp/out" 2>"$tmp/err" &
 run_pid=$!
@@ -317,6 +321,7 @@ wait $run_pid || rc=$?
 check "real: every attempt killed: non-zero ($rc)" test "$rc" -ne 0
 check "real: every attempt killed: restart 1/1, then 2 failures listed" bash -c \
   "grep -q '^herd: restart 1/1 ' '$tmp/err' && grep -q '^herd: 2 failure(s):' '$tmp/err' && grep -q 'not restarting: no restarts left' '$tmp/err'"
+fi
 
 rc=0
 HERD_TEST_FAIL_AT=setup:1 timeout 120 "$herd" run -np 2 --max-restarts 2 -- "${job[@]}" \
