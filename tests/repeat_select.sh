@@ -4,12 +4,18 @@
 # does (HERD_SANITIZED=1, two at a time), keeps the lines of herd's own code (src/, cli/)
 # each test reached, and prints, for the sanitizer and the MPICH pass, the tests whose
 # lines the pass's other tests all reach (tests/repeat_select.py).
-# usage: tests/repeat_select.sh SANITIZER_COSTS MPICH_COSTS [DIR]
+# usage: tests/repeat_select.sh [--processes] SANITIZER_COSTS MPICH_COSTS [DIR]
 #   *_COSTS: "NAME SECONDS" for each test of that pass, e.g. from a tree that ran its
 #   whole pass: awk '!/^---/ {print $1, $3}' build-asan/Testing/Temporary/CTestCostData.txt
+#   --processes: also list, for each sanitizer-pass test of 10 s or more, which of its
+#   commands reach lines of their own (tests/repeat_processes.py). herd then runs through a
+#   wrapper that logs its command lines, which a few checks of paths and exports notice
+#   (cli_run, check_exports): their other lines still count.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(dirname "$here")
+processes=0
+[ "${1:-}" = --processes ] && { processes=1; shift; }
 asan_costs=$(realpath "$1") mpich_costs=$(realpath "$2")
 dir=$(realpath -m "${3:-build-coverage}")
 cov="-fprofile-instr-generate -fcoverage-mapping"
@@ -20,19 +26,28 @@ cmake --build "$dir" -j "$(nproc)" >/dev/null
 profdata=$(command -v llvm-profdata || command -v llvm-profdata-14)
 llvmcov=$(command -v llvm-cov || command -v llvm-cov-14)
 rm -rf "$dir/coverage" && mkdir -p "$dir/coverage/raw" "$dir/coverage/lines"
+herd_bin="$dir/herd"
+if [ $processes = 1 ]; then # each herd process's command line, by pid (exec keeps it)
+  mv "$dir/herd" "$dir/herd.bin"
+  herd_bin="$dir/herd.bin"
+  printf '#!/bin/sh\necho "$HERD_SELECT_TEST $$ $*" >>"%s"\nexec "%s" "$@"\n' \
+    "$dir/coverage/argv.log" "$herd_bin" >"$dir/herd"
+  chmod +x "$dir/herd"
+fi
 
 run_one() { # the test's processes write their profiles under raw/NAME
   mkdir -p "$dir/coverage/raw/$1"
-  (cd "$dir" && HERD_SANITIZED=1 CI=true LLVM_PROFILE_FILE="$dir/coverage/raw/$1/%p.profraw" \
+  (cd "$dir" && HERD_SANITIZED=1 CI=true LLVM_PROFILE_FILE="$dir/coverage/raw/$1/%p.profraw" HERD_SELECT_TEST="$1" \
     ctest -R "^$1\$" >"$dir/coverage/raw/$1.log" 2>&1) || echo "repeat_select: $1 failed (see $dir/coverage/raw/$1.log)" >&2
 }
 export -f run_one
 export dir
 (cd "$dir" && ctest -N | awk '/Test +#/ {print $3}') | xargs -P 2 -I{} bash -c 'run_one {}'
 
-objects=()
-for f in "$dir/herd" "$dir"/libherd.so "$dir"/tests/test_* "$dir"/tests/mpi_*; do
-  [ -f "$f" ] && [ -x "$f" ] && objects+=(-object "$f")
+objects=() object_files=()
+[ $processes = 1 ] && mv "$dir/herd.bin" "$dir/herd" && herd_bin="$dir/herd"
+for f in "$herd_bin" "$dir"/libherd.so "$dir"/tests/test_* "$dir"/tests/mpi_*; do
+  [ -f "$f" ] && [ -x "$f" ] && objects+=(-object "$f") && object_files+=("$f")
 done
 for raw in "$dir"/coverage/raw/*/; do
   name=$(basename "$raw")
@@ -55,3 +70,9 @@ python3 "$here/repeat_select.py" sanitizer "$dir/coverage/lines" "$asan_costs" '
 python3 "$here/repeat_select.py" mpich "$dir/coverage/lines" "$mpich_costs" \
   '^(src/dist/|src/tools/(run_|doctor|shm_probe|bench_allreduce)|cli/(run|bench_allreduce)|src/core/build_info)' \
   cli_deterministic mpi_faults
+[ $processes = 1 ] || exit 0
+# The sanitizer pass's costly tests, command by command (the tests this run left out stay out).
+left_out=$(python3 "$here/repeat_select.py" sanitizer "$dir/coverage/lines" "$asan_costs" '^(src|cli)/' \
+  $leak_checked fuzz_smoke fuzz_regressions | awk '/^sanitizer / {print $2}')
+python3 "$here/repeat_processes.py" "$dir/coverage/lines" "$dir/coverage/raw" "$dir/coverage/argv.log" \
+  "$asan_costs" '^(src|cli)/' 10 "$profdata" "$llvmcov" "$src" "${object_files[@]}" -- $left_out
