@@ -21,10 +21,11 @@ dev=${2:-cpu}
 # and the simulated device (checked bitwise against the CPU) run the same code on 640.
 samples=1600
 { repeat_pass || [ "$dev" = sim ]; } && samples=640
-# Under the sanitizers (sanitizer_pass) the short batch, clipping, 3 stages, the learning
-# replicas, checkpoints, the memory limit and the refusals are left out: their lines of
-# herd's code run in that pass's other tests (cli_deterministic_pipeline, cli_pipeline_gpt,
-# mpi_pipeline_np2, cli_memory, ...; clang's coverage of each process, 2026-12-06).
+# A repeat pass leaves out the short batch, clipping, 3 stages, the learning replicas,
+# checkpoints, the memory limit and the refusals: their lines of herd's code (of its
+# MPI-facing part, against MPICH) run in the pass's other tests (cli_deterministic_pipeline,
+# cli_pipeline_gpt, mpi_pipeline_np2, cli_memory, ...; clang's coverage of each process,
+# 2026-12-06).
 data="synthetic:1,28,28,10,$samples"
 common=(--data "$data" --test-samples 320 --threads 1 --eval-every 0 --quiet --lr 0.02)
 
@@ -51,7 +52,7 @@ for sched in "${scheds[@]}"; do
     test "$(grep -o 'train_loss=[0-9.]*' "$tmp/pp.out")" = "$(grep -o 'train_loss=[0-9.]*' "$tmp/one.out")"
 done
 
-if ! sanitizer_pass; then
+if ! repeat_pass; then
 # An epoch whose last batch is short (500 samples, batch 32: 20 in the last): stage 1
 # posts its receive for a whole micro-batch before it knows, and takes the short one.
 one --model mlp --data synthetic:1,12,12,4,500 --epochs 1 --batch-size 32 --save "$tmp/one_s.st" \
@@ -69,7 +70,7 @@ pipe 2 --model lenet5 --epochs 1 --batch-size 24 --micro-batches 3 --pipeline-st
   --loss-scale dynamic --save "$tmp/pp_ls.st" >"$tmp/pp.out" 2>&1
 check "2 stages with dynamic loss scaling: bitwise on one process" cmp -s "$tmp/one_ls.st" "$tmp/pp_ls.st"
 
-if ! sanitizer_pass; then
+if ! repeat_pass; then
 # --clip-grad-norm: each stage holds part of the gradients, so the norm is summed over
 # the stages (once per replica); 2 stages x 2 replicas against one process, every step
 # clipped. The sums run in another order: close, not bitwise.
@@ -148,7 +149,7 @@ check "a stopped stage: stage 0 names the transfer, the micro-batch and rank 1" 
   "$tmp/stall.err"
 fi
 
-if ! sanitizer_pass; then
+if ! repeat_pass; then
 # A checkpoint of 2 stages resumes with 1 (on the CPU) and with 3 stages, as if never
 # stopped.
 pipe 2 --model lenet5 --epochs 2 --batch-size 32 --micro-batches 4 --pipeline-stages 2 \
@@ -195,7 +196,7 @@ assert named == {0, 1, 2, 3}, named
 assert steps == {(r, s) for r in range(4) for s in (1, 2, 3)}, sorted(steps)
 PY
 
-if ! sanitizer_pass; then
+if ! repeat_pass; then
 # A model that does not fit one rank's --memory-limit trains on 2 stages under it.
 wide=(--model widemlp --data synthetic:1,28,28,10,512 --epochs 1 --max-steps 3 --batch-size 32
       --memory-limit 300M)
@@ -236,7 +237,7 @@ check "bench pipeline on one process: refused, saying how many ranks it needs" \
 check "predict --pipeline-stages 2: the stages and a key=value line" \
   grep -qE "^pipeline_stages=2 micro_batches=4 schedule=1f1b step_ms=[0-9.]+ speedup=[0-9.]+ bubble=[0-9.]+ ideal_bubble=0.2000$" "$tmp/pr.out"
 
-sanitizer_pass && finish
+repeat_pass && finish
 # Bad arguments: refused before any training, by every rank, non-zero.
 bad() { # bad NP WHAT PATTERN ARGS...
   local np=$1 what=$2 pattern=$3; shift 3
