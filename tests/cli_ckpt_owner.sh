@@ -150,8 +150,8 @@ wait $held 2>/dev/null
 
 # Supervised: rank 1 killed once a checkpoint exists; mpirun ends rank 0, the lock's
 # owner, and the restarted rank 0 takes the directory over. Not under the sanitizers:
-# there its 2,000 steps reach no line of herd's code that the pass's other tests
-# (cli_restart's takeovers) do not (clang's coverage, each process alone, 2026-12-06).
+# there its 2,000 steps reach no line of herd's code that the pass's other tests do not
+# (clang's coverage, each process alone, 2026-12-06: tests/repeat_passes.txt).
 sanitizer_pass && finish
 self=$(readlink -f "$herd")
 slow=(train --model mlp --data synthetic:1,28,28,10,4096 --threads 1 --epochs 4 --batch-size 16

@@ -23,9 +23,8 @@ samples=1600
 { repeat_pass || [ "$dev" = sim ]; } && samples=640
 # A repeat pass leaves out the short batch, clipping, 3 stages, the learning replicas,
 # checkpoints, the memory limit and the refusals: their lines of herd's code (of its
-# MPI-facing part, against MPICH) run in the pass's other tests (cli_deterministic_pipeline,
-# cli_pipeline_gpt, mpi_pipeline_np2, cli_memory, ...; clang's coverage of each process,
-# 2026-12-06).
+# MPI-facing part, against MPICH) run in the pass's other tests (clang's coverage of each
+# process, 2026-12-06: tests/repeat_passes.txt).
 data="synthetic:1,28,28,10,$samples"
 common=(--data "$data" --test-samples 320 --threads 1 --eval-every 0 --quiet --lr 0.02)
 

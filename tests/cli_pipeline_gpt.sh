@@ -38,8 +38,8 @@ grids=("2 2 --micro-batches 2 --batch-size 8" "4 2 --micro-batches 2 --batch-siz
        "6 3 --micro-batches 4 --batch-size 8 --tensor-parallel 2 --pp-schedule gpipe")
 repeat_pass && grids=("${grids[@]:0:3}")
 # Under the sanitizers, the grid with ZeRO and predict: the rest reaches no line of herd's
-# code the pass's other tests do not (cli_tensor_parallel, cli_deterministic_pipeline,
-# cli_pipeline; clang's coverage of each process, 2026-12-06).
+# code the pass's other tests do not (clang's coverage of each process, 2026-12-06:
+# tests/repeat_passes.txt).
 sanitizer_pass && grids=("${grids[2]}")
 train() { local np=$1; shift; timeout 180 "${mpirun[@]}" -np "$np" "$herd" train "${common[@]}" "$@"; }
 

@@ -292,9 +292,9 @@ kill_rank() {
   echo "no rank to kill"
 }
 
-# Under the sanitizers the two killed jobs are left out: their lines of herd's code run in
-# that pass's other tests (cluster_slurm's restart, cli_resume, cli_ckpt_integrity; clang's
-# coverage of each process, 2026-12-06); the set-up failure's are this test's own.
+# Under the sanitizers the two killed jobs are left out: the lines of herd's code their
+# surviving processes reach run in that pass's other tests (clang's coverage of each
+# process, 2026-12-06: tests/repeat_passes.txt); the set-up failure's are this test's own.
 if ! sanitizer_pass; then
 timeout 300 "$herd" run -np 2 --max-restarts 2 -- "${job[@]}" --checkpoint-dir "$tmp/real1" \
   >"$tmp/out" 2>"$tmp/err" &
