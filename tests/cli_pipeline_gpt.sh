@@ -16,7 +16,8 @@
 # (a test hook skips the sum on one rank) stops with an error; herd eval reads the
 # file; --deterministic, and --zero without a second replica, are refused.
 # In a repeat pass (sanitizers, MPICH): 20 steps, 2 stages, 2 stages x 2 parts, 2 x 2
-# with ZeRO, the resumes on one process, the prediction, the drift and the refusals.
+# with ZeRO, the resumes on one process, the prediction, the drift and the refusals;
+# under the sanitizers 2 x 2 with ZeRO and the prediction alone.
 set -u
 . "$(dirname "$0")/testlib.sh"
 have_mpi || skip_all "herd built without MPI, or its launcher (HERD_MPIEXEC, set by ctest) missing"
