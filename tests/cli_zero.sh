@@ -40,8 +40,6 @@ repeat_pass && nps=(2) opts=("${opts[1]}") extras=("")
 # process alone, 2026-12-06). The wires, overflow, clipping, checkpoints, pipeline stages
 # and --sync-bn parts run code that pass's other tests run under ZeRO (cli_deterministic,
 # cli_ckpt_integrity, cli_ckpt_steps, cli_tensor_parallel, cli_pipeline_gpt).
-whole=1
-repeat_pass && whole=0
 # Steps of the runs below; a repeat pass (testlib.sh), there for memory errors and the other
 # MPI, runs the same code for fewer steps, as does the simulated device (its runs are
 # checked bitwise against the CPU's).
@@ -92,7 +90,7 @@ for np in "${nps[@]}"; do
   done
 done
 
-if [ $whole = 1 ]; then
+if ! repeat_pass; then
 # The 16-bit wires: each rank casts its slice of the sum the same way.
 wires=(fp16 bf16)
 for wire in "${wires[@]}"; do
@@ -241,7 +239,7 @@ for a in (e for e in ev if e.get("cat") == "comm" and e["name"].startswith("all-
 sys.exit(0 if late > 0 else 1)
 PY
 
-if [ $whole = 1 ]; then
+if ! repeat_pass; then
 # With batch norm, --sync-bn and --check-replicas: the replicas stay bitwise equal.
 train 2 --model resnet20 --data synthetic:3,32,32,10,64 --epochs 1 --batch-size 8 --zero 2 \
   --sync-bn --check-replicas >"$tmp/bn.out" 2>&1
@@ -266,7 +264,7 @@ check "--zero with one rank: refused, saying why" \
 train 2 --epochs 1 --batch-size 8 --zero 1 --pipeline-stages 2 >"$tmp/bad.out" 2>&1
 check "--zero with 2 stages on 2 ranks (one replica): refused on every rank" \
   bash -c "[ $? -ne 0 ] && [ \$(grep -c -- 'and 2 ranks in 2 stages give one; start at least 4 ranks' '$tmp/bad.out') -ge 2 ]"
-[ $whole = 1 ] || finish
+repeat_pass && finish
 # A checkpoint whose optimizer state lacks a tensor the optimizer needs: named (its
 # checksum re-made, so the check of the tensors is what objects).
 python3 "$here/ckpt_edit.py" "$tmp/ckz/ckpt-30.state.safetensors" exp_avg_sq rename exp_avg_sx --fix
