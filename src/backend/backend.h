@@ -56,6 +56,28 @@ typedef struct herd_pool_desc {
 typedef struct herd_conv_plan herd_conv_plan;
 typedef struct herd_pool_plan herd_pool_plan;
 
+/* One tensor's side of exact_linear_wgrad: either `plain` (the call is one slice: its
+ * values are written there), or the slices' values v rounded to the grid, rint(v * scale)
+ * with scale a power of two (docs/determinism.md), added to the integers held in `sums`
+ * (with `grid` false only the maximum is taken). max_bits: the largest |v| as the bits of
+ * a float, kept across calls (above 0x7f800000: a value was not finite). */
+typedef struct herd_exact_grad_out {
+    float *plain;
+    double *sums;
+    bool grid;
+    double scale;
+    uint32_t max_bits;
+} herd_exact_grad_out;
+
+/* A linear layer's weight and bias gradients slice by slice: rows of dy [rows, out] and
+ * x [rows, in] in slices of `slice` rows; a slice's dW[o, i] is the fused multiply-adds
+ * of its rows in order from zero, its db[o] the sums of its rows in order from zero. */
+typedef struct herd_exact_wgrad {
+    int rows, slice, in, out;
+    const float *dy, *x;
+    herd_exact_grad_out w, b; /* b.plain and b.sums NULL: no bias */
+} herd_exact_wgrad;
+
 typedef struct herd_sgd_args {
     float lr, momentum, weight_decay;
     bool nesterov, decoupled; /* decoupled: w -= lr*wd*w; else g += wd*w */
@@ -145,6 +167,16 @@ typedef struct herd_backend {
     herd_status (*gemm)(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                         const float *a, int lda, const float *b, int ldb, float beta, float *c,
                         int ldc);
+    /* --deterministic's linear layer (docs/determinism.md): each output is one fixed
+     * sequence of fp32 operations whatever the rows beside it, the blocking or the
+     * threads. fwd: y = x W^T + b, W [out, in], each dot product as 16 strided chains of
+     * fused multiply-adds (input i into chain i mod 16) summed in a fixed tree, then + b;
+     * bwd_data: dx = dy W, one chain over the outputs in order. NULL: none. */
+    herd_status (*exact_linear_fwd)(int rows, int in, int out, const float *x, const float *w,
+                                    const float *b, float *y);
+    herd_status (*exact_linear_bwd_data)(int rows, int in, int out, const float *dy,
+                                         const float *w, float *dx);
+    herd_status (*exact_linear_wgrad)(herd_exact_wgrad *job);
     /* y[i, :] += bias (rows x cols) and db (+)= column sums of dy. */
     herd_status (*bias_add)(int rows, int cols, float *y, const float *bias);
     herd_status (*bias_grad)(int rows, int cols, const float *dy, float *db, float beta);

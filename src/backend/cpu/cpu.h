@@ -22,6 +22,15 @@ typedef enum herd_cpu_thread_buffer_kind {
 } herd_cpu_thread_buffer_kind;
 void *herd_cpu_thread_buffer(herd_cpu_thread_buffer_kind kind, size_t bytes);
 
+/* --deterministic's linear layer (cpu_exact_linear.c; backend.h's exact_linear_*).
+ * force_generic: the portable loops instead of the AVX-512 kernels (tests compare them). */
+herd_status herd_cpu_exact_linear_fwd(int rows, int in, int out, const float *x, const float *w,
+                                      const float *b, float *y);
+herd_status herd_cpu_exact_linear_bwd_data(int rows, int in, int out, const float *dy,
+                                           const float *w, float *dx);
+herd_status herd_cpu_exact_linear_wgrad(herd_exact_wgrad *j);
+void herd_cpu_exact_force_generic(bool on);
+
 /* Fused optimizer kernels (cpu_optim.c). */
 herd_status herd_cpu_sgd_update(size_t n, float *w, const float *g, float *momentum_buf,
                                 const herd_sgd_args *a);

@@ -110,6 +110,54 @@ static herd_status sim_bias_grad(int rows, int cols, const float *dy, float *db,
     return cpu()->bias_grad(rows, cols, dy_d, db_d, beta);
 }
 
+/* The exact linear ops on the device's memory; the weight gradient in plain mode only
+ * (the exact sums of a device live on the host: exact_sum.c reads each slice back). */
+static herd_status sim_exact_linear_fwd(int rows, int in, int out, const float *x,
+                                        const float *w, const float *b, float *y)
+{
+    if (rows <= 0 || in <= 0 || out <= 0)
+        return HERD_OK;
+    DEV(x, floats((size_t)rows * (size_t)in));
+    DEV(w, floats((size_t)out * (size_t)in));
+    DEV(y, floats((size_t)rows * (size_t)out));
+    void *b_d = NULL;
+    if (b)
+        HERD_TRY(herd_sim_dev(OP, "b", b, floats((size_t)out), &b_d));
+    return cpu()->exact_linear_fwd(rows, in, out, x_d, w_d, b_d, y_d);
+}
+
+static herd_status sim_exact_linear_bwd_data(int rows, int in, int out, const float *dy,
+                                             const float *w, float *dx)
+{
+    if (rows <= 0 || in <= 0 || out <= 0)
+        return HERD_OK;
+    DEV(dy, floats((size_t)rows * (size_t)out));
+    DEV(w, floats((size_t)out * (size_t)in));
+    DEV(dx, floats((size_t)rows * (size_t)in));
+    return cpu()->exact_linear_bwd_data(rows, in, out, dy_d, w_d, dx_d);
+}
+
+static herd_status sim_exact_linear_wgrad(herd_exact_wgrad *j)
+{
+    if (j->w.sums || j->b.sums || !j->w.plain)
+        return HERD_ERR(HERD_ERR_UNSUPPORTED, "exact_linear_wgrad on the sim device writes "
+                        "plain gradients only (its exact sums are the host's)");
+    if (j->rows <= 0 || j->in <= 0 || j->out <= 0)
+        return HERD_OK;
+    const float *dy = j->dy, *x = j->x, *wp = j->w.plain, *bp = j->b.plain;
+    DEV(dy, floats((size_t)j->rows * (size_t)j->out));
+    DEV(x, floats((size_t)j->rows * (size_t)j->in));
+    DEV(wp, floats((size_t)j->out * (size_t)j->in));
+    void *bp_d = NULL;
+    if (bp)
+        HERD_TRY(herd_sim_dev(OP, "bias gradient", bp, floats((size_t)j->out), &bp_d));
+    herd_exact_wgrad host = *j;
+    host.dy = dy_d, host.x = x_d, host.w.plain = wp_d, host.b.plain = bp_d;
+    HERD_TRY(cpu()->exact_linear_wgrad(&host));
+    j->w.max_bits = host.w.max_bits, j->b.max_bits = host.b.max_bits;
+    return HERD_OK;
+}
+
 /* ------------------------------------------------------------ convolution, pooling */
 
 /* backend.c's checks read the description at the start of every backend's plan. */
@@ -513,6 +561,9 @@ static const herd_backend sim_backend = {
     .gemm = sim_gemm,
     .bias_add = sim_bias_add,
     .bias_grad = sim_bias_grad,
+    .exact_linear_fwd = sim_exact_linear_fwd,
+    .exact_linear_bwd_data = sim_exact_linear_bwd_data,
+    .exact_linear_wgrad = sim_exact_linear_wgrad,
     .conv2d_plan = sim_conv2d_plan,
     .conv2d_plan_free = sim_conv2d_plan_free,
     .conv2d_fwd = sim_conv2d_fwd,
