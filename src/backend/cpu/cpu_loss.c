@@ -1,6 +1,7 @@
 /* Softmax cross-entropy with label smoothing (PyTorch's CrossEntropyLoss semantics). */
 #include <math.h>
 #include <stdbool.h>
+#include <stdlib.h>
 
 #include "backend/cpu/cpu_fastexp.h"
 #include "backend/cpu/cpu_ops.h"
@@ -60,9 +61,16 @@ herd_status herd_cpu_softmax_xent(int n, int classes, const float *logits, const
     const float off_target = smoothing / (float)classes;
     const float on_target = 1.0f - smoothing + off_target;
     const float inv_n = 1.0f / (float)n;
+    /* On threads each row's loss is kept and the rows are added in order afterwards, as
+     * one thread adds them: the total does not follow the thread count (--deterministic
+     * reads it). */
+    bool par = herd_cpu_par((size_t)n * (size_t)classes);
+    double *row_loss = par ? malloc((size_t)n * sizeof *row_loss) : NULL;
+    if (par && !row_loss)
+        return HERD_NOMEM((size_t)n * sizeof *row_loss);
     double total = 0.0;
     long hits = 0;
-#pragma omp parallel for schedule(static) reduction(+ : total, hits) if (n * (size_t)classes >= HERD_CPU_PAR_MIN)
+#pragma omp parallel for schedule(static) reduction(+ : hits) if (par)
     for (int i = 0; i < n; i++) {
         const float *z = logits + (size_t)i * classes;
         float zmax;
@@ -75,7 +83,10 @@ herd_status herd_cpu_softmax_xent(int n, int classes, const float *logits, const
         int y = labels[i];
         /* -sum_j target_j * (z_j - lse), using sum_j target_j = 1. */
         double loss = lse - (1.0 - smoothing) * z[y] - (double)off_target * sum_z;
-        total += loss;
+        if (row_loss)
+            row_loss[i] = loss;
+        else
+            total += loss;
         hits += best == y;
         if (d) {
             float inv_sum = (float)(1.0 / sum_exp), e_y = d[y];
@@ -85,6 +96,9 @@ herd_status herd_cpu_softmax_xent(int n, int classes, const float *logits, const
             d[y] = (e_y * inv_sum - on_target) * inv_n;
         }
     }
+    for (int i = 0; row_loss && i < n; i++)
+        total += row_loss[i];
+    free(row_loss);
     if (loss_sum)
         *loss_sum = total;
     if (correct)
