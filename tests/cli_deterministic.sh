@@ -14,7 +14,8 @@
 # bytes, weights and running statistics (cli_deterministic_syncbn trains resnet20 at every
 # rank count of issue 27, 1 to 6, under --sync-bn);
 # without the flag they are not (so the comparison can fail); lenet5 on the simulated device
-# (--device sim) gives the CPU's bytes. What it does not cover yet is refused at start,
+# (--device sim) gives the CPU's bytes, and so does mlp, whose CPU run takes its micro-batches
+# whole (the linear layers' exact ops) where the device runs slice by slice. What it does not cover yet is refused at start,
 # naming the option.
 set -u
 . "$(dirname "$0")/testlib.sh"
@@ -51,6 +52,15 @@ done
 # each slice's gradient back; the same kernels give the CPU's bytes.
 run1 lenet5 12 "$tmp/lenet5.sim" --deterministic --device sim >/dev/null 2>&1
 check "lenet5 on --device sim: the CPU's bytes" cmp "$tmp/lenet5.1" "$tmp/lenet5.sim"
+# mlp (linear layers and ReLU) runs its micro-batches whole on the CPU, the linear layers
+# adding each slice's gradient to the exact sums from their kernels; on the device it runs
+# slice by slice through the same exact ops (backend.h) and the sums' own pass.
+"$herd" train --model mlp --data synthetic:1,28,28,10,96 --epochs 1 --batch-size 8 --deterministic \
+  --threads 1 --max-steps 1 >"$tmp/out" 2>&1
+check "mlp: said its micro-batches run whole" grep -q "deterministic: micro-batches run whole" "$tmp/out"
+run1 mlp 12 "$tmp/mlp.sim" --deterministic --device sim >/dev/null 2>&1
+check "mlp on --device sim, slice by slice: the bytes of the whole micro-batches" \
+  cmp "$tmp/mlp.1" "$tmp/mlp.sim"
 # Threads run whole slices at once, every kernel on one thread (exact_threads.c): the
 # order they finish in does not reach the sums. (lenet5: oneDNN would split its
 # convolutions' weight gradients over threads.) 3 threads on 2 cores too.

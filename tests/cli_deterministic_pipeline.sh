@@ -8,7 +8,8 @@
 # one stage skips the step everywhere: 2 x 1 and 2 x 2 agree), and 2 x 2 with
 # --clip-grad-norm (the norm summed per tensor in the model's order); stopped on 2 x 1
 # and resumed on 2 x 2 (the checkpoint holds the whole model's grid); resnet20 (ghost
-# batch norm in slices of 4) on 2 stages. A repeat pass (testlib.sh) trains 10 steps:
+# batch norm in slices of 4) on 2 stages; mlp on 2 stages (its one process runs whole
+# micro-batches through the linear layers' exact ops). A repeat pass (testlib.sh) trains 10 steps:
 # 2 x 1, 2 x 2, clipping and the resume. Refused at start: micro-batches that are not one
 # slice.
 set -u
@@ -38,6 +39,13 @@ pipe 4 2 "$tmp/p22.st" --model lenet5 --batch-size 24 --micro-batches 3 --grad-a
 check "lenet5, 2 stages x 2 replicas (GPipe, 3 micro-batches x 2): the one-process bytes" \
   cmp "$tmp/one.st" "$tmp/p22.st"
 if ! repeat_pass; then
+  # mlp: one process takes its micro-batches whole (the linear layers' exact ops adding
+  # each slice), its stages a slice at a time through the same ops.
+  one mlp "$tmp/one.mlp" >/dev/null 2>&1
+  pipe 2 2 "$tmp/p21.mlp" --model mlp --batch-size 8 --grad-accum 12 >"$tmp/out" 2>&1 ||
+    tail -3 "$tmp/out"
+  check "mlp, 2 stages x 1 (slice by slice): the one process's whole micro-batches' bytes" \
+    cmp "$tmp/one.mlp" "$tmp/p21.mlp"
   pipe 3 3 "$tmp/p31.st" --model lenet5 --batch-size 8 --grad-accum 12 >"$tmp/out" 2>&1 ||
     tail -3 "$tmp/out"
   check "lenet5, 3 stages x 1: the one-process bytes" cmp "$tmp/one.st" "$tmp/p31.st"

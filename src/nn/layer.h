@@ -69,6 +69,18 @@ typedef struct herd_layer_spec {
 } herd_layer_spec;
 
 /* Everything a forward or backward call needs besides the tensors. */
+/* --deterministic's linear layers (docs/determinism.md): the backend's exact ops where
+ * it has them (backend.h), and with `sums` each slice's weight and bias gradients are
+ * added to exact sums straight from the kernel (a whole micro-batch of slices per call)
+ * instead of being written (one slice per call). */
+typedef struct herd_exact_linear {
+    int slice;          /* samples a slice: a call's rows are whole slices of them */
+    double *sums;       /* NULL: write gradients; else the sums, at the views' offsets */
+    const int *grid;    /* with sums, per view: a value is rounded to integer x 2^grid */
+    bool have_grid;     /* false: the step's first pass only measures (max_bits) */
+    uint32_t *max_bits; /* with sums, per view: the largest |slice value| as float bits */
+} herd_exact_linear;
+
 typedef struct herd_run_ctx {
     const herd_backend *be;
     const herd_tensor_view *views; /* the model's views: layers find their tensors by offset */
@@ -97,6 +109,8 @@ typedef struct herd_run_ctx {
     const herd_trace_sink *trace;
     /* The tensor-parallel group of a split model (the model's), or NULL. */
     const herd_tp_group *tp;
+    /* --deterministic's linear layers (above); NULL: the usual GEMMs. */
+    herd_exact_linear *exact;
 } herd_run_ctx;
 
 /* How a layer's activations are stored (the model picks, herd_model_reshape). */

@@ -11,12 +11,44 @@
 #include "core/rng.h"
 #include "train/run.h"
 
-/* Threads: whole slices at once where the model allows (exact_threads.c), as many as
- * --threads would give the kernels; every kernel itself on one. */
+/* Whether micro-batches run whole (the exact sums taken by the linear layers' kernels):
+ * a model on the host of linear layers and of layers whose every value is its row's
+ * alone, with nothing the slices share but the parameters (no batch norm, no
+ * compression, no stages or tensor parts). Every op then gives a row the same bits
+ * whatever rows it comes with, at any thread count. */
+static bool runs_whole(const run *r)
+{
+    const herd_model *m = r->m;
+    if (!r->plan.exact_linear || !m->be->host_memory || r->pp || r->tp ||
+        r->exact.buffers_synced || r->exact.round16 != HERD_EXACT_ROUND_NONE ||
+        m->n_buffer_floats > 0)
+        return false;
+    static const char *const row_wise[] = {"linear", "relu", "gelu", "flatten"};
+    for (int i = 0; i < m->n_layers; i++) {
+        bool ok = false;
+        for (size_t k = 0; k < sizeof row_wise / sizeof row_wise[0]; k++)
+            ok = ok || strcmp(m->layers[i].ops->type, row_wise[k]) == 0;
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+/* Threads: a whole micro-batch's kernels on them (runs_whole), or whole slices at once
+ * where the model allows (exact_threads.c), as many as --threads would give the kernels,
+ * every kernel itself on one. */
 static herd_status threads_setup(run *r)
 {
     int threads;
     HERD_TRY(herd_process_rank_threads(r->cfg.threads, r->comm->local_size, &threads));
+    if (r->exact_whole) {
+        HERD_TRY(r->m->be->set_threads(threads)); /* the ops' bits do not follow the count */
+        if (r->comm->rank == 0)
+            herd_log(HERD_LOG_INFO, "--deterministic: micro-batches run whole, the linear "
+                     "layers adding each slice's gradient to the exact sums (%d thread%s)",
+                     threads, threads == 1 ? "" : "s");
+        return HERD_OK;
+    }
     bool whole_on_host = r->m->be->host_memory && !r->pp && !r->tp;
     if (r->exact.buffers_synced)
         r->synced_threads = whole_on_host ? threads : 1;
@@ -80,6 +112,18 @@ herd_status herd_run_exact_setup(run *r)
                  "samples (--slice-size), and its running statistics take the mean over the "
                  "step's slices", herd_slice_size(cfg));
     r->plan.exact = &r->exact;
+    /* Linear layers in the exact ops' fixed order wherever the backend has them (fp32:
+     * bf16's GEMMs are their own), in every kind of pass, so that all give one slice the
+     * same bits. */
+    if (r->m->precision == HERD_PRECISION_FP32 && r->m->be->exact_linear_wgrad) {
+        r->exact_linear.slice = herd_slice_size(cfg);
+        r->plan.exact_linear = &r->exact_linear;
+    }
+    if (runs_whole(r)) {
+        if (!(r->exact_max_bits = calloc((size_t)r->m->n_views, sizeof *r->exact_max_bits)))
+            return HERD_ERR_NOMEM;
+        r->exact_whole = true;
+    }
     return threads_setup(r);
 }
 
@@ -89,6 +133,8 @@ void herd_run_exact_free(run *r)
     herd_run_synced_free(r);
     herd_exact_sum_free(&r->exact);
     herd_batch_store_free(&r->kept);
+    free(r->exact_max_bits);
+    r->exact_max_bits = NULL;
 }
 
 static size_t sample_floats(const run *r) { return (size_t)r->m->in_c * r->m->in_h * r->m->in_w; }
@@ -165,9 +211,37 @@ static herd_status pass(run *r, int n_micro, uint64_t seed, bool from_loader, he
     return HERD_OK;
 }
 
+/* A pass of whole micro-batches (runs_whole): the linear layers add each slice's
+ * gradients to the sums, the loss is taken slice by slice (herd_micro_step). */
+static herd_status whole_pass(run *r, int n_micro, uint64_t seed, bool from_loader,
+                              herd_step_stats *s)
+{
+    herd_run_exact_begin(r, n_micro);
+    herd_exact_linear *x = &r->exact_linear;
+    x->sums = r->exact.acc;
+    x->grid = r->exact.grid;
+    x->have_grid = r->exact.have_grid;
+    x->max_bits = r->exact_max_bits;
+    memset(r->exact_max_bits, 0, (size_t)r->m->n_views * sizeof *r->exact_max_bits);
+    herd_status st = HERD_OK;
+    for (int j = 0; j < n_micro && st == HERD_OK; j++) {
+        herd_batch b;
+        st = herd_run_exact_micro_batch(r, j, n_micro, from_loader, s, &b);
+        if (st == HERD_OK) /* nothing draws random numbers: the seed is only passed on */
+            st = herd_micro_step(r->m, &r->plan, &b, j, n_micro, r->cfg.label_smoothing,
+                                 herd_mix64(seed, (uint64_t)j), s);
+    }
+    x->sums = NULL; /* the other kinds of pass write gradients */
+    if (st == HERD_OK)
+        herd_exact_sum_take_max(&r->exact, r->m, r->exact_max_bits);
+    return st;
+}
+
 static herd_status any_pass(run *r, int n_micro, uint64_t seed, bool from_loader,
                             herd_step_stats *s)
 {
+    if (r->exact_whole)
+        return whole_pass(r, n_micro, seed, from_loader, s);
     if (r->exact.buffers_synced)
         return herd_run_synced_pass(r, n_micro, seed, from_loader, s);
     if (r->exact_threads)

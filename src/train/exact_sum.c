@@ -237,6 +237,22 @@ herd_status herd_exact_sum_add_host(herd_exact_sum *e, const herd_model *m, cons
     return e->buffers_synced ? HERD_OK : add_views_from(e, m, true, 0, m->n_views, buffers);
 }
 
+void herd_exact_sum_take_max(herd_exact_sum *e, const herd_model *m, const uint32_t *max_bits)
+{
+    const double bound = slice_bound(e);
+    for (int v = 0; v < m->n_views; v++) {
+        if (m->views[v].is_buffer)
+            continue;
+        float mx = NAN, was = e->view_max[v];
+        if (max_bits[v] < 0x7f800000u)
+            memcpy(&mx, &max_bits[v], sizeof mx);
+        e->view_max[v] = mx != mx || was != was ? NAN : mx > was ? mx : was;
+        /* rint is monotone: the largest value is the first to leave the headroom. */
+        if (e->have_grid && !(fabs(rint((double)mx * ldexp(1.0, -e->grid[v]))) <= bound))
+            e->acc[n_sums(m)] += 1;
+    }
+}
+
 /* E for a tensor whose largest slice value is mx: mx lands just below 2^GRID_BITS. */
 static int grid_for(float mx, int previous)
 {

@@ -197,6 +197,7 @@ herd_status herd_run_synced_pass(run *r, int n_micro, uint64_t seed, bool from_l
     HERD_TRY(herd_step_params_ready(plan)); /* ZeRO: the last update's parameters */
     herd_run_ctx ctx = herd_model_ctx(m, true, seed);
     ctx.trace = herd_timeline_sink(plan->timeline);
+    ctx.exact = plan->exact_linear;
     herd_slice_sums sums = {.sum_rows = sum_rows, .grads_ready = grads_ready, .user = p};
     double t0 = herd_now();
     HERD_TRY(herd_slices_forward(&p->slices, &ctx, p->seeds, p->x, &sums));

@@ -98,6 +98,7 @@ static herd_status run_slice(run *r, exact_worker *w, const herd_batch *slice, u
     ctx.grads = w->grads;
     ctx.buffers = w->buffers;
     ctx.grad_beta = 0.0f;
+    ctx.exact = r->plan.exact_linear;
     double t0 = herd_now();
     const float *logits;
     HERD_TRY(herd_model_forward(w->slot, &ctx, slice->x, &logits));

@@ -263,6 +263,7 @@ static herd_run_ctx stage_ctx(step_run *r, int mb)
     if (r->plan->exact)
         place = place * (uint64_t)pp->replicas + (uint64_t)pp->replica;
     herd_run_ctx ctx = herd_model_ctx(pp->m, true, herd_mix64(r->seed, place));
+    ctx.exact = r->plan->exact_linear;
     ctx.between_layers = progress_transfers;
     ctx.between_user = pp->job;
     ctx.trace = herd_timeline_sink(r->plan->timeline);

@@ -231,6 +231,7 @@ herd_status herd_pipeline_synced_pass(herd_pipeline *pp, herd_step_plan *plan, h
     if (n > pp->max_in_flight_seen)
         pp->max_in_flight_seen = n;
     herd_run_ctx ctx = herd_model_ctx(pp->m, true, seed);
+    ctx.exact = plan->exact_linear;
     ctx.between_layers = progress_transfers;
     ctx.between_user = pp->job;
     ctx.trace = herd_timeline_sink(plan->timeline);

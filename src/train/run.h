@@ -90,6 +90,12 @@ typedef struct run {
     herd_batch_store kept;
     herd_synced_pass *synced; /* --sync-bn's slices (exact_syncbn.c), once a step ran */
     herd_exact_threads *exact_threads; /* slices on threads (exact_threads.c), or NULL */
+    /* The linear layers' exact ops (plan.exact_linear points here with fp32 on a backend
+     * that has them); whole: micro-batches run whole (exact_step.c), their linear layers'
+     * largest slice values per view in max_bits. */
+    herd_exact_linear exact_linear;
+    bool exact_whole;
+    uint32_t *exact_max_bits;
     int synced_threads; /* --sync-bn's slices: layers on this many threads (exact_syncbn.c) */
 } run;
 

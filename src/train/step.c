@@ -155,6 +155,7 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
     HERD_TRY(herd_model_reshape(m, b->n));
     herd_run_ctx ctx = herd_model_ctx(m, true, seed);
     ctx.grad_beta = micro > 0 && !p->exact ? 1.0f : 0.0f; /* exact: each slice alone */
+    ctx.exact = p->exact_linear;
     ctx.trace = herd_timeline_sink(p->timeline);
     if (p->sync_bn && p->comm->size > 1)
         ctx.bn_group = herd_group_of_comm(p->comm);
@@ -166,16 +167,21 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
     const float *logits;
     HERD_TRY(herd_model_forward(m, &ctx, b->x, &logits));
     HERD_TRY(herd_step_params_ready(p)); /* buckets of layers without parameters */
-    double loss_sum = 0;
-    long correct = 0;
-    HERD_TRY(herd_model_xent(m, rows, logits, b->labels, label_smoothing, p->dlogits, &loss_sum,
-                             &correct));
+    bool whole = p->exact_linear && p->exact_linear->sums; /* slices of a whole micro-batch */
+    int loss_rows = whole ? p->exact_linear->slice * m->positions : rows;
+    for (int r0 = 0; r0 < rows; r0 += loss_rows) {
+        double loss_sum = 0;
+        long correct = 0;
+        size_t at = (size_t)r0 * m->classes;
+        HERD_TRY(herd_model_xent(m, loss_rows, logits + at, b->labels + r0, label_smoothing,
+                                 p->dlogits + at, &loss_sum, &correct));
+        /* Per sample: the mean over its positions; a slice's on its grid (exact_sum.h). */
+        s->loss_sum += whole ? herd_exact_loss(loss_sum / m->positions) : loss_sum / m->positions;
+        s->correct += (double)correct / m->positions;
+    }
     if (p->scaler)
         HERD_TRY(herd_loss_scaler_scale(p->scaler, m->be, p->dlogits,
                                         (size_t)rows * m->class_count));
-    /* Per sample: the mean over its positions. */
-    s->loss_sum += loss_sum / m->positions;
-    s->correct += (double)correct / m->positions;
     s->samples += b->n;
     double t1 = herd_now();
     HERD_TRY(herd_phase_mark(&p->clock, HERD_PHASE_FORWARD));
@@ -184,7 +190,7 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
     if (micro == n_micro - 1 && !p->exact)
         herd_step_arm_reduction(p, m, n_micro, &ctx);
     HERD_TRY(herd_model_backward(m, &ctx, b->x, p->dlogits));
-    if (p->exact)
+    if (p->exact && !whole) /* whole: the linear layers added their slices */
         HERD_TRY(herd_exact_sum_add(p->exact, m));
     double t2 = herd_now();
     HERD_TRY(herd_phase_mark(&p->clock, HERD_PHASE_BACKWARD));

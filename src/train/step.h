@@ -70,6 +70,10 @@ typedef struct herd_step_plan {
     /* --deterministic: each micro-batch's gradient goes into exact sums instead of the
      * buckets (exact_sum.h); the caller finishes them before herd_apply_step. NULL: off. */
     herd_exact_sum *exact;
+    /* --deterministic's linear layers (nn/layer.h), NULL: the usual GEMMs. With its sums
+     * set, a micro-batch runs whole: its linear layers add each slice's gradients to the
+     * exact sums themselves, and its loss is taken slice by slice (exact_step.c). */
+    herd_exact_linear *exact_linear;
     herd_timeline *timeline; /* --timeline: phases and layers become events (NULL: off) */
     herd_replica_stage replica_stage; /* --check-replicas on a device: the host copy */
     herd_phase_clock clock;  /* the phases on the device's clock, where it has one */

@@ -213,10 +213,15 @@ static void bwd_data_avx512(int rows, int in, int out, const float *dy, const fl
         int k0 = (t / rblocks) * 32, r0 = (t % rblocks) * MR;
         const float *d = dy + (size_t)r0 * out;
         float *o = dx + (size_t)r0 * in;
-        if (rows - r0 >= MR)
-            bwd_tile(MR, in, out, k0, d, w, o); /* a constant count: the loop unrolls */
+        int nr = rows - r0 < MR ? rows - r0 : MR;
+        if (nr == MR) /* constant counts: the loops unroll, the accumulators stay in registers */
+            bwd_tile(MR, in, out, k0, d, w, o);
+        else if (nr == 8)
+            bwd_tile(8, in, out, k0, d, w, o);
+        else if (nr == 4)
+            bwd_tile(4, in, out, k0, d, w, o);
         else
-            bwd_tile(rows - r0, in, out, k0, d, w, o);
+            bwd_tile(nr, in, out, k0, d, w, o);
     );
 }
 
@@ -303,10 +308,14 @@ static inline __attribute__((always_inline)) void wgrad_tile(const herd_exact_wg
 static void wgrad_weights(const herd_exact_wgrad *j, out_mode mode, uint32_t *max_bits)
 {
     int iblocks = (j->in + 31) / 32, oblocks = (j->out + WR - 1) / WR;
+    /* Few rows (x and dy stay in L1 whatever the order): along each output's inputs, so
+     * the sums pass as four streams; many: down the outputs, so x's 32 columns stay. */
+    bool along = (size_t)j->rows * (size_t)(j->in + j->out) * sizeof(float) <= 64 * 1024;
     uint32_t mx_all = 0;
 #pragma omp parallel for schedule(static) reduction(max : mx_all) if (herd_cpu_par((size_t)j->rows * j->in * j->out))
     for (int t = 0; t < iblocks * oblocks; t++) {
-        int i0 = (t / oblocks) * 32, o0 = (t % oblocks) * WR;
+        int i0 = (along ? t % iblocks : t / oblocks) * 32;
+        int o0 = (along ? t / iblocks : t % oblocks) * WR;
         __m512i mx = _mm512_setzero_si512();
         if (j->out - o0 >= WR) { /* a constant count: the loops unroll */
             if (mode == MODE_SUMS)

@@ -4,6 +4,7 @@
  * input's gradient is summed over the group. A "row" layer holds its part of the input
  * features (columns of W): it reads the part a column layer gave, its products are
  * summed over the group before the bias (whole, on every rank) is added. */
+#include <math.h>
 #include <string.h>
 
 #include "nn/layers/tokens.h"
@@ -96,14 +97,54 @@ static void linear_init(herd_layer *l, herd_model *m, herd_rng *rng)
         herd_init_uniform_fan_in(herd_view_data(m, l, 1), (size_t)l->spec.out, fan_in, rng);
 }
 
+static bool exact_ops(const herd_run_ctx *ctx) { return ctx->exact && ctx->be->exact_linear_fwd; }
+
+/* One tensor's side of an exact weight gradient: written (plain), or into the sums. */
+static herd_exact_grad_out exact_out(const herd_layer *l, const herd_run_ctx *ctx, int k)
+{
+    const herd_exact_linear *e = ctx->exact;
+    int v = l->first_tensor + k;
+    if (!e->sums)
+        return (herd_exact_grad_out){.plain = herd_layer_grad(l, ctx, k)};
+    return (herd_exact_grad_out){.sums = e->sums + ctx->views[v].offset, .grid = e->have_grid,
+                                 .scale = ldexp(1.0, -e->grid[v]), .max_bits = e->max_bits[v]};
+}
+
+/* --deterministic: each slice's weight and bias gradients by the backend's exact op, a
+ * slice a call (written) or every slice of the call at once (into the exact sums). */
+static herd_status exact_grads(const herd_layer *l, const herd_run_ctx *ctx, int n, int in,
+                               int out, const float *x, const float *dy)
+{
+    herd_exact_linear *e = ctx->exact;
+    herd_exact_wgrad j = {.rows = n, .slice = e->sums ? e->slice * (n / l->batch) : n, .in = in,
+                          .out = out, .dy = dy, .x = x, .w = exact_out(l, ctx, 0)};
+    if (l->spec.bias)
+        j.b = exact_out(l, ctx, 1);
+    HERD_TRY(ctx->be->exact_linear_wgrad(&j));
+    if (e->sums) {
+        e->max_bits[l->first_tensor] = j.w.max_bits;
+        if (l->spec.bias)
+            e->max_bits[l->first_tensor + 1] = j.b.max_bits;
+    }
+    return HERD_OK;
+}
+
 static herd_status linear_forward(herd_layer *l, const herd_run_ctx *ctx, const float *const *x,
                                   float *y)
 {
     int n, in, out;
     linear_dims(l, &n, &in, &out);
     const float *w = herd_layer_param(l, ctx, 0);
-    HERD_TRY(ctx->be->gemm(false, true, n, out, in, 1.0f, x[0], in, w, in, 0.0f, y, out));
-    if (ctx->tp && l->spec.parallel == HERD_TP_ROW)
+    bool row_sum = ctx->tp && l->spec.parallel == HERD_TP_ROW;
+    if (exact_ops(ctx)) { /* the bias in the kernel, unless a sum comes before it */
+        const float *b = l->spec.bias && !row_sum ? herd_layer_param(l, ctx, 1) : NULL;
+        HERD_TRY(ctx->be->exact_linear_fwd(n, in, out, x[0], w, b, y));
+        if (b)
+            return HERD_OK;
+    } else {
+        HERD_TRY(ctx->be->gemm(false, true, n, out, in, 1.0f, x[0], in, w, in, 0.0f, y, out));
+    }
+    if (row_sum)
         HERD_TRY(ctx->tp->sum(ctx->tp->group, y, (size_t)n * out));
     if (l->spec.bias)
         HERD_TRY(ctx->be->bias_add(n, out, y, herd_layer_param(l, ctx, 1)));
@@ -117,14 +158,22 @@ static herd_status linear_backward(herd_layer *l, const herd_run_ctx *ctx, const
     int n, in, out;
     linear_dims(l, &n, &in, &out);
     const herd_backend *be = ctx->be;
+    bool exact = exact_ops(ctx);
     /* dW[out, in] = dy^T x; dx = dy W. */
-    HERD_TRY(be->gemm(true, false, out, in, n, 1.0f, dy, out, x[0], in, ctx->grad_beta,
-                      herd_layer_grad(l, ctx, 0), in));
-    if (l->spec.bias)
-        HERD_TRY(be->bias_grad(n, out, dy, herd_layer_grad(l, ctx, 1), ctx->grad_beta));
+    if (exact) {
+        HERD_TRY(exact_grads(l, ctx, n, in, out, x[0], dy));
+    } else {
+        HERD_TRY(be->gemm(true, false, out, in, n, 1.0f, dy, out, x[0], in, ctx->grad_beta,
+                          herd_layer_grad(l, ctx, 0), in));
+        if (l->spec.bias)
+            HERD_TRY(be->bias_grad(n, out, dy, herd_layer_grad(l, ctx, 1), ctx->grad_beta));
+    }
     if (dx[0]) {
-        HERD_TRY(be->gemm(false, false, n, in, out, 1.0f, dy, out, herd_layer_param(l, ctx, 0), in,
-                          0.0f, dx[0], in));
+        const float *w = herd_layer_param(l, ctx, 0);
+        if (exact)
+            HERD_TRY(be->exact_linear_bwd_data(n, in, out, dy, w, dx[0]));
+        else
+            HERD_TRY(be->gemm(false, false, n, in, out, 1.0f, dy, out, w, in, 0.0f, dx[0], in));
         if (ctx->tp && l->spec.parallel == HERD_TP_COLUMN)
             HERD_TRY(ctx->tp->sum(ctx->tp->group, dx[0], (size_t)n * in));
     }
