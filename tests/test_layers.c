@@ -122,6 +122,46 @@ static void check_case(const gc_case *gc)
     herd_model_free(m);
 }
 
+/* Layers without parameters before the first that has some (a flatten and a ReLU of the
+ * input) get no output gradient, unless the model's input needs one (a pipeline stage's);
+ * the parameters' gradients are the same bits either way. */
+static void test_needs_grad(void **state)
+{
+    (void)state;
+    const char *text = "{\"layers\": [{\"type\": \"flatten\"}, {\"type\": \"relu\"},"
+                       " {\"type\": \"linear\", \"name\": \"a\", \"out\": 6},"
+                       " {\"type\": \"relu\"}, {\"type\": \"linear\", \"name\": \"b\", \"out\": 3}]}";
+    herd_layer_spec *specs;
+    int n_specs;
+    assert_herd_ok(herd_model_parse_text(text, "needs", 3, &specs, &n_specs));
+    herd_model *m = calloc(1, sizeof *m);
+    m->in_c = 2, m->in_h = 3, m->in_w = 3, m->classes = 3;
+    snprintf(m->name, sizeof m->name, "needs");
+    assert_herd_ok(herd_model_build(m, specs, n_specs, 7));
+    free(specs);
+    const int n = 4;
+    float x[4 * 18], dlogits[4 * 3];
+    tu_fill_uniform(x, sizeof x / sizeof x[0], -1.0f, 1.0f, 5);
+    int32_t labels[4] = {0, 2, 1, 2};
+    float *first = malloc(m->n_param_floats * sizeof *first);
+    for (int input_grad = 0; input_grad < 2; input_grad++) {
+        m->input_grad = input_grad;
+        assert_herd_ok(herd_model_reshape(m, n));
+        model_loss(m, x, labels, n, 0.0f, dlogits);
+        herd_run_ctx ctx = herd_model_ctx(m, true, 1);
+        assert_herd_ok(herd_model_backward(m, &ctx, x, dlogits));
+        const bool want[5] = {input_grad, input_grad, true, true, true};
+        for (int i = 0; i < 5; i++)
+            assert_int_equal(m->needs_grad[i], want[i]);
+        if (!input_grad)
+            memcpy(first, m->grads, m->n_param_floats * sizeof *first);
+        else
+            assert_memory_equal(first, m->grads, m->n_param_floats * sizeof *first);
+    }
+    free(first);
+    herd_model_free(m);
+}
+
 static void test_gradients(void **state)
 {
     (void)state;
@@ -289,6 +329,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gradients),
+        cmocka_unit_test(test_needs_grad),
         cmocka_unit_test(test_loss_gradient),
         cmocka_unit_test(test_token_gradients),
         cmocka_unit_test(test_bad_tokens),

@@ -63,7 +63,8 @@ static herd_status setup_layers(herd_model *m, const herd_layer_spec *specs, int
     m->layers = herd_xcalloc((size_t)n, sizeof *m->layers);
     m->consumers = herd_xcalloc((size_t)n, sizeof *m->consumers);
     m->grad_written = herd_xcalloc((size_t)n, sizeof *m->grad_written);
-    if (!m->layers || !m->consumers || !m->grad_written)
+    m->needs_grad = herd_xcalloc((size_t)n, sizeof *m->needs_grad);
+    if (!m->layers || !m->consumers || !m->grad_written || !m->needs_grad)
         return HERD_ERR_NOMEM;
     m->n_layers = n;
     /* HERD_BF16_ACTIVATIONS=fp32 keeps fp32 activations between layers in bf16 runs
@@ -573,6 +574,21 @@ void herd_model_backward_begin(herd_model *m)
 {
     memset(m->grad_written, 0, (size_t)m->n_layers * sizeof *m->grad_written);
     m->input_written = 0;
+    for (int i = 0; i < m->n_layers; i++) { /* inputs come before their readers */
+        const herd_layer *l = &m->layers[i];
+        bool needs = l->n_tensors > 0;
+        for (int k = 0; k < l->spec.n_inputs; k++) {
+            int src = l->spec.inputs[k];
+            needs = needs || (src < 0 ? m->input_grad : m->needs_grad[src]);
+        }
+        m->needs_grad[i] = needs;
+    }
+}
+
+/* Whether layer i's input k gets a gradient. */
+static bool input_needs_grad(const herd_model *m, int src)
+{
+    return src < 0 ? m->input_grad : m->needs_grad[src];
 }
 
 /* An output read by several layers gets its gradient summed: the first consumer seen
@@ -585,7 +601,7 @@ void herd_model_backward_io(const herd_model *m, int i, const float *x, const fl
     for (int k = 0; k < l->spec.n_inputs; k++) {
         int src = l->spec.inputs[k];
         io->in[k] = layer_input(m, x, src);
-        if (src < 0 && !m->input_grad)
+        if (!input_needs_grad(m, src))
             continue;
         io->via_scratch[k] = (src < 0 ? m->input_written : m->grad_written[src]) > 0;
         io->din[k] = io->via_scratch[k] ? m->scratch + k * m->scratch_floats
@@ -602,7 +618,7 @@ herd_status herd_model_backward_done(herd_model *m, int i, const herd_layer_io *
     size_t input_numel = (size_t)m->batch * m->in_c * m->in_h * m->in_w;
     for (int k = 0; k < l->spec.n_inputs; k++) {
         int src = l->spec.inputs[k];
-        if (src < 0 && !m->input_grad)
+        if (!input_needs_grad(m, src))
             continue;
         if (io->via_scratch[k] && l->in_format[k] == HERD_ACT_BF16)
             HERD_TRY(be->bf16_acts->accumulate(herd_shape_numel(m->layers[src].out_shape),
@@ -629,7 +645,10 @@ herd_status herd_model_backward(herd_model *m, const herd_run_ctx *ctx, const fl
         herd_layer_io io;
         herd_model_backward_io(m, i, x, dlogits, &io);
         double t0 = herd_trace_start(ctx->trace);
-        herd_status st = l->ops->backward(l, ctx, io.in, io.y, io.dy, io.din);
+        /* No parameters and no input gradient to give: nothing to compute (its dy is
+         * not written either). */
+        herd_status st = m->needs_grad[i] ? l->ops->backward(l, ctx, io.in, io.y, io.dy, io.din)
+                                          : HERD_OK;
         herd_trace_end(ctx->trace, HERD_TL_BWD_LAYER, l->spec.name, t0);
         if (st == HERD_OK && ctx->after_backward)
             st = ctx->after_backward(ctx->hook_user, i);
@@ -657,6 +676,7 @@ void herd_model_free(herd_model *m)
     free(m->layers);
     free(m->consumers);
     free(m->grad_written);
+    free(m->needs_grad);
     free(m->views);
     free(m);
 }

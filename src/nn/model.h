@@ -46,6 +46,11 @@ struct herd_model {
     int input_consumers;  /* how many layers read the model input */
     int *grad_written;    /* backward: consumers that have already written layer i's gradient */
     int input_written;    /* backward: consumers that have already written the input's */
+    /* backward: whether layer i's output gradient is read, because the layer has
+     * parameters or an input whose gradient is (the model input's when input_grad): the
+     * others (a flatten of the input, say) get none, and their readers no input
+     * gradient to compute (PyTorch's requires_grad). */
+    bool *needs_grad;
     float *input_dev;     /* copy of the input batch in backend memory (NULL for CPU) */
 
     /* A pipeline stage is a model of its own over layers first..end-1 of the whole:
