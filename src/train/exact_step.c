@@ -211,8 +211,14 @@ static herd_status pass(run *r, int n_micro, uint64_t seed, bool from_loader, he
     return HERD_OK;
 }
 
+/* Samples a whole pass runs at once: micro-batches smaller than this go together (the
+ * kept store holds them one after another), so that the weight gradient kernel adds
+ * several slices per pass over the sums. */
+enum { WHOLE_SAMPLES = 256 };
+
 /* A pass of whole micro-batches (runs_whole): the linear layers add each slice's
- * gradients to the sums, the loss is taken slice by slice (herd_micro_step). */
+ * gradients to the sums, the loss is taken slice by slice (herd_micro_step). Rows do not
+ * see each other, so running several micro-batches as one changes no bit. */
 static herd_status whole_pass(run *r, int n_micro, uint64_t seed, bool from_loader,
                               herd_step_stats *s)
 {
@@ -224,12 +230,22 @@ static herd_status whole_pass(run *r, int n_micro, uint64_t seed, bool from_load
     x->max_bits = r->exact_max_bits;
     memset(r->exact_max_bits, 0, (size_t)r->m->n_views * sizeof *r->exact_max_bits);
     herd_status st = HERD_OK;
-    for (int j = 0; j < n_micro && st == HERD_OK; j++) {
+    for (int j = 0; j < n_micro && st == HERD_OK; j++) { /* all of them kept, in order */
         herd_batch b;
         st = herd_run_exact_micro_batch(r, j, n_micro, from_loader, s, &b);
-        if (st == HERD_OK) /* nothing draws random numbers: the seed is only passed on */
-            st = herd_micro_step(r->m, &r->plan, &b, j, n_micro, r->cfg.label_smoothing,
-                                 herd_mix64(seed, (uint64_t)j), s);
+    }
+    /* Groups of one size (the model's activations are made again for another batch), the
+     * most micro-batches within WHOLE_SAMPLES that divide the step's. */
+    int per = r->cfg.batch_size, group = 1;
+    for (int g = 2; g <= n_micro && g * per <= WHOLE_SAMPLES; g++)
+        group = n_micro % g == 0 ? g : group;
+    int groups = n_micro / group;
+    for (int g = 0; g < groups && st == HERD_OK; g++) {
+        herd_batch b = herd_batch_store_get(&r->kept, g * group);
+        b.n = group * per;
+        /* nothing draws random numbers: the seed is only passed on */
+        st = herd_micro_step(r->m, &r->plan, &b, g, groups, r->cfg.label_smoothing,
+                             herd_mix64(seed, (uint64_t)g), s);
     }
     x->sums = NULL; /* the other kinds of pass write gradients */
     if (st == HERD_OK)
