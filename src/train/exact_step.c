@@ -25,10 +25,11 @@ static bool runs_whole(const run *r)
         return false;
     static const char *const row_wise[] = {"linear", "relu", "gelu", "flatten"};
     for (int i = 0; i < m->n_layers; i++) {
+        const herd_layer *l = &m->layers[i];
         bool ok = false;
         for (size_t k = 0; k < sizeof row_wise / sizeof row_wise[0]; k++)
-            ok = ok || strcmp(m->layers[i].ops->type, row_wise[k]) == 0;
-        if (!ok)
+            ok = ok || strcmp(l->ops->type, row_wise[k]) == 0;
+        if (!ok || l->spec.per_position) /* per position: oneDNN's GEMMs (linear.c) */
             return false;
     }
     return true;

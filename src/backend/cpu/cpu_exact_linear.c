@@ -160,8 +160,17 @@ static void fwd_tile(int in, int out, int nr, int no, const float *x, const floa
         a14 = _mm512_fmadd_ps(x3, w2, a14), a15 = _mm512_fmadd_ps(x3, w3, a15);
     }
     const __m512 done[16] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15};
+    __m512 sums = reduce16(done);
+    if (nr == 4 && no == 4) { /* row r's four outputs are the sums' 128-bit lane r */
+        __m128 bias = b ? _mm_loadu_ps(b) : _mm_setzero_ps();
+        __m128 rows[4] = {_mm512_extractf32x4_ps(sums, 0), _mm512_extractf32x4_ps(sums, 1),
+                          _mm512_extractf32x4_ps(sums, 2), _mm512_extractf32x4_ps(sums, 3)};
+        for (int r = 0; r < 4; r++)
+            _mm_storeu_ps(y + (size_t)r * out, b ? _mm_add_ps(rows[r], bias) : rows[r]);
+        return;
+    }
     float s[16];
-    _mm512_storeu_ps(s, reduce16(done));
+    _mm512_storeu_ps(s, sums);
     for (int r = 0; r < nr; r++)
         for (int c = 0; c < no; c++)
             y[(size_t)r * out + c] = b ? s[4 * r + c] + b[c] : s[4 * r + c];

@@ -97,7 +97,13 @@ static void linear_init(herd_layer *l, herd_model *m, herd_rng *rng)
         herd_init_uniform_fan_in(herd_view_data(m, l, 1), (size_t)l->spec.out, fan_in, rng);
 }
 
-static bool exact_ops(const herd_run_ctx *ctx) { return ctx->exact && ctx->be->exact_linear_fwd; }
+/* --deterministic's exact ops (herd_exact_linear), for layers over samples: a sequence's
+ * per-position layer (a transformer's, whose model runs slice by slice anyway) keeps
+ * oneDNN's GEMMs, faster at its narrow widths and as fixed for a slice's fixed shape. */
+static bool exact_ops(const herd_layer *l, const herd_run_ctx *ctx)
+{
+    return ctx->exact && ctx->be->exact_linear_fwd && !l->spec.per_position;
+}
 
 /* One tensor's side of an exact weight gradient: written (plain), or into the sums. */
 static herd_exact_grad_out exact_out(const herd_layer *l, const herd_run_ctx *ctx, int k)
@@ -136,7 +142,7 @@ static herd_status linear_forward(herd_layer *l, const herd_run_ctx *ctx, const 
     linear_dims(l, &n, &in, &out);
     const float *w = herd_layer_param(l, ctx, 0);
     bool row_sum = ctx->tp && l->spec.parallel == HERD_TP_ROW;
-    if (exact_ops(ctx)) { /* the bias in the kernel, unless a sum comes before it */
+    if (exact_ops(l, ctx)) { /* the bias in the kernel, unless a sum comes before it */
         const float *b = l->spec.bias && !row_sum ? herd_layer_param(l, ctx, 1) : NULL;
         HERD_TRY(ctx->be->exact_linear_fwd(n, in, out, x[0], w, b, y));
         if (b)
@@ -158,7 +164,7 @@ static herd_status linear_backward(herd_layer *l, const herd_run_ctx *ctx, const
     int n, in, out;
     linear_dims(l, &n, &in, &out);
     const herd_backend *be = ctx->be;
-    bool exact = exact_ops(ctx);
+    bool exact = exact_ops(l, ctx);
     /* dW[out, in] = dy^T x; dx = dy W. */
     if (exact) {
         HERD_TRY(exact_grads(l, ctx, n, in, out, x[0], dy));
