@@ -108,7 +108,10 @@ static void wgrad_generic(herd_exact_wgrad *j)
 }
 
 #ifdef EXACT_AVX512
-static __mmask16 tail16(int n) { return n >= 16 ? 0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
+static __mmask16 tail16(int n)
+{
+    return n >= 16 ? 0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
+}
 
 /* 16 accumulators into one vector whose lane q is accumulator q's tree16. */
 static __m512 reduce16(const __m512 v[16])
