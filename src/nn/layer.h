@@ -68,7 +68,6 @@ typedef struct herd_layer_spec {
     int inputs[HERD_MAX_INPUTS]; /* indices of earlier layers; -1 = the model input */
 } herd_layer_spec;
 
-/* Everything a forward or backward call needs besides the tensors. */
 /* --deterministic's linear layers (docs/determinism.md): the backend's exact ops where
  * it has them (backend.h), and with `sums` each slice's weight and bias gradients are
  * added to exact sums straight from the kernel (a whole micro-batch of slices per call)
@@ -81,6 +80,7 @@ typedef struct herd_exact_linear {
     uint32_t *max_bits; /* with sums, per view: the largest |slice value| as float bits */
 } herd_exact_linear;
 
+/* Everything a forward or backward call needs besides the tensors. */
 typedef struct herd_run_ctx {
     const herd_backend *be;
     const herd_tensor_view *views; /* the model's views: layers find their tensors by offset */
