@@ -200,13 +200,9 @@ static herd_status pass(run *r, int n_micro, uint64_t seed, bool from_loader, he
         for (int i = 0; i < per_micro; i++) {
             herd_batch slice = herd_run_exact_slice(r, &b, i);
             uint64_t place = herd_run_slice_place(r, j, i);
-            /* The loss too is summed on a grid, so its total has no order either. */
-            double loss_before = s->loss_sum;
-            s->loss_sum = 0;
             HERD_TRY(herd_exact_sum_restore_buffers(&r->exact, r->m));
             HERD_TRY(herd_micro_step(r->m, &r->plan, &slice, j * per_micro + i, n_slices,
                                      r->cfg.label_smoothing, herd_mix64(seed, place), s));
-            s->loss_sum = loss_before + herd_exact_loss(s->loss_sum);
         }
     }
     return HERD_OK;

@@ -70,6 +70,9 @@ static float rounded(float x, int round16)
     return round16 == HERD_EXACT_ROUND_BF16 ? herd_bf16_to_float(herd_float_to_bf16(x)) : x;
 }
 
+/* The larger of two maxima, NaN if either is (a value that was not finite). */
+static float max_or_nan(float a, float b) { return a != a || b != b ? NAN : a > b ? a : b; }
+
 /* A run of one view: acc += g rounded to the grid (when there is one), the largest |g|
  * into *mx, the values outside the headroom and those not finite counted. Inlined with a
  * constant round16, so the loop vectorises (a runtime rounding and double counters kept it
@@ -196,7 +199,7 @@ static herd_status add_views_from(herd_exact_sum *e, const herd_model *m, bool b
         float mx, was = e->view_max[v];
         outside += add_view(x, tv->numel, e->have_grid, ldexp(1.0, -e->grid[v]), bound, round16,
                             view_acc(e, m, tv), &mx);
-        e->view_max[v] = mx != mx || was != was ? NAN : mx > was ? mx : was;
+        e->view_max[v] = max_or_nan(was, mx);
     }
     e->acc[n_sums(m)] += outside;
     return HERD_OK;
@@ -246,7 +249,7 @@ void herd_exact_sum_take_max(herd_exact_sum *e, const herd_model *m, const uint3
         float mx = NAN, was = e->view_max[v];
         if (max_bits[v] < 0x7f800000u)
             memcpy(&mx, &max_bits[v], sizeof mx);
-        e->view_max[v] = mx != mx || was != was ? NAN : mx > was ? mx : was;
+        e->view_max[v] = max_or_nan(was, mx);
         /* rint is monotone: the largest value is the first to leave the headroom. */
         if (e->have_grid && !(fabs(rint((double)mx * ldexp(1.0, -e->grid[v]))) <= bound))
             e->acc[n_sums(m)] += 1;

@@ -167,7 +167,9 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
     const float *logits;
     HERD_TRY(herd_model_forward(m, &ctx, b->x, &logits));
     HERD_TRY(herd_step_params_ready(p)); /* buckets of layers without parameters */
-    bool whole = p->exact_linear && p->exact_linear->sums; /* slices of a whole micro-batch */
+    /* --deterministic: each slice's loss on its grid, so the total has no order either
+     * (a call is one slice, or a whole run's several: herd_exact_linear's sums). */
+    bool whole = p->exact_linear && p->exact_linear->sums;
     int loss_rows = whole ? p->exact_linear->slice * m->positions : rows;
     for (int r0 = 0; r0 < rows; r0 += loss_rows) {
         double loss_sum = 0;
@@ -175,8 +177,9 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
         size_t at = (size_t)r0 * m->classes;
         HERD_TRY(herd_model_xent(m, loss_rows, logits + at, b->labels + r0, label_smoothing,
                                  p->dlogits + at, &loss_sum, &correct));
-        /* Per sample: the mean over its positions; a slice's on its grid (exact_sum.h). */
-        s->loss_sum += whole ? herd_exact_loss(loss_sum / m->positions) : loss_sum / m->positions;
+        /* Per sample: the mean over its positions. */
+        double per_sample = loss_sum / m->positions;
+        s->loss_sum += p->exact ? herd_exact_loss(per_sample) : per_sample;
         s->correct += (double)correct / m->positions;
     }
     if (p->scaler)
