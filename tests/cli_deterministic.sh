@@ -14,9 +14,9 @@
 # bytes, weights and running statistics (cli_deterministic_syncbn trains resnet20 at every
 # rank count of issue 27, 1 to 6, under --sync-bn);
 # without the flag they are not (so the comparison can fail); lenet5 on the simulated device
-# (--device sim) gives the CPU's bytes, and so does mlp, whose CPU run takes its micro-batches
-# whole (the linear layers' exact ops) where the device runs slice by slice. What it does not cover yet is refused at start,
-# naming the option.
+# (--device sim) gives the CPU's bytes, and so does mlp, whose CPU run takes its
+# micro-batches whole (the linear layers' exact ops) where the device runs slice by slice.
+# What it does not cover yet is refused at start, naming the option.
 set -u
 . "$(dirname "$0")/testlib.sh"
 # 100 steps of 96 (issue 27): a rank count, split or resume that changed any rounding would

@@ -9,8 +9,8 @@
 # --clip-grad-norm (the norm summed per tensor in the model's order); stopped on 2 x 1
 # and resumed on 2 x 2 (the checkpoint holds the whole model's grid); resnet20 (ghost
 # batch norm in slices of 4) on 2 stages; mlp on 2 stages (its one process runs whole
-# micro-batches through the linear layers' exact ops). A repeat pass (testlib.sh) trains 10 steps:
-# 2 x 1, 2 x 2, clipping and the resume. Refused at start: micro-batches that are not one
+# micro-batches through the linear layers' exact ops). A repeat pass (testlib.sh) trains
+# 10 steps: 2 x 1, 2 x 2, clipping and the resume. Refused at start: micro-batches that are not one
 # slice.
 set -u
 . "$(dirname "$0")/testlib.sh"
