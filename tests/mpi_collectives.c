@@ -1,5 +1,6 @@
 /* The MPI communicator's collectives on 2 or 3 ranks: exact sums, averages, fp16/bf16
- * wire types, ZeRO's reduce-scatter and all-gather, blocking collectives, local ranks, and how much a 16 MiB reduction
+ * wire types, ZeRO's reduce-scatter and all-gather, blocking collectives (the exact sums'
+ * reduce-scatter of doubles among them), local ranks, and how much a 16 MiB reduction
  * overlaps with computation. */
 #include <math.h>
 #include <string.h>
@@ -158,6 +159,45 @@ static void check_blocking(herd_comm *c)
     double v[2] = {c->rank, 1.5};
     MT_OK(c->ops->allreduce_f64(c, v, 2));
     MT_CHECK(v[0] == c->size * (c->size - 1) / 2 && v[1] == 1.5 * c->size, "%g %g", v[0], v[1]);
+
+    /* The exact sums' reduce-scatter: each rank's part (rank 1's empty with 3 ranks) the
+     * exact sum of integers held in doubles, past 2^31 and negative; then each rank's part
+     * as floats all-gathered in place; misuse refused. */
+    enum { N_F64 = 100003 };
+    double *d = malloc(N_F64 * sizeof *d);
+    int parts[8], first = 0;
+    for (int r = 0, left = N_F64; r < c->size; r++) {
+        parts[r] = r == c->size - 1 ? left : r == 1 ? 0 : N_F64 / c->size;
+        left -= parts[r];
+    }
+    for (int r = 0; r < c->rank; r++)
+        first += parts[r];
+    for (int i = 0; i < N_F64; i++)
+        d[i] = ldexp((double)(i % 1001) - 500.0, 33) + (double)(c->rank * 7 + i);
+    MT_OK(c->ops->reduce_scatter_f64(c, d, parts));
+    int wrong = 0;
+    for (int i = first; i < first + parts[c->rank]; i++) {
+        double want = c->size * ldexp((double)(i % 1001) - 500.0, 33) +
+                      (double)(7 * c->size * (c->size - 1) / 2 + c->size * i);
+        wrong += d[i] != want;
+    }
+    MT_CHECK(wrong == 0, "reduce_scatter_f64: %d of %d values wrong", wrong, parts[c->rank]);
+    float *f = calloc(N_F64, sizeof *f);
+    for (int i = first; i < first + parts[c->rank]; i++)
+        f[i] = (float)d[i];
+    MT_OK(c->ops->allgatherv_f32(c, f, parts));
+    wrong = 0;
+    for (int i = 0; i < N_F64; i++)
+        wrong += f[i] != (float)(c->size * ldexp((double)(i % 1001) - 500.0, 33) +
+                                 (double)(7 * c->size * (c->size - 1) / 2 + c->size * i));
+    MT_CHECK(wrong == 0, "allgatherv_f32: %d of %d values wrong", wrong, N_F64);
+    parts[0] = -1;
+    MT_CHECK(c->ops->reduce_scatter_f64(c, d, parts) == HERD_ERR_INVALID_ARG,
+             "a negative count is refused");
+    MT_CHECK(c->ops->allgatherv_f32(c, f, parts) == HERD_ERR_INVALID_ARG,
+             "a negative count is refused");
+    free(f);
+    free(d);
 
     int mine = c->rank * 10 + 1, all[8] = {0};
     MT_OK(c->ops->allgather(c, &mine, all, sizeof mine));

@@ -44,6 +44,12 @@ static void test_staged_reduction(void **state)
     double v[2] = {1.5, 2.5};
     assert_herd_ok(c->ops->allreduce_f64(c, v, 2));
     assert_true(v[0] == 1.5 && v[1] == 2.5);
+    assert_herd_ok(c->ops->reduce_scatter_f64(c, v, (int[]){2}));
+    assert_true(v[0] == 1.5 && v[1] == 2.5);
+    assert_int_equal(c->ops->reduce_scatter_f64(c, v, NULL), HERD_ERR_INVALID_ARG); /* the host's check */
+    float f[2] = {1, 2};
+    assert_herd_ok(c->ops->allgatherv_f32(c, f, (int[]){2}));
+    assert_int_equal(c->ops->allgatherv_f32(c, f, NULL), HERD_ERR_INVALID_ARG);
     int mine = 7, all = 0;
     assert_herd_ok(c->ops->allgather(c, &mine, &all, sizeof mine));
     assert_int_equal(all, 7);

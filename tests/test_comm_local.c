@@ -37,6 +37,13 @@ static void test_local_collectives(void **state)
     assert_herd_ok(c->ops->allreduce_f64_start(c, v, 2, "metrics"));
     assert_herd_ok(c->ops->wait_all(c));
     assert_true(v[0] == 1.5 && v[1] == -2);
+    assert_herd_ok(c->ops->reduce_scatter_f64(c, v, (int[]){2}));
+    assert_true(v[0] == 1.5 && v[1] == -2);
+    assert_int_equal(c->ops->reduce_scatter_f64(c, v, (int[]){-1}), HERD_ERR_INVALID_ARG);
+    float f[2] = {1, 2};
+    assert_herd_ok(c->ops->allgatherv_f32(c, f, (int[]){2}));
+    assert_true(f[0] == 1 && f[1] == 2);
+    assert_int_equal(c->ops->allgatherv_f32(c, f, NULL), HERD_ERR_INVALID_ARG);
 
     int mine = 42, all = 0;
     assert_herd_ok(c->ops->allgather(c, &mine, &all, sizeof mine));

@@ -112,6 +112,16 @@ typedef struct herd_comm_ops {
     /* Blocking collectives for set-up and metrics (small). */
     herd_status (*broadcast)(herd_comm *c, void *buf, size_t bytes, int root);
     herd_status (*allreduce_f64)(herd_comm *c, double *vals, int n); /* in-place sum */
+    /* Host memory, blocking: vals[0..n) is split among the ranks in rank order as in
+     * reduce_scatter_start (counts[r] values for rank r, summing to n); this rank's part
+     * becomes that part's sum over the ranks, the rest is left undefined. Half an
+     * allreduce's traffic, for sums whose parts each rank finishes alone before an
+     * all-gather of something smaller (--deterministic's exact sums: doubles in, fp32
+     * means out). */
+    herd_status (*reduce_scatter_f64)(herd_comm *c, double *vals, const int *counts);
+    /* Host memory, blocking: allgather_start's in-place all-gather of rank r's counts[r]
+     * floats (the finished parts above). */
+    herd_status (*allgatherv_f32)(herd_comm *c, float *vals, const int *counts);
     herd_status (*allgather)(herd_comm *c, const void *mine, void *all, size_t bytes);
     herd_status (*barrier)(herd_comm *c);
     /* Variable-size gather to root: rank r's `bytes` land in root's `all` at offset

@@ -73,6 +73,18 @@ static herd_status fwd_allreduce_f64_start(herd_comm *c, double *vals, int n, co
     return h->ops->allreduce_f64_start(h, vals, n, tag);
 }
 
+static herd_status fwd_reduce_scatter_f64(herd_comm *c, double *vals, const int *counts)
+{
+    herd_comm *h = host_of(c);
+    return h->ops->reduce_scatter_f64(h, vals, counts);
+}
+
+static herd_status fwd_allgatherv_f32(herd_comm *c, float *vals, const int *counts)
+{
+    herd_comm *h = host_of(c);
+    return h->ops->allgatherv_f32(h, vals, counts);
+}
+
 static herd_status fwd_allgather(herd_comm *c, const void *mine, void *all, size_t bytes)
 {
     herd_comm *h = host_of(c);
@@ -253,6 +265,8 @@ herd_comm *herd_comm_wrap(herd_comm *host, const herd_backend *be, const herd_co
     FORWARD(broadcast);
     FORWARD(allreduce_f64);
     FORWARD(allreduce_f64_start);
+    FORWARD(reduce_scatter_f64);
+    FORWARD(allgatherv_f32);
     FORWARD(allgather);
     FORWARD(barrier);
     FORWARD(gather);

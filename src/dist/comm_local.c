@@ -102,6 +102,22 @@ static herd_status local_allreduce_f64(herd_comm *c, double *vals, int n)
     return HERD_OK;
 }
 
+static herd_status local_reduce_scatter_f64(herd_comm *c, double *vals, const int *counts)
+{
+    (void)c, (void)vals;
+    if (!counts || counts[0] < 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "reduce_scatter_f64: no count for the one rank");
+    return HERD_OK; /* one rank's part is the whole buffer, its sum itself */
+}
+
+static herd_status local_allgatherv_f32(herd_comm *c, float *vals, const int *counts)
+{
+    (void)c, (void)vals;
+    if (!counts || counts[0] < 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "allgatherv_f32: no count for the one rank");
+    return HERD_OK;
+}
+
 static herd_status local_allreduce_f64_start(herd_comm *c, double *vals, int n, const char *tag)
 {
     (void)tag;
@@ -170,6 +186,8 @@ static const herd_comm_ops local_ops = {
     .time_reference_allreduce = NULL, /* one process: no engine to compare with */
     .broadcast = local_broadcast,
     .allreduce_f64 = local_allreduce_f64,
+    .reduce_scatter_f64 = local_reduce_scatter_f64,
+    .allgatherv_f32 = local_allgatherv_f32,
     .allgather = local_allgather,
     .barrier = local_barrier,
     .gather = local_gather,

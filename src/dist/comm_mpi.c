@@ -185,18 +185,18 @@ static herd_status mpi_allreduce_typed_start(herd_comm *c, void *buf, size_t n,
 }
 
 /* counts' sum, or a message when it is not a valid split of one MPI call's buffer. */
-static herd_status parts_total(const herd_comm *c, const float *buf, const int *counts,
+static herd_status parts_total(const herd_comm *c, const void *buf, const int *counts,
                                const char *what, size_t *n)
 {
     *n = 0;
+    bool negative = false;
     for (int r = 0; counts && r < c->size; r++) {
-        if (counts[r] < 0)
-            break;
-        *n += (size_t)counts[r];
+        negative = negative || counts[r] < 0;
+        *n += counts[r] < 0 ? 0 : (size_t)counts[r];
     }
-    if (!counts || *n > INT_MAX || (*n && !buf))
+    if (!counts || negative || *n > INT_MAX || (*n && !buf))
         return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "rank %d on host %s: %s of %zu floats: needs a buffer and every rank's "
+                        "rank %d on host %s: %s of %zu values: needs a buffer and every rank's "
                         "count (>= 0, at most %d in all)", c->rank, c->host, what, *n, INT_MAX);
     return HERD_OK;
 }
@@ -282,12 +282,13 @@ static herd_status mpi_wait_all(herd_comm *c)
 
 /* Under mu: whether the caller may run a blocking op itself. Only when the thread
  * sleeps with nothing queued, so that the op keeps its place in every rank's order
- * and one thread at a time calls MPI; and only an op that is one polled non-blocking
- * call (the benchmark's timed loops and the clock rounds stay on the thread). */
+ * and one thread at a time calls MPI; and only an op of polled non-blocking calls (the
+ * benchmark's timed loops and the clock rounds stay on the thread). */
 static bool may_run_inline(const comm_mpi *m, mpi_op_kind kind)
 {
     bool polled = kind == MPI_OP_BROADCAST || kind == MPI_OP_ALLREDUCE_F64 ||
-                  kind == MPI_OP_ALLGATHER || kind == MPI_OP_BARRIER || kind == MPI_OP_GATHER;
+                  kind == MPI_OP_ALLGATHER || kind == MPI_OP_BARRIER || kind == MPI_OP_GATHER ||
+                  kind == MPI_OP_REDUCE_SCATTER_F64 || kind == MPI_OP_ALLGATHERV_F32;
     return polled && m->inline_blocking && m->thread_idle && !m->inline_busy && !m->head &&
            !m->abort_requested;
 }
@@ -353,6 +354,23 @@ static herd_status mpi_allreduce_f64(herd_comm *c, double *vals, int n)
                         c->rank, c->host, n);
     return run_blocking(c->impl, &(mpi_op){.kind = MPI_OP_ALLREDUCE_F64, .data = vals, .count = n,
                                            .bytes = (size_t)n * sizeof(double), .tag = "metrics"});
+}
+
+static herd_status mpi_reduce_scatter_f64(herd_comm *c, double *vals, const int *counts)
+{
+    size_t n;
+    HERD_TRY(parts_total(c, vals, counts, "reduce_scatter_f64", &n));
+    return run_blocking(c->impl, &(mpi_op){.kind = MPI_OP_REDUCE_SCATTER_F64, .data = vals, .n = n,
+                                           .counts = counts, .bytes = n * sizeof(double),
+                                           .tag = "exact sums"});
+}
+
+static herd_status mpi_allgatherv_f32(herd_comm *c, float *vals, const int *counts)
+{
+    size_t n;
+    HERD_TRY(parts_total(c, vals, counts, "allgatherv_f32", &n));
+    return run_blocking(c->impl, &(mpi_op){.kind = MPI_OP_ALLGATHERV_F32, .buf = vals, .n = n,
+                                           .counts = counts, .tag = "exact means"});
 }
 
 static herd_status mpi_allreduce_f64_start(herd_comm *c, double *vals, int n, const char *tag)
@@ -476,6 +494,8 @@ const herd_comm_ops comm_mpi_ops = {
     .wait_ticket = mpi_wait_ticket,
     .wait_all = mpi_wait_all,
     .allreduce_f64_start = mpi_allreduce_f64_start,
+    .reduce_scatter_f64 = mpi_reduce_scatter_f64,
+    .allgatherv_f32 = mpi_allgatherv_f32,
     .allreduce_typed_start = mpi_allreduce_typed_start,
     .sendrecv_start = mpi_sendrecv_start,
     .time_reference_allreduce = mpi_time_reference_allreduce,

@@ -30,6 +30,8 @@ typedef enum mpi_op_kind {
     MPI_OP_ALLREDUCE_F64_ASYNC, /* asynchronous allreduce_f64 (allreduce_f64_start) */
     MPI_OP_REDUCE_SCATTER,      /* asynchronous: ZeRO's gradient slices */
     MPI_OP_ALLGATHERV,          /* asynchronous: ZeRO's parameter slices */
+    MPI_OP_REDUCE_SCATTER_F64,  /* blocking: host doubles (reduce_scatter_f64) */
+    MPI_OP_ALLGATHERV_F32,      /* blocking: allgatherv_f32 */
 } mpi_op_kind;
 
 typedef struct mpi_op {
@@ -51,7 +53,7 @@ typedef struct mpi_op {
     size_t recv_bytes;
     double *seconds; /* reference allreduce: where the thread writes the time */
     const int *counts, *displs; /* gather, on root: bytes from each rank and where they go;
-                                 * reduce-scatter and all-gather: each rank's floats */
+                                 * reduce-scatter and all-gather: each rank's values */
     bool release_rest;          /* reduce-scatter: return the other ranks' pages */
     double launched;        /* allreduce with a timeline: when backward handed it over */
     char tag[48];

@@ -39,9 +39,10 @@ void comm_mpi_describe_op(const mpi_op *op, char *out, size_t cap)
     static const char *kinds[] = {"allreduce", "broadcast", "allreduce_f64", "allgather", "barrier",
                                   "allreduce", "sendrecv", "reference allreduce", "gather",
                                   "clock samples", "allreduce_f64", "reduce-scatter",
-                                  "all-gather"};
+                                  "all-gather", "reduce-scatter_f64", "all-gather_f32"};
     size_t bytes = op->bytes;
-    if (op->kind == MPI_OP_ALLREDUCE || op->kind == MPI_OP_ALLGATHERV)
+    if (op->kind == MPI_OP_ALLREDUCE || op->kind == MPI_OP_ALLGATHERV ||
+        op->kind == MPI_OP_ALLGATHERV_F32)
         bytes = op->n * sizeof(float);
     else if (op->kind == MPI_OP_REDUCE_SCATTER)
         bytes = op->n * herd_wire_type_size(op->wire);
@@ -456,8 +457,14 @@ static void run_op(comm_mpi *m, mpi_op *op, char *err, size_t cap)
         rc = reduce_scatter(m, op, err, cap);
         break;
     case MPI_OP_ALLGATHERV:
+    case MPI_OP_ALLGATHERV_F32:
         what = "MPI_Iallgatherv";
         rc = allgather_parts(m, op, err, cap);
+        break;
+    case MPI_OP_REDUCE_SCATTER_F64:
+        what = "the exact sums' reduce-scatter";
+        rc = ring_reduce_scatter(m, op->data, op->counts, MPI_DOUBLE, sizeof(double), MPI_SUM, err,
+                                 cap);
         break;
     case MPI_OP_CLOCK_SAMPLES:
         rc = clock_rounds(m, op);
