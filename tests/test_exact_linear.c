@@ -76,7 +76,8 @@ static void fwd_bwd_match_generic(void **state)
 }
 
 /* The weight gradient of `slices` slices of `slice` rows: each slice written alone
- * (plain), then all of them into sums, with the AVX-512 kernels and the portable loops. */
+ * (plain), then all of them into sums, with the AVX-512 kernels and the portable loops,
+ * added to zeros or (fresh) written over whatever the sums held. */
 static void wgrad_case(int slices, int slice, int in, int out, double scale)
 {
     int rows = slices * slice;
@@ -84,7 +85,9 @@ static void wgrad_case(int slices, int slice, int in, int out, double scale)
     size_t nw = (size_t)out * in;
     float *pw = malloc(nw * sizeof *pw), *pb = malloc((size_t)out * sizeof *pb);
     double *want_w = calloc(nw, sizeof *want_w), *want_b = calloc((size_t)out, sizeof *want_b);
-    double *sw = calloc(nw, sizeof *sw), *sb = calloc((size_t)out, sizeof *sb);
+    /* Aligned as the training's sums: a fresh call streams whole lines into them. */
+    double *sw = aligned_alloc(64, (nw * sizeof *sw + 63) / 64 * 64);
+    double *sb = aligned_alloc(64, ((size_t)out * sizeof *sb + 63) / 64 * 64);
     assert_true(pw && pb && want_w && want_b && sw && sb);
     uint32_t max_w = 0, max_b = 0;
     for (int s = 0; s < slices; s++) {
@@ -110,12 +113,15 @@ static void wgrad_case(int slices, int slice, int in, int out, double scale)
                 assert_true(fabs(pw[(size_t)o * in + i] - v) <= 1e-6 * mag);
             }
     }
-    for (int generic = 0; generic < 2; generic++) {
-        memset(sw, 0, nw * sizeof *sw);
-        memset(sb, 0, (size_t)out * sizeof *sb);
+    for (int run = 0; run < 4; run++) {
+        bool generic = run % 2, fresh = run / 2;
+        for (size_t i = 0; i < nw; i++)
+            sw[i] = fresh ? 12345.0 + (double)i : 0.0;
+        for (int o = 0; o < out; o++)
+            sb[o] = fresh ? -777.0 : 0.0;
         herd_exact_wgrad j = {.rows = rows, .slice = slice, .in = in, .out = out, .dy = dy, .x = x,
                               .w = {.sums = sw, .grid = true, .scale = scale},
-                              .b = {.sums = sb, .grid = true, .scale = scale}};
+                              .b = {.sums = sb, .grid = true, .scale = scale}, .fresh = fresh};
         herd_cpu_exact_force_generic(generic);
         assert_herd_ok(herd_cpu_exact_linear_wgrad(&j));
         herd_cpu_exact_force_generic(false);
@@ -135,6 +141,7 @@ static void wgrad_slices(void **state)
     wgrad_case(4, 4, 33, 31, 0x1p30);
     wgrad_case(2, 3, 100, 4, 0x1p10);
     wgrad_case(5, 8, 784, 36, 0x1p26);
+    wgrad_case(20, 8, 50, 6, 0x1p22); /* 160 rows: two chunks, the second added to the first */
     wgrad_case(2, 8, 40, 6, 0x1p140); /* a scale fp32 cannot hold: the portable path */
 }
 

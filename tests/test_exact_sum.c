@@ -76,7 +76,7 @@ static void step(fake *f, const int *order, float scale, int *redos)
     assert_herd_ok(herd_exact_sum_keep_buffers(e, &f->m));
     for (*redos = -1; redo; (*redos)++) {
         assert_true(*redos < 2);
-        herd_exact_sum_begin(e, &f->m, SLICES);
+        herd_exact_sum_begin(e, &f->m, SLICES, false);
         for (int k = 0; k < SLICES; k++) {
             assert_herd_ok(herd_exact_sum_restore_buffers(e, &f->m));
             slice_grad(f, order[k], scale);
@@ -161,7 +161,7 @@ static void test_nonfinite_reaches_the_mean(void **state)
     const int order[SLICES] = {0, 1, 2, 3, 4, 5, 6};
     int redos;
     step(&f, order, 1.0f, &redos);
-    herd_exact_sum_begin(&f.e, &f.m, SLICES);
+    herd_exact_sum_begin(&f.e, &f.m, SLICES, false);
     for (int k = 0; k < SLICES; k++) {
         slice_grad(&f, k, 1.0f);
         if (k == 3)

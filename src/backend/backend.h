@@ -76,6 +76,7 @@ typedef struct herd_exact_wgrad {
     int rows, slice, in, out;
     const float *dy, *x;
     herd_exact_grad_out w, b; /* b.plain and b.sums NULL: no bias */
+    bool fresh; /* with a grid, the sums start at this call's slices (no zeroing before) */
 } herd_exact_wgrad;
 
 typedef struct herd_sgd_args {

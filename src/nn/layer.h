@@ -78,6 +78,7 @@ typedef struct herd_exact_linear {
     const int *grid;    /* with sums, per view: a value is rounded to integer x 2^grid */
     bool have_grid;     /* false: the step's first pass only measures (max_bits) */
     uint32_t *max_bits; /* with sums, per view: the largest |slice value| as float bits */
+    bool fresh;         /* with sums: these calls are the step's first, and start them */
 } herd_exact_linear;
 
 /* Everything a forward or backward call needs besides the tensors. */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/rng.h"
@@ -158,6 +159,10 @@ herd_status herd_run_exact_micro_batch(run *r, int j, int n_micro, bool from_loa
             return HERD_ERR(HERD_ERR_INTERNAL, "the loader ended the epoch %d batches early",
                             n_micro - j);
         s->t.data_wait += b->wait_s;
+        if (r->timeline) { /* the loader's own measure, as plain steps record it */
+            double t = herd_now();
+            herd_timeline_add(r->timeline, HERD_TL_DATA_WAIT, NULL, t - b->wait_s, t);
+        }
         HERD_TRY(herd_batch_store_put(&r->kept, j, b));
     } else {
         *b = herd_batch_store_get(&r->kept, j);
@@ -176,10 +181,10 @@ herd_status herd_run_exact_micro_batch(run *r, int j, int n_micro, bool from_loa
  * (j * N + k)-th piece of B samples, so its slice i is slice (j * N + k) * B / s + i.
  * Every slice starts from the batch-norm running statistics the step found, so what
  * its forward leaves in them depends on the slice alone too. */
-int herd_run_exact_begin(run *r, int n_micro)
+int herd_run_exact_begin(run *r, int n_micro, bool written_first)
 {
     int n_slices = n_micro * (r->cfg.batch_size / herd_slice_size(&r->cfg));
-    herd_exact_sum_begin(&r->exact, r->m, (long)n_slices * r->dp->size);
+    herd_exact_sum_begin(&r->exact, r->m, (long)n_slices * r->dp->size, written_first);
     return n_slices;
 }
 
@@ -193,7 +198,7 @@ herd_batch herd_run_exact_slice(const run *r, const herd_batch *b, int i)
 static herd_status pass(run *r, int n_micro, uint64_t seed, bool from_loader, herd_step_stats *s)
 {
     int per_micro = r->cfg.batch_size / herd_slice_size(&r->cfg);
-    int n_slices = herd_run_exact_begin(r, n_micro);
+    int n_slices = herd_run_exact_begin(r, n_micro, false);
     for (int j = 0; j < n_micro; j++) {
         herd_batch b;
         HERD_TRY(herd_run_exact_micro_batch(r, j, n_micro, from_loader, s, &b));
@@ -219,7 +224,9 @@ enum { WHOLE_SAMPLES = 256 };
 static herd_status whole_pass(run *r, int n_micro, uint64_t seed, bool from_loader,
                               herd_step_stats *s)
 {
-    herd_run_exact_begin(r, n_micro);
+    /* Only linear layers hold parameters here, and the first group's weight gradients
+     * write every sum (fresh), so the sums need no zeroing: a pass over all of them less. */
+    herd_run_exact_begin(r, n_micro, true);
     herd_exact_linear *x = &r->exact_linear;
     x->sums = r->exact.acc;
     x->grid = r->exact.grid;
@@ -241,10 +248,12 @@ static herd_status whole_pass(run *r, int n_micro, uint64_t seed, bool from_load
         herd_batch b = herd_batch_store_get(&r->kept, g * group);
         b.n = group * per;
         /* nothing draws random numbers: the seed is only passed on */
+        x->fresh = g == 0;
         st = herd_micro_step(r->m, &r->plan, &b, g, groups, r->cfg.label_smoothing,
                              herd_mix64(seed, (uint64_t)g), s);
     }
     x->sums = NULL; /* the other kinds of pass write gradients */
+    x->fresh = false;
     if (st == HERD_OK)
         herd_exact_sum_take_max(&r->exact, r->m, r->exact_max_bits);
     return st;
@@ -262,18 +271,32 @@ static herd_status any_pass(run *r, int n_micro, uint64_t seed, bool from_loader
     return pass(r, n_micro, seed, from_loader, s);
 }
 
+/* The exact sums' finish, the step's exposed communication (their reduction over the
+ * ranks, and the means): counted and traced as plain steps' wait for their reductions
+ * is. A device's phase clock puts it there by itself (herd_apply_step's mark). */
+static herd_status finish(run *r, herd_step_stats *s, bool *redo)
+{
+    double t0 = herd_now();
+    HERD_TRY(herd_exact_sum_finish(&r->exact, r->m, r->dp, redo));
+    double t1 = herd_now();
+    s->t.comm_wait += t1 - t0;
+    if (r->timeline && !herd_phase_clock_timing(&r->plan.clock))
+        herd_timeline_add(r->timeline, HERD_TL_COMM_WAIT, NULL, t0, t1);
+    return HERD_OK;
+}
+
 herd_status herd_run_exact_micro_steps(run *r, int n_micro, uint64_t seed, herd_step_stats *s)
 {
     bool redo;
     HERD_TRY(herd_exact_sum_keep_buffers(&r->exact, r->m));
     HERD_TRY(any_pass(r, n_micro, seed, true, s));
-    HERD_TRY(herd_exact_sum_finish(&r->exact, r->m, r->dp, &redo));
+    HERD_TRY(finish(r, s, &redo));
     if (!redo)
         return HERD_OK;
     /* The grid came from this step's own values now: the pass is counted once. */
     s->loss_sum = 0, s->correct = 0, s->samples = 0;
     HERD_TRY(any_pass(r, n_micro, seed, false, s));
-    HERD_TRY(herd_exact_sum_finish(&r->exact, r->m, r->dp, &redo));
+    HERD_TRY(finish(r, s, &redo));
     if (redo)
         return HERD_ERR(HERD_ERR_INTERNAL, "--deterministic: the exact sums overflowed on a grid "
                         "made from the step's own values");

@@ -13,7 +13,7 @@
 #define GRID_BITS 30
 
 /* The sums: the gradients, then the buffers (batch-norm running statistics, each at
- * acc + n_param_floats + its offset), then the count of values past the headroom. */
+ * acc + n_param_floats + its offset). */
 static size_t n_sums(const herd_model *m) { return m->n_param_floats + m->n_buffer_floats; }
 static double *view_acc(const herd_exact_sum *e, const herd_model *m, const herd_tensor_view *tv)
 {
@@ -23,20 +23,22 @@ static double *view_acc(const herd_exact_sum *e, const herd_model *m, const herd
 herd_status herd_exact_sum_init(herd_exact_sum *e, const herd_model *m, int ranks)
 {
     memset(e, 0, sizeof *e);
-    size_t nv = (size_t)m->n_views;
-    e->acc = malloc((n_sums(m) + 1) * sizeof *e->acc);
+    size_t nv = (size_t)m->n_views, n = n_sums(m);
+    e->ranks = ranks;
+    /* malloc(0) may return NULL: one value at least. */
+    e->acc = aligned_alloc(64, ((n + 1) * sizeof *e->acc + 63) / 64 * 64);
     e->view_max = calloc(nv, sizeof *e->view_max);
     e->all_max = calloc(nv * (size_t)ranks, sizeof *e->all_max);
     e->grid = calloc(nv, sizeof *e->grid);
-    /* malloc(0) may return NULL: one float at least. */
+    e->counts = calloc(3 * (size_t)ranks, sizeof *e->counts);
     e->step_buffers = malloc((m->n_buffer_floats + 1) * sizeof *e->step_buffers);
     /* A device's gradients and buffers are read and written through host copies. */
     if (!m->be->host_memory)
-        e->host = malloc((m->n_param_floats + m->n_buffer_floats + 1) * sizeof *e->host);
-    if (!e->acc || !e->view_max || !e->all_max || !e->grid || !e->step_buffers ||
+        e->host = malloc((n + 1) * sizeof *e->host);
+    if (!e->acc || !e->view_max || !e->all_max || !e->grid || !e->counts || !e->step_buffers ||
         (!m->be->host_memory && !e->host)) {
         herd_exact_sum_free(e);
-        return HERD_NOMEM((n_sums(m) + 1) * sizeof(double));
+        return HERD_NOMEM((n + 1) * sizeof(double));
     }
     return HERD_OK;
 }
@@ -47,14 +49,16 @@ void herd_exact_sum_free(herd_exact_sum *e)
     free(e->view_max);
     free(e->all_max);
     free(e->grid);
+    free(e->counts);
     free(e->step_buffers);
     free(e->host);
     memset(e, 0, sizeof *e);
 }
 
-void herd_exact_sum_begin(herd_exact_sum *e, const herd_model *m, long slices)
+void herd_exact_sum_begin(herd_exact_sum *e, const herd_model *m, long slices, bool written_first)
 {
-    memset(e->acc, 0, (n_sums(m) + 1) * sizeof *e->acc);
+    if (!written_first)
+        memset(e->acc, 0, n_sums(m) * sizeof *e->acc);
     memset(e->view_max, 0, (size_t)m->n_views * sizeof *e->view_max);
     e->slices = slices;
 }
@@ -74,71 +78,66 @@ static float rounded(float x, int round16)
 static float max_or_nan(float a, float b) { return a != a || b != b ? NAN : a > b ? a : b; }
 
 /* A run of one view: acc += g rounded to the grid (when there is one), the largest |g|
- * into *mx, the values outside the headroom and those not finite counted. Inlined with a
- * constant round16, so the loop vectorises (a runtime rounding and double counters kept it
- * scalar: 3% of make test's CPU). */
+ * into *mx, the values not finite counted. A value past the headroom adds nothing: its
+ * tensor's maximum says so (the finish redoes the step). Inlined with a constant round16,
+ * so the loop vectorises (a runtime rounding and double counters kept it scalar: 3% of
+ * make test's CPU). */
 static inline void add_run(const float *restrict g, size_t n, bool grid, double scale,
                            double bound, int round16, double *restrict acc, float *mx_out,
-                           size_t *outside_out, size_t *bad_out)
+                           size_t *bad_out)
 {
-    size_t outside = 0, bad = 0;
+    size_t bad = 0;
     float mx = 0.0f;
-#pragma omp simd reduction(max : mx) reduction(+ : outside, bad)
+#pragma omp simd reduction(max : mx) reduction(+ : bad)
     for (size_t i = 0; i < n; i++) {
         float v = rounded(g[i], round16), a = fabsf(v);
         mx = a > mx ? a : mx;
         bad += !(a <= 3.402823466e38f);
         if (grid) {
             double q = rint((double)v * scale); /* scale is a power of two: exact */
-            bool in = fabs(q) <= bound;           /* false for inf and NaN too */
-            acc[i] += in ? q : 0.0;
-            outside += !in;
+            acc[i] += fabs(q) <= bound ? q : 0.0; /* false for inf and NaN too */
         }
     }
     *mx_out = mx;
-    *outside_out = outside;
     *bad_out = bad;
 }
 
 /* Runs [r0, r1) of RUN values of a view of n: add_run on each, into the maxima and counts. */
 enum { RUN = 16384 };
 static void add_runs(const float *g, size_t n, size_t r0, size_t r1, bool grid, double scale,
-                     double bound, int round16, double *acc, float *mx, size_t *outside, size_t *bad)
+                     double bound, int round16, double *acc, float *mx, size_t *bad)
 {
     for (size_t r = r0; r < r1; r++) {
-        size_t lo = r * RUN, len = n - lo < RUN ? n - lo : RUN, o, b;
+        size_t lo = r * RUN, len = n - lo < RUN ? n - lo : RUN, b;
         float m;
         if (round16 == HERD_EXACT_ROUND_FP16)
-            add_run(g + lo, len, grid, scale, bound, HERD_EXACT_ROUND_FP16, acc + lo, &m, &o, &b);
+            add_run(g + lo, len, grid, scale, bound, HERD_EXACT_ROUND_FP16, acc + lo, &m, &b);
         else if (round16 == HERD_EXACT_ROUND_BF16)
-            add_run(g + lo, len, grid, scale, bound, HERD_EXACT_ROUND_BF16, acc + lo, &m, &o, &b);
+            add_run(g + lo, len, grid, scale, bound, HERD_EXACT_ROUND_BF16, acc + lo, &m, &b);
         else
-            add_run(g + lo, len, grid, scale, bound, HERD_EXACT_ROUND_NONE, acc + lo, &m, &o, &b);
+            add_run(g + lo, len, grid, scale, bound, HERD_EXACT_ROUND_NONE, acc + lo, &m, &b);
         *mx = m > *mx ? m : *mx;
-        *outside += o;
         *bad += b;
     }
 }
 
 /* One view of a slice (add_run), inf or NaN anywhere making the maximum NaN, so the step
- * is not finite whatever the grid. Returns how many values fell outside the headroom:
- * their place gets nothing, and the step is redone on another grid. Every element is its
- * own sum, and the max and the counts have no order, so threads may split the view; a view
- * too small for them stays outside any parallel region (herd_par_team). */
-static double add_view(const float *g, size_t n, bool grid, double scale, double bound,
-                       int round16, double *acc, float *mx_out)
+ * is not finite whatever the grid. Every element is its own sum, and the max and the
+ * count have no order, so threads may split the view; a view too small for them stays
+ * outside any parallel region (herd_par_team). */
+static void add_view(const float *g, size_t n, bool grid, double scale, double bound,
+                     int round16, double *acc, float *mx_out)
 {
-    size_t outside = 0, bad = 0, runs = (n + RUN - 1) / RUN;
+    size_t bad = 0, runs = (n + RUN - 1) / RUN;
     float mx = 0.0f;
     if (!herd_par_team(n, 65536)) {
-        add_runs(g, n, 0, runs, grid, scale, bound, round16, acc, &mx, &outside, &bad);
+        add_runs(g, n, 0, runs, grid, scale, bound, round16, acc, &mx, &bad);
     } else {
-#pragma omp parallel for reduction(max : mx) reduction(+ : outside, bad)
+#pragma omp parallel for reduction(max : mx) reduction(+ : bad)
         for (size_t r = 0; r < runs; r++)
-            add_runs(g, n, r, r + 1, grid, scale, bound, round16, acc, &mx, &outside, &bad);
+            add_runs(g, n, r, r + 1, grid, scale, bound, round16, acc, &mx, &bad);
     }
     *mx_out = bad > 0 ? NAN : mx;
-    return (double)outside;
 }
 
 herd_status herd_exact_sum_keep_buffers(herd_exact_sum *e, const herd_model *m)
@@ -186,7 +185,6 @@ static herd_status add_views_from(herd_exact_sum *e, const herd_model *m, bool b
                                   int count, const float *src)
 {
     const double bound = slice_bound(e);
-    double outside = 0;
     for (int v = first; v < first + count; v++) {
         const herd_tensor_view *tv = &m->views[v];
         if (tv->is_buffer != buffers)
@@ -197,11 +195,10 @@ static herd_status add_views_from(herd_exact_sum *e, const herd_model *m, bool b
         /* Buffers are not gradients: --compress does not round them. */
         int round16 = tv->is_buffer ? HERD_EXACT_ROUND_NONE : (int)e->round16;
         float mx, was = e->view_max[v];
-        outside += add_view(x, tv->numel, e->have_grid, ldexp(1.0, -e->grid[v]), bound, round16,
-                            view_acc(e, m, tv), &mx);
+        add_view(x, tv->numel, e->have_grid, ldexp(1.0, -e->grid[v]), bound, round16,
+                 view_acc(e, m, tv), &mx);
         e->view_max[v] = max_or_nan(was, mx);
     }
-    e->acc[n_sums(m)] += outside;
     return HERD_OK;
 }
 
@@ -242,7 +239,6 @@ herd_status herd_exact_sum_add_host(herd_exact_sum *e, const herd_model *m, cons
 
 void herd_exact_sum_take_max(herd_exact_sum *e, const herd_model *m, const uint32_t *max_bits)
 {
-    const double bound = slice_bound(e);
     for (int v = 0; v < m->n_views; v++) {
         if (m->views[v].is_buffer)
             continue;
@@ -250,9 +246,6 @@ void herd_exact_sum_take_max(herd_exact_sum *e, const herd_model *m, const uint3
         if (max_bits[v] < 0x7f800000u)
             memcpy(&mx, &max_bits[v], sizeof mx);
         e->view_max[v] = max_or_nan(was, mx);
-        /* rint is monotone: the largest value is the first to leave the headroom. */
-        if (e->have_grid && !(fabs(rint((double)mx * ldexp(1.0, -e->grid[v]))) <= bound))
-            e->acc[n_sums(m)] += 1;
     }
 }
 
@@ -288,50 +281,117 @@ static void set_grids(herd_exact_sum *e, const herd_model *m)
     e->have_grid = true;
 }
 
+/* Whether a value of this step left the headroom of its tensor's grid on some rank:
+ * rint is monotone, so the largest is the first to (a NaN maximum counts too). */
+static bool past_headroom(const herd_exact_sum *e, const herd_model *m)
+{
+    const double bound = slice_bound(e);
+    bool past = false;
+    for (int v = 0; v < m->n_views && e->have_grid; v++)
+        past = past || !(fabs(rint((double)e->all_max[v] * ldexp(1.0, -e->grid[v]))) <= bound);
+    return past;
+}
+
+/* The means of the sums [lo, hi) into grads and buffers (host memory laid out as the
+ * model's): integer × 2^E is exact, and the one division by the slices rounds the same
+ * wherever it is done. A buffer's mean over the slices is the running statistic updated
+ * once with the slices' mean statistic (not with --sync-bn: the same bytes on every rank
+ * already); a view whose maximum is not finite becomes that maximum, so that the step's
+ * usual checks (divergence, loss scaling) see it. */
+static void means_of_part(const herd_exact_sum *e, const herd_model *m, size_t lo, size_t hi,
+                          float *grads, float *buffers)
+{
+    const double slices = (double)e->slices;
+    for (int v = 0; v < m->n_views; v++) {
+        const herd_tensor_view *tv = &m->views[v];
+        if (tv->is_buffer && e->buffers_synced)
+            continue;
+        size_t at = (size_t)(view_acc(e, m, tv) - e->acc);
+        size_t from = at > lo ? at : lo, to = at + tv->numel < hi ? at + tv->numel : hi;
+        if (from >= to)
+            continue;
+        float *out = (tv->is_buffer ? buffers : grads) + tv->offset + (from - at);
+        const double *acc = e->acc + from, p2 = ldexp(1.0, e->grid[v]);
+        if (!isfinite(e->all_max[v])) {
+            for (size_t i = 0; i < to - from; i++)
+                out[i] = e->all_max[v];
+            continue;
+        }
+        for (size_t i = 0; i < to - from; i++)
+            out[i] = (float)(acc[i] * p2 / slices);
+    }
+}
+
+/* counts[r]: how much of [lo, lo + n) lies in rank r's part of the sums. */
+static void region_counts(const herd_exact_sum *e, int ranks, size_t lo, size_t n, int *counts)
+{
+    for (size_t r = 0, at = 0; r < (size_t)ranks; at += (size_t)e->counts[r], r++) {
+        size_t from = at > lo ? at : lo, to = at + (size_t)e->counts[r];
+        to = to < lo + n ? to : lo + n;
+        counts[r] = to > from ? (int)(to - from) : 0;
+    }
+}
+
+/* The sums over the ranks of c, as means into the model: each rank sums its part of them
+ * (a reduce-scatter of the doubles), makes that part's means, and the fp32 means travel
+ * (an all-gather): 12 bytes a value on the wire where an allreduce of the doubles moves
+ * 16, and each rank converts only its part. */
+static herd_status finish_means(herd_exact_sum *e, herd_model *m, herd_comm *c)
+{
+    size_t n = n_sums(m), part = (n + (size_t)c->size - 1) / (size_t)c->size, lo = 0;
+    if (c->size > e->ranks)
+        return HERD_ERR(HERD_ERR_INTERNAL, "--deterministic: exact sums made for %d ranks "
+                        "finished over %d", e->ranks, c->size);
+    for (int r = 0; r < c->size; r++) { /* equal parts, the last ones shorter or empty */
+        size_t at = (size_t)r * part < n ? (size_t)r * part : n;
+        e->counts[r] = (int)(n - at < part ? n - at : part);
+        lo += r < c->rank ? (size_t)e->counts[r] : 0;
+    }
+    if (c->size > 1)
+        HERD_TRY(c->ops->reduce_scatter_f64(c, e->acc, e->counts));
+    size_t grads = m->n_param_floats, buffers = e->buffers_synced ? 0 : m->n_buffer_floats;
+    float *to_grads = m->be->host_memory ? m->grads : e->host;
+    float *to_buffers = m->be->host_memory ? m->buffers : e->host + grads;
+    means_of_part(e, m, lo, lo + (size_t)e->counts[c->rank], to_grads, to_buffers);
+    if (c->size > 1) {
+        int *grads_counts = e->counts + c->size, *buffers_counts = grads_counts + c->size;
+        region_counts(e, c->size, 0, grads, grads_counts);
+        region_counts(e, c->size, grads, buffers, buffers_counts);
+        HERD_TRY(c->ops->allgatherv_f32(c, to_grads, grads_counts));
+        if (buffers)
+            HERD_TRY(c->ops->allgatherv_f32(c, to_buffers, buffers_counts));
+    }
+    if (m->be->host_memory)
+        return HERD_OK;
+    HERD_TRY(m->be->memcpy_h2d(m->grads, e->host, grads * sizeof *e->host));
+    return buffers ? m->be->memcpy_h2d(m->buffers, e->host + grads, buffers * sizeof *e->host)
+                   : HERD_OK;
+}
+
 herd_status herd_exact_sum_finish_agreed(herd_exact_sum *e, herd_model *m, herd_comm *c,
                                          herd_comm *agree, bool *redo)
 {
     *redo = false;
     HERD_TRY(gather_max(e, m, c));
     size_t n = n_sums(m);
-    if (n + 1 > (size_t)INT32_MAX)
+    if (n > (size_t)INT32_MAX)
         return HERD_ERR(HERD_ERR_UNSUPPORTED, "--deterministic: %zu parameters and buffers are "
                         "more than one exact reduction takes (2^31 - 1)", n);
-    /* The first step (no grid yet) only measured: nothing to sum. */
-    if (e->have_grid && c->size > 1)
-        HERD_TRY(c->ops->allreduce_f64(c, e->acc, (int)(n + 1)));
     bool finite = true;
     for (int v = 0; v < m->n_views; v++)
         finite = finite && isfinite(e->all_max[v]);
     /* no grid, a slice past the grid's headroom (on some rank), any value not finite */
-    double verdict[3] = {!e->have_grid, e->have_grid && e->acc[n] > 0, !finite};
+    double verdict[3] = {!e->have_grid, past_headroom(e, m), !finite};
     if (agree && agree->size > 1) /* the parts of one model (pipeline stages) decide as one */
         HERD_TRY(agree->ops->allreduce_f64(agree, verdict, 3));
     /* A redo measures the grid on this step's values; not finite: no grid holds it, and the
-     * mean is made non-finite below so the step's usual checks (divergence, loss scaling)
-     * see it. */
+     * mean is made non-finite so the step's usual checks see it. */
     if (verdict[0] > 0 || (verdict[1] > 0 && verdict[2] == 0)) {
         set_grids(e, m);
         *redo = true;
         return HERD_OK;
     }
-    for (int v = 0; v < m->n_views; v++) {
-        const herd_tensor_view *tv = &m->views[v];
-        /* integer × 2^E is exact; the division by the slices rounds once, the same on
-         * every rank. A buffer's mean over the slices is the running statistic updated
-         * once with the slices' mean statistic. */
-        if (tv->is_buffer && e->buffers_synced) /* the same bytes on every rank already */
-            continue;
-        double p2 = ldexp(1.0, e->grid[v]), slices = (double)e->slices;
-        bool bad = !isfinite(e->all_max[v]);
-        float *g = host_at(e, m, tv);
-        const double *acc = view_acc(e, m, tv);
-        for (size_t i = 0; i < tv->numel; i++)
-            g[i] = bad ? e->all_max[v] : (float)(acc[i] * p2 / slices);
-        if (!m->be->host_memory) /* a device's: written back */
-            HERD_TRY(m->be->memcpy_h2d((tv->is_buffer ? m->buffers : m->grads) + tv->offset, g,
-                                       tv->numel * sizeof *g));
-    }
+    HERD_TRY(finish_means(e, m, c));
     set_grids(e, m); /* the next step's, from this one's values */
     return HERD_OK;
 }

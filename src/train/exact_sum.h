@@ -1,8 +1,9 @@
 /* Exact gradient sums for --deterministic (docs/determinism.md): every slice's gradient
  * (one micro-batch's, computed alone) is rounded once to a grid 2^E per tensor and added
  * as an integer held in a double. Integers below 2^53 add exactly in doubles, so the sum
- * over a rank's slices and the allreduce over the ranks give the same bits in any order,
- * for any number of ranks or micro-batches; the mean is converted back once. Batch
+ * over a rank's slices and the reduction over the ranks give the same bits in any order,
+ * for any number of ranks or micro-batches; the mean is converted back once (each rank
+ * its part of the sums, then the fp32 means gathered). Batch
  * norm's running statistics (the model's buffers) are summed the same way, each slice's
  * from the step's snapshot, so the step leaves their mean over its slices.
  *
@@ -19,8 +20,7 @@
 #include "nn/model.h"
 
 typedef struct herd_exact_sum {
-    /* Integers on the views' grids: n_param_floats gradients, n_buffer_floats buffers,
-     * then the overflow count. */
+    /* Integers on the views' grids: n_param_floats gradients, then n_buffer_floats buffers. */
     double *acc;
     float *view_max;  /* per view: this step's largest |slice value| on this rank */
     float *all_max;   /* gathered: size × n_views */
@@ -29,6 +29,8 @@ typedef struct herd_exact_sum {
     long slices;      /* this step's slices on every rank together */
     float *step_buffers; /* the buffers as the step found them (herd_exact_sum_keep_buffers) */
     float *host;         /* a device model's gradients and buffers, read back (else NULL) */
+    int ranks;   /* the most ranks a finish may sum over (init's) */
+    int *counts; /* the finish's parts per rank: of the sums, the gradients, the buffers */
     /* --compress: each slice value is rounded to bf16 or IEEE half before it is added
      * (the rounding a compressed wire makes, at one fixed place: per slice). */
     enum { HERD_EXACT_ROUND_NONE, HERD_EXACT_ROUND_FP16, HERD_EXACT_ROUND_BF16 } round16;
@@ -40,8 +42,9 @@ typedef struct herd_exact_sum {
 /* Zeroed, round16 NONE: set it after init for --compress. */
 herd_status herd_exact_sum_init(herd_exact_sum *e, const herd_model *m, int ranks);
 void herd_exact_sum_free(herd_exact_sum *e);
-/* A new step of `slices` slices over all ranks: the sums start at zero. */
-void herd_exact_sum_begin(herd_exact_sum *e, const herd_model *m, long slices);
+/* A new step of `slices` slices over all ranks: the sums start at zero (unless
+ * written_first: the step's first adds write every sum instead). */
+void herd_exact_sum_begin(herd_exact_sum *e, const herd_model *m, long slices, bool written_first);
 /* Batch-norm running statistics (m->buffers): each slice's forward updates them from
  * the buffers as the step found them, so that the slices' order does not matter. Keep
  * them at the start of a step, restore them before every slice (a redo's too). */

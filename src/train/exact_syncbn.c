@@ -155,7 +155,7 @@ herd_status herd_run_synced_pass(run *r, int n_micro, uint64_t seed, bool from_l
     HERD_TRY(grow(r, n, (size_t)n * size * m->positions * m->classes));
     herd_synced_pass *p = r->synced;
     p->per_micro = per_micro, p->comm = r->dp, p->exact = &r->exact, p->m = m;
-    herd_exact_sum_begin(&r->exact, m, (long)n * ranks);
+    herd_exact_sum_begin(&r->exact, m, (long)n * ranks, false);
     HERD_TRY(herd_exact_sum_restore_buffers(&r->exact, m)); /* a redo starts where the step did */
     HERD_TRY(herd_phase_mark(&plan->clock, HERD_PHASE_START));
     for (int j = 0; j < n_micro; j++) {

@@ -127,7 +127,7 @@ herd_status herd_run_exact_threads_pass(run *r, int n_micro, uint64_t seed, bool
 {
     herd_exact_threads *t = r->exact_threads;
     int size = herd_slice_size(&r->cfg), per_micro = r->cfg.batch_size / size;
-    int n_slices = herd_run_exact_begin(r, n_micro);
+    int n_slices = herd_run_exact_begin(r, n_micro, false);
     /* The loader and ZeRO's gathers are the main thread's: every micro-batch is read, and
      * every parameter here, before the threads start. */
     for (int j = 0; j < n_micro; j++) {

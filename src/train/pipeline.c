@@ -417,7 +417,7 @@ herd_status herd_pipeline_forward_backward(herd_pipeline *pp, herd_step_plan *pl
         HERD_TRY(herd_exact_sum_keep_buffers(exact, pp->m));
     for (int pass = 0;; pass++) {
         if (exact) /* every micro-batch is one slice, on each replica */
-            herd_exact_sum_begin(exact, pp->m, (long)n * pp->replicas);
+            herd_exact_sum_begin(exact, pp->m, (long)n * pp->replicas, false);
         pp->in_flight = 0;
         r.done = r.bwd_done = 0;
         if (pp->synced_bn)

@@ -128,7 +128,7 @@ void herd_run_exact_free(run *r);
  * piece of B samples, so its slice i is slice (j * N + k) * B / s + i. */
 uint64_t herd_run_slice_place(const run *r, int j, int i);
 /* A pass's start: the exact sums empty for its n_micro micro-batches; its slices here. */
-int herd_run_exact_begin(run *r, int n_micro);
+int herd_run_exact_begin(run *r, int n_micro, bool written_first);
 /* Slice i of micro-batch b (batch-major: an offset and a count). */
 herd_batch herd_run_exact_slice(const run *r, const herd_batch *b, int i);
 /* Micro-batch j of the step: from the loader (kept for a redo) or as kept. */

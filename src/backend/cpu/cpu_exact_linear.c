@@ -8,6 +8,7 @@
  * pass through memory. The AVX-512 kernels and the portable loops compute the same
  * sequences (tests/test_exact_linear.c compares their bits). */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
@@ -86,8 +87,20 @@ static void bwd_data_generic(int rows, int in, int out, const float *dy, const f
         }
 }
 
+/* A fresh call's sums start at zero (the kernels below store where these loops add). */
+static void clear_fresh(const herd_exact_wgrad *j)
+{
+    if (!j->fresh)
+        return;
+    if (j->w.grid && !j->w.plain)
+        memset(j->w.sums, 0, (size_t)j->out * j->in * sizeof *j->w.sums);
+    if (j->b.grid && !j->b.plain && j->b.sums)
+        memset(j->b.sums, 0, (size_t)j->out * sizeof *j->b.sums);
+}
+
 static void wgrad_generic(herd_exact_wgrad *j)
 {
+    clear_fresh(j);
     for (int s0 = 0; s0 < j->rows; s0 += j->slice) {
         const float *dy = j->dy + (size_t)s0 * j->out, *x = j->x + (size_t)s0 * j->in;
         for (int o = 0; o < j->out; o++) {
@@ -262,14 +275,20 @@ static inline __attribute__((always_inline)) void take16(out_mode mode, __m512 v
     }
 }
 
-/* The int64 lanes into the double sums (exact: below 2^53 by the headroom). */
-static void flush8(double *sums, int n, __m512i v)
+/* The int64 lanes into the double sums (exact: below 2^53 by the headroom), or (fresh)
+ * as the sums: whole aligned lines then bypass the caches (a fresh call writes every
+ * sum, megabytes that a normal store would first read in: mlp's first layer's weight
+ * gradient took 1.7x as long); the kernel fences them before it returns. */
+static void flush8(double *sums, int n, __m512i v, bool fresh)
 {
     if (n <= 0)
         return;
     __mmask8 m = n >= 8 ? 0xff : (__mmask8)((1u << n) - 1);
-    __m512d cur = _mm512_maskz_loadu_pd(m, sums);
-    _mm512_mask_storeu_pd(sums, m, _mm512_add_pd(cur, _mm512_cvtepi64_pd(v)));
+    __m512d add = _mm512_cvtepi64_pd(v);
+    if (fresh && n >= 8 && ((uintptr_t)sums & 63) == 0)
+        _mm512_stream_pd(sums, add);
+    else
+        _mm512_mask_storeu_pd(sums, m, fresh ? add : _mm512_add_pd(_mm512_maskz_loadu_pd(m, sums), add));
 }
 
 /* The weight gradient of WR outputs from o0 and 32 inputs from i0 over every slice
@@ -314,7 +333,8 @@ static inline __attribute__((always_inline)) void wgrad_tile(const herd_exact_wg
         return;
     for (int r = 0; r < wr; r++)
         for (int h = 0; h < 4; h++)
-            flush8(sums_at + (size_t)(o0 + r) * in + i0 + 8 * h, in - i0 - 8 * h, sums[r][h]);
+            flush8(sums_at + (size_t)(o0 + r) * in + i0 + 8 * h, in - i0 - 8 * h, sums[r][h],
+                   j->fresh);
 }
 
 static void wgrad_rows(const herd_exact_wgrad *j, out_mode mode, uint32_t *max_bits)
@@ -324,7 +344,9 @@ static void wgrad_rows(const herd_exact_wgrad *j, out_mode mode, uint32_t *max_b
      * the sums pass as four streams; many: down the outputs, so x's 32 columns stay. */
     bool along = (size_t)j->rows * (size_t)(j->in + j->out) * sizeof(float) <= 64 * 1024;
     uint32_t mx_all = 0;
-#pragma omp parallel for schedule(static) reduction(max : mx_all) if (herd_cpu_par((size_t)j->rows * j->in * j->out))
+#pragma omp parallel reduction(max : mx_all) if (herd_cpu_par((size_t)j->rows * j->in * j->out))
+    {
+#pragma omp for schedule(static) nowait
     for (int t = 0; t < iblocks * oblocks; t++) {
         int i0 = (along ? t % iblocks : t / oblocks) * 32;
         int o0 = (along ? t / iblocks : t % oblocks) * WR;
@@ -340,16 +362,21 @@ static void wgrad_rows(const herd_exact_wgrad *j, out_mode mode, uint32_t *max_b
         uint32_t m = _mm512_reduce_max_epu32(mx);
         mx_all = m > mx_all ? m : mx_all;
     }
+    _mm_sfence(); /* this thread's streamed sums, before the region's end publishes them */
+    }
     *max_bits = mx_all > *max_bits ? mx_all : *max_bits;
 }
 
-/* Rows in chunks of whole slices, about 128: a tile's 32 columns of x and its outputs'
- * dy stay in L1 for a chunk (mlp's 256 rows at once did not, and ran at half the speed). */
+/* Rows in chunks of whole slices, about 256 (the most a whole pass gives a call): each
+ * chunk reads and writes every sum once, which in training (sums out of the caches)
+ * costs more than a tile's 32 columns of x leaving L1 (mlp at micro-batches of 32, 1
+ * rank: 1.2-1.5x the samples/s of chunks of 128; at 512 rows a call, 4% slower alone). */
 static void wgrad_weights(const herd_exact_wgrad *j, out_mode mode, uint32_t *max_bits)
 {
-    int chunk = j->slice >= 128 ? j->slice : 128 / j->slice * j->slice;
+    int chunk = j->slice >= 256 ? j->slice : 256 / j->slice * j->slice;
     for (int r0 = 0; r0 < j->rows; r0 += chunk) {
         herd_exact_wgrad part = *j;
+        part.fresh = j->fresh && r0 == 0;
         part.rows = j->rows - r0 < chunk ? j->rows - r0 : chunk;
         part.dy = j->dy + (size_t)r0 * j->out;
         part.x = j->x + (size_t)r0 * j->in;
@@ -372,8 +399,8 @@ static void wgrad_bias(herd_exact_wgrad *j, out_mode mode)
             take16(mode, v, m, j->b.plain ? j->b.plain + o0 : NULL, scale, &lo, &hi, &mx);
         }
         if (mode == MODE_SUMS) {
-            flush8(j->b.sums + o0, j->out - o0, lo);
-            flush8(j->b.sums + o0 + 8, j->out - o0 - 8, hi);
+            flush8(j->b.sums + o0, j->out - o0, lo, j->fresh);
+            flush8(j->b.sums + o0 + 8, j->out - o0 - 8, hi, j->fresh);
         }
     }
     uint32_t m = _mm512_reduce_max_epu32(mx);
@@ -441,6 +468,7 @@ herd_status herd_cpu_exact_linear_wgrad(herd_exact_wgrad *j)
         wgrad_weights(j, mode_of(&j->w), &j->w.max_bits);
         if (j->b.plain || j->b.sums)
             wgrad_bias(j, mode_of(&j->b));
+        _mm_sfence();
         return HERD_OK;
     }
 #endif

@@ -123,7 +123,8 @@ static herd_status exact_grads(const herd_layer *l, const herd_run_ctx *ctx, int
 {
     herd_exact_linear *e = ctx->exact;
     herd_exact_wgrad j = {.rows = n, .slice = e->sums ? e->slice * (n / l->batch) : n, .in = in,
-                          .out = out, .dy = dy, .x = x, .w = exact_out(l, ctx, 0)};
+                          .out = out, .dy = dy, .x = x, .w = exact_out(l, ctx, 0),
+                          .fresh = e->sums && e->fresh};
     if (l->spec.bias)
         j.b = exact_out(l, ctx, 1);
     HERD_TRY(ctx->be->exact_linear_wgrad(&j));
