@@ -6,8 +6,13 @@
 #   linear layers run ~15x slower, so that setup is refused. Debian's pthread OpenBLAS
 #   ignores torch.set_num_threads; the OpenMP one (libopenblas0-openmp) follows it. When
 #   the auto-detected OpenBLAS kernel lacks AVX-512 on a CPU that has it (older OpenBLAS
-#   builds do not know newer CPUs), OPENBLAS_CORETYPE selects the AVX-512 kernel. Prints
-#   what the reference runs on.
+#   builds do not know newer CPUs), OPENBLAS_CORETYPE selects the AVX-512 kernel. glibc
+#   hands every tensor of 128 KiB or more back to the kernel when it is freed and maps it
+#   anew (zeroed pages, one fault each) at the next step: on a machine where faults are
+#   dear that was 42% of PyTorch's mlp step (2026-12-06: 9,915 samples/s, 37,812 with
+#   the blocks kept), so large blocks stay in the heap (MALLOC_MMAP_THRESHOLD_ and
+#   MALLOC_TRIM_THRESHOLD_, unless set already; PyTorch's CPU tuning guides preload
+#   jemalloc or tcmalloc for the same reason). Prints what the reference runs on.
 # bench_gemm_limits: 1-thread GEMM GFLOP/s of herd's GEMM (dnnl_sgemm, bench/gemm_limit.c)
 #   and of the reference's (torch.mm on OpenBLAS), N = 1024; sets GEMM_HERD, GEMM_TORCH and
 #   GEMM_LIMIT (the larger: the best the machine reached today).
@@ -51,7 +56,10 @@ for i in threadpoolctl.threadpool_info():
     print("blas=%s version=%s threading=%s kernel=%s file=%s" % (i["internal_api"], i.get("version"),
           i.get("threading_layer"), i.get("architecture"), i["filepath"]))' | grep '^blas=openblas')
   fi
-  echo "reference: $(tr '\n' ' ' <<<"$info")OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-auto}"
+  export MALLOC_MMAP_THRESHOLD_=${MALLOC_MMAP_THRESHOLD_:-4294967296}
+  export MALLOC_TRIM_THRESHOLD_=${MALLOC_TRIM_THRESHOLD_:-4294967296}
+  echo "reference: $(tr '\n' ' ' <<<"$info")OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-auto}" \
+       "MALLOC_MMAP_THRESHOLD_=$MALLOC_MMAP_THRESHOLD_ MALLOC_TRIM_THRESHOLD_=$MALLOC_TRIM_THRESHOLD_"
   echo "machine: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores, $(date -u '+%Y-%m-%d %H:%M UTC')"
 }
 
