@@ -570,6 +570,12 @@ herd_status herd_model_forward(herd_model *m, const herd_run_ctx *ctx, const flo
     return HERD_OK;
 }
 
+/* Whether the output of layer src (the model input: src < 0) gets a gradient. */
+static bool input_needs_grad(const herd_model *m, int src)
+{
+    return src < 0 ? m->input_grad : m->needs_grad[src];
+}
+
 void herd_model_backward_begin(herd_model *m)
 {
     memset(m->grad_written, 0, (size_t)m->n_layers * sizeof *m->grad_written);
@@ -577,18 +583,10 @@ void herd_model_backward_begin(herd_model *m)
     for (int i = 0; i < m->n_layers; i++) { /* inputs come before their readers */
         const herd_layer *l = &m->layers[i];
         bool needs = l->n_tensors > 0;
-        for (int k = 0; k < l->spec.n_inputs; k++) {
-            int src = l->spec.inputs[k];
-            needs = needs || (src < 0 ? m->input_grad : m->needs_grad[src]);
-        }
+        for (int k = 0; k < l->spec.n_inputs; k++)
+            needs = needs || input_needs_grad(m, l->spec.inputs[k]);
         m->needs_grad[i] = needs;
     }
-}
-
-/* Whether layer i's input k gets a gradient. */
-static bool input_needs_grad(const herd_model *m, int src)
-{
-    return src < 0 ? m->input_grad : m->needs_grad[src];
 }
 
 /* An output read by several layers gets its gradient summed: the first consumer seen

@@ -66,13 +66,13 @@ herd_status herd_exact_sum_add_grad_views(herd_exact_sum *e, const herd_model *m
  * the buffers right after the slice's forward, the gradient after its backward. */
 herd_status herd_exact_sum_add_buffers(herd_exact_sum *e, const herd_model *m);
 herd_status herd_exact_sum_add_grads(herd_exact_sum *e, const herd_model *m);
+/* Slices added by kernels that took each view's largest |value| as float bits (at or
+ * above 0x7f800000: not finite) instead of herd_exact_sum_add: the maxima into the sums'
+ * own, from which the finish reads the redo verdict as for slices added here. */
+void herd_exact_sum_take_max(herd_exact_sum *e, const herd_model *m, const uint32_t *max_bits);
 /* Sums over the ranks of c and writes the mean into m->grads, and the buffers' mean over
  * the slices into m->buffers; *redo: the step's slices must be computed again (restore,
  * begin, add..., finish), every rank alike. */
-/* Slices added by kernels that took each view's largest |value| as float bits (at or
- * above 0x7f800000: not finite) instead of herd_exact_sum_add: the maxima into the sums'
- * own, and a value past the headroom counted, as adding them here would have. */
-void herd_exact_sum_take_max(herd_exact_sum *e, const herd_model *m, const uint32_t *max_bits);
 herd_status herd_exact_sum_finish(herd_exact_sum *e, herd_model *m, herd_comm *c, bool *redo);
 /* The same where m is one part of a model (a pipeline stage) whose other parts finish
  * beside it on the ranks of `agree`: the redo is decided for the whole model, as one
