@@ -75,13 +75,23 @@ static void fwd_bwd_match_generic(void **state)
     }
 }
 
+/* Small integers, so that slice values on a grid coarser than 1 fall on ties. */
+static float *integers(size_t n, unsigned seed)
+{
+    float *p = values(n, seed);
+    for (size_t i = 0; i < n; i++)
+        p[i] = (float)(rand() % 17 - 8);
+    return p;
+}
+
 /* The weight gradient of `slices` slices of `slice` rows: each slice written alone
  * (plain), then all of them into sums, with the AVX-512 kernels and the portable loops,
  * added to zeros or (fresh) written over whatever the sums held. */
-static void wgrad_case(int slices, int slice, int in, int out, double scale)
+static void wgrad_case_of(int slices, int slice, int in, int out, double scale, bool ints)
 {
     int rows = slices * slice;
-    float *x = values((size_t)rows * in, 11), *dy = values((size_t)rows * out, 12);
+    float *x = ints ? integers((size_t)rows * in, 11) : values((size_t)rows * in, 11);
+    float *dy = ints ? integers((size_t)rows * out, 12) : values((size_t)rows * out, 12);
     size_t nw = (size_t)out * in;
     float *pw = malloc(nw * sizeof *pw), *pb = malloc((size_t)out * sizeof *pb);
     double *want_w = calloc(nw, sizeof *want_w), *want_b = calloc((size_t)out, sizeof *want_b);
@@ -133,6 +143,11 @@ static void wgrad_case(int slices, int slice, int in, int out, double scale)
     free(x), free(dy), free(pw), free(pb), free(want_w), free(want_b), free(sw), free(sb);
 }
 
+static void wgrad_case(int slices, int slice, int in, int out, double scale)
+{
+    wgrad_case_of(slices, slice, in, out, scale, false);
+}
+
 static void wgrad_slices(void **state)
 {
     (void)state;
@@ -143,6 +158,10 @@ static void wgrad_slices(void **state)
     wgrad_case(5, 8, 784, 36, 0x1p26);
     wgrad_case(20, 8, 50, 6, 0x1p22); /* 160 rows: two chunks, the second added to the first */
     wgrad_case(2, 8, 40, 6, 0x1p140); /* a scale fp32 cannot hold: the portable path */
+    wgrad_case(300, 1, 20, 5, 0x1p20); /* 300 slices of a row: two chunks */
+    /* Slice values halfway between two points of the grid: ties go to even, as rint's. */
+    wgrad_case_of(6, 4, 37, 9, 0x1p-1, true);
+    wgrad_case_of(6, 4, 37, 9, 0x1p-3, true);
 }
 
 /* The maximum only (a step without a grid yet), and a slice that is not finite. */
