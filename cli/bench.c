@@ -20,6 +20,8 @@ static const char bench_help[] =
     "  --steps N            timed steps (default 50)\n"
     "  --warmup N           untimed steps first (default 5)\n"
     "  --threads N          compute threads (default 1)\n"
+    "  --lr X               SGD's learning rate (default 0.05, as herd train's); a small\n"
+    "                       batch may diverge on it, which ends the benchmark\n"
     "  --device cpu|cuda|sim  where to train (default: cuda when a GPU is visible, else cpu;\n"
     "                       sim: a simulated device for tests, see 'herd train --help')\n"
     "  --precision P        fp32 (default), tf32 (cuda), bf16 (cuda, or a cpu with bf16\n"
@@ -47,7 +49,8 @@ static int bench_train(int argc, char **argv)
         {"precision", required_argument, 0, 'P'}, {"gpu-memory-limit", required_argument, 0, 'G'},
         {"memory-limit", required_argument, 0, 'L'},
         {"timeline", required_argument, 0, 'T'}, {"seq-len", required_argument, 0, 'S'},
-        {"tensor-parallel", required_argument, 0, 'X'}, {"help", no_argument, 0, 'h'},
+        {"tensor-parallel", required_argument, 0, 'X'}, {"lr", required_argument, 0, 'r'},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     const char *model = NULL, *data = "fashion-mnist", *device = NULL;
@@ -55,6 +58,7 @@ static int bench_train(int argc, char **argv)
     uint64_t gpu_memory_limit = 0, memory_limit = 0;
     const char *timeline = NULL;
     long batch = 128, steps = 50, warmup = 5, threads = 1, seq_len = 0, tensor_parallel = 1;
+    double lr = 0.0; /* herd_bench_config's default */
     bool json = false;
     int opt;
     optind = 1;
@@ -88,6 +92,11 @@ static int bench_train(int argc, char **argv)
                                        "1M like 300M or 4G, got '%s'", optarg);
             break;
         case 'T': timeline = optarg; break;
+        case 'r':
+            if (!herd_parse_double(optarg, 1e-12, 1e3, &lr))
+                return cli_usage_error("bench train", "--lr takes a number in 1e-12..1000, got "
+                                       "'%s'", optarg);
+            break;
         case 'h': fputs(bench_help, stdout); return CLI_OK;
         default: return cli_usage_error("bench train", "unknown or incomplete option");
         }
@@ -126,7 +135,8 @@ static int bench_train(int argc, char **argv)
                                   &(herd_bench_config){.batch_size = (int)batch, .steps = (int)steps,
                                                        .warmup = (int)warmup, .threads = (int)threads,
                                                        .dist = dist, .timeline_path = timeline,
-                                                       .tensor_parallel = (int)tensor_parallel},
+                                                       .tensor_parallel = (int)tensor_parallel,
+                                                       .lr = (float)lr},
                                   &r)) != HERD_OK)
         cli_fail(st, "benchmark failed");
     else {

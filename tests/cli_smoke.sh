@@ -46,6 +46,12 @@ check "eval reproduces the final test accuracy ($acc)" grep -qE "^model=mlp spli
 "$herd" bench train --model lenet5 --data synthetic:1,28,28,10,512 --steps 3 --warmup 1 >"$tmp/bench.out" 2>&1
 check "bench train exits 0 and prints samples_per_s=" bash -c "test $? -eq 0 && grep -q 'samples_per_s=' '$tmp/bench.out'"
 
+# A diverging benchmark names its step (not 0) and its own option.
+"$herd" bench train --model mlp --data synthetic:1,28,28,10,64 --batch-size 8 --steps 4 --warmup 1 \
+  --lr 1000 >/dev/null 2>"$tmp/err"
+check "bench train --lr 1000 stops naming the step and --lr" \
+  bash -c "test $? -ne 0 && grep -qE 'diverged at step [2-5]: .*--lr 1000: lower it' '$tmp/err'"
+
 "$herd" train --model nosuchmodel --data "$data" >/dev/null 2>"$tmp/err"
 rc=$?
 check "unknown model exits 1" test $rc -eq 1

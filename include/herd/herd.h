@@ -674,6 +674,9 @@ typedef struct herd_bench_config {
     /* Tensor parallelism (herd_train_config's): the ranks form groups of this many parts;
      * there is no one-rank baseline then (a part cannot train alone). 0 or 1: none. */
     int tensor_parallel;
+    /* SGD's learning rate (with herd_train_config's momentum and weight decay); 0: its
+     * default, 0.05. Small batches on it can diverge, which ends the benchmark. */
+    float lr;
 } herd_bench_config;
 
 HERD_API void herd_bench_config_default(herd_bench_config *cfg);

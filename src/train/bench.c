@@ -19,12 +19,15 @@ typedef struct bench_phase {
 
 /* warmup + steps training steps on comm's ranks; times the last `steps`. With a
  * timeline, every step (warm-up included) is traced. */
-static herd_status run_steps(herd_model *m, herd_dataset *ds, int batch_size, int steps, int warmup,
+static herd_status run_steps(herd_model *m, herd_dataset *ds, const herd_bench_config *bc,
                              herd_comm *comm, herd_timeline *tl, bench_phase *out)
 {
+    int batch_size = bc->batch_size, steps = bc->steps, warmup = bc->warmup;
     herd_train_config cfg;
     herd_train_config_default(&cfg);
     cfg.batch_size = batch_size;
+    if (bc->lr > 0)
+        cfg.lr = bc->lr;
     herd_loader_config lc = {
         .batch_size = batch_size, .shuffle = true, .drop_last = true, .seed = cfg.seed,
         .prefetch = 4, .workers = 1, .shard_rank = comm->rank, .shard_count = comm->size,
@@ -40,6 +43,10 @@ static herd_status run_steps(herd_model *m, herd_dataset *ds, int batch_size, in
     if (st == HERD_OK)
         st = herd_step_plan_init(&plan, m, comm, cfg.bucket_mb, HERD_WIRE_FP32, false);
     plan.timeline = tl;
+    char advice[96];
+    snprintf(advice, sizeof advice, "the benchmark trains with SGD at --lr %g: lower it",
+             (double)cfg.lr);
+    plan.diverged_advice = advice;
     int epoch = 0, done = 0;
     if (st == HERD_OK)
         st = herd_loader_start_epoch(loader, epoch, 0);
@@ -63,6 +70,7 @@ static herd_status run_steps(herd_model *m, herd_dataset *ds, int batch_size, in
             herd_timeline_add(tl, HERD_TL_DATA_WAIT, NULL, t - b.wait_s, t);
         }
         herd_step_stats s = {0};
+        plan.step = done + 1; /* warm-up steps count, as in the timeline */
         st = herd_micro_step(m, &plan, &b, 0, 1, 0.0f, (uint64_t)done, &s);
         if (st == HERD_OK)
             st = herd_apply_step(m, opt, &plan, cfg.lr, &s);
@@ -90,7 +98,7 @@ static herd_status run_traced(herd_model *m, herd_dataset *ds, const herd_bench_
                               bench_phase *out)
 {
     if (!cfg->timeline_path)
-        return run_steps(m, ds, cfg->batch_size, cfg->steps, cfg->warmup, comm, NULL, out);
+        return run_steps(m, ds, cfg, comm, NULL, out);
     herd_timeline *tl;
     size_t per_step = 2 * (size_t)m->n_layers + 8;
     HERD_TRY(herd_timeline_open(cfg->timeline_path, job, per_step, &tl));
@@ -100,7 +108,7 @@ static herd_status run_traced(herd_model *m, herd_dataset *ds, const herd_bench_
     if (st == HERD_OK && comm != job && comm->size > 1)
         st = herd_timeline_add_group(tl, comm, "data group");
     if (st == HERD_OK)
-        st = run_steps(m, ds, cfg->batch_size, cfg->steps, cfg->warmup, comm, tl, out);
+        st = run_steps(m, ds, cfg, comm, tl, out);
     if (st != HERD_OK) {
         herd_timeline_free(tl);
         return st;
@@ -125,10 +133,11 @@ herd_status herd_bench_train(herd_model *m, herd_dataset *ds, int batch_size, in
 herd_status herd_bench_run(herd_model *m, herd_dataset *ds, const herd_bench_config *cfg,
                            herd_bench_result *res)
 {
-    if (!m || !ds || !cfg || !res || cfg->batch_size <= 0 || cfg->steps <= 0 || cfg->warmup < 0)
+    if (!m || !ds || !cfg || !res || cfg->batch_size <= 0 || cfg->steps <= 0 || cfg->warmup < 0 ||
+        !(cfg->lr >= 0))
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bench needs a model, data, batch size > 0, "
-                        "steps > 0 and warmup >= 0");
-    int batch_size = cfg->batch_size, steps = cfg->steps, warmup = cfg->warmup;
+                        "steps > 0, warmup >= 0 and a learning rate >= 0 (0: the default)");
+    int batch_size = cfg->batch_size, steps = cfg->steps;
     int threads = cfg->threads;
     herd_dist *dist = cfg->dist;
     herd_comm *local = NULL, *device_comm = NULL;
@@ -166,7 +175,7 @@ herd_status herd_bench_run(herd_model *m, herd_dataset *ds, const herd_bench_con
     if (st == HERD_OK && comm->size > 1 && !tp) {
         /* Baseline on the same machine in the same run: rank 0 alone, the rest idle. */
         if (comm->rank == 0)
-            st = run_steps(m, ds, batch_size, steps, warmup, local, NULL, &alone);
+            st = run_steps(m, ds, cfg, local, NULL, &alone);
         herd_status b = comm->ops->broadcast(comm, &alone, sizeof alone, 0);
         st = st != HERD_OK ? st : b;
         if (st == HERD_OK) /* replicas start equal: rank 0 trained alone */

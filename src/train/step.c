@@ -263,12 +263,12 @@ static herd_status nonfinite(herd_step_plan *p, herd_model *m, size_t first, siz
         snprintf(what, sizeof what, "the gradient of '%s' holds inf or NaN", m->views[named].name);
     else
         snprintf(what, sizeof what, "the gradients of another pipeline stage hold inf or NaN");
-    return HERD_ERR(HERD_ERR_INVALID_ARG,
-                    "training diverged at step %ld: %s; nothing of this step was applied or "
-                    "saved (the last checkpoint holds the last good state). Lower --lr, add "
-                    "--clip-grad-norm or a warmup, or use --on-nonfinite skip (or --loss-scale "
-                    "dynamic) to skip such steps",
-                    p->step, what);
+    return HERD_ERR(HERD_ERR_INVALID_ARG, "training diverged at step %ld: %s; %s", p->step, what,
+                    p->diverged_advice ? p->diverged_advice
+                                       : "nothing of this step was applied or saved (the last "
+                                         "checkpoint holds the last good state). Lower --lr, add "
+                                         "--clip-grad-norm or a warmup, or use --on-nonfinite "
+                                         "skip (or --loss-scale dynamic) to skip such steps");
 }
 
 /* The gradients this rank checks, clips and updates: its ZeRO slice, or all. */

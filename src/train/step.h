@@ -58,6 +58,8 @@ typedef struct herd_step_plan {
     bool skip_nonfinite;
     long *skipped;
     long step; /* the step's number, for messages */
+    /* What a divergence error tells the user to change (NULL: herd train's options). */
+    const char *diverged_advice;
     /* --zero: each rank reduces, checks, clips and updates its slice of the buffers and
      * the parameters are all-gathered after the update (NULL: plain allreduce). */
     herd_zero *zero;
