@@ -344,7 +344,19 @@ typedef enum { HERD_DTYPE_F32 = 0, HERD_DTYPE_F64, HERD_DTYPE_F16, HERD_DTYPE_BF
 HERD_API herd_status herd_dist_allreduce_start(herd_dist *d, void *buf, size_t n, herd_dtype type,
                                                float scale, herd_compress wire, const char *name,
                                                uint64_t *ticket);
-/* Blocks until the collective of ticket, and every one started before it, completed. */
+/* The same sum of float32 values in the memory of `device` ("cuda"; "sim", the simulated
+ * device, for tests): buf is a device pointer of this process's GPU (the current CUDA
+ * device when the first such call builds herd's backend), summed through the
+ * communicator herd's GPU training uses (NCCL; MPI through host memory where ranks share
+ * a GPU or herd has no NCCL), which the first call makes, collectively, over d. The
+ * caller's writes to buf must be complete (a CUDA caller synchronises its stream first),
+ * and buf stays untouched until herd_dist_wait on the ticket returns, which is when the
+ * sum has reached buf. scale as in herd_dist_allreduce_start; no compression. */
+HERD_API herd_status herd_dist_allreduce_device_start(herd_dist *d, const char *device, void *buf,
+                                                      size_t n, float scale, const char *name,
+                                                      uint64_t *ticket);
+/* Blocks until the collective of ticket, and every one started before it on the same
+ * memory (host, or a device), completed. */
 HERD_API herd_status herd_dist_wait(herd_dist *d, uint64_t ticket);
 /* Blocking: root's bytes into every rank's buf. */
 HERD_API herd_status herd_dist_broadcast(herd_dist *d, void *buf, size_t bytes, int root);

@@ -170,6 +170,10 @@ struct herd_comm {
     /* Set while a --timeline trace is recorded: the communicator adds each gradient
      * reduction to it (set and cleared by the training thread with nothing pending). */
     const herd_trace_sink *trace;
+    /* The job's communicator as the public API hands it out (herd_dist) may carry a
+     * device communicator over itself, made by the first collective on device memory
+     * (dist_api.c) and freed with it by herd_dist_free. */
+    struct herd_dist_device *device;
 };
 
 /* Single process: every collective is the identity. */

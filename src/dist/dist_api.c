@@ -1,5 +1,6 @@
 /* The public herd_dist_* API: thin wrappers over the communicator (herd_dist is herd_comm). */
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -7,6 +8,7 @@
 #include "core/error.h"
 #include "core/parse.h"
 #include "dist/comm.h"
+#include "dist/signature.h"
 
 /* A program herd run starts as given (python3) sets the stall inspector's times with
  * these, as herd train does with --stall-warning and --comm-timeout; a value the caller
@@ -52,7 +54,14 @@ void herd_dist_abort(herd_dist *d, int code, const char *msg)
         local->ops->abort(local, code, msg);
 }
 
-void herd_dist_free(herd_dist *d) { herd_comm_destroy(d); }
+static void device_free(herd_dist *d);
+
+void herd_dist_free(herd_dist *d)
+{
+    if (d)
+        device_free(d);
+    herd_comm_destroy(d);
+}
 
 herd_status herd_dist_bind_device(herd_dist *d, const char *device)
 {
@@ -105,9 +114,117 @@ herd_status herd_dist_allreduce_start(herd_dist *d, void *buf, size_t n, herd_dt
     return st;
 }
 
+/* ------------------------------------------- collectives on device memory */
+
+/* Device tickets carry this bit: the device communicator counts its own. */
+#define DEVICE_TICKET (UINT64_C(1) << 63)
+
+typedef struct herd_dist_device {
+    char name[8];            /* the device's name as given ("cuda", "sim") */
+    const herd_backend *be;
+    herd_comm *comm;         /* over d: NCCL, or MPI through host memory */
+    float *probe;            /* one value of device memory the host reads to wait */
+} herd_dist_device;
+
+static void device_free(herd_dist *d)
+{
+    herd_dist_device *dev = d->device;
+    if (!dev)
+        return;
+    herd_comm_destroy(dev->comm);
+    if (dev->probe)
+        dev->be->free(dev->probe);
+    free(dev);
+    d->device = NULL;
+}
+
+/* d's device communicator, made on the first call (collectively: every rank makes its
+ * first device collective together, as it must start every collective together). */
+static herd_status device_of(herd_dist *d, const char *device, herd_dist_device **out)
+{
+    if (d->device) {
+        if (strcmp(d->device->name, device) != 0)
+            return HERD_ERR(HERD_ERR_INVALID_ARG, "collectives on %s memory, but this process's "
+                            "device collectives run on %s: one device a process", device,
+                            d->device->name);
+        *out = d->device;
+        return HERD_OK;
+    }
+    const herd_backend *be;
+    HERD_TRY(herd_backend_for(device, &be));
+    if (be->host_memory)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "'%s' memory is host memory: use "
+                        "herd_dist_allreduce_start", device);
+    herd_dist_device *dev = herd_xcalloc(1, sizeof *dev);
+    if (!dev)
+        return HERD_ERR_NOMEM;
+    snprintf(dev->name, sizeof dev->name, "%s", device);
+    dev->be = be;
+    dev->probe = be->alloc(sizeof *dev->probe);
+    herd_status st = dev->probe ? HERD_OK : HERD_ERR_NOMEM; /* the allocator said why */
+    /* Collective: a rank that could not allocate still joins, and every rank fails. */
+    st = herd_agree(d, st, "allocating device memory for the device collectives");
+    if (st == HERD_OK)
+        st = herd_comm_device_create(d, be, &dev->comm);
+    if (st != HERD_OK) {
+        d->device = dev;
+        device_free(d);
+        return st;
+    }
+    d->device = *out = dev;
+    return HERD_OK;
+}
+
+/* buf *= scale for a group of one, as the host path scales: through host memory (the
+ * backends have no scaling op, and one process's sum needs no speed). */
+static herd_status scale_through_host(const char *device, float *buf, size_t n, float scale)
+{
+    const herd_backend *be;
+    HERD_TRY(herd_backend_for(device, &be));
+    float *host = malloc(n * sizeof *host);
+    if (!host)
+        return HERD_NOMEM(n * sizeof *host);
+    herd_status st = be->memcpy_d2h(host, buf, n * sizeof *host);
+    for (size_t i = 0; st == HERD_OK && i < n; i++)
+        host[i] *= scale;
+    if (st == HERD_OK)
+        st = be->memcpy_h2d(buf, host, n * sizeof *host);
+    free(host);
+    return st;
+}
+
+herd_status herd_dist_allreduce_device_start(herd_dist *d, const char *device, void *buf,
+                                             size_t n, float scale, const char *name,
+                                             uint64_t *ticket)
+{
+    if (!ticket || !device || (n && !buf) || !(scale == scale))
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "herd_dist_allreduce_device_start: a device, a "
+                        "buffer of %zu values, a scale and a ticket to return", n);
+    *ticket = 0;
+    if (!d || d->size == 1) /* a group of one: the sum is the buffer, scaled */
+        return scale == 1.0f || n == 0 ? HERD_OK : scale_through_host(device, buf, n, scale);
+    herd_dist_device *dev = NULL;
+    HERD_TRY(device_of(d, device, &dev));
+    HERD_TRY(dev->comm->ops->allreduce_start(dev->comm, buf, n, scale, HERD_WIRE_FP32, name));
+    *ticket = dev->comm->ops->ticket(dev->comm) | DEVICE_TICKET;
+    return HERD_OK;
+}
+
 herd_status herd_dist_wait(herd_dist *d, uint64_t ticket)
 {
-    return !d || d->size == 1 || ticket == 0 ? HERD_OK : d->ops->wait_ticket(d, ticket);
+    if (!d || d->size == 1 || ticket == 0)
+        return HERD_OK;
+    if (!(ticket & DEVICE_TICKET))
+        return d->ops->wait_ticket(d, ticket);
+    herd_dist_device *dev = d->device;
+    if (!dev)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "herd_dist_wait: device ticket %llu, but no "
+                        "collective ran on device memory", (unsigned long long)(ticket & ~DEVICE_TICKET));
+    /* The device's stream is ordered after the collective; the host waits for that
+     * stream by reading from it (a read returns when the value may be used). */
+    HERD_TRY(dev->comm->ops->wait_ticket(dev->comm, ticket & ~DEVICE_TICKET));
+    float value;
+    return dev->be->memcpy_d2h(&value, dev->probe, sizeof value);
 }
 
 herd_status herd_dist_broadcast(herd_dist *d, void *buf, size_t bytes, int root)
