@@ -34,6 +34,31 @@ PyObject *pyherd_allreduce_start(PyObject *self, PyObject *args)
     return st == HERD_OK ? PyLong_FromUnsignedLongLong(ticket) : pyherd_raise(st, NULL);
 }
 
+/* (device, address, count, scale, name) -> ticket: float32 in device memory */
+PyObject *pyherd_allreduce_device_start(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *addr;
+    Py_ssize_t n;
+    float scale;
+    const char *device, *name;
+    if (!PyArg_ParseTuple(args, "sOnfs", &device, &addr, &n, &scale, &name))
+        return NULL;
+    void *buf = address(addr);
+    PyObject *error = NULL;
+    herd_dist *d = pyherd_dist(&error);
+    if (!d || (!buf && PyErr_Occurred()))
+        return error;
+    if (n < 0)
+        return PyErr_Format(pyherd_invalid_argument, "%s: %zd values", name, n);
+    uint64_t ticket;
+    herd_status st;
+    Py_BEGIN_ALLOW_THREADS /* the first call makes the device's communicator, collectively */
+    st = herd_dist_allreduce_device_start(d, device, buf, (size_t)n, scale, name, &ticket);
+    Py_END_ALLOW_THREADS
+    return st == HERD_OK ? PyLong_FromUnsignedLongLong(ticket) : pyherd_raise(st, NULL);
+}
+
 PyObject *pyherd_wait(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -84,10 +109,10 @@ PyObject *pyherd_allgather(PyObject *self, PyObject *args)
     herd_dist *d = pyherd_dist(&error);
     if (!d || PyErr_Occurred())
         return d ? NULL : error;
-    PyObject *fast = PySequence_Fast(counts, "the byte counts are a list, one per rank");
+    PyObject *fast = PySequence_List(counts); /* the byte counts, one per rank */
     if (!fast)
         return NULL;
-    Py_ssize_t size = PySequence_Fast_GET_SIZE(fast);
+    Py_ssize_t size = PyList_Size(fast);
     if (size != herd_dist_size(d)) {
         Py_DECREF(fast);
         return PyErr_Format(pyherd_invalid_argument, "%zd byte counts for %d ranks", size,
@@ -95,7 +120,7 @@ PyObject *pyherd_allgather(PyObject *self, PyObject *args)
     }
     size_t *bytes_of = calloc((size_t)size, sizeof *bytes_of);
     for (Py_ssize_t r = 0; bytes_of && r < size; r++)
-        bytes_of[r] = PyLong_AsSize_t(PySequence_Fast_GET_ITEM(fast, r));
+        bytes_of[r] = PyLong_AsSize_t(PyList_GetItem(fast, r));
     Py_DECREF(fast);
     if (!bytes_of || PyErr_Occurred()) {
         free(bytes_of);

@@ -4,12 +4,12 @@
 static void dataset_dealloc(pyherd_dataset *self)
 {
     herd_dataset_free(self->ds);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    pyherd_free_instance((PyObject *)self);
 }
 
 static PyObject *wrap(herd_dataset *ds)
 {
-    pyherd_dataset *o = PyObject_New(pyherd_dataset, &pyherd_dataset_type);
+    pyherd_dataset *o = PyObject_New(pyherd_dataset, pyherd_dataset_type);
     if (!o) {
         herd_dataset_free(ds);
         return NULL;
@@ -60,17 +60,20 @@ static int get_floats(PyObject *seq, int c, float *out, const char *what)
 {
     if (seq == Py_None)
         return 0;
-    PyObject *fast = PySequence_Fast(seq, "mean and std are sequences of floats, one per channel");
-    if (!fast)
+    PyObject *fast = PySequence_Check(seq) ? PySequence_List(seq) : NULL;
+    if (!fast) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_TypeError, "%s is a sequence of floats, one per channel", what);
         return -1;
-    if (PySequence_Fast_GET_SIZE(fast) != c) {
+    }
+    if (PyList_Size(fast) != c) {
         PyErr_Format(pyherd_invalid_argument, "%s has %zd values for %d channels", what,
-                     PySequence_Fast_GET_SIZE(fast), c);
+                     PyList_Size(fast), c);
         Py_DECREF(fast);
         return -1;
     }
     for (int i = 0; i < c; i++) {
-        double v = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(fast, i));
+        double v = PyFloat_AsDouble(PyList_GetItem(fast, i));
         if (v == -1.0 && PyErr_Occurred()) {
             Py_DECREF(fast);
             return -1;
@@ -145,8 +148,8 @@ static PyObject *dataset_normalization(pyherd_dataset *self, PyObject *unused)
     herd_dataset_normalization(self->ds, mean, std);
     PyObject *m = PyTuple_New(c > 3 ? 3 : c), *s = PyTuple_New(c > 3 ? 3 : c);
     for (int i = 0; m && s && i < c && i < 3; i++) {
-        PyTuple_SET_ITEM(m, i, PyFloat_FromDouble(mean[i]));
-        PyTuple_SET_ITEM(s, i, PyFloat_FromDouble(std[i]));
+        PyTuple_SetItem(m, i, PyFloat_FromDouble(mean[i]));
+        PyTuple_SetItem(s, i, PyFloat_FromDouble(std[i]));
     }
     PyObject *r = m && s ? PyTuple_Pack(2, m, s) : NULL;
     Py_XDECREF(m);
@@ -205,12 +208,16 @@ static PyMethodDef dataset_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-PyTypeObject pyherd_dataset_type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "_herd.Dataset",
-    .tp_basicsize = sizeof(pyherd_dataset),
-    .tp_dealloc = (destructor)dataset_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A herd data set (use herd.Dataset)",
-    .tp_methods = dataset_methods,
+static PyType_Slot dataset_slots[] = {
+    {Py_tp_dealloc, (void *)dataset_dealloc},
+    {Py_tp_doc, (void *)"A herd data set (use herd.Dataset)"},
+    {Py_tp_methods, dataset_methods},
+    {0, NULL},
+};
+
+PyType_Spec pyherd_dataset_spec = {
+    .name = "_herd.Dataset",
+    .basicsize = sizeof(pyherd_dataset),
+    .flags = Py_TPFLAGS_DEFAULT,
+    .slots = dataset_slots,
 };

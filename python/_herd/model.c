@@ -16,7 +16,7 @@ typedef struct {
 static void model_dealloc(pyherd_model *self)
 {
     herd_model_free(self->m);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    pyherd_free_instance((PyObject *)self);
 }
 
 PyObject *pyherd_model_create(PyObject *self, PyObject *args, PyObject *kwargs)
@@ -29,9 +29,9 @@ PyObject *pyherd_model_create(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s|O(iii)isp", names, &name, &data, &c, &h, &w,
                                      &classes, &device, &plan))
         return NULL;
-    if (data != Py_None && !PyObject_TypeCheck(data, &pyherd_dataset_type))
-        return PyErr_Format(PyExc_TypeError, "data must be a herd data set, got %s",
-                            Py_TYPE(data)->tp_name);
+    if (data != Py_None && !PyObject_TypeCheck(data, pyherd_dataset_type))
+        return PyErr_Format(PyExc_TypeError, "data must be a herd data set, got %S",
+                            (PyObject *)Py_TYPE(data));
     const herd_dataset *ds = data == Py_None ? NULL : ((pyherd_dataset *)data)->ds;
     herd_model *m = NULL;
     herd_status st;
@@ -46,7 +46,7 @@ PyObject *pyherd_model_create(PyObject *self, PyObject *args, PyObject *kwargs)
                   : herd_model_create_shape(name, c, h, w, classes, &m);
     if (st != HERD_OK)
         return pyherd_raise(st, "cannot build the model");
-    pyherd_model *o = PyObject_New(pyherd_model, &pyherd_model_type);
+    pyherd_model *o = PyObject_New(pyherd_model, pyherd_model_type);
     if (!o) {
         herd_model_free(m);
         return NULL;
@@ -117,7 +117,7 @@ static PyObject *model_evaluate(pyherd_model *self, PyObject *args)
 {
     PyObject *data;
     int batch, threads;
-    if (!PyArg_ParseTuple(args, "O!ii", &pyherd_dataset_type, &data, &batch, &threads))
+    if (!PyArg_ParseTuple(args, "O!ii", pyherd_dataset_type, &data, &batch, &threads))
         return NULL;
     herd_eval_result r = {0};
     herd_status st;
@@ -148,7 +148,7 @@ static PyObject *model_tensors(pyherd_model *self, PyObject *unused)
         int64_t shape[4];
         float *data;
         herd_status st = herd_model_tensor_info(self->m, i, &name, &ndim, shape, &data);
-        pyherd_tensor *t = st == HERD_OK ? PyObject_New(pyherd_tensor, &pyherd_tensor_type) : NULL;
+        pyherd_tensor *t = st == HERD_OK ? PyObject_New(pyherd_tensor, pyherd_tensor_type) : NULL;
         if (!t) {
             Py_CLEAR(list);
             if (st != HERD_OK)
@@ -166,7 +166,7 @@ static PyObject *model_tensors(pyherd_model *self, PyObject *unused)
         }
         PyObject *dims = PyTuple_New(ndim);
         for (int d = 0; dims && d < ndim; d++)
-            PyTuple_SET_ITEM(dims, d, PyLong_FromLongLong(shape[d]));
+            PyTuple_SetItem(dims, d, PyLong_FromLongLong(shape[d]));
         PyObject *item = dims ? Py_BuildValue("(sNN)", name, dims, (PyObject *)t) : NULL;
         if (!item) {
             Py_XDECREF(dims);
@@ -174,7 +174,7 @@ static PyObject *model_tensors(pyherd_model *self, PyObject *unused)
             Py_CLEAR(list);
             break;
         }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+        PyList_SetItem(list, (Py_ssize_t)i, item);
     }
     return list;
 }
@@ -190,14 +190,18 @@ static PyMethodDef model_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-PyTypeObject pyherd_model_type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "_herd.Model",
-    .tp_basicsize = sizeof(pyherd_model),
-    .tp_dealloc = (destructor)model_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A herd model (use herd.Model)",
-    .tp_methods = model_methods,
+static PyType_Slot model_slots[] = {
+    {Py_tp_dealloc, (void *)model_dealloc},
+    {Py_tp_doc, (void *)"A herd model (use herd.Model)"},
+    {Py_tp_methods, model_methods},
+    {0, NULL},
+};
+
+PyType_Spec pyherd_model_spec = {
+    .name = "_herd.Model",
+    .basicsize = sizeof(pyherd_model),
+    .flags = Py_TPFLAGS_DEFAULT,
+    .slots = model_slots,
 };
 
 /* ------------------------------------------------------------ Tensor */
@@ -205,7 +209,7 @@ PyTypeObject pyherd_model_type = {
 static void tensor_dealloc(pyherd_tensor *self)
 {
     Py_XDECREF(self->owner);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    pyherd_free_instance((PyObject *)self);
 }
 
 static int tensor_getbuffer(pyherd_tensor *self, Py_buffer *view, int flags)
@@ -228,14 +232,16 @@ static int tensor_getbuffer(pyherd_tensor *self, Py_buffer *view, int flags)
     return 0;
 }
 
-static PyBufferProcs tensor_buffer = {.bf_getbuffer = (getbufferproc)tensor_getbuffer};
+static PyType_Slot tensor_slots[] = {
+    {Py_tp_dealloc, (void *)tensor_dealloc},
+    {Py_tp_doc, (void *)"A model's tensor in place (numpy.asarray views it without a copy)"},
+    {Py_bf_getbuffer, (void *)tensor_getbuffer},
+    {0, NULL},
+};
 
-PyTypeObject pyherd_tensor_type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "_herd.Tensor",
-    .tp_basicsize = sizeof(pyherd_tensor),
-    .tp_dealloc = (destructor)tensor_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A model's tensor in place (numpy.asarray views it without a copy)",
-    .tp_as_buffer = &tensor_buffer,
+PyType_Spec pyherd_tensor_spec = {
+    .name = "_herd.Tensor",
+    .basicsize = sizeof(pyherd_tensor),
+    .flags = Py_TPFLAGS_DEFAULT,
+    .slots = tensor_slots,
 };

@@ -11,7 +11,7 @@ PyObject *pyherd_raise(herd_status st, const char *what)
     PyObject *type = st == HERD_ERR_INVALID_ARG ? pyherd_invalid_argument : pyherd_error;
     PyObject *msg = what ? PyUnicode_FromFormat("%s: %s", what, herd_last_error())
                          : PyUnicode_FromString(herd_last_error());
-    PyObject *exc = msg ? PyObject_CallOneArg(type, msg) : NULL;
+    PyObject *exc = msg ? PyObject_CallFunctionObjArgs(type, msg, NULL) : NULL;
     Py_XDECREF(msg);
     if (!exc)
         return NULL;
@@ -264,6 +264,7 @@ static PyMethodDef methods[] = {
     {"dataset_from_memory", pyherd_dataset_from_memory, METH_VARARGS, NULL},
     {"model_create", (PyCFunction)(void (*)(void))pyherd_model_create, METH_VARARGS | METH_KEYWORDS, NULL},
     {"allreduce_start", pyherd_allreduce_start, METH_VARARGS, NULL},
+    {"allreduce_device_start", pyherd_allreduce_device_start, METH_VARARGS, NULL},
     {"wait", pyherd_wait, METH_VARARGS, NULL},
     {"broadcast", pyherd_broadcast, METH_VARARGS, NULL},
     {"allgather", pyherd_allgather, METH_VARARGS, NULL},
@@ -281,6 +282,16 @@ static struct PyModuleDef module = {
     NULL, NULL, NULL, NULL,
 };
 
+PyTypeObject *pyherd_dataset_type, *pyherd_model_type, *pyherd_tensor_type;
+
+void pyherd_free_instance(PyObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    freefunc free_fn = (freefunc)PyType_GetSlot(type, Py_tp_free);
+    free_fn(self);
+    Py_DECREF(type); /* an instance of a heap type holds its type */
+}
+
 PyMODINIT_FUNC PyInit__herd(void)
 {
     PyObject *m = PyModule_Create(&module);
@@ -297,10 +308,11 @@ PyMODINIT_FUNC PyInit__herd(void)
     Py_XDECREF(bases);
     if (!pyherd_invalid_argument || PyModule_AddObjectRef(m, "HerdError", pyherd_error) < 0 ||
         PyModule_AddObjectRef(m, "InvalidArgument", pyherd_invalid_argument) < 0 ||
-        PyType_Ready(&pyherd_dataset_type) < 0 || PyType_Ready(&pyherd_model_type) < 0 ||
-        PyType_Ready(&pyherd_tensor_type) < 0 ||
-        PyModule_AddObjectRef(m, "Dataset", (PyObject *)&pyherd_dataset_type) < 0 ||
-        PyModule_AddObjectRef(m, "Model", (PyObject *)&pyherd_model_type) < 0 ||
+        !(pyherd_dataset_type = (PyTypeObject *)PyType_FromSpec(&pyherd_dataset_spec)) ||
+        !(pyherd_model_type = (PyTypeObject *)PyType_FromSpec(&pyherd_model_spec)) ||
+        !(pyherd_tensor_type = (PyTypeObject *)PyType_FromSpec(&pyherd_tensor_spec)) ||
+        PyModule_AddObjectRef(m, "Dataset", (PyObject *)pyherd_dataset_type) < 0 ||
+        PyModule_AddObjectRef(m, "Model", (PyObject *)pyherd_model_type) < 0 ||
         PyModule_AddStringConstant(m, "version", HERD_VERSION) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -1,5 +1,7 @@
 /* herd's Python extension (_herd): a client of the public API (include/herd/herd.h)
- * only, like the CLI. herd/__init__.py builds the Python API on these types. */
+ * only, like the CLI. herd/__init__.py builds the Python API on these types. Built on
+ * Python's stable ABI (3.11 and later: Py_LIMITED_API, set by python/CMakeLists.txt), so
+ * one build imports in any later Python, such as a GPU machine's own. */
 #ifndef HERD_PYHERD_H
 #define HERD_PYHERD_H
 
@@ -25,7 +27,12 @@ typedef struct {
     bool plan; /* layers without values (pipeline stages) */
 } pyherd_model;
 
-extern PyTypeObject pyherd_dataset_type, pyherd_model_type, pyherd_tensor_type;
+/* Heap types made from these specs when the module starts (the stable ABI has no
+ * static types). */
+extern PyTypeObject *pyherd_dataset_type, *pyherd_model_type, *pyherd_tensor_type;
+extern PyType_Spec pyherd_dataset_spec, pyherd_model_spec, pyherd_tensor_spec;
+/* A heap type's instance freed: its tp_free, then the reference it held on its type. */
+void pyherd_free_instance(PyObject *self);
 
 /* The process's group (herd_dist_init once: MPI cannot start twice), made on first use. */
 herd_dist *pyherd_dist(PyObject **error);
@@ -35,6 +42,7 @@ PyObject *pyherd_dataset_open(PyObject *self, PyObject *args);
 PyObject *pyherd_dataset_from_memory(PyObject *self, PyObject *args);
 PyObject *pyherd_model_create(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *pyherd_allreduce_start(PyObject *self, PyObject *args);
+PyObject *pyherd_allreduce_device_start(PyObject *self, PyObject *args);
 PyObject *pyherd_wait(PyObject *self, PyObject *args);
 PyObject *pyherd_broadcast(PyObject *self, PyObject *args);
 PyObject *pyherd_allgather(PyObject *self, PyObject *args);

@@ -1,5 +1,6 @@
 /* _herd.train: herd_train with the options by name, the GIL released while it runs,
  * and a progress callback into Python that can stop it (Ctrl-C too). */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "pyherd.h"
@@ -36,7 +37,7 @@ static bool on_progress(const herd_progress *p, void *user)
         go_on = false;
     } else if (s->fn) {
         PyObject *d = progress_dict(p);
-        PyObject *r = d ? PyObject_CallOneArg(s->fn, d) : NULL;
+        PyObject *r = d ? PyObject_CallFunctionObjArgs(s->fn, d, NULL) : NULL;
         Py_XDECREF(d);
         if (!r)
             go_on = false;
@@ -82,14 +83,15 @@ static PyObject *result_dict(const herd_train_result *r)
 /* options: [(name, text or None)] in order, into cfg (the texts must outlive it). */
 static int set_options(herd_train_config *cfg, PyObject *options)
 {
-    PyObject *fast = PySequence_Fast(options, "options must be a list of (name, value) pairs");
+    /* A list of the same items: the texts live as long as the caller's sequence does. */
+    PyObject *fast = PySequence_List(options);
     if (!fast)
         return -1;
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); i++) {
+    for (Py_ssize_t i = 0; i < PyList_Size(fast); i++) {
         const char *name, *value = NULL;
         PyObject *v;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fast, i), "sO", &name, &v) ||
-            (v != Py_None && !(value = PyUnicode_AsUTF8(v)))) {
+        if (!PyArg_ParseTuple(PyList_GetItem(fast, i), "sO", &name, &v) ||
+            (v != Py_None && !(value = PyUnicode_AsUTF8AndSize(v, NULL)))) {
             Py_DECREF(fast);
             return -1;
         }
@@ -110,13 +112,14 @@ PyObject *pyherd_train(PyObject *self, PyObject *args, PyObject *kwargs)
     static char *names[] = {"model", "train", "test", "options", "progress", "console", NULL};
     PyObject *model, *train, *test = Py_None, *options, *fn = Py_None;
     int console = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!OO|Op", names, &pyherd_model_type, &model,
-                                     &pyherd_dataset_type, &train, &test, &options, &fn, &console))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!OO|Op", names, pyherd_model_type, &model,
+                                     pyherd_dataset_type, &train, &test, &options, &fn, &console))
         return NULL;
-    if (test != Py_None && !PyObject_TypeCheck(test, &pyherd_dataset_type))
+    if (test != Py_None && !PyObject_TypeCheck(test, pyherd_dataset_type))
         return PyErr_Format(PyExc_TypeError, "test data must be a herd data set or None");
     if (fn != Py_None && !PyCallable_Check(fn))
-        return PyErr_Format(PyExc_TypeError, "progress must be callable, got %s", Py_TYPE(fn)->tp_name);
+        return PyErr_Format(PyExc_TypeError, "progress must be callable, got %S",
+                            (PyObject *)Py_TYPE(fn));
     herd_train_config cfg;
     herd_train_config_default(&cfg);
     if (set_options(&cfg, options) < 0)

@@ -138,6 +138,16 @@ static void device_free(herd_dist *d)
     d->device = NULL;
 }
 
+/* The backend of a device's memory; host memory is refused. */
+static herd_status device_backend(const char *device, const herd_backend **be)
+{
+    HERD_TRY(herd_backend_for(device, be));
+    if ((*be)->host_memory)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "'%s' memory is host memory: use "
+                        "herd_dist_allreduce_start", device);
+    return HERD_OK;
+}
+
 /* d's device communicator, made on the first call (collectively: every rank makes its
  * first device collective together, as it must start every collective together). */
 static herd_status device_of(herd_dist *d, const char *device, herd_dist_device **out)
@@ -151,10 +161,7 @@ static herd_status device_of(herd_dist *d, const char *device, herd_dist_device 
         return HERD_OK;
     }
     const herd_backend *be;
-    HERD_TRY(herd_backend_for(device, &be));
-    if (be->host_memory)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "'%s' memory is host memory: use "
-                        "herd_dist_allreduce_start", device);
+    HERD_TRY(device_backend(device, &be));
     herd_dist_device *dev = herd_xcalloc(1, sizeof *dev);
     if (!dev)
         return HERD_ERR_NOMEM;
@@ -177,10 +184,8 @@ static herd_status device_of(herd_dist *d, const char *device, herd_dist_device 
 
 /* buf *= scale for a group of one, as the host path scales: through host memory (the
  * backends have no scaling op, and one process's sum needs no speed). */
-static herd_status scale_through_host(const char *device, float *buf, size_t n, float scale)
+static herd_status scale_through_host(const herd_backend *be, float *buf, size_t n, float scale)
 {
-    const herd_backend *be;
-    HERD_TRY(herd_backend_for(device, &be));
     float *host = malloc(n * sizeof *host);
     if (!host)
         return HERD_NOMEM(n * sizeof *host);
@@ -201,8 +206,11 @@ herd_status herd_dist_allreduce_device_start(herd_dist *d, const char *device, v
         return HERD_ERR(HERD_ERR_INVALID_ARG, "herd_dist_allreduce_device_start: a device, a "
                         "buffer of %zu values, a scale and a ticket to return", n);
     *ticket = 0;
-    if (!d || d->size == 1) /* a group of one: the sum is the buffer, scaled */
-        return scale == 1.0f || n == 0 ? HERD_OK : scale_through_host(device, buf, n, scale);
+    if (!d || d->size == 1) { /* a group of one: the sum is the buffer, scaled */
+        const herd_backend *be;
+        HERD_TRY(device_backend(device, &be));
+        return scale == 1.0f || n == 0 ? HERD_OK : scale_through_host(be, buf, n, scale);
+    }
     herd_dist_device *dev = NULL;
     HERD_TRY(device_of(d, device, &dev));
     HERD_TRY(dev->comm->ops->allreduce_start(dev->comm, buf, n, scale, HERD_WIRE_FP32, name));
