@@ -25,7 +25,7 @@ class _Bucket:
     def __init__(self, index, params, dtype):
         self.index, self.params, self.dtype = index, params, dtype
         self.numel = sum(p.numel() for p in params)
-        self.flat = torch.empty(self.numel, dtype=dtype)
+        self.flat = torch.empty(self.numel, dtype=dtype, device=params[0].device)
         self.offsets, at = [], 0
         for p in params:
             self.offsets.append(at)
@@ -37,12 +37,13 @@ class _Bucket:
 
 def _buckets(params, bucket_mb):
     """Params in reverse order of the model's registration (backward reaches the last
-    layers first), cut by dtype and size: the first bucket small so that communication
-    starts early."""
+    layers first), cut by dtype, device and size: the first bucket small so that
+    communication starts early."""
     buckets, current, size, limit = [], [], 0, FIRST_BUCKET_MB * 2 ** 20
     for p in reversed(params):
         nbytes = p.numel() * p.element_size()
-        if current and (p.dtype != current[0].dtype or size + nbytes > limit):
+        if current and (p.dtype != current[0].dtype or p.device != current[0].device or
+                        size + nbytes > limit):
             buckets.append(_Bucket(len(buckets), current, current[0].dtype))
             current, size, limit = [], 0, bucket_mb * 2 ** 20
         current.append(p)

@@ -9,8 +9,10 @@
 Launch with `herd run -np N -- python3 script.py` (or mpirun). Collectives run in the
 order started on herd's communication thread, under its stall inspector and abort
 timeout (herd.torch.init(comm_timeout=, stall_warning=)); a rank that raises ends the
-whole job, naming itself, instead of leaving the others waiting. CPU tensors; CUDA
-tensors are refused for now (docs/python.md says what waits).
+whole job, naming itself, instead of leaving the others waiting. CPU and CUDA tensors:
+float32 CUDA tensors are summed in GPU memory through NCCL when herd is built with CUDA
+and NCCL (through MPI via host memory where ranks share a GPU); every other CUDA
+collective goes through host memory (docs/python.md).
 """
 import atexit
 import io
@@ -150,7 +152,7 @@ def mpi_built():
 
 
 def nccl_built():
-    """Whether this herd reduces GPU memory with NCCL (herd.torch takes CPU tensors for now)."""
+    """Whether this herd sums GPU memory with NCCL (float32 CUDA tensors, one GPU a rank)."""
     return _herd.have_nccl()
 
 
@@ -168,11 +170,37 @@ def join(device=-1):
 def _check(tensor, what):
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{what} takes a torch.Tensor, got {type(tensor).__name__}")
-    if tensor.device.type != "cpu":
-        raise HerdError(f"{what}: a tensor on {tensor.device} (herd.torch reduces CPU tensors for "
-                        "now; CUDA tensors through NCCL wait for a GPU session)")
+    if tensor.device.type not in ("cpu", "cuda"):
+        raise HerdError(f"{what}: a tensor on {tensor.device} (herd.torch takes CPU and CUDA tensors)")
     if tensor.is_sparse:
         raise HerdError(f"{what}: sparse tensors are not offered")
+
+
+_gpu = None  # the CUDA device herd's own GPU collectives run on, once the first one ran
+
+
+def _on_herd_gpu(tensor, compression, what):
+    """Whether herd sums this CUDA tensor in GPU memory: float32, no compression, and a
+    herd built with CUDA (its backend, made at the first such sum, takes one GPU a
+    process: the tensor's). Otherwise the tensor goes through host memory."""
+    if tensor.dtype != torch.float32 or compression != Compression.none or \
+            "cuda: not built" in _herd.build_info():
+        return False
+    global _gpu
+    if _gpu is None:
+        _gpu = tensor.device
+    elif tensor.device != _gpu:
+        raise InvalidArgument(f"{what}: a tensor on {tensor.device}, but herd's GPU collectives "
+                              f"run on {_gpu} (one GPU a process: torch.cuda.set_device(hvd.local_rank()))")
+    return True
+
+
+def _allreduce_gpu(tensor, scale, name):
+    """Starts herd's sum of a float32 CUDA tensor in place: PyTorch's queued writes to it
+    finish first (herd's streams are its own); the sum is in place once waited for."""
+    torch.cuda.current_stream(tensor.device).synchronize()
+    with torch.cuda.device(tensor.device):  # the first call builds herd's backend on this GPU
+        return _herd.allreduce_device_start("cuda", tensor.data_ptr(), tensor.numel(), scale, name)
 
 
 def _scale(op, average, what):
@@ -187,10 +215,12 @@ def _scale(op, average, what):
 
 
 class _Handle:
-    """A collective in flight: the tensor it writes and the ticket to wait for."""
+    """A collective in flight: the tensor it writes and the ticket to wait for (and a CUDA
+    tensor whose values went through host memory: `back`, written once done)."""
 
-    def __init__(self, tensor, ticket, after=None, keep=()):
+    def __init__(self, tensor, ticket, after=None, keep=(), back=None):
         self.tensor, self.ticket, self.after, self.keep, self.done = tensor, ticket, after, keep, False
+        self.back = back
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, compression=Compression.none,
@@ -206,6 +236,13 @@ def allreduce_async_(tensor, average=None, name=None, op=None, compression=Compr
     if compression not in _WIRE:
         raise InvalidArgument(f"{what}: compression is Compression.none, fp16 or bf16, got {compression!r}")
     scale = _scale(op, average, what) * float(prescale_factor) * float(postscale_factor)
+    if tensor.is_cuda:
+        if _on_herd_gpu(tensor, compression, what):
+            return _Handle(tensor, _allreduce_gpu(tensor, scale, name or "allreduce"))
+        host = tensor.detach().to("cpu")
+        h = allreduce_async_(host, average, name, op, compression, prescale_factor, postscale_factor)
+        h.back = tensor
+        return h
     after = None
     if tensor.dtype == torch.float32:
         wire = _WIRE[compression]
@@ -233,6 +270,9 @@ def synchronize(handle):
         _herd.wait(handle.ticket)
         if handle.after is not None:
             handle.tensor.mul_(handle.after)
+        if handle.back is not None:
+            handle.back.copy_(handle.tensor)
+            handle.tensor, handle.back = handle.back, None
         handle.done = True
     return handle.tensor
 
@@ -264,6 +304,8 @@ def allgather(tensor, name=None):
     between ranks; the others must match)."""
     what = f"allgather {name}" if name else "allgather"
     _check(tensor, what)
+    if tensor.is_cuda:  # through host memory
+        return allgather(tensor.detach().to("cpu"), name).to(tensor.device)
     t = _contiguous(tensor).reshape(tensor.shape if tensor.dim() else (1,))
     rows = torch.tensor([t.shape[0]], dtype=torch.int64)
     all_rows = torch.empty(size(), dtype=torch.int64)
@@ -301,6 +343,11 @@ def broadcast_(tensor, root_rank, name=None):
     _check(tensor, what)
     if not tensor.is_contiguous():
         raise InvalidArgument(f"{what} in place needs a contiguous tensor; use broadcast (a copy)")
+    if tensor.is_cuda:  # through host memory
+        host = tensor.detach().to("cpu")
+        _herd.broadcast(host.data_ptr(), host.numel() * host.element_size(), int(root_rank))
+        tensor.copy_(host)
+        return tensor
     _herd.broadcast(tensor.data_ptr(), tensor.numel() * tensor.element_size(), int(root_rank))
     return tensor
 

@@ -1,6 +1,7 @@
 """herd.torch, Horovod's API for PyTorch on herd's communicator (ctest's python_torch):
 a PyTorch CNN trained on 2 and 3 ranks (and with local accumulation) ends within 1e-5
-of one process taking the whole global batch; every collective checked exactly on 2
+of one process taking the whole global batch, and on GPUs (where PyTorch sees one) 2 ranks
+within 1e-4 of one GPU process, with the collectives on CUDA tensors checked exactly; every collective checked exactly on 2
 and 3 ranks; bad calls raise herd's message on every rank; a rank that raises ends the
 job at once, naming itself; a script under hvd.elastic.run whose rank is killed is
 relaunched by herd run --max-restarts and ends on the bytes of the run never stopped."""
@@ -176,3 +177,19 @@ def test_elastic_restart_ends_on_the_uninterrupted_bytes(tmp_path):
     assert all(torch.equal(whole[k], killed[k]) for k in whole), "the resumed run's weights differ"
     rc, out = run(tmp_path / "whole", 1, "elastic", "0")
     assert rc != 0 and "holds the state an earlier job committed; remove it to start afresh" in out, out
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="PyTorch sees no GPU here")
+
+
+@needs_cuda
+def test_cuda_training_equals_one_gpu_process(tmp_path):
+    """2 ranks on the GPUs (sharing one where there is one: herd then sums through host
+    memory; NCCL on two) against one GPU process taking the whole global batch."""
+    launcher(2)  # skips without MPI
+    rc, out = run(tmp_path, 1, "train", "1", "none", "cuda")
+    assert rc == 0, out
+    rc, out = run(tmp_path, 2, "train", "1", "none", "cuda", "+", "cuda_collectives")
+    assert rc == 0, out
+    assert out.count("ok: cuda:") >= 2 * 6, out
+    assert max_difference(tmp_path / "weights-2-1-none-cuda.pt", tmp_path / "weights-1-1-none-cuda.pt") < 1e-4

@@ -1,10 +1,12 @@
 """Run by test_torch.py on every rank (under the launcher) or alone: OUT MODE [ARGS]
 [+ MODE [ARGS] ...], the modes one after another in one process (each launch imports
 PyTorch, 1.5 to 2 CPU-s a rank on the project's machine).
-train PASSES COMPRESSION: a PyTorch CNN trained 20 steps with herd.torch on global
-  batches of 24 (each rank its shard); rank 0 saves the weights to
-  OUT/weights-N-PASSES-COMPRESSION.pt.
+train PASSES COMPRESSION [DEVICE]: a PyTorch CNN trained 20 steps with herd.torch on
+  global batches of 24 (each rank its shard), on the CPU or (DEVICE cuda) the GPU of the
+  rank's local rank; rank 0 saves the weights to OUT/weights-N-PASSES-COMPRESSION[-cuda].pt.
 collectives: Horovod's collectives checked exactly on every rank; prints "ok: <check>".
+cuda_collectives: the same on CUDA tensors (float32 summed in GPU memory by herd, the
+  rest through host memory).
 raise: rank 1 raises before a collective the others are in.
 stall: rank 1 sleeps outside any collective (HERD_COMM_TIMEOUT ends the job).
 elastic KILL: the CNN trained 20 steps under hvd.elastic.run, committing every 5 to
@@ -17,6 +19,7 @@ import time
 
 import torch
 
+import herd
 import herd.torch as hvd
 
 out = sys.argv[1]
@@ -33,22 +36,31 @@ def model():
         torch.nn.Flatten(), torch.nn.Linear(8 * 3 * 3, 16), torch.nn.ReLU(), torch.nn.Linear(16, 5))
 
 
-def train(passes, compression):
+def gpu():
+    """This rank's GPU (ranks beyond the GPUs share them), made PyTorch's current one."""
+    dev = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
+    torch.backends.cudnn.deterministic = True  # one summation order: only the sums differ
+    return dev
+
+
+def train(passes, compression, device="cpu"):
+    dev = gpu() if device == "cuda" else torch.device("cpu")
     torch.manual_seed(100 + R)  # different on every rank: broadcast_parameters makes them one
-    net = model()
+    net = model().to(dev)
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
     opt = hvd.DistributedOptimizer(opt, named_parameters=net.named_parameters(),
                                    compression=compression, backward_passes_per_step=passes,
                                    bucket_mb=0.001)  # several buckets for a small model
     torch.manual_seed(100)
-    reference = model()
+    reference = model().to(dev)
     net.load_state_dict(reference.state_dict()) if R == 0 else None
     hvd.broadcast_parameters(net.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(opt, root_rank=0)
     data = torch.Generator().manual_seed(7)
     for step in range(20):
-        x = torch.randn(24, 1, 12, 12, generator=data)
-        y = torch.randint(0, 5, (24,), generator=data)
+        x = torch.randn(24, 1, 12, 12, generator=data).to(dev)
+        y = torch.randint(0, 5, (24,), generator=data).to(dev)
         per = 24 // N
         xs, ys = x[R * per:(R + 1) * per], y[R * per:(R + 1) * per]
         opt.zero_grad()
@@ -59,8 +71,10 @@ def train(passes, compression):
             loss.backward()
         opt.step()
     if R == 0:
-        torch.save(net.state_dict(), f"{out}/weights-{N}-{passes}-{compression}.pt")
-    print(f"rank {R}: trained {N} ranks")
+        suffix = "-cuda" if device == "cuda" else ""
+        torch.save({k: v.cpu() for k, v in net.state_dict().items()},
+                   f"{out}/weights-{N}-{passes}-{compression}{suffix}.pt")
+    print(f"rank {R}: trained {N} ranks on {dev}")
 
 
 def collectives():
@@ -112,6 +126,48 @@ def collectives():
     ok("bad calls raise herd's message on every rank")
 
 
+def cuda_collectives():
+    def ok(what):
+        print(f"ok: {what}", flush=True)
+    dev = gpu()
+    for dtype in (torch.float32, torch.float16, torch.float64):  # float32 on the GPU, the rest through host memory
+        t = torch.full((5,), float(R + 1), dtype=dtype, device=dev)
+        s = hvd.allreduce(t, op=hvd.Sum)
+        assert s.device == dev and torch.equal(s.cpu(), torch.full((5,), float(N * (N + 1) // 2), dtype=dtype)), (dtype, s)
+        a = hvd.allreduce(t)  # Average
+        assert torch.allclose(a.double().cpu(), torch.full((5,), (N + 1) / 2, dtype=torch.float64)), (dtype, a)
+        assert torch.equal(t.cpu(), torch.full((5,), float(R + 1), dtype=dtype))  # a copy
+    ok("cuda: allreduce sum and average, 3 dtypes")
+    big = torch.arange(1 << 20, dtype=torch.float32, device=dev) % 97 * (R + 1)  # written by a kernel just queued
+    hvd.allreduce_(big, op=hvd.Sum)
+    want = (torch.arange(1 << 20, dtype=torch.float32) % 97) * (N * (N + 1) // 2)
+    assert torch.equal(big.cpu(), want), "a million values summed in place"
+    ok("cuda: allreduce in place of a tensor a kernel had just written")
+    handles = [hvd.allreduce_async(torch.full((1000,), float(R * 10 + i), device=dev)) for i in range(4)]
+    for i, h in reversed(list(enumerate(handles))):
+        got = hvd.synchronize(h)
+        assert torch.allclose(got.cpu(), torch.full((1000,), sum(r * 10 + i for r in range(N)) / N)), i
+    ok("cuda: async handles waited for out of order")
+    c = hvd.allreduce(torch.full((64,), 0.1 * (R + 1), device=dev), compression=hvd.Compression.fp16)
+    assert c.device == dev and torch.allclose(c.cpu(), torch.full((64,), 0.1 * (N + 1) / 2), rtol=1e-3), c
+    ok("cuda: fp16 compression (through host memory)")
+    g = hvd.allgather(torch.full((R + 1, 2), float(R), device=dev))
+    assert g.device == dev and g[:, 0].tolist() == [float(r) for r in range(N) for _ in range(r + 1)]
+    ok("cuda: allgather")
+    b = torch.full((4,), float(R), device=dev)
+    hvd.broadcast_(b, root_rank=N - 1)
+    assert torch.equal(b.cpu(), torch.full((4,), float(N - 1)))
+    ok("cuda: broadcast in place")
+    if torch.cuda.device_count() > 1 and "cuda: not built" not in herd.build_info()["build"]:
+        other = torch.device("cuda", (dev.index + 1) % torch.cuda.device_count())
+        try:
+            hvd.allreduce(torch.ones(3, device=other))
+            raise AssertionError("no error for a tensor on another GPU")
+        except hvd.HerdError as e:
+            assert "one GPU a process" in str(e), str(e)
+        ok("cuda: a tensor on another GPU refused")
+
+
 def raise_on_one():
     start = time.time()
     if R == 1:
@@ -159,5 +215,6 @@ def elastic(kill):
 
 
 for mode, *args in tasks:
-    {"train": lambda: train(int(args[0]), args[1]), "collectives": collectives,
+    {"train": lambda: train(int(args[0]), args[1], *args[2:3]), "collectives": collectives,
+     "cuda_collectives": cuda_collectives,
      "raise": raise_on_one, "stall": stall_on_one, "elastic": lambda: elastic(args[0] == "1")}[mode]()
