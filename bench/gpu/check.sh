@@ -112,6 +112,8 @@ check "2 ranks on $dev: stopped and resumed (exit $rc): byte for byte" same "$tm
 # ---- phase times on the device's clock, 2 ranks on one GPU, herd doctor (bench/gpu/check_infra.sh;
 # QUICK=1: resnet20-sized models, the resnet50 phases come from the benchmark below)
 check "bench/gpu/check_infra.sh on $dev" env QUICK=1 LD_LIBRARY_PATH="$HL" bench/gpu/check_infra.sh .dev/herd $dev
+# ---- herd.torch on CUDA tensors (issue 30: bench/gpu/torch_cuda.sh, its own log in $out)
+check "bench/gpu/torch_cuda.sh on $dev" env DEV=$dev bash bench/gpu/torch_cuda.sh "$out"
 
 # ---- compute-sanitizer (refused by some sandboxes: then said, not counted)
 if command -v compute-sanitizer >/dev/null && [ -x .dev/tests/test_backend_cuda ]; then

@@ -44,7 +44,12 @@ mkdir -p .dev/tok
 cat /usr/share/common-licenses/* | python3 scripts/tokenize_bytes.py - .dev/tok/lic_train.bin \
   .dev/tok/lic_val.bin >/dev/null
 # The MPI tests that take a device (run there under Hydra with 2 ranks on the one GPU).
-for t in mpi_equivalence mpi_pipeline mpi_staged test_loss_scale; do cp "$B/tests/$t" .dev/tests/; done
+for t in mpi_equivalence mpi_pipeline mpi_staged mpi_dist_device test_loss_scale; do cp "$B/tests/$t" .dev/tests/; done
+# herd's Python package (stable ABI: it imports in the image's Python 3.12) and libherd.so,
+# for bench/gpu/torch_cuda.sh (herd.torch on CUDA tensors, issue 30).
+mkdir -p .dev/python/herd .dev/lib
+cp -L "$B"/python/herd/*.py "$B"/python/herd/_herd.abi3.so .dev/python/herd/
+cp -L "$B/libherd.so.0" .dev/lib/
 # bench/gpu/speed.sh's tools: the backend's op timer and the kernel-time recorder.
 cuda=/usr/local/cuda
 gcc -O2 -Iinclude -Isrc -I$cuda/include bench/bench_cuda_ops.c "$B/libherd.a" -L$cuda/lib64 \
@@ -59,7 +64,7 @@ hydra=$(readlink -f "$(command -v mpiexec.hydra)")
 cp "$hydra" "$(dirname "$hydra")/hydra_pmi_proxy" .dev/bin/
 ucx=/usr/lib/x86_64-linux-gnu/ucx
 cp -L "$ucx"/libuct_cma.so.0 "$ucx"/libuct_ib.so.0 "$ucx"/libuct_rdmacm.so.0 .dev/lib/ucx/ 2>/dev/null || true
-for f in .dev/herd .dev/herd-xeon .dev/bench_cuda_ops .dev/bench_gemm .dev/tests/* .dev/bin/mpiexec.hydra .dev/bin/hydra_pmi_proxy .dev/lib/ucx/*; do
+for f in .dev/herd .dev/herd-xeon .dev/bench_cuda_ops .dev/bench_gemm .dev/tests/* .dev/bin/mpiexec.hydra .dev/bin/hydra_pmi_proxy .dev/lib/ucx/* .dev/lib/libherd.so.0; do
   [ -e "$f" ] && ldd "$f" 2>/dev/null || true # set -e: one missing binary (no XEON=1) ended the list
 done | awk '$3 ~ /^\// {print $3}' | sort -u |
   grep -v -E "/(libc|libm|libpthread|libdl|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|cuda|cudnn|cublas|nccl|libnvidia" |
