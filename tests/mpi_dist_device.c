@@ -3,8 +3,9 @@
  * ("sim", the default: the simulated device, whose memory the host cannot touch; "cuda":
  * one GPU per rank, through NCCL, or ranks sharing one through MPI): exact sums and means
  * of several buffers started before any is waited for (one empty), waited for out of
- * order, beside a sum of host memory; a group of one scaling its buffer; another device
- * in the same process and a bad call refused. */
+ * order, beside a sum of host memory; a group of one scaling its buffer; a first call
+ * that fails on one rank failing on every rank (none left waiting); another device in
+ * the same process and a bad call refused. */
 #include "mpi_common.h"
 
 static const herd_backend *be;
@@ -83,6 +84,21 @@ static void check_refusals(herd_dist *d, const char *device)
     be->free(buf);
 }
 
+/* Rank 1 names a device it cannot use in the first device collective: every rank fails
+ * it, the others naming rank 1, and the next call on the right device works. */
+static void check_failed_setup(herd_dist *d, const char *device)
+{
+    float *buf = dev_alloc(4);
+    uint64_t ticket;
+    herd_status st = herd_dist_allreduce_device_start(d, d->rank == 1 ? "nosuch" : device, buf, 4,
+                                                      1.0f, "set-up", &ticket);
+    MT_CHECK(st != HERD_OK, "a set-up failing on rank 1 fails here too");
+    if (d->rank != 1)
+        MT_CHECK(strstr(herd_last_error(), "rank 1") != NULL, "the error names rank 1: %s",
+                 herd_last_error());
+    be->free(buf);
+}
+
 /* A group of one (no communicator): the buffer scaled in place, through the host. */
 static void check_alone(const char *device)
 {
@@ -107,6 +123,7 @@ int main(int argc, char **argv)
     mt_rank = d->rank;
     be = mt_backend(d, device);
     check_alone(device);
+    check_failed_setup(d, device);
     check_sums(d, device);
     check_sums(d, device); /* again, on the communicator the first call made */
     check_refusals(d, device);

@@ -160,21 +160,25 @@ static herd_status device_of(herd_dist *d, const char *device, herd_dist_device 
         *out = d->device;
         return HERD_OK;
     }
-    const herd_backend *be;
-    HERD_TRY(device_backend(device, &be));
-    herd_dist_device *dev = herd_xcalloc(1, sizeof *dev);
-    if (!dev)
-        return HERD_ERR_NOMEM;
-    snprintf(dev->name, sizeof dev->name, "%s", device);
-    dev->be = be;
-    dev->probe = be->alloc(sizeof *dev->probe);
-    herd_status st = dev->probe ? HERD_OK : HERD_ERR_NOMEM; /* the allocator said why */
-    /* Collective: a rank that could not allocate still joins, and every rank fails. */
-    st = herd_agree(d, st, "allocating device memory for the device collectives");
+    /* Collective from here: a rank whose device or memory failed still joins the
+     * agreement, so every rank fails together (none waits in the communicator's set-up). */
+    const herd_backend *be = NULL;
+    herd_status st = device_backend(device, &be);
+    herd_dist_device *dev = st == HERD_OK ? herd_xcalloc(1, sizeof *dev) : NULL;
+    if (st == HERD_OK && !dev)
+        st = HERD_ERR_NOMEM; /* the allocator said why */
+    if (dev) {
+        snprintf(dev->name, sizeof dev->name, "%s", device);
+        dev->be = be;
+        dev->probe = be->alloc(sizeof *dev->probe);
+        if (!dev->probe)
+            st = HERD_ERR_NOMEM;
+    }
+    st = herd_agree(d, st, "making the device collectives' backend and memory");
     if (st == HERD_OK)
         st = herd_comm_device_create(d, be, &dev->comm);
     if (st != HERD_OK) {
-        d->device = dev;
+        d->device = dev; /* freed with what it holds (NULL: nothing) */
         device_free(d);
         return st;
     }
