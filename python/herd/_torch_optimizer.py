@@ -101,6 +101,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._check_ranks_agree(all_params)
         self._hooks = []
         if hvd.size() > 1:
+            self._start_gpu_collectives(all_params)
             self._register_hooks(all_params)
 
     def _check_ranks_agree(self, params):
@@ -113,6 +114,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             raise HerdError(f"DistributedOptimizer: rank(s) {differ} hold other parameters, buckets "
                             "or options than rank 0 (names, shapes, dtypes, backward_passes_per_step, "
                             "compression, op): build the same model and optimizer on every rank")
+
+    @staticmethod
+    def _start_gpu_collectives(params):
+        """With gradients on a GPU, one collective here makes herd's GPU backend and
+        communicator on this thread, together on every rank: the gradient hooks run on
+        PyTorch's backward thread, which should only queue sums."""
+        cuda = [p for p in params if p.is_cuda]
+        if cuda:
+            hvd.allreduce(torch.zeros(1, device=cuda[0].device), name="the GPU's first sum")
 
     def _register_hooks(self, params):
         for p in params:
