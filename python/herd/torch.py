@@ -177,14 +177,17 @@ def _check(tensor, what):
 
 
 _gpu = None  # the CUDA device herd's own GPU collectives run on, once the first one ran
+_herd_has_cuda = None  # asked once: build_info loads the CUDA libraries to name them
 
 
 def _on_herd_gpu(tensor, compression, what):
     """Whether herd sums this CUDA tensor in GPU memory: float32, no compression, and a
     herd built with CUDA (its backend, made at the first such sum, takes one GPU a
     process: the tensor's). Otherwise the tensor goes through host memory."""
-    if tensor.dtype != torch.float32 or compression != Compression.none or \
-            "cuda: not built" in _herd.build_info():
+    global _herd_has_cuda
+    if _herd_has_cuda is None:
+        _herd_has_cuda = "cuda: not built" not in _herd.build_info()
+    if tensor.dtype != torch.float32 or compression != Compression.none or not _herd_has_cuda:
         return False
     global _gpu
     if _gpu is None:
@@ -218,9 +221,9 @@ class _Handle:
     """A collective in flight: the tensor it writes and the ticket to wait for (and a CUDA
     tensor whose values went through host memory: `back`, written once done)."""
 
-    def __init__(self, tensor, ticket, after=None, keep=(), back=None):
+    def __init__(self, tensor, ticket, after=None, keep=()):
         self.tensor, self.ticket, self.after, self.keep, self.done = tensor, ticket, after, keep, False
-        self.back = back
+        self.back = None
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, compression=Compression.none,
