@@ -34,7 +34,7 @@ else
   w=$tmp/w; mkdir -p "$w"
   check "one GPU process trains the CNN" "${pyenv[@]}" tests/python/torch_ranks.py "$w" train 1 none cuda
   check "2 ranks on the GPU train it and pass every collective on CUDA tensors" bash -c \
-    "LD_LIBRARY_PATH='$HL' timeout 300 mpiexec.hydra -np 2 '$py' tests/python/torch_ranks.py '$w' \
+    "set -o pipefail; LD_LIBRARY_PATH='$HL' timeout 300 mpiexec.hydra -np 2 '$py' tests/python/torch_ranks.py '$w' \
        train 1 none cuda + cuda_collectives | tee '$w/ranks.txt' && test \$(grep -c 'ok: cuda:' '$w/ranks.txt') -ge 12"
   check "2 ranks end within 1e-4 of one GPU process" "${pyenv[@]}" -c "
 import torch
