@@ -10,6 +10,21 @@ static void *address(PyObject *obj)
     return PyErr_Occurred() ? NULL : p;
 }
 
+/* The group and the buffer of a sum of n values at addr; NULL with the exception set. */
+static herd_dist *sum_of(PyObject *addr, Py_ssize_t n, const char *name, void **buf)
+{
+    *buf = address(addr);
+    PyObject *error = NULL; /* pyherd_dist raises: NULL */
+    herd_dist *d = pyherd_dist(&error);
+    if (!d || (!*buf && PyErr_Occurred()))
+        return NULL;
+    if (n < 0) {
+        PyErr_Format(pyherd_invalid_argument, "%s: %zd values", name, n);
+        return NULL;
+    }
+    return d;
+}
+
 /* (address, count, dtype, scale, wire, name) -> ticket */
 PyObject *pyherd_allreduce_start(PyObject *self, PyObject *args)
 {
@@ -21,13 +36,10 @@ PyObject *pyherd_allreduce_start(PyObject *self, PyObject *args)
     const char *name;
     if (!PyArg_ParseTuple(args, "Onifis", &addr, &n, &type, &scale, &wire, &name))
         return NULL;
-    void *buf = address(addr);
-    PyObject *error = NULL;
-    herd_dist *d = pyherd_dist(&error);
-    if (!d || (!buf && PyErr_Occurred()))
-        return error;
-    if (n < 0)
-        return PyErr_Format(pyherd_invalid_argument, "%s: %zd values", name, n);
+    void *buf;
+    herd_dist *d = sum_of(addr, n, name, &buf);
+    if (!d)
+        return NULL;
     uint64_t ticket;
     herd_status st = herd_dist_allreduce_start(d, buf, (size_t)n, (herd_dtype)type, scale,
                                                (herd_compress)wire, name, &ticket);
@@ -44,13 +56,10 @@ PyObject *pyherd_allreduce_device_start(PyObject *self, PyObject *args)
     const char *device, *name;
     if (!PyArg_ParseTuple(args, "sOnfs", &device, &addr, &n, &scale, &name))
         return NULL;
-    void *buf = address(addr);
-    PyObject *error = NULL;
-    herd_dist *d = pyherd_dist(&error);
-    if (!d || (!buf && PyErr_Occurred()))
-        return error;
-    if (n < 0)
-        return PyErr_Format(pyherd_invalid_argument, "%s: %zd values", name, n);
+    void *buf;
+    herd_dist *d = sum_of(addr, n, name, &buf);
+    if (!d)
+        return NULL;
     uint64_t ticket;
     herd_status st;
     Py_BEGIN_ALLOW_THREADS /* the first call makes the device's communicator, collectively */

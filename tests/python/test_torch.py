@@ -1,8 +1,8 @@
 """herd.torch, Horovod's API for PyTorch on herd's communicator (ctest's python_torch):
 a PyTorch CNN trained on 2 and 3 ranks (and with local accumulation) ends within 1e-5
-of one process taking the whole global batch, and on GPUs (where PyTorch sees one) 2 ranks
-within 1e-4 of one GPU process, with the collectives on CUDA tensors checked exactly; every collective checked exactly on 2
-and 3 ranks; bad calls raise herd's message on every rank; a rank that raises ends the
+of one process taking the whole global batch, and on GPUs (where PyTorch sees one) 2
+ranks within 1e-4 of one GPU process, with the collectives on CUDA tensors checked
+exactly; every collective checked exactly on 2 and 3 ranks; bad calls raise herd's message on every rank; a rank that raises ends the
 job at once, naming itself; a script under hvd.elastic.run whose rank is killed is
 relaunched by herd run --max-restarts and ends on the bytes of the run never stopped."""
 import os

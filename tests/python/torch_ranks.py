@@ -36,6 +36,10 @@ def model():
         torch.nn.Flatten(), torch.nn.Linear(8 * 3 * 3, 16), torch.nn.ReLU(), torch.nn.Linear(16, 5))
 
 
+def ok(what):
+    print(f"ok: {what}", flush=True)
+
+
 def gpu():
     """This rank's GPU (ranks beyond the GPUs share them), made PyTorch's current one."""
     dev = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
@@ -78,8 +82,6 @@ def train(passes, compression, device="cpu"):
 
 
 def collectives():
-    def ok(what):
-        print(f"ok: {what}", flush=True)
     for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
         t = torch.full((5,), float(R + 1), dtype=dtype)
         s = hvd.allreduce(t, op=hvd.Sum)
@@ -127,8 +129,6 @@ def collectives():
 
 
 def cuda_collectives():
-    def ok(what):
-        print(f"ok: {what}", flush=True)
     dev = gpu()
     for dtype in (torch.float32, torch.float16, torch.float64):  # float32 on the GPU, the rest through host memory
         t = torch.full((5,), float(R + 1), dtype=dtype, device=dev)
