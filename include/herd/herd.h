@@ -455,6 +455,11 @@ typedef struct herd_train_config {
     int grad_accum;        /* micro-batches per step; communicate on the last (1) */
     double bucket_mb;      /* gradient bucket size in MiB (25; the first bucket is 1) */
     bool check_replicas;   /* hash parameters after every step and abort if replicas differ */
+    /* Each micro-batch's forward (with the loss) and backward captured once per shape as
+     * CUDA graphs and replayed (docs/gpu.md): the same arithmetic, two launches a step
+     * instead of one per kernel. GPU only; not with dropout, --deterministic, --sync-bn,
+     * ZeRO, pipeline stages or tensor parallelism (refused at start, naming them). */
+    bool cuda_graphs;
     /* The same saved weights whatever the number of ranks, the --grad-accum split and the
      * per-rank batch size that make up the global batch, and the thread count
      * (docs/determinism.md): each slice's gradient is computed alone on one thread and
@@ -689,6 +694,7 @@ typedef struct herd_bench_config {
     /* SGD's learning rate (with herd_train_config's momentum and weight decay); 0: its
      * default, 0.05. Small batches on it can diverge, which ends the benchmark. */
     float lr;
+    bool cuda_graphs; /* herd_train_config's: forward and backward replayed from graphs */
 } herd_bench_config;
 
 HERD_API void herd_bench_config_default(herd_bench_config *cfg);

@@ -354,6 +354,16 @@ herd_status herd_check_softmax_xent(int n, int classes, const float *logits,
     return HERD_OK;
 }
 
+herd_status herd_xent_totals_check(const herd_xent_totals *t, int classes)
+{
+    if (t->bad_row == INT32_MAX)
+        return HERD_OK;
+    return HERD_ERR(HERD_ERR_INVALID_ARG,
+                    "softmax_xent: label %d of sample %d is outside [0, %d); does the model's "
+                    "class count match the dataset?",
+                    (int)t->bad_label, (int)t->bad_row, classes);
+}
+
 herd_status herd_check_sgd_update(size_t n, const float *w, const float *g,
                                   const float *momentum_buf, const herd_sgd_args *a)
 {

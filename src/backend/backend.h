@@ -139,6 +139,20 @@ typedef struct herd_bf16_act_ops {
                                 const double *sum_dy_xc, int64_t count, uint16_t *dx);
 } herd_bf16_act_ops;
 
+/* softmax_xent_queued's totals, as they lie in the backend's memory. */
+typedef struct herd_xent_totals {
+    double loss_sum;  /* the summed per-row loss */
+    int64_t correct;  /* rows whose argmax is the label */
+    int32_t bad_row;  /* the first row whose label is outside [0, classes), or INT32_MAX */
+    int32_t bad_label;
+} herd_xent_totals;
+
+/* A captured sequence of a backend's ops, replayed by one launch (CUDA graphs). */
+typedef struct herd_graph herd_graph;
+/* What a graph captures: backend ops only, the same ones with the same arguments
+ * every time it runs. */
+typedef herd_status (*herd_graph_region)(void *user);
+
 struct herd_device_info;
 
 typedef struct herd_backend {
@@ -256,6 +270,13 @@ typedef struct herd_backend {
      * count of argmax hits (host values). dlogits may be NULL (evaluation). */
     herd_status (*softmax_xent)(int n, int classes, const float *logits, const int32_t *labels,
                                 float smoothing, float *dlogits, double *loss_sum, long *correct);
+    /* The same, with its totals left in the backend's memory (`totals`, one
+     * herd_xent_totals) instead of waited for: what a graph captures (below). The host
+     * reads them later (memcpy_d2h) and herd_xent_totals_check refuses a bad label then.
+     * NULL where the backend has no graphs. */
+    herd_status (*softmax_xent_queued)(int n, int classes, const float *logits,
+                                       const int32_t *labels, float smoothing, float *dlogits,
+                                       herd_xent_totals *totals);
 
     /* Vocabulary-parallel cross-entropy (nn/xent_split.c), in the backend's memory (stats
      * and lse too; the caller copies them to and from the host): logits [n, count]
@@ -355,7 +376,24 @@ typedef struct herd_backend {
      * guess (a GPU: the phase clock takes the host's time as it records a step's first
      * mark, right for a device that has drained the last step). */
     herd_status (*timer_host_time)(int slot, double *host_seconds);
+
+    /* Graphs (NULL where the backend has none: the CPU runs each op as it is called).
+     * graph_capture runs `region` with every op recorded, not computed: its ops must
+     * not wait for the device, copy to or from the host, allocate or free, so the host
+     * reads nothing inside it; pointers and scalars are fixed at capture. graph_launch
+     * computes the recorded ops (in the backend's order with the others) and returns
+     * once any check inside them has been read; *stale says that memory was freed since
+     * the capture (a pointer in it may now be another buffer's): nothing was computed,
+     * capture again. A device that validates data inside an op (token ids) reports what
+     * it found from graph_launch. */
+    herd_status (*graph_capture)(herd_graph_region region, void *user, herd_graph **out);
+    herd_status (*graph_launch)(herd_graph *g, bool *stale);
+    void (*graph_free)(herd_graph *g);
 } herd_backend;
+
+/* The error for totals read back from softmax_xent_queued holding a bad label (the
+ * message softmax_xent gives), or HERD_OK. */
+herd_status herd_xent_totals_check(const herd_xent_totals *t, int classes);
 
 /* The marks a backend's timer holds at once (slots are reused round the ring). */
 #define HERD_TIMER_SLOTS 256

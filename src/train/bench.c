@@ -8,6 +8,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "obs/observer.h"
+#include "train/graph_step.h"
 #include "train/step.h"
 #include "train/tensor_par.h"
 
@@ -43,6 +44,11 @@ static herd_status run_steps(herd_model *m, herd_dataset *ds, const herd_bench_c
     if (st == HERD_OK)
         st = herd_step_plan_init(&plan, m, comm, cfg.bucket_mb, HERD_WIRE_FP32, false);
     plan.timeline = tl;
+    char why[320];
+    if (st == HERD_OK && bc->cuda_graphs && herd_graphs_refusal(m, why, sizeof why))
+        st = HERD_INPUT_ERR(HERD_ERR_UNSUPPORTED, "%s", why);
+    else if (st == HERD_OK && bc->cuda_graphs)
+        st = herd_step_graphs_create(&plan);
     char advice[96];
     snprintf(advice, sizeof advice, "the benchmark trains with SGD at --lr %g: lower it",
              (double)cfg.lr);
@@ -150,6 +156,10 @@ herd_status herd_bench_run(herd_model *m, herd_dataset *ds, const herd_bench_con
     if (device_comm)
         comm = device_comm;
     int parts = cfg->tensor_parallel > 1 ? cfg->tensor_parallel : 1;
+    if (st == HERD_OK && parts > 1 && cfg->cuda_graphs)
+        st = HERD_INPUT_ERR(HERD_ERR_UNSUPPORTED, "--cuda-graphs does not work with "
+                            "--tensor-parallel: its layers exchange with the tensor group "
+                            "mid-step; drop one of them");
     if (st == HERD_OK && comm->size % parts != 0)
         st = HERD_ERR(HERD_ERR_INVALID_ARG, "%d ranks do not divide into groups of "
                       "--tensor-parallel %d", comm->size, parts);

@@ -1,5 +1,7 @@
 #include "train/step.h"
 
+#include "train/graph_step.h"
+
 #include <math.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -27,6 +29,8 @@ void herd_step_plan_free(herd_step_plan *p, herd_model *m)
 {
     herd_buckets_free(&p->buckets);
     herd_replica_stage_free(&p->replica_stage);
+    herd_step_graphs_free(p->graphs, m->be);
+    p->graphs = NULL;
     m->be->free(p->dlogits);
     m->be->free(p->x_dev);
     m->be->free(p->labels_dev);
@@ -61,6 +65,23 @@ static herd_status batch_to_backend(herd_model *m, float **x_dev, int32_t **labe
     out->x = *x_dev;
     out->labels = *labels_dev;
     return HERD_OK;
+}
+
+herd_status herd_step_inputs(herd_model *m, herd_step_plan *p, const herd_batch *host,
+                             herd_batch *dev)
+{
+    HERD_TRY(batch_to_backend(m, &p->x_dev, &p->labels_dev, &p->input_capacity, host, dev));
+    if (dev->n > p->dlogits_capacity) {
+        m->be->free(p->dlogits);
+        size_t bytes = (size_t)dev->n * m->positions * m->classes * sizeof(float);
+        herd_mem_category was = herd_mem_category_set(HERD_MEM_ACTIVATIONS);
+        p->dlogits = m->be->alloc(bytes);
+        herd_mem_category_set(was);
+        if (!p->dlogits)
+            return HERD_ERR_NOMEM; /* the allocator said why */
+        p->dlogits_capacity = dev->n;
+    }
+    return herd_model_reshape(m, dev->n);
 }
 
 static herd_status comm_sum_f64(void *comm, double *vals, int n)
@@ -135,24 +156,15 @@ void herd_step_arm_reduction(herd_step_plan *p, herd_model *m, int n_micro, herd
 herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *host, int micro,
                             int n_micro, float label_smoothing, uint64_t seed, herd_step_stats *s)
 {
+    if (p->graphs)
+        return herd_graph_micro_step(m, p, host, micro, n_micro, label_smoothing, s);
     HERD_TRY(herd_phase_mark(&p->clock, micro == 0 ? HERD_PHASE_START : HERD_PHASE_GAP));
     double t0 = herd_now();
     herd_batch dev;
-    HERD_TRY(batch_to_backend(m, &p->x_dev, &p->labels_dev, &p->input_capacity, host, &dev));
+    HERD_TRY(herd_step_inputs(m, p, host, &dev));
     const herd_batch *b = &dev;
     /* A language model predicts at every position: a row of the loss per token. */
     const int rows = b->n * m->positions;
-    if (b->n > p->dlogits_capacity) {
-        m->be->free(p->dlogits);
-        size_t bytes = (size_t)rows * m->classes * sizeof(float);
-        herd_mem_category was = herd_mem_category_set(HERD_MEM_ACTIVATIONS);
-        p->dlogits = m->be->alloc(bytes);
-        herd_mem_category_set(was);
-        if (!p->dlogits)
-            return HERD_ERR_NOMEM; /* the allocator said why */
-        p->dlogits_capacity = b->n;
-    }
-    HERD_TRY(herd_model_reshape(m, b->n));
     herd_run_ctx ctx = herd_model_ctx(m, true, seed);
     ctx.grad_beta = micro > 0 && !p->exact ? 1.0f : 0.0f; /* exact: each slice alone */
     ctx.exact = p->exact_linear;
@@ -195,6 +207,11 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
     HERD_TRY(herd_model_backward(m, &ctx, b->x, p->dlogits));
     if (p->exact && !whole) /* whole: the linear layers added their slices */
         HERD_TRY(herd_exact_sum_add(p->exact, m));
+    return herd_step_backward_done(p, s, t0, t1);
+}
+
+herd_status herd_step_backward_done(herd_step_plan *p, herd_step_stats *s, double t0, double t1)
+{
     double t2 = herd_now();
     HERD_TRY(herd_phase_mark(&p->clock, HERD_PHASE_BACKWARD));
     s->t.forward += t1 - t0;

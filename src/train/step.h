@@ -79,6 +79,9 @@ typedef struct herd_step_plan {
     herd_timeline *timeline; /* --timeline: phases and layers become events (NULL: off) */
     herd_replica_stage replica_stage; /* --check-replicas on a device: the host copy */
     herd_phase_clock clock;  /* the phases on the device's clock, where it has one */
+    /* --cuda-graphs: forward and backward replayed from captured graphs (graph_step.h);
+     * NULL: off. */
+    struct herd_step_graphs *graphs;
 } herd_step_plan;
 
 typedef struct herd_step_stats {
@@ -105,6 +108,16 @@ herd_group_sum herd_group_of_comm(herd_comm *c);
  * reduction (scaled by 1/(ranks x n_micro)) once backward has produced it, through
  * ctx's after-backward hook. Nothing to do for one process without accumulation. */
 void herd_step_arm_reduction(herd_step_plan *p, herd_model *m, int n_micro, herd_run_ctx *ctx);
+
+/* The batch in the backend's memory (dev: copies there, kept for the next batch, or
+ * the host batch itself on the CPU), the loss gradient's buffer and the model's
+ * activations grown to its size. */
+herd_status herd_step_inputs(herd_model *m, herd_step_plan *p, const herd_batch *host,
+                             herd_batch *dev);
+
+/* The end of a micro-batch's backward: the phase mark, forward (from t0 to t1) and
+ * backward (from t1 to now) times, and their timeline events. */
+herd_status herd_step_backward_done(herd_step_plan *p, herd_step_stats *s, double t0, double t1);
 
 /* Forward and backward of micro-batch `micro` of `n_micro` in a step: gradients
  * accumulate over the micro-batches, and on the last one the buckets start their

@@ -14,6 +14,7 @@
 #include "core/testhook.h"
 #include "dist/replica.h"
 #include "dist/signature.h"
+#include "train/graph_step.h"
 #include "train/run.h"
 
 /* An epoch's figures over all ranks; a resumed epoch's start with the checkpoint's. */
@@ -481,6 +482,12 @@ static herd_status setup(run *r)
         r->plan.scaler = &r->scaler;
     }
     HERD_TRY(herd_run_exact_setup(r));
+    if (cfg->cuda_graphs) {
+        char why[320];
+        if (herd_graphs_refusal(r->m, why, sizeof why))
+            return HERD_INPUT_ERR(HERD_ERR_UNSUPPORTED, "%s", why);
+        HERD_TRY(herd_step_graphs_create(&r->plan));
+    }
     r->plan.clip_grad_norm = cfg->clip_grad_norm;
     r->plan.skip_nonfinite = cfg->skip_nonfinite;
     r->plan.skipped = &r->scaler.skipped; /* one count of skipped steps, scaler or not */
@@ -662,6 +669,12 @@ herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
     stop_timeline(&r, false); /* after a failure: nothing written, nothing leaked */
     herd_ckpt_writer_free(r.writer); /* a write in progress ends first: it reads m's views */
     herd_restart_log_close(&r.restarts);
+    if (st == HERD_OK && r.plan.graphs && r.comm->rank == 0) {
+        herd_graph_counts n = herd_step_graph_counts(&r.plan);
+        herd_log(HERD_LOG_INFO, "cuda graphs: %ld captures, %ld launches; %ld forwards or "
+                 "backwards ran as called (each shape's first, and after memory moved)",
+                 n.captures, n.launches, n.eager);
+    }
     herd_step_plan_free(&r.plan, r.m);
     herd_run_exact_free(&r);
     herd_zero_free(&r.zero);

@@ -114,6 +114,20 @@ herd_status herd_train_config_check(const herd_train_config *c)
             return HERD_INPUT_ERR(HERD_ERR_UNSUPPORTED, "--tensor-parallel does not work with %s "
                                   "yet; drop one of them (docs/model-files.md)", with);
     }
+    if (c->cuda_graphs) {
+        /* Each runs collectives or host decisions inside the forward or backward, which a
+         * replayed graph cannot hold. */
+        const char *with = c->deterministic        ? "--deterministic"
+                           : c->sync_bn            ? "--sync-bn"
+                           : c->zero_stage         ? "--zero"
+                           : c->pipeline_stages > 1 ? "--pipeline-stages"
+                           : c->tensor_parallel > 1 ? "--tensor-parallel"
+                                                   : NULL;
+        if (with)
+            return HERD_INPUT_ERR(HERD_ERR_UNSUPPORTED, "--cuda-graphs does not work with %s: "
+                                  "its forward or backward exchanges with other ranks or decides "
+                                  "on the host mid-step; drop one of them (docs/gpu.md)", with);
+    }
     if ((unsigned)c->pp_schedule > HERD_PP_SCHEDULE_GPIPE)
         return HERD_OPTION_ERR("pipeline schedule is 0 (1f1b) or 1 (gpipe), got %d",
                                (int)c->pp_schedule);

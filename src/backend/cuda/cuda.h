@@ -60,6 +60,7 @@ enum { HERD_CUDA_SCRATCH_LOSS, HERD_CUDA_SCRATCH_BN, HERD_CUDA_SCRATCH_FLAG, HER
        HERD_CUDA_SCRATCH_GEMM_A16, HERD_CUDA_SCRATCH_GEMM_B16,
        HERD_CUDA_SCRATCH_ATTN, /* attention's backward: d(scores) of a batch */
        HERD_CUDA_SCRATCH_COLSUM, /* column sums over many rows: each slice's partial sums */
+       HERD_CUDA_SCRATCH_LOSS_TOTALS, /* softmax_xent's totals, waited for */
        HERD_CUDA_SCRATCH_COUNT };
 herd_status herd_cuda_scratch(int slot, size_t bytes, void **p);
 /* Gives a slot's buffer back to the allocator's cache (in stream order). */
@@ -70,6 +71,22 @@ herd_status herd_cuda_host_scratch(size_t bytes, void **p);
  * waited for (the host buffer is free again on return); the staging goes at shutdown. */
 herd_status herd_cuda_upload(void *dst, const void *src, size_t bytes);
 void herd_cuda_upload_release(void);
+
+/* Graphs (cuda_graph.c): backend.h's graph ops; whether this thread is capturing one;
+ * during a capture, the device word (INT_MAX when all is well, else the first bad row)
+ * an embedding's token check writes, which the graph's launch reads and reports; the
+ * check words given back at shutdown. The allocator counts its frees: a graph holding
+ * a freed pointer is stale. */
+herd_status herd_cuda_graph_capture(herd_graph_region region, void *user, herd_graph **out);
+herd_status herd_cuda_graph_launch(herd_graph *g, bool *stale);
+void herd_cuda_graph_free(herd_graph *g);
+void herd_cuda_graph_release(void);
+bool herd_cuda_capturing(void);
+herd_status herd_cuda_graph_defer_check(const float *tokens, int rows, int t, int vocab,
+                                        int **word);
+uint64_t herd_cuda_frees(void);
+/* The error for token row `bad` of an embedding (its value read back). */
+herd_status herd_cuda_token_error(const float *tokens, int bad, int t, int vocab);
 
 /* The phase timer (cuda_timer.c): backend.h's timer_mark / timer_elapsed, and the
  * events given back at shutdown. */
@@ -229,6 +246,9 @@ herd_status herd_cuda_nhwc16_bias_grad(size_t rows, int c, const uint16_t *dy, f
                                        float beta);
 
 /* cuda_loss.cu */
+herd_status herd_cuda_softmax_xent_queued(int n, int classes, const float *logits,
+                                          const int32_t *labels, float smoothing, float *dlogits,
+                                          herd_xent_totals *totals);
 herd_status herd_cuda_softmax_xent(int n, int classes, const float *logits,
                                    const int32_t *labels, float smoothing, float *dlogits,
                                    double *loss_sum, long *correct);

@@ -26,6 +26,7 @@ static block *g_free[NCLASSES];         /* cached blocks by class */
 static block *g_live[LIVE_BUCKETS];     /* handed-out blocks by pointer hash */
 static block *g_spare;                  /* unused list nodes */
 static herd_mem_budget g_budget;
+static uint64_t g_frees;                 /* blocks freed: a graph holding one is stale */
 
 /* Class index and its byte size for a request. */
 static int size_class(size_t bytes, size_t *cls_bytes)
@@ -164,6 +165,7 @@ void herd_cuda_free(void *p)
         link = &(*link)->next;
     block *b = *link;
     if (b) {
+        g_frees++;
         *link = b->next;
         b->next = g_free[b->cls];
         g_free[b->cls] = b;
@@ -172,6 +174,14 @@ void herd_cuda_free(void *p)
     pthread_mutex_unlock(&g_lock);
     /* A pointer this allocator never returned is ignored rather than passed to
      * cudaFree: freeing foreign memory would corrupt another owner. */
+}
+
+uint64_t herd_cuda_frees(void)
+{
+    pthread_mutex_lock(&g_lock);
+    uint64_t n = g_frees;
+    pthread_mutex_unlock(&g_lock);
+    return n;
 }
 
 herd_status herd_cuda_set_memory_limit(uint64_t bytes)

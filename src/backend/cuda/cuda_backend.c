@@ -193,6 +193,7 @@ static const herd_backend cuda_backend = {
     .copy = herd_cuda_copy,
     .fill = herd_cuda_fill,
     .softmax_xent = herd_cuda_softmax_xent,
+    .softmax_xent_queued = herd_cuda_softmax_xent_queued,
     .xent_part_stats = herd_cuda_xent_part_stats,
     .xent_part_grad = herd_cuda_xent_part_grad,
     .embedding_fwd = herd_cuda_embedding_fwd,
@@ -214,6 +215,9 @@ static const herd_backend cuda_backend = {
     .device_identity = cuda_device_identity,
     .timer_mark = herd_cuda_timer_mark,
     .timer_elapsed = herd_cuda_timer_elapsed,
+    .graph_capture = herd_cuda_graph_capture,
+    .graph_launch = herd_cuda_graph_launch,
+    .graph_free = herd_cuda_graph_free,
 };
 
 static bool g_shut_down;
@@ -225,6 +229,7 @@ void herd_backend_cuda_shutdown(void)
     cudaStreamSynchronize(g_ctx.stream);
     herd_cuda_upload_release();
     herd_cuda_timer_release();
+    herd_cuda_graph_release();
     herd_cuda_conv_algos_release();
     herd_cuda_alloc_release();
     cudnnDestroy(g_ctx.cudnn);

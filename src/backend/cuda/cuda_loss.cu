@@ -6,12 +6,8 @@
 
 #define ROWS_PER_BLOCK 4 /* warps per block */
 
-typedef struct xent_result {
-    double loss;
-    long long hits;
-    int bad; /* first sample with a label outside [0, classes), or INT_MAX */
-    int bad_label;
-} xent_result;
+/* The totals are backend.h's herd_xent_totals, in device memory. */
+typedef herd_xent_totals xent_result;
 
 /* ---- kernels */
 
@@ -61,7 +57,7 @@ __global__ void k_xent_rows(int n, int classes, const float *logits, const int32
     int y = labels[row];
     if (y < 0 || y >= classes) {
         if (lane == 0) {
-            atomicMin(&res->bad, row);
+            atomicMin(&res->bad_row, row);
             row_loss[row] = 0.0;
             row_hit[row] = 0;
         }
@@ -107,63 +103,70 @@ __global__ void k_xent_total(int n, const double *row_loss, const int *row_hit, 
         __syncthreads();
     }
     if (threadIdx.x == 0) {
-        res->loss = sl[0];
-        res->hits = sh[0];
+        res->loss_sum = sl[0];
+        res->correct = sh[0];
     }
 }
 
 __global__ void k_xent_init(xent_result *res)
 {
-    res->bad = 0x7fffffff;
+    res->bad_row = 0x7fffffff;
     res->bad_label = 0;
 }
 
 __global__ void k_xent_bad_label(const int32_t *labels, xent_result *res)
 {
-    if (res->bad != 0x7fffffff)
-        res->bad_label = labels[res->bad];
+    if (res->bad_row != 0x7fffffff)
+        res->bad_label = labels[res->bad_row];
 }
 
-/* ---- launcher */
+/* ---- launchers */
+
+extern "C" herd_status herd_cuda_softmax_xent_queued(int n, int classes, const float *logits,
+                                                     const int32_t *labels, float smoothing,
+                                                     float *dlogits, herd_xent_totals *totals)
+{
+    HERD_TRY(herd_check_softmax_xent(n, classes, logits, labels, smoothing));
+    HERD_CHECK_ARRAYS("softmax_xent_queued", 1, totals);
+    cudaStream_t st = herd_cuda_ctx_get()->stream;
+    /* Scratch: n losses, then n hits. */
+    void *scratch;
+    HERD_TRY(herd_cuda_scratch(HERD_CUDA_SCRATCH_LOSS,
+                               (size_t)n * sizeof(double) + (size_t)n * sizeof(int), &scratch));
+    double *row_loss = (double *)scratch;
+    int *row_hit = (int *)(row_loss + n);
+    k_xent_init<<<1, 1, 0, st>>>(totals);
+    HERD_CUDA_LAUNCHED("k_xent_init");
+    k_xent_rows<<<(n + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, 32 * ROWS_PER_BLOCK, 0, st>>>(
+        n, classes, logits, labels, smoothing, dlogits, row_loss, row_hit, totals);
+    HERD_CUDA_LAUNCHED("k_xent_rows");
+    k_xent_total<<<1, 256, 0, st>>>(n, row_loss, row_hit, totals);
+    HERD_CUDA_LAUNCHED("k_xent_total");
+    k_xent_bad_label<<<1, 1, 0, st>>>(labels, totals);
+    HERD_CUDA_LAUNCHED("k_xent_bad_label");
+    return HERD_OK;
+}
 
 extern "C" herd_status herd_cuda_softmax_xent(int n, int classes, const float *logits,
                                               const int32_t *labels, float smoothing,
                                               float *dlogits, double *loss_sum, long *correct)
 {
-    HERD_TRY(herd_check_softmax_xent(n, classes, logits, labels, smoothing));
-    cudaStream_t st = herd_cuda_ctx_get()->stream;
-    /* Scratch: the result struct, then n losses, then n hits. */
-    size_t bytes = 64 + (size_t)n * sizeof(double) + (size_t)n * sizeof(int);
-    void *scratch, *host;
-    HERD_TRY(herd_cuda_scratch(HERD_CUDA_SCRATCH_LOSS, bytes, &scratch));
-    HERD_TRY(herd_cuda_host_scratch(sizeof(xent_result), &host));
-    xent_result *res = (xent_result *)scratch;
-    double *row_loss = (double *)((char *)scratch + 64);
-    int *row_hit = (int *)(row_loss + n);
-
-    k_xent_init<<<1, 1, 0, st>>>(res);
-    HERD_CUDA_LAUNCHED("k_xent_init");
-    k_xent_rows<<<(n + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, 32 * ROWS_PER_BLOCK, 0, st>>>(
-        n, classes, logits, labels, smoothing, dlogits, row_loss, row_hit, res);
-    HERD_CUDA_LAUNCHED("k_xent_rows");
-    k_xent_total<<<1, 256, 0, st>>>(n, row_loss, row_hit, res);
-    HERD_CUDA_LAUNCHED("k_xent_total");
-    k_xent_bad_label<<<1, 1, 0, st>>>(labels, res);
-    HERD_CUDA_LAUNCHED("k_xent_bad_label");
+    void *dev, *host;
+    HERD_TRY(herd_cuda_scratch(HERD_CUDA_SCRATCH_LOSS_TOTALS, sizeof(herd_xent_totals), &dev));
+    HERD_TRY(herd_cuda_host_scratch(sizeof(herd_xent_totals), &host));
+    herd_xent_totals *totals = (herd_xent_totals *)dev;
+    HERD_TRY(herd_cuda_softmax_xent_queued(n, classes, logits, labels, smoothing, dlogits, totals));
     /* The loss goes back to the host every step (it is logged): one small copy. */
-    HERD_CUDA(cudaMemcpyAsync(host, res, sizeof(xent_result), cudaMemcpyDeviceToHost, st),
+    cudaStream_t st = herd_cuda_ctx_get()->stream;
+    HERD_CUDA(cudaMemcpyAsync(host, totals, sizeof *totals, cudaMemcpyDeviceToHost, st),
               "softmax_xent result copy");
     HERD_CUDA(cudaStreamSynchronize(st), "softmax_xent kernels");
-    const xent_result *r = (const xent_result *)host;
-    if (r->bad != 0x7fffffff)
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "softmax_xent: label %d of sample %d is outside [0, %d); does the "
-                        "model's class count match the dataset?",
-                        r->bad_label, r->bad, classes);
+    const herd_xent_totals *r = (const herd_xent_totals *)host;
+    HERD_TRY(herd_xent_totals_check(r, classes));
     if (loss_sum)
-        *loss_sum = r->loss;
+        *loss_sum = r->loss_sum;
     if (correct)
-        *correct = (long)r->hits;
+        *correct = (long)r->correct;
     return HERD_OK;
 }
 

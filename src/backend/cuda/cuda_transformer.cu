@@ -206,17 +206,28 @@ __global__ void k_gelu_bwd(size_t n, const float *x, const float *dy, float *dx)
 /* ---- launchers */
 
 /* The first bad token's row, or -1: one 4-byte copy back, waited for (the forward's
- * first kernel, so little is queued before it). */
-static herd_status first_bad_token(int rows, int vocab, const float *tokens, int *bad_row)
+ * first kernel, so little is queued before it). In a graph's capture the verdict stays
+ * in a device word the graph's launch reads (cuda_graph.c). */
+static herd_status first_bad_token(int rows, int t, int vocab, const float *tokens, int *bad_row)
 {
-    void *p, *host;
-    HERD_TRY(herd_cuda_scratch(HERD_CUDA_SCRATCH_FLAG, sizeof(int), &p));
-    int *flag = (int *)p;
+    *bad_row = -1;
+    int *flag;
+    bool capturing = herd_cuda_capturing();
+    if (capturing)
+        HERD_TRY(herd_cuda_graph_defer_check(tokens, rows, t, vocab, &flag));
+    else {
+        void *p;
+        HERD_TRY(herd_cuda_scratch(HERD_CUDA_SCRATCH_FLAG, sizeof(int), &p));
+        flag = (int *)p;
+    }
     cudaStream_t st = stream();
     HERD_CUDA(cudaMemsetAsync(flag, 0x7f, sizeof(int), st), "clearing the token check");
     k_embed_check<<<herd_cuda_blocks((size_t)rows), HERD_CUDA_THREADS, 0, st>>>(rows, vocab,
                                                                                tokens, flag);
     HERD_CUDA_LAUNCHED("k_embed_check");
+    if (capturing)
+        return HERD_OK;
+    void *host;
     HERD_TRY(herd_cuda_host_scratch(sizeof(int), &host));
     HERD_CUDA(cudaMemcpyAsync(host, flag, sizeof(int), cudaMemcpyDeviceToHost, st),
               "token check copy");
@@ -224,6 +235,17 @@ static herd_status first_bad_token(int rows, int vocab, const float *tokens, int
     int r = *(const int *)host;
     *bad_row = r < rows ? r : -1;
     return HERD_OK;
+}
+
+extern "C" herd_status herd_cuda_token_error(const float *tokens, int bad, int t, int vocab)
+{
+    float id;
+    HERD_CUDA(cudaMemcpy(&id, tokens + bad, sizeof id, cudaMemcpyDeviceToHost),
+              "reading the bad token");
+    return HERD_ERR(HERD_ERR_INVALID_ARG,
+                    "token %g at sample %d, position %d is not a token id of a vocabulary "
+                    "of %d (whole numbers 0..%d)",
+                    (double)id, bad / t, bad % t, vocab, vocab - 1);
 }
 
 extern "C" herd_status herd_cuda_embedding_fwd(int n, int t, int c, int vocab, int first,
@@ -235,16 +257,9 @@ extern "C" herd_status herd_cuda_embedding_fwd(int n, int t, int c, int vocab, i
     if (total == 0)
         return HERD_OK;
     int bad = -1;
-    HERD_TRY(first_bad_token(n * t, vocab, tokens, &bad));
-    if (bad >= 0) {
-        float id;
-        HERD_CUDA(cudaMemcpy(&id, tokens + bad, sizeof id, cudaMemcpyDeviceToHost),
-                  "reading the bad token");
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "token %g at sample %d, position %d is not a token id of a vocabulary "
-                        "of %d (whole numbers 0..%d)",
-                        (double)id, bad / t, bad % t, vocab, vocab - 1);
-    }
+    HERD_TRY(first_bad_token(n * t, t, vocab, tokens, &bad));
+    if (bad >= 0)
+        return herd_cuda_token_error(tokens, bad, t, vocab);
     k_embed_fwd<<<herd_cuda_blocks(total), HERD_CUDA_THREADS, 0, stream()>>>(
         total, t, c, vocab, first, count, tokens, wte, wpe, y);
     HERD_CUDA_LAUNCHED("k_embed_fwd");

@@ -49,6 +49,29 @@ herd_status herd_sim_xent_part_grad(int n, int count, int first, int classes, co
                                     const int32_t *labels, const double *lse, float smoothing,
                                     float *dlogits);
 
+/* sim_graph.c: backend.h's graph ops (the rules of a CUDA graph, checked). Every op
+ * reports its device arrays (herd_sim_dev does) and the scalars that may change from
+ * step to step; while a graph records, ops are checked and recorded but not computed
+ * (herd_sim_recording); refuse fails a call CUDA refuses while capturing (host values,
+ * copies, allocations, timer marks), note_free a free inside a region. The memory
+ * counts its frees: a graph holding a freed pointer is stale. */
+herd_status herd_sim_graph_capture(herd_graph_region region, void *user, herd_graph **out);
+herd_status herd_sim_graph_launch(herd_graph *g, bool *stale);
+void herd_sim_graph_free(herd_graph *g);
+bool herd_sim_recording(void);
+herd_status herd_sim_graph_array(const char *op, const char *arg, const void *p, size_t bytes);
+herd_status herd_sim_graph_scalar(const char *op, const char *arg, uint64_t bits);
+uint64_t herd_sim_double_bits(double v);
+herd_status herd_sim_graph_refuse(const char *op, const char *why);
+void herd_sim_graph_note_free(void);
+uint64_t herd_sim_frees(void);
+
+/* An op's result: computed, except while a graph records (ops are then only checked). */
+#define HERD_SIM_RUN(call) (herd_sim_recording() ? HERD_OK : (call))
+/* A scalar argument a graph must see unchanged (floats by value, integers by bits). */
+#define HERD_SIM_SCALAR(op, x) HERD_TRY(herd_sim_graph_scalar(op, #x, herd_sim_double_bits((double)(x))))
+#define HERD_SIM_BITS(op, x) HERD_TRY(herd_sim_graph_scalar(op, #x, (uint64_t)(x)))
+
 /* sim_timer.c: backend.h's timer_mark / timer_elapsed / timer_host_time on host clocks. */
 herd_status herd_sim_timer_mark(int slot);
 herd_status herd_sim_timer_elapsed(int from, int to, double *seconds);

@@ -91,7 +91,11 @@ static herd_status sim_gemm(bool trans_a, bool trans_b, int m, int n, int k, flo
     DEV(a, trans_a ? matrix(k, m, lda) : matrix(m, k, lda));
     DEV(b, trans_b ? matrix(n, k, ldb) : matrix(k, n, ldb));
     DEV(c, matrix(m, n, ldc));
-    return cpu()->gemm(trans_a, trans_b, m, n, k, alpha, a_d, lda, b_d, ldb, beta, c_d, ldc);
+    HERD_SIM_SCALAR(OP, alpha);
+    HERD_SIM_SCALAR(OP, beta);
+    HERD_SIM_BITS(OP, trans_a);
+    HERD_SIM_BITS(OP, trans_b);
+    return HERD_SIM_RUN(cpu()->gemm(trans_a, trans_b, m, n, k, alpha, a_d, lda, b_d, ldb, beta, c_d, ldc));
 }
 
 static herd_status sim_bias_add(int rows, int cols, float *y, const float *bias)
@@ -99,7 +103,7 @@ static herd_status sim_bias_add(int rows, int cols, float *y, const float *bias)
     HERD_TRY(herd_check_bias_add(rows, cols, y, bias));
     DEV(y, floats((size_t)rows * (size_t)cols));
     DEV(bias, floats((size_t)cols));
-    return cpu()->bias_add(rows, cols, y_d, bias_d);
+    return HERD_SIM_RUN(cpu()->bias_add(rows, cols, y_d, bias_d));
 }
 
 static herd_status sim_bias_grad(int rows, int cols, const float *dy, float *db, float beta)
@@ -107,7 +111,8 @@ static herd_status sim_bias_grad(int rows, int cols, const float *dy, float *db,
     HERD_TRY(herd_check_bias_grad(rows, cols, dy, db, beta));
     DEV(dy, floats((size_t)rows * (size_t)cols));
     DEV(db, floats((size_t)cols));
-    return cpu()->bias_grad(rows, cols, dy_d, db_d, beta);
+    HERD_SIM_SCALAR(OP, beta);
+    return HERD_SIM_RUN(cpu()->bias_grad(rows, cols, dy_d, db_d, beta));
 }
 
 /* The exact linear ops on the device's memory; the weight gradient in plain mode only
@@ -123,7 +128,7 @@ static herd_status sim_exact_linear_fwd(int rows, int in, int out, const float *
     void *b_d = NULL;
     if (b)
         HERD_TRY(herd_sim_dev(OP, "b", b, floats((size_t)out), &b_d));
-    return cpu()->exact_linear_fwd(rows, in, out, x_d, w_d, b_d, y_d);
+    return HERD_SIM_RUN(cpu()->exact_linear_fwd(rows, in, out, x_d, w_d, b_d, y_d));
 }
 
 static herd_status sim_exact_linear_bwd_data(int rows, int in, int out, const float *dy,
@@ -134,7 +139,7 @@ static herd_status sim_exact_linear_bwd_data(int rows, int in, int out, const fl
     DEV(dy, floats((size_t)rows * (size_t)out));
     DEV(w, floats((size_t)out * (size_t)in));
     DEV(dx, floats((size_t)rows * (size_t)in));
-    return cpu()->exact_linear_bwd_data(rows, in, out, dy_d, w_d, dx_d);
+    return HERD_SIM_RUN(cpu()->exact_linear_bwd_data(rows, in, out, dy_d, w_d, dx_d));
 }
 
 static herd_status sim_exact_linear_wgrad(herd_exact_wgrad *j)
@@ -153,7 +158,7 @@ static herd_status sim_exact_linear_wgrad(herd_exact_wgrad *j)
         HERD_TRY(herd_sim_dev(OP, "bias gradient", bp, floats((size_t)j->out), &bp_d));
     herd_exact_wgrad host = *j;
     host.dy = dy_d, host.x = x_d, host.w.plain = wp_d, host.b.plain = bp_d;
-    HERD_TRY(cpu()->exact_linear_wgrad(&host));
+    HERD_TRY(HERD_SIM_RUN(cpu()->exact_linear_wgrad(&host)));
     j->w.max_bits = host.w.max_bits, j->b.max_bits = host.b.max_bits;
     return HERD_OK;
 }
@@ -212,7 +217,7 @@ static herd_status sim_conv2d_fwd(herd_conv_plan *p, const float *x, const float
     DEV(w, conv_w(&p->d));
     DEV(b, conv_b(&p->d));
     DEV(y, conv_y(&p->d));
-    return cpu()->conv2d_fwd(p->cpu, x_d, w_d, b_d, y_d);
+    return HERD_SIM_RUN(cpu()->conv2d_fwd(p->cpu, x_d, w_d, b_d, y_d));
 }
 
 static herd_status sim_conv2d_bwd_data(herd_conv_plan *p, const float *dy, const float *w,
@@ -222,7 +227,7 @@ static herd_status sim_conv2d_bwd_data(herd_conv_plan *p, const float *dy, const
     DEV(dy, conv_y(&p->d));
     DEV(w, conv_w(&p->d));
     DEV(dx, conv_x(&p->d));
-    return cpu()->conv2d_bwd_data(p->cpu, dy_d, w_d, dx_d);
+    return HERD_SIM_RUN(cpu()->conv2d_bwd_data(p->cpu, dy_d, w_d, dx_d));
 }
 
 static herd_status sim_conv2d_bwd_weights(herd_conv_plan *p, const float *x, const float *dy,
@@ -233,7 +238,8 @@ static herd_status sim_conv2d_bwd_weights(herd_conv_plan *p, const float *x, con
     DEV(dy, conv_y(&p->d));
     DEV(dw, conv_w(&p->d));
     DEV(db, conv_b(&p->d));
-    return cpu()->conv2d_bwd_weights(p->cpu, x_d, dy_d, dw_d, db_d, beta);
+    HERD_SIM_SCALAR(OP, beta);
+    return HERD_SIM_RUN(cpu()->conv2d_bwd_weights(p->cpu, x_d, dy_d, dw_d, db_d, beta));
 }
 
 static herd_status sim_pool_plan(const herd_pool_desc *d, herd_pool_plan **plan)
@@ -269,7 +275,8 @@ static herd_status sim_pool_fwd(herd_pool_plan *p, const float *x, float *y, boo
     HERD_TRY(herd_check_pool_fwd(p, x, y));
     DEV(x, pool_x(&p->d));
     DEV(y, pool_y(&p->d));
-    return cpu()->pool_fwd(p->cpu, x_d, y_d, training);
+    HERD_SIM_BITS(OP, training);
+    return HERD_SIM_RUN(cpu()->pool_fwd(p->cpu, x_d, y_d, training));
 }
 
 static herd_status sim_pool_bwd(herd_pool_plan *p, const float *dy, float *dx)
@@ -278,7 +285,7 @@ static herd_status sim_pool_bwd(herd_pool_plan *p, const float *dy, float *dx)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "pool_bwd: NULL argument");
     DEV(dy, pool_y(&p->d));
     DEV(dx, pool_x(&p->d));
-    return cpu()->pool_bwd(p->cpu, dy_d, dx_d);
+    return HERD_SIM_RUN(cpu()->pool_bwd(p->cpu, dy_d, dx_d));
 }
 
 static herd_status sim_global_avgpool_fwd(int n, int c, int hw, const float *x, float *y)
@@ -286,7 +293,7 @@ static herd_status sim_global_avgpool_fwd(int n, int c, int hw, const float *x, 
     HERD_TRY(herd_check_global_avgpool("global_avgpool_fwd", n, c, hw, x, y));
     DEV(x, floats(nchw(n, c, hw)));
     DEV(y, floats(nchw(n, c, 1)));
-    return cpu()->global_avgpool_fwd(n, c, hw, x_d, y_d);
+    return HERD_SIM_RUN(cpu()->global_avgpool_fwd(n, c, hw, x_d, y_d));
 }
 
 static herd_status sim_global_avgpool_bwd(int n, int c, int hw, const float *dy, float *dx)
@@ -294,7 +301,7 @@ static herd_status sim_global_avgpool_bwd(int n, int c, int hw, const float *dy,
     HERD_TRY(herd_check_global_avgpool("global_avgpool_bwd", n, c, hw, dy, dx));
     DEV(dy, floats(nchw(n, c, 1)));
     DEV(dx, floats(nchw(n, c, hw)));
-    return cpu()->global_avgpool_bwd(n, c, hw, dy_d, dx_d);
+    return HERD_SIM_RUN(cpu()->global_avgpool_bwd(n, c, hw, dy_d, dx_d));
 }
 
 /* ------------------------------------------------------------ batch norm */
@@ -315,8 +322,10 @@ static herd_status sim_bn_fwd_train(int n, int c, int hw, const float *x, const 
     DEV(save_invstd, ch);
     DEV(running_mean, ch);
     DEV(running_var, ch);
-    return cpu()->bn_fwd_train(n, c, hw, x_d, gamma_d, beta_d, y_d, save_mean_d, save_invstd_d,
-                               running_mean_d, running_var_d, momentum, eps);
+    HERD_SIM_SCALAR(OP, momentum);
+    HERD_SIM_SCALAR(OP, eps);
+    return HERD_SIM_RUN(cpu()->bn_fwd_train(n, c, hw, x_d, gamma_d, beta_d, y_d, save_mean_d, save_invstd_d,
+                               running_mean_d, running_var_d, momentum, eps));
 }
 
 static herd_status sim_bn_fwd_infer(int n, int c, int hw, const float *x, const float *gamma,
@@ -331,8 +340,9 @@ static herd_status sim_bn_fwd_infer(int n, int c, int hw, const float *x, const 
     DEV(y, all);
     DEV(running_mean, ch);
     DEV(running_var, ch);
-    return cpu()->bn_fwd_infer(n, c, hw, x_d, gamma_d, beta_d, y_d, running_mean_d,
-                               running_var_d, eps);
+    HERD_SIM_SCALAR(OP, eps);
+    return HERD_SIM_RUN(cpu()->bn_fwd_infer(n, c, hw, x_d, gamma_d, beta_d, y_d, running_mean_d,
+                               running_var_d, eps));
 }
 
 static herd_status sim_bn_bwd(int n, int c, int hw, const float *x, const float *dy,
@@ -350,8 +360,9 @@ static herd_status sim_bn_bwd(int n, int c, int hw, const float *x, const float 
     DEV(dx, all);
     DEV(dgamma, ch);
     DEV(dbeta, ch);
-    return cpu()->bn_bwd(n, c, hw, x_d, dy_d, gamma_d, save_mean_d, save_invstd_d, dx_d,
-                         dgamma_d, dbeta_d, beta);
+    HERD_SIM_SCALAR(OP, beta);
+    return HERD_SIM_RUN(cpu()->bn_bwd(n, c, hw, x_d, dy_d, gamma_d, save_mean_d, save_invstd_d, dx_d,
+                         dgamma_d, dbeta_d, beta));
 }
 
 /* The split ops' double arrays are device memory too: a GPU's kernels read them. */
@@ -362,7 +373,8 @@ static herd_status sim_bn_stats(int n, int c, int hw, const float *x, const doub
     DEV(x, floats(nchw(n, c, hw)));
     DEV(sum, doubles((size_t)c));
     DEV(out, doubles((size_t)c));
-    return cpu()->bn_stats(n, c, hw, x_d, sum_d, count, out_d);
+    HERD_SIM_BITS(OP, count);
+    return HERD_SIM_RUN(cpu()->bn_stats(n, c, hw, x_d, sum_d, count, out_d));
 }
 
 static herd_status sim_bn_apply_train(int n, int c, int hw, const float *x, const float *gamma,
@@ -384,9 +396,12 @@ static herd_status sim_bn_apply_train(int n, int c, int hw, const float *x, cons
     DEV(save_invstd, ch);
     DEV(running_mean, ch);
     DEV(running_var, ch);
-    return cpu()->bn_apply_train(n, c, hw, x_d, gamma_d, beta_d, sum_d, sqdev_d, count, y_d,
+    HERD_SIM_SCALAR(OP, momentum);
+    HERD_SIM_SCALAR(OP, eps);
+    HERD_SIM_BITS(OP, count);
+    return HERD_SIM_RUN(cpu()->bn_apply_train(n, c, hw, x_d, gamma_d, beta_d, sum_d, sqdev_d, count, y_d,
                                  save_mean_d, save_invstd_d, running_mean_d, running_var_d,
-                                 momentum, eps);
+                                 momentum, eps));
 }
 
 static herd_status sim_bn_bwd_reduce(int n, int c, int hw, const float *x, const float *dy,
@@ -405,8 +420,9 @@ static herd_status sim_bn_bwd_reduce(int n, int c, int hw, const float *x, const
     DEV(sum_dy_xc, chd);
     DEV(dgamma, ch);
     DEV(dbeta, ch);
-    return cpu()->bn_bwd_reduce(n, c, hw, x_d, dy_d, save_mean_d, save_invstd_d, sum_dy_d,
-                                sum_dy_xc_d, dgamma_d, dbeta_d, beta);
+    HERD_SIM_SCALAR(OP, beta);
+    return HERD_SIM_RUN(cpu()->bn_bwd_reduce(n, c, hw, x_d, dy_d, save_mean_d, save_invstd_d, sum_dy_d,
+                                sum_dy_xc_d, dgamma_d, dbeta_d, beta));
 }
 
 static herd_status sim_bn_bwd_apply(int n, int c, int hw, const float *x, const float *dy,
@@ -425,8 +441,9 @@ static herd_status sim_bn_bwd_apply(int n, int c, int hw, const float *x, const 
     DEV(sum_dy, chd);
     DEV(sum_dy_xc, chd);
     DEV(dx, all);
-    return cpu()->bn_bwd_apply(n, c, hw, x_d, dy_d, gamma_d, save_mean_d, save_invstd_d,
-                               sum_dy_d, sum_dy_xc_d, count, dx_d);
+    HERD_SIM_BITS(OP, count);
+    return HERD_SIM_RUN(cpu()->bn_bwd_apply(n, c, hw, x_d, dy_d, gamma_d, save_mean_d, save_invstd_d,
+                               sum_dy_d, sum_dy_xc_d, count, dx_d));
 }
 
 /* ------------------------------------------------------------ elementwise */
@@ -435,7 +452,7 @@ static herd_status sim_relu_fwd(size_t n, const float *x, float *y)
 {
     DEV(x, floats(n));
     DEV(y, floats(n));
-    return cpu()->relu_fwd(n, x_d, y_d);
+    return HERD_SIM_RUN(cpu()->relu_fwd(n, x_d, y_d));
 }
 
 static herd_status sim_relu_bwd(size_t n, const float *y, const float *dy, float *dx)
@@ -443,7 +460,7 @@ static herd_status sim_relu_bwd(size_t n, const float *y, const float *dy, float
     DEV(y, floats(n));
     DEV(dy, floats(n));
     DEV(dx, floats(n));
-    return cpu()->relu_bwd(n, y_d, dy_d, dx_d);
+    return HERD_SIM_RUN(cpu()->relu_bwd(n, y_d, dy_d, dx_d));
 }
 
 static herd_status sim_dropout_fwd(size_t n, const float *x, float *y, float *mask, float p,
@@ -452,7 +469,9 @@ static herd_status sim_dropout_fwd(size_t n, const float *x, float *y, float *ma
     DEV(x, floats(n));
     DEV(y, floats(n));
     DEV(mask, floats(n));
-    return cpu()->dropout_fwd(n, x_d, y_d, mask_d, p, seed);
+    HERD_SIM_SCALAR(OP, p);
+    HERD_SIM_BITS(OP, seed);
+    return HERD_SIM_RUN(cpu()->dropout_fwd(n, x_d, y_d, mask_d, p, seed));
 }
 
 static herd_status sim_mul(size_t n, const float *a, const float *b, float *y)
@@ -460,7 +479,7 @@ static herd_status sim_mul(size_t n, const float *a, const float *b, float *y)
     DEV(a, floats(n));
     DEV(b, floats(n));
     DEV(y, floats(n));
-    return cpu()->mul(n, a_d, b_d, y_d);
+    return HERD_SIM_RUN(cpu()->mul(n, a_d, b_d, y_d));
 }
 
 static herd_status sim_add(size_t n, const float *a, const float *b, float *y)
@@ -468,27 +487,29 @@ static herd_status sim_add(size_t n, const float *a, const float *b, float *y)
     DEV(a, floats(n));
     DEV(b, floats(n));
     DEV(y, floats(n));
-    return cpu()->add(n, a_d, b_d, y_d);
+    return HERD_SIM_RUN(cpu()->add(n, a_d, b_d, y_d));
 }
 
 static herd_status sim_axpy(size_t n, float alpha, const float *x, float *y)
 {
     DEV(x, floats(n));
     DEV(y, floats(n));
-    return cpu()->axpy(n, alpha, x_d, y_d);
+    HERD_SIM_SCALAR(OP, alpha);
+    return HERD_SIM_RUN(cpu()->axpy(n, alpha, x_d, y_d));
 }
 
 static herd_status sim_copy(size_t n, const float *x, float *y)
 {
     DEV(x, floats(n));
     DEV(y, floats(n));
-    return cpu()->copy(n, x_d, y_d);
+    return HERD_SIM_RUN(cpu()->copy(n, x_d, y_d));
 }
 
 static herd_status sim_fill(size_t n, float value, float *y)
 {
     DEV(y, floats(n));
-    return cpu()->fill(n, value, y_d);
+    HERD_SIM_SCALAR(OP, value);
+    return HERD_SIM_RUN(cpu()->fill(n, value, y_d));
 }
 
 /* ------------------------------------------------------------ loss, optimizers */
@@ -504,8 +525,37 @@ static herd_status sim_softmax_xent(int n, int classes, const float *logits,
     DEV(dlogits, all);
     HOST(loss_sum);
     HOST(correct);
-    return cpu()->softmax_xent(n, classes, logits_d, labels_d, smoothing, dlogits_d, loss_sum,
-                               correct);
+    return HERD_SIM_RUN(cpu()->softmax_xent(n, classes, logits_d, labels_d, smoothing, dlogits_d, loss_sum,
+                               correct));
+}
+
+/* As CUDA's: a bad label is found when the totals are read, not at the call. */
+static herd_status sim_softmax_xent_queued(int n, int classes, const float *logits,
+                                           const int32_t *labels, float smoothing,
+                                           float *dlogits, herd_xent_totals *totals)
+{
+    HERD_TRY(herd_check_softmax_xent(n, classes, logits, labels, smoothing));
+    HERD_CHECK_ARRAYS("softmax_xent_queued", 1, totals);
+    size_t all = floats((size_t)n * (size_t)classes);
+    DEV(logits, all);
+    DEV(labels, nbytes((size_t)n, sizeof(int32_t)));
+    DEV(dlogits, all);
+    DEV(totals, sizeof *totals);
+    HERD_SIM_SCALAR(OP, smoothing);
+    if (herd_sim_recording())
+        return HERD_OK;
+    const int32_t *y = labels_d;
+    herd_xent_totals t = {.bad_row = INT32_MAX};
+    for (int i = 0; i < n && t.bad_row == INT32_MAX; i++)
+        if (y[i] < 0 || y[i] >= classes)
+            t.bad_row = i, t.bad_label = y[i];
+    long correct = 0;
+    if (t.bad_row == INT32_MAX)
+        HERD_TRY(cpu()->softmax_xent(n, classes, logits_d, labels_d, smoothing, dlogits_d,
+                                     &t.loss_sum, &correct));
+    t.correct = correct;
+    memcpy(totals_d, &t, sizeof t);
+    return HERD_OK;
 }
 
 static herd_status sim_sgd_update(size_t n, float *w, const float *g, float *momentum_buf,
@@ -518,7 +568,7 @@ static herd_status sim_sgd_update(size_t n, float *w, const float *g, float *mom
     DEV(w, floats(n));
     DEV(g, floats(n));
     DEV(momentum_buf, a->momentum != 0.0f ? floats(n) : 0);
-    return cpu()->sgd_update(n, w_d, g_d, momentum_buf_d, a);
+    return HERD_SIM_RUN(cpu()->sgd_update(n, w_d, g_d, momentum_buf_d, a));
 }
 
 static herd_status sim_adamw_update(size_t n, float *w, const float *g, float *m, float *v,
@@ -532,21 +582,22 @@ static herd_status sim_adamw_update(size_t n, float *w, const float *g, float *m
     DEV(g, floats(n));
     DEV(m, floats(n));
     DEV(v, floats(n));
-    return cpu()->adamw_update(n, w_d, g_d, m_d, v_d, a);
+    return HERD_SIM_RUN(cpu()->adamw_update(n, w_d, g_d, m_d, v_d, a));
 }
 
 static herd_status sim_grad_unscale_check(size_t n, float *x, float factor, bool *found_inf)
 {
     DEV(x, floats(n));
     HOST(found_inf);
-    return cpu()->grad_unscale_check(n, x_d, factor, found_inf);
+    HERD_SIM_SCALAR(OP, factor);
+    return HERD_SIM_RUN(cpu()->grad_unscale_check(n, x_d, factor, found_inf));
 }
 
 static herd_status sim_sum_squares(size_t n, const float *x, double *out)
 {
     DEV(x, floats(n));
     HOST(out);
-    return cpu()->sum_squares(n, x_d, out);
+    return HERD_SIM_RUN(cpu()->sum_squares(n, x_d, out));
 }
 
 static const herd_backend sim_backend = {
@@ -591,6 +642,7 @@ static const herd_backend sim_backend = {
     .copy = sim_copy,
     .fill = sim_fill,
     .softmax_xent = sim_softmax_xent,
+    .softmax_xent_queued = sim_softmax_xent_queued,
     .xent_part_stats = herd_sim_xent_part_stats,
     .xent_part_grad = herd_sim_xent_part_grad,
     .embedding_fwd = herd_sim_embedding_fwd,
@@ -614,6 +666,9 @@ static const herd_backend sim_backend = {
     .timer_mark = herd_sim_timer_mark,
     .timer_elapsed = herd_sim_timer_elapsed,
     .timer_host_time = herd_sim_timer_host_time,
+    .graph_capture = herd_sim_graph_capture,
+    .graph_launch = herd_sim_graph_launch,
+    .graph_free = herd_sim_graph_free,
 };
 
 const herd_backend *herd_backend_sim(void)

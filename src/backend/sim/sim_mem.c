@@ -49,6 +49,7 @@ static extent *g_free;                  /* freed extents below g_top, sorted, co
 static size_t g_nfree, g_cap_free;
 static live *g_live;                    /* live blocks, sorted by offset */
 static size_t g_nlive, g_cap_live;
+static uint64_t g_frees;                 /* blocks freed: a graph holding one is stale */
 static size_t g_mapped;                 /* shadow pages of live blocks (their len) */
 static herd_mem_budget g_budget;        /* held = sum of counted; nothing is cached */
 static uint64_t g_by_category[HERD_MEM_CATEGORIES], g_at_peak[HERD_MEM_CATEGORIES];
@@ -180,7 +181,9 @@ static void count(uint64_t bytes, int category, bool obtained)
 
 void *herd_sim_alloc(size_t bytes)
 {
-    if (herd_sim_mem_init() != HERD_OK)
+    if (herd_sim_mem_init() != HERD_OK ||
+        herd_sim_graph_refuse("alloc", "CUDA refuses cudaMalloc while capturing; allocate "
+                              "before the capture") != HERD_OK)
         return NULL;
     int category = herd_mem_category_current();
     if (bytes > g_size) {
@@ -230,6 +233,7 @@ void herd_sim_free(void *p)
 {
     if (!p)
         return;
+    herd_sim_graph_note_free();
     pthread_mutex_lock(&g_lock);
     size_t off = (size_t)((char *)p - g_dev);
     size_t i = herd_sim_is_device(p) ? live_at(off) : g_nlive;
@@ -243,6 +247,7 @@ void herd_sim_free(void *p)
         return;
     }
     live b = g_live[i];
+    g_frees++;
     memmove(&g_live[i], &g_live[i + 1], (g_nlive - i - 1) * sizeof *g_live);
     g_nlive--;
     g_mapped -= b.len;
@@ -281,7 +286,15 @@ herd_status herd_sim_dev(const char *op, const char *arg, const void *p, size_t 
                         "device allocation: it runs past the allocation's end", op, arg, bytes,
                         start, size);
     *shadow = g_shadow + off;
-    return HERD_OK;
+    return herd_sim_graph_array(op, arg, p, bytes);
+}
+
+uint64_t herd_sim_frees(void)
+{
+    pthread_mutex_lock(&g_lock);
+    uint64_t n = g_frees;
+    pthread_mutex_unlock(&g_lock);
+    return n;
 }
 
 herd_status herd_sim_host(const char *op, const char *arg, const void *p)
@@ -290,6 +303,9 @@ herd_status herd_sim_host(const char *op, const char *arg, const void *p)
         return HERD_ERR(HERD_ERR_INVALID_ARG,
                         "sim: %s: argument '%s' is device memory, but the op takes host memory "
                         "there", op, arg);
+    if (p)
+        return herd_sim_graph_refuse(op, "a host value is read or written when the op runs, "
+                                         "which a graph's ops cannot wait for");
     return HERD_OK;
 }
 

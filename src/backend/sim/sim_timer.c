@@ -10,6 +10,7 @@ static bool g_marked[HERD_TIMER_SLOTS];
 herd_status herd_sim_timer_mark(int slot)
 {
     HERD_TRY(herd_check_timer_slot(slot));
+    HERD_TRY(herd_sim_graph_refuse("timer_mark", "a mark inside a graph cannot be timed"));
     g_marks[slot] = herd_now();
     g_marked[slot] = true;
     return HERD_OK;

@@ -24,7 +24,9 @@ herd_status herd_sim_embedding_fwd(int n, int t, int c, int vocab, int first, in
     DEV(wte, prod(count, c));
     DEV(wpe, prod(t, c));
     DEV(y, prod(n, t) * (c > 0 ? (size_t)c : 0));
-    return cpu()->embedding_fwd(n, t, c, vocab, first, count, tokens_d, wte_d, wpe_d, y_d);
+    HERD_SIM_BITS(OP, first);
+    HERD_SIM_BITS(OP, count);
+    return HERD_SIM_RUN(cpu()->embedding_fwd(n, t, c, vocab, first, count, tokens_d, wte_d, wpe_d, y_d));
 }
 
 herd_status herd_sim_embedding_bwd(int n, int t, int c, int first, int count, int context,
@@ -35,8 +37,10 @@ herd_status herd_sim_embedding_bwd(int n, int t, int c, int first, int count, in
     DEV(dy, prod(n, t) * (c > 0 ? (size_t)c : 0));
     DEV(dwte, prod(count, c));
     DEV(dwpe, prod(context, c));
-    return cpu()->embedding_bwd(n, t, c, first, count, context, tokens_d, dy_d, dwte_d, beta_wte,
-                                dwpe_d, beta);
+    HERD_SIM_SCALAR(OP, beta_wte);
+    HERD_SIM_SCALAR(OP, beta);
+    return HERD_SIM_RUN(cpu()->embedding_bwd(n, t, c, first, count, context, tokens_d, dy_d, dwte_d, beta_wte,
+                                dwpe_d, beta));
 }
 
 herd_status herd_sim_layernorm_fwd(int rows, int c, const float *x, const float *gamma,
@@ -49,7 +53,8 @@ herd_status herd_sim_layernorm_fwd(int rows, int c, const float *x, const float 
     DEV(y, prod(rows, c));
     DEV(mean, prod(rows, 1));
     DEV(rstd, prod(rows, 1));
-    return cpu()->layernorm_fwd(rows, c, x_d, gamma_d, bias_d, eps, y_d, mean_d, rstd_d);
+    HERD_SIM_SCALAR(OP, eps);
+    return HERD_SIM_RUN(cpu()->layernorm_fwd(rows, c, x_d, gamma_d, bias_d, eps, y_d, mean_d, rstd_d));
 }
 
 herd_status herd_sim_layernorm_bwd(int rows, int c, const float *x, const float *dy,
@@ -64,15 +69,16 @@ herd_status herd_sim_layernorm_bwd(int rows, int c, const float *x, const float 
     DEV(dx, prod(rows, c));
     DEV(dgamma, prod(1, c));
     DEV(dbias, prod(1, c));
-    return cpu()->layernorm_bwd(rows, c, x_d, dy_d, gamma_d, mean_d, rstd_d, dx_d, dgamma_d,
-                                dbias_d, beta);
+    HERD_SIM_SCALAR(OP, beta);
+    return HERD_SIM_RUN(cpu()->layernorm_bwd(rows, c, x_d, dy_d, gamma_d, mean_d, rstd_d, dx_d, dgamma_d,
+                                dbias_d, beta));
 }
 
 herd_status herd_sim_gelu_fwd(size_t n, const float *x, float *y)
 {
     DEV(x, n);
     DEV(y, n);
-    return cpu()->gelu_fwd(n, x_d, y_d);
+    return HERD_SIM_RUN(cpu()->gelu_fwd(n, x_d, y_d));
 }
 
 herd_status herd_sim_gelu_bwd(size_t n, const float *x, const float *dy, float *dx)
@@ -80,7 +86,7 @@ herd_status herd_sim_gelu_bwd(size_t n, const float *x, const float *dy, float *
     DEV(x, n);
     DEV(dy, n);
     DEV(dx, n);
-    return cpu()->gelu_bwd(n, x_d, dy_d, dx_d);
+    return HERD_SIM_RUN(cpu()->gelu_bwd(n, x_d, dy_d, dx_d));
 }
 
 herd_status herd_sim_attention_fwd(int n, int t, int c, int heads, const float *qkv, float *att,
@@ -90,7 +96,7 @@ herd_status herd_sim_attention_fwd(int n, int t, int c, int heads, const float *
     DEV(qkv, rows * 3 * width);
     DEV(att, prod(n, heads) * prod(t, t));
     DEV(y, rows * width);
-    return cpu()->attention_fwd(n, t, c, heads, qkv_d, att_d, y_d);
+    return HERD_SIM_RUN(cpu()->attention_fwd(n, t, c, heads, qkv_d, att_d, y_d));
 }
 
 herd_status herd_sim_attention_bwd(int n, int t, int c, int heads, const float *qkv,
@@ -101,7 +107,7 @@ herd_status herd_sim_attention_bwd(int n, int t, int c, int heads, const float *
     DEV(att, prod(n, heads) * prod(t, t));
     DEV(dy, rows * width);
     DEV(dqkv, rows * 3 * width);
-    return cpu()->attention_bwd(n, t, c, heads, qkv_d, att_d, dy_d, dqkv_d);
+    return HERD_SIM_RUN(cpu()->attention_bwd(n, t, c, heads, qkv_d, att_d, dy_d, dqkv_d));
 }
 
 herd_status herd_sim_xent_part_stats(int n, int count, int first, const float *logits,
@@ -110,7 +116,7 @@ herd_status herd_sim_xent_part_stats(int n, int count, int first, const float *l
     DEV(logits, prod(n, count));
     DEV_BYTES(labels, prod(n, 1) * sizeof(int32_t));
     DEV_BYTES(stats, prod(n, HERD_XENT_STATS) * sizeof(double));
-    return cpu()->xent_part_stats(n, count, first, logits_d, labels_d, stats_d);
+    return HERD_SIM_RUN(cpu()->xent_part_stats(n, count, first, logits_d, labels_d, stats_d));
 }
 
 herd_status herd_sim_xent_part_grad(int n, int count, int first, int classes, const float *logits,
@@ -121,6 +127,6 @@ herd_status herd_sim_xent_part_grad(int n, int count, int first, int classes, co
     DEV_BYTES(labels, prod(n, 1) * sizeof(int32_t));
     DEV_BYTES(lse, prod(n, 1) * sizeof(double));
     DEV(dlogits, prod(n, count));
-    return cpu()->xent_part_grad(n, count, first, classes, logits_d, labels_d, lse_d, smoothing,
-                                 dlogits_d);
+    return HERD_SIM_RUN(cpu()->xent_part_grad(n, count, first, classes, logits_d, labels_d, lse_d, smoothing,
+                                 dlogits_d));
 }
