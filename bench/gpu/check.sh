@@ -114,6 +114,8 @@ check "2 ranks on $dev: stopped and resumed (exit $rc): byte for byte" same "$tm
 check "bench/gpu/check_infra.sh on $dev" env QUICK=1 LD_LIBRARY_PATH="$HL" bench/gpu/check_infra.sh .dev/herd $dev
 # ---- herd.torch on CUDA tensors (issue 30: bench/gpu/torch_cuda.sh, its own log in $out)
 check "bench/gpu/torch_cuda.sh on $dev" env DEV=$dev bash bench/gpu/torch_cuda.sh "$out"
+# ---- --cuda-graphs byte for byte without (issue 26: bench/gpu/graphs.sh part 1, its own log)
+check "bench/gpu/graphs.sh (correctness) on $dev" env DEV=$dev SECTIONS=1 bash bench/gpu/graphs.sh "$out"
 
 # ---- compute-sanitizer (refused by some sandboxes: then said, not counted)
 if command -v compute-sanitizer >/dev/null && [ -x .dev/tests/test_backend_cuda ]; then
