@@ -4,8 +4,9 @@
 # every epoch and a short last batch (memory freed under the graphs: captured again),
 # accumulation with dynamic loss scaling (a graph per accumulation and scale), resnet20
 # with AdamW and clipping, gpt-nano on tokens, and 2 ranks (the buckets reduce after the
-# backward's graph). The run reports its captures and launches; dropout, the CPU and the
-# options whose forward or backward exchange mid-step are refused, naming why.
+# backward's graph), with ZeRO 1 and 2. The run reports its captures and launches; dropout,
+# the CPU and the options whose forward or backward exchange mid-step are refused, naming
+# why.
 # The second argument names the device: sim (default; its graphs check every rule of a
 # CUDA graph, src/backend/sim/sim_graph.c) or cuda on a GPU machine (bench/gpu).
 source "$(dirname "$0")/testlib.sh"
@@ -39,11 +40,18 @@ same "gpt-nano on tokens" --model gpt-nano --data "tokens:$tmp/t_train.bin,256" 
   --optimizer adamw --lr 0.003 --threads 1 --test-samples 32 --batch-size 8 --max-steps 30
 
 if have_mpi; then
+  # Plain data parallelism, and ZeRO (the update's all-gather waited for whole before the
+  # captured forward; the reduce-scatters after the backward's graph).
   dp=("${lenet[@]}" --epochs 1 --batch-size 16 --device "$dev")
-  timeout 120 "${mpiexec[@]}" -np 2 "$herd" train "${dp[@]}" --save "$tmp/e2.st" >"$tmp/e2.out" 2>&1
-  timeout 120 "${mpiexec[@]}" -np 2 "$herd" train "${dp[@]}" --cuda-graphs --save "$tmp/g2.st" \
-    >"$tmp/g2.out" 2>&1
-  check "2 ranks: the same weights with --cuda-graphs" cmp "$tmp/e2.st" "$tmp/g2.st"
+  for zero in "" "--zero 1" "--zero 2 --grad-accum 2"; do
+    # shellcheck disable=SC2086 # the options' words
+    timeout 120 "${mpiexec[@]}" -np 2 "$herd" train "${dp[@]}" $zero --save "$tmp/e2.st" \
+      >"$tmp/e2.out" 2>&1
+    # shellcheck disable=SC2086
+    timeout 120 "${mpiexec[@]}" -np 2 "$herd" train "${dp[@]}" $zero --cuda-graphs \
+      --save "$tmp/g2.st" >"$tmp/g2.out" 2>&1
+    check "2 ranks${zero:+, $zero}: the same weights with --cuda-graphs" cmp "$tmp/e2.st" "$tmp/g2.st"
+  done
 else
   skipped_part "2 ranks (herd built without MPI, or no launcher)"
 fi
@@ -62,5 +70,6 @@ refused "the CPU" "the cpu backend runs each op as it is called" "${lenet[@]}" -
 refused "--sync-bn" "does not work with --sync-bn" "${lenet[@]}" --device "$dev" --sync-bn
 refused "--deterministic" "does not work with --deterministic" "${lenet[@]}" --device "$dev" \
   --deterministic
-refused "--zero 1" "does not work with --zero" "${lenet[@]}" --device "$dev" --zero 1
+refused "--pipeline-stages 2" "does not work with --pipeline-stages" "${lenet[@]}" --device "$dev" \
+  --pipeline-stages 2
 finish

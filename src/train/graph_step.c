@@ -166,6 +166,9 @@ herd_status herd_graph_micro_step(herd_model *m, herd_step_plan *p, const herd_b
     HERD_TRY(herd_phase_mark(&p->clock, micro == 0 ? HERD_PHASE_START : HERD_PHASE_GAP));
     double t0 = herd_now();
     HERD_TRY(herd_step_inputs(m, p, host, &gs->batch));
+    /* ZeRO: the last update's all-gather whole, before the forward that reads it (the
+     * per-layer waits are host code a replay would not run). */
+    HERD_TRY(herd_step_params_ready(p));
     if (!gs->totals) {
         herd_mem_category was = herd_mem_category_set(HERD_MEM_ACTIVATIONS);
         gs->totals = be->alloc(sizeof *gs->totals);

@@ -119,7 +119,6 @@ herd_status herd_train_config_check(const herd_train_config *c)
          * replayed graph cannot hold. */
         const char *with = c->deterministic        ? "--deterministic"
                            : c->sync_bn            ? "--sync-bn"
-                           : c->zero_stage         ? "--zero"
                            : c->pipeline_stages > 1 ? "--pipeline-stages"
                            : c->tensor_parallel > 1 ? "--tensor-parallel"
                                                    : NULL;
