@@ -168,6 +168,7 @@ herd_status herd_graph_micro_step(herd_model *m, herd_step_plan *p, const herd_b
     HERD_TRY(herd_step_inputs(m, p, host, &gs->batch));
     /* ZeRO: the last update's all-gather whole, before the forward that reads it (the
      * per-layer waits are host code a replay would not run). */
+    p->gather_wait = 0;
     HERD_TRY(herd_step_params_ready(p));
     if (!gs->totals) {
         herd_mem_category was = herd_mem_category_set(HERD_MEM_ACTIVATIONS);
@@ -185,6 +186,8 @@ herd_status herd_graph_micro_step(herd_model *m, herd_step_plan *p, const herd_b
     HERD_TRY(run_part(gs, be, PART_FORWARD, forward_region, 0.0f, 0.0f));
     double t1 = herd_now();
     HERD_TRY(herd_phase_mark(&p->clock, HERD_PHASE_FORWARD));
+    s->t.comm_wait += p->gather_wait;
+    s->t.forward -= p->gather_wait;
     HERD_TRY(run_part(gs, be, PART_BACKWARD, backward_region, a->ctx.grad_beta,
                       p->scaler ? p->scaler->scale : 0.0f));
     /* The buckets' reductions in the order backward would have started them. */
