@@ -17,6 +17,7 @@ token_corpus
 # the graphs were launched.
 same() {
   local tag=$1; shift
+  rm -f "$tmp/e.st" "$tmp/g.st" # no file of an earlier case can pass for this one's
   "$herd" train "$@" --device "$dev" --save "$tmp/e.st" >"$tmp/e.out" 2>&1
   "$herd" train "$@" --device "$dev" --cuda-graphs --save "$tmp/g.st" >"$tmp/g.out" 2>&1
   check "$tag: the same weights with --cuda-graphs" cmp "$tmp/e.st" "$tmp/g.st"
@@ -44,6 +45,7 @@ if have_mpi; then
   # captured forward; the reduce-scatters after the backward's graph).
   dp=("${lenet[@]}" --epochs 1 --batch-size 16 --device "$dev")
   for zero in "" "--zero 1" "--zero 2 --grad-accum 2"; do
+    rm -f "$tmp/e2.st" "$tmp/g2.st"
     # shellcheck disable=SC2086 # the options' words
     timeout 120 "${mpiexec[@]}" -np 2 "$herd" train "${dp[@]}" $zero --save "$tmp/e2.st" \
       >"$tmp/e2.out" 2>&1
