@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Issue 26's CUDA graphs (--cuda-graphs) on one GPU, about 4 minutes:
-#   1. correctness: tests/cli_cuda_graphs.sh on the GPU (weights byte-identical with and
-#      without graphs: lenet5 with evaluations and a short batch, accumulation with dynamic
-#      loss scaling, resnet20 AdamW with clipping, gpt-nano, 2 ranks sharing the GPU; the
-#      refusals); resnet20 and gpt-nano at bf16 likewise; compute-sanitizer's memcheck
-#      over a graphs run;
+#   1. correctness: test_device_graph (the graph ops) and tests/cli_cuda_graphs.sh on the
+#      GPU (weights byte-identical with and without graphs: lenet5 with evaluations and a
+#      short batch, accumulation with dynamic loss scaling, resnet20 AdamW with clipping,
+#      gpt-nano, 2 ranks sharing the GPU with and without ZeRO; the refusals); resnet20
+#      and gpt-nano at bf16 likewise; compute-sanitizer's memcheck over a graphs run;
 #   2. speed: herd bench train without and with --cuda-graphs beside PyTorch (eager, as
 #      bench/torch_reference.py and bench/torch_gpt.py run it) in one run: lenet5 and
 #      resnet20 at batch 128 (fp32, bf16), gpt-nano 64 x 64 (fp32, bf16), resnet50 at 64
@@ -32,6 +32,8 @@ tok=.dev/tok # bench/gpu/pack.sh: Debian's license texts, tokenised byte-level h
 
 if want 1; then
   echo "==== 1. correctness"
+  check "test_device_graph on $dev" env LD_LIBRARY_PATH="$HL" HERD_TEST_DEVICE=$dev timeout 120 \
+    .dev/tests/test_device_graph
   check "tests/cli_cuda_graphs.sh on $dev" env HERD_MPIEXEC="$tmp/mpiexec" \
     bash tests/cli_cuda_graphs.sh "$tmp/herd" "$dev"
   [ "$dev" = cuda ] && p16=bf16 || p16=fp32 # the simulated device computes in fp32
