@@ -45,7 +45,7 @@ static const char train_help[] =
     "  --cuda-graphs            capture each batch shape's forward and backward once as CUDA\n"
     "                           graphs and replay them (two launches a step instead of one\n"
     "                           per kernel; the same arithmetic): for small models whose\n"
-    "                           steps the host's launches bound; not with dropout\n"
+    "                           steps the host's launches bound\n"
     "  --gpu-memory-limit SIZE  cap herd's GPU memory, e.g. 20G (cuda and sim only)\n"
     "  --memory-limit SIZE      cap herd's memory per rank on the model's device, e.g. 300M:\n"
     "                           parameters, gradients, optimizer state, activations, workspace\n"

@@ -3,7 +3,8 @@
  * capture makes the graph stale (nothing computed); a region that waits on the host
  * fails to capture and leaves the device working; softmax_xent_queued leaves
  * softmax_xent's totals in device memory and a bad label is reported when they are
- * read; a bad token inside a captured embedding is reported by the launch, named.
+ * read; a bad token inside a captured embedding is reported by the launch, named; a
+ * captured dropout draws each launch's mask from the seed in device memory.
  * HERD_TEST_DEVICE picks the device: sim (the default, in make test), whose graphs also
  * refuse by name what CUDA refuses while capturing and fail a replay whose scalars,
  * ops or buffers differ from the capture (src/backend/sim/sim_graph.c); or cuda
@@ -18,6 +19,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "core/rng.h"
 
 #if HERD_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -235,6 +237,53 @@ static herd_status run_embed(void *user)
     return dev->embedding_fwd(2, 3, 8, 4, 0, 4, r->ids, r->wte, NULL, r->y);
 }
 
+typedef struct drop_region {
+    float *x, *y, *mask;
+    uint64_t *seed;
+} drop_region;
+
+static herd_status run_drop(void *user)
+{
+    drop_region *r = user;
+    return dev->dropout_fwd_seeded(N, r->x, r->y, r->mask, 0.5f, r->seed, 7);
+}
+
+/* Dropout in a graph draws the mask of the seed written before each launch: the masks
+ * dropout_fwd draws from herd_mix64(seed, 7), bit for bit. */
+static void test_seeded_dropout(void **state)
+{
+    (void)state;
+    drop_region r = {.x = dev->alloc(N * sizeof(float)), .y = dev->alloc(N * sizeof(float)),
+                     .mask = dev->alloc(N * sizeof(float)), .seed = dev->alloc(sizeof(uint64_t))};
+    float *y2 = dev->alloc(N * sizeof(float)), *mask2 = dev->alloc(N * sizeof(float));
+    upload(r.x, 1.5f);
+    uint64_t seed = 11;
+    assert_int_equal(dev->memcpy_h2d(r.seed, &seed, sizeof seed), HERD_OK);
+    herd_graph *g;
+    assert_int_equal(dev->graph_capture(run_drop, &r, &g), HERD_OK);
+    int kept_differ = 0;
+    float last[N] = {0};
+    for (seed = 11; seed < 14; seed++) {
+        assert_int_equal(dev->memcpy_h2d(r.seed, &seed, sizeof seed), HERD_OK);
+        bool stale;
+        assert_int_equal(dev->graph_launch(g, &stale), HERD_OK);
+        assert_int_equal(dev->dropout_fwd(N, r.x, y2, mask2, 0.5f, herd_mix64(seed, 7)), HERD_OK);
+        float a[N], b[N], ma[N], mb[N];
+        assert_int_equal(dev->memcpy_d2h(a, r.y, sizeof a), HERD_OK);
+        assert_int_equal(dev->memcpy_d2h(b, y2, sizeof b), HERD_OK);
+        assert_int_equal(dev->memcpy_d2h(ma, r.mask, sizeof ma), HERD_OK);
+        assert_int_equal(dev->memcpy_d2h(mb, mask2, sizeof mb), HERD_OK);
+        assert_memory_equal(a, b, sizeof a);
+        assert_memory_equal(ma, mb, sizeof ma);
+        kept_differ += memcmp(ma, last, sizeof ma) != 0;
+        memcpy(last, ma, sizeof last);
+    }
+    assert_int_equal(kept_differ, 3); /* each launch its own mask */
+    dev->graph_free(g);
+    dev->free(r.x), dev->free(r.y), dev->free(r.mask), dev->free(r.seed);
+    dev->free(y2), dev->free(mask2);
+}
+
 /* A captured embedding's token check: the launch reports a bad token, naming it. */
 static void test_token_check_in_a_graph(void **state)
 {
@@ -282,6 +331,7 @@ int main(void)
         cmocka_unit_test(test_refused_inside_a_capture),
         cmocka_unit_test(test_queued_loss),
         cmocka_unit_test(test_token_check_in_a_graph),
+        cmocka_unit_test(test_seeded_dropout),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
 #if HERD_HAVE_CUDA

@@ -457,8 +457,8 @@ typedef struct herd_train_config {
     bool check_replicas;   /* hash parameters after every step and abort if replicas differ */
     /* Each micro-batch's forward (with the loss) and backward captured once per shape as
      * CUDA graphs and replayed (docs/gpu.md): the same arithmetic, two launches a step
-     * instead of one per kernel. GPU only; not with dropout, --deterministic, --sync-bn,
-     * pipeline stages or tensor parallelism (refused at start, naming them). */
+     * instead of one per kernel. GPU only; not with --deterministic, --sync-bn, pipeline
+     * stages or tensor parallelism (refused at start, naming them). */
     bool cuda_graphs;
     /* The same saved weights whatever the number of ranks, the --grad-accum split and the
      * per-rank batch size that make up the global batch, and the thread count

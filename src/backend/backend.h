@@ -259,6 +259,11 @@ typedef struct herd_backend {
     /* Inverted dropout: mask holds 0 or 1/(1-p); drawn from (seed) deterministically. */
     herd_status (*dropout_fwd)(size_t n, const float *x, float *y, float *mask, float p,
                                uint64_t seed);
+    /* The same with the seed herd_mix64(*seed, stream), *seed read from the backend's
+     * memory when the op runs, not when it is called: what a graph captures, the step's
+     * seed written there before each launch. NULL where the backend has no graphs. */
+    herd_status (*dropout_fwd_seeded)(size_t n, const float *x, float *y, float *mask, float p,
+                                      const uint64_t *seed, uint64_t stream);
     herd_status (*mul)(size_t n, const float *a, const float *b, float *y); /* y = a*b */
     herd_status (*add)(size_t n, const float *a, const float *b, float *y);   /* y = a+b */
     herd_status (*axpy)(size_t n, float alpha, const float *x, float *y);     /* y += alpha*x */

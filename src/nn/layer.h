@@ -87,6 +87,9 @@ typedef struct herd_run_ctx {
     const herd_tensor_view *views; /* the model's views: layers find their tensors by offset */
     bool training;
     uint64_t seed;   /* per-step seed for dropout masks (derived from run seed and step) */
+    /* The same in the backend's memory, read when the ops run (graphs: written before
+     * each launch); NULL: seed. */
+    const uint64_t *seed_dev;
     float *params;   /* model->params (device memory of be) */
     float *grads;    /* model->grads */
     float *buffers;  /* model->buffers */

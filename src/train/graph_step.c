@@ -36,6 +36,7 @@ typedef struct herd_step_graphs {
     cached_graph cache[CACHED];
     long uses;
     herd_xent_totals *totals; /* the backend's memory */
+    uint64_t *seed;           /* the micro-batch's dropout seed, in the backend's memory */
     herd_batch batch;
     region_args args;
     herd_graph_counts counts;
@@ -43,19 +44,11 @@ typedef struct herd_step_graphs {
 
 const char *herd_graphs_refusal(const herd_model *m, char *buf, size_t cap)
 {
-    if (!m->be->graph_capture || !m->be->softmax_xent_queued) {
+    const herd_backend *be = m->be;
+    if (!be->graph_capture || !be->softmax_xent_queued || !be->dropout_fwd_seeded) {
         snprintf(buf, cap, "--cuda-graphs needs a GPU (--device cuda): the %s backend runs each "
-                 "op as it is called and has no graphs", m->be->name);
+                 "op as it is called and has no graphs", be->name);
         return buf;
-    }
-    for (int i = 0; i < m->n_layers; i++) {
-        const herd_layer *l = &m->layers[i];
-        if (!strcmp(l->ops->type, "dropout") && l->spec.p != 0.0f) {
-            snprintf(buf, cap, "--cuda-graphs: layer '%s' is dropout with p = %g, whose mask "
-                     "changes every step, and a graph would replay its first step's mask; set "
-                     "its p to 0 or train without --cuda-graphs", l->spec.name, (double)l->spec.p);
-            return buf;
-        }
     }
     return NULL;
 }
@@ -74,6 +67,7 @@ void herd_step_graphs_free(herd_step_graphs *gs, const herd_backend *be)
         if (gs->cache[i].g)
             be->graph_free(gs->cache[i].g);
     be->free(gs->totals);
+    be->free(gs->seed);
     free(gs);
 }
 
@@ -158,7 +152,7 @@ static herd_status run_part(herd_step_graphs *gs, const herd_backend *be, int pa
 }
 
 herd_status herd_graph_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *host,
-                                  int micro, int n_micro, float label_smoothing,
+                                  int micro, int n_micro, float label_smoothing, uint64_t seed,
                                   herd_step_stats *s)
 {
     herd_step_graphs *gs = p->graphs;
@@ -173,15 +167,19 @@ herd_status herd_graph_micro_step(herd_model *m, herd_step_plan *p, const herd_b
     if (!gs->totals) {
         herd_mem_category was = herd_mem_category_set(HERD_MEM_ACTIVATIONS);
         gs->totals = be->alloc(sizeof *gs->totals);
+        gs->seed = be->alloc(sizeof *gs->seed);
         herd_mem_category_set(was);
-        if (!gs->totals)
+        if (!gs->totals || !gs->seed)
             return HERD_ERR_NOMEM; /* the allocator said why */
     }
-    /* No step seed (dropout is refused) and no hooks: a replay runs no host code. */
+    /* Dropout reads the micro-batch's seed from the backend's memory when it runs; no
+     * hooks: a replay runs no host code. */
+    HERD_TRY(herd_backend_upload(be, gs->seed, &seed, sizeof seed));
     region_args *a = &gs->args;
-    *a = (region_args){.m = m, .ctx = herd_model_ctx(m, true, 0), .b = &gs->batch,
+    *a = (region_args){.m = m, .ctx = herd_model_ctx(m, true, seed), .b = &gs->batch,
                        .dlogits = p->dlogits, .totals = gs->totals, .scaler = p->scaler,
                        .smoothing = label_smoothing};
+    a->ctx.seed_dev = gs->seed;
     a->ctx.grad_beta = micro > 0 ? 1.0f : 0.0f;
     HERD_TRY(run_part(gs, be, PART_FORWARD, forward_region, 0.0f, 0.0f));
     double t1 = herd_now();

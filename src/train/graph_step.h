@@ -7,7 +7,7 @@
 #include "train/step.h"
 
 /* Why --cuda-graphs cannot train this model on this backend (a message for the user),
- * or NULL: a backend without graphs, a dropout layer (its mask follows the step). */
+ * or NULL: a backend without graphs. */
 const char *herd_graphs_refusal(const herd_model *m, char *buf, size_t cap);
 
 /* The plan's graphs (p->graphs), made before the first step. */
@@ -25,7 +25,7 @@ herd_graph_counts herd_step_graph_counts(const herd_step_plan *p);
  * gradient buckets start their reductions after the backward's graph instead of
  * during it. */
 herd_status herd_graph_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *host,
-                                  int micro, int n_micro, float label_smoothing,
+                                  int micro, int n_micro, float label_smoothing, uint64_t seed,
                                   herd_step_stats *s);
 
 #endif

@@ -157,7 +157,7 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
                             int n_micro, float label_smoothing, uint64_t seed, herd_step_stats *s)
 {
     if (p->graphs)
-        return herd_graph_micro_step(m, p, host, micro, n_micro, label_smoothing, s);
+        return herd_graph_micro_step(m, p, host, micro, n_micro, label_smoothing, seed, s);
     HERD_TRY(herd_phase_mark(&p->clock, micro == 0 ? HERD_PHASE_START : HERD_PHASE_GAP));
     double t0 = herd_now();
     herd_batch dev;

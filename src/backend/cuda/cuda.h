@@ -210,6 +210,8 @@ herd_status herd_cuda_relu_fwd(size_t n, const float *x, float *y);
 herd_status herd_cuda_relu_bwd(size_t n, const float *y, const float *dy, float *dx);
 herd_status herd_cuda_dropout_fwd(size_t n, const float *x, float *y, float *mask, float p,
                                   uint64_t seed);
+herd_status herd_cuda_dropout_fwd_seeded(size_t n, const float *x, float *y, float *mask, float p,
+                                         const uint64_t *seed, uint64_t stream);
 herd_status herd_cuda_mul(size_t n, const float *a, const float *b, float *y);
 herd_status herd_cuda_add(size_t n, const float *a, const float *b, float *y);
 herd_status herd_cuda_axpy(size_t n, float alpha, const float *x, float *y);

@@ -187,6 +187,7 @@ static const herd_backend cuda_backend = {
     .relu_fwd = herd_cuda_relu_fwd,
     .relu_bwd = herd_cuda_relu_bwd,
     .dropout_fwd = herd_cuda_dropout_fwd,
+    .dropout_fwd_seeded = herd_cuda_dropout_fwd_seeded,
     .mul = herd_cuda_mul,
     .add = herd_cuda_add,
     .axpy = herd_cuda_axpy,

@@ -50,6 +50,19 @@ __global__ void k_dropout(size_t n, const float *x, float *y, float *mask, float
     }
 }
 
+/* k_dropout with its key from the step's seed in device memory (graphs). */
+__global__ void k_dropout_seeded(size_t n, const float *x, float *y, float *mask, float p,
+                                 float keep_scale, const uint64_t *seed, uint64_t stream)
+{
+    uint64_t key = herd_dropout_key(herd_mix64(*seed, stream));
+    GRID_STRIDE(i, n)
+    {
+        float m = herd_rng_uniform_at(key, i) >= p ? keep_scale : 0.0f;
+        mask[i] = m;
+        y[i] = x[i] * m;
+    }
+}
+
 /* ---- launchers */
 
 #define LAUNCH(kernel, n, ...)                                                           \
@@ -141,4 +154,14 @@ extern "C" herd_status herd_cuda_dropout_fwd(size_t n, const float *x, float *y,
     HERD_TRY(herd_check_dropout_fwd(n, x, y, mask, p));
     float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
     LAUNCH(k_dropout, n, n, x, y, mask, p, keep_scale, herd_dropout_key(seed));
+}
+
+extern "C" herd_status herd_cuda_dropout_fwd_seeded(size_t n, const float *x, float *y,
+                                                    float *mask, float p, const uint64_t *seed,
+                                                    uint64_t stream)
+{
+    HERD_TRY(herd_check_dropout_fwd(n, x, y, mask, p));
+    HERD_CHECK_ARRAYS("dropout_fwd_seeded", n, seed);
+    float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+    LAUNCH(k_dropout_seeded, n, n, x, y, mask, p, keep_scale, seed, stream);
 }

@@ -9,6 +9,7 @@
 
 #include "backend/sim/sim.h"
 #include "core/error.h"
+#include "core/rng.h"
 
 static const herd_backend *cpu(void) { return herd_backend_cpu(); }
 
@@ -474,6 +475,23 @@ static herd_status sim_dropout_fwd(size_t n, const float *x, float *y, float *ma
     return HERD_SIM_RUN(cpu()->dropout_fwd(n, x_d, y_d, mask_d, p, seed));
 }
 
+static herd_status sim_dropout_fwd_seeded(size_t n, const float *x, float *y, float *mask,
+                                          float p, const uint64_t *seed, uint64_t stream)
+{
+    HERD_TRY(herd_check_dropout_fwd(n, x, y, mask, p));
+    HERD_CHECK_ARRAYS("dropout_fwd_seeded", n, seed);
+    DEV(x, floats(n));
+    DEV(y, floats(n));
+    DEV(mask, floats(n));
+    DEV(seed, n ? sizeof *seed : 0);
+    HERD_SIM_SCALAR(OP, p);
+    HERD_SIM_BITS(OP, stream);
+    if (herd_sim_recording() || n == 0)
+        return HERD_OK;
+    /* The seed as the op finds it when it runs. */
+    return cpu()->dropout_fwd(n, x_d, y_d, mask_d, p, herd_mix64(*(const uint64_t *)seed_d, stream));
+}
+
 static herd_status sim_mul(size_t n, const float *a, const float *b, float *y)
 {
     DEV(a, floats(n));
@@ -636,6 +654,7 @@ static const herd_backend sim_backend = {
     .relu_fwd = sim_relu_fwd,
     .relu_bwd = sim_relu_bwd,
     .dropout_fwd = sim_dropout_fwd,
+    .dropout_fwd_seeded = sim_dropout_fwd_seeded,
     .mul = sim_mul,
     .add = sim_add,
     .axpy = sim_axpy,

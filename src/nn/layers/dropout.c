@@ -37,6 +37,9 @@ static herd_status dropout_forward(herd_layer *l, const herd_run_ctx *ctx, const
     size_t n = herd_shape_numel(l->out_shape);
     if (!ctx->training || l->spec.p == 0.0f)
         return ctx->be->copy(n, x[0], y);
+    if (ctx->seed_dev)
+        return ctx->be->dropout_fwd_seeded(n, x[0], y, st->mask, l->spec.p, ctx->seed_dev,
+                                           (uint64_t)st->layer_index);
     return ctx->be->dropout_fwd(n, x[0], y, st->mask, l->spec.p,
                                 herd_mix64(ctx->seed, (uint64_t)st->layer_index));
 }
