@@ -60,17 +60,17 @@ herd_status herd_sim_graph_launch(herd_graph *g, bool *stale);
 void herd_sim_graph_free(herd_graph *g);
 bool herd_sim_recording(void);
 herd_status herd_sim_graph_array(const char *op, const char *arg, const void *p, size_t bytes);
-herd_status herd_sim_graph_scalar(const char *op, const char *arg, uint64_t bits);
-uint64_t herd_sim_double_bits(double v);
+herd_status herd_sim_graph_real(const char *op, const char *arg, double v);
+herd_status herd_sim_graph_integer(const char *op, const char *arg, uint64_t v);
 herd_status herd_sim_graph_refuse(const char *op, const char *why);
 void herd_sim_graph_note_free(void);
 uint64_t herd_sim_frees(void);
 
 /* An op's result: computed, except while a graph records (ops are then only checked). */
 #define HERD_SIM_RUN(call) (herd_sim_recording() ? HERD_OK : (call))
-/* A scalar argument a graph must see unchanged (floats by value, integers by bits). */
-#define HERD_SIM_SCALAR(op, x) HERD_TRY(herd_sim_graph_scalar(op, #x, herd_sim_double_bits((double)(x))))
-#define HERD_SIM_BITS(op, x) HERD_TRY(herd_sim_graph_scalar(op, #x, (uint64_t)(x)))
+/* A scalar argument a graph must see unchanged: a float, or an integer (or flag). */
+#define HERD_SIM_SCALAR(op, x) HERD_TRY(herd_sim_graph_real(op, #x, (double)(x)))
+#define HERD_SIM_BITS(op, x) HERD_TRY(herd_sim_graph_integer(op, #x, (uint64_t)(x)))
 
 /* sim_timer.c: backend.h's timer_mark / timer_elapsed / timer_host_time on host clocks. */
 herd_status herd_sim_timer_mark(int slot);

@@ -15,11 +15,13 @@
 #include "backend/sim/sim.h"
 #include "core/error.h"
 
+typedef enum { ARRAY, REAL, INTEGER } kind;
+
 typedef struct entry {
     const char *op, *arg;
-    const void *p;
-    uint64_t value; /* bytes of an array, bits of a scalar */
-    bool scalar;
+    const void *p;  /* an array's address */
+    uint64_t value; /* an array's bytes, a scalar's bits */
+    kind kind;
 } entry;
 
 struct herd_graph {
@@ -35,7 +37,7 @@ typedef enum { IDLE, RECORDING, REPLAYING } mode;
 static _Thread_local mode g_mode;
 static _Thread_local herd_graph *g_graph; /* being recorded or replayed */
 static _Thread_local size_t g_pos, g_cap;
-static _Thread_local char g_violation[320]; /* the first refused call, reported at the end */
+static _Thread_local char g_violation[512]; /* the first refused call, reported at the end */
 
 bool herd_sim_recording(void) { return g_mode == RECORDING; }
 
@@ -65,8 +67,21 @@ void herd_sim_graph_note_free(void)
                   "nothing would be freed");
 }
 
-static herd_status note(const char *op, const char *arg, const void *p, uint64_t value,
-                        bool scalar)
+/* "op's arg = value" for messages. */
+static void describe(const entry *e, char *buf, size_t cap)
+{
+    double real;
+    memcpy(&real, &e->value, sizeof real);
+    if (e->kind == ARRAY)
+        snprintf(buf, cap, "%s's %s = %p (%llu bytes)", e->op, e->arg, e->p,
+                 (unsigned long long)e->value);
+    else if (e->kind == REAL)
+        snprintf(buf, cap, "%s's %s = %.9g", e->op, e->arg, real);
+    else
+        snprintf(buf, cap, "%s's %s = %llu", e->op, e->arg, (unsigned long long)e->value);
+}
+
+static herd_status note(entry now)
 {
     herd_graph *g = g_graph;
     if (g_mode == RECORDING) {
@@ -78,43 +93,46 @@ static herd_status note(const char *op, const char *arg, const void *p, uint64_t
             g->entries = e;
             g_cap = cap;
         }
-        g->entries[g->n++] = (entry){.op = op, .arg = arg, .p = p, .value = value, .scalar = scalar};
+        g->entries[g->n++] = now;
         return HERD_OK;
     }
     size_t i = g_pos++;
     const entry *e = i < g->n ? &g->entries[i] : NULL;
-    if (e && e->scalar == scalar && e->p == p && e->value == value && !strcmp(e->op, op) &&
-        !strcmp(e->arg, arg))
+    if (e && e->kind == now.kind && e->p == now.p && e->value == now.value &&
+        !strcmp(e->op, now.op) && !strcmp(e->arg, now.arg))
         return HERD_OK;
-    char was[128] = "nothing (the capture ended there)";
+    char was[128] = "nothing (the capture ended there)", is[128];
     if (e)
-        snprintf(was, sizeof was, "%s's %s = %s%p, %llu", e->op, e->arg, e->scalar ? "scalar " : "",
-                 e->p, (unsigned long long)e->value);
-    char what[320];
+        describe(e, was, sizeof was);
+    describe(&now, is, sizeof is);
+    char what[400];
     snprintf(what, sizeof what,
-             "sim: graph replay: call %zu is %s's %s = %s%p, %llu where the capture had %s: a "
-             "CUDA graph would replay the captured values (a region's ops, pointers, sizes "
-             "and scalars must not change between its launches)",
-             i, op, arg, scalar ? "scalar " : "", p, (unsigned long long)value, was);
+             "sim: graph replay: call %zu is %s where the capture had %s: a CUDA graph would "
+             "replay the captured values (a region's ops, pointers, sizes and scalars must "
+             "not change between its launches)",
+             i, is, was);
     violate(what);
     return HERD_ERR(HERD_ERR_INTERNAL, "%s", what);
 }
 
 herd_status herd_sim_graph_array(const char *op, const char *arg, const void *p, size_t bytes)
 {
-    return g_mode == IDLE ? HERD_OK : note(op, arg, p, bytes, false);
+    return g_mode == IDLE ? HERD_OK
+                          : note((entry){.op = op, .arg = arg, .p = p, .value = bytes, .kind = ARRAY});
 }
 
-herd_status herd_sim_graph_scalar(const char *op, const char *arg, uint64_t bits)
+herd_status herd_sim_graph_real(const char *op, const char *arg, double v)
 {
-    return g_mode == IDLE ? HERD_OK : note(op, arg, NULL, bits, true);
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    return g_mode == IDLE ? HERD_OK
+                          : note((entry){.op = op, .arg = arg, .value = bits, .kind = REAL});
 }
 
-uint64_t herd_sim_double_bits(double v)
+herd_status herd_sim_graph_integer(const char *op, const char *arg, uint64_t v)
 {
-    uint64_t b;
-    memcpy(&b, &v, sizeof b);
-    return b;
+    return g_mode == IDLE ? HERD_OK
+                          : note((entry){.op = op, .arg = arg, .value = v, .kind = INTEGER});
 }
 
 /* Runs the region in mode m; the first violation, else the region's status. */
