@@ -45,10 +45,10 @@ same "gpt-nano on tokens" --model gpt-nano --data "tokens:$tmp/t_train.bin,256" 
   --optimizer adamw --lr 0.003 --threads 1 --test-samples 32 --batch-size 8 --max-steps 30
 
 if have_mpi; then
-  # Plain data parallelism, and ZeRO (the update's all-gather waited for whole before the
-  # captured forward; the reduce-scatters after the backward's graph).
+  # Plain data parallelism, ZeRO (the update's all-gather waited for whole before the
+  # captured forward; the reduce-scatters after the backward's graph) and compression.
   dp=("${lenet[@]}" --epochs 1 --batch-size 16 --device "$dev")
-  for zero in "" "--zero 1" "--zero 2 --grad-accum 2"; do
+  for zero in "" "--zero 1" "--zero 2 --grad-accum 2" "--compress bf16"; do
     rm -f "$tmp/e2.st" "$tmp/g2.st"
     # shellcheck disable=SC2086 # the options' words
     timeout 120 "${mpiexec[@]}" -np 2 "$herd" train "${dp[@]}" $zero --save "$tmp/e2.st" \
