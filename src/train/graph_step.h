@@ -6,8 +6,8 @@
 
 #include "train/step.h"
 
-/* Why --cuda-graphs cannot train this model on this backend (a message for the user),
- * or NULL: a backend without graphs. */
+/* NULL when --cuda-graphs can train on the model's backend; else why not, for the user
+ * (a backend without graphs), written into buf. */
 const char *herd_graphs_refusal(const herd_model *m, char *buf, size_t cap);
 
 /* The plan's graphs (p->graphs), made before the first step. */

@@ -5,7 +5,6 @@
  * allocate: CUDA refuses those while capturing (this thread's mode), and the capture
  * fails with its message. Checks an op makes on data (embedding's token ids) leave
  * their verdict in a device word during a capture, read by the launch. */
-#include <limits.h>
 #include <stdlib.h>
 
 #include "backend/cuda/cuda.h"
