@@ -44,11 +44,8 @@ static herd_status run_steps(herd_model *m, herd_dataset *ds, const herd_bench_c
     if (st == HERD_OK)
         st = herd_step_plan_init(&plan, m, comm, cfg.bucket_mb, HERD_WIRE_FP32, false);
     plan.timeline = tl;
-    char why[320];
-    if (st == HERD_OK && bc->cuda_graphs && herd_graphs_refusal(m, why, sizeof why))
-        st = HERD_INPUT_ERR(HERD_ERR_UNSUPPORTED, "%s", why);
-    else if (st == HERD_OK && bc->cuda_graphs)
-        st = herd_step_graphs_create(&plan);
+    if (st == HERD_OK && bc->cuda_graphs)
+        st = herd_step_graphs_create(&plan, m);
     char advice[96];
     snprintf(advice, sizeof advice, "the benchmark trains with SGD at --lr %g: lower it",
              (double)cfg.lr);

@@ -1,6 +1,5 @@
 #include "train/graph_step.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "core/clock.h"
@@ -41,19 +40,13 @@ typedef struct herd_step_graphs {
     herd_graph_counts counts;
 } herd_step_graphs;
 
-const char *herd_graphs_refusal(const herd_model *m, char *buf, size_t cap)
+herd_status herd_step_graphs_create(herd_step_plan *p, const herd_model *m)
 {
     const herd_backend *be = m->be;
-    if (!be->graph_capture || !be->softmax_xent_queued || !be->dropout_fwd_seeded) {
-        snprintf(buf, cap, "--cuda-graphs needs a GPU (--device cuda): the %s backend runs each "
-                 "op as it is called and has no graphs", be->name);
-        return buf;
-    }
-    return NULL;
-}
-
-herd_status herd_step_graphs_create(herd_step_plan *p)
-{
+    if (!be->graph_capture || !be->softmax_xent_queued || !be->dropout_fwd_seeded)
+        return HERD_INPUT_ERR(HERD_ERR_UNSUPPORTED, "--cuda-graphs needs a GPU (--device cuda): "
+                              "the %s backend runs each op as it is called and has no graphs",
+                              be->name);
     p->graphs = calloc(1, sizeof *p->graphs);
     return p->graphs ? HERD_OK : HERD_NOMEM(sizeof *p->graphs);
 }

@@ -6,12 +6,9 @@
 
 #include "train/step.h"
 
-/* NULL when --cuda-graphs can train on the model's backend; else why not, for the user
- * (a backend without graphs), written into buf. */
-const char *herd_graphs_refusal(const herd_model *m, char *buf, size_t cap);
-
-/* The plan's graphs (p->graphs), made before the first step. */
-herd_status herd_step_graphs_create(herd_step_plan *p);
+/* The plan's graphs (p->graphs) for m, made before the first step; refused (saying so)
+ * where m's backend has no graphs. */
+herd_status herd_step_graphs_create(herd_step_plan *p, const herd_model *m);
 void herd_step_graphs_free(struct herd_step_graphs *gs, const herd_backend *be);
 
 /* What the graphs did: captures, launches, and regions run as they are called (each

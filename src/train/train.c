@@ -482,12 +482,8 @@ static herd_status setup(run *r)
         r->plan.scaler = &r->scaler;
     }
     HERD_TRY(herd_run_exact_setup(r));
-    if (cfg->cuda_graphs) {
-        char why[320];
-        if (herd_graphs_refusal(r->m, why, sizeof why))
-            return HERD_INPUT_ERR(HERD_ERR_UNSUPPORTED, "%s", why);
-        HERD_TRY(herd_step_graphs_create(&r->plan));
-    }
+    if (cfg->cuda_graphs)
+        HERD_TRY(herd_step_graphs_create(&r->plan, r->m));
     r->plan.clip_grad_norm = cfg->clip_grad_norm;
     r->plan.skip_nonfinite = cfg->skip_nonfinite;
     r->plan.skipped = &r->scaler.skipped; /* one count of skipped steps, scaler or not */
