@@ -32,11 +32,16 @@ same "lenet5, evaluated every epoch, a short last batch" "${lenet[@]}" --epochs 
 # and the first after each evaluation run as called, every later one is launched.
 check "lenet5: captured again after each evaluation" \
   grep -q "cuda graphs: 8 captures, 116 launches" "$tmp/g.out"
-same "lenet5, --grad-accum 2 --loss-scale dynamic" "${lenet[@]}" --epochs 2 --batch-size 16 \
-  --grad-accum 2 --loss-scale dynamic
-same "resnet20, AdamW, --clip-grad-norm" --model resnet20 --data synthetic:3,32,32,10,256 \
-  --test-samples 32 --threads 2 --epochs 1 --batch-size 32 --optimizer adamw --lr 0.001 \
-  --clip-grad-norm 1
+# A repeat pass (testlib.sh: the sanitizers' and MPICH's) keeps one run of each path: the
+# graphs' own code (captures, stale graphs, the token check, the seed) and 2 ranks; these
+# and ZeRO 2 or compression add keys and options the first pass covers.
+if ! repeat_pass; then
+  same "lenet5, --grad-accum 2 --loss-scale dynamic" "${lenet[@]}" --epochs 2 --batch-size 16 \
+    --grad-accum 2 --loss-scale dynamic
+  same "resnet20, AdamW, --clip-grad-norm" --model resnet20 --data synthetic:3,32,32,10,256 \
+    --test-samples 32 --threads 2 --epochs 1 --batch-size 32 --optimizer adamw --lr 0.001 \
+    --clip-grad-norm 1
+fi
 # Dropout draws its masks from the micro-batch's seed in device memory, written before
 # each launch: the same masks as without graphs.
 same "batch norm and dropout (tests/models/bndrop.json)" --model "$here/models/bndrop.json" \
@@ -48,7 +53,9 @@ if have_mpi; then
   # Plain data parallelism, ZeRO (the update's all-gather waited for whole before the
   # captured forward; the reduce-scatters after the backward's graph) and compression.
   dp=("${lenet[@]}" --epochs 1 --batch-size 16 --device "$dev")
-  for zero in "" "--zero 1" "--zero 2 --grad-accum 2" "--compress bf16"; do
+  variants=("" "--zero 1" "--zero 2 --grad-accum 2" "--compress bf16")
+  repeat_pass && variants=("" "--zero 1")
+  for zero in "${variants[@]}"; do
     rm -f "$tmp/e2.st" "$tmp/g2.st"
     # shellcheck disable=SC2086 # the options' words
     timeout 120 "${mpiexec[@]}" -np 2 "$herd" train "${dp[@]}" $zero --save "$tmp/e2.st" \
