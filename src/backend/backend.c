@@ -354,14 +354,18 @@ herd_status herd_check_softmax_xent(int n, int classes, const float *logits,
     return HERD_OK;
 }
 
-herd_status herd_xent_totals_check(const herd_xent_totals *t, int classes)
+herd_status herd_xent_bad_label(int label, int row, int classes)
 {
-    if (t->bad_row == INT32_MAX)
-        return HERD_OK;
     return HERD_ERR(HERD_ERR_INVALID_ARG,
                     "softmax_xent: label %d of sample %d is outside [0, %d); does the model's "
                     "class count match the dataset?",
-                    (int)t->bad_label, (int)t->bad_row, classes);
+                    label, row, classes);
+}
+
+herd_status herd_xent_totals_check(const herd_xent_totals *t, int classes)
+{
+    return t->bad_row == INT32_MAX ? HERD_OK
+                                   : herd_xent_bad_label(t->bad_label, t->bad_row, classes);
 }
 
 herd_status herd_check_sgd_update(size_t n, const float *w, const float *g,

@@ -396,8 +396,10 @@ typedef struct herd_backend {
     void (*graph_free)(herd_graph *g);
 } herd_backend;
 
-/* The error for totals read back from softmax_xent_queued holding a bad label (the
- * message softmax_xent gives), or HERD_OK. */
+/* softmax_xent's error for label `label` of row `row` outside [0, classes). */
+herd_status herd_xent_bad_label(int label, int row, int classes);
+/* That error for totals read back from softmax_xent_queued holding a bad label, or
+ * HERD_OK. */
 herd_status herd_xent_totals_check(const herd_xent_totals *t, int classes);
 
 /* The marks a backend's timer holds at once (slots are reused round the ring). */

@@ -53,10 +53,7 @@ herd_status herd_cpu_softmax_xent(int n, int classes, const float *logits, const
     HERD_TRY(herd_check_softmax_xent(n, classes, logits, labels, smoothing));
     for (int i = 0; i < n; i++)
         if (labels[i] < 0 || labels[i] >= classes)
-            return HERD_ERR(HERD_ERR_INVALID_ARG,
-                            "softmax_xent: label %d of sample %d is outside [0, %d); does the "
-                            "model's class count match the dataset?",
-                            (int)labels[i], i, classes);
+            return herd_xent_bad_label((int)labels[i], i, classes);
     /* target = (1 - eps) * onehot + eps / classes */
     const float off_target = smoothing / (float)classes;
     const float on_target = 1.0f - smoothing + off_target;

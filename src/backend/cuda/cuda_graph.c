@@ -41,7 +41,8 @@ herd_status herd_cuda_graph_defer_check(const float *tokens, int rows, int t, in
         return HERD_ERR(HERD_ERR_UNSUPPORTED,
                         "cuda graph: more than %d token checks in one captured region (one per "
                         "embedding layer); run without --cuda-graphs", MAX_CHECKS);
-    g->checks[g->n_checks] = (deferred_check){.tokens = tokens, .rows = rows, .t = t, .vocab = vocab};
+    g->checks[g->n_checks] =
+        (deferred_check){.tokens = tokens, .rows = rows, .t = t, .vocab = vocab};
     *word = g_words + g->n_checks++;
     return HERD_OK;
 }

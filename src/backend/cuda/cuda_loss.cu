@@ -6,9 +6,6 @@
 
 #define ROWS_PER_BLOCK 4 /* warps per block */
 
-/* The totals are backend.h's herd_xent_totals, in device memory. */
-typedef herd_xent_totals xent_result;
-
 /* ---- kernels */
 
 /* A warp's summary of row z of count values, on every lane: its largest value and the
@@ -47,7 +44,7 @@ __device__ static void row_summary(const float *z, int count, int lane, float *b
 
 __global__ void k_xent_rows(int n, int classes, const float *logits, const int32_t *labels,
                             float smoothing, float *dlogits, double *row_loss, int *row_hit,
-                            xent_result *res)
+                            herd_xent_totals *res)
 {
     int lane = threadIdx.x & 31;
     int row = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5);
@@ -82,7 +79,8 @@ __global__ void k_xent_rows(int n, int classes, const float *logits, const int32
     }
 }
 
-__global__ void k_xent_total(int n, const double *row_loss, const int *row_hit, xent_result *res)
+__global__ void k_xent_total(int n, const double *row_loss, const int *row_hit,
+                             herd_xent_totals *res)
 {
     __shared__ double sl[256];
     __shared__ long long sh[256];
@@ -108,13 +106,13 @@ __global__ void k_xent_total(int n, const double *row_loss, const int *row_hit, 
     }
 }
 
-__global__ void k_xent_init(xent_result *res)
+__global__ void k_xent_init(herd_xent_totals *res)
 {
     res->bad_row = 0x7fffffff;
     res->bad_label = 0;
 }
 
-__global__ void k_xent_bad_label(const int32_t *labels, xent_result *res)
+__global__ void k_xent_bad_label(const int32_t *labels, herd_xent_totals *res)
 {
     if (res->bad_row != 0x7fffffff)
         res->bad_label = labels[res->bad_row];

@@ -96,7 +96,8 @@ static herd_status sim_gemm(bool trans_a, bool trans_b, int m, int n, int k, flo
     HERD_SIM_SCALAR(OP, beta);
     HERD_SIM_BITS(OP, trans_a);
     HERD_SIM_BITS(OP, trans_b);
-    return HERD_SIM_RUN(cpu()->gemm(trans_a, trans_b, m, n, k, alpha, a_d, lda, b_d, ldb, beta, c_d, ldc));
+    return HERD_SIM_RUN(cpu()->gemm(trans_a, trans_b, m, n, k, alpha, a_d, lda, b_d, ldb, beta, c_d,
+                                    ldc));
 }
 
 static herd_status sim_bias_add(int rows, int cols, float *y, const float *bias)
@@ -325,8 +326,9 @@ static herd_status sim_bn_fwd_train(int n, int c, int hw, const float *x, const 
     DEV(running_var, ch);
     HERD_SIM_SCALAR(OP, momentum);
     HERD_SIM_SCALAR(OP, eps);
-    return HERD_SIM_RUN(cpu()->bn_fwd_train(n, c, hw, x_d, gamma_d, beta_d, y_d, save_mean_d, save_invstd_d,
-                               running_mean_d, running_var_d, momentum, eps));
+    return HERD_SIM_RUN(cpu()->bn_fwd_train(n, c, hw, x_d, gamma_d, beta_d, y_d, save_mean_d,
+                                            save_invstd_d, running_mean_d, running_var_d, momentum,
+                                            eps));
 }
 
 static herd_status sim_bn_fwd_infer(int n, int c, int hw, const float *x, const float *gamma,
@@ -343,7 +345,7 @@ static herd_status sim_bn_fwd_infer(int n, int c, int hw, const float *x, const 
     DEV(running_var, ch);
     HERD_SIM_SCALAR(OP, eps);
     return HERD_SIM_RUN(cpu()->bn_fwd_infer(n, c, hw, x_d, gamma_d, beta_d, y_d, running_mean_d,
-                               running_var_d, eps));
+                                            running_var_d, eps));
 }
 
 static herd_status sim_bn_bwd(int n, int c, int hw, const float *x, const float *dy,
@@ -362,8 +364,8 @@ static herd_status sim_bn_bwd(int n, int c, int hw, const float *x, const float 
     DEV(dgamma, ch);
     DEV(dbeta, ch);
     HERD_SIM_SCALAR(OP, beta);
-    return HERD_SIM_RUN(cpu()->bn_bwd(n, c, hw, x_d, dy_d, gamma_d, save_mean_d, save_invstd_d, dx_d,
-                         dgamma_d, dbeta_d, beta));
+    return HERD_SIM_RUN(cpu()->bn_bwd(n, c, hw, x_d, dy_d, gamma_d, save_mean_d, save_invstd_d,
+                                      dx_d, dgamma_d, dbeta_d, beta));
 }
 
 /* The split ops' double arrays are device memory too: a GPU's kernels read them. */
@@ -400,9 +402,9 @@ static herd_status sim_bn_apply_train(int n, int c, int hw, const float *x, cons
     HERD_SIM_SCALAR(OP, momentum);
     HERD_SIM_SCALAR(OP, eps);
     HERD_SIM_BITS(OP, count);
-    return HERD_SIM_RUN(cpu()->bn_apply_train(n, c, hw, x_d, gamma_d, beta_d, sum_d, sqdev_d, count, y_d,
-                                 save_mean_d, save_invstd_d, running_mean_d, running_var_d,
-                                 momentum, eps));
+    return HERD_SIM_RUN(cpu()->bn_apply_train(n, c, hw, x_d, gamma_d, beta_d, sum_d, sqdev_d, count,
+                                              y_d, save_mean_d, save_invstd_d, running_mean_d,
+                                              running_var_d, momentum, eps));
 }
 
 static herd_status sim_bn_bwd_reduce(int n, int c, int hw, const float *x, const float *dy,
@@ -422,8 +424,8 @@ static herd_status sim_bn_bwd_reduce(int n, int c, int hw, const float *x, const
     DEV(dgamma, ch);
     DEV(dbeta, ch);
     HERD_SIM_SCALAR(OP, beta);
-    return HERD_SIM_RUN(cpu()->bn_bwd_reduce(n, c, hw, x_d, dy_d, save_mean_d, save_invstd_d, sum_dy_d,
-                                sum_dy_xc_d, dgamma_d, dbeta_d, beta));
+    return HERD_SIM_RUN(cpu()->bn_bwd_reduce(n, c, hw, x_d, dy_d, save_mean_d, save_invstd_d,
+                                             sum_dy_d, sum_dy_xc_d, dgamma_d, dbeta_d, beta));
 }
 
 static herd_status sim_bn_bwd_apply(int n, int c, int hw, const float *x, const float *dy,
@@ -443,8 +445,8 @@ static herd_status sim_bn_bwd_apply(int n, int c, int hw, const float *x, const 
     DEV(sum_dy_xc, chd);
     DEV(dx, all);
     HERD_SIM_BITS(OP, count);
-    return HERD_SIM_RUN(cpu()->bn_bwd_apply(n, c, hw, x_d, dy_d, gamma_d, save_mean_d, save_invstd_d,
-                               sum_dy_d, sum_dy_xc_d, count, dx_d));
+    return HERD_SIM_RUN(cpu()->bn_bwd_apply(n, c, hw, x_d, dy_d, gamma_d, save_mean_d,
+                                            save_invstd_d, sum_dy_d, sum_dy_xc_d, count, dx_d));
 }
 
 /* ------------------------------------------------------------ elementwise */
@@ -489,7 +491,8 @@ static herd_status sim_dropout_fwd_seeded(size_t n, const float *x, float *y, fl
     if (herd_sim_recording() || n == 0)
         return HERD_OK;
     /* The seed as the op finds it when it runs. */
-    return cpu()->dropout_fwd(n, x_d, y_d, mask_d, p, herd_mix64(*(const uint64_t *)seed_d, stream));
+    uint64_t step_seed = *(const uint64_t *)seed_d;
+    return cpu()->dropout_fwd(n, x_d, y_d, mask_d, p, herd_mix64(step_seed, stream));
 }
 
 static herd_status sim_mul(size_t n, const float *a, const float *b, float *y)
@@ -543,8 +546,8 @@ static herd_status sim_softmax_xent(int n, int classes, const float *logits,
     DEV(dlogits, all);
     HOST(loss_sum);
     HOST(correct);
-    return HERD_SIM_RUN(cpu()->softmax_xent(n, classes, logits_d, labels_d, smoothing, dlogits_d, loss_sum,
-                               correct));
+    return HERD_SIM_RUN(cpu()->softmax_xent(n, classes, logits_d, labels_d, smoothing, dlogits_d,
+                                            loss_sum, correct));
 }
 
 /* As CUDA's: a bad label is found when the totals are read, not at the call. */

@@ -117,8 +117,9 @@ static herd_status note(entry now)
 
 herd_status herd_sim_graph_array(const char *op, const char *arg, const void *p, size_t bytes)
 {
-    return g_mode == IDLE ? HERD_OK
-                          : note((entry){.op = op, .arg = arg, .p = p, .value = bytes, .kind = ARRAY});
+    if (g_mode == IDLE)
+        return HERD_OK;
+    return note((entry){.op = op, .arg = arg, .p = p, .value = bytes, .kind = ARRAY});
 }
 
 herd_status herd_sim_graph_real(const char *op, const char *arg, double v)

@@ -26,7 +26,8 @@ herd_status herd_sim_embedding_fwd(int n, int t, int c, int vocab, int first, in
     DEV(y, prod(n, t) * (c > 0 ? (size_t)c : 0));
     HERD_SIM_BITS(OP, first);
     HERD_SIM_BITS(OP, count);
-    return HERD_SIM_RUN(cpu()->embedding_fwd(n, t, c, vocab, first, count, tokens_d, wte_d, wpe_d, y_d));
+    return HERD_SIM_RUN(cpu()->embedding_fwd(n, t, c, vocab, first, count, tokens_d, wte_d, wpe_d,
+                                             y_d));
 }
 
 herd_status herd_sim_embedding_bwd(int n, int t, int c, int first, int count, int context,
@@ -39,8 +40,8 @@ herd_status herd_sim_embedding_bwd(int n, int t, int c, int first, int count, in
     DEV(dwpe, prod(context, c));
     HERD_SIM_SCALAR(OP, beta_wte);
     HERD_SIM_SCALAR(OP, beta);
-    return HERD_SIM_RUN(cpu()->embedding_bwd(n, t, c, first, count, context, tokens_d, dy_d, dwte_d, beta_wte,
-                                dwpe_d, beta));
+    return HERD_SIM_RUN(cpu()->embedding_bwd(n, t, c, first, count, context, tokens_d, dy_d, dwte_d,
+                                             beta_wte, dwpe_d, beta));
 }
 
 herd_status herd_sim_layernorm_fwd(int rows, int c, const float *x, const float *gamma,
@@ -54,7 +55,8 @@ herd_status herd_sim_layernorm_fwd(int rows, int c, const float *x, const float 
     DEV(mean, prod(rows, 1));
     DEV(rstd, prod(rows, 1));
     HERD_SIM_SCALAR(OP, eps);
-    return HERD_SIM_RUN(cpu()->layernorm_fwd(rows, c, x_d, gamma_d, bias_d, eps, y_d, mean_d, rstd_d));
+    return HERD_SIM_RUN(cpu()->layernorm_fwd(rows, c, x_d, gamma_d, bias_d, eps, y_d, mean_d,
+                                             rstd_d));
 }
 
 herd_status herd_sim_layernorm_bwd(int rows, int c, const float *x, const float *dy,
@@ -70,8 +72,8 @@ herd_status herd_sim_layernorm_bwd(int rows, int c, const float *x, const float 
     DEV(dgamma, prod(1, c));
     DEV(dbias, prod(1, c));
     HERD_SIM_SCALAR(OP, beta);
-    return HERD_SIM_RUN(cpu()->layernorm_bwd(rows, c, x_d, dy_d, gamma_d, mean_d, rstd_d, dx_d, dgamma_d,
-                                dbias_d, beta));
+    return HERD_SIM_RUN(cpu()->layernorm_bwd(rows, c, x_d, dy_d, gamma_d, mean_d, rstd_d, dx_d,
+                                             dgamma_d, dbias_d, beta));
 }
 
 herd_status herd_sim_gelu_fwd(size_t n, const float *x, float *y)
@@ -127,6 +129,6 @@ herd_status herd_sim_xent_part_grad(int n, int count, int first, int classes, co
     DEV_BYTES(labels, prod(n, 1) * sizeof(int32_t));
     DEV_BYTES(lse, prod(n, 1) * sizeof(double));
     DEV(dlogits, prod(n, count));
-    return HERD_SIM_RUN(cpu()->xent_part_grad(n, count, first, classes, logits_d, labels_d, lse_d, smoothing,
-                                 dlogits_d));
+    return HERD_SIM_RUN(cpu()->xent_part_grad(n, count, first, classes, logits_d, labels_d, lse_d,
+                                              smoothing, dlogits_d));
 }
