@@ -20,6 +20,11 @@
 # first pass then took 10-11 minutes instead of 18, but the whole suite 17 min 28 s to
 # 19 min 41 s in three runs, within the spread of runs without, and MPICH's ranks, starved,
 # outlasted the tests' own waits.
+# Also tried (bench/results/2026-12-06-suite-jobs-yield.txt, the first and sanitizer passes
+# side by side without builds): 3 tests at a time in the first pass ended it in 655 and
+# 693 s against 694 and 680 with 2 (the sanitizer pass 25-80 s later); Open MPI's
+# mpi_yield_when_idle off, 702 s (though beside 4 busy loops a 3-stage pipeline took 3.8 s
+# with it off and 13.4 s with it on). Neither kept.
 # The passes themselves are the Makefile's targets (asan, mpich, nompi), so that each can
 # also run alone. Each background pass writes its own log, printed whole when it ends;
 # the suite fails if any pass or build does.
