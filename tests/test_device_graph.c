@@ -61,6 +61,20 @@ static float first_of(const float *d)
     return h[0];
 }
 
+/* A capture of region that must succeed, and a launch that must. */
+static herd_graph *captured(herd_graph_region region, void *user)
+{
+    herd_graph *g = NULL;
+    assert_int_equal(dev->graph_capture(region, user, &g), HERD_OK);
+    return g;
+}
+
+static void launched(herd_graph *g)
+{
+    bool stale;
+    assert_int_equal(dev->graph_launch(g, &stale), HERD_OK);
+}
+
 static void test_capture_records_and_launch_computes(void **state)
 {
     (void)state;
@@ -196,10 +210,8 @@ static void test_queued_loss(void **state)
     int32_t y[4] = {2, 1, 0, 0};
     assert_int_equal(dev->memcpy_h2d(r.logits, z, sizeof z), HERD_OK);
     assert_int_equal(dev->memcpy_h2d(r.labels, y, sizeof y), HERD_OK);
-    herd_graph *g;
-    assert_int_equal(dev->graph_capture(run_xent, &r, &g), HERD_OK);
-    bool stale;
-    assert_int_equal(dev->graph_launch(g, &stale), HERD_OK);
+    herd_graph *g = captured(run_xent, &r);
+    launched(g);
     herd_xent_totals t;
     assert_int_equal(dev->memcpy_d2h(&t, r.totals, sizeof t), HERD_OK);
     assert_int_equal(herd_xent_totals_check(&t, 3), HERD_OK);
@@ -217,7 +229,7 @@ static void test_queued_loss(void **state)
     /* A bad label: found when the totals are read, naming it. */
     y[3] = 7;
     assert_int_equal(dev->memcpy_h2d(r.labels, y, sizeof y), HERD_OK);
-    assert_int_equal(dev->graph_launch(g, &stale), HERD_OK);
+    launched(g);
     assert_int_equal(dev->memcpy_d2h(&t, r.totals, sizeof t), HERD_OK);
     tu_expect_error(herd_xent_totals_check(&t, 3), HERD_ERR_INVALID_ARG, "label 7 of sample 3",
                     NULL);
@@ -260,14 +272,12 @@ static void test_seeded_dropout(void **state)
     upload(r.x, 1.5f);
     uint64_t seed = 11;
     assert_int_equal(dev->memcpy_h2d(r.seed, &seed, sizeof seed), HERD_OK);
-    herd_graph *g;
-    assert_int_equal(dev->graph_capture(run_drop, &r, &g), HERD_OK);
+    herd_graph *g = captured(run_drop, &r);
     int kept_differ = 0;
     float last[N] = {0};
     for (seed = 11; seed < 14; seed++) {
         assert_int_equal(dev->memcpy_h2d(r.seed, &seed, sizeof seed), HERD_OK);
-        bool stale;
-        assert_int_equal(dev->graph_launch(g, &stale), HERD_OK);
+        launched(g);
         assert_int_equal(dev->dropout_fwd(N, r.x, y2, mask2, 0.5f, herd_mix64(seed, 7)), HERD_OK);
         float a[N], b[N], ma[N], mb[N];
         assert_int_equal(dev->memcpy_d2h(a, r.y, sizeof a), HERD_OK);
@@ -294,17 +304,16 @@ static void test_token_check_in_a_graph(void **state)
                       .y = dev->alloc(48 * sizeof(float))};
     assert_int_equal(dev->memcpy_h2d(r.ids, ids, sizeof ids), HERD_OK);
     assert_int_equal(dev->memcpy_h2d(r.wte, wte, sizeof wte), HERD_OK);
-    herd_graph *g;
-    assert_int_equal(dev->graph_capture(run_embed, &r, &g), HERD_OK);
-    bool stale;
-    assert_int_equal(dev->graph_launch(g, &stale), HERD_OK);
+    herd_graph *g = captured(run_embed, &r);
+    launched(g);
     ids[4] = 2.5f;
+    bool stale;
     assert_int_equal(dev->memcpy_h2d(r.ids, ids, sizeof ids), HERD_OK);
     tu_expect_error(dev->graph_launch(g, &stale), HERD_ERR_INVALID_ARG,
                     "token 2.5 at sample 1, position 1", "vocabulary of 4");
     ids[4] = 1;
     assert_int_equal(dev->memcpy_h2d(r.ids, ids, sizeof ids), HERD_OK);
-    assert_int_equal(dev->graph_launch(g, &stale), HERD_OK); /* and on again */
+    launched(g); /* and on again */
     dev->graph_free(g);
     dev->free(r.ids);
     dev->free(r.wte);
