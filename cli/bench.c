@@ -64,7 +64,7 @@ static int bench_train(int argc, char **argv)
     bool json = false, cuda_graphs = false;
     int opt;
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((opt = cli_getopt(argc, argv, "", opts, NULL)) != -1) {
         long *dst = NULL;
         long lo = 1;
         switch (opt) {

@@ -97,7 +97,7 @@ int cmd_bench_allreduce(int argc, char **argv)
     long v;
     int opt;
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "b:e:f:n:w:d:J:h", opts, NULL)) != -1) {
+    while ((opt = cli_getopt(argc, argv, "b:e:f:n:w:d:J:h", opts, NULL)) != -1) {
         int *dst = NULL;
         long lo = 1;
         switch (opt) {

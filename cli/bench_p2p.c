@@ -141,7 +141,7 @@ int cmd_bench_p2p(int argc, char **argv)
     long v;
     int opt;
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "b:n:h", opts, NULL)) != -1) {
+    while ((opt = cli_getopt(argc, argv, "b:n:h", opts, NULL)) != -1) {
         switch (opt) {
         case 'b':
         case 'L':

@@ -42,7 +42,7 @@ int cmd_bench_pipeline(int argc, char **argv)
     uint64_t size;
     int opt;
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "m:t:n:b:h", opts, NULL)) != -1) {
+    while ((opt = cli_getopt(argc, argv, "m:t:n:b:h", opts, NULL)) != -1) {
         switch (opt) {
         case 'm':
         case 'n':

@@ -3,6 +3,7 @@
 #include <cjson/cJSON.h>
 
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -29,6 +30,39 @@ void cli_line_end(cli_line *l)
         fwrite(l->text, 1, l->len, l->to);
     fflush(l->to);
     free(l->text);
+}
+
+int cli_getopt(int argc, char **argv, const char *shortopts, const struct option *longopts,
+               int *longindex)
+{
+    int index = -1;
+    int opt = getopt_long(argc, argv, shortopts, longopts, &index);
+    if (index < 0 || opt == '?' || opt == ':')
+        return opt; /* a short option, the end, or an error getopt already printed */
+    /* The word that held the option: the one before the value when the value was a
+     * word of its own, else the last one read ("--name" or "--name=value"). */
+    const char *word = optarg && optind >= 2 && optarg == argv[optind - 1] ? argv[optind - 2]
+                                                                          : argv[optind - 1];
+    const char *typed = word + strspn(word, "-");
+    size_t len = strcspn(typed, "=");
+    const char *name = longopts[index].name;
+    if (strlen(name) == len && strncmp(name, typed, len) == 0) {
+        if (longindex)
+            *longindex = index;
+        return opt;
+    }
+    cli_line line;
+    FILE *out = cli_line_begin(&line, stderr);
+    fprintf(out, "%s: option '--%.*s' is abbreviated: write", argv[0], (int)len, typed);
+    const char *sep = " ";
+    for (const struct option *o = longopts; o->name; o++)
+        if (strncmp(o->name, typed, len) == 0) {
+            fprintf(out, "%s--%s", sep, o->name);
+            sep = " or ";
+        }
+    fputc('\n', out);
+    cli_line_end(&line);
+    return '?';
 }
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)

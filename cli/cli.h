@@ -12,6 +12,16 @@
 /* Exit codes: 0 ok, 1 runtime failure, 2 usage error. */
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 
+/* getopt_long that takes long options only by their whole names. glibc takes any
+ * prefix that picks one option, and a prefix of several that share a return value (all
+ * of train's library options do) as the first of them: `--checkpoint-every 60` would
+ * train with --checkpoint-every-steps 60 where seconds were meant, and an abbreviation
+ * that works today would change meaning when an option is added. A prefix gets "cmd:
+ * option '--X' is abbreviated: write --Y" (naming each option it could be) and '?',
+ * which the callers treat as any unknown option. longindex may be NULL. */
+struct option;
+int cli_getopt(int argc, char **argv, const char *shortopts, const struct option *longopts,
+               int *longindex);
 /* Prints "herd: error: ..." to stderr and returns CLI_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prints "herd: error: <what>: <herd_last_error()>" and returns CLI_FAIL. */

@@ -36,7 +36,7 @@ int cmd_doctor(int argc, char **argv)
     long ranks = 0;
     int opt;
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((opt = cli_getopt(argc, argv, "", opts, NULL)) != -1) {
         switch (opt) {
         case 'j': json = true; break;
         case 'r': env.root = optarg, env.probe_cma = NULL; break;

@@ -36,7 +36,7 @@ int cmd_eval(int argc, char **argv)
     bool json = false;
     int opt;
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((opt = cli_getopt(argc, argv, "", opts, NULL)) != -1) {
         switch (opt) {
         case 'm': model = optarg; break;
         case 'c': ckpt = optarg; break;

@@ -39,7 +39,7 @@ int cmd_plot(int argc, char **argv)
     long width = 0, height = 0;
     optind = 1;
     int opt;
-    while ((opt = getopt_long(argc, argv, "o:", plot_options, NULL)) != -1) {
+    while ((opt = cli_getopt(argc, argv, "o:", plot_options, NULL)) != -1) {
         switch (opt) {
         case OPT_TIMELINE: timeline = optarg; break;
         case 'o': output = optarg; break;

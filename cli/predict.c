@@ -92,7 +92,7 @@ static int parse_args(int argc, char **argv, predict_args *a)
                         .stages = 1, .micro_batches = 4, .tensor_parallel = 1};
     int opt, idx = 0;
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "", opts, &idx)) != -1) {
+    while ((opt = cli_getopt(argc, argv, "", opts, &idx)) != -1) {
         bool ok = true;
         switch (opt) {
         case 'm': a->model = optarg; break;

@@ -194,7 +194,7 @@ int cmd_topo(int argc, char **argv)
     bool json = false;
     int opt;
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((opt = cli_getopt(argc, argv, "", opts, NULL)) != -1) {
         switch (opt) {
         case 'j': json = true; break;
         case 'h': fputs(topo_help, stdout); return CLI_OK;

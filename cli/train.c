@@ -198,7 +198,7 @@ static int parse_train_args(int argc, char **argv, train_args *a)
                                    (double)(lo), (double)(hi), optarg);             \
         dst = (float)fv;                                                            \
     } while (0)
-    while ((opt = getopt_long(argc, argv, "", options, &index)) != -1) {
+    while ((opt = cli_getopt(argc, argv, "", options, &index)) != -1) {
         switch (opt) {
         case OPT_TRAINING: {
             char flag[64];

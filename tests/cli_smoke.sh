@@ -90,5 +90,19 @@ head -c 100 "$tmp/final.safetensors" >"$tmp/trunc.safetensors"
 check "truncated weights: exit 1 naming the file" bash -c "test $? -eq 1 && grep -q trunc.safetensors '$tmp/err'"
 "$herd" frobnicate >/dev/null 2>&1
 check "unknown command exits 2" test $? -eq 2
+# Options by their whole names only (cli_getopt): glibc would take a prefix that several
+# of train's options share as the first of them, --checkpoint-every 5 as 5 steps.
+"$herd" train --model mlp --data "$data" --checkpoint-every 5 --max-steps 1 >"$tmp/out" 2>"$tmp/err"
+check "train --checkpoint-every: exit 2 naming both options it could be" bash -c "test $? -eq 2 && grep -qF \
+  \"train: option '--checkpoint-every' is abbreviated: write --checkpoint-every-steps or --checkpoint-every-seconds\" '$tmp/err'"
+check "... before training" test ! -s "$tmp/out"
+"$herd" train --mod mlp --data "$data" --max-steps 1 >/dev/null 2>"$tmp/err"
+check "train --mod (one option's prefix): exit 2 naming --model" \
+  bash -c "test $? -eq 2 && grep -qF \"option '--mod' is abbreviated: write --model\" '$tmp/err'"
+"$herd" bench train --model mlp --st=3 >/dev/null 2>"$tmp/err"
+check "bench train --st=3: exit 2 naming --steps" \
+  bash -c "test $? -eq 2 && grep -qF \"option '--st' is abbreviated: write --steps\" '$tmp/err'"
+"$herd" train --model=mlp --data="$data" --epochs=1 --max-steps 2 --quiet >/dev/null 2>&1
+check "whole names with =VALUE still parse (exit $?)" test $? -eq 0
 
 finish
