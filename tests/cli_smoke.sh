@@ -104,5 +104,12 @@ check "bench train --st=3: exit 2 naming --steps" \
   bash -c "test $? -eq 2 && grep -qF \"option '--st' is abbreviated: write --steps\" '$tmp/err'"
 "$herd" train --model=mlp --data="$data" --epochs=1 --max-steps 2 --quiet >/dev/null 2>&1
 check "whole names with =VALUE still parse (exit $?)" test $? -eq 0
+# herd's environment knobs take their listed values only (herd_env_choice).
+HERD_CONV_ALGO=Winograd "$herd" train --model lenet5 --data "$data" --max-steps 1 >/dev/null 2>"$tmp/err"
+check "HERD_CONV_ALGO=Winograd: exit 1 naming the variable, the value and the choices" bash -c \
+  "test $? -eq 1 && grep -qF \"HERD_CONV_ALGO='Winograd' is not one of direct, auto, winograd\" '$tmp/err'"
+HERD_BF16_ACTIVATIONS=fp16 "$herd" train --model mlp --data "$data" --max-steps 1 >/dev/null 2>"$tmp/err"
+check "HERD_BF16_ACTIVATIONS=fp16: exit 1 naming it" bash -c \
+  "test $? -eq 1 && grep -qF \"HERD_BF16_ACTIVATIONS='fp16' is not one of bf16, fp32\" '$tmp/err'"
 
 finish

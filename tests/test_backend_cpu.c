@@ -1,5 +1,6 @@
 /* CPU backend ops against naive references written here. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -192,6 +193,20 @@ static void test_conv(void **state)
                                    .kh = 5, .kw = 5, .stride = 1, .pad = 0, .bias = true});
     }
     unsetenv("HERD_CONV_LAYOUT");
+    /* A value that is neither is refused, naming it, not taken as the default. */
+    herd_conv_desc d = {.n = 1, .c_in = 1, .h_in = 8, .w_in = 8, .c_out = 2, .kh = 3, .kw = 3,
+                        .stride = 1, .pad = 1};
+    const char *vars[][2] = {{"HERD_CONV_LAYOUT", "nchw"}, {"HERD_CONV_ALGO", "Winograd"}};
+    for (int v = 0; v < 2; v++) {
+        setenv(vars[v][0], vars[v][1], 1);
+        herd_conv_plan *p = NULL;
+        assert_int_equal(be->conv2d_plan(&d, &p), HERD_ERR_INVALID_ARG);
+        assert_null(p);
+        char want[64];
+        snprintf(want, sizeof want, "%s='%s' is not one of", vars[v][0], vars[v][1]);
+        assert_non_null(strstr(herd_last_error(), want));
+        unsetenv(vars[v][0]);
+    }
 }
 
 static void test_desc_finish(void **state)

@@ -3,8 +3,11 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "core/error.h"
 #include "core/parse.h"
 
 /* One grammar for every number: an optional '-', decimal digits, for
@@ -92,4 +95,25 @@ bool herd_parse_size(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
         return false;
     *out = v;
     return true;
+}
+
+herd_status herd_env_choice(const char *name, const char *const *choices, int *out)
+{
+    const char *v = getenv(name);
+    *out = 0;
+    if (!v || !*v)
+        return HERD_OK;
+    char list[256] = "";
+    size_t used = 0;
+    for (int i = 0; choices[i]; i++) {
+        if (strcmp(v, choices[i]) == 0) {
+            *out = i;
+            return HERD_OK;
+        }
+        int n = snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", choices[i]);
+        if (n > 0 && (size_t)n < sizeof list - used)
+            used += (size_t)n;
+    }
+    return HERD_INPUT_ERR(HERD_ERR_INVALID_ARG, "%s='%s' is not one of %s; set one of them or "
+                          "unset it (default %s)", name, v, list, choices[0]);
 }

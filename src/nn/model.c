@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/parse.h"
 #include "nn/tensor_split.h"
 
 int herd_model_add_tensor(herd_model *m, herd_layer *l, const char *suffix, int ndim,
@@ -69,8 +70,12 @@ static herd_status setup_layers(herd_model *m, const herd_layer_spec *specs, int
     m->n_layers = n;
     /* HERD_BF16_ACTIVATIONS=fp32 keeps fp32 activations between layers in bf16 runs
      * (to compare the two; docs/performance.md). */
-    const char *acts = getenv("HERD_BF16_ACTIVATIONS");
-    m->fp32_acts_only = acts && strcmp(acts, "fp32") == 0;
+    static const char *const act_formats[] = {"bf16", "fp32", NULL};
+    int act_format;
+    herd_status env_st = herd_env_choice("HERD_BF16_ACTIVATIONS", act_formats, &act_format);
+    if (env_st != HERD_OK)
+        return env_st;
+    m->fp32_acts_only = act_format == 1;
     herd_shape input = {1, m->in_c, m->in_h, m->in_w};
     m->class_first = 0;
     m->class_count = m->classes;

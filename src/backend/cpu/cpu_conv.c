@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu_dnnl.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/log.h"
+#include "core/parse.h"
 
 struct herd_conv_plan {
     herd_conv_desc d;
@@ -49,24 +50,28 @@ struct herd_conv_plan {
  * batch 128, 1 thread, that took 146 ms per step against 408 ms for plain NCHW
  * primitives (bench/bench_conv.c); the reorders themselves cost ~0.15 ms per
  * 128x16x28x28 tensor. HERD_CONV_LAYOUT=plain forces plain layouts (tests use it
- * to cover both paths).
+ * to cover both paths; "blocked", the default, takes the layouts oneDNN picks).
  */
-static bool use_blocked_layout(void)
+static herd_status blocked_layout(bool *out)
 {
-    const char *env = getenv("HERD_CONV_LAYOUT");
-    return !(env && strcmp(env, "plain") == 0);
+    static const char *const layouts[] = {"blocked", "plain", NULL};
+    int which;
+    herd_status st = herd_env_choice("HERD_CONV_LAYOUT", layouts, &which);
+    *out = which == 0;
+    return st;
 }
 
 /* HERD_CONV_ALGO=auto|winograd lets oneDNN choose (or take) Winograd for 3x3
  * convolutions; the default is direct (docs/performance.md has the comparison). */
-static dnnl_alg_kind_t conv_algorithm(void)
+static herd_status conv_algorithm(dnnl_alg_kind_t *out)
 {
-    const char *env = getenv("HERD_CONV_ALGO");
-    if (env && strcmp(env, "auto") == 0)
-        return dnnl_convolution_auto;
-    if (env && strcmp(env, "winograd") == 0)
-        return dnnl_convolution_winograd;
-    return dnnl_convolution_direct;
+    static const char *const names[] = {"direct", "auto", "winograd", NULL};
+    static const dnnl_alg_kind_t algs[] = {dnnl_convolution_direct, dnnl_convolution_auto,
+                                           dnnl_convolution_winograd};
+    int which;
+    herd_status st = herd_env_choice("HERD_CONV_ALGO", names, &which);
+    *out = algs[which];
+    return st;
 }
 
 /* Everything but the descriptor, so the plan can be made again for new arithmetic. */
@@ -210,8 +215,13 @@ static herd_status build(herd_conv_plan *p)
                         "conv2d: bf16 activations need native bf16 arithmetic, and the "
                         "backend's precision is now %s; reshape the model after changing it",
                         p->bf16 == (int)HERD_CPU_BF16_OFF ? "fp32" : "emulated bf16");
-    bool any = use_blocked_layout();
-    dnnl_alg_kind_t alg = conv_algorithm();
+    bool any;
+    dnnl_alg_kind_t alg;
+    herd_status env_st = blocked_layout(&any);
+    if (env_st == HERD_OK)
+        env_st = conv_algorithm(&alg);
+    if (env_st != HERD_OK)
+        return env_st;
     dnnl_dims_t src_dims = {d->n, d->c_in, d->h_in, d->w_in};
     dnnl_dims_t w_dims = {d->c_out, d->c_in, d->kh, d->kw};
     dnnl_dims_t dst_dims = {d->n, d->c_out, d->h_out, d->w_out};

@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu_dnnl.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/half.h"
+#include "core/parse.h"
 
 static _Atomic int g_bf16_mode = HERD_CPU_BF16_OFF;
 
@@ -55,10 +56,13 @@ const char *herd_cpu_isa(void)
 
 /* HERD_CPU_BF16=emulate: bf16's numerics without bf16 instructions (inputs rounded
  * to bf16, fp32 kernels), for testing on CPUs without them; never chosen by itself. */
-static bool emulation_asked(void)
+static herd_status emulation_asked(bool *out)
 {
-    const char *env = getenv("HERD_CPU_BF16");
-    return env && strcmp(env, "emulate") == 0;
+    static const char *const modes[] = {"native", "emulate", NULL};
+    int which;
+    herd_status st = herd_env_choice("HERD_CPU_BF16", modes, &which);
+    *out = which == 1;
+    return st;
 }
 
 herd_status herd_cpu_set_precision(herd_precision p)
@@ -76,7 +80,11 @@ herd_status herd_cpu_set_precision(herd_precision p)
                         "the cpu backend computes in fp32 or bf16, not %s (use --precision bf16 "
                         "or fp32)",
                         herd_precision_name(p));
-    if (emulation_asked()) {
+    bool emulate;
+    herd_status st = emulation_asked(&emulate);
+    if (st != HERD_OK)
+        return st;
+    if (emulate) {
         atomic_store(&g_bf16_mode, HERD_CPU_BF16_EMULATED);
         return HERD_OK;
     }
