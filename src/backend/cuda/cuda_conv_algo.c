@@ -28,6 +28,7 @@
 
 #include "backend/cuda/cuda_conv_algo.h"
 #include "core/log.h"
+#include "core/parse.h"
 
 #define HEURISTIC_WORKSPACE_CAP ((size_t)512 << 20)
 #define NEAR_FASTEST 1.05f
@@ -36,6 +37,16 @@ static bool env_is_1(const char *name)
 {
     const char *v = getenv(name);
     return v && strcmp(v, "1") == 0;
+}
+
+/* HERD_CUDNN_* switches: 0 (or unset) or 1; any other value is refused, naming it. */
+static herd_status env_switch(const char *name, bool *on)
+{
+    static const char *const values[] = {"0", "1", NULL};
+    int which;
+    herd_status st = herd_env_choice(name, values, &which);
+    *on = which == 1;
+    return st;
 }
 
 const char *herd_cuda_nondeterminism(void)
@@ -303,9 +314,12 @@ herd_status herd_cuda_conv_algos_choose(const herd_conv_desc *d, cudnnTensorDesc
                                         cudnnTensorDescriptor_t y, herd_precision prec,
                                         herd_cuda_conv_algos *out)
 {
-    policy pol = {.any = env_is_1("HERD_CUDNN_ANY_ALGO"), .exact = env_is_1("HERD_CUDNN_EXACT"),
-                  .heuristic = env_is_1("HERD_CUDNN_HEURISTIC"), .prec = prec,
-                  .wide_kernel = d->kh > 3 || d->kw > 3};
+    policy pol = {.prec = prec, .wide_kernel = d->kh > 3 || d->kw > 3};
+    bool log_choice;
+    HERD_TRY(env_switch("HERD_CUDNN_ANY_ALGO", &pol.any));
+    HERD_TRY(env_switch("HERD_CUDNN_EXACT", &pol.exact));
+    HERD_TRY(env_switch("HERD_CUDNN_HEURISTIC", &pol.heuristic));
+    HERD_TRY(env_switch("HERD_CUDNN_LOG", &log_choice));
     cudnnMathType_t math = prec == HERD_PRECISION_FP32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
     HERD_CUDNN(cudnnSetConvolutionMathType(conv, math), "convolution math type");
     cached *hit = lookup(d, &pol);
@@ -329,7 +343,7 @@ herd_status herd_cuda_conv_algos_choose(const herd_conv_desc *d, cudnnTensorDesc
     }
     /* Find leaves the math type of the last algorithm it tried on the descriptor. */
     HERD_CUDNN(cudnnSetConvolutionMathType(conv, math), "convolution math type");
-    if (env_is_1("HERD_CUDNN_LOG"))
+    if (log_choice)
         herd_log(HERD_LOG_INFO, "cuDNN conv n=%d c_in=%d %dx%d c_out=%d k=%d stride %d (%s, %s): "
                  "forward algorithm %d (%.3f ms), backward data %d (%.3f ms), backward filter %d "
                  "(%.3f ms), workspace %.1f MiB", d->n, d->c_in, d->h_in, d->w_in, d->c_out, d->kh,
