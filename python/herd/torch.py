@@ -15,6 +15,7 @@ and NCCL (through MPI via host memory where ranks share a GPU); every other CUDA
 collective goes through host memory (docs/python.md).
 """
 import atexit
+import functools
 import io
 import os
 import pickle
@@ -31,13 +32,15 @@ __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_rank", "
            "allreduce_async_", "synchronize", "poll", "allgather", "allgather_async", "broadcast",
            "broadcast_", "broadcast_async", "broadcast_async_", "broadcast_object",
            "allgather_object", "broadcast_parameters", "broadcast_optimizer_state",
-           "DistributedOptimizer", "elastic", "start_timeline", "stop_timeline", "join", "mpi_built", "nccl_built", "gloo_built", "mpi_threads_supported", "HerdError", "InvalidArgument"]
+           "DistributedOptimizer", "elastic", "start_timeline", "stop_timeline", "join", "mpi_built", "nccl_built", "gloo_built", "mpi_threads_supported", "HerdError", "InvalidArgument",
+           "cross_rank", "cross_size", "is_homogeneous", "barrier", "grouped_allreduce",
+           "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "SyncBatchNorm"]
 
 Average, Sum, Adasum = "Average", "Sum", "Adasum"
 _DTYPES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}  # herd_dtype
 _WIRE = {"none": 0, "fp16": 1, "bf16": 2}  # herd_compress
 _initialized = False
-_local_size = None
+_hosts = None  # every rank's (host name, local rank), asked once
 _timeline_on = False  # DistributedOptimizer records its steps' spans while true
 
 
@@ -133,14 +136,42 @@ def local_rank():
     return _herd.local_rank()
 
 
+def _every_rank_host():
+    """[(host name, local rank)] of every rank, in rank order (one allgather, then kept)."""
+    global _hosts
+    if _hosts is None:
+        import socket
+        _hosts = allgather_object((socket.gethostname(), local_rank()))
+    return _hosts
+
+
 def local_size():
     """Ranks on this host."""
-    global _local_size
-    if _local_size is None:
-        import socket
-        hosts = allgather_object(socket.gethostname())
-        _local_size = hosts.count(hosts[rank()])
-    return _local_size
+    hosts = [h for h, _ in _every_rank_host()]
+    return hosts.count(hosts[rank()])
+
+
+def cross_size():
+    """Ranks with this rank's local rank: the hosts, where every host runs as many ranks."""
+    mine = _every_rank_host()[rank()][1]
+    return sum(1 for _, lr in _every_rank_host() if lr == mine)
+
+
+def cross_rank():
+    """This rank's place among the ranks of its local rank (its host's, in rank order)."""
+    mine = _every_rank_host()[rank()][1]
+    return sum(1 for _, lr in _every_rank_host()[:rank()] if lr == mine)
+
+
+def is_homogeneous():
+    """Whether every host runs as many ranks."""
+    hosts = [h for h, _ in _every_rank_host()]
+    return len({hosts.count(h) for h in hosts}) == 1
+
+
+def barrier():
+    """Returns once every rank has called it."""
+    _herd.barrier()
 
 
 def mpi_threads_supported():
@@ -268,7 +299,10 @@ def allreduce_async(tensor, average=None, name=None, op=None, compression=Compre
 
 
 def synchronize(handle):
-    """Waits for a collective started by an *_async call and returns its tensor."""
+    """Waits for a collective started by an *_async call and returns its tensor (the list
+    of them for a grouped one)."""
+    if isinstance(handle, _GroupHandle):
+        return [synchronize(h) for h in handle.handles]
     if not handle.done:
         _herd.wait(handle.ticket)
         if handle.after is not None:
@@ -286,16 +320,54 @@ def poll(handle):
     return handle.done
 
 
-def allreduce_(tensor, average=None, name=None, op=None, compression=Compression.none,
-               prescale_factor=1.0, postscale_factor=1.0):
-    return synchronize(allreduce_async_(tensor, average, name, op, compression, prescale_factor,
-                                        postscale_factor))
+class _GroupHandle:
+    """A group of collectives in flight (grouped_allreduce_async): synchronize gives the list."""
+
+    def __init__(self, handles):
+        self.handles = handles
+
+    @property
+    def done(self):
+        return all(h.done for h in self.handles)
 
 
-def allreduce(tensor, average=None, name=None, op=None, compression=Compression.none,
-              prescale_factor=1.0, postscale_factor=1.0):
-    return synchronize(allreduce_async(tensor, average, name, op, compression, prescale_factor,
-                                       postscale_factor))
+def _group(tensors, what):
+    if not isinstance(tensors, (list, tuple)) or not tensors:
+        raise InvalidArgument(f"{what} takes a non-empty list of tensors")
+    return list(tensors)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, compression=Compression.none,
+                             prescale_factor=1.0, postscale_factor=1.0):
+    """allreduce_async_ of every tensor of the list, started in its order; synchronize
+    returns the list."""
+    tensors = _group(tensors, "grouped_allreduce")
+    return _GroupHandle([allreduce_async_(t, average, f"{name or 'grouped_allreduce'}.{i}", op, compression,
+                                          prescale_factor, postscale_factor) for i, t in enumerate(tensors)])
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, compression=Compression.none,
+                            prescale_factor=1.0, postscale_factor=1.0):
+    tensors = _group(tensors, "grouped_allreduce")
+    for t in tensors:
+        _check(t, "grouped_allreduce")
+    return grouped_allreduce_async_([t.detach().clone(memory_format=torch.contiguous_format) for t in tensors],
+                                    average, name, op, compression, prescale_factor, postscale_factor)
+
+
+def _blocking(start, name):
+    """The blocking form of an *_async starter: the same arguments, synchronized."""
+    @functools.wraps(start)
+    def blocking(*args, **kwargs):
+        return synchronize(start(*args, **kwargs))
+    blocking.__name__ = blocking.__qualname__ = name
+    return blocking
+
+
+grouped_allreduce_ = _blocking(grouped_allreduce_async_, "grouped_allreduce_")
+grouped_allreduce = _blocking(grouped_allreduce_async, "grouped_allreduce")
+allreduce_ = _blocking(allreduce_async_, "allreduce_")
+allreduce = _blocking(allreduce_async, "allreduce")
 
 
 def _contiguous(tensor):
@@ -427,3 +499,4 @@ def broadcast_optimizer_state(optimizer, root_rank):
 
 from herd._torch_optimizer import DistributedOptimizer  # noqa: E402 (needs the functions above)
 from herd import _torch_elastic as elastic  # noqa: E402 (Horovod's hvd.elastic)
+from herd._torch_syncbn import SyncBatchNorm  # noqa: E402 (needs allgather and allreduce)

@@ -4,6 +4,9 @@ PyTorch, 1.5 to 2 CPU-s a rank on the project's machine).
 train PASSES COMPRESSION [DEVICE]: a PyTorch CNN trained 20 steps with herd.torch on
   global batches of 24 (each rank its shard), on the CPU or (DEVICE cuda) the GPU of the
   rank's local rank; rank 0 saves the weights to OUT/weights-N-PASSES-COMPRESSION[-cuda].pt.
+syncbn SYNC: a CNN with batch norm trained 10 steps on global batches of 24 (each rank its
+  shard), its batch norms turned into hvd.SyncBatchNorm (SYNC 1) or left torch's (0: each
+  rank normalises its own shard); rank 0 saves OUT/weights-syncbn-N-SYNC.pt.
 collectives: Horovod's collectives checked exactly on every rank; prints "ok: <check>".
 cuda_collectives: the same on CUDA tensors (float32 summed in GPU memory by herd, the
   rest through host memory).
@@ -81,6 +84,35 @@ def train(passes, compression, device="cpu"):
     print(f"rank {R}: trained {N} ranks on {dev}")
 
 
+def syncbn(sync):
+    torch.manual_seed(100)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(4, 8, 3, padding=1), torch.nn.BatchNorm2d(8, momentum=None), torch.nn.ReLU(),
+        torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
+        torch.nn.Linear(16, 5))
+    if sync:
+        net = hvd.SyncBatchNorm.convert_sync_batchnorm(net)
+        assert sum(isinstance(m, hvd.SyncBatchNorm) for m in net.modules()) == 3
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9),
+                                   named_parameters=net.named_parameters())
+    data = torch.Generator().manual_seed(11)
+    for step in range(10):
+        x = torch.randn(24, 1, 12, 12, generator=data) * 2 + 0.5
+        y = torch.randint(0, 5, (24,), generator=data)
+        per = 24 // N
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(net(x[R * per:(R + 1) * per]), y[R * per:(R + 1) * per]).backward()
+        opt.step()
+    net.eval()  # the running statistics, the same on every rank when synchronised
+    logits = net(torch.randn(4, 1, 12, 12, generator=data))
+    if sync:
+        assert torch.equal(hvd.broadcast(logits, root_rank=0), logits), "ranks disagree in eval"
+    if R == 0:
+        torch.save(net.state_dict(), f"{out}/weights-syncbn-{N}-{sync}.pt")
+    print(f"rank {R}: syncbn {sync} on {N} ranks")
+
+
 def collectives():
     for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
         t = torch.full((5,), float(R + 1), dtype=dtype)
@@ -113,7 +145,19 @@ def collectives():
     assert hvd.allgather_object(("r", R)) == [("r", r) for r in range(N)]
     ok("objects")
     assert hvd.local_size() == N and hvd.local_rank() == R
+    assert hvd.cross_size() == 1 and hvd.cross_rank() == 0 and hvd.is_homogeneous()  # one host
     ok("local size")
+    group = [torch.full((3,), float(R + 1)), torch.full((2, 2), 10.0 * R, dtype=torch.float64)]
+    sums = hvd.grouped_allreduce(group, op=hvd.Sum)
+    assert torch.equal(sums[0], torch.full((3,), float(N * (N + 1) // 2))), sums
+    assert torch.equal(sums[1], torch.full((2, 2), 10.0 * N * (N - 1) / 2, dtype=torch.float64)), sums
+    assert torch.equal(group[0], torch.full((3,), float(R + 1)))  # copies
+    h = hvd.grouped_allreduce_async_(group)  # Average, in place
+    assert hvd.synchronize(h)[0] is group[0] and hvd.poll(h)
+    assert torch.allclose(group[1], torch.full((2, 2), 10.0 * (N - 1) / 2, dtype=torch.float64)), group
+    ok("grouped allreduce")
+    hvd.barrier()
+    ok("barrier")
     for call, message in [
         (lambda: hvd.allreduce(torch.ones(3, dtype=torch.int32)), "int32 tensors are not reduced"),
         (lambda: hvd.allreduce(torch.ones(3), op=hvd.Adasum), "Adasum is not offered"),
@@ -216,5 +260,6 @@ def elastic(kill):
 
 for mode, *args in tasks:
     {"train": lambda: train(int(args[0]), args[1], *args[2:3]), "collectives": collectives,
+     "syncbn": lambda: syncbn(int(args[0])),
      "cuda_collectives": cuda_collectives,
      "raise": raise_on_one, "stall": stall_on_one, "elastic": lambda: elastic(args[0] == "1")}[mode]()
