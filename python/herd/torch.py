@@ -16,7 +16,6 @@ collective goes through host memory (docs/python.md).
 """
 import atexit
 import functools
-import io
 import os
 import pickle
 import sys
