@@ -199,11 +199,13 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="PyTorch s
 @needs_cuda
 def test_cuda_training_equals_one_gpu_process(tmp_path):
     """2 ranks on the GPUs (sharing one where there is one: herd then sums through host
-    memory; NCCL on two) against one GPU process taking the whole global batch."""
+    memory; NCCL on two) against one GPU process taking the whole global batch, the plain
+    CNN and the one with hvd.SyncBatchNorm."""
     launcher(2)  # skips without MPI
-    rc, out = run(tmp_path, 1, "train", "1", "none", "cuda")
+    rc, out = run(tmp_path, 1, "train", "1", "none", "cuda", "+", "syncbn", "1", "cuda")
     assert rc == 0, out
-    rc, out = run(tmp_path, 2, "train", "1", "none", "cuda", "+", "cuda_collectives")
+    rc, out = run(tmp_path, 2, "train", "1", "none", "cuda", "+", "syncbn", "1", "cuda", "+", "cuda_collectives")
     assert rc == 0, out
     assert out.count("ok: cuda:") >= 2 * 6, out
     assert max_difference(tmp_path / "weights-2-1-none-cuda.pt", tmp_path / "weights-1-1-none-cuda.pt") < 1e-4
+    assert max_difference(tmp_path / "weights-syncbn-2-1-cuda.pt", tmp_path / "weights-syncbn-1-1-cuda.pt") < 1e-4

@@ -4,9 +4,10 @@ PyTorch, 1.5 to 2 CPU-s a rank on the project's machine).
 train PASSES COMPRESSION [DEVICE]: a PyTorch CNN trained 20 steps with herd.torch on
   global batches of 24 (each rank its shard), on the CPU or (DEVICE cuda) the GPU of the
   rank's local rank; rank 0 saves the weights to OUT/weights-N-PASSES-COMPRESSION[-cuda].pt.
-syncbn SYNC: a CNN with batch norm trained 10 steps on global batches of 24 (each rank its
-  shard), its batch norms turned into hvd.SyncBatchNorm (SYNC 1) or left torch's (0: each
-  rank normalises its own shard); rank 0 saves OUT/weights-syncbn-N-SYNC.pt.
+syncbn SYNC [DEVICE]: a CNN with batch norm trained 10 steps on global batches of 24 (each
+  rank its shard), its batch norms turned into hvd.SyncBatchNorm (SYNC 1) or left torch's
+  (0: each rank normalises its own shard), on the CPU or (DEVICE cuda) the rank's GPU;
+  rank 0 saves OUT/weights-syncbn-N-SYNC[-cuda].pt.
 collectives: Horovod's collectives checked exactly on every rank; prints "ok: <check>".
 cuda_collectives: the same on CUDA tensors (float32 summed in GPU memory by herd, the
   rest through host memory).
@@ -84,13 +85,14 @@ def train(passes, compression, device="cpu"):
     print(f"rank {R}: trained {N} ranks on {dev}")
 
 
-def syncbn(sync):
+def syncbn(sync, device="cpu"):
+    dev = gpu() if device == "cuda" else torch.device("cpu")
     torch.manual_seed(100)
     net = torch.nn.Sequential(
         torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
         torch.nn.Conv2d(4, 8, 3, padding=1), torch.nn.BatchNorm2d(8, momentum=None), torch.nn.ReLU(),
         torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
-        torch.nn.Linear(16, 5))
+        torch.nn.Linear(16, 5)).to(dev)
     if sync:
         net = hvd.SyncBatchNorm.convert_sync_batchnorm(net)
         assert sum(isinstance(m, hvd.SyncBatchNorm) for m in net.modules()) == 3
@@ -98,19 +100,21 @@ def syncbn(sync):
                                    named_parameters=net.named_parameters())
     data = torch.Generator().manual_seed(11)
     for step in range(10):
-        x = torch.randn(24, 1, 12, 12, generator=data) * 2 + 0.5
-        y = torch.randint(0, 5, (24,), generator=data)
+        x = (torch.randn(24, 1, 12, 12, generator=data) * 2 + 0.5).to(dev)
+        y = torch.randint(0, 5, (24,), generator=data).to(dev)
         per = 24 // N
         opt.zero_grad()
         torch.nn.functional.cross_entropy(net(x[R * per:(R + 1) * per]), y[R * per:(R + 1) * per]).backward()
         opt.step()
     net.eval()  # the running statistics, the same on every rank when synchronised
-    logits = net(torch.randn(4, 1, 12, 12, generator=data))
+    logits = net(torch.randn(4, 1, 12, 12, generator=data).to(dev))
     if sync:
         assert torch.equal(hvd.broadcast(logits, root_rank=0), logits), "ranks disagree in eval"
     if R == 0:
-        torch.save(net.state_dict(), f"{out}/weights-syncbn-{N}-{sync}.pt")
-    print(f"rank {R}: syncbn {sync} on {N} ranks")
+        suffix = "-cuda" if device == "cuda" else ""
+        torch.save({k: v.cpu() for k, v in net.state_dict().items()},
+                   f"{out}/weights-syncbn-{N}-{sync}{suffix}.pt")
+    print(f"rank {R}: syncbn {sync} on {N} ranks, {dev}")
 
 
 def collectives():
@@ -260,6 +264,6 @@ def elastic(kill):
 
 for mode, *args in tasks:
     {"train": lambda: train(int(args[0]), args[1], *args[2:3]), "collectives": collectives,
-     "syncbn": lambda: syncbn(int(args[0])),
+     "syncbn": lambda: syncbn(int(args[0]), *args[1:2]),
      "cuda_collectives": cuda_collectives,
      "raise": raise_on_one, "stall": stall_on_one, "elastic": lambda: elastic(args[0] == "1")}[mode]()
