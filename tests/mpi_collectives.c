@@ -1,6 +1,6 @@
 /* The MPI communicator's collectives on 2 or 3 ranks: exact sums, averages, fp16/bf16
- * wire types, ZeRO's reduce-scatter and all-gather, blocking collectives (the exact sums'
- * reduce-scatter of doubles among them), local ranks, and how much a 16 MiB reduction
+ * wire types, ZeRO's reduce-scatter and all-gather, the public reduce-scatter, blocking
+ * collectives (the exact sums' reduce-scatter of doubles among them), local ranks, and how much a 16 MiB reduction
  * overlaps with computation. */
 #include <math.h>
 #include <string.h>
@@ -141,6 +141,34 @@ static void check_zero_parts(herd_comm *c)
     }
     free(g);
     free(ref);
+}
+
+/* herd_dist_reduce_scatter (the public API, Horovod's reducescatter): each rank's part
+ * bitwise an allreduce's (values whose sums are exact in any order), uneven counts and an
+ * empty part included; counts that do not
+ * add up refused before any rank sends. */
+static void check_public_reduce_scatter(herd_comm *c)
+{
+    enum { N = 1001 };
+    int counts[8], before = 0;
+    for (int r = 0, left = N; r < c->size; r++) {
+        counts[r] = r == c->size - 1 ? left : r == 0 ? 0 : N / c->size + 1;
+        left -= counts[r];
+    }
+    for (int r = 0; r < c->rank; r++)
+        before += counts[r];
+    static float g[N], ref[N];
+    for (int i = 0; i < N; i++)
+        g[i] = ref[i] = (float)(i % 13 - 6 + c->rank); /* exact in any order and on bf16 */
+    MT_OK(c->ops->allreduce_start(c, ref, N, 0.5f, HERD_WIRE_BF16, "reference"));
+    MT_OK(c->ops->wait_all(c));
+    MT_OK(herd_dist_reduce_scatter(c, g, N, counts, 0.5f, HERD_COMPRESS_BF16, "public"));
+    MT_CHECK(memcmp(g + before, ref + before, (size_t)counts[c->rank] * sizeof *g) == 0,
+             "herd_dist_reduce_scatter: rank %d's %d values differ from the allreduce's", c->rank,
+             counts[c->rank]);
+    counts[0]++;
+    MT_CHECK(herd_dist_reduce_scatter(c, g, N, counts, 1.0f, HERD_COMPRESS_NONE, "bad") ==
+                 HERD_ERR_INVALID_ARG, "counts summing to %d accepted for %d values", N + 1, N);
 }
 
 static void check_blocking(herd_comm *c)
@@ -384,6 +412,7 @@ int main(void)
     check_wire(c, HERD_WIRE_FP16, 1.0f / (float)c->size);
     check_wire_headroom(c);
     check_zero_parts(c);
+    check_public_reduce_scatter(c);
     check_blocking(c);
     check_blocking_order(c);
     check_f64_async(c);

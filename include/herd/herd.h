@@ -364,6 +364,13 @@ HERD_API herd_status herd_dist_broadcast(herd_dist *d, void *buf, size_t bytes, 
  * bytes_of is the same on every rank. */
 HERD_API herd_status herd_dist_allgather(herd_dist *d, const void *mine, void *all,
                                          const size_t *bytes_of);
+/* Blocking (Horovod's reducescatter): float32 buf[0..n) summed over the ranks, of which
+ * rank r keeps counts[r] values, in rank order (the same counts on every rank, summing to
+ * n). On return this rank's part of buf holds that part's sum, multiplied by scale and
+ * sent as `wire` as in herd_dist_allreduce_start; the rest of buf is undefined. Each
+ * rank sends and receives about n values where an allreduce moves 2n. */
+HERD_API herd_status herd_dist_reduce_scatter(herd_dist *d, float *buf, size_t n, const int *counts,
+                                              float scale, herd_compress wire, const char *name);
 HERD_API herd_status herd_dist_barrier(herd_dist *d);
 /* What this rank is doing, for the stall inspector's report ("step 40: backward"). */
 HERD_API void herd_dist_set_activity(herd_dist *d, const char *what);

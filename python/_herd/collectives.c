@@ -1,5 +1,6 @@
 /* _herd's collectives on memory Python hands over by address (herd.torch passes
  * tensor.data_ptr(); it keeps the tensors alive until the collective completes). */
+#include <limits.h>
 #include <stdlib.h>
 
 #include "pyherd.h"
@@ -140,6 +141,51 @@ PyObject *pyherd_allgather(PyObject *self, PyObject *args)
     st = herd_dist_allgather(d, mine, all, bytes_of);
     Py_END_ALLOW_THREADS
     free(bytes_of);
+    return st == HERD_OK ? Py_NewRef(Py_None) : pyherd_raise(st, NULL);
+}
+
+/* (address, count, [count of each rank], scale, wire, name): float32, blocking */
+PyObject *pyherd_reduce_scatter(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *addr, *counts;
+    Py_ssize_t n;
+    float scale;
+    int wire;
+    const char *name;
+    if (!PyArg_ParseTuple(args, "OnOfis", &addr, &n, &counts, &scale, &wire, &name))
+        return NULL;
+    void *buf;
+    herd_dist *d = sum_of(addr, n, name, &buf);
+    if (!d)
+        return NULL;
+    PyObject *fast = PySequence_List(counts);
+    if (!fast)
+        return NULL;
+    Py_ssize_t size = PyList_Size(fast);
+    if (size != herd_dist_size(d)) {
+        Py_DECREF(fast);
+        return PyErr_Format(pyherd_invalid_argument, "%s: %zd counts for %d ranks", name, size,
+                            herd_dist_size(d));
+    }
+    int *count_of = calloc((size_t)size, sizeof *count_of);
+    for (Py_ssize_t r = 0; count_of && r < size && !PyErr_Occurred(); r++) {
+        long v = PyLong_AsLong(PyList_GetItem(fast, r));
+        if (!PyErr_Occurred() && (v < 0 || v > INT_MAX))
+            PyErr_Format(pyherd_invalid_argument, "%s: rank %zd's count %ld is not in 0..%d", name,
+                         r, v, INT_MAX);
+        count_of[r] = (int)v;
+    }
+    Py_DECREF(fast);
+    if (!count_of || PyErr_Occurred()) {
+        free(count_of);
+        return count_of ? NULL : PyErr_NoMemory();
+    }
+    herd_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = herd_dist_reduce_scatter(d, buf, (size_t)n, count_of, scale, (herd_compress)wire, name);
+    Py_END_ALLOW_THREADS
+    free(count_of);
     return st == HERD_OK ? Py_NewRef(Py_None) : pyherd_raise(st, NULL);
 }
 

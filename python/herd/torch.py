@@ -33,7 +33,8 @@ __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_rank", "
            "allgather_object", "broadcast_parameters", "broadcast_optimizer_state",
            "DistributedOptimizer", "elastic", "start_timeline", "stop_timeline", "join", "mpi_built", "nccl_built", "gloo_built", "mpi_threads_supported", "HerdError", "InvalidArgument",
            "cross_rank", "cross_size", "is_homogeneous", "barrier", "grouped_allreduce",
-           "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "SyncBatchNorm"]
+           "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "SyncBatchNorm",
+           "reducescatter", "reducescatter_async"]
 
 Average, Sum, Adasum = "Average", "Sum", "Adasum"
 _DTYPES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}  # herd_dtype
@@ -367,6 +368,54 @@ grouped_allreduce_ = _blocking(grouped_allreduce_async_, "grouped_allreduce_")
 grouped_allreduce = _blocking(grouped_allreduce_async, "grouped_allreduce")
 allreduce_ = _blocking(allreduce_async_, "allreduce_")
 allreduce = _blocking(allreduce_async, "allreduce")
+
+
+def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                  compression=Compression.none):
+    """The mean (op=Average, the default) or sum over the ranks of tensor, of which this
+    rank gets its rows: the first dimension split in rank order as evenly as it goes, the
+    first (rows % size) ranks one row more (Horovod's split). float32 travels as a
+    reduce-scatter (each rank sends about the tensor's size, half an allreduce's); float64,
+    float16 and bfloat16 are summed whole, then cut."""
+    what = f"reducescatter {name}" if name else "reducescatter"
+    _check(tensor, what)
+    if tensor.dim() == 0:
+        raise InvalidArgument(f"{what}: a 0-d tensor has no rows to scatter")
+    if tensor.dtype not in _DTYPES:
+        raise HerdError(f"{what}: {tensor.dtype} tensors are not reduced; herd sums float32, "
+                        "float64, float16 and bfloat16")
+    if compression not in _WIRE:
+        raise InvalidArgument(f"{what}: compression is Compression.none, fp16 or bf16, got {compression!r}")
+    shapes = allgather_object((tuple(tensor.shape), str(tensor.dtype)), name)
+    if any(s != shapes[0] for s in shapes):
+        raise InvalidArgument(f"{what}: every rank gives the same shape and dtype; got "
+                              + ", ".join(f"rank {r}: {list(s[0])} {s[1]}" for r, s in enumerate(shapes)))
+    if tensor.is_cuda:  # through host memory
+        return reducescatter(tensor.detach().to("cpu"), name, op, prescale_factor, postscale_factor,
+                             compression).to(tensor.device)
+    scale = _scale(op, None, what) * float(prescale_factor) * float(postscale_factor)
+    t = tensor.detach().clone(memory_format=torch.contiguous_format)
+    n, rows = size(), t.shape[0]
+    rows_of = [rows // n + (1 if r < rows % n else 0) for r in range(n)]
+    first = sum(rows_of[:rank()])
+    if t.dtype == torch.float32:
+        per_row = t[0].numel() if rows else 0
+        _herd.reduce_scatter(t.data_ptr(), t.numel(), [k * per_row for k in rows_of], scale,
+                             _WIRE[compression], name or "reducescatter")
+    else:
+        if compression != Compression.none:
+            raise InvalidArgument(f"{what}: compression applies to float32 tensors, not {t.dtype}")
+        allreduce_(t, op=Sum, name=name)
+        t.mul_(scale)
+    return t[first:first + rows_of[rank()]].clone()
+
+
+def reducescatter_async(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                        compression=Compression.none):
+    """reducescatter, complete on return (herd's reduce-scatter blocks): synchronize gives it."""
+    h = _Handle(reducescatter(tensor, name, op, prescale_factor, postscale_factor, compression), 0)
+    h.done = True
+    return h
 
 
 def _contiguous(tensor):

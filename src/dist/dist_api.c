@@ -274,6 +274,32 @@ herd_status herd_dist_allgather(herd_dist *d, const void *mine, void *all, const
     return d->ops->broadcast(d, all, total, 0);
 }
 
+herd_status herd_dist_reduce_scatter(herd_dist *d, float *buf, size_t n, const int *counts,
+                                     float scale, herd_compress wire, const char *name)
+{
+    int size = d ? d->size : 1;
+    size_t total = 0;
+    bool negative = false;
+    for (int r = 0; counts && r < size; r++) {
+        negative |= counts[r] < 0;
+        total += counts[r] < 0 ? 0 : (size_t)counts[r];
+    }
+    if (!counts || negative || total != n || (n && !buf) || (unsigned)wire > HERD_COMPRESS_BF16 ||
+        !(scale == scale))
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: %zu values and every rank's count of them "
+                        "(>= 0, summing to %zu; got %zu), a scale and a wire", name ? name :
+                        "reduce_scatter", n, n, total);
+    if (size == 1) {
+        for (size_t i = 0; i < n; i++)
+            buf[i] *= scale;
+        return HERD_OK;
+    }
+    herd_wire_type w = wire == HERD_COMPRESS_FP16 ? HERD_WIRE_FP16
+                       : wire == HERD_COMPRESS_BF16 ? HERD_WIRE_BF16 : HERD_WIRE_FP32;
+    HERD_TRY(d->ops->reduce_scatter_start(d, buf, counts, scale, w, false, name));
+    return d->ops->wait_ticket(d, d->ops->ticket(d));
+}
+
 herd_status herd_dist_barrier(herd_dist *d) { return d ? d->ops->barrier(d) : HERD_OK; }
 
 void herd_dist_set_activity(herd_dist *d, const char *what)

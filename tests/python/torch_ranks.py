@@ -162,6 +162,21 @@ def collectives():
     ok("grouped allreduce")
     hvd.barrier()
     ok("barrier")
+    for rows in (2 * N + 1, N - 1):  # one row more for the first ranks; none for the last
+        per = [rows // N + (1 if r < rows % N else 0) for r in range(N)]
+        first = sum(per[:R])
+        for dtype in (torch.float32, torch.float64):
+            base = torch.arange(rows * 3, dtype=dtype).reshape(rows, 3)
+            got = hvd.reducescatter(base * (R + 1), op=hvd.Sum)
+            assert torch.equal(got, (base * (N * (N + 1) // 2))[first:first + per[R]]), (rows, dtype, got)
+        mean = hvd.synchronize(hvd.reducescatter_async(torch.full((rows, 2), float(R))))
+        assert torch.allclose(mean, torch.full((per[R], 2), (N - 1) / 2)), mean
+    try:
+        hvd.reducescatter(torch.ones(R + 1, 2))
+        raise AssertionError("no error for shapes that differ")
+    except hvd.InvalidArgument as e:
+        assert "every rank gives the same shape and dtype" in str(e), str(e)
+    ok("reducescatter")
     for call, message in [
         (lambda: hvd.allreduce(torch.ones(3, dtype=torch.int32)), "int32 tensors are not reduced"),
         (lambda: hvd.allreduce(torch.ones(3), op=hvd.Adasum), "Adasum is not offered"),
