@@ -367,11 +367,35 @@ def _blocking(start, name):
 grouped_allreduce_ = _blocking(grouped_allreduce_async_, "grouped_allreduce_")
 grouped_allreduce = _blocking(grouped_allreduce_async, "grouped_allreduce")
 allreduce_ = _blocking(allreduce_async_, "allreduce_")
-allreduce = _blocking(allreduce_async, "allreduce")
+_allreduce_copy = _blocking(allreduce_async, "allreduce")
+
+
+def _differentiable(tensor):
+    return torch.is_grad_enabled() and isinstance(tensor, torch.Tensor) and tensor.requires_grad
+
+
+def allreduce(tensor, average=None, name=None, op=None, compression=Compression.none,
+              prescale_factor=1.0, postscale_factor=1.0):
+    """The mean (op=Average, the default) or sum over the ranks, in a new tensor.
+    Differentiable: the input's gradient is the same reduction of the output's."""
+    if _differentiable(tensor):
+        return _autograd.Allreduce.apply(tensor, average, name, op, compression, prescale_factor,
+                                         postscale_factor)
+    return _allreduce_copy(tensor, average, name, op, compression, prescale_factor, postscale_factor)
 
 
 def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                   compression=Compression.none):
+    """_reducescatter's result; differentiable: the input's gradient is the output
+    gradients of every rank, gathered, times the same scale."""
+    if _differentiable(tensor):
+        return _autograd.Reducescatter.apply(tensor, name, op, prescale_factor, postscale_factor,
+                                             compression)
+    return _reducescatter(tensor, name, op, prescale_factor, postscale_factor, compression)
+
+
+def _reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                   compression=Compression.none):
     """The mean (op=Average, the default) or sum over the ranks of tensor, of which this
     rank gets its rows: the first dimension split in rank order as evenly as it goes, the
     first (rows % size) ranks one row more (Horovod's split). float32 travels as a
@@ -391,8 +415,8 @@ def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_fac
         raise InvalidArgument(f"{what}: every rank gives the same shape and dtype; got "
                               + ", ".join(f"rank {r}: {list(s[0])} {s[1]}" for r, s in enumerate(shapes)))
     if tensor.is_cuda:  # through host memory
-        return reducescatter(tensor.detach().to("cpu"), name, op, prescale_factor, postscale_factor,
-                             compression).to(tensor.device)
+        return _reducescatter(tensor.detach().to("cpu"), name, op, prescale_factor, postscale_factor,
+                              compression).to(tensor.device)
     scale = _scale(op, None, what) * float(prescale_factor) * float(postscale_factor)
     t = tensor.detach().clone(memory_format=torch.contiguous_format)
     n, rows = size(), t.shape[0]
@@ -413,7 +437,7 @@ def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_fac
 def reducescatter_async(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                         compression=Compression.none):
     """reducescatter, complete on return (herd's reduce-scatter blocks): synchronize gives it."""
-    h = _Handle(reducescatter(tensor, name, op, prescale_factor, postscale_factor, compression), 0)
+    h = _Handle(_reducescatter(tensor, name, op, prescale_factor, postscale_factor, compression), 0)
     h.done = True
     return h
 
@@ -424,11 +448,20 @@ def _contiguous(tensor):
 
 def allgather(tensor, name=None):
     """Every rank's tensor, concatenated along the first dimension (which may differ
-    between ranks; the others must match)."""
+    between ranks; the others must match). Differentiable: each rank's input gradient is
+    the sum over the ranks of the output gradients' rows that came from it."""
+    if _differentiable(tensor):
+        return _autograd.Allgather.apply(tensor, name)
+    return _allgather(tensor, name)[0]
+
+
+def _allgather(tensor, name=None):
+    """(every rank's rows concatenated, [rows of each rank])"""
     what = f"allgather {name}" if name else "allgather"
     _check(tensor, what)
     if tensor.is_cuda:  # through host memory
-        return allgather(tensor.detach().to("cpu"), name).to(tensor.device)
+        out, rows_of = _allgather(tensor.detach().to("cpu"), name)
+        return out.to(tensor.device), rows_of
     t = _contiguous(tensor).reshape(tensor.shape if tensor.dim() else (1,))
     rows = torch.tensor([t.shape[0]], dtype=torch.int64)
     all_rows = torch.empty(size(), dtype=torch.int64)
@@ -442,7 +475,7 @@ def allgather(tensor, name=None):
                               "bytes); only the first dimension may differ")
     out = torch.empty((int(all_rows.sum()),) + tuple(t.shape[1:]), dtype=t.dtype)
     _herd.allgather(t.data_ptr(), out.data_ptr(), [int(r) * row_bytes for r in all_rows.tolist()])
-    return out
+    return out, all_rows.tolist()
 
 
 def _row_bytes(t):
@@ -454,7 +487,7 @@ def _row_bytes(t):
 
 def allgather_async(tensor, name=None):
     """allgather, complete on return (herd's allgather blocks): synchronize gives it."""
-    out = allgather(tensor, name)
+    out = _allgather(tensor, name)[0]
     h = _Handle(out, 0)
     h.done = True
     return h
@@ -476,6 +509,14 @@ def broadcast_(tensor, root_rank, name=None):
 
 
 def broadcast(tensor, root_rank, name=None):
+    """root_rank's values in a new tensor on every rank. Differentiable: root_rank's input
+    gradient is the sum over the ranks of the output's, the others' zero."""
+    if _differentiable(tensor):
+        return _autograd.Broadcast.apply(tensor, root_rank, name)
+    return _broadcast_copy(tensor, root_rank, name)
+
+
+def _broadcast_copy(tensor, root_rank, name=None):
     _check(tensor, "broadcast")
     return broadcast_(tensor.detach().clone(memory_format=torch.contiguous_format), root_rank, name)
 
@@ -487,7 +528,7 @@ def broadcast_async_(tensor, root_rank, name=None):
 
 
 def broadcast_async(tensor, root_rank, name=None):
-    h = _Handle(broadcast(tensor, root_rank, name), 0)
+    h = _Handle(_broadcast_copy(tensor, root_rank, name), 0)
     h.done = True
     return h
 
@@ -548,3 +589,4 @@ def broadcast_optimizer_state(optimizer, root_rank):
 from herd._torch_optimizer import DistributedOptimizer  # noqa: E402 (needs the functions above)
 from herd import _torch_elastic as elastic  # noqa: E402 (Horovod's hvd.elastic)
 from herd._torch_syncbn import SyncBatchNorm  # noqa: E402 (needs allgather and allreduce)
+from herd import _torch_autograd as _autograd  # noqa: E402 (the collectives' gradients)

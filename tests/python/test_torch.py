@@ -1,8 +1,10 @@
 """herd.torch, Horovod's API for PyTorch on herd's communicator (ctest's python_torch):
 a PyTorch CNN trained on 2 and 3 ranks (and with local accumulation) ends within 1e-5
-of one process taking the whole global batch, and so does one with hvd.SyncBatchNorm, and on GPUs (where PyTorch sees one) 2
-ranks within 1e-4 of one GPU process, with the collectives on CUDA tensors checked
-exactly; every collective checked exactly on 2 and 3 ranks; bad calls raise herd's message on every rank; a rank that raises ends the
+of one process taking the whole global batch, and so do one with hvd.SyncBatchNorm and
+a contrastive loss through hvd.allgather; on GPUs (where PyTorch sees one) 2 ranks
+within 1e-4 of one GPU process, with the collectives on CUDA tensors checked exactly;
+every collective and its gradient checked exactly on 2 and 3 ranks; bad calls raise
+herd's message on every rank; a rank that raises ends the
 job at once, naming itself; a script under hvd.elastic.run whose rank is killed is
 relaunched by herd run --max-restarts and ends on the bytes of the run never stopped."""
 import os
@@ -38,7 +40,7 @@ def max_difference(a, b):
 def one_process(tmp_path_factory):
     """The weights of one process taking each whole global batch (made once)."""
     where = tmp_path_factory.mktemp("one")
-    rc, out = run(where, 1, "train", "1", "none", "+", "syncbn", "1")
+    rc, out = run(where, 1, "train", "1", "none", "+", "syncbn", "1", "+", "contrastive", "1")
     assert rc == 0, out
     return where / "weights-1-1-none.pt"
 
@@ -56,8 +58,9 @@ def two_ranks_traced(tmp_path_factory):
 
 # The other cases of each rank count share a launch (torch_ranks.py runs its modes in
 # turn), the collectives last: every launch imports PyTorch on every rank.
-JOBS = {2: "train 2 none" + ("" if REPEAT else " + train 1 fp16 + syncbn 0") + " + syncbn 1 + collectives",
-        3: "train 1 none + syncbn 1 + collectives"}
+JOBS = {2: "train 2 none" + ("" if REPEAT else " + train 1 fp16 + syncbn 0 + contrastive 0")
+           + " + syncbn 1 + contrastive 1 + collectives",
+        3: "train 1 none + syncbn 1 + contrastive 1 + collectives"}
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +104,19 @@ def test_sync_batch_norm_equals_one_process(one_process, ranks_job, np_):
         assert max_difference(one, where / "weights-syncbn-2-0.pt") > 1e-3
 
 
+@pytest.mark.parametrize("np_", [2] if REPEAT else [2, 3])
+def test_gradient_through_allgather_equals_one_process(one_process, ranks_job, np_):
+    """A contrastive loss over allgathered features (each rank's rows against all 24):
+    with the gradient through hvd.allgather (summed over the ranks that read each row), N
+    ranks end within 1e-5 of one process computing the whole 24 x 24 loss; with the
+    gathered features detached, 2 ranks do not."""
+    where, _ = ranks_job(np_)
+    one = one_process.parent / "weights-contrastive-1-1.pt"
+    assert max_difference(one, where / f"weights-contrastive-{np_}-1.pt") <= 1e-5
+    if np_ == 2 and not REPEAT:
+        assert max_difference(one, where / "weights-contrastive-2-0.pt") > 1e-3
+
+
 def test_timeline(two_ranks_traced):
     """HERD_TIMELINE (Horovod's HOROVOD_TIMELINE): rank 0 writes herd's trace, with every
     rank's gradient buckets on its communication track and its steps on the compute track."""
@@ -123,6 +139,7 @@ def test_collectives(ranks_job, np_):
     for check in ["allreduce sum and average, 4 dtypes", "async handles in order", "allreduce in place",
                   "fp16 compression", "allgather of different row counts", "broadcast from the last rank",
                   "objects", "local size", "grouped allreduce", "barrier", "reducescatter",
+                  "gradients through allreduce, allgather, broadcast and reducescatter",
                   "bad calls raise herd's message on every rank"]:
         assert len(re.findall(re.escape("ok: " + check), out)) == np_, (check, out)
 

@@ -8,6 +8,9 @@ syncbn SYNC [DEVICE]: a CNN with batch norm trained 10 steps on global batches o
   rank its shard), its batch norms turned into hvd.SyncBatchNorm (SYNC 1) or left torch's
   (0: each rank normalises its own shard), on the CPU or (DEVICE cuda) the rank's GPU;
   rank 0 saves OUT/weights-syncbn-N-SYNC[-cuda].pt.
+contrastive GRAD: a contrastive loss over every rank's features (hvd.allgather) trained 10
+  steps on global batches of 24, the gradient through the allgather (GRAD 1) or not (0:
+  the gathered features detached); rank 0 saves OUT/weights-contrastive-N-GRAD.pt.
 collectives: Horovod's collectives checked exactly on every rank; prints "ok: <check>".
 cuda_collectives: the same on CUDA tensors (float32 summed in GPU memory by herd, the
   rest through host memory).
@@ -117,6 +120,27 @@ def syncbn(sync, device="cpu"):
     print(f"rank {R}: syncbn {sync} on {N} ranks, {dev}")
 
 
+def contrastive(through):
+    torch.manual_seed(100)
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(36, 16), torch.nn.Tanh(),
+                              torch.nn.Linear(16, 8))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9),
+                                   named_parameters=net.named_parameters())
+    data = torch.Generator().manual_seed(5)
+    for step in range(10):
+        x = torch.randn(24, 1, 6, 6, generator=data)
+        per = 24 // N
+        opt.zero_grad()
+        f = net(x[R * per:(R + 1) * per])
+        every = hvd.allgather(f if through else f.detach())  # all 24 rows, in rank order
+        logits = f @ every.t()  # this rank's rows of the 24 x 24 similarities
+        torch.nn.functional.cross_entropy(logits, torch.arange(R * per, (R + 1) * per)).backward()
+        opt.step()
+    if R == 0:
+        torch.save(net.state_dict(), f"{out}/weights-contrastive-{N}-{through}.pt")
+    print(f"rank {R}: contrastive {through} on {N} ranks")
+
+
 def collectives():
     for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
         t = torch.full((5,), float(R + 1), dtype=dtype)
@@ -177,6 +201,28 @@ def collectives():
     except hvd.InvalidArgument as e:
         assert "every rank gives the same shape and dtype" in str(e), str(e)
     ok("reducescatter")
+    # Gradients through the collectives, for the sum of every rank's loss (exact values).
+    w = [torch.arange(6, dtype=torch.float64).reshape(2, 3) + 10 * r for r in range(N)]
+    x = torch.full((2, 3), float(R + 1), dtype=torch.float64, requires_grad=True)
+    (hvd.allreduce(x, op=hvd.Sum) * w[R]).sum().backward()
+    assert torch.equal(x.grad, sum(w)), x.grad
+    x.grad = None
+    (hvd.allreduce(x) * w[R]).sum().backward()  # Average: the mean of the gradients
+    assert torch.allclose(x.grad, sum(w) / N), x.grad
+    total = N * (N + 1) // 2  # rank r gives r + 1 rows
+    xg = torch.ones(R + 1, 2, requires_grad=True)
+    big = [torch.arange(total * 2, dtype=torch.float32).reshape(total, 2) * (r + 1) for r in range(N)]
+    (hvd.allgather(xg) * big[R]).sum().backward()
+    assert torch.equal(xg.grad, sum(big)[R * (R + 1) // 2:(R + 1) * (R + 2) // 2]), xg.grad
+    xb = torch.full((3,), float(R), requires_grad=True)
+    (hvd.broadcast(xb, root_rank=N - 1) * (R + 1)).sum().backward()
+    assert torch.equal(xb.grad, torch.full((3,), float(total)) if R == N - 1 else torch.zeros(3)), xb.grad
+    rows = 2 * N + 1
+    per = [rows // N + (1 if r < rows % N else 0) for r in range(N)]
+    xr = torch.ones(rows, 2, requires_grad=True)
+    (hvd.reducescatter(xr, op=hvd.Sum) * (R + 1)).sum().backward()
+    assert torch.equal(xr.grad, torch.cat([torch.full((per[r], 2), float(r + 1)) for r in range(N)])), xr.grad
+    ok("gradients through allreduce, allgather, broadcast and reducescatter")
     for call, message in [
         (lambda: hvd.allreduce(torch.ones(3, dtype=torch.int32)), "int32 tensors are not reduced"),
         (lambda: hvd.allreduce(torch.ones(3), op=hvd.Adasum), "Adasum is not offered"),
@@ -279,6 +325,6 @@ def elastic(kill):
 
 for mode, *args in tasks:
     {"train": lambda: train(int(args[0]), args[1], *args[2:3]), "collectives": collectives,
-     "syncbn": lambda: syncbn(int(args[0]), *args[1:2]),
+     "syncbn": lambda: syncbn(int(args[0]), *args[1:2]), "contrastive": lambda: contrastive(int(args[0])),
      "cuda_collectives": cuda_collectives,
      "raise": raise_on_one, "stall": stall_on_one, "elastic": lambda: elastic(args[0] == "1")}[mode]()

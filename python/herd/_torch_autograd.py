@@ -1,0 +1,87 @@
+"""The gradients of herd.torch's collectives (allreduce, allgather, broadcast,
+reducescatter on tensors that require grad), as Horovod's are differentiable.
+
+Each backward is the collective that carries the output's gradient back to the inputs
+that made it, for the sum of every rank's loss: an allreduce's is the same allreduce; an
+allgather's is the sum over the ranks of the rows each rank gave (a reduce-scatter);
+a broadcast's is that sum on the root and zero elsewhere; a reduce-scatter's is every
+rank's output gradient, gathered. With DistributedOptimizer averaging the parameters'
+gradients, N ranks then train as one process taking the global batch (python_torch
+checks a contrastive loss over allgathered features). Horovod averages instead of
+summing in the allgather's and broadcast's backward, which gives 1/N of that gradient
+for what crosses ranks. Every rank runs these in the same order, as its backward
+meets them (a rank whose tensor requires no grad while the others' do leaves them
+waiting: the stall inspector names it)."""
+import torch
+
+from herd import _herd
+from herd import torch as hvd
+
+
+class Allreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, average, name, op, compression, prescale, postscale):
+        ctx.args = (average, name, op, compression, prescale, postscale)
+        return hvd._allreduce_copy(tensor, average, name, op, compression, prescale, postscale)
+
+    @staticmethod
+    def backward(ctx, grad):
+        average, name, op, compression, prescale, postscale = ctx.args
+        back = hvd._allreduce_copy(grad.contiguous(), average, f"{name or 'allreduce'} gradient", op,
+                                   compression, prescale, postscale)
+        return back, None, None, None, None, None, None
+
+
+def _sum_of_my_rows(grad, rows_of, name):
+    """The sum over the ranks of grad (the same shape everywhere), of which this rank keeps
+    its rows: a reduce-scatter for float32 on the host, else an allreduce, then cut."""
+    first = sum(rows_of[:hvd.rank()])
+    mine = rows_of[hvd.rank()]
+    flat = grad.detach().to("cpu").contiguous() if grad.is_cuda else grad.detach().contiguous().clone()
+    if flat.dtype == torch.float32:
+        per_row = flat[0].numel() if flat.shape[0] else 0
+        _herd.reduce_scatter(flat.data_ptr(), flat.numel(), [r * per_row for r in rows_of], 1.0, 0, name)
+    else:
+        hvd.allreduce_(flat, op=hvd.Sum, name=name)
+    return flat[first:first + mine].clone().to(grad.device)
+
+
+class Allgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name):
+        out, rows_of = hvd._allgather(tensor, name)
+        ctx.rows_of, ctx.name, ctx.shape = rows_of, name, tensor.shape
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        mine = _sum_of_my_rows(grad, ctx.rows_of, f"{ctx.name or 'allgather'} gradient")
+        return mine.reshape(ctx.shape), None
+
+
+class Broadcast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name):
+        ctx.root, ctx.name = root_rank, name
+        return hvd._broadcast_copy(tensor, root_rank, name)
+
+    @staticmethod
+    def backward(ctx, grad):
+        total = hvd._allreduce_copy(grad.contiguous(), None, f"{ctx.name or 'broadcast'} gradient",
+                                    hvd.Sum)
+        if hvd.rank() != ctx.root:
+            total.zero_()
+        return total, None, None
+
+
+class Reducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale, postscale, compression):
+        ctx.scale = hvd._scale(op, None, "reducescatter") * float(prescale) * float(postscale)
+        ctx.name = name
+        return hvd._reducescatter(tensor, name, op, prescale, postscale, compression)
+
+    @staticmethod
+    def backward(ctx, grad):
+        every = hvd._allgather(grad.contiguous(), f"{ctx.name or 'reducescatter'} gradient")[0]
+        return every * ctx.scale, None, None, None, None, None
