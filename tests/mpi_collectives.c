@@ -1,5 +1,5 @@
 /* The MPI communicator's collectives on 2 or 3 ranks: exact sums, averages, fp16/bf16
- * wire types, ZeRO's reduce-scatter and all-gather, the public reduce-scatter, blocking
+ * wire types, ZeRO's reduce-scatter and all-gather, the public reduce-scatter and alltoall, blocking
  * collectives (the exact sums' reduce-scatter of doubles among them), local ranks, and how much a 16 MiB reduction
  * overlaps with computation. */
 #include <math.h>
@@ -169,6 +169,26 @@ static void check_public_reduce_scatter(herd_comm *c)
     counts[0]++;
     MT_CHECK(herd_dist_reduce_scatter(c, g, N, counts, 1.0f, HERD_COMPRESS_NONE, "bad") ==
                  HERD_ERR_INVALID_ARG, "counts summing to %d accepted for %d values", N + 1, N);
+}
+
+/* herd_dist_alltoall: rank r sends d + r + 1 ints to rank d, each holding 100 r + d. */
+static void check_alltoall(herd_comm *c)
+{
+    int n = c->size, me = c->rank, send[64] = {0}, recv[64] = {0};
+    size_t to[8] = {0}, from[8] = {0}, at = 0;
+    for (int d = 0; d < n; d++) {
+        to[d] = (size_t)(d + me + 1) * sizeof(int);
+        from[d] = (size_t)(me + d + 1) * sizeof(int);
+        for (int i = 0; i < d + me + 1; i++)
+            send[at++] = 100 * me + d;
+    }
+    MT_OK(herd_dist_alltoall(c, send, to, recv, from));
+    at = 0;
+    int bad = 0;
+    for (int s = 0; s < n; s++)
+        for (int i = 0; i < me + s + 1; i++)
+            bad += recv[at++] != 100 * s + me;
+    MT_CHECK(bad == 0, "alltoall: %d of %zu values not the sender's", bad, at);
 }
 
 static void check_blocking(herd_comm *c)
@@ -413,6 +433,7 @@ int main(void)
     check_wire_headroom(c);
     check_zero_parts(c);
     check_public_reduce_scatter(c);
+    check_alltoall(c);
     check_blocking(c);
     check_blocking_order(c);
     check_f64_async(c);

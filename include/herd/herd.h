@@ -371,6 +371,13 @@ HERD_API herd_status herd_dist_allgather(herd_dist *d, const void *mine, void *a
  * rank sends and receives about n values where an allreduce moves 2n. */
 HERD_API herd_status herd_dist_reduce_scatter(herd_dist *d, float *buf, size_t n, const int *counts,
                                               float scale, herd_compress wire, const char *name);
+/* Blocking (Horovod's alltoall): this rank sends send_bytes[r] bytes to every rank r,
+ * the parts laid out in send in rank order, and receives recv_bytes[r] bytes from every
+ * rank r into recv, in rank order; what a rank sends to another is what that one
+ * expects from it. In size - 1 rounds of pairwise exchange (round k: to rank + k, from
+ * rank - k), queued like every collective on the communication thread. */
+HERD_API herd_status herd_dist_alltoall(herd_dist *d, const void *send, const size_t *send_bytes,
+                                        void *recv, const size_t *recv_bytes);
 HERD_API herd_status herd_dist_barrier(herd_dist *d);
 /* What this rank is doing, for the stall inspector's report ("step 40: backward"). */
 HERD_API void herd_dist_set_activity(herd_dist *d, const char *what);

@@ -107,6 +107,31 @@ PyObject *pyherd_broadcast(PyObject *self, PyObject *args)
     return st == HERD_OK ? Py_NewRef(Py_None) : pyherd_raise(st, NULL);
 }
 
+/* A byte count per rank of d from a Python sequence (malloc'd); NULL with the exception set. */
+static size_t *byte_counts(PyObject *counts, herd_dist *d)
+{
+    PyObject *fast = PySequence_List(counts);
+    if (!fast)
+        return NULL;
+    Py_ssize_t size = PyList_Size(fast);
+    if (size != herd_dist_size(d)) {
+        Py_DECREF(fast);
+        PyErr_Format(pyherd_invalid_argument, "%zd byte counts for %d ranks", size, herd_dist_size(d));
+        return NULL;
+    }
+    size_t *bytes_of = calloc((size_t)size, sizeof *bytes_of);
+    for (Py_ssize_t r = 0; bytes_of && r < size; r++)
+        bytes_of[r] = PyLong_AsSize_t(PyList_GetItem(fast, r));
+    Py_DECREF(fast);
+    if (!bytes_of || PyErr_Occurred()) {
+        free(bytes_of);
+        if (!bytes_of)
+            PyErr_NoMemory();
+        return NULL;
+    }
+    return bytes_of;
+}
+
 /* (mine address, all address, [bytes of each rank]) */
 PyObject *pyherd_allgather(PyObject *self, PyObject *args)
 {
@@ -119,28 +144,41 @@ PyObject *pyherd_allgather(PyObject *self, PyObject *args)
     herd_dist *d = pyherd_dist(&error);
     if (!d || PyErr_Occurred())
         return d ? NULL : error;
-    PyObject *fast = PySequence_List(counts); /* the byte counts, one per rank */
-    if (!fast)
+    size_t *bytes_of = byte_counts(counts, d);
+    if (!bytes_of)
         return NULL;
-    Py_ssize_t size = PyList_Size(fast);
-    if (size != herd_dist_size(d)) {
-        Py_DECREF(fast);
-        return PyErr_Format(pyherd_invalid_argument, "%zd byte counts for %d ranks", size,
-                            herd_dist_size(d));
-    }
-    size_t *bytes_of = calloc((size_t)size, sizeof *bytes_of);
-    for (Py_ssize_t r = 0; bytes_of && r < size; r++)
-        bytes_of[r] = PyLong_AsSize_t(PyList_GetItem(fast, r));
-    Py_DECREF(fast);
-    if (!bytes_of || PyErr_Occurred()) {
-        free(bytes_of);
-        return bytes_of ? NULL : PyErr_NoMemory();
-    }
     herd_status st;
     Py_BEGIN_ALLOW_THREADS
     st = herd_dist_allgather(d, mine, all, bytes_of);
     Py_END_ALLOW_THREADS
     free(bytes_of);
+    return st == HERD_OK ? Py_NewRef(Py_None) : pyherd_raise(st, NULL);
+}
+
+/* (send address, [bytes to each rank], receive address, [bytes from each rank]) */
+PyObject *pyherd_alltoall(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *send_addr, *send_counts, *recv_addr, *recv_counts;
+    if (!PyArg_ParseTuple(args, "OOOO", &send_addr, &send_counts, &recv_addr, &recv_counts))
+        return NULL;
+    void *send = address(send_addr), *recv = address(recv_addr);
+    PyObject *error = NULL;
+    herd_dist *d = pyherd_dist(&error);
+    if (!d || PyErr_Occurred())
+        return d ? NULL : error;
+    size_t *to = byte_counts(send_counts, d);
+    size_t *from = to ? byte_counts(recv_counts, d) : NULL;
+    if (!from) {
+        free(to);
+        return NULL;
+    }
+    herd_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = herd_dist_alltoall(d, send, to, recv, from);
+    Py_END_ALLOW_THREADS
+    free(to);
+    free(from);
     return st == HERD_OK ? Py_NewRef(Py_None) : pyherd_raise(st, NULL);
 }
 

@@ -269,6 +269,7 @@ static PyMethodDef methods[] = {
     {"broadcast", pyherd_broadcast, METH_VARARGS, NULL},
     {"allgather", pyherd_allgather, METH_VARARGS, NULL},
     {"reduce_scatter", pyherd_reduce_scatter, METH_VARARGS, NULL},
+    {"alltoall", pyherd_alltoall, METH_VARARGS, NULL},
     {"barrier", pyherd_barrier, METH_NOARGS, NULL},
     {"set_activity", pyherd_set_activity, METH_VARARGS, NULL},
     {"timeline_start", pyherd_timeline_start, METH_VARARGS, NULL},

@@ -1,11 +1,12 @@
 """The gradients of herd.torch's collectives (allreduce, allgather, broadcast,
-reducescatter on tensors that require grad), as Horovod's are differentiable.
+reducescatter and alltoall on tensors that require grad), as Horovod's are differentiable.
 
 Each backward is the collective that carries the output's gradient back to the inputs
 that made it, for the sum of every rank's loss: an allreduce's is the same allreduce; an
 allgather's is the sum over the ranks of the rows each rank gave (a reduce-scatter);
 a broadcast's is that sum on the root and zero elsewhere; a reduce-scatter's is every
-rank's output gradient, gathered. With DistributedOptimizer averaging the parameters'
+rank's output gradient, gathered; an alltoall's is the output's gradient sent back the
+way it came. With DistributedOptimizer averaging the parameters'
 gradients, N ranks then train as one process taking the global batch (python_torch
 checks a contrastive loss over allgathered features). Horovod averages instead of
 summing in the allgather's and broadcast's backward, which gives 1/N of that gradient
@@ -85,3 +86,17 @@ class Reducescatter(torch.autograd.Function):
     def backward(ctx, grad):
         every = hvd._allgather(grad.contiguous(), f"{ctx.name or 'reducescatter'} gradient")[0]
         return every * ctx.scale, None, None, None, None, None
+
+
+class Alltoall(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name):
+        out, received = hvd._alltoall(tensor, splits, name)
+        ctx.received, ctx.name = received.tolist(), name
+        ctx.mark_non_differentiable(received)
+        return out, received
+
+    @staticmethod
+    def backward(ctx, grad, _):
+        back, _ = hvd._alltoall(grad.contiguous(), ctx.received, f"{ctx.name or 'alltoall'} gradient")
+        return back, None, None

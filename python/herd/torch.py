@@ -34,7 +34,7 @@ __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_rank", "
            "DistributedOptimizer", "elastic", "start_timeline", "stop_timeline", "join", "mpi_built", "nccl_built", "gloo_built", "mpi_threads_supported", "HerdError", "InvalidArgument",
            "cross_rank", "cross_size", "is_homogeneous", "barrier", "grouped_allreduce",
            "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "SyncBatchNorm",
-           "reducescatter", "reducescatter_async"]
+           "reducescatter", "reducescatter_async", "alltoall", "alltoall_async"]
 
 Average, Sum, Adasum = "Average", "Sum", "Adasum"
 _DTYPES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}  # herd_dtype
@@ -438,6 +438,59 @@ def reducescatter_async(tensor, name=None, op=None, prescale_factor=1.0, postsca
                         compression=Compression.none):
     """reducescatter, complete on return (herd's reduce-scatter blocks): synchronize gives it."""
     h = _Handle(_reducescatter(tensor, name, op, prescale_factor, postscale_factor, compression), 0)
+    h.done = True
+    return h
+
+
+def alltoall(tensor, splits=None, name=None):
+    """Rows to every rank: splits[r] rows of tensor (the first dimension, in order) go to
+    rank r; without splits the rows are split equally (they must divide). Returns the
+    rows every rank sent this one, in rank order, and with splits given also how many
+    came from each rank (int32, Horovod's received_splits). Differentiable: the input's
+    gradient is the output's sent back the same way."""
+    if _differentiable(tensor):
+        out, received = _autograd.Alltoall.apply(tensor, splits, name)
+    else:
+        out, received = _alltoall(tensor, splits, name)
+    return out if splits is None else (out, received)
+
+
+def _alltoall(tensor, splits=None, name=None):
+    what = f"alltoall {name}" if name else "alltoall"
+    _check(tensor, what)
+    if tensor.dim() == 0:
+        raise InvalidArgument(f"{what}: a 0-d tensor has no rows to send")
+    if tensor.is_cuda:  # through host memory
+        out, received = _alltoall(tensor.detach().to("cpu"), splits, name)
+        return out.to(tensor.device), received
+    n, rows = size(), tensor.shape[0]
+    if splits is None:
+        if rows % n:
+            raise InvalidArgument(f"{what}: {rows} rows do not split equally over {n} ranks; give splits")
+        sent = [rows // n] * n
+    else:
+        sent = [int(v) for v in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
+        if len(sent) != n or any(v < 0 for v in sent) or sum(sent) != rows:
+            raise InvalidArgument(f"{what}: splits {sent} must give each of the {n} ranks a count "
+                                  f">= 0 of the {rows} rows, adding up to them")
+    every = allgather_object((sent, tuple(tensor.shape[1:]), str(tensor.dtype)), name)
+    if any(e[1:] != every[0][1:] for e in every):
+        raise InvalidArgument(f"{what}: ranks send rows of other shapes or types: "
+                              + ", ".join(f"rank {r}: {list(e[1])} {e[2]}" for r, e in enumerate(every)))
+    got = [every[r][0][rank()] for r in range(n)]
+    t = _contiguous(tensor)
+    row_bytes = _row_bytes(t)
+    out = torch.empty((sum(got),) + tuple(t.shape[1:]), dtype=t.dtype)
+    _herd.alltoall(t.data_ptr(), [k * row_bytes for k in sent], out.data_ptr(),
+                   [k * row_bytes for k in got])
+    return out, torch.tensor(got, dtype=torch.int32)
+
+
+def alltoall_async(tensor, splits=None, name=None):
+    """alltoall, complete on return (herd's alltoall blocks): synchronize gives what
+    alltoall returns."""
+    out, received = _alltoall(tensor, splits, name)
+    h = _Handle(out if splits is None else (out, received), 0)
     h.done = True
     return h
 

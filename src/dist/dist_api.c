@@ -300,6 +300,41 @@ herd_status herd_dist_reduce_scatter(herd_dist *d, float *buf, size_t n, const i
     return d->ops->wait_ticket(d, d->ops->ticket(d));
 }
 
+herd_status herd_dist_alltoall(herd_dist *d, const void *send, const size_t *send_bytes,
+                               void *recv, const size_t *recv_bytes)
+{
+    int size = d ? d->size : 1, me = d ? d->rank : 0;
+    if (!send_bytes || !recv_bytes)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "alltoall: every rank's byte counts, sent and "
+                        "received");
+    size_t *sent_at = calloc(2 * (size_t)size, sizeof *sent_at), sent = 0, got = 0;
+    if (!sent_at)
+        return HERD_NOMEM(2 * (size_t)size * sizeof *sent_at);
+    size_t *got_at = sent_at + size;
+    for (int r = 0; r < size; r++) {
+        sent_at[r] = sent, got_at[r] = got;
+        sent += send_bytes[r], got += recv_bytes[r];
+    }
+    herd_status st = HERD_OK;
+    if ((sent && !send) || (got && !recv) || send_bytes[me] != recv_bytes[me])
+        st = HERD_ERR(HERD_ERR_INVALID_ARG, "alltoall: buffers for %zu bytes out and %zu in, "
+                      "and this rank's part to itself the same size both ways (%zu, %zu)", sent,
+                      got, send_bytes[me], recv_bytes[me]);
+    if (st == HERD_OK && send_bytes[me])
+        memmove((char *)recv + got_at[me], (const char *)send + sent_at[me], send_bytes[me]);
+    /* Round k pairs every rank with the one k after it, so each round's sends and
+     * receives meet; the rounds run in order on the communication thread. */
+    for (int k = 1; st == HERD_OK && k < size; k++) {
+        int to = (me + k) % size, from = (me - k + size) % size;
+        st = d->ops->sendrecv_start(d, (const char *)send + sent_at[to], send_bytes[to], to,
+                                    (char *)recv + got_at[from], recv_bytes[from], from);
+    }
+    if (st == HERD_OK && size > 1)
+        st = d->ops->wait_ticket(d, d->ops->ticket(d));
+    free(sent_at);
+    return st;
+}
+
 herd_status herd_dist_barrier(herd_dist *d) { return d ? d->ops->barrier(d) : HERD_OK; }
 
 void herd_dist_set_activity(herd_dist *d, const char *what)

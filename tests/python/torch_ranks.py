@@ -195,12 +195,15 @@ def collectives():
             assert torch.equal(got, (base * (N * (N + 1) // 2))[first:first + per[R]]), (rows, dtype, got)
         mean = hvd.synchronize(hvd.reducescatter_async(torch.full((rows, 2), float(R))))
         assert torch.allclose(mean, torch.full((per[R], 2), (N - 1) / 2)), mean
-    try:
-        hvd.reducescatter(torch.ones(R + 1, 2))
-        raise AssertionError("no error for shapes that differ")
-    except hvd.InvalidArgument as e:
-        assert "every rank gives the same shape and dtype" in str(e), str(e)
     ok("reducescatter")
+    sent = [d + R for d in range(N)]  # rank R sends d + R rows to rank d
+    parcels = torch.cat([torch.full((sent[d], 2), float(100 * R + d)) for d in range(N)])
+    out, received = hvd.alltoall(parcels, splits=sent)
+    assert received.tolist() == [r + R for r in range(N)], received
+    assert torch.equal(out, torch.cat([torch.full((r + R, 2), float(100 * r + R)) for r in range(N)])), out
+    even = hvd.synchronize(hvd.alltoall_async(torch.arange(2 * N, dtype=torch.float64).reshape(2 * N, 1) + 10 * R))
+    assert even.flatten().tolist() == [float(10 * r + 2 * R + i) for r in range(N) for i in range(2)], even
+    ok("alltoall")
     # Gradients through the collectives, for the sum of every rank's loss (exact values).
     w = [torch.arange(6, dtype=torch.float64).reshape(2, 3) + 10 * r for r in range(N)]
     x = torch.full((2, 3), float(R + 1), dtype=torch.float64, requires_grad=True)
@@ -222,12 +225,17 @@ def collectives():
     xr = torch.ones(rows, 2, requires_grad=True)
     (hvd.reducescatter(xr, op=hvd.Sum) * (R + 1)).sum().backward()
     assert torch.equal(xr.grad, torch.cat([torch.full((per[r], 2), float(r + 1)) for r in range(N)])), xr.grad
-    ok("gradients through allreduce, allgather, broadcast and reducescatter")
+    xa = parcels.clone().requires_grad_()
+    (hvd.alltoall(xa, splits=torch.tensor(sent))[0] * (R + 1)).sum().backward()
+    assert torch.equal(xa.grad, torch.cat([torch.full((sent[d], 2), float(d + 1)) for d in range(N)])), xa.grad
+    ok("gradients through allreduce, allgather, broadcast, reducescatter and alltoall")
     for call, message in [
         (lambda: hvd.allreduce(torch.ones(3, dtype=torch.int32)), "int32 tensors are not reduced"),
         (lambda: hvd.allreduce(torch.ones(3), op=hvd.Adasum), "Adasum is not offered"),
         (lambda: hvd.broadcast(torch.ones(3), root_rank=N), f"broadcast from root rank {N}, but the job has ranks 0..{N - 1}"),
         (lambda: hvd.allgather(torch.ones(2, R + 1)), "only the first dimension may differ"),
+        (lambda: hvd.reducescatter(torch.ones(R + 1, 2)), "every rank gives the same shape and dtype"),
+        (lambda: hvd.alltoall(torch.ones(N + 1, 2)), f"{N + 1} rows do not split equally over {N} ranks"),
     ]:
         try:
             call()
