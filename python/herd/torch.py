@@ -34,7 +34,8 @@ __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_rank", "
            "DistributedOptimizer", "elastic", "start_timeline", "stop_timeline", "join", "mpi_built", "nccl_built", "gloo_built", "mpi_threads_supported", "HerdError", "InvalidArgument",
            "cross_rank", "cross_size", "is_homogeneous", "barrier", "grouped_allreduce",
            "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "SyncBatchNorm",
-           "reducescatter", "reducescatter_async", "alltoall", "alltoall_async"]
+           "reducescatter", "reducescatter_async", "alltoall", "alltoall_async", "grouped_allgather",
+           "grouped_reducescatter"]
 
 Average, Sum, Adasum = "Average", "Sum", "Adasum"
 _DTYPES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}  # herd_dtype
@@ -440,6 +441,20 @@ def reducescatter_async(tensor, name=None, op=None, prescale_factor=1.0, postsca
     h = _Handle(_reducescatter(tensor, name, op, prescale_factor, postscale_factor, compression), 0)
     h.done = True
     return h
+
+
+def grouped_allgather(tensors, name=None):
+    """allgather of every tensor of the list, in its order (each differentiable)."""
+    return [allgather(t, f"{name or 'grouped_allgather'}.{i}")
+            for i, t in enumerate(_group(tensors, "grouped_allgather"))]
+
+
+def grouped_reducescatter(tensors, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                          compression=Compression.none):
+    """reducescatter of every tensor of the list, in its order (each differentiable)."""
+    return [reducescatter(t, f"{name or 'grouped_reducescatter'}.{i}", op, prescale_factor,
+                          postscale_factor, compression)
+            for i, t in enumerate(_group(tensors, "grouped_reducescatter"))]
 
 
 def alltoall(tensor, splits=None, name=None):

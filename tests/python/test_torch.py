@@ -138,7 +138,7 @@ def test_collectives(ranks_job, np_):
     _, out = ranks_job(np_)
     for check in ["allreduce sum and average, 4 dtypes", "async handles in order", "allreduce in place",
                   "fp16 compression", "allgather of different row counts", "broadcast from the last rank",
-                  "objects", "local size", "grouped allreduce", "barrier", "reducescatter", "alltoall",
+                  "objects", "local size", "grouped allreduce", "barrier", "reducescatter", "alltoall", "grouped allgather and reducescatter",
                   "gradients through allreduce, allgather, broadcast, reducescatter and alltoall",
                   "bad calls raise herd's message on every rank"]:
         assert len(re.findall(re.escape("ok: " + check), out)) == np_, (check, out)

@@ -204,6 +204,11 @@ def collectives():
     even = hvd.synchronize(hvd.alltoall_async(torch.arange(2 * N, dtype=torch.float64).reshape(2 * N, 1) + 10 * R))
     assert even.flatten().tolist() == [float(10 * r + 2 * R + i) for r in range(N) for i in range(2)], even
     ok("alltoall")
+    gathered, scattered = (hvd.grouped_allgather([torch.full((1, 2), float(R)), torch.full((R + 1,), 1.0)]),
+                           hvd.grouped_reducescatter([torch.ones(N, 3), torch.ones(2 * N)], op=hvd.Sum))
+    assert gathered[0][:, 0].tolist() == [float(r) for r in range(N)] and gathered[1].numel() == N * (N + 1) // 2
+    assert torch.equal(scattered[0], torch.full((1, 3), float(N))) and torch.equal(scattered[1], torch.full((2,), float(N)))
+    ok("grouped allgather and reducescatter")
     # Gradients through the collectives, for the sum of every rank's loss (exact values).
     w = [torch.arange(6, dtype=torch.float64).reshape(2, 3) + 10 * r for r in range(N)]
     x = torch.full((2, 3), float(R + 1), dtype=torch.float64, requires_grad=True)
