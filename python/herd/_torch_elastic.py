@@ -9,6 +9,7 @@ of @hvd.elastic.run loads the last commit on a relaunch and broadcasts it from r
 so every rank starts the attempt from the same bytes.
 """
 import functools
+import math
 import os
 import sys
 
@@ -31,10 +32,68 @@ def _hvd():
     return hvd
 
 
+class ElasticSampler(torch.utils.data.Sampler):
+    """Horovod's hvd.elastic.ElasticSampler: this rank's share of an epoch of dataset's
+    indices (shuffled by seed + epoch when shuffle), leaving out the ones the job has
+    processed this epoch. Call record_batch(batch_idx, batch_size) (or record_indices)
+    after each batch; given to TorchState as a keyword (train_sampler=sampler), a commit
+    keeps every rank's processed indices, and an attempt that resumes from it, on as many
+    ranks or on others, shares what is left of the epoch among its ranks."""
+
+    def __init__(self, dataset, shuffle=True, seed=0):
+        self.dataset, self.shuffle, self.seed = dataset, shuffle, seed
+        self.epoch, self.processed_indices = 0, set()
+        self.reset()
+
+    def set_epoch(self, epoch):
+        """A new epoch: nothing processed yet."""
+        self.epoch, self.processed_indices = epoch, set()
+        self.reset()
+
+    def record_batch(self, batch_idx, batch_size):
+        """Marks the indices of this rank's batch batch_idx (of batch_size) processed."""
+        self.record_indices(self.indices[batch_idx * batch_size:(batch_idx + 1) * batch_size])
+
+    def record_indices(self, indices):
+        self.processed_indices.update(int(i) for i in indices)
+
+    def state_dict(self):
+        return {"epoch": self.epoch, "processed_indices": sorted(self.processed_indices)}
+
+    def load_state_dict(self, state):
+        self.epoch, self.processed_indices = state["epoch"], set(state["processed_indices"])
+        self.reset()
+
+    def reset(self):
+        """Shares the epoch's unprocessed indices among the job's ranks as it is now."""
+        hvd = _hvd()
+        self.num_replicas, self.rank = hvd.size(), hvd.rank()
+        left = [i for i in range(len(self.dataset)) if i not in self.processed_indices]
+        if self.shuffle:  # the same order on every rank: one seed
+            order = torch.randperm(len(left), generator=torch.Generator().manual_seed(self.seed + self.epoch))
+            left = [left[i] for i in order.tolist()]
+        self.num_samples = math.ceil(len(left) / self.num_replicas) if left else 0
+        total = self.num_samples * self.num_replicas
+        padded = left + left[:total - len(left)]  # every rank as many (Horovod's padding)
+        self.indices = padded[self.rank:total:self.num_replicas]
+
+    def _gather(self):
+        """Every rank's processed indices (a collective: commit() runs it on every rank)."""
+        for theirs in _hvd().allgather_object(sorted(self.processed_indices), name="elastic sampler"):
+            self.processed_indices.update(theirs)
+
+    def __iter__(self):
+        return iter(list(self.indices))
+
+    def __len__(self):
+        return self.num_samples
+
+
 class TorchState:
     """The state a relaunched attempt resumes from: model and optimizer (either may be
     None) and any picklable attributes given as keywords (epoch=0, batch=0), read and
-    written as state.epoch. checkpoint_dir (or HERD_ELASTIC_DIR) is where commit()
+    written as state.epoch, and ElasticSamplers (train_sampler=sampler), whose processed
+    indices every rank's commit gathers. checkpoint_dir (or HERD_ELASTIC_DIR) is where commit()
     writes; without one a commit lives in memory only, for restore()."""
 
     def __init__(self, model=None, optimizer=None, checkpoint_dir=None, **attrs):
@@ -60,10 +119,17 @@ class TorchState:
         else:
             object.__setattr__(self, name, value)
 
+    def _samplers(self):
+        return {k: v for k, v in self._attrs.items() if isinstance(v, ElasticSampler)}
+
     def _snapshot(self):
+        samplers = self._samplers()
+        for sampler in samplers.values():
+            sampler._gather()
         return {"model": self.model.state_dict() if self.model is not None else None,
                 "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
-                "attrs": dict(self._attrs), "size": _hvd().size()}
+                "attrs": {k: v for k, v in self._attrs.items() if k not in samplers},
+                "samplers": {k: v.state_dict() for k, v in samplers.items()}, "size": _hvd().size()}
 
     def _apply(self, snap):
         if self.model is not None and snap["model"] is not None:
@@ -71,6 +137,9 @@ class TorchState:
         if self.optimizer is not None and snap["optimizer"] is not None:
             self.optimizer.load_state_dict(snap["optimizer"])
         self._attrs.update(snap["attrs"])
+        for name, state in snap.get("samplers", {}).items():
+            if isinstance(self._attrs.get(name), ElasticSampler):
+                self._attrs[name].load_state_dict(state)
 
     def path(self):
         """The file commit() writes, or None without a checkpoint directory."""
@@ -115,7 +184,12 @@ class TorchState:
             hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)
         if self.optimizer is not None:
             hvd.broadcast_optimizer_state(self.optimizer, root_rank=0)
-        self._attrs.update(hvd.broadcast_object(self._attrs, root_rank=0, name="elastic attributes"))
+        samplers = self._samplers()
+        plain = {k: v for k, v in self._attrs.items() if k not in samplers}
+        self._attrs.update(hvd.broadcast_object(plain, root_rank=0, name="elastic attributes"))
+        for name, state in hvd.broadcast_object({k: v.state_dict() for k, v in samplers.items()},
+                                                root_rank=0, name="elastic samplers").items():
+            samplers[name].load_state_dict(state)  # and shared among this job's ranks
         self._saved_size = hvd.broadcast_object(self._saved_size, root_rank=0, name="elastic size")
 
     def register_reset_callbacks(self, callbacks):

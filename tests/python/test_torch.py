@@ -210,6 +210,34 @@ def test_elastic_restart_ends_on_the_uninterrupted_bytes(tmp_path):
     assert rc != 0 and "holds the state an earlier job committed; remove it to start afresh" in out, out
 
 
+@pytest.mark.skipif(REPEAT, reason="Python's own logic over the collectives: the first pass runs it")
+def test_elastic_sampler_resumes_on_other_ranks_with_what_is_left(tmp_path):
+    """hvd.elastic.ElasticSampler in TorchState: 2 ranks go through 5 batches of 4 of a
+    50-index epoch, committing after batches 2 and 4 (each commit gathers both ranks'
+    indices); relaunched on one rank (the variables herd run --max-restarts sets, as after
+    losing a host), the job goes through exactly the 18 indices the commit had not
+    recorded: none twice, none left out. (Sharing what is left among several ranks is
+    the sampler's reset, which the first job runs too.)"""
+    import json
+    launcher(2)  # skips without MPI
+    rc, out = run(tmp_path, 2, "sampler", "first")
+    assert rc == 0, out
+    relaunch = {"HERD_RUN_SUPERVISED": "1", "HERD_RUN_RESTARTS": "1"}
+    rc, out = run(tmp_path, 1, "sampler", "resume", env=relaunch)
+    assert rc == 0, out
+    assert "(committed on 2 rank(s); 1 now)" in out, out
+    first = json.load(open(tmp_path / "sampler-first.json"))
+    resumed = json.load(open(tmp_path / "sampler-resume.json"))
+    assert first["ranks"] == 2 and resumed["ranks"] == 1
+    assert [len(s) for s in first["seen"]] == [5 * 4, 5 * 4]
+    assert not set(first["seen"][0]) & set(first["seen"][1])  # the epoch shared, not repeated
+    committed = set(resumed["committed"])
+    assert len(committed) == 2 * 4 * 4  # both ranks' first 4 batches, gathered at the commit
+    assert committed <= set(first["seen"][0]) | set(first["seen"][1])
+    after = resumed["seen"][0]
+    assert sorted(after) == sorted(set(range(50)) - committed)
+
+
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="PyTorch sees no GPU here")
 
 

@@ -11,6 +11,11 @@ syncbn SYNC [DEVICE]: a CNN with batch norm trained 10 steps on global batches o
 contrastive GRAD: a contrastive loss over every rank's features (hvd.allgather) trained 10
   steps on global batches of 24, the gradient through the allgather (GRAD 1) or not (0:
   the gathered features detached); rank 0 saves OUT/weights-contrastive-N-GRAD.pt.
+sampler PHASE: hvd.elastic.ElasticSampler over 50 indices (batches of 4, a commit every 2
+  batches) under hvd.elastic.run with TorchState(train_sampler=...): PHASE first stops
+  after 5 batches (the last commit after 4); PHASE resume (relaunched, on any number of
+  ranks) goes through what is left of the epoch; rank 0 writes what the commit held and
+  what every rank processed to OUT/sampler-PHASE.json.
 collectives: Horovod's collectives checked exactly on every rank; prints "ok: <check>".
 cuda_collectives: the same on CUDA tensors (float32 summed in GPU memory by herd, the
   rest through host memory).
@@ -139,6 +144,34 @@ def contrastive(through):
     if R == 0:
         torch.save(net.state_dict(), f"{out}/weights-contrastive-{N}-{through}.pt")
     print(f"rank {R}: contrastive {through} on {N} ranks")
+
+
+def sampler(phase):
+    import json
+    data = torch.utils.data.TensorDataset(torch.arange(50))
+    share = hvd.elastic.ElasticSampler(data, shuffle=True, seed=3)
+    loader = torch.utils.data.DataLoader(data, batch_size=4, sampler=share)
+    state = hvd.elastic.TorchState(checkpoint_dir=f"{out}/sampler-state", train_sampler=share, batch=0)
+    seen = []
+
+    @hvd.elastic.run
+    def loop(state):
+        committed = sorted(share.processed_indices)  # after the resume: what the commit held
+        for batch, (idx,) in enumerate(loader):
+            seen.extend(idx.tolist())
+            share.record_batch(batch, 4)
+            state.batch += 1
+            if state.batch % 2 == 0:
+                state.commit()
+            if phase == "first" and state.batch == 5:
+                break
+        return committed
+
+    committed = loop(state)
+    every = hvd.allgather_object(seen)
+    if R == 0:
+        with open(f"{out}/sampler-{phase}.json", "w") as f:
+            json.dump({"committed": committed, "seen": every, "ranks": N}, f)
 
 
 def collectives():
@@ -339,5 +372,6 @@ def elastic(kill):
 for mode, *args in tasks:
     {"train": lambda: train(int(args[0]), args[1], *args[2:3]), "collectives": collectives,
      "syncbn": lambda: syncbn(int(args[0]), *args[1:2]), "contrastive": lambda: contrastive(int(args[0])),
+     "sampler": lambda: sampler(args[0]),
      "cuda_collectives": cuda_collectives,
      "raise": raise_on_one, "stall": stall_on_one, "elastic": lambda: elastic(args[0] == "1")}[mode]()
