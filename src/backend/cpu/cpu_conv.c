@@ -217,11 +217,8 @@ static herd_status build(herd_conv_plan *p)
                         p->bf16 == (int)HERD_CPU_BF16_OFF ? "fp32" : "emulated bf16");
     bool any;
     dnnl_alg_kind_t alg;
-    herd_status env_st = blocked_layout(&any);
-    if (env_st == HERD_OK)
-        env_st = conv_algorithm(&alg);
-    if (env_st != HERD_OK)
-        return env_st;
+    HERD_TRY(blocked_layout(&any));
+    HERD_TRY(conv_algorithm(&alg));
     dnnl_dims_t src_dims = {d->n, d->c_in, d->h_in, d->w_in};
     dnnl_dims_t w_dims = {d->c_out, d->c_in, d->kh, d->kw};
     dnnl_dims_t dst_dims = {d->n, d->c_out, d->h_out, d->w_out};
