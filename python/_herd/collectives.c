@@ -107,8 +107,8 @@ PyObject *pyherd_broadcast(PyObject *self, PyObject *args)
     return st == HERD_OK ? Py_NewRef(Py_None) : pyherd_raise(st, NULL);
 }
 
-/* A byte count per rank of d from a Python sequence (malloc'd); NULL with the exception set. */
-static size_t *byte_counts(PyObject *counts, herd_dist *d)
+/* A count per rank of d from a Python sequence (malloc'd); NULL with the exception set. */
+static size_t *rank_counts(PyObject *counts, herd_dist *d)
 {
     PyObject *fast = PySequence_List(counts);
     if (!fast)
@@ -116,7 +116,7 @@ static size_t *byte_counts(PyObject *counts, herd_dist *d)
     Py_ssize_t size = PyList_Size(fast);
     if (size != herd_dist_size(d)) {
         Py_DECREF(fast);
-        PyErr_Format(pyherd_invalid_argument, "%zd byte counts for %d ranks", size, herd_dist_size(d));
+        PyErr_Format(pyherd_invalid_argument, "%zd counts for %d ranks", size, herd_dist_size(d));
         return NULL;
     }
     size_t *bytes_of = calloc((size_t)size, sizeof *bytes_of);
@@ -144,7 +144,7 @@ PyObject *pyherd_allgather(PyObject *self, PyObject *args)
     herd_dist *d = pyherd_dist(&error);
     if (!d || PyErr_Occurred())
         return d ? NULL : error;
-    size_t *bytes_of = byte_counts(counts, d);
+    size_t *bytes_of = rank_counts(counts, d);
     if (!bytes_of)
         return NULL;
     herd_status st;
@@ -167,8 +167,8 @@ PyObject *pyherd_alltoall(PyObject *self, PyObject *args)
     herd_dist *d = pyherd_dist(&error);
     if (!d || PyErr_Occurred())
         return d ? NULL : error;
-    size_t *to = byte_counts(send_counts, d);
-    size_t *from = to ? byte_counts(recv_counts, d) : NULL;
+    size_t *to = rank_counts(send_counts, d);
+    size_t *from = to ? rank_counts(recv_counts, d) : NULL;
     if (!from) {
         free(to);
         return NULL;
@@ -197,28 +197,21 @@ PyObject *pyherd_reduce_scatter(PyObject *self, PyObject *args)
     herd_dist *d = sum_of(addr, n, name, &buf);
     if (!d)
         return NULL;
-    PyObject *fast = PySequence_List(counts);
-    if (!fast)
+    size_t *counted = rank_counts(counts, d);
+    if (!counted)
         return NULL;
-    Py_ssize_t size = PyList_Size(fast);
-    if (size != herd_dist_size(d)) {
-        Py_DECREF(fast);
-        return PyErr_Format(pyherd_invalid_argument, "%s: %zd counts for %d ranks", name, size,
-                            herd_dist_size(d));
+    int size = herd_dist_size(d), *count_of = calloc((size_t)size, sizeof *count_of);
+    for (int r = 0; count_of && r < size; r++) {
+        if (counted[r] > INT_MAX) {
+            free(counted), free(count_of);
+            return PyErr_Format(pyherd_invalid_argument, "%s: rank %d's count %zu is over %d",
+                                name, r, counted[r], INT_MAX);
+        }
+        count_of[r] = (int)counted[r];
     }
-    int *count_of = calloc((size_t)size, sizeof *count_of);
-    for (Py_ssize_t r = 0; count_of && r < size && !PyErr_Occurred(); r++) {
-        long v = PyLong_AsLong(PyList_GetItem(fast, r));
-        if (!PyErr_Occurred() && (v < 0 || v > INT_MAX))
-            PyErr_Format(pyherd_invalid_argument, "%s: rank %zd's count %ld is not in 0..%d", name,
-                         r, v, INT_MAX);
-        count_of[r] = (int)v;
-    }
-    Py_DECREF(fast);
-    if (!count_of || PyErr_Occurred()) {
-        free(count_of);
-        return count_of ? NULL : PyErr_NoMemory();
-    }
+    free(counted);
+    if (!count_of)
+        return PyErr_NoMemory();
     herd_status st;
     Py_BEGIN_ALLOW_THREADS
     st = herd_dist_reduce_scatter(d, buf, (size_t)n, count_of, scale, (herd_compress)wire, name);
