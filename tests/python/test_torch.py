@@ -58,7 +58,7 @@ def two_ranks_traced(tmp_path_factory):
 
 # The other cases of each rank count share a launch (torch_ranks.py runs its modes in
 # turn), the collectives last: every launch imports PyTorch on every rank.
-JOBS = {2: "train 2 none" + ("" if REPEAT else " + train 1 fp16 + syncbn 0 + contrastive 0")
+JOBS = {2: "train 2 none" + ("" if REPEAT else " + train 1 fp16 + syncbn 0 + contrastive 0 + sampler first")
            + " + syncbn 1 + contrastive 1 + collectives",
         3: "train 1 none + syncbn 1 + contrastive 1 + collectives"}
 
@@ -211,7 +211,7 @@ def test_elastic_restart_ends_on_the_uninterrupted_bytes(tmp_path):
 
 
 @pytest.mark.skipif(REPEAT, reason="Python's own logic over the collectives: the first pass runs it")
-def test_elastic_sampler_resumes_on_other_ranks_with_what_is_left(tmp_path):
+def test_elastic_sampler_resumes_on_other_ranks_with_what_is_left(ranks_job):
     """hvd.elastic.ElasticSampler in TorchState: 2 ranks go through 5 batches of 4 of a
     50-index epoch, committing after batches 2 and 4 (each commit gathers both ranks'
     indices); relaunched on one rank (the variables herd run --max-restarts sets, as after
@@ -219,9 +219,7 @@ def test_elastic_sampler_resumes_on_other_ranks_with_what_is_left(tmp_path):
     recorded: none twice, none left out. (Sharing what is left among several ranks is
     the sampler's reset, which the first job runs too.)"""
     import json
-    launcher(2)  # skips without MPI
-    rc, out = run(tmp_path, 2, "sampler", "first")
-    assert rc == 0, out
+    tmp_path, _ = ranks_job(2)  # its job ran "sampler first"
     relaunch = {"HERD_RUN_SUPERVISED": "1", "HERD_RUN_RESTARTS": "1"}
     rc, out = run(tmp_path, 1, "sampler", "resume", env=relaunch)
     assert rc == 0, out
