@@ -256,6 +256,41 @@ class _Handle:
     def __init__(self, tensor, ticket, after=None, keep=()):
         self.tensor, self.ticket, self.after, self.keep, self.done = tensor, ticket, after, keep, False
         self.back = None
+        self.finish = None  # called once waited for (integer sums: back from float64)
+
+
+_EXACT = float(2 ** 53)  # float64 adds integers exactly below this
+_INTEGERS = (torch.int32, torch.int64)  # summed exactly (op=Sum)
+
+
+def _integer_sum_async_(tensor, average, op, compression, prescale_factor, postscale_factor, what, name):
+    """int32 and int64 sums, exact: the values as float64 behind a bound of the sums (each
+    rank's largest magnitude, summed with them), checked before they are written back."""
+    _scale(op, average, what)  # refuses what is not Average or Sum
+    summed = (op == Sum) if average is None else not average
+    if not summed or float(prescale_factor) != 1.0 or float(postscale_factor) != 1.0:
+        raise InvalidArgument(f"{what}: {tensor.dtype} tensors are summed (op=Sum, no scale factors); "
+                              "for a mean, sum and divide, or reduce a floating-point tensor")
+    if compression != Compression.none:
+        raise InvalidArgument(f"{what}: compression applies to float32 tensors, not {tensor.dtype}")
+    wide = torch.empty(tensor.numel() + 1, dtype=torch.float64)
+    wide[0] = float(tensor.abs().max()) if tensor.numel() else 0.0
+    wide[1:] = tensor.reshape(-1)
+    h = _Handle(wide, _herd.allreduce_start(wide.data_ptr(), wide.numel(), _DTYPES[torch.float64], 1.0, 0,
+                                            name or "allreduce"))
+
+    def finish():
+        if not wide[0] < _EXACT:
+            raise HerdError(f"{what}: the {tensor.dtype} sums may pass 2^53 (the ranks' largest "
+                            f"values add up to {wide[0]:.0f}), beyond what herd adds exactly")
+        sums, limits = wide[1:], torch.iinfo(tensor.dtype)
+        if sums.numel() and (sums.min() < limits.min or sums.max() > limits.max):
+            raise HerdError(f"{what}: a sum ({sums.abs().max():.0f}) does not fit {tensor.dtype}; "
+                            "reduce a wider integer or a floating-point tensor")
+        tensor.copy_(sums.reshape(tensor.shape).to(tensor.dtype))
+        h.tensor = tensor
+    h.finish = finish
+    return h
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, compression=Compression.none,
@@ -263,11 +298,19 @@ def allreduce_async_(tensor, average=None, name=None, op=None, compression=Compr
     """Starts an in-place sum (op=Sum) or mean (op=Average, the default) over the ranks."""
     what = f"allreduce {name}" if name else "allreduce"
     _check(tensor, what)
-    if tensor.dtype not in _DTYPES:
+    if tensor.dtype not in _DTYPES and tensor.dtype not in _INTEGERS:
         raise HerdError(f"{what}: {tensor.dtype} tensors are not reduced; herd sums float32, "
-                        "float64, float16 and bfloat16")
+                        "float64, float16, bfloat16, int32 and int64")
     if not tensor.is_contiguous():
         raise InvalidArgument(f"{what} in place needs a contiguous tensor; use allreduce (a copy)")
+    if tensor.dtype in _INTEGERS:
+        if tensor.is_cuda:  # through host memory
+            h = _integer_sum_async_(tensor.detach().to("cpu"), average, op, compression, prescale_factor,
+                                    postscale_factor, what, name)
+            h.back = tensor
+            return h
+        return _integer_sum_async_(tensor, average, op, compression, prescale_factor, postscale_factor,
+                                   what, name)
     if compression not in _WIRE:
         raise InvalidArgument(f"{what}: compression is Compression.none, fp16 or bf16, got {compression!r}")
     scale = _scale(op, average, what) * float(prescale_factor) * float(postscale_factor)
@@ -306,6 +349,8 @@ def synchronize(handle):
         return [synchronize(h) for h in handle.handles]
     if not handle.done:
         _herd.wait(handle.ticket)
+        if handle.finish is not None:
+            handle.finish()
         if handle.after is not None:
             handle.tensor.mul_(handle.after)
         if handle.back is not None:
@@ -406,11 +451,13 @@ def _reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_fa
     _check(tensor, what)
     if tensor.dim() == 0:
         raise InvalidArgument(f"{what}: a 0-d tensor has no rows to scatter")
-    if tensor.dtype not in _DTYPES:
+    if tensor.dtype not in _DTYPES and tensor.dtype not in _INTEGERS:
         raise HerdError(f"{what}: {tensor.dtype} tensors are not reduced; herd sums float32, "
-                        "float64, float16 and bfloat16")
+                        "float64, float16, bfloat16, int32 and int64")
     if compression not in _WIRE:
         raise InvalidArgument(f"{what}: compression is Compression.none, fp16 or bf16, got {compression!r}")
+    if tensor.dtype in _INTEGERS and (_scale(op, None, what) != 1.0 or op != Sum):
+        raise InvalidArgument(f"{what}: {tensor.dtype} tensors are summed (op=Sum, no scale factors)")
     shapes = allgather_object((tuple(tensor.shape), str(tensor.dtype)), name)
     if any(s != shapes[0] for s in shapes):
         raise InvalidArgument(f"{what}: every rank gives the same shape and dtype; got "
@@ -430,8 +477,9 @@ def _reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_fa
     else:
         if compression != Compression.none:
             raise InvalidArgument(f"{what}: compression applies to float32 tensors, not {t.dtype}")
-        allreduce_(t, op=Sum, name=name)
-        t.mul_(scale)
+        allreduce_(t, op=Sum, name=name, prescale_factor=prescale_factor, postscale_factor=postscale_factor)
+        if t.dtype not in _INTEGERS:
+            t.mul_(_scale(op, None, what))
     return t[first:first + rows_of[rank()]].clone()
 
 

@@ -136,7 +136,7 @@ def test_timeline(two_ranks_traced):
 @pytest.mark.parametrize("np_", [2] if REPEAT else [2, 3])
 def test_collectives(ranks_job, np_):
     _, out = ranks_job(np_)
-    for check in ["allreduce sum and average, 4 dtypes", "async handles in order", "allreduce in place",
+    for check in ["allreduce sum and average, 4 dtypes", "allreduce of int32 and int64 counts", "async handles in order", "allreduce in place",
                   "fp16 compression", "allgather of different row counts", "broadcast from the last rank",
                   "objects", "local size", "grouped allreduce", "barrier", "reducescatter", "alltoall", "grouped allgather and reducescatter",
                   "gradients through allreduce, allgather, broadcast, reducescatter and alltoall",

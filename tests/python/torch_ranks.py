@@ -183,6 +183,12 @@ def collectives():
         assert torch.allclose(a.double(), torch.full((5,), (N + 1) / 2, dtype=torch.float64)), (dtype, a)
         assert torch.equal(t, torch.full((5,), float(R + 1), dtype=dtype))  # a copy
     ok("allreduce sum and average, 4 dtypes")
+    for dtype in (torch.int32, torch.int64):  # counts: summed exactly, as float64 under a bound
+        big = 2 ** 28 if dtype == torch.int32 else 2 ** 50
+        s = hvd.allreduce(torch.tensor([R + 1, -3 * R, big + R], dtype=dtype), op=hvd.Sum)
+        assert s.dtype == dtype and s.tolist() == [N * (N + 1) // 2, -3 * N * (N - 1) // 2,
+                                                   N * big + N * (N - 1) // 2], (dtype, s)
+    ok("allreduce of int32 and int64 counts")
     handles = [hvd.allreduce_async(torch.full((1000,), float(R * 10 + i))) for i in range(4)]
     for i, h in enumerate(handles):
         got = hvd.synchronize(h)
@@ -222,7 +228,7 @@ def collectives():
     for rows in (2 * N + 1, N - 1):  # one row more for the first ranks; none for the last
         per = [rows // N + (1 if r < rows % N else 0) for r in range(N)]
         first = sum(per[:R])
-        for dtype in (torch.float32, torch.float64):
+        for dtype in (torch.float32, torch.float64, torch.int64):
             base = torch.arange(rows * 3, dtype=dtype).reshape(rows, 3)
             got = hvd.reducescatter(base * (R + 1), op=hvd.Sum)
             assert torch.equal(got, (base * (N * (N + 1) // 2))[first:first + per[R]]), (rows, dtype, got)
@@ -268,7 +274,11 @@ def collectives():
     assert torch.equal(xa.grad, torch.cat([torch.full((sent[d], 2), float(d + 1)) for d in range(N)])), xa.grad
     ok("gradients through allreduce, allgather, broadcast, reducescatter and alltoall")
     for call, message in [
-        (lambda: hvd.allreduce(torch.ones(3, dtype=torch.int32)), "int32 tensors are not reduced"),
+        (lambda: hvd.allreduce(torch.ones(3, dtype=torch.int16)), "int16 tensors are not reduced"),
+        (lambda: hvd.allreduce(torch.ones(3, dtype=torch.int64)), "int64 tensors are summed (op=Sum"),
+        (lambda: hvd.allreduce(torch.tensor([2 ** 53 // N + 1]), op=hvd.Sum), "sums may pass 2^53"),
+        (lambda: hvd.allreduce(torch.tensor([2 ** 31 - 1], dtype=torch.int32), op=hvd.Sum),
+         "does not fit torch.int32"),
         (lambda: hvd.allreduce(torch.ones(3), op=hvd.Adasum), "Adasum is not offered"),
         (lambda: hvd.broadcast(torch.ones(3), root_rank=N), f"broadcast from root rank {N}, but the job has ranks 0..{N - 1}"),
         (lambda: hvd.allgather(torch.ones(2, R + 1)), "only the first dimension may differ"),
