@@ -55,8 +55,9 @@ def _buckets(params, bucket_mb):
 
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
-                 bucket_mb):
+                 bucket_mb, sparse_as_dense):
         super(self.__class__, self).__init__(params)
+        self._sparse_as_dense = bool(sparse_as_dense)
         all_params = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
         if named_parameters is not None:
             named = list(named_parameters)
@@ -171,6 +172,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 view = b.flat[at:at + p.numel()]
                 if p.grad is None:
                     view.zero_()  # unused here: the other ranks' gradients still count
+                elif p.grad.is_sparse:  # an embedding's rows: summed dense
+                    view.copy_(p.grad.to_dense().reshape(-1))
                 else:
                     view.copy_(p.grad.reshape(-1))
         _herd.set_activity(f"herd.torch: backward, gradient bucket {b.index + 1} of {len(self._buckets)}")
@@ -196,6 +199,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     mean = b.flat[at:at + p.numel()].view_as(p)
                     if p.grad is None:
                         p.grad = mean.clone()
+                    elif p.grad.is_sparse:  # handed back as rows, unless asked dense
+                        p.grad = mean.clone() if self._sparse_as_dense else mean.to_sparse(1)
                     else:
                         p.grad.copy_(mean)
                 b.pending.clear()
@@ -253,10 +258,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression="none",
                          backward_passes_per_step=1, op="Average", gradient_predivide_factor=1.0,
-                         bucket_mb=25.0):
+                         bucket_mb=25.0, sparse_as_dense=False):
     """Wraps optimizer (of any torch.optim class): step() first averages the gradients
     over the ranks, reduced in buckets during backward. As Horovod's; bucket_mb is herd's
-    --bucket-mb (the first bucket is 1 MiB). gradient_predivide_factor (Horovod's split
+    --bucket-mb (the first bucket is 1 MiB). Sparse gradients (an nn.Embedding with
+    sparse=True) travel dense in their bucket, as Horovod's sparse_as_dense=True sends
+    them, and come back as sparse rows (the rows any rank touched) unless sparse_as_dense,
+    so that optimizers that take only sparse gradients (SparseAdam) keep working. gradient_predivide_factor (Horovod's split
     of the averaging around the sum) is accepted and changes nothing: herd applies 1/size
     once, after the sum on a float32 wire and before the cast on a 16-bit one (so that a
     sum cannot overflow where the mean would not), which is the same mean."""
@@ -267,4 +275,4 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression="none",
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-               op, bucket_mb)
+               op, bucket_mb, sparse_as_dense)

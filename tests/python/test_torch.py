@@ -40,7 +40,7 @@ def max_difference(a, b):
 def one_process(tmp_path_factory):
     """The weights of one process taking each whole global batch (made once)."""
     where = tmp_path_factory.mktemp("one")
-    rc, out = run(where, 1, "train", "1", "none", "+", "syncbn", "1", "+", "contrastive", "1")
+    rc, out = run(where, 1, "train", "1", "none", "+", "syncbn", "1", "+", "contrastive", "1", "+", "sparse", "0")
     assert rc == 0, out
     return where / "weights-1-1-none.pt"
 
@@ -58,9 +58,9 @@ def two_ranks_traced(tmp_path_factory):
 
 # The other cases of each rank count share a launch (torch_ranks.py runs its modes in
 # turn), the collectives last: every launch imports PyTorch on every rank.
-JOBS = {2: "train 2 none" + ("" if REPEAT else " + train 1 fp16 + syncbn 0 + contrastive 0 + sampler first")
-           + " + syncbn 1 + contrastive 1 + collectives",
-        3: "train 1 none + syncbn 1 + contrastive 1 + collectives"}
+JOBS = {2: "train 2 none" + ("" if REPEAT else " + train 1 fp16 + syncbn 0 + contrastive 0 + sampler first + sparse 1")
+           + " + syncbn 1 + contrastive 1 + sparse 0 + collectives",
+        3: "train 1 none + syncbn 1 + contrastive 1 + sparse 0 + collectives"}
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +115,18 @@ def test_gradient_through_allgather_equals_one_process(one_process, ranks_job, n
     assert max_difference(one, where / f"weights-contrastive-{np_}-1.pt") <= 1e-5
     if np_ == 2 and not REPEAT:
         assert max_difference(one, where / "weights-contrastive-2-0.pt") > 1e-3
+
+
+@pytest.mark.parametrize("np_", [2] if REPEAT else [2, 3])
+def test_sparse_gradients_equal_one_process(one_process, ranks_job, np_):
+    """An embedding with sparse gradients (SGD): N ranks within 1e-5 of one process, the
+    mean handed back as sparse rows (SparseAdam then steps), or dense with
+    sparse_as_dense=True."""
+    where, _ = ranks_job(np_)
+    one = one_process.parent / "weights-sparse-1-0.pt"
+    assert max_difference(one, where / f"weights-sparse-{np_}-0.pt") <= 1e-5
+    if np_ == 2 and not REPEAT:
+        assert max_difference(one, where / "weights-sparse-2-1.pt") <= 1e-5
 
 
 def test_timeline(two_ranks_traced):

@@ -16,6 +16,10 @@ sampler PHASE: hvd.elastic.ElasticSampler over 50 indices (batches of 4, a commi
   after 5 batches (the last commit after 4); PHASE resume (relaunched, on any number of
   ranks) goes through what is left of the epoch; rank 0 writes what the commit held and
   what every rank processed to OUT/sampler-PHASE.json.
+sparse DENSE: an nn.Embedding with sparse gradients and a linear head trained 10 steps on
+  global batches of 24 with SGD, DistributedOptimizer(sparse_as_dense=DENSE); rank 0 saves
+  OUT/weights-sparse-N-DENSE.pt; then one step of SparseAdam (DENSE 0), which takes only
+  sparse gradients.
 collectives: Horovod's collectives checked exactly on every rank; prints "ok: <check>".
 cuda_collectives: the same on CUDA tensors (float32 summed in GPU memory by herd, the
   rest through host memory).
@@ -172,6 +176,33 @@ def sampler(phase):
     if R == 0:
         with open(f"{out}/sampler-{phase}.json", "w") as f:
             json.dump({"committed": committed, "seen": every, "ranks": N}, f)
+
+
+def sparse(dense):
+    torch.manual_seed(100)
+    emb, head = torch.nn.Embedding(20, 4, sparse=True), torch.nn.Linear(4, 3)
+    net = torch.nn.ModuleDict({"emb": emb, "head": head})
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.5),
+                                   named_parameters=net.named_parameters(), sparse_as_dense=bool(dense))
+    data = torch.Generator().manual_seed(9)
+    for step in range(10):
+        tokens = torch.randint(0, 20, (24, 5), generator=data)
+        y = torch.randint(0, 3, (24,), generator=data)
+        per = 24 // N
+        opt.zero_grad()
+        logits = head(emb(tokens[R * per:(R + 1) * per]).mean(1))
+        torch.nn.functional.cross_entropy(logits, y[R * per:(R + 1) * per]).backward()
+        opt.step()
+        assert N == 1 or emb.weight.grad.is_sparse == (not dense), emb.weight.grad.layout
+    if R == 0:
+        torch.save(net.state_dict(), f"{out}/weights-sparse-{N}-{dense}.pt")
+    if not dense:
+        adam = hvd.DistributedOptimizer(torch.optim.SparseAdam([emb.weight], lr=0.01),
+                                        named_parameters=[("emb.weight", emb.weight)])
+        adam.zero_grad()
+        emb(tokens[R * per:(R + 1) * per]).sum().backward()
+        adam.step()
+    print(f"rank {R}: sparse {dense} on {N} ranks")
 
 
 def collectives():
@@ -382,6 +413,6 @@ def elastic(kill):
 for mode, *args in tasks:
     {"train": lambda: train(int(args[0]), args[1], *args[2:3]), "collectives": collectives,
      "syncbn": lambda: syncbn(int(args[0]), *args[1:2]), "contrastive": lambda: contrastive(int(args[0])),
-     "sampler": lambda: sampler(args[0]),
+     "sampler": lambda: sampler(args[0]), "sparse": lambda: sparse(int(args[0])),
      "cuda_collectives": cuda_collectives,
      "raise": raise_on_one, "stall": stall_on_one, "elastic": lambda: elastic(args[0] == "1")}[mode]()
