@@ -108,13 +108,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _check_ranks_agree(self, params):
         desc = "\n".join(f"{self._names[id(p)]} {tuple(p.shape)} {p.dtype}" for p in params)
         desc += f"\nbuckets {[b.numel for b in self._buckets]} passes {self._passes} " \
-                f"compression {self._compression} scale {self._scale}"
+                f"compression {self._compression} scale {self._scale} sparse_as_dense {self._sparse_as_dense}"
         digests = hvd.allgather_object(hashlib.sha256(desc.encode()).hexdigest(), "optimizer check")
         differ = [r for r, d in enumerate(digests) if d != digests[0]]
         if differ:
             raise HerdError(f"DistributedOptimizer: rank(s) {differ} hold other parameters, buckets "
                             "or options than rank 0 (names, shapes, dtypes, backward_passes_per_step, "
-                            "compression, op): build the same model and optimizer on every rank")
+                            "compression, op, sparse_as_dense): build the same model and optimizer on every rank")
 
     @staticmethod
     def _start_gpu_collectives(params):
