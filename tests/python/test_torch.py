@@ -91,42 +91,30 @@ def test_training_equals_one_process(request, one_process, ranks_job, np_, passe
     assert max_difference(one_process, where / f"weights-{np_}-{passes}-{compression}.pt") <= tolerance
 
 
+# Models the ranks' jobs train beside the CNN, against one process (one_process):
+# model -> (the N-rank weights, a variant on 2 ranks, whether the variant stays within 1e-5).
+# syncbn: three hvd.SyncBatchNorm (one with a cumulative average, one over features), each
+#   rank normalising its shard with the global batch's statistics, running statistics
+#   included; the variant, torch's own batch norm (each shard's statistics), parts.
+# contrastive: each rank's features against all 24 (hvd.allgather), the gradient through
+#   the allgather summed over the ranks that read each row; detached (the variant), parts.
+# sparse: an embedding with sparse gradients (SGD), the mean handed back as sparse rows
+#   (SparseAdam then steps); the variant, sparse_as_dense=True, stays.
+MODELS = {"syncbn": ("syncbn-{}-1", "syncbn-2-0", False),
+          "contrastive": ("contrastive-{}-1", "contrastive-2-0", False),
+          "sparse": ("sparse-{}-0", "sparse-2-1", True)}
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
 @pytest.mark.parametrize("np_", [2] if REPEAT else [2, 3])
-def test_sync_batch_norm_equals_one_process(one_process, ranks_job, np_):
-    """hvd.SyncBatchNorm (three of them, one with a cumulative average, one over features):
-    N ranks each normalising its shard with the global batch's statistics end within 1e-5
-    of one process normalising the whole batch, running statistics included; torch's own
-    batch norm on 2 ranks (each shard's statistics) does not."""
+def test_model_equals_one_process(one_process, ranks_job, np_, model):
+    ranks, variant, variant_stays = MODELS[model]
     where, _ = ranks_job(np_)
-    one = one_process.parent / "weights-syncbn-1-1.pt"
-    assert max_difference(one, where / f"weights-syncbn-{np_}-1.pt") <= 1e-5
+    one = one_process.parent / f"weights-{ranks.format(1)}.pt"
+    assert max_difference(one, where / f"weights-{ranks.format(np_)}.pt") <= 1e-5
     if np_ == 2 and not REPEAT:
-        assert max_difference(one, where / "weights-syncbn-2-0.pt") > 1e-3
-
-
-@pytest.mark.parametrize("np_", [2] if REPEAT else [2, 3])
-def test_gradient_through_allgather_equals_one_process(one_process, ranks_job, np_):
-    """A contrastive loss over allgathered features (each rank's rows against all 24):
-    with the gradient through hvd.allgather (summed over the ranks that read each row), N
-    ranks end within 1e-5 of one process computing the whole 24 x 24 loss; with the
-    gathered features detached, 2 ranks do not."""
-    where, _ = ranks_job(np_)
-    one = one_process.parent / "weights-contrastive-1-1.pt"
-    assert max_difference(one, where / f"weights-contrastive-{np_}-1.pt") <= 1e-5
-    if np_ == 2 and not REPEAT:
-        assert max_difference(one, where / "weights-contrastive-2-0.pt") > 1e-3
-
-
-@pytest.mark.parametrize("np_", [2] if REPEAT else [2, 3])
-def test_sparse_gradients_equal_one_process(one_process, ranks_job, np_):
-    """An embedding with sparse gradients (SGD): N ranks within 1e-5 of one process, the
-    mean handed back as sparse rows (SparseAdam then steps), or dense with
-    sparse_as_dense=True."""
-    where, _ = ranks_job(np_)
-    one = one_process.parent / "weights-sparse-1-0.pt"
-    assert max_difference(one, where / f"weights-sparse-{np_}-0.pt") <= 1e-5
-    if np_ == 2 and not REPEAT:
-        assert max_difference(one, where / "weights-sparse-2-1.pt") <= 1e-5
+        d = max_difference(one, where / f"weights-{variant}.pt")
+        assert d <= 1e-5 if variant_stays else d > 1e-3, (variant, d)
 
 
 def test_timeline(two_ranks_traced):
