@@ -15,7 +15,6 @@ meets them (a rank whose tensor requires no grad while the others' do leaves the
 waiting: the stall inspector names it)."""
 import torch
 
-from herd import _herd
 from herd import torch as hvd
 
 
@@ -33,20 +32,6 @@ class Allreduce(torch.autograd.Function):
         return back, None, None, None, None, None, None
 
 
-def _sum_of_my_rows(grad, rows_of, name):
-    """The sum over the ranks of grad (the same shape everywhere), of which this rank keeps
-    its rows: a reduce-scatter for float32 on the host, else an allreduce, then cut."""
-    first = sum(rows_of[:hvd.rank()])
-    mine = rows_of[hvd.rank()]
-    flat = grad.detach().to("cpu").contiguous() if grad.is_cuda else grad.detach().contiguous().clone()
-    if flat.dtype == torch.float32:
-        per_row = flat[0].numel() if flat.shape[0] else 0
-        _herd.reduce_scatter(flat.data_ptr(), flat.numel(), [r * per_row for r in rows_of], 1.0, 0, name)
-    else:
-        hvd.allreduce_(flat, op=hvd.Sum, name=name)
-    return flat[first:first + mine].clone().to(grad.device)
-
-
 class Allgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name):
@@ -56,8 +41,9 @@ class Allgather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        mine = _sum_of_my_rows(grad, ctx.rows_of, f"{ctx.name or 'allgather'} gradient")
-        return mine.reshape(ctx.shape), None
+        host = grad.detach().to("cpu", copy=True, memory_format=torch.contiguous_format)
+        mine = hvd._sum_my_rows(host, ctx.rows_of, 1.0, 0, f"{ctx.name or 'allgather'} gradient")
+        return mine.reshape(ctx.shape).to(grad.device), None
 
 
 class Broadcast(torch.autograd.Function):

@@ -446,7 +446,7 @@ def _reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_fa
     rank gets its rows: the first dimension split in rank order as evenly as it goes, the
     first (rows % size) ranks one row more (Horovod's split). float32 travels as a
     reduce-scatter (each rank sends about the tensor's size, half an allreduce's); float64,
-    float16 and bfloat16 are summed whole, then cut."""
+    float16, bfloat16 and (op=Sum) int32 and int64 are summed whole, then cut."""
     what = f"reducescatter {name}" if name else "reducescatter"
     _check(tensor, what)
     if tensor.dim() == 0:
@@ -456,30 +456,36 @@ def _reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_fa
                         "float64, float16, bfloat16, int32 and int64")
     if compression not in _WIRE:
         raise InvalidArgument(f"{what}: compression is Compression.none, fp16 or bf16, got {compression!r}")
-    if tensor.dtype in _INTEGERS and (_scale(op, None, what) != 1.0 or op != Sum):
+    scale = _scale(op, None, what) * float(prescale_factor) * float(postscale_factor)
+    if tensor.dtype in _INTEGERS and (op != Sum or scale != 1.0):
         raise InvalidArgument(f"{what}: {tensor.dtype} tensors are summed (op=Sum, no scale factors)")
+    if compression != Compression.none and tensor.dtype != torch.float32:
+        raise InvalidArgument(f"{what}: compression applies to float32 tensors, not {tensor.dtype}")
+    if tensor.is_cuda:  # through host memory
+        return _reducescatter(tensor.detach().to("cpu"), name, op, prescale_factor, postscale_factor,
+                              compression).to(tensor.device)
     shapes = allgather_object((tuple(tensor.shape), str(tensor.dtype)), name)
     if any(s != shapes[0] for s in shapes):
         raise InvalidArgument(f"{what}: every rank gives the same shape and dtype; got "
                               + ", ".join(f"rank {r}: {list(s[0])} {s[1]}" for r, s in enumerate(shapes)))
-    if tensor.is_cuda:  # through host memory
-        return _reducescatter(tensor.detach().to("cpu"), name, op, prescale_factor, postscale_factor,
-                              compression).to(tensor.device)
-    scale = _scale(op, None, what) * float(prescale_factor) * float(postscale_factor)
-    t = tensor.detach().clone(memory_format=torch.contiguous_format)
-    n, rows = size(), t.shape[0]
+    n, rows = size(), tensor.shape[0]
     rows_of = [rows // n + (1 if r < rows % n else 0) for r in range(n)]
+    return _sum_my_rows(tensor.detach().clone(memory_format=torch.contiguous_format), rows_of, scale,
+                        _WIRE[compression], name or "reducescatter")
+
+
+def _sum_my_rows(t, rows_of, scale, wire, name):
+    """t (contiguous, in host memory, overwritten) summed over the ranks and times scale,
+    of which this rank keeps its rows_of[rank()] rows (the ranks' rows in rank order):
+    float32 as one reduce-scatter, the other types summed whole, then cut."""
     first = sum(rows_of[:rank()])
     if t.dtype == torch.float32:
-        per_row = t[0].numel() if rows else 0
-        _herd.reduce_scatter(t.data_ptr(), t.numel(), [k * per_row for k in rows_of], scale,
-                             _WIRE[compression], name or "reducescatter")
+        per_row = t[0].numel() if t.shape[0] else 0
+        _herd.reduce_scatter(t.data_ptr(), t.numel(), [k * per_row for k in rows_of], scale, wire, name)
     else:
-        if compression != Compression.none:
-            raise InvalidArgument(f"{what}: compression applies to float32 tensors, not {t.dtype}")
-        allreduce_(t, op=Sum, name=name, prescale_factor=prescale_factor, postscale_factor=postscale_factor)
-        if t.dtype not in _INTEGERS:
-            t.mul_(_scale(op, None, what))
+        allreduce_(t, op=Sum, name=name)
+        if scale != 1.0:
+            t.mul_(scale)
     return t[first:first + rows_of[rank()]].clone()
 
 
