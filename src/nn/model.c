@@ -72,9 +72,7 @@ static herd_status setup_layers(herd_model *m, const herd_layer_spec *specs, int
      * (to compare the two; docs/performance.md). */
     static const char *const act_formats[] = {"bf16", "fp32", NULL};
     int act_format;
-    herd_status env_st = herd_env_choice("HERD_BF16_ACTIVATIONS", act_formats, &act_format);
-    if (env_st != HERD_OK)
-        return env_st;
+    HERD_TRY(herd_env_choice("HERD_BF16_ACTIVATIONS", act_formats, &act_format));
     m->fp32_acts_only = act_format == 1;
     herd_shape input = {1, m->in_c, m->in_h, m->in_w};
     m->class_first = 0;

@@ -33,12 +33,6 @@
 #define HEURISTIC_WORKSPACE_CAP ((size_t)512 << 20)
 #define NEAR_FASTEST 1.05f
 
-static bool env_is_1(const char *name)
-{
-    const char *v = getenv(name);
-    return v && strcmp(v, "1") == 0;
-}
-
 /* HERD_CUDNN_* switches: 0 (or unset) or 1; any other value is refused, naming it. */
 static herd_status env_switch(const char *name, bool *on)
 {
@@ -51,8 +45,11 @@ static herd_status env_switch(const char *name, bool *on)
 
 const char *herd_cuda_nondeterminism(void)
 {
-    return env_is_1("HERD_CUDNN_ANY_ALGO") ? "HERD_CUDNN_ANY_ALGO=1 lets cuDNN choose convolution "
-                                             "algorithms that add with atomics" : NULL;
+    bool any; /* a value other than 0 or 1 is refused where algorithms are chosen */
+    return env_switch("HERD_CUDNN_ANY_ALGO", &any) == HERD_OK && any
+               ? "HERD_CUDNN_ANY_ALGO=1 lets cuDNN choose convolution algorithms that add with "
+                 "atomics"
+               : NULL;
 }
 
 typedef struct policy {
