@@ -191,6 +191,52 @@ static void check_alltoall(herd_comm *c)
     MT_CHECK(bad == 0, "alltoall: %d of %zu values not the sender's", bad, at);
 }
 
+/* herd_dist_split (herd.torch's process sets): the even ranks and the odd ones each sum
+ * within their group, side by side; a list that differs between ranks is refused on every
+ * rank. */
+static void check_split(herd_comm *c)
+{
+    int evens[8], odds[8], ne = 0, no = 0;
+    for (int r = 0; r < c->size; r++) {
+        if (r % 2)
+            odds[no++] = r;
+        else
+            evens[ne++] = r;
+    }
+    herd_dist *even = NULL, *odd = NULL;
+    MT_OK(herd_dist_split(c, evens, ne, "evens", &even));
+    if (no)
+        MT_OK(herd_dist_split(c, odds, no, "odds", &odd));
+    bool is_even = c->rank % 2 == 0;
+    herd_dist *mine = is_even ? even : odd, *other = is_even ? odd : even;
+    int group = is_even ? ne : no;
+    MT_CHECK(other == NULL, "rank %d got a group it is not in", c->rank);
+    MT_CHECK(herd_dist_size(mine) == group && herd_dist_rank(mine) == c->rank / 2,
+             "rank %d: rank %d of %d in its group, want %d of %d", c->rank, herd_dist_rank(mine),
+             herd_dist_size(mine), c->rank / 2, group);
+    float v[3] = {(float)c->rank, 1.0f, 0.5f};
+    uint64_t ticket;
+    MT_OK(herd_dist_allreduce_start(mine, v, 3, HERD_DTYPE_F32, 1.0f, HERD_COMPRESS_NONE, "group", &ticket));
+    MT_OK(herd_dist_wait(mine, ticket));
+    float want = 0;
+    for (int r = is_even ? 0 : 1; r < c->size; r += 2)
+        want += (float)r;
+    MT_CHECK(v[0] == want && v[1] == (float)group && v[2] == 0.5f * (float)group,
+             "rank %d: group sums %g %g %g, want %g %d %g", c->rank, v[0], v[1], v[2], want, group,
+             0.5 * group);
+    herd_dist_free(even);
+    herd_dist_free(odd);
+    int first[1] = {c->rank == 1 ? 1 : 0};
+    herd_dist *bad = NULL;
+    herd_status st = herd_dist_split(c, first, 1, "differing", &bad);
+    MT_CHECK(st == HERD_ERR_INVALID_ARG && bad == NULL &&
+                 strstr(herd_last_error(), "rank 1 lists other ranks than rank 0"),
+             "differing lists: %d %s", (int)st, herd_last_error());
+    int unordered[2] = {1, 0};
+    MT_CHECK(herd_dist_split(c, unordered, 2, "unordered", &bad) == HERD_ERR_INVALID_ARG &&
+                 strstr(herd_last_error(), "in increasing order"), "unordered: %s", herd_last_error());
+}
+
 static void check_blocking(herd_comm *c)
 {
     unsigned char b[1000];
@@ -434,6 +480,7 @@ int main(void)
     check_zero_parts(c);
     check_public_reduce_scatter(c);
     check_alltoall(c);
+    check_split(c);
     check_blocking(c);
     check_blocking_order(c);
     check_f64_async(c);

@@ -379,6 +379,15 @@ HERD_API herd_status herd_dist_reduce_scatter(herd_dist *d, float *buf, size_t n
 HERD_API herd_status herd_dist_alltoall(herd_dist *d, const void *send, const size_t *send_bytes,
                                         void *recv, const size_t *recv_bytes);
 HERD_API herd_status herd_dist_barrier(herd_dist *d);
+/* Collective over d (Horovod's process sets): the ranks of d listed in `ranks` (n of
+ * them, distinct, in increasing order, the same list on every rank of d) form a new group,
+ * their order d's; *out is it on those ranks (NULL where the group is this rank alone: a
+ * group of one) and NULL on the others. The group has its own queue and communication
+ * thread, under d's stall inspector and timeout, its reports prefixed with `name`; free it
+ * with herd_dist_free before d, with nothing of it pending. A list that differs between
+ * ranks is refused on every rank, naming the first that differs. */
+HERD_API herd_status herd_dist_split(herd_dist *d, const int *ranks, int n, const char *name,
+                                     herd_dist **out);
 /* What this rank is doing, for the stall inspector's report ("step 40: backward"). */
 HERD_API void herd_dist_set_activity(herd_dist *d, const char *what);
 

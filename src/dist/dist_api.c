@@ -337,6 +337,62 @@ herd_status herd_dist_alltoall(herd_dist *d, const void *send, const size_t *sen
 
 herd_status herd_dist_barrier(herd_dist *d) { return d ? d->ops->barrier(d) : HERD_OK; }
 
+/* A digest of the list, the same on every rank that names the same ranks. */
+static uint64_t ranks_digest(const int *ranks, int n)
+{
+    uint64_t h = 1469598103934665603ull ^ (uint64_t)n;
+    for (int i = 0; i < n; i++)
+        h = (h ^ (uint32_t)ranks[i]) * 1099511628211ull;
+    return h;
+}
+
+herd_status herd_dist_split(herd_dist *d, const int *ranks, int n, const char *name,
+                            herd_dist **out)
+{
+    if (!out)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "herd_dist_split: out is NULL");
+    *out = NULL;
+    int size = d ? d->size : 1, me = d ? d->rank : 0;
+    bool member = false, ordered = ranks && n >= 1 && n <= size;
+    for (int i = 0; ordered && i < n; i++) {
+        ordered = ranks[i] >= 0 && ranks[i] < size && (i == 0 || ranks[i] > ranks[i - 1]);
+        member |= ordered && ranks[i] == me;
+    }
+    if (!ordered)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: %d rank(s): give 1 to %d distinct ranks of the "
+                        "job (0 to %d), in increasing order", name ? name : "process set", n, size,
+                        size - 1);
+    if (size == 1)
+        return HERD_OK; /* the job's one rank: a group of one */
+    /* Different lists would pair one group's collectives with another's. */
+    uint64_t mine = ranks_digest(ranks, n);
+    uint64_t *every = malloc((size_t)size * sizeof *every);
+    if (!every)
+        return HERD_NOMEM((size_t)size * sizeof *every);
+    herd_status st = d->ops->allgather(d, &mine, every, sizeof mine);
+    int differs = -1;
+    for (int r = 0; st == HERD_OK && r < size && differs < 0; r++)
+        if (every[r] != every[0])
+            differs = r;
+    free(every);
+    if (st == HERD_OK && differs >= 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: rank %d lists other ranks than rank 0; every rank "
+                        "of the job gives the same list", name ? name : "process set", differs);
+    if (st == HERD_OK && !d->ops->split)
+        st = HERD_ERR(HERD_ERR_UNSUPPORTED, "the %s communicator cannot split into groups",
+                      d->ops->name);
+    HERD_TRY(st);
+    /* The others form a group too (MPI_Comm_split gives every rank one), freed at once. */
+    herd_comm *part = NULL;
+    HERD_TRY(d->ops->split(d, member ? 0 : 1, me, name ? name : "process set", &part));
+    if (!member || (part && part->size == 1)) {
+        herd_comm_destroy(part);
+        return HERD_OK;
+    }
+    *out = part;
+    return HERD_OK;
+}
+
 void herd_dist_set_activity(herd_dist *d, const char *what)
 {
     if (d && d->ops->set_activity)
