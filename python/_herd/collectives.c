@@ -11,22 +11,21 @@ static void *address(PyObject *obj)
     return PyErr_Occurred() ? NULL : p;
 }
 
-/* The group and the buffer of a sum of n values at addr; NULL with the exception set. */
-static herd_dist *sum_of(PyObject *addr, Py_ssize_t n, const char *name, void **buf)
+/* The group of `set` (NULL: a group of one) and the buffer of a sum of n values at addr;
+ * false with the exception set. */
+static bool sum_of(PyObject *addr, Py_ssize_t n, const char *name, int set, herd_dist **d, void **buf)
 {
     *buf = address(addr);
-    PyObject *error = NULL; /* pyherd_dist raises: NULL */
-    herd_dist *d = pyherd_dist(&error);
-    if (!d || (!*buf && PyErr_Occurred()))
-        return NULL;
+    if ((!*buf && PyErr_Occurred()) || !pyherd_group(set, d))
+        return false;
     if (n < 0) {
         PyErr_Format(pyherd_invalid_argument, "%s: %zd values", name, n);
-        return NULL;
+        return false;
     }
-    return d;
+    return true;
 }
 
-/* (address, count, dtype, scale, wire, name) -> ticket */
+/* (address, count, dtype, scale, wire, name[, set]) -> ticket: set a process set (0 the job) */
 PyObject *pyherd_allreduce_start(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -35,11 +34,12 @@ PyObject *pyherd_allreduce_start(PyObject *self, PyObject *args)
     int type, wire;
     float scale;
     const char *name;
-    if (!PyArg_ParseTuple(args, "Onifis", &addr, &n, &type, &scale, &wire, &name))
+    int set = 0;
+    if (!PyArg_ParseTuple(args, "Onifis|i", &addr, &n, &type, &scale, &wire, &name, &set))
         return NULL;
     void *buf;
-    herd_dist *d = sum_of(addr, n, name, &buf);
-    if (!d)
+    herd_dist *d;
+    if (!sum_of(addr, n, name, set, &d, &buf))
         return NULL;
     uint64_t ticket;
     herd_status st = herd_dist_allreduce_start(d, buf, (size_t)n, (herd_dtype)type, scale,
@@ -58,8 +58,8 @@ PyObject *pyherd_allreduce_device_start(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "sOnfs", &device, &addr, &n, &scale, &name))
         return NULL;
     void *buf;
-    herd_dist *d = sum_of(addr, n, name, &buf);
-    if (!d)
+    herd_dist *d;
+    if (!sum_of(addr, n, name, 0, &d, &buf))
         return NULL;
     uint64_t ticket;
     herd_status st;
@@ -69,16 +69,17 @@ PyObject *pyherd_allreduce_device_start(PyObject *self, PyObject *args)
     return st == HERD_OK ? PyLong_FromUnsignedLongLong(ticket) : pyherd_raise(st, NULL);
 }
 
+/* (ticket[, set]): the set whose queue gave the ticket */
 PyObject *pyherd_wait(PyObject *self, PyObject *args)
 {
     (void)self;
     unsigned long long ticket;
-    if (!PyArg_ParseTuple(args, "K", &ticket))
+    int set = 0;
+    if (!PyArg_ParseTuple(args, "K|i", &ticket, &set))
         return NULL;
-    PyObject *error = NULL;
-    herd_dist *d = pyherd_dist(&error);
-    if (!d)
-        return error;
+    herd_dist *d;
+    if (!pyherd_group(set, &d))
+        return NULL;
     herd_status st;
     Py_BEGIN_ALLOW_THREADS
     st = herd_dist_wait(d, ticket);
@@ -86,20 +87,19 @@ PyObject *pyherd_wait(PyObject *self, PyObject *args)
     return st == HERD_OK ? Py_NewRef(Py_None) : pyherd_raise(st, NULL);
 }
 
-/* (address, bytes, root) */
+/* (address, bytes, root[, set]): root counted in the set */
 PyObject *pyherd_broadcast(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *addr;
     Py_ssize_t bytes;
-    int root;
-    if (!PyArg_ParseTuple(args, "Oni", &addr, &bytes, &root))
+    int root, set = 0;
+    if (!PyArg_ParseTuple(args, "Oni|i", &addr, &bytes, &root, &set))
         return NULL;
     void *buf = address(addr);
-    PyObject *error = NULL;
-    herd_dist *d = pyherd_dist(&error);
-    if (!d || PyErr_Occurred())
-        return d ? NULL : error;
+    herd_dist *d;
+    if (PyErr_Occurred() || !pyherd_group(set, &d))
+        return NULL;
     herd_status st;
     Py_BEGIN_ALLOW_THREADS
     st = herd_dist_broadcast(d, buf, (size_t)bytes, root);
@@ -132,18 +132,18 @@ static size_t *rank_counts(PyObject *counts, herd_dist *d)
     return bytes_of;
 }
 
-/* (mine address, all address, [bytes of each rank]) */
+/* (mine address, all address, [bytes of each rank of the set][, set]) */
 PyObject *pyherd_allgather(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *mine_addr, *all_addr, *counts;
-    if (!PyArg_ParseTuple(args, "OOO", &mine_addr, &all_addr, &counts))
+    int set = 0;
+    if (!PyArg_ParseTuple(args, "OOO|i", &mine_addr, &all_addr, &counts, &set))
         return NULL;
     void *mine = address(mine_addr), *all = address(all_addr);
-    PyObject *error = NULL;
-    herd_dist *d = pyherd_dist(&error);
-    if (!d || PyErr_Occurred())
-        return d ? NULL : error;
+    herd_dist *d;
+    if (PyErr_Occurred() || !pyherd_group(set, &d))
+        return NULL;
     size_t *bytes_of = rank_counts(counts, d);
     if (!bytes_of)
         return NULL;
@@ -155,18 +155,18 @@ PyObject *pyherd_allgather(PyObject *self, PyObject *args)
     return st == HERD_OK ? Py_NewRef(Py_None) : pyherd_raise(st, NULL);
 }
 
-/* (send address, [bytes to each rank], receive address, [bytes from each rank]) */
+/* (send address, [bytes to each rank], receive address, [bytes from each rank][, set]) */
 PyObject *pyherd_alltoall(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *send_addr, *send_counts, *recv_addr, *recv_counts;
-    if (!PyArg_ParseTuple(args, "OOOO", &send_addr, &send_counts, &recv_addr, &recv_counts))
+    int set = 0;
+    if (!PyArg_ParseTuple(args, "OOOO|i", &send_addr, &send_counts, &recv_addr, &recv_counts, &set))
         return NULL;
     void *send = address(send_addr), *recv = address(recv_addr);
-    PyObject *error = NULL;
-    herd_dist *d = pyherd_dist(&error);
-    if (!d || PyErr_Occurred())
-        return d ? NULL : error;
+    herd_dist *d;
+    if (PyErr_Occurred() || !pyherd_group(set, &d))
+        return NULL;
     size_t *to = rank_counts(send_counts, d);
     size_t *from = to ? rank_counts(recv_counts, d) : NULL;
     if (!from) {
@@ -182,7 +182,7 @@ PyObject *pyherd_alltoall(PyObject *self, PyObject *args)
     return st == HERD_OK ? Py_NewRef(Py_None) : pyherd_raise(st, NULL);
 }
 
-/* (address, count, [count of each rank], scale, wire, name): float32, blocking */
+/* (address, count, [count of each rank], scale, wire, name[, set]): float32, blocking */
 PyObject *pyherd_reduce_scatter(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -191,11 +191,12 @@ PyObject *pyherd_reduce_scatter(PyObject *self, PyObject *args)
     float scale;
     int wire;
     const char *name;
-    if (!PyArg_ParseTuple(args, "OnOfis", &addr, &n, &counts, &scale, &wire, &name))
+    int set = 0;
+    if (!PyArg_ParseTuple(args, "OnOfis|i", &addr, &n, &counts, &scale, &wire, &name, &set))
         return NULL;
     void *buf;
-    herd_dist *d = sum_of(addr, n, name, &buf);
-    if (!d)
+    herd_dist *d;
+    if (!sum_of(addr, n, name, set, &d, &buf))
         return NULL;
     size_t *counted = rank_counts(counts, d);
     if (!counted)
@@ -220,13 +221,14 @@ PyObject *pyherd_reduce_scatter(PyObject *self, PyObject *args)
     return st == HERD_OK ? Py_NewRef(Py_None) : pyherd_raise(st, NULL);
 }
 
-PyObject *pyherd_barrier(PyObject *self, PyObject *unused)
+/* ([set]) */
+PyObject *pyherd_barrier(PyObject *self, PyObject *args)
 {
-    (void)self, (void)unused;
-    PyObject *error = NULL;
-    herd_dist *d = pyherd_dist(&error);
-    if (!d)
-        return error;
+    (void)self;
+    int set = 0;
+    herd_dist *d;
+    if (!PyArg_ParseTuple(args, "|i", &set) || !pyherd_group(set, &d))
+        return NULL;
     herd_status st;
     Py_BEGIN_ALLOW_THREADS
     st = herd_dist_barrier(d);

@@ -46,6 +46,105 @@ herd_dist *pyherd_dist(PyObject **error)
     return dist;
 }
 
+/* Process sets (herd.torch's): slot 0 the job, the others groups of it, numbered alike on
+ * every rank (each rank adds and removes them in the same order). A slot this rank is not
+ * in holds nothing; one whose group is this rank alone holds NULL (a group of one). */
+#define PYHERD_MAX_SETS 256
+static struct {
+    bool used, member;
+    herd_dist *group;
+} sets[PYHERD_MAX_SETS];
+
+bool pyherd_group(int set, herd_dist **out)
+{
+    *out = NULL;
+    if (set == 0) {
+        PyObject *error = NULL;
+        *out = pyherd_dist(&error);
+        return *out != NULL;
+    }
+    if (set < 0 || set >= PYHERD_MAX_SETS || !sets[set].used) {
+        PyErr_Format(pyherd_invalid_argument, "process set %d is not registered (removed, or never "
+                     "added with add_process_set)", set);
+        return false;
+    }
+    if (!sets[set].member) {
+        PyErr_Format(pyherd_invalid_argument, "this rank (%d) is not in process set %d",
+                     herd_dist_rank(dist), set);
+        return false;
+    }
+    *out = sets[set].group;
+    return true;
+}
+
+/* ([ranks of the job, increasing]) -> the set's number, the same on every rank: collective */
+static PyObject *py_add_process_set(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *list;
+    if (!PyArg_ParseTuple(args, "O", &list))
+        return NULL;
+    PyObject *error = NULL;
+    herd_dist *d = pyherd_dist(&error);
+    if (!d)
+        return error;
+    int slot = 1;
+    while (slot < PYHERD_MAX_SETS && sets[slot].used)
+        slot++;
+    if (slot == PYHERD_MAX_SETS)
+        return PyErr_Format(pyherd_error, "%d process sets at once: remove some first",
+                            PYHERD_MAX_SETS - 1);
+    PyObject *fast = PySequence_List(list);
+    if (!fast)
+        return NULL;
+    Py_ssize_t n = PyList_Size(fast);
+    int *ranks = PyMem_Calloc(n > 0 ? (size_t)n : 1, sizeof *ranks);
+    bool member = false;
+    for (Py_ssize_t i = 0; ranks && i < n; i++) {
+        ranks[i] = (int)PyLong_AsLong(PyList_GetItem(fast, i));
+        member |= ranks[i] == herd_dist_rank(d);
+    }
+    Py_DECREF(fast);
+    if (!ranks || PyErr_Occurred()) {
+        PyMem_Free(ranks);
+        return ranks ? NULL : PyErr_NoMemory();
+    }
+    char name[32];
+    snprintf(name, sizeof name, "process set %d", slot);
+    herd_dist *group = NULL;
+    herd_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = herd_dist_split(d, ranks, (int)n, name, &group);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(ranks);
+    if (st != HERD_OK)
+        return pyherd_raise(st, NULL);
+    sets[slot].used = true, sets[slot].member = member, sets[slot].group = group;
+    return PyLong_FromLong(slot);
+}
+
+static void free_set(int slot)
+{
+    herd_dist *group = sets[slot].group;
+    sets[slot].used = sets[slot].member = false, sets[slot].group = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    herd_dist_free(group);
+    Py_END_ALLOW_THREADS
+}
+
+/* (set): its group freed; nothing of it may be pending */
+static PyObject *py_remove_process_set(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int set;
+    if (!PyArg_ParseTuple(args, "i", &set))
+        return NULL;
+    if (set <= 0 || set >= PYHERD_MAX_SETS || !sets[set].used)
+        return PyErr_Format(pyherd_invalid_argument, "process set %d is not registered", set);
+    free_set(set);
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_init(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     (void)self;
@@ -104,6 +203,9 @@ static PyObject *py_backend(PyObject *self, PyObject *unused)
 static PyObject *py_shutdown(PyObject *self, PyObject *unused)
 {
     (void)self, (void)unused;
+    for (int slot = 1; slot < PYHERD_MAX_SETS; slot++) /* a group before the job */
+        if (sets[slot].used)
+            free_set(slot);
     if (dist) {
         Py_BEGIN_ALLOW_THREADS
         herd_dist_free(dist);
@@ -270,7 +372,9 @@ static PyMethodDef methods[] = {
     {"allgather", pyherd_allgather, METH_VARARGS, NULL},
     {"reduce_scatter", pyherd_reduce_scatter, METH_VARARGS, NULL},
     {"alltoall", pyherd_alltoall, METH_VARARGS, NULL},
-    {"barrier", pyherd_barrier, METH_NOARGS, NULL},
+    {"barrier", pyherd_barrier, METH_VARARGS, NULL},
+    {"add_process_set", py_add_process_set, METH_VARARGS, NULL},
+    {"remove_process_set", py_remove_process_set, METH_VARARGS, NULL},
     {"set_activity", pyherd_set_activity, METH_VARARGS, NULL},
     {"timeline_start", pyherd_timeline_start, METH_VARARGS, NULL},
     {"timeline_now", pyherd_timeline_now, METH_NOARGS, NULL},

@@ -36,6 +36,9 @@ void pyherd_free_instance(PyObject *self);
 
 /* The process's group (herd_dist_init once: MPI cannot start twice), made on first use. */
 herd_dist *pyherd_dist(PyObject **error);
+/* The group of process set `set` (0: the job, made on first use) into *out, NULL for a
+ * group of one; false with the exception set when the set is unknown or lacks this rank. */
+bool pyherd_group(int set, herd_dist **out);
 
 PyObject *pyherd_train(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *pyherd_dataset_open(PyObject *self, PyObject *args);
@@ -48,7 +51,7 @@ PyObject *pyherd_broadcast(PyObject *self, PyObject *args);
 PyObject *pyherd_allgather(PyObject *self, PyObject *args);
 PyObject *pyherd_reduce_scatter(PyObject *self, PyObject *args);
 PyObject *pyherd_alltoall(PyObject *self, PyObject *args);
-PyObject *pyherd_barrier(PyObject *self, PyObject *unused);
+PyObject *pyherd_barrier(PyObject *self, PyObject *args);
 PyObject *pyherd_set_activity(PyObject *self, PyObject *args);
 /* timeline.c */
 PyObject *pyherd_timeline_start(PyObject *self, PyObject *args);

@@ -20,69 +20,73 @@ from herd import torch as hvd
 
 class Allreduce(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, average, name, op, compression, prescale, postscale):
-        ctx.args = (average, name, op, compression, prescale, postscale)
-        return hvd._allreduce_copy(tensor, average, name, op, compression, prescale, postscale)
+    def forward(ctx, tensor, average, name, op, compression, prescale, postscale, process_set):
+        ctx.args = (average, name, op, compression, prescale, postscale, process_set)
+        return hvd._allreduce_copy(tensor, average, name, op, compression, prescale, postscale, process_set)
 
     @staticmethod
     def backward(ctx, grad):
-        average, name, op, compression, prescale, postscale = ctx.args
+        average, name, op, compression, prescale, postscale, process_set = ctx.args
         back = hvd._allreduce_copy(grad.contiguous(), average, f"{name or 'allreduce'} gradient", op,
-                                   compression, prescale, postscale)
-        return back, None, None, None, None, None, None
+                                   compression, prescale, postscale, process_set)
+        return back, None, None, None, None, None, None, None
 
 
 class Allgather(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name):
-        out, rows_of = hvd._allgather(tensor, name)
-        ctx.rows_of, ctx.name, ctx.shape = rows_of, name, tensor.shape
+    def forward(ctx, tensor, name, process_set):
+        out, rows_of = hvd._allgather(tensor, name, process_set)
+        ctx.rows_of, ctx.name, ctx.shape, ctx.process_set = rows_of, name, tensor.shape, process_set
         return out
 
     @staticmethod
     def backward(ctx, grad):
         host = grad.detach().to("cpu", copy=True, memory_format=torch.contiguous_format)
-        mine = hvd._sum_my_rows(host, ctx.rows_of, 1.0, 0, f"{ctx.name or 'allgather'} gradient")
-        return mine.reshape(ctx.shape).to(grad.device), None
+        mine = hvd._sum_my_rows(host, ctx.rows_of, 1.0, 0, f"{ctx.name or 'allgather'} gradient",
+                                ctx.process_set)
+        return mine.reshape(ctx.shape).to(grad.device), None, None
 
 
 class Broadcast(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, root_rank, name):
-        ctx.root, ctx.name = root_rank, name
-        return hvd._broadcast_copy(tensor, root_rank, name)
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root, ctx.name, ctx.process_set = root_rank, name, process_set
+        return hvd._broadcast_copy(tensor, root_rank, name, process_set)
 
     @staticmethod
     def backward(ctx, grad):
         total = hvd._allreduce_copy(grad.contiguous(), None, f"{ctx.name or 'broadcast'} gradient",
-                                    hvd.Sum)
+                                    hvd.Sum, process_set=ctx.process_set)
         if hvd.rank() != ctx.root:
             total.zero_()
-        return total, None, None
+        return total, None, None, None
 
 
 class Reducescatter(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name, op, prescale, postscale, compression):
-        ctx.scale = hvd._scale(op, None, "reducescatter") * float(prescale) * float(postscale)
-        ctx.name = name
-        return hvd._reducescatter(tensor, name, op, prescale, postscale, compression)
+    def forward(ctx, tensor, name, op, prescale, postscale, compression, process_set):
+        out = hvd._reducescatter(tensor, name, op, prescale, postscale, compression, process_set)
+        ctx.scale = hvd._scale(op, None, "reducescatter", process_set) * float(prescale) * float(postscale)
+        ctx.name, ctx.process_set = name, process_set
+        return out
 
     @staticmethod
     def backward(ctx, grad):
-        every = hvd._allgather(grad.contiguous(), f"{ctx.name or 'reducescatter'} gradient")[0]
-        return every * ctx.scale, None, None, None, None, None
+        every = hvd._allgather(grad.contiguous(), f"{ctx.name or 'reducescatter'} gradient",
+                               ctx.process_set)[0]
+        return every * ctx.scale, None, None, None, None, None, None
 
 
 class Alltoall(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, splits, name):
-        out, received = hvd._alltoall(tensor, splits, name)
-        ctx.received, ctx.name = received.tolist(), name
+    def forward(ctx, tensor, splits, name, process_set):
+        out, received = hvd._alltoall(tensor, splits, name, process_set)
+        ctx.received, ctx.name, ctx.process_set = received.tolist(), name, process_set
         ctx.mark_non_differentiable(received)
         return out, received
 
     @staticmethod
     def backward(ctx, grad, _):
-        back, _ = hvd._alltoall(grad.contiguous(), ctx.received, f"{ctx.name or 'alltoall'} gradient")
-        return back, None, None
+        back, _ = hvd._alltoall(grad.contiguous(), ctx.received, f"{ctx.name or 'alltoall'} gradient",
+                                ctx.process_set)
+        return back, None, None, None

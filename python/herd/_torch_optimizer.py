@@ -55,9 +55,10 @@ def _buckets(params, bucket_mb):
 
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
-                 bucket_mb, sparse_as_dense):
+                 bucket_mb, sparse_as_dense, process_set):
         super(self.__class__, self).__init__(params)
         self._sparse_as_dense = bool(sparse_as_dense)
+        self._process_set = hvd._ps._of(process_set, "DistributedOptimizer")
         all_params = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
         if named_parameters is not None:
             named = list(named_parameters)
@@ -85,7 +86,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 raise HerdError(f"parameter {names[id(p)]} is {p.dtype}: herd reduces float32, "
                                 "float64, float16 and bfloat16 gradients")
         self._names = names
-        self._scale = hvd._scale(op, None, "DistributedOptimizer")
+        self._scale = hvd._scale(op, None, "DistributedOptimizer", self._process_set)
         self._compression = compression
         self._passes = backward_passes_per_step
         self._buckets = _buckets(all_params, float(bucket_mb))
@@ -101,15 +102,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._last_step_end = self._backward_start = self._first_backward = None
         self._check_ranks_agree(all_params)
         self._hooks = []
-        if hvd.size() > 1:
-            self._start_gpu_collectives(all_params)
+        if self._process_set.size() > 1:
+            self._start_gpu_collectives(all_params, self._process_set)
             self._register_hooks(all_params)
 
     def _check_ranks_agree(self, params):
         desc = "\n".join(f"{self._names[id(p)]} {tuple(p.shape)} {p.dtype}" for p in params)
         desc += f"\nbuckets {[b.numel for b in self._buckets]} passes {self._passes} " \
                 f"compression {self._compression} scale {self._scale} sparse_as_dense {self._sparse_as_dense}"
-        digests = hvd.allgather_object(hashlib.sha256(desc.encode()).hexdigest(), "optimizer check")
+        digests = hvd.allgather_object(hashlib.sha256(desc.encode()).hexdigest(), "optimizer check",
+                                       self._process_set)
         differ = [r for r, d in enumerate(digests) if d != digests[0]]
         if differ:
             raise HerdError(f"DistributedOptimizer: rank(s) {differ} hold other parameters, buckets "
@@ -117,13 +119,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                             "compression, op, sparse_as_dense): build the same model and optimizer on every rank")
 
     @staticmethod
-    def _start_gpu_collectives(params):
+    def _start_gpu_collectives(params, process_set):
         """With gradients on a GPU, one collective here makes herd's GPU backend and
         communicator on this thread, together on every rank: the gradient hooks run on
         PyTorch's backward thread, which should only queue sums."""
         cuda = [p for p in params if p.is_cuda]
         if cuda:
-            hvd.allreduce(torch.zeros(1, device=cuda[0].device), name="the GPU's first sum")
+            hvd.allreduce(torch.zeros(1, device=cuda[0].device), name="the GPU's first sum",
+                          process_set=process_set)
 
     def _register_hooks(self, params):
         for p in params:
@@ -180,13 +183,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         wire = self._compression if b.dtype == torch.float32 else "none"
         b.handle = hvd.allreduce_async_(b.flat, op=hvd.Sum, compression=wire,
                                         name=f"gradient bucket {b.index + 1}",
-                                        prescale_factor=self._scale)
+                                        prescale_factor=self._scale, process_set=self._process_set)
         b.launched = True
 
     def synchronize(self):
         """Waits for every bucket (starting those whose gradients never came: unused
         parameters count as zero) and writes the mean gradients into .grad."""
-        if hvd.size() == 1:
+        if self._process_set.size() == 1:
             self._synchronized = True
             return
         self._launch_ready(force=True)
@@ -243,7 +246,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if begin is not None:  # a step: from the end of the one before (the first: its backward)
             _herd.timeline_record(_SPAN_STEP, self._steps, begin, end)
         self._last_step_end = end
-        if self._steps % _TIMELINE_WRITE_EVERY == 0:  # every rank at the same step; none pending
+        # every rank at the same step, none pending (a process set's ranks alone: at the end)
+        if self._steps % _TIMELINE_WRITE_EVERY == 0 and self._process_set is hvd.global_process_set:
             _herd.timeline_write(False)
         return result
 
@@ -258,7 +262,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression="none",
                          backward_passes_per_step=1, op="Average", gradient_predivide_factor=1.0,
-                         bucket_mb=25.0, sparse_as_dense=False):
+                         bucket_mb=25.0, sparse_as_dense=False, process_set=None):
     """Wraps optimizer (of any torch.optim class): step() first averages the gradients
     over the ranks, reduced in buckets during backward. As Horovod's; bucket_mb is herd's
     --bucket-mb (the first bucket is 1 MiB). Sparse gradients (an nn.Embedding with
@@ -267,7 +271,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression="none",
     so that optimizers that take only sparse gradients (SparseAdam) keep working. gradient_predivide_factor (Horovod's split
     of the averaging around the sum) is accepted and changes nothing: herd applies 1/size
     once, after the sum on a float32 wire and before the cast on a 16-bit one (so that a
-    sum cannot overflow where the mean would not), which is the same mean."""
+    sum cannot overflow where the mean would not), which is the same mean. process_set:
+    the ranks that average (a ProcessSet this rank is in; all by default)."""
     if not gradient_predivide_factor > 0:
         raise InvalidArgument(f"gradient_predivide_factor must be > 0, got {gradient_predivide_factor}")
     if gradient_predivide_factor != 1.0 and op != "Average":
@@ -275,4 +280,4 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression="none",
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-               op, bucket_mb, sparse_as_dense)
+               op, bucket_mb, sparse_as_dense, process_set or hvd.global_process_set)

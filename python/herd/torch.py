@@ -25,6 +25,8 @@ import torch
 
 import herd as _herd_pkg
 from herd import HerdError, InvalidArgument, _herd
+from herd import _torch_process_sets as _ps
+from herd._torch_process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set  # noqa: F401
 
 __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_rank", "local_size",
            "Average", "Sum", "Adasum", "Compression", "allreduce", "allreduce_", "allreduce_async",
@@ -35,7 +37,8 @@ __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_rank", "
            "cross_rank", "cross_size", "is_homogeneous", "barrier", "grouped_allreduce",
            "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "SyncBatchNorm",
            "reducescatter", "reducescatter_async", "alltoall", "alltoall_async", "grouped_allgather",
-           "grouped_reducescatter"]
+           "grouped_reducescatter", "ProcessSet", "global_process_set", "add_process_set",
+           "remove_process_set"]
 
 Average, Sum, Adasum = "Average", "Sum", "Adasum"
 _DTYPES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}  # herd_dtype
@@ -54,15 +57,23 @@ class Compression:
     bf16 = "bf16"
 
 
-def init(comm=None, comm_timeout=None, stall_warning=None):
-    """Joins the job. comm (Horovod's list of ranks) is not offered: every rank takes part."""
+def init(comm=None, comm_timeout=None, stall_warning=None, process_sets=None):
+    """Joins the job, and registers process_sets (ProcessSets, in the same order on every
+    rank; "dynamic", Horovod's switch for add_process_set later, changes nothing here: sets
+    may always be added). comm (Horovod's list of ranks to run on) is not offered: every
+    rank of the job takes part; a process set gives collectives among some of them."""
     global _initialized
     if comm is not None:
-        raise InvalidArgument("herd.torch.init: sub-communicators (comm=) are not offered; every rank of the job takes part")
+        raise InvalidArgument("herd.torch.init: comm= is not offered (every rank of the job takes "
+                              "part); for collectives among some ranks use process_sets=")
     _herd_pkg.init(comm_timeout, stall_warning)
     if not _initialized and size() > 1:
         _abort_on_uncaught_exception()
     _initialized = True
+    if process_sets is not None and process_sets != "dynamic":
+        for ps in process_sets:
+            if ps.process_set_id is None:
+                add_process_set(ps)
     if os.environ.get("HERD_TIMELINE") and not _timeline_on:  # Horovod's HOROVOD_TIMELINE
         start_timeline(os.environ["HERD_TIMELINE"])
 
@@ -118,6 +129,7 @@ def shutdown():
     global _initialized
     stop_timeline()
     _herd.shutdown()
+    _ps._forget_all()
     _initialized = False
 
 
@@ -170,9 +182,9 @@ def is_homogeneous():
     return len({hosts.count(h) for h in hosts}) == 1
 
 
-def barrier():
-    """Returns once every rank has called it."""
-    _herd.barrier()
+def barrier(process_set=global_process_set):
+    """Returns once every rank (of process_set) has called it."""
+    _herd.barrier(_ps._of(process_set, "barrier").process_set_id)
 
 
 def mpi_threads_supported():
@@ -238,7 +250,7 @@ def _allreduce_gpu(tensor, scale, name):
         return _herd.allreduce_device_start("cuda", tensor.data_ptr(), tensor.numel(), scale, name)
 
 
-def _scale(op, average, what):
+def _scale(op, average, what, ps=None):
     if average is not None:
         op = Average if average else Sum
     op = op or Average
@@ -246,15 +258,16 @@ def _scale(op, average, what):
         raise HerdError(f"{what}: Adasum is not offered; use op=Average or op=Sum")
     if op not in (Average, Sum):
         raise InvalidArgument(f"{what}: op is Average or Sum, got {op!r}")
-    return 1.0 / size() if op == Average else 1.0
+    return 1.0 / (ps.size() if ps is not None else size()) if op == Average else 1.0
 
 
 class _Handle:
     """A collective in flight: the tensor it writes and the ticket to wait for (and a CUDA
     tensor whose values went through host memory: `back`, written once done)."""
 
-    def __init__(self, tensor, ticket, after=None, keep=()):
+    def __init__(self, tensor, ticket, after=None, keep=(), set_id=0):
         self.tensor, self.ticket, self.after, self.keep, self.done = tensor, ticket, after, keep, False
+        self.set_id = set_id  # the process set whose queue the ticket is in
         self.back = None
         self.finish = None  # called once waited for (integer sums: back from float64)
 
@@ -263,7 +276,7 @@ _EXACT = float(2 ** 53)  # float64 adds integers exactly below this
 _INTEGERS = (torch.int32, torch.int64)  # summed exactly (op=Sum)
 
 
-def _integer_sum_async_(tensor, average, op, compression, prescale_factor, postscale_factor, what, name):
+def _integer_sum_async_(tensor, average, op, compression, prescale_factor, postscale_factor, what, name, ps):
     """int32 and int64 sums, exact: the values as float64 behind a bound of the sums (each
     rank's largest magnitude, summed with them), checked before they are written back."""
     _scale(op, average, what)  # refuses what is not Average or Sum
@@ -277,7 +290,7 @@ def _integer_sum_async_(tensor, average, op, compression, prescale_factor, posts
     wide[0] = float(tensor.abs().max()) if tensor.numel() else 0.0
     wide[1:] = tensor.reshape(-1)
     h = _Handle(wide, _herd.allreduce_start(wide.data_ptr(), wide.numel(), _DTYPES[torch.float64], 1.0, 0,
-                                            name or "allreduce"))
+                                            name or "allreduce", ps.process_set_id), set_id=ps.process_set_id)
 
     def finish():
         if not wide[0] < _EXACT:
@@ -294,10 +307,12 @@ def _integer_sum_async_(tensor, average, op, compression, prescale_factor, posts
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, compression=Compression.none,
-                     prescale_factor=1.0, postscale_factor=1.0):
-    """Starts an in-place sum (op=Sum) or mean (op=Average, the default) over the ranks."""
+                     prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Starts an in-place sum (op=Sum) or mean (op=Average, the default) over the ranks
+    (of process_set)."""
     what = f"allreduce {name}" if name else "allreduce"
     _check(tensor, what)
+    ps = _ps._of(process_set, what)
     if tensor.dtype not in _DTYPES and tensor.dtype not in _INTEGERS:
         raise HerdError(f"{what}: {tensor.dtype} tensors are not reduced; herd sums float32, "
                         "float64, float16, bfloat16, int32 and int64")
@@ -306,19 +321,19 @@ def allreduce_async_(tensor, average=None, name=None, op=None, compression=Compr
     if tensor.dtype in _INTEGERS:
         if tensor.is_cuda:  # through host memory
             h = _integer_sum_async_(tensor.detach().to("cpu"), average, op, compression, prescale_factor,
-                                    postscale_factor, what, name)
+                                    postscale_factor, what, name, ps)
             h.back = tensor
             return h
         return _integer_sum_async_(tensor, average, op, compression, prescale_factor, postscale_factor,
-                                   what, name)
+                                   what, name, ps)
     if compression not in _WIRE:
         raise InvalidArgument(f"{what}: compression is Compression.none, fp16 or bf16, got {compression!r}")
-    scale = _scale(op, average, what) * float(prescale_factor) * float(postscale_factor)
-    if tensor.is_cuda:
-        if _on_herd_gpu(tensor, compression, what):
+    scale = _scale(op, average, what, ps) * float(prescale_factor) * float(postscale_factor)
+    if tensor.is_cuda:  # herd's GPU sums run over the whole job; a set's go through host memory
+        if ps is global_process_set and _on_herd_gpu(tensor, compression, what):
             return _Handle(tensor, _allreduce_gpu(tensor, scale, name or "allreduce"))
         host = tensor.detach().to("cpu")
-        h = allreduce_async_(host, average, name, op, compression, prescale_factor, postscale_factor)
+        h = allreduce_async_(host, average, name, op, compression, prescale_factor, postscale_factor, ps)
         h.back = tensor
         return h
     after = None
@@ -331,15 +346,15 @@ def allreduce_async_(tensor, average=None, name=None, op=None, compression=Compr
         wire, c_scale = 0, 1.0
         after = None if scale == 1.0 else scale
     ticket = _herd.allreduce_start(tensor.data_ptr(), tensor.numel(), _DTYPES[tensor.dtype],
-                                   c_scale, wire, name or "allreduce")
-    return _Handle(tensor, ticket, after)
+                                   c_scale, wire, name or "allreduce", ps.process_set_id)
+    return _Handle(tensor, ticket, after, set_id=ps.process_set_id)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, compression=Compression.none,
-                    prescale_factor=1.0, postscale_factor=1.0):
+                    prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     _check(tensor, "allreduce")
     return allreduce_async_(tensor.detach().clone(memory_format=torch.contiguous_format), average,
-                            name, op, compression, prescale_factor, postscale_factor)
+                            name, op, compression, prescale_factor, postscale_factor, process_set)
 
 
 def synchronize(handle):
@@ -348,7 +363,7 @@ def synchronize(handle):
     if isinstance(handle, _GroupHandle):
         return [synchronize(h) for h in handle.handles]
     if not handle.done:
-        _herd.wait(handle.ticket)
+        _herd.wait(handle.ticket, handle.set_id)
         if handle.finish is not None:
             handle.finish()
         if handle.after is not None:
@@ -384,21 +399,23 @@ def _group(tensors, what):
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, compression=Compression.none,
-                             prescale_factor=1.0, postscale_factor=1.0):
+                             prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """allreduce_async_ of every tensor of the list, started in its order; synchronize
     returns the list."""
     tensors = _group(tensors, "grouped_allreduce")
     return _GroupHandle([allreduce_async_(t, average, f"{name or 'grouped_allreduce'}.{i}", op, compression,
-                                          prescale_factor, postscale_factor) for i, t in enumerate(tensors)])
+                                          prescale_factor, postscale_factor, process_set)
+                         for i, t in enumerate(tensors)])
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, compression=Compression.none,
-                            prescale_factor=1.0, postscale_factor=1.0):
+                            prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     tensors = _group(tensors, "grouped_allreduce")
     for t in tensors:
         _check(t, "grouped_allreduce")
     return grouped_allreduce_async_([t.detach().clone(memory_format=torch.contiguous_format) for t in tensors],
-                                    average, name, op, compression, prescale_factor, postscale_factor)
+                                    average, name, op, compression, prescale_factor, postscale_factor,
+                                    process_set)
 
 
 def _blocking(start, name):
@@ -421,27 +438,28 @@ def _differentiable(tensor):
 
 
 def allreduce(tensor, average=None, name=None, op=None, compression=Compression.none,
-              prescale_factor=1.0, postscale_factor=1.0):
-    """The mean (op=Average, the default) or sum over the ranks, in a new tensor.
-    Differentiable: the input's gradient is the same reduction of the output's."""
+              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """The mean (op=Average, the default) or sum over the ranks (of process_set), in a new
+    tensor. Differentiable: the input's gradient is the same reduction of the output's."""
     if _differentiable(tensor):
         return _autograd.Allreduce.apply(tensor, average, name, op, compression, prescale_factor,
-                                         postscale_factor)
-    return _allreduce_copy(tensor, average, name, op, compression, prescale_factor, postscale_factor)
+                                         postscale_factor, process_set)
+    return _allreduce_copy(tensor, average, name, op, compression, prescale_factor, postscale_factor,
+                           process_set)
 
 
 def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                  compression=Compression.none):
+                  compression=Compression.none, process_set=global_process_set):
     """_reducescatter's result; differentiable: the input's gradient is the output
     gradients of every rank, gathered, times the same scale."""
     if _differentiable(tensor):
         return _autograd.Reducescatter.apply(tensor, name, op, prescale_factor, postscale_factor,
-                                             compression)
-    return _reducescatter(tensor, name, op, prescale_factor, postscale_factor, compression)
+                                             compression, process_set)
+    return _reducescatter(tensor, name, op, prescale_factor, postscale_factor, compression, process_set)
 
 
 def _reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                   compression=Compression.none):
+                   compression=Compression.none, process_set=global_process_set):
     """The mean (op=Average, the default) or sum over the ranks of tensor, of which this
     rank gets its rows: the first dimension split in rank order as evenly as it goes, the
     first (rows % size) ranks one row more (Horovod's split). float32 travels as a
@@ -449,6 +467,7 @@ def _reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_fa
     float16, bfloat16 and (op=Sum) int32 and int64 are summed whole, then cut."""
     what = f"reducescatter {name}" if name else "reducescatter"
     _check(tensor, what)
+    ps = _ps._of(process_set, what)
     if tensor.dim() == 0:
         raise InvalidArgument(f"{what}: a 0-d tensor has no rows to scatter")
     if tensor.dtype not in _DTYPES and tensor.dtype not in _INTEGERS:
@@ -456,83 +475,86 @@ def _reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_fa
                         "float64, float16, bfloat16, int32 and int64")
     if compression not in _WIRE:
         raise InvalidArgument(f"{what}: compression is Compression.none, fp16 or bf16, got {compression!r}")
-    scale = _scale(op, None, what) * float(prescale_factor) * float(postscale_factor)
+    scale = _scale(op, None, what, ps) * float(prescale_factor) * float(postscale_factor)
     if tensor.dtype in _INTEGERS and (op != Sum or scale != 1.0):
         raise InvalidArgument(f"{what}: {tensor.dtype} tensors are summed (op=Sum, no scale factors)")
     if compression != Compression.none and tensor.dtype != torch.float32:
         raise InvalidArgument(f"{what}: compression applies to float32 tensors, not {tensor.dtype}")
     if tensor.is_cuda:  # through host memory
         return _reducescatter(tensor.detach().to("cpu"), name, op, prescale_factor, postscale_factor,
-                              compression).to(tensor.device)
-    shapes = allgather_object((tuple(tensor.shape), str(tensor.dtype)), name)
+                              compression, ps).to(tensor.device)
+    shapes = allgather_object((tuple(tensor.shape), str(tensor.dtype)), name, ps)
     if any(s != shapes[0] for s in shapes):
         raise InvalidArgument(f"{what}: every rank gives the same shape and dtype; got "
                               + ", ".join(f"rank {r}: {list(s[0])} {s[1]}" for r, s in enumerate(shapes)))
-    n, rows = size(), tensor.shape[0]
+    n, rows = ps.size(), tensor.shape[0]
     rows_of = [rows // n + (1 if r < rows % n else 0) for r in range(n)]
     return _sum_my_rows(tensor.detach().clone(memory_format=torch.contiguous_format), rows_of, scale,
-                        _WIRE[compression], name or "reducescatter")
+                        _WIRE[compression], name or "reducescatter", ps)
 
 
-def _sum_my_rows(t, rows_of, scale, wire, name):
+def _sum_my_rows(t, rows_of, scale, wire, name, ps):
     """t (contiguous, in host memory, overwritten) summed over the ranks and times scale,
-    of which this rank keeps its rows_of[rank()] rows (the ranks' rows in rank order):
+    of which this rank keeps its rows_of[its rank in ps] rows (the ranks' rows in rank order):
     float32 as one reduce-scatter, the other types summed whole, then cut."""
-    first = sum(rows_of[:rank()])
+    me = ps.rank()
+    first = sum(rows_of[:me])
     if t.dtype == torch.float32:
         per_row = t[0].numel() if t.shape[0] else 0
-        _herd.reduce_scatter(t.data_ptr(), t.numel(), [k * per_row for k in rows_of], scale, wire, name)
+        _herd.reduce_scatter(t.data_ptr(), t.numel(), [k * per_row for k in rows_of], scale, wire, name,
+                             ps.process_set_id)
     else:
-        allreduce_(t, op=Sum, name=name)
+        allreduce_(t, op=Sum, name=name, process_set=ps)
         if scale != 1.0:
             t.mul_(scale)
-    return t[first:first + rows_of[rank()]].clone()
+    return t[first:first + rows_of[me]].clone()
 
 
 def reducescatter_async(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                        compression=Compression.none):
+                        compression=Compression.none, process_set=global_process_set):
     """reducescatter, complete on return (herd's reduce-scatter blocks): synchronize gives it."""
-    h = _Handle(_reducescatter(tensor, name, op, prescale_factor, postscale_factor, compression), 0)
+    h = _Handle(_reducescatter(tensor, name, op, prescale_factor, postscale_factor, compression, process_set), 0)
     h.done = True
     return h
 
 
-def grouped_allgather(tensors, name=None):
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
     """allgather of every tensor of the list, in its order (each differentiable)."""
-    return [allgather(t, f"{name or 'grouped_allgather'}.{i}")
+    return [allgather(t, f"{name or 'grouped_allgather'}.{i}", process_set)
             for i, t in enumerate(_group(tensors, "grouped_allgather"))]
 
 
 def grouped_reducescatter(tensors, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                          compression=Compression.none):
+                          compression=Compression.none, process_set=global_process_set):
     """reducescatter of every tensor of the list, in its order (each differentiable)."""
     return [reducescatter(t, f"{name or 'grouped_reducescatter'}.{i}", op, prescale_factor,
-                          postscale_factor, compression)
+                          postscale_factor, compression, process_set)
             for i, t in enumerate(_group(tensors, "grouped_reducescatter"))]
 
 
-def alltoall(tensor, splits=None, name=None):
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Rows to every rank: splits[r] rows of tensor (the first dimension, in order) go to
     rank r; without splits the rows are split equally (they must divide). Returns the
     rows every rank sent this one, in rank order, and with splits given also how many
     came from each rank (int32, Horovod's received_splits). Differentiable: the input's
     gradient is the output's sent back the same way."""
     if _differentiable(tensor):
-        out, received = _autograd.Alltoall.apply(tensor, splits, name)
+        out, received = _autograd.Alltoall.apply(tensor, splits, name, process_set)
     else:
-        out, received = _alltoall(tensor, splits, name)
+        out, received = _alltoall(tensor, splits, name, process_set)
     return out if splits is None else (out, received)
 
 
-def _alltoall(tensor, splits=None, name=None):
+def _alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     what = f"alltoall {name}" if name else "alltoall"
     _check(tensor, what)
+    ps = _ps._of(process_set, what)
     if tensor.dim() == 0:
         raise InvalidArgument(f"{what}: a 0-d tensor has no rows to send")
     if tensor.is_cuda:  # through host memory
-        out, received = _alltoall(tensor.detach().to("cpu"), splits, name)
+        out, received = _alltoall(tensor.detach().to("cpu"), splits, name, ps)
         return out.to(tensor.device), received
-    n, rows = size(), tensor.shape[0]
+    n, rows = ps.size(), tensor.shape[0]
     if splits is None:
         if rows % n:
             raise InvalidArgument(f"{what}: {rows} rows do not split equally over {n} ranks; give splits")
@@ -542,23 +564,23 @@ def _alltoall(tensor, splits=None, name=None):
         if len(sent) != n or any(v < 0 for v in sent) or sum(sent) != rows:
             raise InvalidArgument(f"{what}: splits {sent} must give each of the {n} ranks a count "
                                   f">= 0 of the {rows} rows, adding up to them")
-    every = allgather_object((sent, tuple(tensor.shape[1:]), str(tensor.dtype)), name)
+    every = allgather_object((sent, tuple(tensor.shape[1:]), str(tensor.dtype)), name, ps)
     if any(e[1:] != every[0][1:] for e in every):
         raise InvalidArgument(f"{what}: ranks send rows of other shapes or types: "
                               + ", ".join(f"rank {r}: {list(e[1])} {e[2]}" for r, e in enumerate(every)))
-    got = [every[r][0][rank()] for r in range(n)]
+    got = [every[r][0][ps.rank()] for r in range(n)]
     t = _contiguous(tensor)
     row_bytes = _row_bytes(t)
     out = torch.empty((sum(got),) + tuple(t.shape[1:]), dtype=t.dtype)
     _herd.alltoall(t.data_ptr(), [k * row_bytes for k in sent], out.data_ptr(),
-                   [k * row_bytes for k in got])
+                   [k * row_bytes for k in got], ps.process_set_id)
     return out, torch.tensor(got, dtype=torch.int32)
 
 
-def alltoall_async(tensor, splits=None, name=None):
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """alltoall, complete on return (herd's alltoall blocks): synchronize gives what
     alltoall returns."""
-    out, received = _alltoall(tensor, splits, name)
+    out, received = _alltoall(tensor, splits, name, process_set)
     h = _Handle(out if splits is None else (out, received), 0)
     h.done = True
     return h
@@ -568,35 +590,37 @@ def _contiguous(tensor):
     return tensor.detach().contiguous()
 
 
-def allgather(tensor, name=None):
+def allgather(tensor, name=None, process_set=global_process_set):
     """Every rank's tensor, concatenated along the first dimension (which may differ
     between ranks; the others must match). Differentiable: each rank's input gradient is
     the sum over the ranks of the output gradients' rows that came from it."""
     if _differentiable(tensor):
-        return _autograd.Allgather.apply(tensor, name)
-    return _allgather(tensor, name)[0]
+        return _autograd.Allgather.apply(tensor, name, process_set)
+    return _allgather(tensor, name, process_set)[0]
 
 
-def _allgather(tensor, name=None):
-    """(every rank's rows concatenated, [rows of each rank])"""
+def _allgather(tensor, name=None, process_set=global_process_set):
+    """(every rank's rows concatenated, [rows of each rank]) over process_set's ranks"""
     what = f"allgather {name}" if name else "allgather"
     _check(tensor, what)
+    ps = _ps._of(process_set, what)
+    n, set_id = ps.size(), ps.process_set_id
     if tensor.is_cuda:  # through host memory
-        out, rows_of = _allgather(tensor.detach().to("cpu"), name)
+        out, rows_of = _allgather(tensor.detach().to("cpu"), name, ps)
         return out.to(tensor.device), rows_of
     t = _contiguous(tensor).reshape(tensor.shape if tensor.dim() else (1,))
     rows = torch.tensor([t.shape[0]], dtype=torch.int64)
-    all_rows = torch.empty(size(), dtype=torch.int64)
-    _herd.allgather(rows.data_ptr(), all_rows.data_ptr(), [8] * size())
+    all_rows = torch.empty(n, dtype=torch.int64)
+    _herd.allgather(rows.data_ptr(), all_rows.data_ptr(), [8] * n, set_id)
     row_bytes = _row_bytes(t)
     shape_check = torch.tensor([row_bytes], dtype=torch.int64)
-    all_row_bytes = torch.empty(size(), dtype=torch.int64)
-    _herd.allgather(shape_check.data_ptr(), all_row_bytes.data_ptr(), [8] * size())
+    all_row_bytes = torch.empty(n, dtype=torch.int64)
+    _herd.allgather(shape_check.data_ptr(), all_row_bytes.data_ptr(), [8] * n, set_id)
     if len(set(all_row_bytes.tolist())) != 1:
         raise InvalidArgument(f"{what}: ranks hold rows of different sizes ({all_row_bytes.tolist()} "
                               "bytes); only the first dimension may differ")
     out = torch.empty((int(all_rows.sum()),) + tuple(t.shape[1:]), dtype=t.dtype)
-    _herd.allgather(t.data_ptr(), out.data_ptr(), [int(r) * row_bytes for r in all_rows.tolist()])
+    _herd.allgather(t.data_ptr(), out.data_ptr(), [int(r) * row_bytes for r in all_rows.tolist()], set_id)
     return out, all_rows.tolist()
 
 
@@ -607,71 +631,75 @@ def _row_bytes(t):
     return n * t.element_size()
 
 
-def allgather_async(tensor, name=None):
+def allgather_async(tensor, name=None, process_set=global_process_set):
     """allgather, complete on return (herd's allgather blocks): synchronize gives it."""
-    out = _allgather(tensor, name)[0]
+    out = _allgather(tensor, name, process_set)[0]
     h = _Handle(out, 0)
     h.done = True
     return h
 
 
-def broadcast_(tensor, root_rank, name=None):
-    """root_rank's values into tensor on every rank, in place."""
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    """root_rank's values into tensor on every rank (of process_set; root_rank is a rank of
+    the job, as in Horovod), in place."""
     what = f"broadcast {name}" if name else "broadcast"
     _check(tensor, what)
+    ps = _ps._of(process_set, what)
+    root = _ps._root_in(ps, root_rank, what) if ps is not global_process_set else int(root_rank)
     if not tensor.is_contiguous():
         raise InvalidArgument(f"{what} in place needs a contiguous tensor; use broadcast (a copy)")
     if tensor.is_cuda:  # through host memory
         host = tensor.detach().to("cpu")
-        _herd.broadcast(host.data_ptr(), host.numel() * host.element_size(), int(root_rank))
+        _herd.broadcast(host.data_ptr(), host.numel() * host.element_size(), root, ps.process_set_id)
         tensor.copy_(host)
         return tensor
-    _herd.broadcast(tensor.data_ptr(), tensor.numel() * tensor.element_size(), int(root_rank))
+    _herd.broadcast(tensor.data_ptr(), tensor.numel() * tensor.element_size(), root, ps.process_set_id)
     return tensor
 
 
-def broadcast(tensor, root_rank, name=None):
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """root_rank's values in a new tensor on every rank. Differentiable: root_rank's input
     gradient is the sum over the ranks of the output's, the others' zero."""
     if _differentiable(tensor):
-        return _autograd.Broadcast.apply(tensor, root_rank, name)
-    return _broadcast_copy(tensor, root_rank, name)
+        return _autograd.Broadcast.apply(tensor, root_rank, name, process_set)
+    return _broadcast_copy(tensor, root_rank, name, process_set)
 
 
-def _broadcast_copy(tensor, root_rank, name=None):
+def _broadcast_copy(tensor, root_rank, name=None, process_set=global_process_set):
     _check(tensor, "broadcast")
-    return broadcast_(tensor.detach().clone(memory_format=torch.contiguous_format), root_rank, name)
+    return broadcast_(tensor.detach().clone(memory_format=torch.contiguous_format), root_rank, name,
+                      process_set)
 
 
-def broadcast_async_(tensor, root_rank, name=None):
-    h = _Handle(broadcast_(tensor, root_rank, name), 0)
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    h = _Handle(broadcast_(tensor, root_rank, name, process_set), 0)
     h.done = True
     return h
 
 
-def broadcast_async(tensor, root_rank, name=None):
-    h = _Handle(_broadcast_copy(tensor, root_rank, name), 0)
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    h = _Handle(_broadcast_copy(tensor, root_rank, name, process_set), 0)
     h.done = True
     return h
 
 
-def broadcast_object(obj, root_rank=0, name=None):
-    """Any picklable object from root_rank to every rank."""
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """Any picklable object from root_rank to every rank (of process_set)."""
     data = pickle.dumps(obj) if rank() == root_rank else b""
     length = torch.tensor([len(data)], dtype=torch.int64)
-    broadcast_(length, root_rank, name)
+    broadcast_(length, root_rank, name, process_set)
     buf = torch.frombuffer(bytearray(data), dtype=torch.uint8) if rank() == root_rank \
         else torch.empty(int(length), dtype=torch.uint8)
     if int(length):
-        broadcast_(buf, root_rank, name)
+        broadcast_(buf, root_rank, name, process_set)
     return pickle.loads(buf.numpy().tobytes()) if rank() != root_rank else obj
 
 
-def allgather_object(obj, name=None):
-    """Every rank's picklable object, in rank order."""
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """Every rank's picklable object (of process_set's ranks), in rank order."""
     data = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
-    lengths = allgather(torch.tensor([data.numel()], dtype=torch.int64), name)
-    joined = allgather(data, name).numpy().tobytes()
+    lengths = allgather(torch.tensor([data.numel()], dtype=torch.int64), name, process_set)
+    joined = allgather(data, name, process_set).numpy().tobytes()
     out, at = [], 0
     for n in lengths.tolist():
         out.append(pickle.loads(joined[at:at + n]))
@@ -679,8 +707,9 @@ def allgather_object(obj, name=None):
     return out
 
 
-def broadcast_parameters(params, root_rank):
-    """root_rank's parameters (a state_dict, or named_parameters()) into every rank's, in place."""
+def broadcast_parameters(params, root_rank, process_set=global_process_set):
+    """root_rank's parameters (a state_dict, or named_parameters()) into every rank's (of
+    process_set), in place."""
     items = sorted(params.items()) if isinstance(params, dict) else list(params)
     if not all(isinstance(p, tuple) and len(p) == 2 for p in items):
         raise InvalidArgument("broadcast_parameters takes a state_dict or named_parameters()")
@@ -690,20 +719,20 @@ def broadcast_parameters(params, root_rank):
         if isinstance(p, torch.Tensor):
             with torch.no_grad():
                 if p.is_contiguous():
-                    broadcast_(p.data, root_rank, name)
+                    broadcast_(p.data, root_rank, name, process_set)
                 else:
-                    p.copy_(broadcast(p, root_rank, name))
+                    p.copy_(broadcast(p, root_rank, name, process_set))
         else:
             raise InvalidArgument(f"broadcast_parameters: {name} is a {type(p).__name__}, not a tensor")
 
 
-def broadcast_optimizer_state(optimizer, root_rank):
+def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_set):
     """root_rank's optimizer state (its state_dict: steps, momenta, hyper-parameters) into
-    every rank's optimizer."""
+    every rank's optimizer (of process_set)."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise HerdError("broadcast_optimizer_state: LBFGS is not offered")
     state = broadcast_object(optimizer.state_dict() if rank() == root_rank else None, root_rank,
-                             "optimizer state")
+                             "optimizer state", process_set)
     if rank() != root_rank:
         optimizer.load_state_dict(state)
 

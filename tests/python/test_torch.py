@@ -59,8 +59,8 @@ def two_ranks_traced(tmp_path_factory):
 # The other cases of each rank count share a launch (torch_ranks.py runs its modes in
 # turn), the collectives last: every launch imports PyTorch on every rank.
 JOBS = {2: "train 2 none" + ("" if REPEAT else " + train 1 fp16 + syncbn 0 + contrastive 0 + sampler first + sparse 1")
-           + " + syncbn 1 + contrastive 1 + sparse 0 + collectives",
-        3: "train 1 none + syncbn 1 + contrastive 1 + sparse 0 + collectives"}
+           + " + syncbn 1 + contrastive 1 + sparse 0 + collectives + process_sets",
+        3: "train 1 none + syncbn 1 + contrastive 1 + sparse 0 + collectives + process_sets"}
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +141,17 @@ def test_collectives(ranks_job, np_):
                   "objects", "local size", "grouped allreduce", "barrier", "reducescatter", "alltoall", "grouped allgather and reducescatter",
                   "gradients through allreduce, allgather, broadcast, reducescatter and alltoall",
                   "bad calls raise herd's message on every rank"]:
+        assert len(re.findall(re.escape("ok: " + check), out)) == np_, (check, out)
+
+
+@pytest.mark.parametrize("np_", [2] if REPEAT else [2, 3])
+def test_process_sets(ranks_job, np_):
+    _, out = ranks_job(np_)
+    for check in ["process sets: sets made: included, size, rank", "process sets: allreduce within a set, beside the job's",
+                  "process sets: allgather, broadcast (root_rank a rank of the job) and objects within a set",
+                  "process sets: reducescatter, alltoall and barrier within a set", "process sets: gradients within a set",
+                  "process sets: DistributedOptimizer within a set: its ranks' mean gradient",
+                  "process sets: bad calls about sets raise on every rank; sets removed"]:
         assert len(re.findall(re.escape("ok: " + check), out)) == np_, (check, out)
 
 

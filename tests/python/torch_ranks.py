@@ -21,6 +21,9 @@ sparse DENSE: an nn.Embedding with sparse gradients and a linear head trained 10
   OUT/weights-sparse-N-DENSE.pt; then one step of SparseAdam (DENSE 0), which takes only
   sparse gradients.
 collectives: Horovod's collectives checked exactly on every rank; prints "ok: <check>".
+process_sets: Horovod's process sets (the even ranks, the odd ones): every collective,
+  its gradient and DistributedOptimizer within a set checked exactly, the two sets side
+  by side; bad calls refused on every rank; prints "ok: <check>".
 cuda_collectives: the same on CUDA tensors (float32 summed in GPU memory by herd, the
   rest through host memory).
 raise: rank 1 raises before a collective the others are in.
@@ -324,6 +327,116 @@ def collectives():
     ok("bad calls raise herd's message on every rank")
 
 
+def process_sets():
+    """Collectives within the even ranks and within the odd ones (a set of one on 2
+    ranks), side by side; the sets' ranks count in increasing order."""
+    evens = [r for r in range(N) if r % 2 == 0]
+    odds = [r for r in range(N) if r % 2]
+    even_set = hvd.add_process_set(evens)
+    odd_set = hvd.add_process_set(hvd.ProcessSet(odds))
+    mine, other = (even_set, odd_set) if R % 2 == 0 else (odd_set, even_set)
+    ranks = evens if R % 2 == 0 else odds
+    n, me = len(ranks), ranks.index(R)
+    assert mine.included() and not other.included() and mine.size() == n and mine.rank() == me
+    assert other.rank() is None and hvd.global_process_set.size() == N
+    assert hvd.global_process_set.rank() == R
+    ok("process sets: sets made: included, size, rank")
+    t = torch.full((5,), float(R + 1))
+    s = hvd.allreduce(t, op=hvd.Sum, process_set=mine)
+    assert torch.equal(s, torch.full((5,), float(sum(r + 1 for r in ranks)))), s
+    a = hvd.allreduce(t, process_set=mine)  # the mean over the set
+    assert torch.allclose(a, torch.full((5,), sum(r + 1 for r in ranks) / n)), a
+    counts = hvd.allreduce(torch.tensor([R, 2 ** 40], dtype=torch.int64), op=hvd.Sum, process_set=mine)
+    assert counts.tolist() == [sum(ranks), n * 2 ** 40], counts
+    # The set's queue and the job's at once: a set's handles, then the job's sum, then them.
+    handles = [hvd.allreduce_async(torch.full((100,), float(R * 10 + i)), op=hvd.Sum, process_set=mine)
+               for i in range(3)]
+    whole = hvd.allreduce(torch.ones(2), op=hvd.Sum)
+    for i, h in enumerate(handles):
+        assert torch.equal(hvd.synchronize(h), torch.full((100,), float(sum(r * 10 + i for r in ranks))))
+    assert torch.equal(whole, torch.full((2,), float(N)))
+    sums = hvd.grouped_allreduce([torch.full((2,), float(R)), torch.ones(3, dtype=torch.float64)],
+                                 op=hvd.Sum, process_set=mine)
+    assert sums[0].tolist() == [float(sum(ranks))] * 2 and sums[1].tolist() == [float(n)] * 3, sums
+    ok("process sets: allreduce within a set, beside the job's")
+    g = hvd.allgather(torch.full((R + 1, 2), float(R)), process_set=mine)
+    assert g[:, 0].tolist() == [float(r) for r in ranks for _ in range(r + 1)], g
+    b = hvd.broadcast(torch.full((3,), float(R)), root_rank=ranks[-1], process_set=mine)
+    assert torch.equal(b, torch.full((3,), float(ranks[-1]))), b
+    assert hvd.allgather_object(R, process_set=mine) == ranks
+    assert hvd.broadcast_object({"r": R}, root_rank=ranks[0], process_set=mine) == {"r": ranks[0]}
+    ok("process sets: allgather, broadcast (root_rank a rank of the job) and objects within a set")
+    rows = 2 * n + 1
+    per = [rows // n + (1 if k < rows % n else 0) for k in range(n)]
+    base = torch.arange(rows * 2, dtype=torch.float32).reshape(rows, 2)
+    got = hvd.reducescatter(base * (R + 1), op=hvd.Sum, process_set=mine)
+    first = sum(per[:me])
+    assert torch.equal(got, (base * sum(r + 1 for r in ranks))[first:first + per[me]]), got
+    sent = [k + me for k in range(n)]  # set rank me sends k + me rows to set rank k
+    parcels = torch.cat([torch.full((sent[k], 1), float(100 * R + k)) for k in range(n)])
+    out_rows, received = hvd.alltoall(parcels, splits=sent, process_set=mine)
+    assert received.tolist() == [k + me for k in range(n)], received
+    assert out_rows.flatten().tolist() == [float(100 * r + me) for k, r in enumerate(ranks) for _ in range(k + me)]
+    hvd.barrier(process_set=mine)
+    ok("process sets: reducescatter, alltoall and barrier within a set")
+    w = [torch.arange(3, dtype=torch.float64) + 10 * r for r in range(N)]
+    x = torch.full((3,), float(R), dtype=torch.float64, requires_grad=True)
+    (hvd.allreduce(x, op=hvd.Sum, process_set=mine) * w[R]).sum().backward()
+    assert torch.equal(x.grad, sum(w[r] for r in ranks)), x.grad
+    xg = torch.ones(R + 1, 1, requires_grad=True)
+    (hvd.allgather(xg, process_set=mine) * (R + 1)).sum().backward()
+    assert torch.equal(xg.grad, torch.full((R + 1, 1), float(sum(r + 1 for r in ranks)))), xg.grad
+    ok("process sets: gradients within a set")
+    # DistributedOptimizer over the set: the mean of its ranks' gradients, nobody else's.
+    torch.manual_seed(7)
+    net = torch.nn.Linear(4, 2)
+    start = {k: v.clone() for k, v in net.state_dict().items()}
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.5),
+                                   named_parameters=net.named_parameters(), process_set=mine)
+    data = torch.Generator().manual_seed(50)
+    xs, ys = torch.randn(N, 3, 4, generator=data), torch.randn(N, 3, 2, generator=data)
+    torch.nn.functional.mse_loss(net(xs[R]), ys[R]).backward()
+    opt.step()
+    ref = torch.nn.Linear(4, 2)
+    ref.load_state_dict(start)
+    grads = []
+    for r in ranks:  # each set rank's gradient, in one process
+        ref.zero_grad()
+        torch.nn.functional.mse_loss(ref(xs[r]), ys[r]).backward()
+        grads.append({k: p.grad.clone() for k, p in ref.named_parameters()})
+    for k, p in net.named_parameters():
+        want = start[k] - 0.5 * sum(gr[k] for gr in grads) / n
+        assert torch.allclose(p.detach(), want, atol=1e-6), (k, p, want)
+    ok("process sets: DistributedOptimizer within a set: its ranks' mean gradient")
+    for call, message in [
+        (lambda: hvd.allreduce(torch.ones(2), process_set=other), f"this rank ({R}) is not in ProcessSet"),
+        (lambda: hvd.broadcast(torch.ones(2), root_rank=[r for r in range(N) if r not in ranks][0],
+                               process_set=mine), "is not in ProcessSet"),
+        (lambda: hvd.add_process_set([R]), "rank 1 lists other ranks than rank 0"),
+        (lambda: hvd.add_process_set([0, N]), f"give 1 to {N} ranks of the job"),
+        (lambda: hvd.ProcessSet([0, 0]), "named twice"),
+        (lambda: hvd.init(comm=[0]), "comm= is not offered"),
+    ]:
+        try:
+            call()
+            raise AssertionError(f"no error: {message}")
+        except hvd.HerdError as e:
+            assert message in str(e), (message, str(e))
+    assert hvd.remove_process_set(odd_set) and hvd.remove_process_set(even_set)
+    assert not hvd.remove_process_set(hvd.global_process_set)
+    try:
+        hvd.allreduce(torch.ones(1), process_set=mine)
+        raise AssertionError("a removed set took a collective")
+    except hvd.HerdError as e:
+        assert "is not registered" in str(e), str(e)
+    late = hvd.ProcessSet(list(range(N)))
+    hvd.init(process_sets=[late])  # Horovod's way: sets given to init
+    assert late.process_set_id is not None and late.size() == N
+    assert torch.equal(hvd.allreduce(torch.ones(1), op=hvd.Sum, process_set=late), torch.full((1,), float(N)))
+    hvd.remove_process_set(late)
+    ok("process sets: bad calls about sets raise on every rank; sets removed")
+
+
 def cuda_collectives():
     dev = gpu()
     for dtype in (torch.float32, torch.float16, torch.float64):  # float32 on the GPU, the rest through host memory
@@ -411,7 +524,7 @@ def elastic(kill):
 
 
 for mode, *args in tasks:
-    {"train": lambda: train(int(args[0]), args[1], *args[2:3]), "collectives": collectives,
+    {"train": lambda: train(int(args[0]), args[1], *args[2:3]), "collectives": collectives, "process_sets": process_sets,
      "syncbn": lambda: syncbn(int(args[0]), *args[1:2]), "contrastive": lambda: contrastive(int(args[0])),
      "sampler": lambda: sampler(args[0]), "sparse": lambda: sparse(int(args[0])),
      "cuda_collectives": cuda_collectives,
