@@ -94,6 +94,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             warnings.warn("herd.torch: compression applies to float32 gradients; the others "
                           "travel as they are")
         self._bucket_of = {id(p): b for b in self._buckets for p in b.params}
+        self._bucket_mb = float(bucket_mb)
+        self._all_params = all_params
+        self._gathered = []  # parameters with sparse gradients: their rows allgathered, not bucketed
+        self._sparse_checked = self._sparse_as_dense
         self._counts = {id(p): 0 for p in all_params}
         self._next = 0
         self._synchronized = False
@@ -156,7 +160,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                             "synchronize() after each step's backward passes")
         if hvd._timeline_on and self._backward_start is None:
             self._backward_start = _herd.timeline_now()  # the step's first gradient
-        bucket = self._bucket_of[key]
+        bucket = self._bucket_of.get(key)
+        if bucket is None:  # sparse rows: gathered at synchronize
+            return
         bucket.pending.add(key)
         self._launch_ready()
 
@@ -208,10 +214,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                         p.grad.copy_(mean)
                 b.pending.clear()
                 b.launched, b.handle = False, None
+            for p in self._gathered:
+                self._gather_rows(p)
         self._next = 0
         for key in self._counts:
             self._counts[key] = 0
         self._synchronized = True
+        if not self._sparse_checked:
+            self._gather_sparse_from_now_on()
         if wait_start is not None:
             now, step = _herd.timeline_now(), self._steps + 1
             if self._backward_start is not None:
@@ -219,6 +229,40 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             _herd.timeline_record(_SPAN_COMM_WAIT, step, wait_start, now)
         self._first_backward, self._backward_start = self._backward_start, None
         _herd.set_activity("herd.torch: forward and backward")
+
+    def _gather_sparse_from_now_on(self):
+        """After the first step, which found which parameters' gradients are sparse (an
+        nn.Embedding(sparse=True)): from the next step on, those send their rows, as
+        Horovod's default does (an allgather of each rank's row indices and values, summed
+        where rows repeat), instead of the whole table in a bucket. Decided by every rank
+        of the set together (a rank that did not touch an embedding this step has no
+        gradient for it), so that the buckets stay the same everywhere."""
+        self._sparse_checked = True
+        mine = [self._names[id(p)] for p in self._all_params if p.grad is not None and p.grad.is_sparse]
+        every = set().union(*hvd.allgather_object(mine, "sparse gradients", self._process_set))
+        if not every:
+            return
+        self._gathered = [p for p in self._all_params if self._names[id(p)] in every]
+        dense = [p for p in self._all_params if self._names[id(p)] not in every]
+        self._buckets = _buckets(dense, self._bucket_mb)
+        self._bucket_of = {id(p): b for b in self._buckets for p in b.params}
+
+    def _gather_rows(self, p):
+        """p's gradient rows from every rank of the set, the mean of each row as sparse rows."""
+        name = self._names[id(p)]
+        g = p.grad.coalesce() if p.grad is not None else None
+        if g is not None and not g.is_sparse:
+            raise HerdError(f"gradient of {name} is dense on rank {hvd.rank()}, sparse before: an "
+                            "embedding's sparse= must not change between steps")
+        rows = g.indices()[0] if g is not None else torch.empty(0, dtype=torch.int64, device=p.device)
+        values = g.values() if g is not None else torch.empty((0,) + tuple(p.shape[1:]), dtype=p.dtype,
+                                                               device=p.device)
+        _herd.set_activity(f"herd.torch: gathering the gradient rows of {name}")
+        rows = hvd.allgather(rows, f"{name} rows", self._process_set)
+        values = hvd.allgather(values, f"{name} values", self._process_set)
+        if self._scale != 1.0:
+            values = values * self._scale
+        p.grad = torch.sparse_coo_tensor(rows.unsqueeze(0), values, p.shape).coalesce()
 
     @contextlib.contextmanager
     def skip_synchronize(self):
@@ -266,10 +310,11 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression="none",
     """Wraps optimizer (of any torch.optim class): step() first averages the gradients
     over the ranks, reduced in buckets during backward. As Horovod's; bucket_mb is herd's
     --bucket-mb (the first bucket is 1 MiB). Sparse gradients (an nn.Embedding with
-    sparse=True) travel dense in their bucket, as Horovod's sparse_as_dense=True sends
-    them, and come back as sparse rows (the rows any rank touched) unless sparse_as_dense,
-    so that optimizers that take only sparse gradients (SparseAdam) keep working. gradient_predivide_factor (Horovod's split
-    of the averaging around the sum) is accepted and changes nothing: herd applies 1/size
+    sparse=True) travel as the rows each rank touched, allgathered, from the second step
+    on (the first finds them), as Horovod's default does, and come back as sparse rows, so
+    that optimizers that take only sparse gradients (SparseAdam) keep working; with
+    sparse_as_dense they stay in their bucket and come back dense. gradient_predivide_factor
+    (Horovod's split of the averaging around the sum) is accepted and changes nothing: herd applies 1/size
     once, after the sum on a float32 wire and before the cast on a 16-bit one (so that a
     sum cannot overflow where the mean would not), which is the same mean. process_set:
     the ranks that average (a ProcessSet this rank is in; all by default)."""

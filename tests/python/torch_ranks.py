@@ -17,7 +17,8 @@ sampler PHASE: hvd.elastic.ElasticSampler over 50 indices (batches of 4, a commi
   ranks) goes through what is left of the epoch; rank 0 writes what the commit held and
   what every rank processed to OUT/sampler-PHASE.json.
 sparse DENSE: an nn.Embedding with sparse gradients and a linear head trained 10 steps on
-  global batches of 24 with SGD, DistributedOptimizer(sparse_as_dense=DENSE); rank 0 saves
+  global batches of 24 with SGD, DistributedOptimizer(sparse_as_dense=DENSE: the table in
+  a bucket; 0: its rows allgathered from the second step on); rank 0 saves
   OUT/weights-sparse-N-DENSE.pt; then one step of SparseAdam (DENSE 0), which takes only
   sparse gradients.
 collectives: Horovod's collectives checked exactly on every rank; prints "ok: <check>".
@@ -197,6 +198,9 @@ def sparse(dense):
         torch.nn.functional.cross_entropy(logits, y[R * per:(R + 1) * per]).backward()
         opt.step()
         assert N == 1 or emb.weight.grad.is_sparse == (not dense), emb.weight.grad.layout
+        # The first step found the sparse gradient: from the next on its rows travel by
+        # allgather (sparse_as_dense: the table in a bucket).
+        assert N == 1 or ([id(p) for p in opt._gathered] == [id(emb.weight)]) == (not dense), step
     if R == 0:
         torch.save(net.state_dict(), f"{out}/weights-sparse-{N}-{dense}.pt")
     if not dense:
