@@ -12,13 +12,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
 rounds=${1:-3}
-herd=build/herd
-export PYTHONPATH=$PWD/build/python
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 exec > >(tee "$log")
-bench_reference_setup
-echo "herd: $($herd --version | head -n 1)"
+bench_herd_torch_setup
 
 declare -A steps=([mlp]=200 [lenet5]=100 [resnet20]=20)
 # PyTorch's step on this VM swings by 2-5x from run to run with glibc's default malloc

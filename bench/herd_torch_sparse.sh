@@ -10,10 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
 rounds=${1:-3}
-herd=build/herd
-export PYTHONPATH=$PWD/build/python
-bench_reference_setup
-echo "herd: $($herd --version | head -n 1)"
+bench_herd_torch_setup
 for round in $(seq "$rounds"); do
   for vocab in ${VOCABS:-20000 200000}; do
     a=(--vocab "$vocab" --steps "${STEPS:-50}")

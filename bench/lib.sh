@@ -155,3 +155,12 @@ bench_gpt_setup() {
   cat /usr/share/common-licenses/* | "$python" "$bench_root/scripts/tokenize_bytes.py" - \
     "$1/lic_train.bin" "$1/lic_val.bin" >/dev/null
 }
+
+# bench_herd_torch_setup: for herd.torch's benchmarks: $herd (the build's CLI), the build's
+#   Python package on PYTHONPATH, and what the reference and herd run on, printed.
+bench_herd_torch_setup() {
+  herd=build/herd
+  export PYTHONPATH=$PWD/build/python
+  bench_reference_setup
+  echo "herd: $($herd --version | head -n 1)"
+}

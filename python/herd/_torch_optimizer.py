@@ -292,7 +292,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._last_step_end = end
         # every rank at the same step, none pending (a process set's ranks alone: at the end)
         if self._steps % _TIMELINE_WRITE_EVERY == 0 and self._process_set is hvd.global_process_set:
-            _herd.timeline_write(False)
+            with hvd._join.collective(hvd.global_process_set, hvd._join.TIMELINE):
+                _herd.timeline_write(False)
         return result
 
     def zero_grad(self, set_to_none=None):

@@ -35,7 +35,9 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         mine = torch.cat([torch.tensor([float(count)], dtype=torch.float64),
                           mean_here.cpu(), sq_here.cpu()])
         every = torch.empty((_hvd.size(), mine.numel()), dtype=torch.float64)
-        _herd.allgather(mine.data_ptr(), every.data_ptr(), [mine.numel() * 8] * _hvd.size())
+        # A rank that has called hvd.join gives a row of count 0.
+        with _hvd._join.collective(_hvd.global_process_set, _hvd._join.SYNCBN, mine.numel() * 8):
+            _herd.allgather(mine.data_ptr(), every.data_ptr(), [mine.numel() * 8] * _hvd.size())
         c = x.shape[1]
         total, mean, sq = 0.0, torch.zeros(c, dtype=torch.float64), torch.zeros(c, dtype=torch.float64)
         for row in every:  # rank order, the same on every rank

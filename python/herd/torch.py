@@ -25,6 +25,7 @@ import torch
 
 import herd as _herd_pkg
 from herd import HerdError, InvalidArgument, _herd
+from herd import _torch_join as _join
 from herd import _torch_process_sets as _ps
 from herd._torch_process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set  # noqa: F401
 
@@ -57,18 +58,36 @@ class Compression:
     bf16 = "bf16"
 
 
-def init(comm=None, comm_timeout=None, stall_warning=None, process_sets=None):
+def init(comm=None, comm_timeout=None, stall_warning=None, process_sets=None, join=None):
     """Joins the job, and registers process_sets (ProcessSets, in the same order on every
     rank; "dynamic", Horovod's switch for add_process_set later, changes nothing here: sets
-    may always be added). comm (Horovod's list of ranks to run on) is not offered: every
-    rank of the job takes part; a process set gives collectives among some of them."""
+    may always be added). join=True (or HERD_TORCH_JOIN=1) lets ranks with fewer batches
+    call hvd.join(): every collective is then announced first (herd/_torch_join.py); the
+    ranks check that they agree. comm (Horovod's list of ranks to run on) is not offered:
+    every rank of the job takes part; a process set gives collectives among some of them."""
     global _initialized
     if comm is not None:
         raise InvalidArgument("herd.torch.init: comm= is not offered (every rank of the job takes "
                               "part); for collectives among some ranks use process_sets=")
+    if join is None and _initialized:
+        join = _join.enabled  # a later init keeps it
+    elif join is None:
+        flag = os.environ.get("HERD_TORCH_JOIN", "0")
+        if flag not in ("0", "1"):
+            raise InvalidArgument(f"HERD_TORCH_JOIN='{flag}' is not 0 or 1")
+        join = flag == "1"
     _herd_pkg.init(comm_timeout, stall_warning)
     if not _initialized and size() > 1:
         _abort_on_uncaught_exception()
+        every = allgather_object(bool(join), "join on?")  # announcements must match everywhere
+        if len(set(every)) != 1:
+            raise InvalidArgument("herd.torch.init: join is on for rank(s) "
+                                  f"{[r for r, j in enumerate(every) if j]} only; set it (hvd.init(join=...) "
+                                  "or HERD_TORCH_JOIN) the same on every rank")
+        _join.enabled = bool(join)
+    elif _initialized and bool(join) != _join.enabled and size() > 1:
+        raise InvalidArgument(f"herd.torch.init: join was {'on' if _join.enabled else 'off'} at the first "
+                              "init; it cannot change")
     _initialized = True
     if process_sets is not None and process_sets != "dynamic":
         for ps in process_sets:
@@ -184,7 +203,9 @@ def is_homogeneous():
 
 def barrier(process_set=global_process_set):
     """Returns once every rank (of process_set) has called it."""
-    _herd.barrier(_ps._of(process_set, "barrier").process_set_id)
+    ps = _ps._of(process_set, "barrier")
+    with _join.collective(ps, _join.OTHER, what="barrier"):
+        _herd.barrier(ps.process_set_id)
 
 
 def mpi_threads_supported():
@@ -205,8 +226,10 @@ def gloo_built():
 
 
 def join(device=-1):
-    raise HerdError("herd.torch.join (uneven data across ranks) is not offered yet: give every "
-                    "rank the same number of steps (herd shards a global batch evenly)")
+    """A rank out of data takes part in the others' allreduces (zeros), allgathers (no
+    rows) and DistributedOptimizer steps until every rank has joined; returns, on every
+    rank, the rank that joined last (broadcast its parameters). See herd/_torch_join.py."""
+    return _join.join(device)
 
 
 # ------------------------------------------------------------------ tensors
@@ -289,8 +312,10 @@ def _integer_sum_async_(tensor, average, op, compression, prescale_factor, posts
     wide = torch.empty(tensor.numel() + 1, dtype=torch.float64)
     wide[0] = float(tensor.abs().max()) if tensor.numel() else 0.0
     wide[1:] = tensor.reshape(-1)
-    h = _Handle(wide, _herd.allreduce_start(wide.data_ptr(), wide.numel(), _DTYPES[torch.float64], 1.0, 0,
-                                            name or "allreduce", ps.process_set_id), set_id=ps.process_set_id)
+    with _join.collective(ps, _join.ALLREDUCE, wide.numel(), _DTYPES[torch.float64], 0) as header:
+        h = _Handle(wide, _herd.allreduce_start(wide.data_ptr(), wide.numel(), _DTYPES[torch.float64], 1.0, 0,
+                                                name or "allreduce", ps.process_set_id),
+                    keep=(header,), set_id=ps.process_set_id)
 
     def finish():
         if not wide[0] < _EXACT:
@@ -331,7 +356,8 @@ def allreduce_async_(tensor, average=None, name=None, op=None, compression=Compr
     scale = _scale(op, average, what, ps) * float(prescale_factor) * float(postscale_factor)
     if tensor.is_cuda:  # herd's GPU sums run over the whole job; a set's go through host memory
         if ps is global_process_set and _on_herd_gpu(tensor, compression, what):
-            return _Handle(tensor, _allreduce_gpu(tensor, scale, name or "allreduce"))
+            with _join.collective(ps, _join.OTHER, what=f"{what} in GPU memory"):
+                return _Handle(tensor, _allreduce_gpu(tensor, scale, name or "allreduce"))
         host = tensor.detach().to("cpu")
         h = allreduce_async_(host, average, name, op, compression, prescale_factor, postscale_factor, ps)
         h.back = tensor
@@ -345,9 +371,10 @@ def allreduce_async_(tensor, average=None, name=None, op=None, compression=Compr
             raise InvalidArgument(f"{what}: compression applies to float32 tensors, not {tensor.dtype}")
         wire, c_scale = 0, 1.0
         after = None if scale == 1.0 else scale
-    ticket = _herd.allreduce_start(tensor.data_ptr(), tensor.numel(), _DTYPES[tensor.dtype],
-                                   c_scale, wire, name or "allreduce", ps.process_set_id)
-    return _Handle(tensor, ticket, after, set_id=ps.process_set_id)
+    with _join.collective(ps, _join.ALLREDUCE, tensor.numel(), _DTYPES[tensor.dtype], wire) as header:
+        ticket = _herd.allreduce_start(tensor.data_ptr(), tensor.numel(), _DTYPES[tensor.dtype],
+                                       c_scale, wire, name or "allreduce", ps.process_set_id)
+    return _Handle(tensor, ticket, after, keep=(header,), set_id=ps.process_set_id)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, compression=Compression.none,
@@ -483,14 +510,15 @@ def _reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_fa
     if tensor.is_cuda:  # through host memory
         return _reducescatter(tensor.detach().to("cpu"), name, op, prescale_factor, postscale_factor,
                               compression, ps).to(tensor.device)
-    shapes = allgather_object((tuple(tensor.shape), str(tensor.dtype)), name, ps)
-    if any(s != shapes[0] for s in shapes):
-        raise InvalidArgument(f"{what}: every rank gives the same shape and dtype; got "
-                              + ", ".join(f"rank {r}: {list(s[0])} {s[1]}" for r, s in enumerate(shapes)))
-    n, rows = ps.size(), tensor.shape[0]
-    rows_of = [rows // n + (1 if r < rows % n else 0) for r in range(n)]
-    return _sum_my_rows(tensor.detach().clone(memory_format=torch.contiguous_format), rows_of, scale,
-                        _WIRE[compression], name or "reducescatter", ps)
+    with _join.collective(ps, _join.OTHER, what=what):
+        shapes = allgather_object((tuple(tensor.shape), str(tensor.dtype)), name, ps)
+        if any(s != shapes[0] for s in shapes):
+            raise InvalidArgument(f"{what}: every rank gives the same shape and dtype; got "
+                                  + ", ".join(f"rank {r}: {list(s[0])} {s[1]}" for r, s in enumerate(shapes)))
+        n, rows = ps.size(), tensor.shape[0]
+        rows_of = [rows // n + (1 if r < rows % n else 0) for r in range(n)]
+        return _sum_my_rows(tensor.detach().clone(memory_format=torch.contiguous_format), rows_of, scale,
+                            _WIRE[compression], name or "reducescatter", ps)
 
 
 def _sum_my_rows(t, rows_of, scale, wire, name, ps):
@@ -564,6 +592,12 @@ def _alltoall(tensor, splits=None, name=None, process_set=global_process_set):
         if len(sent) != n or any(v < 0 for v in sent) or sum(sent) != rows:
             raise InvalidArgument(f"{what}: splits {sent} must give each of the {n} ranks a count "
                                   f">= 0 of the {rows} rows, adding up to them")
+    with _join.collective(ps, _join.OTHER, what=what):
+        return _alltoall_rows(tensor, sent, name, ps, what)
+
+
+def _alltoall_rows(tensor, sent, name, ps, what):
+    n = ps.size()
     every = allgather_object((sent, tuple(tensor.shape[1:]), str(tensor.dtype)), name, ps)
     if any(e[1:] != every[0][1:] for e in every):
         raise InvalidArgument(f"{what}: ranks send rows of other shapes or types: "
@@ -609,6 +643,11 @@ def _allgather(tensor, name=None, process_set=global_process_set):
         out, rows_of = _allgather(tensor.detach().to("cpu"), name, ps)
         return out.to(tensor.device), rows_of
     t = _contiguous(tensor).reshape(tensor.shape if tensor.dim() else (1,))
+    with _join.collective(ps, _join.ALLGATHER, _row_bytes(t)):  # a joined rank gives no rows
+        return _gather_rows(t, n, set_id, what)
+
+
+def _gather_rows(t, n, set_id, what):
     rows = torch.tensor([t.shape[0]], dtype=torch.int64)
     all_rows = torch.empty(n, dtype=torch.int64)
     _herd.allgather(rows.data_ptr(), all_rows.data_ptr(), [8] * n, set_id)
@@ -648,6 +687,11 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     root = _ps._root_in(ps, root_rank, what) if ps is not global_process_set else int(root_rank)
     if not tensor.is_contiguous():
         raise InvalidArgument(f"{what} in place needs a contiguous tensor; use broadcast (a copy)")
+    with _join.collective(ps, _join.OTHER, what=what):
+        return _broadcast_into(tensor, root, ps)
+
+
+def _broadcast_into(tensor, root, ps):
     if tensor.is_cuda:  # through host memory
         host = tensor.detach().to("cpu")
         _herd.broadcast(host.data_ptr(), host.numel() * host.element_size(), root, ps.process_set_id)

@@ -40,7 +40,7 @@ def max_difference(a, b):
 def one_process(tmp_path_factory):
     """The weights of one process taking each whole global batch (made once)."""
     where = tmp_path_factory.mktemp("one")
-    rc, out = run(where, 1, "train", "1", "none", "+", "syncbn", "1", "+", "contrastive", "1", "+", "sparse", "0")
+    rc, out = run(where, 1, *"train 1 none + syncbn 1 + contrastive 1 + sparse 0 + join 2 + join 3".split())
     assert rc == 0, out
     return where / "weights-1-1-none.pt"
 
@@ -51,16 +51,17 @@ def two_ranks_traced(tmp_path_factory):
     training case and test_timeline read (one launch of two PyTorch ranks instead of two)."""
     launcher(2)  # skips without MPI
     where = tmp_path_factory.mktemp("two")
-    rc, out = run(where, 2, "train", "1", "none", env={"HERD_TIMELINE": str(where / "tl.json")})
+    rc, out = run(where, 2, "train", "1", "none", "+", "unjoined", env={"HERD_TIMELINE": str(where / "tl.json")})
     assert rc == 0, out
+    assert out.count("ok: join refused without announcements") == 2, out
     return where
 
 
 # The other cases of each rank count share a launch (torch_ranks.py runs its modes in
 # turn), the collectives last: every launch imports PyTorch on every rank.
 JOBS = {2: "train 2 none" + ("" if REPEAT else " + train 1 fp16 + syncbn 0 + contrastive 0 + sampler first + sparse 1")
-           + " + syncbn 1 + contrastive 1 + sparse 0 + collectives + process_sets",
-        3: "train 1 none + syncbn 1 + contrastive 1 + sparse 0 + collectives + process_sets"}
+           + " + syncbn 1 + contrastive 1 + sparse 0 + collectives + process_sets + join 2 + join_refused",
+        3: "train 1 none + syncbn 1 + contrastive 1 + sparse 0 + collectives + process_sets + join 3 + join_refused"}
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +116,17 @@ def test_model_equals_one_process(one_process, ranks_job, np_, model):
     if np_ == 2 and not REPEAT:
         d = max_difference(one, where / f"weights-{variant}.pt")
         assert d <= 1e-5 if variant_stays else d > 1e-3, (variant, d)
+
+
+@pytest.mark.parametrize("np_", [2] if REPEAT else [2, 3])
+def test_join_uneven_steps_equal_one_process(one_process, ranks_job, np_):
+    """hvd.join: ranks with fewer batches join early; the others' steps average their
+    gradients with the joined ranks' zeros, as one process does over every rank's shard."""
+    where, out = ranks_job(np_)
+    assert out.count("ok: join: uneven steps") == np_, out
+    assert out.count("ok: join: a broadcast with a joined rank raises on every rank") == np_, out
+    one = one_process.parent / f"weights-join-of-{np_}.pt"
+    assert max_difference(one, where / f"weights-join-of-{np_}.pt") <= 1e-5
 
 
 def test_timeline(two_ranks_traced):
@@ -184,6 +196,10 @@ def test_one_process():
         hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1), op=hvd.Adasum)
     with pytest.raises(TypeError, match="takes a torch.Tensor"):
         hvd.allreduce([1.0, 2.0])
+    assert hvd.join() == 0  # one process: nothing to wait for
+    bad = subprocess.run([sys.executable, "-c", "import herd.torch as hvd; hvd.init()"], capture_output=True,
+                         text=True, env={**os.environ, "HERD_TORCH_JOIN": "yes"})
+    assert bad.returncode != 0 and "HERD_TORCH_JOIN='yes' is not 0 or 1" in bad.stderr, bad.stderr
 
 
 def test_herd_run_starts_python_and_names_a_stalled_rank(tmp_path):

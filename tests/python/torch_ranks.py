@@ -25,6 +25,14 @@ collectives: Horovod's collectives checked exactly on every rank; prints "ok: <c
 process_sets: Horovod's process sets (the even ranks, the odd ones): every collective,
   its gradient and DistributedOptimizer within a set checked exactly, the two sets side
   by side; bad calls refused on every rank; prints "ok: <check>".
+join K: uneven data: rank r trains 6 - r steps of 8 samples (the CNN, SGD with momentum),
+  allreducing its loss and allgathering a row each step, then calls hvd.join(), which must
+  name rank 0 (the last to join), whose parameters it then broadcasts; one process (N 1)
+  simulates K ranks: each step the mean over K of the gradients of the ranks still
+  training. Rank 0 saves OUT/weights-join-of-K.pt.
+unjoined: hvd.join() in a job started without join: refused on every rank, saying how.
+join_refused: the last rank joins at once; the others' broadcast raises on them and in the
+  joined rank's join(), naming the reason; then every rank sums once more, in step.
 cuda_collectives: the same on CUDA tensors (float32 summed in GPU memory by herd, the
   rest through host memory).
 raise: rank 1 raises before a collective the others are in.
@@ -44,7 +52,9 @@ import herd.torch as hvd
 
 out = sys.argv[1]
 tasks = [task.split() for task in " ".join(sys.argv[2:]).split(" + ")]
-hvd.init(comm_timeout=None if tasks[0][0] == "stall" else 120)
+# A job with a join mode announces its collectives (hvd.init(join=True)): every mode of it then
+# runs with the announcements.
+hvd.init(comm_timeout=None if tasks[0][0] == "stall" else 120, join=any(t[0].startswith("join") for t in tasks))
 torch.set_num_threads(1)
 N, R = hvd.size(), hvd.rank()
 
@@ -441,6 +451,71 @@ def process_sets():
     ok("process sets: bad calls about sets raise on every rank; sets removed")
 
 
+def join_uneven(k):
+    torch.manual_seed(100)
+    net = model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9),
+                                   named_parameters=net.named_parameters())
+
+    def shard(step, r):
+        g = torch.Generator().manual_seed(1000 * step + r)
+        return torch.randn(8, 1, 12, 12, generator=g), torch.randint(0, 5, (8,), generator=g)
+
+    def steps(r):
+        return 6 - r
+    if N == 1:  # k ranks in one process: the joined ones' gradients count as zero
+        for step in range(steps(0)):
+            opt.zero_grad()
+            for r in range(k):
+                if step < steps(r):
+                    x, y = shard(step, r)
+                    (torch.nn.functional.cross_entropy(net(x), y) / k).backward()
+            opt.step()
+    else:
+        assert k == N, (k, N)
+        for step in range(steps(R)):
+            x, y = shard(step, R)
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(net(x), y)
+            loss.backward()
+            opt.step()
+            hvd.allreduce(loss.detach(), name="loss")  # a joined rank gives zero
+            rows = hvd.allgather(torch.full((1, 2), float(R)))  # and no rows
+            assert rows.shape[0] == sum(1 for r in range(N) if step < steps(r)), (step, rows)
+        last = hvd.join()
+        assert last == 0, last
+        hvd.broadcast_parameters(net.state_dict(), root_rank=last)
+    if R == 0:
+        torch.save(net.state_dict(), f"{out}/weights-join-of-{k}.pt")
+    ok("join: uneven steps")
+
+
+def unjoined():
+    try:
+        hvd.join()
+        raise AssertionError("join without announcements went ahead")
+    except hvd.HerdError as e:
+        assert "launch with HERD_TORCH_JOIN=1" in str(e), str(e)
+    ok("join refused without announcements")
+
+
+def join_refused():
+    if R == N - 1:
+        try:
+            hvd.join()
+            raise AssertionError("join returned")
+        except hvd.HerdError as e:
+            assert "has joined, and the others started a collective a joined rank takes no part in" in str(e), str(e)
+    else:
+        try:
+            hvd.broadcast(torch.ones(2), root_rank=0)
+            raise AssertionError("broadcast with a joined rank went ahead")
+        except hvd.HerdError as e:
+            assert "1 rank(s) have called hvd.join()" in str(e), str(e)
+    assert torch.equal(hvd.allreduce(torch.ones(1), op=hvd.Sum), torch.full((1,), float(N)))
+    ok("join: a broadcast with a joined rank raises on every rank")
+
+
 def cuda_collectives():
     dev = gpu()
     for dtype in (torch.float32, torch.float16, torch.float64):  # float32 on the GPU, the rest through host memory
@@ -529,6 +604,7 @@ def elastic(kill):
 
 for mode, *args in tasks:
     {"train": lambda: train(int(args[0]), args[1], *args[2:3]), "collectives": collectives, "process_sets": process_sets,
+     "join": lambda: join_uneven(int(args[0])), "join_refused": join_refused, "unjoined": unjoined,
      "syncbn": lambda: syncbn(int(args[0]), *args[1:2]), "contrastive": lambda: contrastive(int(args[0])),
      "sampler": lambda: sampler(args[0]), "sparse": lambda: sparse(int(args[0])),
      "cuda_collectives": cuda_collectives,
