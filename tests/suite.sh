@@ -25,6 +25,11 @@
 # 693 s against 694 and 680 with 2 (the sanitizer pass 25-80 s later); Open MPI's
 # mpi_yield_when_idle off, 702 s (though beside 4 busy loops a 3-stage pipeline took 3.8 s
 # with it off and 13.4 s with it on). Neither kept.
+# Where the CPU goes (2026-12-07, each test alone, bench/results/2026-12-07-suite-cpu-per-test.txt):
+# the first pass's tests 592 CPU-s, the sanitizer pass's 365, MPICH's 110, the no-MPI
+# pass's 17, the four builds 320 from an empty ccache. The largest, cli_deterministic_syncbn
+# (74), spends it on its 3- to 6-rank runs' collectives (a batch norm's statistics per slice)
+# more than on arithmetic: its images at 4x4 instead of 8x8 saved 14% of it; not kept.
 # The passes themselves are the Makefile's targets (asan, mpich, nompi), so that each can
 # also run alone. Each background pass writes its own log, printed whole when it ends;
 # the suite fails if any pass or build does.
