@@ -26,7 +26,8 @@ process_sets: Horovod's process sets (the even ranks, the odd ones): every colle
   its gradient and DistributedOptimizer within a set checked exactly, the two sets side
   by side; bad calls refused on every rank; prints "ok: <check>".
 join K: uneven data: rank r trains 6 - r steps of 8 samples (the CNN, SGD with momentum),
-  allreducing its loss and allgathering a row each step, then calls hvd.join(), which must
+  allreducing its loss, allgathering a row and running a SyncBatchNorm (statistics of the
+  ranks still training, checked) each step, then calls hvd.join(), which must
   name rank 0 (the last to join), whose parameters it then broadcasts; one process (N 1)
   simulates K ranks: each step the mean over K of the gradients of the ranks still
   training. Rank 0 saves OUT/weights-join-of-K.pt.
@@ -463,6 +464,7 @@ def join_uneven(k):
 
     def steps(r):
         return 6 - r
+    bn = hvd.SyncBatchNorm(3, affine=False, track_running_stats=False)
     if N == 1:  # k ranks in one process: the joined ones' gradients count as zero
         for step in range(steps(0)):
             opt.zero_grad()
@@ -481,7 +483,17 @@ def join_uneven(k):
             opt.step()
             hvd.allreduce(loss.detach(), name="loss")  # a joined rank gives zero
             rows = hvd.allgather(torch.full((1, 2), float(R)))  # and no rows
-            assert rows.shape[0] == sum(1 for r in range(N) if step < steps(r)), (step, rows)
+            active = [r for r in range(N) if step < steps(r)]
+            assert rows.shape[0] == len(active), (step, rows)
+            # SyncBatchNorm: the statistics of the ranks still training (a joined rank's count is 0).
+            xb = (torch.arange(6, dtype=torch.float32).reshape(2, 3) * (R + 1) + step).requires_grad_()
+            yb = bn(xb)
+            every = torch.cat([torch.arange(6, dtype=torch.float32).reshape(2, 3) * (r + 1) + step for r in active])
+            want = (every - every.mean(0)) / torch.sqrt(every.var(0, unbiased=False) + bn.eps)
+            me = active.index(R)
+            assert torch.allclose(yb, want[2 * me:2 * me + 2], atol=1e-5), (step, yb, want)
+            (yb * yb).sum().backward()  # its backward's sums: zeros from a joined rank
+            assert xb.grad is not None and torch.isfinite(xb.grad).all()
         last = hvd.join()
         assert last == 0, last
         hvd.broadcast_parameters(net.state_dict(), root_rank=last)
