@@ -307,7 +307,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression="none",
                          backward_passes_per_step=1, op="Average", gradient_predivide_factor=1.0,
-                         bucket_mb=25.0, sparse_as_dense=False, process_set=None):
+                         bucket_mb=25.0, sparse_as_dense=False, process_set=None, num_groups=0, groups=None):
     """Wraps optimizer (of any torch.optim class): step() first averages the gradients
     over the ranks, reduced in buckets during backward. As Horovod's; bucket_mb is herd's
     --bucket-mb (the first bucket is 1 MiB). Sparse gradients (an nn.Embedding with
@@ -318,7 +318,18 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression="none",
     (Horovod's split of the averaging around the sum) is accepted and changes nothing: herd applies 1/size
     once, after the sum on a float32 wire and before the cast on a 16-bit one (so that a
     sum cannot overflow where the mean would not), which is the same mean. process_set:
-    the ranks that average (a ProcessSet this rank is in; all by default)."""
+    the ranks that average (a ProcessSet this rank is in; all by default). num_groups and
+    groups (Horovod's fusion groups) are checked and change nothing: herd's buckets choose
+    which gradients travel together, and the values are the same either way."""
+    # Horovod's fusion groups (num_groups, groups) choose which gradients travel together;
+    # herd's buckets do that here, so they are checked and change nothing (not the values).
+    if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 0:
+        raise InvalidArgument(f"num_groups must be an int >= 0, got {num_groups!r}")
+    if groups is not None and not isinstance(groups, int):
+        mine = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        if not isinstance(groups, (list, tuple)) or any(
+                not isinstance(g, (list, tuple)) or any(id(p) not in mine for p in g) for g in groups):
+            raise InvalidArgument("groups is an int or a list of lists of the optimizer's parameters")
     if not gradient_predivide_factor > 0:
         raise InvalidArgument(f"gradient_predivide_factor must be > 0, got {gradient_predivide_factor}")
     if gradient_predivide_factor != 1.0 and op != "Average":

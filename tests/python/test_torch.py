@@ -196,6 +196,10 @@ def test_one_process():
         hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1), op=hvd.Adasum)
     with pytest.raises(TypeError, match="takes a torch.Tensor"):
         hvd.allreduce([1.0, 2.0])
+    hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1), num_groups=2,
+                             groups=[[net.weight], [net.bias]])  # Horovod's fusion groups: accepted
+    with pytest.raises(hvd.InvalidArgument, match="groups is an int or a list of lists"):
+        hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1), groups=[[torch.zeros(1)]])
     assert hvd.join() == 0  # one process: nothing to wait for
     bad = subprocess.run([sys.executable, "-c", "import herd.torch as hvd; hvd.init()"], capture_output=True,
                          text=True, env={**os.environ, "HERD_TORCH_JOIN": "yes"})
