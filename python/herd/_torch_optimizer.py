@@ -250,10 +250,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _gather_rows(self, p):
         """p's gradient rows from every rank of the set, the mean of each row as sparse rows."""
         name = self._names[id(p)]
-        g = p.grad.coalesce() if p.grad is not None else None
+        g = p.grad
         if g is not None and not g.is_sparse:
             raise HerdError(f"gradient of {name} is dense on rank {hvd.rank()}, sparse before: an "
                             "embedding's sparse= must not change between steps")
+        g = g.coalesce() if g is not None else None
         rows = g.indices()[0] if g is not None else torch.empty(0, dtype=torch.int64, device=p.device)
         values = g.values() if g is not None else torch.empty((0,) + tuple(p.shape[1:]), dtype=p.dtype,
                                                                device=p.device)

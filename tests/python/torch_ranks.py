@@ -220,6 +220,16 @@ def sparse(dense):
         adam.zero_grad()
         emb(tokens[R * per:(R + 1) * per]).sum().backward()
         adam.step()
+        if N > 1:  # the embedding made dense after its rows were gathered: refused, named
+            opt.step()  # takes in the gradient SparseAdam's backward gave it too
+            emb.sparse = False
+            opt.zero_grad()
+            head(emb(tokens[R * per:(R + 1) * per]).mean(1)).sum().backward()
+            try:
+                opt.step()
+                raise AssertionError("a dense gradient went where rows were gathered")
+            except hvd.HerdError as e:
+                assert "gradient of emb.weight is dense on rank" in str(e), str(e)
     print(f"rank {R}: sparse {dense} on {N} ranks")
 
 
