@@ -235,6 +235,14 @@ static void check_split(herd_comm *c)
     int unordered[2] = {1, 0};
     MT_CHECK(herd_dist_split(c, unordered, 2, "unordered", &bad) == HERD_ERR_INVALID_ARG &&
                  strstr(herd_last_error(), "in increasing order"), "unordered: %s", herd_last_error());
+    /* A list bad on rank 1 alone: refused there, and on the others naming rank 1 (none
+     * left waiting in the split). */
+    int one_bad[2] = {0, c->rank == 1 ? c->size : 1};
+    st = herd_dist_split(c, one_bad, 2, "one bad", &bad);
+    MT_CHECK(st == HERD_ERR_INVALID_ARG && bad == NULL &&
+                 strstr(herd_last_error(), c->rank == 1 ? "in increasing order"
+                                                        : "rank 1 lists ranks no group can have"),
+             "a list bad on rank 1 only: %s", herd_last_error());
 }
 
 static void check_blocking(herd_comm *c)

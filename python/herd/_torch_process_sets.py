@@ -68,10 +68,8 @@ def add_process_set(process_set):
     ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
     if ps.process_set_id is not None:
         raise InvalidArgument(f"{ps} is registered already")
-    size = _herd.size()
-    if not ps.ranks or ps.ranks[0] < 0 or ps.ranks[-1] >= size:
-        raise InvalidArgument(f"add_process_set: ranks {ps.ranks}: give 1 to {size} ranks of the "
-                              f"job (0 to {size - 1})")
+    # herd_dist_split checks the ranks on every rank together: one whose list is bad alone
+    # raises with the others, not before them.
     ps.process_set_id = _herd.add_process_set(ps.ranks)
     _registered[ps.process_set_id] = ps
     return ps

@@ -343,7 +343,7 @@ static uint64_t ranks_digest(const int *ranks, int n)
     uint64_t h = 1469598103934665603ull ^ (uint64_t)n;
     for (int i = 0; i < n; i++)
         h = (h ^ (uint32_t)ranks[i]) * 1099511628211ull;
-    return h;
+    return h ? h : 1; /* 0 stands for a list no group can have */
 }
 
 herd_status herd_dist_split(herd_dist *d, const int *ranks, int n, const char *name,
@@ -358,33 +358,38 @@ herd_status herd_dist_split(herd_dist *d, const int *ranks, int n, const char *n
         ordered = ranks[i] >= 0 && ranks[i] < size && (i == 0 || ranks[i] > ranks[i - 1]);
         member |= ordered && ranks[i] == me;
     }
-    if (!ordered)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: %d rank(s): give 1 to %d distinct ranks of the "
-                        "job (0 to %d), in increasing order", name ? name : "process set", n, size,
-                        size - 1);
+    const char *what = name ? name : "process set";
     if (size == 1)
-        return HERD_OK; /* the job's one rank: a group of one */
-    /* Different lists would pair one group's collectives with another's. */
-    uint64_t mine = ranks_digest(ranks, n);
+        return ordered ? HERD_OK /* the job's one rank: a group of one */
+                       : HERD_ERR(HERD_ERR_INVALID_ARG, "%s: %d rank(s): give rank 0, the job's one", what, n);
+    /* Every rank compares its list with rank 0's before any returns (a list that is bad
+     * on one rank only must not leave the others in the split): different lists would
+     * pair one group's collectives with another's. */
+    uint64_t mine = ordered ? ranks_digest(ranks, n) : 0;
     uint64_t *every = malloc((size_t)size * sizeof *every);
     if (!every)
         return HERD_NOMEM((size_t)size * sizeof *every);
     herd_status st = d->ops->allgather(d, &mine, every, sizeof mine);
     int differs = -1;
+    bool unusable = false; /* the rank that differs gave a list no group can have */
     for (int r = 0; st == HERD_OK && r < size && differs < 0; r++)
-        if (every[r] != every[0])
-            differs = r;
+        if (every[r] != every[0] || every[r] == 0)
+            differs = r, unusable = every[r] == 0;
     free(every);
+    if (st == HERD_OK && !ordered)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: %d rank(s): give 1 to %d distinct ranks of the "
+                        "job (0 to %d), in increasing order", what, n, size, size - 1);
     if (st == HERD_OK && differs >= 0)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: rank %d lists other ranks than rank 0; every rank "
-                        "of the job gives the same list", name ? name : "process set", differs);
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: rank %d lists %s; every rank of the job gives the "
+                        "same list", what, differs, unusable ? "ranks no group can have" :
+                        "other ranks than rank 0");
     if (st == HERD_OK && !d->ops->split)
         st = HERD_ERR(HERD_ERR_UNSUPPORTED, "the %s communicator cannot split into groups",
                       d->ops->name);
     HERD_TRY(st);
     /* The others form a group too (MPI_Comm_split gives every rank one), freed at once. */
     herd_comm *part = NULL;
-    HERD_TRY(d->ops->split(d, member ? 0 : 1, me, name ? name : "process set", &part));
+    HERD_TRY(d->ops->split(d, member ? 0 : 1, me, what, &part));
     if (!member || (part && part->size == 1)) {
         herd_comm_destroy(part);
         return HERD_OK;

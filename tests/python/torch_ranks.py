@@ -438,7 +438,9 @@ def process_sets():
         (lambda: hvd.broadcast(torch.ones(2), root_rank=[r for r in range(N) if r not in ranks][0],
                                process_set=mine), "is not in ProcessSet"),
         (lambda: hvd.add_process_set([R]), "rank 1 lists other ranks than rank 0"),
-        (lambda: hvd.add_process_set([0, N]), f"give 1 to {N} ranks of the job"),
+        (lambda: hvd.add_process_set([0, N]), f"give 1 to {N} distinct ranks of the job"),
+        (lambda: hvd.add_process_set([0, N if R == 1 else 1]),
+         "in increasing order" if R == 1 else "rank 1 lists ranks no group can have"),
         (lambda: hvd.ProcessSet([0, 0]), "named twice"),
         (lambda: hvd.init(comm=[0]), "comm= is not offered"),
     ]:
