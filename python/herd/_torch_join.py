@@ -24,6 +24,7 @@ import contextlib
 import torch
 
 from herd import HerdError, InvalidArgument, _herd
+from herd import _torch_process_sets as _ps
 
 ALLREDUCE, ALLGATHER, SYNCBN, TIMELINE, OTHER = 2, 3, 4, 5, 6
 enabled = False  # announcements on: hvd.init(join=True) or HERD_TORCH_JOIN=1, on every rank
@@ -49,31 +50,19 @@ def collective(ps, kind, a=0, b=0, c=0, what=None):
     the announcement's buffer (None when not announced) to keep alive until the collective
     is done. what: for a kind a joined rank cannot take part in (waits, raises)."""
     global _quiet
-    from herd import torch as hvd
-    if not enabled or _quiet or ps is not hvd.global_process_set or hvd.size() == 1:
+    if not enabled or _quiet or ps is not _ps.global_process_set or _herd.size() == 1:
         yield None
         return
     header, ticket = _announce(1, kind, a, b, c)
     if kind == OTHER:
         _herd.wait(ticket, 0)
-        if header[0] < hvd.size():
-            raise HerdError(f"{what}: {hvd.size() - int(header[0])} rank(s) have called hvd.join(), "
+        if header[0] < _herd.size():
+            raise HerdError(f"{what}: {_herd.size() - int(header[0])} rank(s) have called hvd.join(), "
                             "and a joined rank takes part in allreduce, allgather, SyncBatchNorm and "
                             "DistributedOptimizer steps only; call join() after the last of those")
     _quiet += 1
     try:
         yield header
-    finally:
-        _quiet -= 1
-
-
-@contextlib.contextmanager
-def quiet():
-    """Collectives that are part of one already announced (a step's buckets)."""
-    global _quiet
-    _quiet += 1
-    try:
-        yield
     finally:
         _quiet -= 1
 
@@ -89,7 +78,7 @@ def join(device=-1):
         raise HerdError("hvd.join needs the job's collectives announced from the start: launch with "
                         "HERD_TORCH_JOIN=1 (herd run -x HERD_TORCH_JOIN=1 -- python3 ...) or call "
                         "hvd.init(join=True) on every rank (a small sum more per collective)")
-    others = [ps for ps in hvd._ps.process_sets() if ps.process_set_id != 0]
+    others = [ps for ps in _ps.process_sets() if ps.process_set_id != 0]
     if others:
         raise InvalidArgument(f"hvd.join with process sets registered ({others}): join takes part in the "
                               "job's collectives only; remove the sets first")
@@ -111,9 +100,10 @@ def join(device=-1):
             finally:
                 _quiet -= 1
         # Every rank is here: the last to join is the one that took part in most announcements.
-        with quiet():
-            every = hvd.allgather(torch.tensor([_joined_at], dtype=torch.int64)).tolist()
-        return max(range(hvd.size()), key=lambda r: (every[r], r))
+        n = hvd.size()
+        mine, every = torch.tensor([_joined_at], dtype=torch.int64), torch.empty(n, dtype=torch.int64)
+        _herd.allgather(mine.data_ptr(), every.data_ptr(), [8] * n, 0)
+        return max(range(n), key=lambda r: (int(every[r]), r))
     finally:
         _joined_at = None
 
@@ -124,21 +114,12 @@ def _take_part(hvd, kind, a, b, c):
         dtype = {0: torch.float32, 1: torch.float64, 2: torch.float16, 3: torch.bfloat16}[b]
         zeros = torch.zeros(a, dtype=dtype)
         _herd.wait(_herd.allreduce_start(zeros.data_ptr(), a, b, 1.0, c, "join: zeros", 0), 0)
-    elif kind in (ALLGATHER, SYNCBN):  # a: bytes of one row
+    elif kind == ALLGATHER:  # a: bytes of one row; none of this rank's, as the others gather
+        hvd._gather_rows(torch.empty((0, a), dtype=torch.uint8), hvd.size(), 0, "hvd.join: allgather")
+    elif kind == SYNCBN:  # a: bytes of a row of statistics; this rank's with a count of 0
         n = hvd.size()
-        if kind == SYNCBN:  # a row of statistics with a count of 0
-            row = torch.zeros(a // 8, dtype=torch.float64)
-            every = torch.empty(n * row.numel(), dtype=torch.float64)
-            _herd.allgather(row.data_ptr(), every.data_ptr(), [a] * n, 0)
-            return
-        rows, all_rows = torch.zeros(1, dtype=torch.int64), torch.empty(n, dtype=torch.int64)
-        _herd.allgather(rows.data_ptr(), all_rows.data_ptr(), [8] * n, 0)
-        width, all_widths = torch.tensor([a], dtype=torch.int64), torch.empty(n, dtype=torch.int64)
-        _herd.allgather(width.data_ptr(), all_widths.data_ptr(), [8] * n, 0)
-        if len(set(all_widths.tolist())) != 1:  # the others raise here too
-            raise HerdError(f"hvd.join: the ranks gathered rows of different sizes ({all_widths.tolist()} bytes)")
-        out = torch.empty(int(all_rows.sum()) * a, dtype=torch.uint8)
-        _herd.allgather(out.data_ptr(), out.data_ptr(), [int(r) * a for r in all_rows.tolist()], 0)
+        row, every = torch.zeros(a // 8, dtype=torch.float64), torch.empty(n * a // 8, dtype=torch.float64)
+        _herd.allgather(row.data_ptr(), every.data_ptr(), [a] * n, 0)
     elif kind == TIMELINE:
         _herd.timeline_write(False)
     elif kind == OTHER:

@@ -251,13 +251,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """p's gradient rows from every rank of the set, the mean of each row as sparse rows."""
         name = self._names[id(p)]
         g = p.grad
-        if g is not None and not g.is_sparse:
+        if g is None:  # not touched here: no rows of this rank's
+            rows = torch.empty(0, dtype=torch.int64, device=p.device)
+            values = torch.empty((0,) + tuple(p.shape[1:]), dtype=p.dtype, device=p.device)
+        elif not g.is_sparse:
             raise HerdError(f"gradient of {name} is dense on rank {hvd.rank()}, sparse before: an "
                             "embedding's sparse= must not change between steps")
-        g = g.coalesce() if g is not None else None
-        rows = g.indices()[0] if g is not None else torch.empty(0, dtype=torch.int64, device=p.device)
-        values = g.values() if g is not None else torch.empty((0,) + tuple(p.shape[1:]), dtype=p.dtype,
-                                                               device=p.device)
+        else:
+            g = g.coalesce()
+            rows, values = g.indices()[0], g.values()
         _herd.set_activity(f"herd.torch: gathering the gradient rows of {name}")
         rows = hvd.allgather(rows, f"{name} rows", self._process_set)
         values = hvd.allgather(values, f"{name} values", self._process_set)
@@ -322,8 +324,6 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression="none",
     the ranks that average (a ProcessSet this rank is in; all by default). num_groups and
     groups (Horovod's fusion groups) are checked and change nothing: herd's buckets choose
     which gradients travel together, and the values are the same either way."""
-    # Horovod's fusion groups (num_groups, groups) choose which gradients travel together;
-    # herd's buckets do that here, so they are checked and change nothing (not the values).
     if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 0:
         raise InvalidArgument(f"num_groups must be an int >= 0, got {num_groups!r}")
     if groups is not None and not isinstance(groups, int):

@@ -312,10 +312,7 @@ def _integer_sum_async_(tensor, average, op, compression, prescale_factor, posts
     wide = torch.empty(tensor.numel() + 1, dtype=torch.float64)
     wide[0] = float(tensor.abs().max()) if tensor.numel() else 0.0
     wide[1:] = tensor.reshape(-1)
-    with _join.collective(ps, _join.ALLREDUCE, wide.numel(), _DTYPES[torch.float64], 0) as header:
-        h = _Handle(wide, _herd.allreduce_start(wide.data_ptr(), wide.numel(), _DTYPES[torch.float64], 1.0, 0,
-                                                name or "allreduce", ps.process_set_id),
-                    keep=(header,), set_id=ps.process_set_id)
+    h = _sum_start(wide, 1.0, 0, name, ps)
 
     def finish():
         if not wide[0] < _EXACT:
@@ -371,10 +368,16 @@ def allreduce_async_(tensor, average=None, name=None, op=None, compression=Compr
             raise InvalidArgument(f"{what}: compression applies to float32 tensors, not {tensor.dtype}")
         wire, c_scale = 0, 1.0
         after = None if scale == 1.0 else scale
-    with _join.collective(ps, _join.ALLREDUCE, tensor.numel(), _DTYPES[tensor.dtype], wire) as header:
-        ticket = _herd.allreduce_start(tensor.data_ptr(), tensor.numel(), _DTYPES[tensor.dtype],
-                                       c_scale, wire, name or "allreduce", ps.process_set_id)
-    return _Handle(tensor, ticket, after, keep=(header,), set_id=ps.process_set_id)
+    return _sum_start(tensor, c_scale, wire, name, ps, after)
+
+
+def _sum_start(t, scale, wire, name, ps, after=None):
+    """Queues herd's in-place sum of t (contiguous, in host memory, a _DTYPES type) over ps
+    (announced to joined ranks, herd/_torch_join.py); its _Handle."""
+    with _join.collective(ps, _join.ALLREDUCE, t.numel(), _DTYPES[t.dtype], wire) as header:
+        ticket = _herd.allreduce_start(t.data_ptr(), t.numel(), _DTYPES[t.dtype], scale, wire,
+                                       name or "allreduce", ps.process_set_id)
+    return _Handle(t, ticket, after, keep=(header,), set_id=ps.process_set_id)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, compression=Compression.none,
