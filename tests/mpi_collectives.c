@@ -1,5 +1,6 @@
 /* The MPI communicator's collectives on 2 or 3 ranks: exact sums, averages, fp16/bf16
- * wire types, ZeRO's reduce-scatter and all-gather, the public reduce-scatter and alltoall, blocking
+ * wire types, ZeRO's reduce-scatter and all-gather, the public reduce-scatter, alltoall, min, max and
+ * product, blocking
  * collectives (the exact sums' reduce-scatter of doubles among them), local ranks, and how much a 16 MiB reduction
  * overlaps with computation. */
 #include <math.h>
@@ -243,6 +244,95 @@ static void check_split(herd_comm *c)
                  strstr(herd_last_error(), c->rank == 1 ? "in increasing order"
                                                         : "rank 1 lists ranks no group can have"),
              "a list bad on rank 1 only: %s", herd_last_error());
+}
+
+/* herd_dist_allreduce_op_start (Horovod's Min, Max and Product): every type against the
+ * ranks' values folded here, bit for bit; a NaN on one rank wins a min or a max, -0 < +0,
+ * integer products wrap as MPI's do; 16-bit floats refused, naming the conversion. */
+static double op_value(herd_dtype t, int r, int i)
+{
+    if (t == HERD_DTYPE_F32 || t == HERD_DTYPE_F64) {
+        if (i == 0 && r == 1)
+            return NAN;
+        if (i == 1)
+            return r == 0 ? -0.0 : 0.0;
+        if (i == 2 && r == 0)
+            return -INFINITY;
+        return ldexp((i + r) % 3 == 0 ? -1.0 : 1.0, (i * 7 + r * 3) % 5 - 2); /* exact products */
+    }
+    double v = (i * 7 + r * 5) % 9 - 4;
+    return t == HERD_DTYPE_U8 ? v + 4 : t == HERD_DTYPE_I64 ? v * 1e12 + i : v;
+}
+
+static double op_fold(herd_reduce_op op, double a, double b)
+{
+    if (op == HERD_REDUCE_PRODUCT)
+        return a * b;
+    if (isnan(a) || isnan(b))
+        return NAN;
+    if (a == b) /* -0 and +0: min takes the negative one */
+        return (signbit(a) != 0) == (op == HERD_REDUCE_MIN) ? a : b;
+    return (a < b) == (op == HERD_REDUCE_MIN) ? a : b;
+}
+
+static void op_store(herd_dtype t, void *buf, int i, double v, uint64_t wrapped)
+{
+    switch (t) {
+    case HERD_DTYPE_F32: ((float *)buf)[i] = (float)v; break;
+    case HERD_DTYPE_F64: ((double *)buf)[i] = v; break;
+    case HERD_DTYPE_I8: ((uint8_t *)buf)[i] = (uint8_t)wrapped; break;
+    case HERD_DTYPE_U8: ((uint8_t *)buf)[i] = (uint8_t)wrapped; break;
+    case HERD_DTYPE_I16: ((uint16_t *)buf)[i] = (uint16_t)wrapped; break;
+    case HERD_DTYPE_I32: ((uint32_t *)buf)[i] = (uint32_t)wrapped; break;
+    default: ((uint64_t *)buf)[i] = wrapped; break;
+    }
+}
+
+static void check_reduce_ops(herd_comm *c)
+{
+    enum { N = 40 };
+    static const herd_dtype types[] = {HERD_DTYPE_F32, HERD_DTYPE_F64, HERD_DTYPE_I8, HERD_DTYPE_U8,
+                                       HERD_DTYPE_I16, HERD_DTYPE_I32, HERD_DTYPE_I64};
+    static const size_t sizes[] = {4, 8, 1, 1, 2, 4, 8};
+    for (size_t k = 0; k < sizeof types / sizeof *types; k++)
+        for (int op = HERD_REDUCE_MIN; op <= HERD_REDUCE_PRODUCT; op++) {
+            herd_dtype t = types[k];
+            bool integer = t >= HERD_DTYPE_I8; /* wrapped as MPI's products are: in uint64 */
+            uint64_t got[N], want[N], ticket;
+            for (int i = 0; i < N; i++) {
+                double v = op_value(t, 0, i);
+                uint64_t w = integer ? (uint64_t)(int64_t)v : 0;
+                for (int r = 1; r < c->size; r++) {
+                    double x = op_value(t, r, i);
+                    v = op_fold((herd_reduce_op)op, v, x);
+                    if (integer)
+                        w = op == HERD_REDUCE_PRODUCT ? w * (uint64_t)(int64_t)x : (uint64_t)(int64_t)v;
+                }
+                op_store(t, want, i, v, w);
+                double mine = op_value(t, c->rank, i);
+                op_store(t, got, i, mine, integer ? (uint64_t)(int64_t)mine : 0);
+            }
+            MT_OK(herd_dist_allreduce_op_start(c, got, N, t, (herd_reduce_op)op, "ops", &ticket));
+            MT_OK(herd_dist_wait(c, ticket));
+            int bad = -1;
+            for (int i = 0; i < N && bad < 0; i++) {
+                bool same = memcmp((char *)got + i * sizes[k], (char *)want + i * sizes[k], sizes[k]) == 0;
+                if (t == HERD_DTYPE_F32 && isnan(((float *)want)[i]))
+                    same = isnan(((float *)got)[i]);
+                if (t == HERD_DTYPE_F64 && isnan(((double *)want)[i]))
+                    same = isnan(((double *)got)[i]);
+                bad = same ? -1 : i;
+            }
+            MT_CHECK(bad < 0, "allreduce_op_start type %d op %d: value %d differs from the fold", (int)t,
+                     op, bad);
+        }
+    float f[1] = {1};
+    uint64_t ticket;
+    MT_CHECK(herd_dist_allreduce_op_start(c, f, 1, HERD_DTYPE_BF16, HERD_REDUCE_MAX, "half", &ticket) ==
+                 HERD_ERR_INVALID_ARG && strstr(herd_last_error(), "convert them to float32"),
+             "bfloat16 max: %s", herd_last_error());
+    MT_CHECK(herd_dist_allreduce_op_start(c, f, 1, HERD_DTYPE_F32, (herd_reduce_op)3, "op", &ticket) ==
+                 HERD_ERR_INVALID_ARG, "op 3 accepted");
 }
 
 static void check_blocking(herd_comm *c)
@@ -489,6 +579,7 @@ int main(void)
     check_public_reduce_scatter(c);
     check_alltoall(c);
     check_split(c);
+    check_reduce_ops(c);
     check_blocking(c);
     check_blocking_order(c);
     check_f64_async(c);

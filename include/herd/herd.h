@@ -335,7 +335,10 @@ HERD_API herd_status herd_compress_parse(const char *name, herd_compress *out);
  * communication thread, under the stall inspector and the timeout of herd_dist_config,
  * as training's reductions do: every rank must start the same collectives in the same
  * order with the same sizes. d NULL: a group of one. */
-typedef enum { HERD_DTYPE_F32 = 0, HERD_DTYPE_F64, HERD_DTYPE_F16, HERD_DTYPE_BF16 } herd_dtype;
+typedef enum {
+    HERD_DTYPE_F32 = 0, HERD_DTYPE_F64, HERD_DTYPE_F16, HERD_DTYPE_BF16,
+    HERD_DTYPE_I8, HERD_DTYPE_U8, HERD_DTYPE_I16, HERD_DTYPE_I32, HERD_DTYPE_I64 /* min, max, product */
+} herd_dtype;
 /* Starts an in-place sum of buf[0..n) of `type` over the ranks; *ticket names it for
  * herd_dist_wait. buf must stay untouched until then. f32: the sum is multiplied by
  * scale (1/size: the mean) and travels as `wire` (HERD_COMPRESS_FP16/BF16: each rank's
@@ -344,6 +347,18 @@ typedef enum { HERD_DTYPE_F32 = 0, HERD_DTYPE_F64, HERD_DTYPE_F16, HERD_DTYPE_BF
 HERD_API herd_status herd_dist_allreduce_start(herd_dist *d, void *buf, size_t n, herd_dtype type,
                                                float scale, herd_compress wire, const char *name,
                                                uint64_t *ticket);
+/* Horovod's Min, Max and Product: starts an in-place reduction of buf[0..n) of `type`
+ * (float32, float64 or an integer type: float16 and bfloat16 convert to float32 first,
+ * exactly for min and max) over the ranks, element by element, waited for as the sums are
+ * (herd_dist_wait). Every rank gets the same result. Min and max of floats order NaN
+ * first: a NaN on any rank is the result there (MPI's own MPI_MIN would keep or drop it
+ * by position), and -0 < +0. Integer products wrap modulo 2^bits, as MPI's MPI_PROD
+ * computes them: a caller that cannot rule that out checks (herd.torch multiplies the
+ * values as float64 beside them and refuses a product that does not fit). */
+typedef enum { HERD_REDUCE_MIN = 0, HERD_REDUCE_MAX, HERD_REDUCE_PRODUCT } herd_reduce_op;
+HERD_API herd_status herd_dist_allreduce_op_start(herd_dist *d, void *buf, size_t n, herd_dtype type,
+                                                  herd_reduce_op op, const char *name,
+                                                  uint64_t *ticket);
 /* The same sum of float32 values in the memory of `device` ("cuda"; "sim", the simulated
  * device, for tests): buf is a device pointer of this process's GPU (the current CUDA
  * device when the first such call builds herd's backend), summed through the

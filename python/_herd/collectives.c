@@ -47,6 +47,27 @@ PyObject *pyherd_allreduce_start(PyObject *self, PyObject *args)
     return st == HERD_OK ? PyLong_FromUnsignedLongLong(ticket) : pyherd_raise(st, NULL);
 }
 
+/* (address, count, dtype, op, name[, set]) -> ticket: herd_reduce_op's min, max or product */
+PyObject *pyherd_allreduce_op_start(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *addr;
+    Py_ssize_t n;
+    int type, op;
+    const char *name;
+    int set = 0;
+    if (!PyArg_ParseTuple(args, "Oniis|i", &addr, &n, &type, &op, &name, &set))
+        return NULL;
+    void *buf;
+    herd_dist *d;
+    if (!sum_of(addr, n, name, set, &d, &buf))
+        return NULL;
+    uint64_t ticket;
+    herd_status st = herd_dist_allreduce_op_start(d, buf, (size_t)n, (herd_dtype)type,
+                                                  (herd_reduce_op)op, name, &ticket);
+    return st == HERD_OK ? PyLong_FromUnsignedLongLong(ticket) : pyherd_raise(st, NULL);
+}
+
 /* (device, address, count, scale, name) -> ticket: float32 in device memory */
 PyObject *pyherd_allreduce_device_start(PyObject *self, PyObject *args)
 {

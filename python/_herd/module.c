@@ -366,6 +366,7 @@ static PyMethodDef methods[] = {
     {"dataset_from_memory", pyherd_dataset_from_memory, METH_VARARGS, NULL},
     {"model_create", (PyCFunction)(void (*)(void))pyherd_model_create, METH_VARARGS | METH_KEYWORDS, NULL},
     {"allreduce_start", pyherd_allreduce_start, METH_VARARGS, NULL},
+    {"allreduce_op_start", pyherd_allreduce_op_start, METH_VARARGS, NULL},
     {"allreduce_device_start", pyherd_allreduce_device_start, METH_VARARGS, NULL},
     {"wait", pyherd_wait, METH_VARARGS, NULL},
     {"broadcast", pyherd_broadcast, METH_VARARGS, NULL},

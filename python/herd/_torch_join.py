@@ -3,7 +3,8 @@
 A rank that runs out of data calls hvd.join(); until every rank has, it takes part in the
 others' collectives with nothing of its own: zeros in their allreduces (DistributedOptimizer's
 gradient buckets among them: the mean still divides by every rank of the job, as Horovod
-and DDP's Join do by default), no rows in their allgathers and SyncBatchNorm statistics.
+and DDP's Join do by default), the identity in a min, max or product, no rows in their
+allgathers and SyncBatchNorm statistics.
 join() returns, on every rank, the rank that joined last, whose parameters are the ones
 to broadcast (the others stopped updating theirs when they joined).
 
@@ -26,7 +27,7 @@ import torch
 from herd import HerdError, InvalidArgument, _herd
 from herd import _torch_process_sets as _ps
 
-ALLREDUCE, ALLGATHER, SYNCBN, TIMELINE, OTHER = 2, 3, 4, 5, 6
+ALLREDUCE, ALLGATHER, SYNCBN, TIMELINE, OTHER, REDUCE = 2, 3, 4, 5, 6, 7
 enabled = False  # announcements on: hvd.init(join=True) or HERD_TORCH_JOIN=1, on every rank
 _F32 = 0  # herd_dtype
 _DIGIT = 4096
@@ -114,6 +115,13 @@ def _take_part(hvd, kind, a, b, c):
         dtype = {0: torch.float32, 1: torch.float64, 2: torch.float16, 3: torch.bfloat16}[b]
         zeros = torch.zeros(a, dtype=dtype)
         _herd.wait(_herd.allreduce_start(zeros.data_ptr(), a, b, 1.0, c, "join: zeros", 0), 0)
+    elif kind == REDUCE:  # a, b, c: values, herd_dtype, min, max or product (_torch_reduce_ops.py)
+        from herd import _torch_reduce_ops as ops
+        mine = torch.full((a,), ops.identity(b, c), dtype=ops.TYPES[b])
+        _herd.wait(_herd.allreduce_op_start(mine.data_ptr(), a, b, c, "join: identity", 0), 0)
+        if c == 2 and b not in (0, 1):  # an integer product's check, in float64
+            ones = torch.ones(a, dtype=torch.float64)
+            _herd.wait(_herd.allreduce_op_start(ones.data_ptr(), a, 1, 2, "join: identity", 0), 0)
     elif kind == ALLGATHER:  # a: bytes of one row; none of this rank's, as the others gather
         hvd._gather_rows(torch.empty((0, a), dtype=torch.uint8), hvd.size(), 0, "hvd.join: allgather")
     elif kind == SYNCBN:  # a: bytes of a row of statistics; this rank's with a count of 0

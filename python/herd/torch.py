@@ -30,7 +30,7 @@ from herd import _torch_process_sets as _ps
 from herd._torch_process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set  # noqa: F401
 
 __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_rank", "local_size",
-           "Average", "Sum", "Adasum", "Compression", "allreduce", "allreduce_", "allreduce_async",
+           "Average", "Sum", "Adasum", "Min", "Max", "Product", "Compression", "allreduce", "allreduce_", "allreduce_async",
            "allreduce_async_", "synchronize", "poll", "allgather", "allgather_async", "broadcast",
            "broadcast_", "broadcast_async", "broadcast_async_", "broadcast_object",
            "allgather_object", "broadcast_parameters", "broadcast_optimizer_state",
@@ -42,6 +42,7 @@ __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_rank", "
            "remove_process_set"]
 
 Average, Sum, Adasum = "Average", "Sum", "Adasum"
+Min, Max, Product = "Min", "Max", "Product"  # allreduce only (herd/_torch_reduce_ops.py)
 _DTYPES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}  # herd_dtype
 _WIRE = {"none": 0, "fp16": 1, "bf16": 2}  # herd_compress
 _initialized = False
@@ -280,7 +281,8 @@ def _scale(op, average, what, ps=None):
     if op == Adasum:
         raise HerdError(f"{what}: Adasum is not offered; use op=Average or op=Sum")
     if op not in (Average, Sum):
-        raise InvalidArgument(f"{what}: op is Average or Sum, got {op!r}")
+        also = " (Min, Max and Product: allreduce alone)" if op in (Min, Max, Product) else ""
+        raise InvalidArgument(f"{what}: op is Average or Sum{also}, got {op!r}")
     return 1.0 / (ps.size() if ps is not None else size()) if op == Average else 1.0
 
 
@@ -335,6 +337,10 @@ def allreduce_async_(tensor, average=None, name=None, op=None, compression=Compr
     what = f"allreduce {name}" if name else "allreduce"
     _check(tensor, what)
     ps = _ps._of(process_set, what)
+    if _reduce_ops.is_elementwise(op, average):
+        if not tensor.is_contiguous():
+            raise InvalidArgument(f"{what} in place needs a contiguous tensor; use allreduce (a copy)")
+        return _reduce_ops.start(tensor, op, compression, prescale_factor, postscale_factor, what, name, ps)
     if tensor.dtype not in _DTYPES and tensor.dtype not in _INTEGERS:
         raise HerdError(f"{what}: {tensor.dtype} tensors are not reduced; herd sums float32, "
                         "float64, float16, bfloat16, int32 and int64")
@@ -469,8 +475,13 @@ def _differentiable(tensor):
 
 def allreduce(tensor, average=None, name=None, op=None, compression=Compression.none,
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
-    """The mean (op=Average, the default) or sum over the ranks (of process_set), in a new
-    tensor. Differentiable: the input's gradient is the same reduction of the output's."""
+    """The mean (op=Average, the default), sum, min, max or product over the ranks (of
+    process_set), in a new tensor. Differentiable: the gradient of the ranks' summed loss
+    (for a mean or sum, the same reduction of the output's)."""
+    if _differentiable(tensor) and _reduce_ops.is_elementwise(op, average):
+        if compression != Compression.none:
+            raise InvalidArgument(f"allreduce: compression applies to sums and means, not op={op}")
+        return _reduce_ops.Elementwise.apply(tensor, name, op, prescale_factor, postscale_factor, process_set)
     if _differentiable(tensor):
         return _autograd.Allreduce.apply(tensor, average, name, op, compression, prescale_factor,
                                          postscale_factor, process_set)
@@ -788,3 +799,4 @@ from herd._torch_optimizer import DistributedOptimizer  # noqa: E402 (needs the 
 from herd import _torch_elastic as elastic  # noqa: E402 (Horovod's hvd.elastic)
 from herd._torch_syncbn import SyncBatchNorm  # noqa: E402 (needs allgather and allreduce)
 from herd import _torch_autograd as _autograd  # noqa: E402 (the collectives' gradients)
+from herd import _torch_reduce_ops as _reduce_ops  # noqa: E402 (Min, Max and Product)

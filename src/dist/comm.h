@@ -79,6 +79,10 @@ typedef struct herd_comm_ops {
      * half or bfloat16), summed in that type: no cast, no scale. */
     herd_status (*allreduce_typed_start)(herd_comm *c, void *buf, size_t n, herd_wire_type type,
                                          const char *tag);
+    /* herd_dist_allreduce_op_start's min, max or product of buf[0..n) of `type` (not a
+     * 16-bit float), element by element, in place; asynchronous like allreduce_start. */
+    herd_status (*allreduce_op_start)(herd_comm *c, void *buf, size_t n, herd_dtype type,
+                                      herd_reduce_op op, const char *tag);
     /* Point to point, for the link benchmarks: sends send_bytes of sendbuf to rank
      * dest and receives recv_bytes into recvbuf from rank src, both at once; a rank
      * of -1 skips that side. Asynchronous like allreduce_start (complete at wait_all). */

@@ -32,6 +32,7 @@ typedef enum mpi_op_kind {
     MPI_OP_ALLGATHERV,          /* asynchronous: ZeRO's parameter slices */
     MPI_OP_REDUCE_SCATTER_F64,  /* blocking: host doubles (reduce_scatter_f64) */
     MPI_OP_ALLGATHERV_F32,      /* blocking: allgatherv_f32 */
+    MPI_OP_ALLREDUCE_ELEMENTS,  /* asynchronous: min, max or product (allreduce_op_start) */
 } mpi_op_kind;
 
 typedef struct mpi_op {
@@ -43,6 +44,8 @@ typedef struct mpi_op {
     size_t n;
     float scale;
     herd_wire_type wire;
+    herd_dtype elem;       /* allreduce_op_start: the values' type and the reduction */
+    herd_reduce_op reduce;
     /* blocking collectives */
     void *data;
     const void *src;
@@ -172,11 +175,17 @@ void *comm_mpi_thread_main(void *arg);
  * retiring it; err gets what failed, or "". The thread's, or a caller's holding
  * inline_busy. */
 void comm_mpi_run_op(comm_mpi *m, mpi_op *op, char *err, size_t cap);
+/* Polls req to completion as the thread's ops do (the stall inspector served). */
+int comm_mpi_wait_request(comm_mpi *m, MPI_Request *req);
+/* allreduce_op_start's op, run on the thread (comm_mpi_elements.c); the bytes of a value. */
+int comm_mpi_reduce_elements(comm_mpi *m, const mpi_op *op);
+size_t comm_mpi_elem_size(herd_dtype t);
 /* Operations whose caller does not wait for them (completed by wait_all). */
 static inline bool comm_mpi_op_is_async(mpi_op_kind k)
 {
     return k == MPI_OP_ALLREDUCE || k == MPI_OP_ALLREDUCE_TYPED || k == MPI_OP_SENDRECV ||
-           k == MPI_OP_ALLREDUCE_F64_ASYNC || k == MPI_OP_REDUCE_SCATTER || k == MPI_OP_ALLGATHERV;
+           k == MPI_OP_ALLREDUCE_F64_ASYNC || k == MPI_OP_REDUCE_SCATTER || k == MPI_OP_ALLGATHERV ||
+           k == MPI_OP_ALLREDUCE_ELEMENTS;
 }
 /* Sets MPI_ERRORS_RETURN-style failures into an "rank R on host H: ..." message. */
 void comm_mpi_describe_error(comm_mpi *m, int mpi_err, const char *what, char *out, size_t cap);

@@ -39,7 +39,8 @@ void comm_mpi_describe_op(const mpi_op *op, char *out, size_t cap)
     static const char *kinds[] = {"allreduce", "broadcast", "allreduce_f64", "allgather", "barrier",
                                   "allreduce", "sendrecv", "reference allreduce", "gather",
                                   "clock samples", "allreduce_f64", "reduce-scatter",
-                                  "all-gather", "reduce-scatter_f64", "all-gather_f32"};
+                                  "all-gather", "reduce-scatter_f64", "all-gather_f32",
+                                  "allreduce (min, max or product)"};
     size_t bytes = op->bytes;
     if (op->kind == MPI_OP_ALLREDUCE || op->kind == MPI_OP_ALLGATHERV ||
         op->kind == MPI_OP_ALLGATHERV_F32)
@@ -48,6 +49,8 @@ void comm_mpi_describe_op(const mpi_op *op, char *out, size_t cap)
         bytes = op->n * herd_wire_type_size(op->wire);
     else if (op->kind == MPI_OP_ALLREDUCE_TYPED || op->kind == MPI_OP_REFERENCE_ALLREDUCE)
         bytes = op->n * herd_wire_type_size(op->wire);
+    else if (op->kind == MPI_OP_ALLREDUCE_ELEMENTS)
+        bytes = op->n * comm_mpi_elem_size(op->elem);
     double mib = (double)bytes / (1024.0 * 1024.0);
     if (mib >= 0.1)
         snprintf(out, cap, "%s '%s', %.1f MiB", kinds[op->kind], op->tag, mib);
@@ -97,6 +100,8 @@ static int wait_request(comm_mpi *m, MPI_Request *req)
 {
     return wait_request_polling(m, req, m->spin_s, m->poll_sleep_max_s);
 }
+
+int comm_mpi_wait_request(comm_mpi *m, MPI_Request *req) { return wait_request(m, req); }
 
 static MPI_Datatype wire_datatype(const comm_mpi *m, herd_wire_type wire)
 {
@@ -465,6 +470,10 @@ static void run_op(comm_mpi *m, mpi_op *op, char *err, size_t cap)
         what = "the exact sums' reduce-scatter";
         rc = ring_reduce_scatter(m, op->data, op->counts, MPI_DOUBLE, sizeof(double), MPI_SUM, err,
                                  cap);
+        break;
+    case MPI_OP_ALLREDUCE_ELEMENTS:
+        what = "MPI_Iallreduce";
+        rc = comm_mpi_reduce_elements(m, op);
         break;
     case MPI_OP_CLOCK_SAMPLES:
         rc = clock_rounds(m, op);

@@ -202,6 +202,29 @@ static herd_status scale_through_host(const herd_backend *be, float *buf, size_t
     return st;
 }
 
+herd_status herd_dist_allreduce_op_start(herd_dist *d, void *buf, size_t n, herd_dtype type,
+                                         herd_reduce_op op, const char *name, uint64_t *ticket)
+{
+    const char *what = name ? name : "allreduce";
+    if (!ticket || (n && !buf) || (unsigned)type > HERD_DTYPE_I64 || (unsigned)op > HERD_REDUCE_PRODUCT)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "herd_dist_allreduce_op_start: a buffer of %zu values, "
+                        "a type, min, max or product, and a ticket to return", n);
+    if (type == HERD_DTYPE_F16 || type == HERD_DTYPE_BF16)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: the min, max or product of %s values: convert them "
+                        "to float32 first (exact for min and max)", what,
+                        type == HERD_DTYPE_F16 ? "float16" : "bfloat16");
+    *ticket = 0;
+    if (!d || d->size == 1)
+        return HERD_OK;
+    if (!d->ops->allreduce_op_start)
+        return HERD_ERR(HERD_ERR_UNSUPPORTED, "%s: the %s communicator has no min, max or product",
+                        what, d->ops->name);
+    herd_status st = d->ops->allreduce_op_start(d, buf, n, type, op, name);
+    if (st == HERD_OK)
+        *ticket = d->ops->ticket(d);
+    return st;
+}
+
 herd_status herd_dist_allreduce_device_start(herd_dist *d, const char *device, void *buf,
                                              size_t n, float scale, const char *name,
                                              uint64_t *ticket)

@@ -152,7 +152,11 @@ def test_collectives(ranks_job, np_):
                   "fp16 compression", "allgather of different row counts", "broadcast from the last rank",
                   "objects", "local size", "grouped allreduce", "barrier", "reducescatter", "alltoall", "grouped allgather and reducescatter",
                   "gradients through allreduce, allgather, broadcast, reducescatter and alltoall",
-                  "bad calls raise herd's message on every rank"]:
+                  "bad calls raise herd's message on every rank",
+                  "allreduce Min, Max and Product, 10 dtypes (a NaN on one rank wins)",
+                  "Min, Max and Product in place, async, scaled and grouped",
+                  "gradients through Min (ties shared), Max and Product (zeros included)",
+                  "Min, Max and Product: bad calls raise herd's message on every rank"]:
         assert len(re.findall(re.escape("ok: " + check), out)) == np_, (check, out)
 
 
@@ -194,6 +198,9 @@ def test_one_process():
         hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1), compression="int8")
     with pytest.raises(hvd.HerdError, match="Adasum is not offered"):
         hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1), op=hvd.Adasum)
+    with pytest.raises(hvd.InvalidArgument, match="Min, Max and Product: allreduce alone"):
+        hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1), op=hvd.Max)
+    assert hvd.allreduce(torch.tensor([3, -1], dtype=torch.int8), op=hvd.Product).tolist() == [3, -1]
     with pytest.raises(TypeError, match="takes a torch.Tensor"):
         hvd.allreduce([1.0, 2.0])
     hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1), num_groups=2,

@@ -71,6 +71,16 @@ def ok(what):
     print(f"ok: {what}", flush=True)
 
 
+def raises_each(cases):
+    """Each (call, message): the call raises herd's error, carrying message."""
+    for call, message in cases:
+        try:
+            call()
+            raise AssertionError(f"no error: {message}")
+        except hvd.HerdError as e:
+            assert message in str(e), (message, str(e))
+
+
 def gpu():
     """This rank's GPU (ranks beyond the GPUs share them), made PyTorch's current one."""
     dev = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
@@ -332,7 +342,7 @@ def collectives():
     (hvd.alltoall(xa, splits=torch.tensor(sent))[0] * (R + 1)).sum().backward()
     assert torch.equal(xa.grad, torch.cat([torch.full((sent[d], 2), float(d + 1)) for d in range(N)])), xa.grad
     ok("gradients through allreduce, allgather, broadcast, reducescatter and alltoall")
-    for call, message in [
+    raises_each([
         (lambda: hvd.allreduce(torch.ones(3, dtype=torch.int16)), "int16 tensors are not reduced"),
         (lambda: hvd.allreduce(torch.ones(3, dtype=torch.int64)), "int64 tensors are summed (op=Sum"),
         (lambda: hvd.allreduce(torch.tensor([2 ** 53 // N + 1]), op=hvd.Sum), "sums may pass 2^53"),
@@ -343,13 +353,74 @@ def collectives():
         (lambda: hvd.allgather(torch.ones(2, R + 1)), "only the first dimension may differ"),
         (lambda: hvd.reducescatter(torch.ones(R + 1, 2)), "every rank gives the same shape and dtype"),
         (lambda: hvd.alltoall(torch.ones(N + 1, 2)), f"{N + 1} rows do not split equally over {N} ranks"),
-    ]:
-        try:
-            call()
-            raise AssertionError(f"no error: {message}")
-        except hvd.HerdError as e:
-            assert message in str(e), (message, str(e))
+    ])
     ok("bad calls raise herd's message on every rank")
+    min_max_product()
+
+
+def min_max_product():
+    """Horovod's Min, Max and Product against every rank's values stacked here."""
+    def mine(r, dtype):
+        v = torch.tensor([(r * 3 + i * 5) % 7 - 3 for i in range(12)], dtype=torch.float64)
+        if dtype == torch.bool:
+            return (v + r) % 2 == 0
+        if dtype.is_floating_point:
+            v = torch.ldexp(torch.sign(v) + (v == 0), (v.abs() % 3 - 1).to(torch.int64))  # exact products
+            v[0] = float("nan") if r == N - 1 else v[0]
+            v[1] = float("-inf") if r == 0 else v[1]
+        elif dtype == torch.uint8:
+            v = v + 3
+        else:
+            v = v.clamp(-1, 2)  # int8 products of up to 6 ranks fit
+        return v.to(dtype)
+    folds = {hvd.Min: lambda s: s.amin(0), hvd.Max: lambda s: s.amax(0), hvd.Product: lambda s: s.prod(0)}
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
+                  torch.int16, torch.int32, torch.int64, torch.bool):
+        every = torch.stack([mine(r, dtype) for r in range(N)])
+        wide = every.float() if dtype in (torch.float16, torch.bfloat16) else every
+        for op, fold in folds.items():
+            want = (fold(wide.to(torch.uint8)) != 0) if dtype == torch.bool else fold(wide).to(dtype)
+            got = hvd.allreduce(mine(R, dtype), op=op)
+            assert got.dtype == dtype and torch.equal(got.isnan(), want.isnan()), (dtype, op, got, want)
+            assert torch.equal(got.nan_to_num(), want.nan_to_num()), (dtype, op, got, want)
+    ok("allreduce Min, Max and Product, 10 dtypes (a NaN on one rank wins)")
+    t = mine(R, torch.float32)
+    hvd.allreduce_(t, op=hvd.Max)
+    h = hvd.allreduce_async(mine(R, torch.int32), op=hvd.Min, name="async min")
+    scaled = hvd.allreduce(torch.full((3,), float(R + 1)), op=hvd.Max, prescale_factor=-1.0, postscale_factor=2.0)
+    group = hvd.grouped_allreduce([torch.full((2,), float(R)), torch.full((1,), R + 2)], op=hvd.Product)
+    assert torch.equal(t.nan_to_num(), hvd.allreduce(mine(R, torch.float32), op=hvd.Max).nan_to_num())
+    assert torch.equal(hvd.synchronize(h), torch.stack([mine(r, torch.int32) for r in range(N)]).amin(0))
+    assert torch.equal(scaled, torch.full((3,), -2.0)), scaled  # 2 x max(-1 x (r + 1))
+    want = 1
+    for r in range(N):
+        want *= r + 2
+    assert group[0].tolist() == [0.0, 0.0] and group[1].tolist() == [want], group
+    ok("Min, Max and Product in place, async, scaled and grouped")
+    # Gradients: each rank's loss on the result, summed, as one process's autograd of the stack.
+    w = [torch.arange(4, dtype=torch.float64) + r for r in range(N)]
+    values = [torch.tensor([1.0 + r, 2.0, 0.0 if r < 2 else 3.0, 0.5 * (r + 1)], dtype=torch.float64)
+              for r in range(N)]
+    for op, fold in folds.items():
+        x = values[R].clone().requires_grad_()
+        (hvd.allreduce(x, op=op, prescale_factor=2.0) * w[R]).sum().backward()
+        ref = [v.clone().requires_grad_() for v in values]
+        y = fold(torch.stack(ref) * 2.0)
+        sum((y * w[r]).sum() for r in range(N)).backward()
+        assert torch.allclose(x.grad, ref[R].grad), (op, x.grad, ref[R].grad)
+    ok("gradients through Min (ties shared), Max and Product (zeros included)")
+    raises_each([
+        (lambda: hvd.allreduce(torch.tensor([2 ** 20], dtype=torch.int32) * (R + 2), op=hvd.Product),
+         "does not fit torch.int32"),
+        (lambda: hvd.allreduce(torch.tensor([2 ** 62 // (R + 1)]), op=hvd.Product), "does not fit torch.int64"),
+        (lambda: hvd.allreduce(torch.ones(2), op=hvd.Max, compression=hvd.Compression.fp16),
+         "compression applies to sums and means, not op=Max"),
+        (lambda: hvd.allreduce(torch.ones(2, dtype=torch.int32), op=hvd.Min, prescale_factor=2.0),
+         "scale factors apply to floating-point tensors"),
+        (lambda: hvd.allreduce(torch.ones(2, dtype=torch.complex64), op=hvd.Max), "have no Max in herd"),
+        (lambda: hvd.reducescatter(torch.ones(N, 2), op=hvd.Max), "(Min, Max and Product: allreduce alone)"),
+    ])
+    ok("Min, Max and Product: bad calls raise herd's message on every rank")
 
 
 def process_sets():
@@ -383,6 +454,8 @@ def process_sets():
     sums = hvd.grouped_allreduce([torch.full((2,), float(R)), torch.ones(3, dtype=torch.float64)],
                                  op=hvd.Sum, process_set=mine)
     assert sums[0].tolist() == [float(sum(ranks))] * 2 and sums[1].tolist() == [float(n)] * 3, sums
+    top = hvd.allreduce(torch.tensor([R, -R], dtype=torch.int16), op=hvd.Max, process_set=mine)
+    assert top.tolist() == [ranks[-1], -ranks[0]], top
     ok("process sets: allreduce within a set, beside the job's")
     g = hvd.allgather(torch.full((R + 1, 2), float(R)), process_set=mine)
     assert g[:, 0].tolist() == [float(r) for r in ranks for _ in range(r + 1)], g
@@ -433,7 +506,7 @@ def process_sets():
         want = start[k] - 0.5 * sum(gr[k] for gr in grads) / n
         assert torch.allclose(p.detach(), want, atol=1e-6), (k, p, want)
     ok("process sets: DistributedOptimizer within a set: its ranks' mean gradient")
-    for call, message in [
+    raises_each([
         (lambda: hvd.allreduce(torch.ones(2), process_set=other), f"this rank ({R}) is not in ProcessSet"),
         (lambda: hvd.broadcast(torch.ones(2), root_rank=[r for r in range(N) if r not in ranks][0],
                                process_set=mine), "is not in ProcessSet"),
@@ -443,12 +516,7 @@ def process_sets():
          "in increasing order" if R == 1 else "rank 1 lists ranks no group can have"),
         (lambda: hvd.ProcessSet([0, 0]), "named twice"),
         (lambda: hvd.init(comm=[0]), "comm= is not offered"),
-    ]:
-        try:
-            call()
-            raise AssertionError(f"no error: {message}")
-        except hvd.HerdError as e:
-            assert message in str(e), (message, str(e))
+    ])
     assert hvd.remove_process_set(odd_set) and hvd.remove_process_set(even_set)
     assert not hvd.remove_process_set(hvd.global_process_set)
     try:
@@ -497,6 +565,10 @@ def join_uneven(k):
             rows = hvd.allgather(torch.full((1, 2), float(R)))  # and no rows
             active = [r for r in range(N) if step < steps(r)]
             assert rows.shape[0] == len(active), (step, rows)
+            worst = hvd.allreduce(torch.tensor([float(R), -float(R)]), op=hvd.Max)  # the identity
+            assert worst.tolist() == [float(max(active)), -float(min(active))], (step, worst)
+            odd = hvd.allreduce(torch.tensor([R + 2]), op=hvd.Product)  # and its float64 check
+            assert odd.item() == torch.tensor([r + 2 for r in active]).prod().item(), (step, odd)
             # SyncBatchNorm: the statistics of the ranks still training (a joined rank's count is 0).
             xb = (torch.arange(6, dtype=torch.float32).reshape(2, 3) * (R + 1) + step).requires_grad_()
             yb = bn(xb)
