@@ -1,6 +1,6 @@
 /* The MPI communicator's collectives on 2 or 3 ranks: exact sums, averages, fp16/bf16
  * wire types, ZeRO's reduce-scatter and all-gather, the public reduce-scatter, alltoall, min, max and
- * product, blocking
+ * product, allgather of parts of any size (blocking and started), blocking
  * collectives (the exact sums' reduce-scatter of doubles among them), local ranks, and how much a 16 MiB reduction
  * overlaps with computation. */
 #include <math.h>
@@ -335,6 +335,49 @@ static void check_reduce_ops(herd_comm *c)
                  HERD_ERR_INVALID_ARG, "op 3 accepted");
 }
 
+/* herd_dist_allgather with parts of other sizes (one MPI_Iallgatherv) and
+ * herd_dist_allgather_start: rank r's 3r + 1 bytes (none from rank 0 asynchronously),
+ * from its own buffer and in place, a sum queued behind it; a negative count refused. */
+static void check_public_allgather(herd_comm *c)
+{
+    unsigned char mine[64], all[256];
+    size_t bytes_of[8], total = 0, at = 0;
+    int counts[8];
+    for (int r = 0; r < c->size; r++) {
+        bytes_of[r] = (size_t)(3 * r + 1);
+        counts[r] = r == 0 ? 0 : 3 * r + 1;
+        total += bytes_of[r];
+    }
+    for (size_t i = 0; i < bytes_of[c->rank]; i++)
+        mine[i] = (unsigned char)(c->rank * 16 + (int)i);
+    MT_OK(herd_dist_allgather(c, mine, all, bytes_of));
+    int wrong = 0;
+    for (int r = 0; r < c->size; r++)
+        for (size_t i = 0; i < bytes_of[r]; i++)
+            wrong += all[at++] != (unsigned char)(r * 16 + (int)i);
+    MT_CHECK(wrong == 0 && at == total, "allgather of parts of other sizes: %d of %zu bytes wrong", wrong, at);
+    memset(all, 0xff, sizeof all);
+    int before = 0;
+    for (int r = 0; r < c->rank; r++)
+        before += counts[r];
+    memcpy(all + before, mine, (size_t)counts[c->rank]); /* in place on odd ranks */
+    uint64_t gathered, summed;
+    float one = 1.0f;
+    MT_OK(herd_dist_allgather_start(c, c->rank % 2 ? all + before : mine, all, counts, "async", &gathered));
+    MT_OK(herd_dist_allreduce_start(c, &one, 1, HERD_DTYPE_F32, 1.0f, HERD_COMPRESS_NONE, "behind", &summed));
+    MT_OK(herd_dist_wait(c, gathered));
+    wrong = 0, at = 0;
+    for (int r = 0; r < c->size; r++)
+        for (int i = 0; i < counts[r]; i++)
+            wrong += all[at++] != (unsigned char)(r * 16 + i);
+    MT_CHECK(wrong == 0 && all[at] == 0xff, "allgather_start: %d of %zu bytes wrong", wrong, at);
+    MT_OK(herd_dist_wait(c, summed));
+    MT_CHECK(one == (float)c->size, "the sum behind the allgather: %g", one);
+    counts[1] = -1;
+    MT_CHECK(herd_dist_allgather_start(c, mine, all, counts, "bad", &gathered) == HERD_ERR_INVALID_ARG,
+             "a negative count accepted");
+}
+
 static void check_blocking(herd_comm *c)
 {
     unsigned char b[1000];
@@ -580,6 +623,7 @@ int main(void)
     check_alltoall(c);
     check_split(c);
     check_reduce_ops(c);
+    check_public_allgather(c);
     check_blocking(c);
     check_blocking_order(c);
     check_f64_async(c);

@@ -379,6 +379,13 @@ HERD_API herd_status herd_dist_broadcast(herd_dist *d, void *buf, size_t bytes, 
  * bytes_of is the same on every rank. */
 HERD_API herd_status herd_dist_allgather(herd_dist *d, const void *mine, void *all,
                                          const size_t *bytes_of);
+/* herd_dist_allgather started, not waited for (Horovod's allgather_async): rank r's
+ * bytes_of[r] bytes land in every rank's all, in rank order, by herd_dist_wait on *ticket;
+ * mine, all and bytes_of (ints: at most INT_MAX bytes in all, the same on every rank)
+ * stay untouched until then. */
+HERD_API herd_status herd_dist_allgather_start(herd_dist *d, const void *mine, void *all,
+                                               const int *bytes_of, const char *name,
+                                               uint64_t *ticket);
 /* Blocking (Horovod's reducescatter): float32 buf[0..n) summed over the ranks, of which
  * rank r keeps counts[r] values, in rank order (the same counts on every rank, summing to
  * n). On return this rank's part of buf holds that part's sum, multiplied by scale and

@@ -176,6 +176,26 @@ PyObject *pyherd_allgather(PyObject *self, PyObject *args)
     return st == HERD_OK ? Py_NewRef(Py_None) : pyherd_raise(st, NULL);
 }
 
+/* (mine address, all address, address of an int32 count of bytes per rank of the set,
+ * name[, set]) -> ticket: herd_dist_allgather_start; the caller keeps all three alive
+ * until it has waited for the ticket */
+PyObject *pyherd_allgather_start(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *mine_addr, *all_addr, *counts_addr;
+    const char *name;
+    int set = 0;
+    if (!PyArg_ParseTuple(args, "OOOs|i", &mine_addr, &all_addr, &counts_addr, &name, &set))
+        return NULL;
+    void *mine = address(mine_addr), *all = address(all_addr), *counts = address(counts_addr);
+    herd_dist *d;
+    if (PyErr_Occurred() || !pyherd_group(set, &d))
+        return NULL;
+    uint64_t ticket;
+    herd_status st = herd_dist_allgather_start(d, mine, all, counts, name, &ticket);
+    return st == HERD_OK ? PyLong_FromUnsignedLongLong(ticket) : pyherd_raise(st, NULL);
+}
+
 /* (send address, [bytes to each rank], receive address, [bytes from each rank][, set]) */
 PyObject *pyherd_alltoall(PyObject *self, PyObject *args)
 {

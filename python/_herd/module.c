@@ -371,6 +371,7 @@ static PyMethodDef methods[] = {
     {"wait", pyherd_wait, METH_VARARGS, NULL},
     {"broadcast", pyherd_broadcast, METH_VARARGS, NULL},
     {"allgather", pyherd_allgather, METH_VARARGS, NULL},
+    {"allgather_start", pyherd_allgather_start, METH_VARARGS, NULL},
     {"reduce_scatter", pyherd_reduce_scatter, METH_VARARGS, NULL},
     {"alltoall", pyherd_alltoall, METH_VARARGS, NULL},
     {"barrier", pyherd_barrier, METH_VARARGS, NULL},

@@ -662,19 +662,35 @@ def _allgather(tensor, name=None, process_set=global_process_set):
 
 
 def _gather_rows(t, n, set_id, what):
-    rows = torch.tensor([t.shape[0]], dtype=torch.int64)
-    all_rows = torch.empty(n, dtype=torch.int64)
-    _herd.allgather(rows.data_ptr(), all_rows.data_ptr(), [8] * n, set_id)
-    row_bytes = _row_bytes(t)
-    shape_check = torch.tensor([row_bytes], dtype=torch.int64)
-    all_row_bytes = torch.empty(n, dtype=torch.int64)
-    _herd.allgather(shape_check.data_ptr(), all_row_bytes.data_ptr(), [8] * n, set_id)
-    if len(set(all_row_bytes.tolist())) != 1:
-        raise InvalidArgument(f"{what}: ranks hold rows of different sizes ({all_row_bytes.tolist()} "
-                              "bytes); only the first dimension may differ")
-    out = torch.empty((int(all_rows.sum()),) + tuple(t.shape[1:]), dtype=t.dtype)
-    _herd.allgather(t.data_ptr(), out.data_ptr(), [int(r) * row_bytes for r in all_rows.tolist()], set_id)
-    return out, all_rows.tolist()
+    """t's rows from the n ranks of set_id, in rank order: (out, [rows of each rank])."""
+    out, rows_of, counts = _gather_plan(t, n, set_id, what)
+    _herd.allgather(t.data_ptr(), out.data_ptr(), counts.tolist(), set_id)
+    return out, rows_of
+
+
+def _gather_rows_start(t, n, set_id, what):
+    """_gather_rows started on herd's communication thread: (out, [rows of each rank], a
+    _Handle whose synchronize fills out)."""
+    out, rows_of, counts = _gather_plan(t, n, set_id, what)
+    counts = counts.to(torch.int32)
+    ticket = _herd.allgather_start(t.data_ptr(), out.data_ptr(), counts.data_ptr(), what, set_id)
+    return out, rows_of, _Handle(out, ticket, keep=(t, counts), set_id=set_id)
+
+
+def _gather_plan(t, n, set_id, what):
+    """The ranks' row counts and row sizes, agreed in one small allgather: (the output,
+    [rows of each rank], bytes from each rank)."""
+    meta, every = torch.tensor([t.shape[0], _row_bytes(t)], dtype=torch.int64), torch.empty(2 * n, dtype=torch.int64)
+    _herd.allgather(meta.data_ptr(), every.data_ptr(), [16] * n, set_id)
+    rows_of, row_bytes = every[0::2].tolist(), every[1::2].tolist()
+    if len(set(row_bytes)) != 1:
+        raise InvalidArgument(f"{what}: ranks hold rows of different sizes ({row_bytes} bytes); "
+                              "only the first dimension may differ")
+    counts = torch.tensor([r * row_bytes[0] for r in rows_of], dtype=torch.int64)
+    if counts.sum() >= 2 ** 31:
+        raise InvalidArgument(f"{what}: {int(counts.sum())} bytes from the ranks in all, beyond one "
+                              "MPI call (2 GiB); gather the tensor in parts")
+    return torch.empty((sum(rows_of),) + tuple(t.shape[1:]), dtype=t.dtype), rows_of, counts
 
 
 def _row_bytes(t):
@@ -685,11 +701,19 @@ def _row_bytes(t):
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
-    """allgather, complete on return (herd's allgather blocks): synchronize gives it."""
-    out = _allgather(tensor, name, process_set)[0]
-    h = _Handle(out, 0)
-    h.done = True
-    return h
+    """Starts allgather: the ranks' row counts are agreed at once (a small exchange), the
+    rows travel on herd's communication thread while the caller goes on; synchronize
+    gives them."""
+    what = f"allgather {name}" if name else "allgather"
+    _check(tensor, what)
+    ps = _ps._of(process_set, what)
+    if tensor.is_cuda:  # through host memory, back to the GPU once synchronized
+        h = allgather_async(tensor.detach().to("cpu"), name, ps)
+        h.back = torch.empty_like(h.tensor, device=tensor.device)
+        return h
+    t = _contiguous(tensor).reshape(tensor.shape if tensor.dim() else (1,))
+    with _join.collective(ps, _join.ALLGATHER, _row_bytes(t)):  # a joined rank gives no rows
+        return _gather_rows_start(t, ps.size(), ps.process_set_id, what)[2]
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):

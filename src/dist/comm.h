@@ -127,6 +127,12 @@ typedef struct herd_comm_ops {
      * floats (the finished parts above). */
     herd_status (*allgatherv_f32)(herd_comm *c, float *vals, const int *counts);
     herd_status (*allgather)(herd_comm *c, const void *mine, void *all, size_t bytes);
+    /* Host memory: rank r's bytes_of[r] bytes (mine on this rank) land in every rank's
+     * all, in rank order (bytes_of the same on every rank, summing to at most INT_MAX).
+     * wait: blocking; else queued like allreduce_start and done at wait_ticket, with
+     * bytes_of, mine and all untouched until then. */
+    herd_status (*allgatherv)(herd_comm *c, const void *mine, void *all, const int *bytes_of,
+                              bool wait, const char *tag);
     herd_status (*barrier)(herd_comm *c);
     /* Variable-size gather to root: rank r's `bytes` land in root's `all` at offset
      * bytes_of[0] + ... + bytes_of[r-1] (bytes_of and all are read on root only). */

@@ -300,7 +300,8 @@ static bool may_run_inline(const comm_mpi *m, mpi_op_kind kind)
 {
     bool polled = kind == MPI_OP_BROADCAST || kind == MPI_OP_ALLREDUCE_F64 ||
                   kind == MPI_OP_ALLGATHER || kind == MPI_OP_BARRIER || kind == MPI_OP_GATHER ||
-                  kind == MPI_OP_REDUCE_SCATTER_F64 || kind == MPI_OP_ALLGATHERV_F32;
+                  kind == MPI_OP_REDUCE_SCATTER_F64 || kind == MPI_OP_ALLGATHERV_F32 ||
+                  kind == MPI_OP_ALLGATHERV_BYTES_NOW;
     return polled && m->inline_blocking && m->thread_idle && !m->inline_busy && !m->head &&
            !m->abort_requested;
 }
@@ -404,6 +405,20 @@ static herd_status mpi_allgather(herd_comm *c, const void *mine, void *all, size
                         c->rank, c->host, bytes);
     return run_blocking(c->impl, &(mpi_op){.kind = MPI_OP_ALLGATHER, .src = mine, .data = all,
                                            .bytes = bytes, .tag = "allgather"});
+}
+
+static herd_status mpi_allgatherv(herd_comm *c, const void *mine, void *all, const int *bytes_of,
+                                  bool wait, const char *tag)
+{
+    size_t total;
+    HERD_TRY(parts_total(c, all, bytes_of, "allgather", &total));
+    if (bytes_of[c->rank] && !mine)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "rank %d on host %s: allgather of %d bytes from NULL",
+                        c->rank, c->host, bytes_of[c->rank]);
+    mpi_op op = {.kind = wait ? MPI_OP_ALLGATHERV_BYTES_NOW : MPI_OP_ALLGATHERV_BYTES, .src = mine,
+                 .data = all, .counts = bytes_of, .count = c->size};
+    snprintf(op.tag, sizeof op.tag, "%s", tag ? tag : "");
+    return wait ? run_blocking(c->impl, &op) : enqueue_async(c->impl, &op);
 }
 
 static herd_status mpi_time_reference_allreduce(herd_comm *c, void *buf, size_t n,
@@ -510,6 +525,7 @@ const herd_comm_ops comm_mpi_ops = {
     .allgatherv_f32 = mpi_allgatherv_f32,
     .allreduce_typed_start = mpi_allreduce_typed_start,
     .allreduce_op_start = mpi_allreduce_op_start,
+    .allgatherv = mpi_allgatherv,
     .sendrecv_start = mpi_sendrecv_start,
     .time_reference_allreduce = mpi_time_reference_allreduce,
     .broadcast = mpi_broadcast,

@@ -33,6 +33,8 @@ typedef enum mpi_op_kind {
     MPI_OP_REDUCE_SCATTER_F64,  /* blocking: host doubles (reduce_scatter_f64) */
     MPI_OP_ALLGATHERV_F32,      /* blocking: allgatherv_f32 */
     MPI_OP_ALLREDUCE_ELEMENTS,  /* asynchronous: min, max or product (allreduce_op_start) */
+    MPI_OP_ALLGATHERV_BYTES,    /* asynchronous: parts of any size (allgatherv) */
+    MPI_OP_ALLGATHERV_BYTES_NOW, /* the same, blocking */
 } mpi_op_kind;
 
 typedef struct mpi_op {
@@ -185,7 +187,7 @@ static inline bool comm_mpi_op_is_async(mpi_op_kind k)
 {
     return k == MPI_OP_ALLREDUCE || k == MPI_OP_ALLREDUCE_TYPED || k == MPI_OP_SENDRECV ||
            k == MPI_OP_ALLREDUCE_F64_ASYNC || k == MPI_OP_REDUCE_SCATTER || k == MPI_OP_ALLGATHERV ||
-           k == MPI_OP_ALLREDUCE_ELEMENTS;
+           k == MPI_OP_ALLREDUCE_ELEMENTS || k == MPI_OP_ALLGATHERV_BYTES;
 }
 /* Sets MPI_ERRORS_RETURN-style failures into an "rank R on host H: ..." message. */
 void comm_mpi_describe_error(comm_mpi *m, int mpi_err, const char *what, char *out, size_t cap);

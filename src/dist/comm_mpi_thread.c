@@ -40,7 +40,7 @@ void comm_mpi_describe_op(const mpi_op *op, char *out, size_t cap)
                                   "allreduce", "sendrecv", "reference allreduce", "gather",
                                   "clock samples", "allreduce_f64", "reduce-scatter",
                                   "all-gather", "reduce-scatter_f64", "all-gather_f32",
-                                  "allreduce (min, max or product)"};
+                                  "allreduce (min, max or product)", "allgather", "allgather"};
     size_t bytes = op->bytes;
     if (op->kind == MPI_OP_ALLREDUCE || op->kind == MPI_OP_ALLGATHERV ||
         op->kind == MPI_OP_ALLGATHERV_F32)
@@ -51,6 +51,9 @@ void comm_mpi_describe_op(const mpi_op *op, char *out, size_t cap)
         bytes = op->n * herd_wire_type_size(op->wire);
     else if (op->kind == MPI_OP_ALLREDUCE_ELEMENTS)
         bytes = op->n * comm_mpi_elem_size(op->elem);
+    else if (op->kind == MPI_OP_ALLGATHERV_BYTES || op->kind == MPI_OP_ALLGATHERV_BYTES_NOW)
+        for (int r = 0; r < op->count; r++)
+            bytes += (size_t)op->counts[r];
     double mib = (double)bytes / (1024.0 * 1024.0);
     if (mib >= 0.1)
         snprintf(out, cap, "%s '%s', %.1f MiB", kinds[op->kind], op->tag, mib);
@@ -313,6 +316,17 @@ static int allgather_parts(comm_mpi *m, const mpi_op *op, char *err, size_t cap)
     return rc == MPI_SUCCESS ? wait_request(m, &req) : rc;
 }
 
+/* Parts of any size, each rank's from its own buffer (or in place). */
+static int allgather_bytes(comm_mpi *m, const mpi_op *op, MPI_Request *req, char *err, size_t cap)
+{
+    int rc = part_displacements(m, op->counts, err, cap), me = m->c->rank;
+    if (rc != MPI_SUCCESS)
+        return rc;
+    const void *src = op->data && op->src == (char *)op->data + m->displs[me] ? MPI_IN_PLACE : op->src;
+    return MPI_Iallgatherv(src, op->counts[me], MPI_BYTE, op->data, op->counts, m->displs, MPI_BYTE,
+                           m->world, req);
+}
+
 /* An allreduce op in int-sized pieces (MPI counts are int): a float slice on its
  * wire, or a buffer already in its wire type summed as it is, polled like every op
  * or (blocking: the reference) with MPI_Allreduce as a user calls it. */
@@ -470,6 +484,11 @@ static void run_op(comm_mpi *m, mpi_op *op, char *err, size_t cap)
         what = "the exact sums' reduce-scatter";
         rc = ring_reduce_scatter(m, op->data, op->counts, MPI_DOUBLE, sizeof(double), MPI_SUM, err,
                                  cap);
+        break;
+    case MPI_OP_ALLGATHERV_BYTES:
+    case MPI_OP_ALLGATHERV_BYTES_NOW:
+        what = "MPI_Iallgatherv";
+        rc = allgather_bytes(m, op, &req, err, cap);
         break;
     case MPI_OP_ALLREDUCE_ELEMENTS:
         what = "MPI_Iallreduce";

@@ -292,9 +292,42 @@ herd_status herd_dist_allgather(herd_dist *d, const void *mine, void *all, const
     }
     if (equal)
         return d->ops->allgather(d, mine, all, bytes_of[0]);
-    /* Parts of other sizes: to rank 0, then from it to all. */
+    if (d->ops->allgatherv && total <= INT_MAX) { /* parts of other sizes, in one collective */
+        int *counts = herd_xcalloc((size_t)size, sizeof *counts);
+        if (!counts)
+            return HERD_ERR_NOMEM;
+        for (int r = 0; r < size; r++)
+            counts[r] = (int)bytes_of[r];
+        herd_status st = d->ops->allgatherv(d, mine, all, counts, true, "allgather");
+        free(counts);
+        return st;
+    }
+    /* Otherwise to rank 0, then from it to all. */
     HERD_TRY(d->ops->gather(d, mine, bytes_of[d->rank], all, bytes_of, 0));
     return d->ops->broadcast(d, all, total, 0);
+}
+
+herd_status herd_dist_allgather_start(herd_dist *d, const void *mine, void *all, const int *bytes_of,
+                                      const char *name, uint64_t *ticket)
+{
+    int size = d ? d->size : 1;
+    if (!ticket || !bytes_of || (!all && bytes_of[0]))
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "herd_dist_allgather_start: every rank's byte count, "
+                        "a buffer for them all and a ticket to return");
+    *ticket = 0;
+    if (size == 1) {
+        if (bytes_of[0] > 0 && all != mine)
+            memmove(all, mine, (size_t)bytes_of[0]);
+        return bytes_of[0] < 0 ? HERD_ERR(HERD_ERR_INVALID_ARG, "%s of %d bytes", name ? name :
+                                          "allgather", bytes_of[0]) : HERD_OK;
+    }
+    if (!d->ops->allgatherv)
+        return HERD_ERR(HERD_ERR_UNSUPPORTED, "%s: the %s communicator has no allgather of parts of "
+                        "other sizes", name ? name : "allgather", d->ops->name);
+    herd_status st = d->ops->allgatherv(d, mine, all, bytes_of, false, name);
+    if (st == HERD_OK)
+        *ticket = d->ops->ticket(d);
+    return st;
 }
 
 herd_status herd_dist_reduce_scatter(herd_dist *d, float *buf, size_t n, const int *counts,

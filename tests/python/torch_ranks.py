@@ -273,6 +273,13 @@ def collectives():
     g = hvd.allgather(torch.full((R + 1, 2), float(R)))
     assert g.shape == (N * (N + 1) // 2, 2)
     assert g[:, 0].tolist() == [float(r) for r in range(N) for _ in range(r + 1)]
+    h = hvd.allgather_async(torch.full((R + 1, 3), R, dtype=torch.int8), name="async rows")  # 3-byte rows
+    behind = hvd.allreduce_async(torch.ones(2), op=hvd.Sum)  # queued after it, waited for first
+    assert torch.equal(hvd.synchronize(behind), torch.full((2,), float(N)))
+    got = hvd.synchronize(h)
+    assert got.dtype == torch.int8 and got[:, 2].tolist() == [r for r in range(N) for _ in range(r + 1)], got
+    none_here = hvd.synchronize(hvd.allgather_async(torch.ones(0 if R == 0 else 2, dtype=torch.float64)))
+    assert none_here.tolist() == [1.0] * (2 * (N - 1)), none_here
     ok("allgather of different row counts")
     b = hvd.broadcast(torch.full((4,), float(R)), root_rank=N - 1)
     assert torch.equal(b, torch.full((4,), float(N - 1)))
