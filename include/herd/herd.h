@@ -393,6 +393,12 @@ HERD_API herd_status herd_dist_allgather_start(herd_dist *d, const void *mine, v
  * rank sends and receives about n values where an allreduce moves 2n. */
 HERD_API herd_status herd_dist_reduce_scatter(herd_dist *d, float *buf, size_t n, const int *counts,
                                               float scale, herd_compress wire, const char *name);
+/* herd_dist_reduce_scatter started, not waited for (Horovod's reducescatter_async): done by
+ * herd_dist_wait on *ticket; buf and counts stay untouched until then. */
+HERD_API herd_status herd_dist_reduce_scatter_start(herd_dist *d, float *buf, size_t n,
+                                                    const int *counts, float scale,
+                                                    herd_compress wire, const char *name,
+                                                    uint64_t *ticket);
 /* Blocking (Horovod's alltoall): this rank sends send_bytes[r] bytes to every rank r,
  * the parts laid out in send in rank order, and receives recv_bytes[r] bytes from every
  * rank r into recv, in rank order; what a rank sends to another is what that one

@@ -223,43 +223,28 @@ PyObject *pyherd_alltoall(PyObject *self, PyObject *args)
     return st == HERD_OK ? Py_NewRef(Py_None) : pyherd_raise(st, NULL);
 }
 
-/* (address, count, [count of each rank], scale, wire, name[, set]): float32, blocking */
-PyObject *pyherd_reduce_scatter(PyObject *self, PyObject *args)
+/* (address, count, address of an int32 count per rank of the set, scale, wire, name[, set])
+ * -> ticket: float32 herd_dist_reduce_scatter_start; the caller keeps the buffer and the
+ * counts alive until it has waited for the ticket */
+PyObject *pyherd_reduce_scatter_start(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *addr, *counts;
+    PyObject *addr, *counts_addr;
     Py_ssize_t n;
     float scale;
     int wire;
     const char *name;
     int set = 0;
-    if (!PyArg_ParseTuple(args, "OnOfis|i", &addr, &n, &counts, &scale, &wire, &name, &set))
+    if (!PyArg_ParseTuple(args, "OnOfis|i", &addr, &n, &counts_addr, &scale, &wire, &name, &set))
         return NULL;
-    void *buf;
+    void *buf, *counts = address(counts_addr);
     herd_dist *d;
-    if (!sum_of(addr, n, name, set, &d, &buf))
+    if (PyErr_Occurred() || !sum_of(addr, n, name, set, &d, &buf))
         return NULL;
-    size_t *counted = rank_counts(counts, d);
-    if (!counted)
-        return NULL;
-    int size = herd_dist_size(d), *count_of = calloc((size_t)size, sizeof *count_of);
-    for (int r = 0; count_of && r < size; r++) {
-        if (counted[r] > INT_MAX) {
-            free(counted), free(count_of);
-            return PyErr_Format(pyherd_invalid_argument, "%s: rank %d's count %zu is over %d",
-                                name, r, counted[r], INT_MAX);
-        }
-        count_of[r] = (int)counted[r];
-    }
-    free(counted);
-    if (!count_of)
-        return PyErr_NoMemory();
-    herd_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = herd_dist_reduce_scatter(d, buf, (size_t)n, count_of, scale, (herd_compress)wire, name);
-    Py_END_ALLOW_THREADS
-    free(count_of);
-    return st == HERD_OK ? Py_NewRef(Py_None) : pyherd_raise(st, NULL);
+    uint64_t ticket;
+    herd_status st = herd_dist_reduce_scatter_start(d, buf, (size_t)n, counts, scale, (herd_compress)wire,
+                                                    name, &ticket);
+    return st == HERD_OK ? PyLong_FromUnsignedLongLong(ticket) : pyherd_raise(st, NULL);
 }
 
 /* ([set]) */

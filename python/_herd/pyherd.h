@@ -51,7 +51,7 @@ PyObject *pyherd_wait(PyObject *self, PyObject *args);
 PyObject *pyherd_broadcast(PyObject *self, PyObject *args);
 PyObject *pyherd_allgather(PyObject *self, PyObject *args);
 PyObject *pyherd_allgather_start(PyObject *self, PyObject *args);
-PyObject *pyherd_reduce_scatter(PyObject *self, PyObject *args);
+PyObject *pyherd_reduce_scatter_start(PyObject *self, PyObject *args);
 PyObject *pyherd_alltoall(PyObject *self, PyObject *args);
 PyObject *pyherd_barrier(PyObject *self, PyObject *args);
 PyObject *pyherd_set_activity(PyObject *self, PyObject *args);

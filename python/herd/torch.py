@@ -294,6 +294,7 @@ class _Handle:
         self.tensor, self.ticket, self.after, self.keep, self.done = tensor, ticket, after, keep, False
         self.set_id = set_id  # the process set whose queue the ticket is in
         self.back = None
+        self.to_device = None
         self.finish = None  # called once waited for (integer sums: back from float64)
 
 
@@ -407,6 +408,8 @@ def synchronize(handle):
         if handle.back is not None:
             handle.back.copy_(handle.tensor)
             handle.tensor, handle.back = handle.back, None
+        if handle.to_device is not None:  # a result made in host memory for a CUDA tensor
+            handle.tensor = handle.tensor.to(handle.to_device)
         handle.done = True
     return handle.tensor
 
@@ -506,6 +509,15 @@ def _reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_fa
     first (rows % size) ranks one row more (Horovod's split). float32 travels as a
     reduce-scatter (each rank sends about the tensor's size, half an allreduce's); float64,
     float16, bfloat16 and (op=Sum) int32 and int64 are summed whole, then cut."""
+    return synchronize(reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
+                                           compression, process_set))
+
+
+def reducescatter_async(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                        compression=Compression.none, process_set=global_process_set):
+    """reducescatter started: every rank's shape is checked at once (a small blocking
+    exchange), the sum then runs on herd's communication thread; synchronize gives this
+    rank's rows."""
     what = f"reducescatter {name}" if name else "reducescatter"
     _check(tensor, what)
     ps = _ps._of(process_set, what)
@@ -521,9 +533,11 @@ def _reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_fa
         raise InvalidArgument(f"{what}: {tensor.dtype} tensors are summed (op=Sum, no scale factors)")
     if compression != Compression.none and tensor.dtype != torch.float32:
         raise InvalidArgument(f"{what}: compression applies to float32 tensors, not {tensor.dtype}")
-    if tensor.is_cuda:  # through host memory
-        return _reducescatter(tensor.detach().to("cpu"), name, op, prescale_factor, postscale_factor,
-                              compression, ps).to(tensor.device)
+    if tensor.is_cuda:  # through host memory, back to the GPU once synchronized
+        h = reducescatter_async(tensor.detach().to("cpu"), name, op, prescale_factor, postscale_factor,
+                                compression, ps)
+        h.to_device = tensor.device
+        return h
     with _join.collective(ps, _join.OTHER, what=what):
         shapes = allgather_object((tuple(tensor.shape), str(tensor.dtype)), name, ps)
         if any(s != shapes[0] for s in shapes):
@@ -531,32 +545,37 @@ def _reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_fa
                                   + ", ".join(f"rank {r}: {list(s[0])} {s[1]}" for r, s in enumerate(shapes)))
         n, rows = ps.size(), tensor.shape[0]
         rows_of = [rows // n + (1 if r < rows % n else 0) for r in range(n)]
-        return _sum_my_rows(tensor.detach().clone(memory_format=torch.contiguous_format), rows_of, scale,
-                            _WIRE[compression], name or "reducescatter", ps)
+        return _sum_my_rows_start(tensor.detach().clone(memory_format=torch.contiguous_format), rows_of,
+                                  scale, _WIRE[compression], name or "reducescatter", ps)
 
 
 def _sum_my_rows(t, rows_of, scale, wire, name, ps):
-    """t (contiguous, in host memory, overwritten) summed over the ranks and times scale,
-    of which this rank keeps its rows_of[its rank in ps] rows (the ranks' rows in rank order):
-    float32 as one reduce-scatter, the other types summed whole, then cut."""
+    return synchronize(_sum_my_rows_start(t, rows_of, scale, wire, name, ps))
+
+
+def _sum_my_rows_start(t, rows_of, scale, wire, name, ps):
+    """Starts the sum of t (contiguous, in host memory, overwritten) over the ranks, times
+    scale, of which this rank keeps its rows_of[its rank in ps] rows (the ranks' rows in
+    rank order): float32 as one reduce-scatter, the other types summed whole. A _Handle
+    whose synchronize gives this rank's rows."""
     me = ps.rank()
-    first = sum(rows_of[:me])
+    first, mine = sum(rows_of[:me]), rows_of[me]
     if t.dtype == torch.float32:
         per_row = t[0].numel() if t.shape[0] else 0
-        _herd.reduce_scatter(t.data_ptr(), t.numel(), [k * per_row for k in rows_of], scale, wire, name,
-                             ps.process_set_id)
+        counts = torch.tensor([k * per_row for k in rows_of], dtype=torch.int32)
+        ticket = _herd.reduce_scatter_start(t.data_ptr(), t.numel(), counts.data_ptr(), scale, wire, name,
+                                            ps.process_set_id)
+        h, scale = _Handle(t, ticket, keep=(counts,), set_id=ps.process_set_id), 1.0
     else:
-        allreduce_(t, op=Sum, name=name, process_set=ps)
-        if scale != 1.0:
-            t.mul_(scale)
-    return t[first:first + rows_of[me]].clone()
+        h = allreduce_async_(t, op=Sum, name=name, process_set=ps)
+    summed = h.finish
 
-
-def reducescatter_async(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                        compression=Compression.none, process_set=global_process_set):
-    """reducescatter, complete on return (herd's reduce-scatter blocks): synchronize gives it."""
-    h = _Handle(_reducescatter(tensor, name, op, prescale_factor, postscale_factor, compression, process_set), 0)
-    h.done = True
+    def cut():
+        if summed is not None:
+            summed()
+        rows = h.tensor[first:first + mine]
+        h.tensor = rows * scale if scale != 1.0 else rows.clone()
+    h.finish = cut
     return h
 
 

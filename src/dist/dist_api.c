@@ -333,6 +333,18 @@ herd_status herd_dist_allgather_start(herd_dist *d, const void *mine, void *all,
 herd_status herd_dist_reduce_scatter(herd_dist *d, float *buf, size_t n, const int *counts,
                                      float scale, herd_compress wire, const char *name)
 {
+    uint64_t ticket;
+    HERD_TRY(herd_dist_reduce_scatter_start(d, buf, n, counts, scale, wire, name, &ticket));
+    return herd_dist_wait(d, ticket);
+}
+
+herd_status herd_dist_reduce_scatter_start(herd_dist *d, float *buf, size_t n, const int *counts,
+                                           float scale, herd_compress wire, const char *name,
+                                           uint64_t *ticket)
+{
+    if (!ticket)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: no ticket to return", name ? name : "reduce_scatter");
+    *ticket = 0;
     int size = d ? d->size : 1;
     size_t total = 0;
     bool negative = false;
@@ -353,7 +365,8 @@ herd_status herd_dist_reduce_scatter(herd_dist *d, float *buf, size_t n, const i
     herd_wire_type w = wire == HERD_COMPRESS_FP16 ? HERD_WIRE_FP16
                        : wire == HERD_COMPRESS_BF16 ? HERD_WIRE_BF16 : HERD_WIRE_FP32;
     HERD_TRY(d->ops->reduce_scatter_start(d, buf, counts, scale, w, false, name));
-    return d->ops->wait_ticket(d, d->ops->ticket(d));
+    *ticket = d->ops->ticket(d);
+    return HERD_OK;
 }
 
 herd_status herd_dist_alltoall(herd_dist *d, const void *send, const size_t *send_bytes,

@@ -310,6 +310,12 @@ def collectives():
             assert torch.equal(got, (base * (N * (N + 1) // 2))[first:first + per[R]]), (rows, dtype, got)
         mean = hvd.synchronize(hvd.reducescatter_async(torch.full((rows, 2), float(R))))
         assert torch.allclose(mean, torch.full((per[R], 2), (N - 1) / 2)), mean
+    h32 = hvd.reducescatter_async(torch.full((2 * N, 3), float(R + 1)), op=hvd.Sum)
+    h64 = hvd.reducescatter_async(torch.full((N, 1), R + 1, dtype=torch.int64), op=hvd.Sum, name="ints")
+    behind = hvd.allreduce_async(torch.ones(1), op=hvd.Sum)  # queued after them, waited for first
+    assert hvd.synchronize(behind).item() == N
+    assert torch.equal(hvd.synchronize(h64), torch.full((1, 1), N * (N + 1) // 2, dtype=torch.int64))
+    assert torch.equal(hvd.synchronize(h32), torch.full((2, 3), float(N * (N + 1) // 2)))
     ok("reducescatter")
     sent = [d + R for d in range(N)]  # rank R sends d + R rows to rank d
     parcels = torch.cat([torch.full((sent[d], 2), float(100 * R + d)) for d in range(N)])
