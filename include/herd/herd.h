@@ -406,6 +406,11 @@ HERD_API herd_status herd_dist_reduce_scatter_start(herd_dist *d, float *buf, si
  * rank - k), queued like every collective on the communication thread. */
 HERD_API herd_status herd_dist_alltoall(herd_dist *d, const void *send, const size_t *send_bytes,
                                         void *recv, const size_t *recv_bytes);
+/* herd_dist_alltoall started, not waited for (Horovod's alltoall_async): done by
+ * herd_dist_wait on *ticket; send and recv stay untouched until then (the counts may go). */
+HERD_API herd_status herd_dist_alltoall_start(herd_dist *d, const void *send,
+                                              const size_t *send_bytes, void *recv,
+                                              const size_t *recv_bytes, uint64_t *ticket);
 HERD_API herd_status herd_dist_barrier(herd_dist *d);
 /* Collective over d (Horovod's process sets): the ranks of d listed in `ranks` (n of
  * them, distinct, in increasing order, the same list on every rank of d) form a new group,

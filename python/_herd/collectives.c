@@ -196,8 +196,10 @@ PyObject *pyherd_allgather_start(PyObject *self, PyObject *args)
     return st == HERD_OK ? PyLong_FromUnsignedLongLong(ticket) : pyherd_raise(st, NULL);
 }
 
-/* (send address, [bytes to each rank], receive address, [bytes from each rank][, set]) */
-PyObject *pyherd_alltoall(PyObject *self, PyObject *args)
+/* (send address, [bytes to each rank], receive address, [bytes from each rank][, set])
+ * -> ticket: herd_dist_alltoall_start; the caller keeps both buffers alive until it has
+ * waited for the ticket */
+PyObject *pyherd_alltoall_start(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *send_addr, *send_counts, *recv_addr, *recv_counts;
@@ -214,13 +216,11 @@ PyObject *pyherd_alltoall(PyObject *self, PyObject *args)
         free(to);
         return NULL;
     }
-    herd_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = herd_dist_alltoall(d, send, to, recv, from);
-    Py_END_ALLOW_THREADS
+    uint64_t ticket;
+    herd_status st = herd_dist_alltoall_start(d, send, to, recv, from, &ticket);
     free(to);
     free(from);
-    return st == HERD_OK ? Py_NewRef(Py_None) : pyherd_raise(st, NULL);
+    return st == HERD_OK ? PyLong_FromUnsignedLongLong(ticket) : pyherd_raise(st, NULL);
 }
 
 /* (address, count, address of an int32 count per rank of the set, scale, wire, name[, set])

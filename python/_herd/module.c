@@ -373,7 +373,7 @@ static PyMethodDef methods[] = {
     {"allgather", pyherd_allgather, METH_VARARGS, NULL},
     {"allgather_start", pyherd_allgather_start, METH_VARARGS, NULL},
     {"reduce_scatter_start", pyherd_reduce_scatter_start, METH_VARARGS, NULL},
-    {"alltoall", pyherd_alltoall, METH_VARARGS, NULL},
+    {"alltoall_start", pyherd_alltoall_start, METH_VARARGS, NULL},
     {"barrier", pyherd_barrier, METH_VARARGS, NULL},
     {"add_process_set", py_add_process_set, METH_VARARGS, NULL},
     {"remove_process_set", py_remove_process_set, METH_VARARGS, NULL},

@@ -52,7 +52,7 @@ PyObject *pyherd_broadcast(PyObject *self, PyObject *args);
 PyObject *pyherd_allgather(PyObject *self, PyObject *args);
 PyObject *pyherd_allgather_start(PyObject *self, PyObject *args);
 PyObject *pyherd_reduce_scatter_start(PyObject *self, PyObject *args);
-PyObject *pyherd_alltoall(PyObject *self, PyObject *args);
+PyObject *pyherd_alltoall_start(PyObject *self, PyObject *args);
 PyObject *pyherd_barrier(PyObject *self, PyObject *args);
 PyObject *pyherd_set_activity(PyObject *self, PyObject *args);
 /* timeline.c */

@@ -607,14 +607,28 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 
 def _alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """(the rows every rank sent this one, how many from each rank)"""
+    return synchronize(_alltoall_start(tensor, splits, name, process_set))
+
+
+def _alltoall_start(tensor, splits, name, process_set):
+    """alltoall started: the ranks' counts, row shapes and types agreed at once (a small
+    blocking exchange), the rows then sent and received on herd's communication thread; a
+    _Handle whose synchronize gives (rows, counts received)."""
     what = f"alltoall {name}" if name else "alltoall"
     _check(tensor, what)
     ps = _ps._of(process_set, what)
     if tensor.dim() == 0:
         raise InvalidArgument(f"{what}: a 0-d tensor has no rows to send")
-    if tensor.is_cuda:  # through host memory
-        out, received = _alltoall(tensor.detach().to("cpu"), splits, name, ps)
-        return out.to(tensor.device), received
+    if tensor.is_cuda:  # through host memory, back to the GPU once synchronized
+        h = _alltoall_start(tensor.detach().to("cpu"), splits, name, ps)
+        on_host = h.finish
+
+        def to_device():
+            on_host()
+            h.tensor = (h.tensor[0].to(tensor.device), h.tensor[1])
+        h.finish = to_device
+        return h
     n, rows = ps.size(), tensor.shape[0]
     if splits is None:
         if rows % n:
@@ -626,30 +640,35 @@ def _alltoall(tensor, splits=None, name=None, process_set=global_process_set):
             raise InvalidArgument(f"{what}: splits {sent} must give each of the {n} ranks a count "
                                   f">= 0 of the {rows} rows, adding up to them")
     with _join.collective(ps, _join.OTHER, what=what):
-        return _alltoall_rows(tensor, sent, name, ps, what)
+        every = allgather_object((sent, tuple(tensor.shape[1:]), str(tensor.dtype)), name, ps)
+        if any(e[1:] != every[0][1:] for e in every):
+            raise InvalidArgument(f"{what}: ranks send rows of other shapes or types: "
+                                  + ", ".join(f"rank {r}: {list(e[1])} {e[2]}" for r, e in enumerate(every)))
+        got = [every[r][0][ps.rank()] for r in range(n)]
+        t = _contiguous(tensor)
+        row_bytes = _row_bytes(t)
+        out = torch.empty((sum(got),) + tuple(t.shape[1:]), dtype=t.dtype)
+        ticket = _herd.alltoall_start(t.data_ptr(), [k * row_bytes for k in sent], out.data_ptr(),
+                                      [k * row_bytes for k in got], ps.process_set_id)
+    h = _Handle(out, ticket, keep=(t,), set_id=ps.process_set_id)
+    received = torch.tensor(got, dtype=torch.int32)
 
-
-def _alltoall_rows(tensor, sent, name, ps, what):
-    n = ps.size()
-    every = allgather_object((sent, tuple(tensor.shape[1:]), str(tensor.dtype)), name, ps)
-    if any(e[1:] != every[0][1:] for e in every):
-        raise InvalidArgument(f"{what}: ranks send rows of other shapes or types: "
-                              + ", ".join(f"rank {r}: {list(e[1])} {e[2]}" for r, e in enumerate(every)))
-    got = [every[r][0][ps.rank()] for r in range(n)]
-    t = _contiguous(tensor)
-    row_bytes = _row_bytes(t)
-    out = torch.empty((sum(got),) + tuple(t.shape[1:]), dtype=t.dtype)
-    _herd.alltoall(t.data_ptr(), [k * row_bytes for k in sent], out.data_ptr(),
-                   [k * row_bytes for k in got], ps.process_set_id)
-    return out, torch.tensor(got, dtype=torch.int32)
+    def pair():
+        h.tensor = (out, received)
+    h.finish = pair
+    return h
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
-    """alltoall, complete on return (herd's alltoall blocks): synchronize gives what
-    alltoall returns."""
-    out, received = _alltoall(tensor, splits, name, process_set)
-    h = _Handle(out if splits is None else (out, received), 0)
-    h.done = True
+    """alltoall started (_alltoall_start): synchronize gives what alltoall returns."""
+    h = _alltoall_start(tensor, splits, name, process_set)
+    if splits is None:
+        paired = h.finish
+
+        def rows_only():
+            paired()
+            h.tensor = h.tensor[0]
+        h.finish = rows_only
     return h
 
 

@@ -372,6 +372,17 @@ herd_status herd_dist_reduce_scatter_start(herd_dist *d, float *buf, size_t n, c
 herd_status herd_dist_alltoall(herd_dist *d, const void *send, const size_t *send_bytes,
                                void *recv, const size_t *recv_bytes)
 {
+    uint64_t ticket;
+    HERD_TRY(herd_dist_alltoall_start(d, send, send_bytes, recv, recv_bytes, &ticket));
+    return herd_dist_wait(d, ticket);
+}
+
+herd_status herd_dist_alltoall_start(herd_dist *d, const void *send, const size_t *send_bytes,
+                                     void *recv, const size_t *recv_bytes, uint64_t *ticket)
+{
+    if (!ticket)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "alltoall: no ticket to return");
+    *ticket = 0;
     int size = d ? d->size : 1, me = d ? d->rank : 0;
     if (!send_bytes || !recv_bytes)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "alltoall: every rank's byte counts, sent and "
@@ -399,7 +410,7 @@ herd_status herd_dist_alltoall(herd_dist *d, const void *send, const size_t *sen
                                     (char *)recv + got_at[from], recv_bytes[from], from);
     }
     if (st == HERD_OK && size > 1)
-        st = d->ops->wait_ticket(d, d->ops->ticket(d));
+        *ticket = d->ops->ticket(d);
     free(sent_at);
     return st;
 }

@@ -324,6 +324,11 @@ def collectives():
     assert torch.equal(out, torch.cat([torch.full((r + R, 2), float(100 * r + R)) for r in range(N)])), out
     even = hvd.synchronize(hvd.alltoall_async(torch.arange(2 * N, dtype=torch.float64).reshape(2 * N, 1) + 10 * R))
     assert even.flatten().tolist() == [float(10 * r + 2 * R + i) for r in range(N) for i in range(2)], even
+    h = hvd.alltoall_async(parcels, splits=sent)
+    behind = hvd.allreduce_async(torch.ones(1), op=hvd.Sum)  # queued after it, waited for first
+    assert hvd.synchronize(behind).item() == N
+    again, received_again = hvd.synchronize(h)
+    assert torch.equal(again, out) and torch.equal(received_again, received), (again, received_again)
     ok("alltoall")
     gathered, scattered = (hvd.grouped_allgather([torch.full((1, 2), float(R)), torch.full((R + 1,), 1.0)]),
                            hvd.grouped_reducescatter([torch.ones(N, 3), torch.ones(2 * N)], op=hvd.Sum))
