@@ -156,6 +156,23 @@ bench_gpt_setup() {
     "$1/lic_train.bin" "$1/lic_val.bin" >/dev/null
 }
 
+# bench_builds: builds=(this tree's build), with BASE's first when set (a build directory
+#   of another commit, its Python package inside), for benchmarks that alternate the two.
+bench_builds() {
+  builds=("$PWD/build")
+  if [ -n "${BASE:-}" ]; then builds=("$(cd "$BASE" && pwd)" "${builds[@]}"); fi
+}
+
+# bench_torch_line ROUND BUILD NP SCRIPT [ARGS...]: SCRIPT under BUILD's herd run on NP ranks
+#   with BUILD's Python package; prints rank 0's ranks= line after the round and build.
+bench_torch_line() {
+  local round=$1 b=$2 np=$3 line
+  shift 3
+  line=$(PYTHONPATH=$b/python "$b/herd" run -np "$np" -- "$python" "$@" 2>/dev/null | grep ranks=) ||
+    line="failed"
+  echo "round=$round build=$b $line"
+}
+
 # bench_herd_torch_setup: for herd.torch's benchmarks: $herd (the build's CLI), the build's
 #   Python package on PYTHONPATH, and what the reference and herd run on, printed.
 bench_herd_torch_setup() {

@@ -702,31 +702,44 @@ def _allgather(tensor, name=None, process_set=global_process_set):
 def _gather_rows(t, n, set_id, what):
     """t's rows from the n ranks of set_id, in rank order: (out, [rows of each rank])."""
     out, rows_of, counts = _gather_plan(t, n, set_id, what)
-    _herd.allgather(t.data_ptr(), out.data_ptr(), counts.tolist(), set_id)
+    _herd.allgather(t.data_ptr(), out.data_ptr(), counts, set_id)
     return out, rows_of
 
 
+# An allgather_async below this many bytes in all completes on return, run by the calling
+# thread: queued, 100 of 1 KiB each took 5.3 ms instead of 2.1 on 2 ranks (the hand-off to
+# the communication thread and back), where a 2 MiB one gains from the queue
+# (bench/results/2026-12-07-herd-torch-async-small-queued.txt, ...-allgather.txt).
+_QUEUED_BYTES = 256 << 10
+
+
 def _gather_rows_start(t, n, set_id, what):
-    """_gather_rows started on herd's communication thread: (out, [rows of each rank], a
-    _Handle whose synchronize fills out)."""
+    """_gather_rows started on herd's communication thread (or done at once, when small):
+    (out, [rows of each rank], a _Handle whose synchronize gives out)."""
     out, rows_of, counts = _gather_plan(t, n, set_id, what)
-    counts = counts.to(torch.int32)
+    if sum(counts) < _QUEUED_BYTES:
+        _herd.allgather(t.data_ptr(), out.data_ptr(), counts, set_id)
+        h = _Handle(out, 0)
+        h.done = True
+        return out, rows_of, h
+    counts = torch.tensor(counts, dtype=torch.int32)
     ticket = _herd.allgather_start(t.data_ptr(), out.data_ptr(), counts.data_ptr(), what, set_id)
     return out, rows_of, _Handle(out, ticket, keep=(t, counts), set_id=set_id)
 
 
 def _gather_plan(t, n, set_id, what):
     """The ranks' row counts and row sizes, agreed in one small allgather: (the output,
-    [rows of each rank], bytes from each rank)."""
+    [rows of each rank], [bytes from each rank])."""
     meta, every = torch.tensor([t.shape[0], _row_bytes(t)], dtype=torch.int64), torch.empty(2 * n, dtype=torch.int64)
     _herd.allgather(meta.data_ptr(), every.data_ptr(), [16] * n, set_id)
-    rows_of, row_bytes = every[0::2].tolist(), every[1::2].tolist()
-    if len(set(row_bytes)) != 1:
+    every = every.tolist()
+    rows_of, row_bytes = every[0::2], every[1::2]
+    if any(b != row_bytes[0] for b in row_bytes):
         raise InvalidArgument(f"{what}: ranks hold rows of different sizes ({row_bytes} bytes); "
                               "only the first dimension may differ")
-    counts = torch.tensor([r * row_bytes[0] for r in rows_of], dtype=torch.int64)
-    if counts.sum() >= 2 ** 31:
-        raise InvalidArgument(f"{what}: {int(counts.sum())} bytes from the ranks in all, beyond one "
+    counts = [r * row_bytes[0] for r in rows_of]
+    if sum(counts) >= 2 ** 31:
+        raise InvalidArgument(f"{what}: {sum(counts)} bytes from the ranks in all, beyond one "
                               "MPI call (2 GiB); gather the tensor in parts")
     return torch.empty((sum(rows_of),) + tuple(t.shape[1:]), dtype=t.dtype), rows_of, counts
 
@@ -792,6 +805,10 @@ def _broadcast_copy(tensor, root_rank, name=None, process_set=global_process_set
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    """broadcast_, complete on return: queued on the communication thread, Horovod's own
+    pattern (a broadcast_async_ per tensor, then each synchronized) took 1.5-2.7x longer
+    than blocking broadcasts, which this thread runs itself (bench/herd_torch_broadcast.sh,
+    2026-12-07, docs/performance.md)."""
     h = _Handle(broadcast_(tensor, root_rank, name, process_set), 0)
     h.done = True
     return h
