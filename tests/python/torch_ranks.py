@@ -274,10 +274,13 @@ def collectives():
     assert g.shape == (N * (N + 1) // 2, 2)
     assert g[:, 0].tolist() == [float(r) for r in range(N) for _ in range(r + 1)]
     h = hvd.allgather_async(torch.full((R + 1, 3), R, dtype=torch.int8), name="async rows")  # 3-byte rows
-    behind = hvd.allreduce_async(torch.ones(2), op=hvd.Sum)  # queued after it, waited for first
+    big = hvd.allgather_async(torch.full((R + 1, 50000), float(R)), name="queued rows")  # past 256 KiB: queued
+    behind = hvd.allreduce_async(torch.ones(2), op=hvd.Sum)  # queued after them, waited for first
     assert torch.equal(hvd.synchronize(behind), torch.full((2,), float(N)))
     got = hvd.synchronize(h)
     assert got.dtype == torch.int8 and got[:, 2].tolist() == [r for r in range(N) for _ in range(r + 1)], got
+    got = hvd.synchronize(big)
+    assert torch.equal(got, torch.cat([torch.full((r + 1, 50000), float(r)) for r in range(N)]))
     none_here = hvd.synchronize(hvd.allgather_async(torch.ones(0 if R == 0 else 2, dtype=torch.float64)))
     assert none_here.tolist() == [1.0] * (2 * (N - 1)), none_here
     ok("allgather of different row counts")
