@@ -561,6 +561,9 @@ def _sum_my_rows_start(t, rows_of, scale, wire, name, ps):
     me = ps.rank()
     first, mine = sum(rows_of[:me]), rows_of[me]
     if t.dtype == torch.float32:
+        if t.numel() >= 2 ** 31:
+            raise InvalidArgument(f"{name}: {t.numel()} values are beyond one MPI call (2^31); "
+                                  "reduce-scatter the tensor in parts")
         per_row = t[0].numel() if t.shape[0] else 0
         counts = torch.tensor([k * per_row for k in rows_of], dtype=torch.int32)
         ticket = _herd.reduce_scatter_start(t.data_ptr(), t.numel(), counts.data_ptr(), scale, wire, name,
