@@ -763,7 +763,10 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     ps = _ps._of(process_set, what)
     if tensor.is_cuda:  # through host memory, back to the GPU once synchronized
         h = allgather_async(tensor.detach().to("cpu"), name, ps)
-        h.back = torch.empty_like(h.tensor, device=tensor.device)
+        if h.done:  # small: gathered already
+            h.tensor = h.tensor.to(tensor.device)
+        else:
+            h.back = torch.empty_like(h.tensor, device=tensor.device)
         return h
     t = _contiguous(tensor).reshape(tensor.shape if tensor.dim() else (1,))
     with _join.collective(ps, _join.ALLGATHER, _row_bytes(t)):  # a joined rank gives no rows

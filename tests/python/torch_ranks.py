@@ -663,6 +663,24 @@ def cuda_collectives():
     hvd.broadcast_(b, root_rank=N - 1)
     assert torch.equal(b.cpu(), torch.full((4,), float(N - 1)))
     ok("cuda: broadcast in place")
+    # The queued forms through host memory, back on the GPU at synchronize.
+    small = hvd.synchronize(hvd.allgather_async(torch.full((R + 1, 2), float(R), device=dev)))  # at once
+    assert small.device == dev and small[:, 1].tolist() == [float(r) for r in range(N) for _ in range(r + 1)]
+    h = hvd.allgather_async(torch.full((R + 1, 50000), float(R), device=dev))  # past 256 KiB: queued
+    rs = hvd.reducescatter_async(torch.full((2 * N, 3), float(R + 1), device=dev), op=hvd.Sum)
+    sent = [d + 1 for d in range(N)]
+    ta = hvd.alltoall_async(torch.cat([torch.full((sent[d], 2), float(100 * R + d)) for d in range(N)]).to(dev),
+                            splits=sent)
+    top = hvd.allreduce(torch.tensor([float(R), -float(R)], device=dev), op=hvd.Max)
+    got = hvd.synchronize(h)
+    assert got.device == dev and torch.equal(got.cpu(), torch.cat([torch.full((r + 1, 50000), float(r)) for r in range(N)]))
+    mine = hvd.synchronize(rs)
+    assert mine.device == dev and torch.equal(mine.cpu(), torch.full((2, 3), float(N * (N + 1) // 2))), mine
+    rows, received = hvd.synchronize(ta)
+    assert rows.device == dev and received.tolist() == [R + 1] * N, received
+    assert torch.equal(rows.cpu(), torch.cat([torch.full((R + 1, 2), float(100 * r + R)) for r in range(N)])), rows
+    assert top.device == dev and top.tolist() == [float(N - 1), 0.0], top
+    ok("cuda: allgather_async, reducescatter_async, alltoall_async and a max")
     if torch.cuda.device_count() > 1 and "cuda: not built" not in herd.build_info()["build"]:
         other = torch.device("cuda", (dev.index + 1) % torch.cuda.device_count())
         try:
