@@ -11,6 +11,12 @@ static void *address(PyObject *obj)
     return PyErr_Occurred() ? NULL : p;
 }
 
+/* A collective started: its ticket to wait for, or the exception. */
+static PyObject *started(herd_status st, uint64_t ticket)
+{
+    return st == HERD_OK ? PyLong_FromUnsignedLongLong(ticket) : pyherd_raise(st, NULL);
+}
+
 /* The group of `set` (NULL: a group of one) and the buffer of a sum of n values at addr;
  * false with the exception set. */
 static bool sum_of(PyObject *addr, Py_ssize_t n, const char *name, int set, herd_dist **d, void **buf)
@@ -44,7 +50,7 @@ PyObject *pyherd_allreduce_start(PyObject *self, PyObject *args)
     uint64_t ticket;
     herd_status st = herd_dist_allreduce_start(d, buf, (size_t)n, (herd_dtype)type, scale,
                                                (herd_compress)wire, name, &ticket);
-    return st == HERD_OK ? PyLong_FromUnsignedLongLong(ticket) : pyherd_raise(st, NULL);
+    return started(st, ticket);
 }
 
 /* (address, count, dtype, op, name[, set]) -> ticket: herd_reduce_op's min, max or product */
@@ -65,7 +71,7 @@ PyObject *pyherd_allreduce_op_start(PyObject *self, PyObject *args)
     uint64_t ticket;
     herd_status st = herd_dist_allreduce_op_start(d, buf, (size_t)n, (herd_dtype)type,
                                                   (herd_reduce_op)op, name, &ticket);
-    return st == HERD_OK ? PyLong_FromUnsignedLongLong(ticket) : pyherd_raise(st, NULL);
+    return started(st, ticket);
 }
 
 /* (device, address, count, scale, name) -> ticket: float32 in device memory */
@@ -87,7 +93,7 @@ PyObject *pyherd_allreduce_device_start(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS /* the first call makes the device's communicator, collectively */
     st = herd_dist_allreduce_device_start(d, device, buf, (size_t)n, scale, name, &ticket);
     Py_END_ALLOW_THREADS
-    return st == HERD_OK ? PyLong_FromUnsignedLongLong(ticket) : pyherd_raise(st, NULL);
+    return started(st, ticket);
 }
 
 /* (ticket[, set]): the set whose queue gave the ticket */
@@ -193,7 +199,7 @@ PyObject *pyherd_allgather_start(PyObject *self, PyObject *args)
         return NULL;
     uint64_t ticket;
     herd_status st = herd_dist_allgather_start(d, mine, all, counts, name, &ticket);
-    return st == HERD_OK ? PyLong_FromUnsignedLongLong(ticket) : pyherd_raise(st, NULL);
+    return started(st, ticket);
 }
 
 /* (send address, [bytes to each rank], receive address, [bytes from each rank][, set])
@@ -220,7 +226,7 @@ PyObject *pyherd_alltoall_start(PyObject *self, PyObject *args)
     herd_status st = herd_dist_alltoall_start(d, send, to, recv, from, &ticket);
     free(to);
     free(from);
-    return st == HERD_OK ? PyLong_FromUnsignedLongLong(ticket) : pyherd_raise(st, NULL);
+    return started(st, ticket);
 }
 
 /* (address, count, address of an int32 count per rank of the set, scale, wire, name[, set])
@@ -244,7 +250,7 @@ PyObject *pyherd_reduce_scatter_start(PyObject *self, PyObject *args)
     uint64_t ticket;
     herd_status st = herd_dist_reduce_scatter_start(d, buf, (size_t)n, counts, scale, (herd_compress)wire,
                                                     name, &ticket);
-    return st == HERD_OK ? PyLong_FromUnsignedLongLong(ticket) : pyherd_raise(st, NULL);
+    return started(st, ticket);
 }
 
 /* ([set]) */

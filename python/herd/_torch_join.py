@@ -115,13 +115,8 @@ def _take_part(hvd, kind, a, b, c):
         dtype = {0: torch.float32, 1: torch.float64, 2: torch.float16, 3: torch.bfloat16}[b]
         zeros = torch.zeros(a, dtype=dtype)
         _herd.wait(_herd.allreduce_start(zeros.data_ptr(), a, b, 1.0, c, "join: zeros", 0), 0)
-    elif kind == REDUCE:  # a, b, c: values, herd_dtype, min, max or product (_torch_reduce_ops.py)
-        from herd import _torch_reduce_ops as ops
-        mine = torch.full((a,), ops.identity(b, c), dtype=ops.TYPES[b])
-        _herd.wait(_herd.allreduce_op_start(mine.data_ptr(), a, b, c, "join: identity", 0), 0)
-        if c == 2 and b not in (0, 1):  # an integer product's check, in float64
-            ones = torch.ones(a, dtype=torch.float64)
-            _herd.wait(_herd.allreduce_op_start(ones.data_ptr(), a, 1, 2, "join: identity", 0), 0)
+    elif kind == REDUCE:  # a, b, c: values, herd_dtype, min, max or product
+        hvd._reduce_ops.take_part_joined(a, b, c)
     elif kind == ALLGATHER:  # a: bytes of one row; none of this rank's, as the others gather
         hvd._gather_rows(torch.empty((0, a), dtype=torch.uint8), hvd.size(), 0, "hvd.join: allgather")
     elif kind == SYNCBN:  # a: bytes of a row of statistics; this rank's with a count of 0

@@ -30,14 +30,32 @@ def is_elementwise(op, average):
     return average is None and op in _OPS
 
 
-def identity(code, op):
-    """The value a joined rank gives: what leaves the others' result as it is."""
+def take_part_joined(n, code, opcode):
+    """A joined rank's part (hvd.join) in an announced min, max or product of n values of
+    herd_dtype code: the operation's identity, through the same collectives as start()."""
     dtype = TYPES[code]
-    if op == _PRODUCT:
-        return 1
-    if dtype.is_floating_point:
-        return float("inf") if op == 0 else float("-inf")
-    return torch.iinfo(dtype).max if op == 0 else torch.iinfo(dtype).min
+    if opcode == _PRODUCT:
+        value = 1
+    elif dtype.is_floating_point:
+        value = float("inf") if opcode == 0 else float("-inf")
+    else:
+        value = torch.iinfo(dtype).max if opcode == 0 else torch.iinfo(dtype).min
+    mine = torch.full((n,), value, dtype=dtype)
+    ticket, check = _queue(mine, code, opcode, "join: identity", 0)
+    _herd.wait(ticket, 0)  # mine and check stay alive until here
+    del check
+
+
+def _queue(work, code, opcode, label, set_id):
+    """Queues the reduction of work (and, for an integer product, of its values as float64
+    beside it, to check that the result fits); (the last ticket, the float64 copy or None)."""
+    # Copied before the reduction is queued: the communication thread writes work in place.
+    check = work.to(torch.float64) if opcode == _PRODUCT and code not in (0, 1) else None
+    ticket = _herd.allreduce_op_start(work.data_ptr(), work.numel(), code, opcode, label, set_id)
+    if check is not None:
+        ticket = _herd.allreduce_op_start(check.data_ptr(), check.numel(), _F64, _PRODUCT, f"{label}: fits",
+                                          set_id)
+    return ticket, check
 
 
 def start(tensor, op, compression, prescale, postscale, what, name, ps):
@@ -56,14 +74,9 @@ def start(tensor, op, compression, prescale, postscale, what, name, ps):
         work = tensor.detach().to("cpu", _WIDENED.get(dtype, dtype), copy=True)
         if pre != 1.0:
             work.mul_(pre)
-    code, n, opcode = _CODES[work.dtype], work.numel(), _OPS[op]
-    label = name or "allreduce"
-    check = work.to(torch.float64) if opcode == _PRODUCT and code not in (0, 1) else None
-    with _join.collective(ps, _join.REDUCE, n, code, opcode) as header:
-        ticket = _herd.allreduce_op_start(work.data_ptr(), n, code, opcode, label, ps.process_set_id)
-        if check is not None:
-            ticket = _herd.allreduce_op_start(check.data_ptr(), n, _F64, _PRODUCT, f"{label}: fits",
-                                              ps.process_set_id)
+    code, opcode = _CODES[work.dtype], _OPS[op]
+    with _join.collective(ps, _join.REDUCE, work.numel(), code, opcode) as header:
+        ticket, check = _queue(work, code, opcode, name or "allreduce", ps.process_set_id)
     h = hvd._Handle(work, ticket, None if post == 1.0 else post, keep=(header, check),
                     set_id=ps.process_set_id)
     if check is not None:
@@ -91,11 +104,12 @@ class Elementwise(torch.autograd.Function):
     reduction of the scaled values kept (in float32 for 16-bit tensors) for the backward."""
 
     @staticmethod
-    def forward(ctx, tensor, name, op, prescale, postscale, process_set):
+    def forward(ctx, tensor, name, op, compression, prescale, postscale, process_set):
         z = tensor.detach().to("cpu", _WIDENED.get(tensor.dtype, tensor.dtype), copy=True)
         if float(prescale) != 1.0:
             z.mul_(float(prescale))  # as start() scales: the same values, bit for bit
-        r = hvd.synchronize(hvd.allreduce_async_(z.clone(), None, name, op, process_set=process_set))
+        r = hvd.synchronize(hvd.allreduce_async_(z.clone(), None, name, op, compression,
+                                                 process_set=process_set))
         ctx.save_for_backward(z, r)
         ctx.args = (name, op, float(prescale) * float(postscale), process_set, tensor.dtype, tensor.device)
         return (r * float(postscale)).to(tensor.dtype).to(tensor.device)
@@ -122,4 +136,4 @@ class Elementwise(torch.autograd.Function):
             sums = hvd._allreduce_copy(torch.cat([g, won]), None, label, hvd.Sum, process_set=ps)
             back = sums[:n] * won / sums[n:].clamp(min=1)
         back = (back * scale).reshape(grad.shape).to(dtype).to(device)
-        return back, None, None, None, None, None
+        return back, None, None, None, None, None, None

@@ -482,9 +482,8 @@ def allreduce(tensor, average=None, name=None, op=None, compression=Compression.
     process_set), in a new tensor. Differentiable: the gradient of the ranks' summed loss
     (for a mean or sum, the same reduction of the output's)."""
     if _differentiable(tensor) and _reduce_ops.is_elementwise(op, average):
-        if compression != Compression.none:
-            raise InvalidArgument(f"allreduce: compression applies to sums and means, not op={op}")
-        return _reduce_ops.Elementwise.apply(tensor, name, op, prescale_factor, postscale_factor, process_set)
+        return _reduce_ops.Elementwise.apply(tensor, name, op, compression, prescale_factor, postscale_factor,
+                                             process_set)
     if _differentiable(tensor):
         return _autograd.Allreduce.apply(tensor, average, name, op, compression, prescale_factor,
                                          postscale_factor, process_set)

@@ -15,8 +15,6 @@
 
 #include "dist/comm_mpi_internal.h"
 
-#define MAX_PIECE ((size_t)1 << 28)
-
 static MPI_Datatype elem_datatype(herd_dtype t)
 {
     switch (t) {
@@ -93,8 +91,8 @@ int comm_mpi_reduce_elements(comm_mpi *m, const mpi_op *op)
     MPI_Op mpi_op = op->reduce == HERD_REDUCE_MIN ? MPI_MIN : is_max ? MPI_MAX : MPI_PROD;
     size_t elem = comm_mpi_elem_size(op->elem);
     int rc = MPI_SUCCESS;
-    for (size_t off = 0; off < op->n && rc == MPI_SUCCESS; off += MAX_PIECE) {
-        size_t n = op->n - off < MAX_PIECE ? op->n - off : MAX_PIECE;
+    for (size_t off = 0; off < op->n && rc == MPI_SUCCESS; off += COMM_MPI_MAX_PIECE) {
+        size_t n = op->n - off < COMM_MPI_MAX_PIECE ? op->n - off : COMM_MPI_MAX_PIECE;
         char *x = (char *)op->data + off * elem;
         if (keys)
             (elem == 4 ? convert_f32 : convert_f64)(x, n, true, is_max);

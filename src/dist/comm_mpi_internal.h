@@ -16,6 +16,9 @@
 
 #include "dist/comm.h"
 
+/* Buffers larger than this go to MPI in pieces (MPI counts are int). */
+#define COMM_MPI_MAX_PIECE ((size_t)1 << 28)
+
 typedef enum mpi_op_kind {
     MPI_OP_ALLREDUCE, /* asynchronous gradient slice */
     MPI_OP_BROADCAST,

@@ -31,8 +31,6 @@
 /* Longest sleep between polls of a reduction nobody waits for yet (the metrics). */
 #define BACKGROUND_POLL_S 500e-6
 #define POLLS_PER_CHECK 16
-/* Slices larger than this go to MPI in pieces (MPI counts are int). */
-#define MAX_CHUNK ((size_t)1 << 28)
 
 void comm_mpi_describe_op(const mpi_op *op, char *out, size_t cap)
 {
@@ -336,8 +334,8 @@ static int reduce_pieces(comm_mpi *m, const mpi_op *op, bool blocking, char *err
     size_t elem = floats ? sizeof(float) : herd_wire_type_size(op->wire);
     char *base = floats ? (char *)op->buf : op->data;
     int rc = MPI_SUCCESS;
-    for (size_t off = 0; off < op->n && rc == MPI_SUCCESS; off += MAX_CHUNK) {
-        int n = (int)(op->n - off < MAX_CHUNK ? op->n - off : MAX_CHUNK);
+    for (size_t off = 0; off < op->n && rc == MPI_SUCCESS; off += COMM_MPI_MAX_PIECE) {
+        int n = (int)(op->n - off < COMM_MPI_MAX_PIECE ? op->n - off : COMM_MPI_MAX_PIECE);
         void *x = base + off * elem;
         if (floats)
             rc = reduce_floats(m, op, x, n, err, cap);
