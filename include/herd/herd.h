@@ -359,6 +359,19 @@ typedef enum { HERD_REDUCE_MIN = 0, HERD_REDUCE_MAX, HERD_REDUCE_PRODUCT } herd_
 HERD_API herd_status herd_dist_allreduce_op_start(herd_dist *d, void *buf, size_t n, herd_dtype type,
                                                   herd_reduce_op op, const char *name,
                                                   uint64_t *ticket);
+/* Horovod's Adasum: starts an in-place combination of buf[0..n) of `type` (float32,
+ * float64, float16 or bfloat16) over the ranks, waited for as the sums are. buf holds
+ * n_tensors tensors back to back, counts[t] values each (counts NULL: one tensor of n);
+ * per tensor, two ranks' vectors a and b become (1 - a.b/(2|a|^2)) a + (1 - a.b/(2|b|^2)) b
+ * (a sum where they are orthogonal, their mean where they are parallel; a zero vector
+ * leaves the other as it is), in a binary tree over the ranks: ranks 2i and 2i+1 first,
+ * then pairs of pairs. Any number of ranks: beyond the largest power of two P, rank P+i
+ * is combined into rank i first. The arithmetic is in double, the values kept in their
+ * type between the tree's levels; every rank gets the same bits. counts stay untouched
+ * until herd_dist_wait, as buf does, and are the same on every rank. */
+HERD_API herd_status herd_dist_allreduce_adasum_start(herd_dist *d, void *buf, size_t n, herd_dtype type,
+                                                      const int64_t *counts, size_t n_tensors,
+                                                      const char *name, uint64_t *ticket);
 /* The same sum of float32 values in the memory of `device` ("cuda"; "sim", the simulated
  * device, for tests): buf is a device pointer of this process's GPU (the current CUDA
  * device when the first such call builds herd's backend), summed through the

@@ -83,6 +83,11 @@ typedef struct herd_comm_ops {
      * 16-bit float), element by element, in place; asynchronous like allreduce_start. */
     herd_status (*allreduce_op_start)(herd_comm *c, void *buf, size_t n, herd_dtype type,
                                       herd_reduce_op op, const char *tag);
+    /* herd_dist_allreduce_adasum_start's Adasum of buf[0..n) of `type` (float32, float64,
+     * float16 or bfloat16), per tensor of counts[0..n_tensors) (NULL: one), in place;
+     * asynchronous like allreduce_start, counts untouched until complete. */
+    herd_status (*allreduce_adasum_start)(herd_comm *c, void *buf, size_t n, herd_dtype type,
+                                          const int64_t *counts, size_t n_tensors, const char *tag);
     /* Point to point, for the link benchmarks: sends send_bytes of sendbuf to rank
      * dest and receives recv_bytes into recvbuf from rank src, both at once; a rank
      * of -1 skips that side. Asynchronous like allreduce_start (complete at wait_all). */

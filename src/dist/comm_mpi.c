@@ -196,6 +196,18 @@ static herd_status mpi_allreduce_op_start(herd_comm *c, void *buf, size_t n, her
     return enqueue_async(c->impl, &op);
 }
 
+static herd_status mpi_allreduce_adasum_start(herd_comm *c, void *buf, size_t n, herd_dtype type,
+                                              const int64_t *counts, size_t n_tensors, const char *tag)
+{
+    if (n && !buf)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "rank %d on host %s: allreduce_adasum_start: NULL buffer",
+                        c->rank, c->host);
+    mpi_op op = {.kind = MPI_OP_ADASUM, .data = buf, .n = n, .elem = type, .tensor_counts = counts,
+                 .n_tensors = n_tensors};
+    snprintf(op.tag, sizeof op.tag, "%s", tag ? tag : "");
+    return enqueue_async(c->impl, &op);
+}
+
 /* counts' sum, or a message when it is not a valid split of one MPI call's buffer. */
 static herd_status parts_total(const herd_comm *c, const void *buf, const int *counts,
                                const char *what, size_t *n)
@@ -525,6 +537,7 @@ const herd_comm_ops comm_mpi_ops = {
     .allgatherv_f32 = mpi_allgatherv_f32,
     .allreduce_typed_start = mpi_allreduce_typed_start,
     .allreduce_op_start = mpi_allreduce_op_start,
+    .allreduce_adasum_start = mpi_allreduce_adasum_start,
     .allgatherv = mpi_allgatherv,
     .sendrecv_start = mpi_sendrecv_start,
     .time_reference_allreduce = mpi_time_reference_allreduce,

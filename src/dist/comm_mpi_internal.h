@@ -38,6 +38,7 @@ typedef enum mpi_op_kind {
     MPI_OP_ALLREDUCE_ELEMENTS,  /* asynchronous: min, max or product (allreduce_op_start) */
     MPI_OP_ALLGATHERV_BYTES,    /* asynchronous: parts of any size (allgatherv) */
     MPI_OP_ALLGATHERV_BYTES_NOW, /* the same, blocking */
+    MPI_OP_ADASUM,              /* asynchronous: Horovod's Adasum (comm_mpi_adasum.c) */
 } mpi_op_kind;
 
 typedef struct mpi_op {
@@ -51,6 +52,8 @@ typedef struct mpi_op {
     herd_wire_type wire;
     herd_dtype elem;       /* allreduce_op_start: the values' type and the reduction */
     herd_reduce_op reduce;
+    const int64_t *tensor_counts; /* Adasum: the tensors in data, back to back (NULL: one) */
+    size_t n_tensors;
     /* blocking collectives */
     void *data;
     const void *src;
@@ -158,7 +161,7 @@ typedef struct comm_mpi {
     uint16_t *stage;  /* fp16/bf16 wire buffer, grown to the largest slice, then reused */
     size_t stage_cap;
     int *displs;      /* ZeRO's parts: where each rank's starts */
-    void *ring;       /* the reduce-scatter's receive buffer, grown to the largest part */
+    void *ring;       /* the reduce-scatter's and Adasum's receive buffer, grown as needed */
     size_t ring_cap;
     mpi_stall stall;
 
@@ -185,12 +188,17 @@ int comm_mpi_wait_request(comm_mpi *m, MPI_Request *req);
 /* allreduce_op_start's op, run on the thread (comm_mpi_elements.c); the bytes of a value. */
 int comm_mpi_reduce_elements(comm_mpi *m, const mpi_op *op);
 size_t comm_mpi_elem_size(herd_dtype t);
+/* The thread's receive buffer (m->ring) of at least `bytes`, kept for the next op; NULL,
+ * with err set, when out of memory. */
+void *comm_mpi_scratch(comm_mpi *m, size_t bytes, char *err, size_t cap);
+/* allreduce_adasum_start's op, run on the thread; err says what failed, if it can. */
+int comm_mpi_adasum(comm_mpi *m, const mpi_op *op, char *err, size_t cap);
 /* Operations whose caller does not wait for them (completed by wait_all). */
 static inline bool comm_mpi_op_is_async(mpi_op_kind k)
 {
     return k == MPI_OP_ALLREDUCE || k == MPI_OP_ALLREDUCE_TYPED || k == MPI_OP_SENDRECV ||
            k == MPI_OP_ALLREDUCE_F64_ASYNC || k == MPI_OP_REDUCE_SCATTER || k == MPI_OP_ALLGATHERV ||
-           k == MPI_OP_ALLREDUCE_ELEMENTS || k == MPI_OP_ALLGATHERV_BYTES;
+           k == MPI_OP_ALLREDUCE_ELEMENTS || k == MPI_OP_ALLGATHERV_BYTES || k == MPI_OP_ADASUM;
 }
 /* Sets MPI_ERRORS_RETURN-style failures into an "rank R on host H: ..." message. */
 void comm_mpi_describe_error(comm_mpi *m, int mpi_err, const char *what, char *out, size_t cap);

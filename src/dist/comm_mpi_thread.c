@@ -38,7 +38,8 @@ void comm_mpi_describe_op(const mpi_op *op, char *out, size_t cap)
                                   "allreduce", "sendrecv", "reference allreduce", "gather",
                                   "clock samples", "allreduce_f64", "reduce-scatter",
                                   "all-gather", "reduce-scatter_f64", "all-gather_f32",
-                                  "allreduce (min, max or product)", "allgather", "allgather"};
+                                  "allreduce (min, max or product)", "allgather", "allgather",
+                                  "allreduce (Adasum)"};
     size_t bytes = op->bytes;
     if (op->kind == MPI_OP_ALLREDUCE || op->kind == MPI_OP_ALLGATHERV ||
         op->kind == MPI_OP_ALLGATHERV_F32)
@@ -47,7 +48,7 @@ void comm_mpi_describe_op(const mpi_op *op, char *out, size_t cap)
         bytes = op->n * herd_wire_type_size(op->wire);
     else if (op->kind == MPI_OP_ALLREDUCE_TYPED || op->kind == MPI_OP_REFERENCE_ALLREDUCE)
         bytes = op->n * herd_wire_type_size(op->wire);
-    else if (op->kind == MPI_OP_ALLREDUCE_ELEMENTS)
+    else if (op->kind == MPI_OP_ALLREDUCE_ELEMENTS || op->kind == MPI_OP_ADASUM)
         bytes = op->n * comm_mpi_elem_size(op->elem);
     else if (op->kind == MPI_OP_ALLGATHERV_BYTES || op->kind == MPI_OP_ALLGATHERV_BYTES_NOW)
         for (int r = 0; r < op->count; r++)
@@ -212,6 +213,21 @@ static int reduce_floats(comm_mpi *m, const mpi_op *op, float *x, int n, char *e
  * every rank, so they never meet another op's). */
 #define RING_TAG 2
 
+void *comm_mpi_scratch(comm_mpi *m, size_t bytes, char *err, size_t cap)
+{
+    if (bytes > m->ring_cap) {
+        void *grown = realloc(m->ring, bytes);
+        if (!grown) {
+            snprintf(err, cap, "rank %d on host %s: out of memory for a %zu-byte receive buffer",
+                     m->c->rank, m->c->host, bytes);
+            return NULL;
+        }
+        m->ring = grown;
+        m->ring_cap = bytes;
+    }
+    return m->ring;
+}
+
 /* displs[r]: where rank r's part starts, from counts (m->displs, allocated once). */
 static int part_displacements(comm_mpi *m, const int *counts, char *err, size_t cap)
 {
@@ -243,16 +259,8 @@ static int ring_reduce_scatter(comm_mpi *m, char *x, const int *counts, MPI_Data
     int rc = part_displacements(m, counts, err, cap);
     for (int r = 0; r < size; r++)
         biggest = counts[r] > biggest ? counts[r] : biggest;
-    if (rc == MPI_SUCCESS && (size_t)biggest * elem > m->ring_cap) {
-        void *grown = realloc(m->ring, (size_t)biggest * elem);
-        if (!grown) {
-            snprintf(err, cap, "rank %d on host %s: out of memory for a %zu-byte ring buffer",
-                     m->c->rank, m->c->host, (size_t)biggest * elem);
-            return MPI_ERR_NO_MEM;
-        }
-        m->ring = grown;
-        m->ring_cap = (size_t)biggest * elem;
-    }
+    if (rc == MPI_SUCCESS && !comm_mpi_scratch(m, (size_t)biggest * elem, err, cap))
+        return MPI_ERR_NO_MEM;
     int next = (me + 1) % size, prev = (me + size - 1) % size;
     for (int k = 0; rc == MPI_SUCCESS && k < size - 1; k++) {
         int send = ((me - k - 1) % size + size) % size, recv = ((me - k - 2) % size + size) % size;
@@ -491,6 +499,10 @@ static void run_op(comm_mpi *m, mpi_op *op, char *err, size_t cap)
     case MPI_OP_ALLREDUCE_ELEMENTS:
         what = "MPI_Iallreduce";
         rc = comm_mpi_reduce_elements(m, op);
+        break;
+    case MPI_OP_ADASUM:
+        what = "Adasum's MPI_Isend/MPI_Irecv";
+        rc = comm_mpi_adasum(m, op, err, cap);
         break;
     case MPI_OP_CLOCK_SAMPLES:
         rc = clock_rounds(m, op);

@@ -225,6 +225,40 @@ herd_status herd_dist_allreduce_op_start(herd_dist *d, void *buf, size_t n, herd
     return st;
 }
 
+herd_status herd_dist_allreduce_adasum_start(herd_dist *d, void *buf, size_t n, herd_dtype type,
+                                             const int64_t *counts, size_t n_tensors, const char *name,
+                                             uint64_t *ticket)
+{
+    const char *what = name ? name : "allreduce";
+    if (!ticket || (n && !buf) || (counts && !n_tensors))
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "herd_dist_allreduce_adasum_start: a buffer of %zu "
+                        "values, its tensors' counts (or NULL) and a ticket to return", n);
+    if (type != HERD_DTYPE_F32 && type != HERD_DTYPE_F64 && type != HERD_DTYPE_F16 &&
+        type != HERD_DTYPE_BF16)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: Adasum combines floating-point values (float32, "
+                        "float64, float16, bfloat16), not herd_dtype %d", what, (int)type);
+    uint64_t total = 0;
+    for (size_t t = 0; counts && t < n_tensors; t++) {
+        if (counts[t] < 0)
+            return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: tensor %zu of the Adasum has %lld values",
+                            what, t, (long long)counts[t]);
+        total += (uint64_t)counts[t];
+    }
+    if (counts && total != n)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "%s: the Adasum's %zu tensors hold %llu values, the "
+                        "buffer %zu", what, n_tensors, (unsigned long long)total, n);
+    *ticket = 0;
+    if (!d || d->size == 1)
+        return HERD_OK;
+    if (!d->ops->allreduce_adasum_start)
+        return HERD_ERR(HERD_ERR_UNSUPPORTED, "%s: the %s communicator has no Adasum", what,
+                        d->ops->name);
+    herd_status st = d->ops->allreduce_adasum_start(d, buf, n, type, counts, n_tensors, name);
+    if (st == HERD_OK)
+        *ticket = d->ops->ticket(d);
+    return st;
+}
+
 herd_status herd_dist_allreduce_device_start(herd_dist *d, const char *device, void *buf,
                                              size_t n, float scale, const char *name,
                                              uint64_t *ticket)
