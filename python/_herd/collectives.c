@@ -74,6 +74,35 @@ PyObject *pyherd_allreduce_op_start(PyObject *self, PyObject *args)
     return started(st, ticket);
 }
 
+/* (address, count, dtype, counts address, tensors, name[, set]) -> ticket: Horovod's Adasum
+ * per tensor of counts (int64 values; address 0 with 0 tensors: one tensor of count) */
+PyObject *pyherd_allreduce_adasum_start(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *addr, *counts_addr;
+    Py_ssize_t n, tensors;
+    int type;
+    const char *name;
+    int set = 0;
+    if (!PyArg_ParseTuple(args, "OniOns|i", &addr, &n, &type, &counts_addr, &tensors, &name, &set))
+        return NULL;
+    void *buf;
+    herd_dist *d;
+    if (!sum_of(addr, n, name, set, &d, &buf))
+        return NULL;
+    const int64_t *counts = address(counts_addr);
+    if (PyErr_Occurred())
+        return NULL;
+    if (tensors < 0 || (!counts) != (tensors == 0)) {
+        PyErr_Format(pyherd_invalid_argument, "%s: %zd tensors at %p", name, tensors, (const void *)counts);
+        return NULL;
+    }
+    uint64_t ticket;
+    herd_status st = herd_dist_allreduce_adasum_start(d, buf, (size_t)n, (herd_dtype)type, counts,
+                                                      (size_t)tensors, name, &ticket);
+    return started(st, ticket);
+}
+
 /* (device, address, count, scale, name) -> ticket: float32 in device memory */
 PyObject *pyherd_allreduce_device_start(PyObject *self, PyObject *args)
 {

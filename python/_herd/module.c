@@ -367,6 +367,7 @@ static PyMethodDef methods[] = {
     {"model_create", (PyCFunction)(void (*)(void))pyherd_model_create, METH_VARARGS | METH_KEYWORDS, NULL},
     {"allreduce_start", pyherd_allreduce_start, METH_VARARGS, NULL},
     {"allreduce_op_start", pyherd_allreduce_op_start, METH_VARARGS, NULL},
+    {"allreduce_adasum_start", pyherd_allreduce_adasum_start, METH_VARARGS, NULL},
     {"allreduce_device_start", pyherd_allreduce_device_start, METH_VARARGS, NULL},
     {"wait", pyherd_wait, METH_VARARGS, NULL},
     {"broadcast", pyherd_broadcast, METH_VARARGS, NULL},

@@ -46,6 +46,7 @@ PyObject *pyherd_dataset_from_memory(PyObject *self, PyObject *args);
 PyObject *pyherd_model_create(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *pyherd_allreduce_start(PyObject *self, PyObject *args);
 PyObject *pyherd_allreduce_op_start(PyObject *self, PyObject *args);
+PyObject *pyherd_allreduce_adasum_start(PyObject *self, PyObject *args);
 PyObject *pyherd_allreduce_device_start(PyObject *self, PyObject *args);
 PyObject *pyherd_wait(PyObject *self, PyObject *args);
 PyObject *pyherd_broadcast(PyObject *self, PyObject *args);

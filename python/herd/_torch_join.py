@@ -17,7 +17,7 @@ float32 sum queues on the communication thread where a float64 one would wait fo
 queue), zeros from a joined one. The sum tells a joined rank how many ranks
 still train and what to take part in; it tells the ones still training whether any rank
 has joined. The announcement of an allreduce or an allgather travels ahead of it without
-a wait (one small sum more on the queue per collective); a collective a joined rank cannot take part in (broadcast, alltoall,
+a wait (one small sum more on the queue per collective); a collective a joined rank cannot take part in (Adasum, broadcast, alltoall,
 reducescatter, barrier) waits for its announcement and raises on every rank when some
 rank has joined, instead of leaving the others waiting."""
 import contextlib
@@ -59,8 +59,9 @@ def collective(ps, kind, a=0, b=0, c=0, what=None):
         _herd.wait(ticket, 0)
         if header[0] < _herd.size():
             raise HerdError(f"{what}: {_herd.size() - int(header[0])} rank(s) have called hvd.join(), "
-                            "and a joined rank takes part in allreduce, allgather, SyncBatchNorm and "
-                            "DistributedOptimizer steps only; call join() after the last of those")
+                            "and a joined rank takes part in allreduce (not op=Adasum), allgather, "
+                            "SyncBatchNorm and DistributedOptimizer steps only; call join() after the last "
+                            "of those")
     _quiet += 1
     try:
         yield header
@@ -127,7 +128,7 @@ def _take_part(hvd, kind, a, b, c):
         _herd.timeline_write(False)
     elif kind == OTHER:
         raise HerdError(f"hvd.join: rank {hvd.rank()} has joined, and the others started a collective "
-                        "a joined rank takes no part in (broadcast, alltoall, reducescatter or barrier); "
+                        "a joined rank takes no part in (broadcast, alltoall, reducescatter, barrier or Adasum); "
                         "call join() after the last of those")
     else:
         raise HerdError(f"hvd.join: an announcement of kind {kind} (the ranks started different collectives?)")

@@ -86,7 +86,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 raise HerdError(f"parameter {names[id(p)]} is {p.dtype}: herd reduces float32, "
                                 "float64, float16 and bfloat16 gradients")
         self._names = names
-        self._scale = hvd._scale(op, None, "DistributedOptimizer", self._process_set)
+        self._adasum = op == hvd.Adasum  # the methods of herd/_torch_adasum.py's AdasumSteps
+        self._scale = 1.0 if self._adasum else hvd._scale(op, None, "DistributedOptimizer", self._process_set)
         self._compression = compression
         self._passes = backward_passes_per_step
         self._buckets = _buckets(all_params, float(bucket_mb))
@@ -97,7 +98,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._bucket_mb = float(bucket_mb)
         self._all_params = all_params
         self._gathered = []  # parameters with sparse gradients: their rows allgathered, not bucketed
-        self._sparse_checked = self._sparse_as_dense
+        self._sparse_checked = self._sparse_as_dense or self._adasum  # Adasum: deltas are dense
         self._counts = {id(p): 0 for p in all_params}
         self._next = 0
         self._synchronized = False
@@ -113,7 +114,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _check_ranks_agree(self, params):
         desc = "\n".join(f"{self._names[id(p)]} {tuple(p.shape)} {p.dtype}" for p in params)
         desc += f"\nbuckets {[b.numel for b in self._buckets]} passes {self._passes} " \
-                f"compression {self._compression} scale {self._scale} sparse_as_dense {self._sparse_as_dense}"
+                f"compression {self._compression} scale {self._scale} sparse_as_dense {self._sparse_as_dense} " \
+                f"adasum {self._adasum}"
         digests = hvd.allgather_object(hashlib.sha256(desc.encode()).hexdigest(), "optimizer check",
                                        self._process_set)
         differ = [r for r, d in enumerate(digests) if d != digests[0]]
@@ -335,7 +337,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression="none",
         raise InvalidArgument(f"gradient_predivide_factor must be > 0, got {gradient_predivide_factor}")
     if gradient_predivide_factor != 1.0 and op != "Average":
         raise InvalidArgument("gradient_predivide_factor applies to op=Average")
-    cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
-               dict(_DistributedOptimizer.__dict__))
+    methods = dict(_DistributedOptimizer.__dict__)
+    if op == hvd.Adasum:  # Horovod's delta optimizer (herd/_torch_adasum.py)
+        methods.update({k: v for k, v in hvd._adasum.AdasumSteps.__dict__.items() if not k.startswith("__")})
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
                op, bucket_mb, sparse_as_dense, process_set or hvd.global_process_set)

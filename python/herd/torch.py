@@ -278,10 +278,8 @@ def _scale(op, average, what, ps=None):
     if average is not None:
         op = Average if average else Sum
     op = op or Average
-    if op == Adasum:
-        raise HerdError(f"{what}: Adasum is not offered; use op=Average or op=Sum")
     if op not in (Average, Sum):
-        also = " (Min, Max and Product: allreduce alone)" if op in (Min, Max, Product) else ""
+        also = " (Min, Max, Product and Adasum: allreduce alone)" if op in (Min, Max, Product, Adasum) else ""
         raise InvalidArgument(f"{what}: op is Average or Sum{also}, got {op!r}")
     return 1.0 / (ps.size() if ps is not None else size()) if op == Average else 1.0
 
@@ -342,6 +340,10 @@ def allreduce_async_(tensor, average=None, name=None, op=None, compression=Compr
         if not tensor.is_contiguous():
             raise InvalidArgument(f"{what} in place needs a contiguous tensor; use allreduce (a copy)")
         return _reduce_ops.start(tensor, op, compression, prescale_factor, postscale_factor, what, name, ps)
+    if _adasum.is_adasum(op, average):
+        if not tensor.is_contiguous():
+            raise InvalidArgument(f"{what} in place needs a contiguous tensor; use allreduce (a copy)")
+        return _adasum.start([tensor], compression, prescale_factor, postscale_factor, what, name, ps)[0]
     if tensor.dtype not in _DTYPES and tensor.dtype not in _INTEGERS:
         raise HerdError(f"{what}: {tensor.dtype} tensors are not reduced; herd sums float32, "
                         "float64, float16, bfloat16, int32 and int64")
@@ -442,6 +444,12 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, compress
     """allreduce_async_ of every tensor of the list, started in its order; synchronize
     returns the list."""
     tensors = _group(tensors, "grouped_allreduce")
+    if _adasum.is_adasum(op, average):  # one Adasum, each tensor with its own coefficients
+        for t in tensors:
+            _check(t, "grouped_allreduce")
+        return _GroupHandle(_adasum.start(tensors, compression, prescale_factor, postscale_factor,
+                                          "grouped_allreduce", name or "grouped_allreduce",
+                                          _ps._of(process_set, "grouped_allreduce")))
     return _GroupHandle([allreduce_async_(t, average, f"{name or 'grouped_allreduce'}.{i}", op, compression,
                                           prescale_factor, postscale_factor, process_set)
                          for i, t in enumerate(tensors)])
@@ -481,6 +489,8 @@ def allreduce(tensor, average=None, name=None, op=None, compression=Compression.
     """The mean (op=Average, the default), sum, min, max or product over the ranks (of
     process_set), in a new tensor. Differentiable: the gradient of the ranks' summed loss
     (for a mean or sum, the same reduction of the output's)."""
+    if _differentiable(tensor) and _adasum.is_adasum(op, average):
+        _adasum.refuse_gradient("allreduce")
     if _differentiable(tensor) and _reduce_ops.is_elementwise(op, average):
         return _reduce_ops.Elementwise.apply(tensor, name, op, compression, prescale_factor, postscale_factor,
                                              process_set)
@@ -884,3 +894,4 @@ from herd import _torch_elastic as elastic  # noqa: E402 (Horovod's hvd.elastic)
 from herd._torch_syncbn import SyncBatchNorm  # noqa: E402 (needs allgather and allreduce)
 from herd import _torch_autograd as _autograd  # noqa: E402 (the collectives' gradients)
 from herd import _torch_reduce_ops as _reduce_ops  # noqa: E402 (Min, Max and Product)
+from herd import _torch_adasum as _adasum  # noqa: E402 (Adasum)

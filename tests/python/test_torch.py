@@ -124,7 +124,7 @@ def test_join_uneven_steps_equal_one_process(one_process, ranks_job, np_):
     gradients with the joined ranks' zeros, as one process does over every rank's shard."""
     where, out = ranks_job(np_)
     assert out.count("ok: join: uneven steps") == np_, out
-    assert out.count("ok: join: a broadcast with a joined rank raises on every rank") == np_, out
+    assert out.count("ok: join: a broadcast or an Adasum with a joined rank raises on every rank") == np_, out
     one = one_process.parent / f"weights-join-of-{np_}.pt"
     assert max_difference(one, where / f"weights-join-of-{np_}.pt") <= 1e-5
 
@@ -156,7 +156,11 @@ def test_collectives(ranks_job, np_):
                   "allreduce Min, Max and Product, 10 dtypes (a NaN on one rank wins)",
                   "Min, Max and Product in place, async, scaled and grouped",
                   "gradients through Min (ties shared), Max and Product (zeros included)",
-                  "Min, Max and Product: bad calls raise herd's message on every rank"]:
+                  "Min, Max and Product: bad calls raise herd's message on every rank",
+                  "allreduce and grouped_allreduce with op=Adasum: the tree's values, per tensor",
+                  "Adasum in place, scaled, async, in float16 and bfloat16, and compressed",
+                  "Adasum: bad calls raise herd's message on every rank",
+                  "DistributedOptimizer(op=Adasum): one process's replicas within"]:
         assert len(re.findall(re.escape("ok: " + check), out)) == np_, (check, out)
 
 
@@ -196,9 +200,14 @@ def test_one_process():
                                  named_parameters=[("weight", net.weight)])
     with pytest.raises(hvd.InvalidArgument, match="compression is Compression.none, fp16 or bf16"):
         hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1), compression="int8")
-    with pytest.raises(hvd.HerdError, match="Adasum is not offered"):
-        hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1), op=hvd.Adasum)
-    with pytest.raises(hvd.InvalidArgument, match="Min, Max and Product: allreduce alone"):
+    # Adasum in one process: the wrapped optimizer's step, the tensor as it is.
+    ada = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1), op=hvd.Adasum)
+    before = net.weight.detach().clone()
+    net(torch.ones(3, 4)).sum().backward()
+    ada.step()
+    assert torch.allclose(net.weight, before - 0.1 * net.weight.grad)
+    assert torch.equal(hvd.allreduce(torch.arange(3.0), op=hvd.Adasum), torch.arange(3.0))
+    with pytest.raises(hvd.InvalidArgument, match="Min, Max, Product and Adasum: allreduce alone"):
         hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1), op=hvd.Max)
     assert hvd.allreduce(torch.tensor([3, -1], dtype=torch.int8), op=hvd.Product).tolist() == [3, -1]
     with pytest.raises(TypeError, match="takes a torch.Tensor"):

@@ -34,6 +34,7 @@ join K: uneven data: rank r trains 6 - r steps of 8 samples (the CNN, SGD with m
 unjoined: hvd.join() in a job started without join: refused on every rank, saying how.
 join_refused: the last rank joins at once; the others' broadcast raises on them and in the
   joined rank's join(), naming the reason; then every rank sums once more, in step.
+adasum: Horovod's Adasum alone (collectives runs it too).
 cuda_collectives: the same on CUDA tensors (float32 summed in GPU memory by herd, the
   rest through host memory).
 raise: rank 1 raises before a collective the others are in.
@@ -369,7 +370,6 @@ def collectives():
         (lambda: hvd.allreduce(torch.tensor([2 ** 53 // N + 1]), op=hvd.Sum), "sums may pass 2^53"),
         (lambda: hvd.allreduce(torch.tensor([2 ** 31 - 1], dtype=torch.int32), op=hvd.Sum),
          "does not fit torch.int32"),
-        (lambda: hvd.allreduce(torch.ones(3), op=hvd.Adasum), "Adasum is not offered"),
         (lambda: hvd.broadcast(torch.ones(3), root_rank=N), f"broadcast from root rank {N}, but the job has ranks 0..{N - 1}"),
         (lambda: hvd.allgather(torch.ones(2, R + 1)), "only the first dimension may differ"),
         (lambda: hvd.reducescatter(torch.ones(R + 1, 2)), "every rank gives the same shape and dtype"),
@@ -377,6 +377,7 @@ def collectives():
     ])
     ok("bad calls raise herd's message on every rank")
     min_max_product()
+    adasum()
 
 
 def min_max_product():
@@ -439,9 +440,133 @@ def min_max_product():
         (lambda: hvd.allreduce(torch.ones(2, dtype=torch.int32), op=hvd.Min, prescale_factor=2.0),
          "scale factors apply to floating-point tensors"),
         (lambda: hvd.allreduce(torch.ones(2, dtype=torch.complex64), op=hvd.Max), "have no Max in herd"),
-        (lambda: hvd.reducescatter(torch.ones(N, 2), op=hvd.Max), "(Min, Max and Product: allreduce alone)"),
+        (lambda: hvd.reducescatter(torch.ones(N, 2), op=hvd.Max), "(Min, Max, Product and Adasum: allreduce alone)"),
     ])
     ok("Min, Max and Product: bad calls raise herd's message on every rank")
+
+
+def adasum_tree(vectors, counts, rounded=None):
+    """Horovod's Adasum of the ranks' flat vectors, per tensor of counts, in one process:
+    ranks P + i into rank i (P the largest power of two <= N), then pairs by bit 0, pairs of
+    pairs by bit 1, ...; each combination rounded to `rounded` when given, as herd keeps
+    the values in their type between the tree's levels."""
+    v = [x.to(torch.float64).clone() for x in vectors]
+    def pair(a, b):
+        out, at = [], 0
+        for n in counts:
+            x, y = a[at:at + n], b[at:at + n]
+            dot, aa, bb = float(x @ y), float(x @ x), float(y @ y)
+            ca, cb = (1 - dot / (2 * aa) if aa > 0 else 1.0), (1 - dot / (2 * bb) if bb > 0 else 1.0)
+            out.append(ca * x + cb * y)
+            at += n
+        r = torch.cat(out)
+        return r.to(rounded).to(torch.float64) if rounded is not None else r
+    p = 1
+    while p * 2 <= len(v):
+        p *= 2
+    for i in range(len(v) - p):
+        v[i] = pair(v[i], v[i + p])
+    bit = 1
+    while bit < p:
+        for r in range(p):
+            if not r & bit:
+                v[r] = pair(v[r], v[r | bit])
+        bit *= 2
+    return v[0]
+
+
+def adasum():
+    """Horovod's Adasum (op=hvd.Adasum) against the tree folded here over every rank's values."""
+    def mine(r, n, dtype=torch.float64):
+        i = torch.arange(n, dtype=torch.float64)
+        return (torch.sin(0.37 * i + 1.3) + 0.6 * torch.cos(1.7 * i * (r + 1) + r)).to(dtype)
+    for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-6)):
+        want = adasum_tree([mine(r, 50, dtype) for r in range(N)], [50], dtype)
+        got = hvd.allreduce(mine(R, 50, dtype).reshape(5, 10), op=hvd.Adasum)
+        assert got.shape == (5, 10) and got.dtype == dtype, got
+        assert float((got.reshape(-1) - want).abs().max()) < tol, (dtype, got, want)
+    sums = sum(mine(r, 50) for r in range(N))
+    assert float((got.reshape(-1).double() - sums).abs().min()) > 0 or N == 1  # neither the sum
+    assert float((got.reshape(-1).double() - sums / N).abs().max()) > 1e-3  # nor the mean
+    a, b = mine(R, 7), mine(R + 10, 40).reshape(8, 5)
+    group = hvd.grouped_allreduce([a, b], op=hvd.Adasum)
+    want = adasum_tree([torch.cat([mine(r, 7), mine(r + 10, 40)]) for r in range(N)], [7, 40])
+    assert float((torch.cat([group[0], group[1].reshape(-1)]) - want).abs().max()) < 1e-12, (group, want)
+    alone = hvd.allreduce(b, op=hvd.Adasum)  # a tensor's own coefficients, grouped or not
+    assert float((alone - group[1]).abs().max()) < 1e-12
+    ok("allreduce and grouped_allreduce with op=Adasum: the tree's values, per tensor")
+    x = mine(R, 30, torch.float32)
+    hvd.allreduce_(x, op=hvd.Adasum, prescale_factor=2.0, postscale_factor=0.25)
+    want = adasum_tree([mine(r, 30, torch.float32) * 2.0 for r in range(N)], [30], torch.float32) * 0.25
+    assert float((x.double() - want).abs().max()) < 1e-6, (x, want)
+    h = hvd.allreduce_async(mine(R, 30), op=hvd.Adasum, name="async adasum")
+    s = hvd.allreduce_async(torch.ones(3), op=hvd.Sum)  # queued behind it
+    assert torch.equal(hvd.synchronize(s), torch.full((3,), float(N)))
+    assert float((hvd.synchronize(h) - adasum_tree([mine(r, 30) for r in range(N)], [30])).abs().max()) < 1e-12
+    # 16 bits: equal vectors are their own Adasum; a rank of zeros changes nothing.
+    for dtype in (torch.float16, torch.bfloat16):
+        v = torch.ldexp(torch.tensor([1.0, -1.5, 0.75, 3.0, -0.125]), torch.tensor([0, 1, -2, 3, 0])).to(dtype)
+        assert torch.equal(hvd.allreduce(v, op=hvd.Adasum), v), dtype
+        part = v if R < N - 1 else torch.zeros_like(v)
+        assert torch.equal(hvd.allreduce(part, op=hvd.Adasum), v), dtype
+    c = hvd.allreduce(mine(R, 40, torch.float32), op=hvd.Adasum, compression=hvd.Compression.fp16)
+    want = adasum_tree([mine(r, 40, torch.float32) for r in range(N)], [40])
+    assert c.dtype == torch.float32 and float((c.double() - want).abs().max()) < 1e-2, (c, want)
+    ok("Adasum in place, scaled, async, in float16 and bfloat16, and compressed")
+    raises_each([
+        (lambda: hvd.allreduce(torch.ones(3, dtype=torch.int32), op=hvd.Adasum), "Adasum combines float32"),
+        (lambda: hvd.allreduce(torch.ones(3, requires_grad=True), op=hvd.Adasum), "not differentiable"),
+        (lambda: hvd.allreduce(torch.ones(3, dtype=torch.float64), op=hvd.Adasum, compression=hvd.Compression.fp16),
+         "compression applies to float32 tensors"),
+        (lambda: hvd.reducescatter(torch.ones(N, 2), op=hvd.Adasum), "Min, Max, Product and Adasum: allreduce alone"),
+    ])
+    ok("Adasum: bad calls raise herd's message on every rank")
+    # DistributedOptimizer(op=Adasum): each rank steps SGD with momentum on its own shard's
+    # gradient; the parameters' changes combine by Adasum, per tensor. One process here
+    # does the same with N replicas, each keeping its own optimizer state.
+    torch.manual_seed(100)
+    net = model()
+    replicas = [model() for _ in range(N)]
+    for rep in replicas:
+        rep.load_state_dict(net.state_dict())
+    sgd = lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9)  # noqa: E731
+    opt = hvd.DistributedOptimizer(sgd(net.parameters()), named_parameters=net.named_parameters(),
+                                   op=hvd.Adasum, bucket_mb=0.001)
+    ref_opts = [sgd(rep.parameters()) for rep in replicas]
+    data = torch.Generator().manual_seed(7)
+    per = 24 // N
+    for step in range(8):
+        x = torch.randn(24, 1, 12, 12, generator=data)
+        y = torch.randint(0, 5, (24,), generator=data)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(net(x[R * per:(R + 1) * per]), y[R * per:(R + 1) * per]).backward()
+        opt.step()
+        deltas = []
+        for r, (rep, o) in enumerate(zip(replicas, ref_opts)):
+            before = [p.detach().clone() for p in rep.parameters()]
+            o.zero_grad()
+            torch.nn.functional.cross_entropy(rep(x[r * per:(r + 1) * per]), y[r * per:(r + 1) * per]).backward()
+            o.step()
+            deltas.append(torch.cat([(p.detach() - b).reshape(-1) for p, b in zip(rep.parameters(), before)]))
+            with torch.no_grad():
+                for p, b in zip(rep.parameters(), before):
+                    p.copy_(b)
+        combined = adasum_tree(deltas, [p.numel() for p in net.parameters()], torch.float32)
+        for rep in replicas:
+            with torch.no_grad():
+                at = 0
+                for p in rep.parameters():
+                    p.add_(combined[at:at + p.numel()].view_as(p).float())
+                    at += p.numel()
+    worst = max(float((p - q).abs().max()) for p, q in zip(net.parameters(), replicas[0].parameters()))
+    assert worst < 1e-5, worst
+    try:
+        with opt.skip_synchronize():
+            pass
+        raise AssertionError("skip_synchronize with Adasum")
+    except hvd.HerdError as e:
+        assert "with op=Adasum" in str(e), e
+    ok(f"DistributedOptimizer(op=Adasum): one process's replicas within {worst:.1e}")
 
 
 def process_sets():
@@ -477,6 +602,9 @@ def process_sets():
     assert sums[0].tolist() == [float(sum(ranks))] * 2 and sums[1].tolist() == [float(n)] * 3, sums
     top = hvd.allreduce(torch.tensor([R, -R], dtype=torch.int16), op=hvd.Max, process_set=mine)
     assert top.tolist() == [ranks[-1], -ranks[0]], top
+    v = [torch.sin(torch.arange(9.0, dtype=torch.float64) * (r + 1)) for r in ranks]
+    ada = hvd.allreduce(v[me], op=hvd.Adasum, process_set=mine)
+    assert float((ada - adasum_tree(v, [9])).abs().max()) < 1e-12, (ada, v)
     ok("process sets: allreduce within a set, beside the job's")
     g = hvd.allgather(torch.full((R + 1, 2), float(R)), process_set=mine)
     assert g[:, 0].tolist() == [float(r) for r in ranks for _ in range(r + 1)], g
@@ -617,20 +745,22 @@ def unjoined():
 
 
 def join_refused():
-    if R == N - 1:
-        try:
-            hvd.join()
-            raise AssertionError("join returned")
-        except hvd.HerdError as e:
-            assert "has joined, and the others started a collective a joined rank takes no part in" in str(e), str(e)
-    else:
-        try:
-            hvd.broadcast(torch.ones(2), root_rank=0)
-            raise AssertionError("broadcast with a joined rank went ahead")
-        except hvd.HerdError as e:
-            assert "1 rank(s) have called hvd.join()" in str(e), str(e)
-    assert torch.equal(hvd.allreduce(torch.ones(1), op=hvd.Sum), torch.full((1,), float(N)))
-    ok("join: a broadcast with a joined rank raises on every rank")
+    for name, call in (("broadcast", lambda: hvd.broadcast(torch.ones(2), root_rank=0)),
+                       ("Adasum", lambda: hvd.allreduce(torch.ones(2), op=hvd.Adasum))):
+        if R == N - 1:
+            try:
+                hvd.join()
+                raise AssertionError("join returned")
+            except hvd.HerdError as e:
+                assert "has joined, and the others started a collective a joined rank takes no part in" in str(e), str(e)
+        else:
+            try:
+                call()
+                raise AssertionError(f"{name} with a joined rank went ahead")
+            except hvd.HerdError as e:
+                assert "1 rank(s) have called hvd.join()" in str(e), str(e)
+        assert torch.equal(hvd.allreduce(torch.ones(1), op=hvd.Sum), torch.full((1,), float(N)))
+    ok("join: a broadcast or an Adasum with a joined rank raises on every rank")
 
 
 def cuda_collectives():
@@ -742,5 +872,5 @@ for mode, *args in tasks:
      "join": lambda: join_uneven(int(args[0])), "join_refused": join_refused, "unjoined": unjoined,
      "syncbn": lambda: syncbn(int(args[0]), *args[1:2]), "contrastive": lambda: contrastive(int(args[0])),
      "sampler": lambda: sampler(args[0]), "sparse": lambda: sparse(int(args[0])),
-     "cuda_collectives": cuda_collectives,
+     "cuda_collectives": cuda_collectives, "adasum": adasum,
      "raise": raise_on_one, "stall": stall_on_one, "elastic": lambda: elastic(args[0] == "1")}[mode]()

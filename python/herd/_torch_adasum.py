@@ -1,0 +1,140 @@
+"""Horovod's Adasum: allreduce(t, op=hvd.Adasum) and DistributedOptimizer(op=hvd.Adasum).
+
+Per tensor, two ranks' values a and b combine as (1 - a.b/(2|a|^2)) a + (1 - a.b/(2|b|^2)) b:
+their sum where they are orthogonal, their mean where they are parallel, in a binary
+tree over the ranks (herd_dist_allreduce_adasum_start, on the communication thread, in
+double). Unlike Horovod's, any number of ranks (the ranks past a power of two fold in
+first), process sets, and the formula at every norm (Horovod's code adds tensors whose
+squared norm is below 1e-8 instead).
+
+The optimizer is Horovod's delta optimizer: when a bucket's gradients are ready, each of
+its parameters takes the wrapped optimizer's step on this rank's gradient alone, and the
+change it made (the delta) is what the ranks combine; the combined delta is added to the
+parameters at synchronize(). Its state (momentum, Adam's moments) stays each rank's own."""
+import torch
+
+from herd import HerdError, InvalidArgument, _herd
+from herd import _torch_join as _join
+from herd import torch as hvd
+
+_COMPRESSED = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def is_adasum(op, average):
+    return average is None and op == hvd.Adasum
+
+
+def start(tensors, compression, prescale, postscale, what, name, ps, parts=None):
+    """Starts one Adasum over the ranks of ps of the tensors (each its own coefficients,
+    or, for one tensor, each of its consecutive parts of `parts` values), in place; a
+    hvd._Handle per tensor, of the same ticket."""
+    dtype = tensors[0].dtype
+    if dtype not in hvd._DTYPES:
+        raise HerdError(f"{what}: Adasum combines float32, float64, float16 and bfloat16 tensors, not {dtype}")
+    if any(t.dtype != dtype for t in tensors):
+        raise InvalidArgument(f"{what}: Adasum of a group takes tensors of one dtype")
+    if compression not in hvd._WIRE:
+        raise InvalidArgument(f"{what}: compression is Compression.none, fp16 or bf16, got {compression!r}")
+    wire = _COMPRESSED.get(compression) if dtype == torch.float32 else None
+    if compression != hvd.Compression.none and dtype != torch.float32:
+        raise InvalidArgument(f"{what}: compression applies to float32 tensors, not {dtype}")
+    pre, post = float(prescale), float(postscale)
+    # One buffer in host memory unless a single CPU tensor is combined as it is.
+    single = len(tensors) == 1 and not tensors[0].is_cuda and tensors[0].is_contiguous() and wire is None \
+        and pre == 1.0
+    if single:
+        work = tensors[0].view(-1)
+    else:
+        work = torch.cat([t.detach().reshape(-1).to("cpu", wire or dtype) for t in tensors])
+        if pre != 1.0:
+            work.mul_(pre)
+    counts = torch.tensor(parts or [t.numel() for t in tensors], dtype=torch.int64)
+    with _join.collective(ps, _join.OTHER, what=f"{what} with op=Adasum"):
+        ticket = _herd.allreduce_adasum_start(work.data_ptr(), work.numel(), hvd._DTYPES[work.dtype],
+                                              counts.data_ptr(), counts.numel(), name or "allreduce",
+                                              ps.process_set_id)
+    handles, at = [], 0
+    for t in tensors:
+        h = hvd._Handle(t, ticket, None if post == 1.0 else post, keep=(work, counts), set_id=ps.process_set_id)
+        if not single:
+            h.finish = _copier(h, t, work, at)
+        at += t.numel()
+        handles.append(h)
+    return handles
+
+
+def _copier(h, t, work, at):
+    def finish():
+        with torch.no_grad():
+            t.copy_(work[at:at + t.numel()].view_as(t))
+        h.tensor = t
+    return finish
+
+
+class AdasumSteps:
+    """DistributedOptimizer(op=hvd.Adasum)'s methods in place of the averaging ones
+    (herd/_torch_optimizer.py): a bucket launches the deltas of its parameters' local
+    steps, synchronize() adds the combined deltas, step() applies nothing more."""
+
+    def _launch(self, b):
+        with torch.no_grad():
+            stashed = [group["params"] for group in self.param_groups]
+            try:
+                for p, at in zip(b.params, b.offsets):
+                    delta = b.flat[at:at + p.numel()]
+                    if p.grad is None:  # not used this step here: no change of this rank's
+                        delta.zero_()
+                        continue
+                    before = p.detach().clone()
+                    for group, params in zip(self.param_groups, stashed):
+                        group["params"] = [p] if any(q is p for q in params) else []
+                    super(self.__class__, self).step()  # the wrapped optimizer, on p alone
+                    delta.copy_((p.detach() - before).reshape(-1))
+                    p.copy_(before)
+            finally:
+                for group, params in zip(self.param_groups, stashed):
+                    group["params"] = params
+        _herd.set_activity(f"herd.torch: backward, Adasum of bucket {b.index + 1} of {len(self._buckets)}")
+        b.handle = start([b.flat], self._compression if b.dtype == torch.float32 else "none", 1.0, 1.0,
+                         "DistributedOptimizer", f"adasum bucket {b.index + 1}", self._process_set,
+                         parts=[p.numel() for p in b.params])[0]
+        b.launched = True
+
+    def synchronize(self):
+        """Waits for every bucket (launching those whose gradients never came) and adds
+        the combined deltas to the parameters."""
+        if self._process_set.size() == 1:
+            self._synchronized = True
+            return
+        self._launch_ready(force=True)
+        _herd.set_activity("herd.torch: waiting for the Adasum buckets")
+        with torch.no_grad():
+            for b in self._buckets:
+                hvd.synchronize(b.handle)
+                for p, at in zip(b.params, b.offsets):
+                    p.add_(b.flat[at:at + p.numel()].view_as(p))
+                b.pending.clear()
+                b.launched, b.handle = False, None
+        self._next = 0
+        for key in self._counts:
+            self._counts[key] = 0
+        self._synchronized = True
+        _herd.set_activity("herd.torch: forward and backward")
+
+    def skip_synchronize(self):
+        raise HerdError("skip_synchronize() with op=Adasum: the ranks combine the parameters' "
+                        "changes, not their gradients, and synchronize() applies them")
+
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        if self._process_set.size() == 1:  # one rank: the wrapped optimizer's step as it is
+            super(self.__class__, self).step()
+        elif not self._synchronized:
+            self.synchronize()
+        self._synchronized = False
+        return loss
+
+
+def refuse_gradient(what):
+    raise InvalidArgument(f"{what} with op=Adasum is not differentiable in herd (the gradient of Adasum "
+                          "is not the Adasum of the gradients); reduce a detached tensor")
