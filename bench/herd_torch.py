@@ -3,7 +3,8 @@
 step of bench/torch_reference.py's DDP run (same models, data, shards, SGD, batch),
 with herd.torch.DistributedOptimizer in place of DistributedDataParallel. Run on every
 rank: herd run -np 2 -- python3 bench/herd_torch.py [--models mlp,lenet5,resnet20]
-[--threads 1] [--batch-size 128] [--steps 50] [--warmup 5]. Rank 0 prints, per model:
+[--threads 1] [--batch-size 128] [--steps 50] [--warmup 5] [--op Adasum]. Rank 0 prints,
+per model:
 
     model=lenet5 framework=herd.torch ranks=2 threads=1 batch=128 samples_per_s=... step_ms=...
 """
@@ -31,6 +32,7 @@ def main():
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=0)  # torch_reference.py's
     p.add_argument("--data-dir", default=ref.DATA_DIR)
+    p.add_argument("--op", default="Average", choices=["Average", "Adasum"])  # DistributedOptimizer's
     args = p.parse_args()
     hvd.init()
     torch.set_num_threads(args.threads)
@@ -41,7 +43,7 @@ def main():
         net = herd_torch_models.build(model)
         net.train()
         opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=0.9, weight_decay=5e-4)
-        opt = hvd.DistributedOptimizer(opt, named_parameters=net.named_parameters())
+        opt = hvd.DistributedOptimizer(opt, named_parameters=net.named_parameters(), op=args.op)
         hvd.broadcast_parameters(net.state_dict(), root_rank=0)  # DDP does this at wrap
         gen = torch.Generator().manual_seed(args.seed)  # the same permutation on every rank
         n = len(x_train)
@@ -70,7 +72,8 @@ def main():
         hvd.allreduce(torch.zeros(1))
         dt = max(hvd.allgather_object(time.perf_counter() - t0))  # the slowest rank's
         if rank == 0:
-            print(f"model={model} framework=herd.torch ranks={world} threads={args.threads} "
+            op = "" if args.op == "Average" else f" op={args.op}"
+            print(f"model={model} framework=herd.torch{op} ranks={world} threads={args.threads} "
                   f"precision=fp32 batch={args.batch_size} "
                   f"samples_per_s={world * args.steps * args.batch_size / dt:.1f} "
                   f"step_ms={1000 * dt / args.steps:.3f} steps={args.steps} warmup={args.warmup} "
