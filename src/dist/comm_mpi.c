@@ -203,7 +203,7 @@ static herd_status mpi_allreduce_adasum_start(herd_comm *c, void *buf, size_t n,
         return HERD_ERR(HERD_ERR_INVALID_ARG, "rank %d on host %s: allreduce_adasum_start: NULL buffer",
                         c->rank, c->host);
     mpi_op op = {.kind = MPI_OP_ADASUM, .data = buf, .n = n, .elem = type, .tensor_counts = counts,
-                 .n_tensors = n_tensors};
+                 .n_tensors = n_tensors, .launched = herd_trace_start(c->trace)};
     snprintf(op.tag, sizeof op.tag, "%s", tag ? tag : "");
     return enqueue_async(c->impl, &op);
 }

@@ -539,11 +539,13 @@ static void run_head(comm_mpi *m, mpi_op *op)
     /* Recorded before the op is retired: wait_all then orders it before the reader. */
     const herd_trace_sink *trace = m->c->trace;
     bool gradients = op->kind == MPI_OP_ALLREDUCE || op->kind == MPI_OP_REDUCE_SCATTER ||
-                     op->kind == MPI_OP_ALLGATHERV;
+                     op->kind == MPI_OP_ALLGATHERV || op->kind == MPI_OP_ADASUM;
     if (gradients && trace) {
-        size_t wire_bytes = op->n * herd_wire_type_size(op->wire);
+        size_t wire_bytes = op->n * (op->kind == MPI_OP_ADASUM ? comm_mpi_elem_size(op->elem)
+                                                               : herd_wire_type_size(op->wire));
         const char *kind = op->kind == MPI_OP_ALLREDUCE        ? "allreduce"
                            : op->kind == MPI_OP_REDUCE_SCATTER ? "reduce-scatter"
+                           : op->kind == MPI_OP_ADASUM         ? "adasum"
                                                                : "all-gather";
         char name[80];
         snprintf(name, sizeof name, "%s %s", kind, op->tag);

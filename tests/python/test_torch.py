@@ -51,8 +51,9 @@ def two_ranks_traced(tmp_path_factory):
     training case and test_timeline read (one launch of two PyTorch ranks instead of two)."""
     launcher(2)  # skips without MPI
     where = tmp_path_factory.mktemp("two")
-    rc, out = run(where, 2, "train", "1", "none", "+", "unjoined", env={"HERD_TIMELINE": str(where / "tl.json")})
+    rc, out = run(where, 2, *"train 1 none + unjoined + adasum".split(), env={"HERD_TIMELINE": str(where / "tl.json")})
     assert rc == 0, out
+    (where / "output.txt").write_text(out)
     assert out.count("ok: join refused without announcements") == 2, out
     return where
 
@@ -61,7 +62,8 @@ def two_ranks_traced(tmp_path_factory):
 # turn), the collectives last: every launch imports PyTorch on every rank.
 JOBS = {2: "train 2 none" + ("" if REPEAT else " + train 1 fp16 + syncbn 0 + contrastive 0 + sampler first + sparse 1")
            + " + syncbn 1 + contrastive 1 + sparse 0 + collectives + process_sets + join 2 + join_refused",
-        3: "train 1 none + syncbn 1 + contrastive 1 + sparse 0 + collectives + process_sets + join 3 + join_refused"}
+        3: "train 1 none + syncbn 1 + contrastive 1 + sparse 0 + collectives + process_sets + join 3 + join_refused"
+           " + adasum"}
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +145,8 @@ def test_timeline(two_ranks_traced):
         buckets = [e for e in events if e.get("pid") == rank and e.get("name", "").startswith("allreduce gradient bucket")]
         assert len(buckets) == 20 and all(e["tid"] == 1 and e["args"]["bytes"] > 0 for e in buckets), buckets[:3]
         assert [e["args"]["step"] for e in buckets] == list(range(1, 21))  # one bucket (1 MiB) a step
+        adasum = [e for e in events if e.get("pid") == rank and e.get("name", "").startswith("adasum adasum bucket")]
+        assert adasum and all(e["tid"] == 1 and e["args"]["bytes"] > 0 for e in adasum), adasum[:3]
 
 
 @pytest.mark.parametrize("np_", [2] if REPEAT else [2, 3])
@@ -156,8 +160,19 @@ def test_collectives(ranks_job, np_):
                   "allreduce Min, Max and Product, 10 dtypes (a NaN on one rank wins)",
                   "Min, Max and Product in place, async, scaled and grouped",
                   "gradients through Min (ties shared), Max and Product (zeros included)",
-                  "Min, Max and Product: bad calls raise herd's message on every rank",
-                  "allreduce and grouped_allreduce with op=Adasum: the tree's values, per tensor",
+                  "Min, Max and Product: bad calls raise herd's message on every rank"]:
+        assert len(re.findall(re.escape("ok: " + check), out)) == np_, (check, out)
+
+
+@pytest.mark.parametrize("np_", [2] if REPEAT else [2, 3])
+def test_adasum(request, ranks_job, np_):
+    """op=hvd.Adasum: on 2 ranks in the traced job (its buckets in the timeline), on 3 in the other."""
+    if np_ == 2:
+        where = request.getfixturevalue("two_ranks_traced")
+        out = (where / "output.txt").read_text()
+    else:
+        _, out = ranks_job(np_)
+    for check in ["allreduce and grouped_allreduce with op=Adasum: the tree's values, per tensor",
                   "Adasum in place, scaled, async, in float16 and bfloat16, and compressed",
                   "Adasum: bad calls raise herd's message on every rank",
                   "DistributedOptimizer(op=Adasum): one process's replicas within"]:

@@ -34,7 +34,7 @@ join K: uneven data: rank r trains 6 - r steps of 8 samples (the CNN, SGD with m
 unjoined: hvd.join() in a job started without join: refused on every rank, saying how.
 join_refused: the last rank joins at once; the others' broadcast raises on them and in the
   joined rank's join(), naming the reason; then every rank sums once more, in step.
-adasum: Horovod's Adasum alone (collectives runs it too).
+adasum: Horovod's Adasum (allreduce and DistributedOptimizer) against the tree folded here.
 cuda_collectives: the same on CUDA tensors (float32 summed in GPU memory by herd, the
   rest through host memory).
 raise: rank 1 raises before a collective the others are in.
@@ -377,7 +377,6 @@ def collectives():
     ])
     ok("bad calls raise herd's message on every rank")
     min_max_product()
-    adasum()
 
 
 def min_max_product():
