@@ -331,8 +331,8 @@ def _integer_sum_async_(tensor, average, op, compression, prescale_factor, posts
 
 def allreduce_async_(tensor, average=None, name=None, op=None, compression=Compression.none,
                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
-    """Starts an in-place sum (op=Sum) or mean (op=Average, the default) over the ranks
-    (of process_set)."""
+    """Starts an in-place sum (op=Sum), mean (op=Average, the default), min, max, product
+    or Adasum over the ranks (of process_set)."""
     what = f"allreduce {name}" if name else "allreduce"
     _check(tensor, what)
     ps = _ps._of(process_set, what)
@@ -486,9 +486,9 @@ def _differentiable(tensor):
 
 def allreduce(tensor, average=None, name=None, op=None, compression=Compression.none,
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
-    """The mean (op=Average, the default), sum, min, max or product over the ranks (of
-    process_set), in a new tensor. Differentiable: the gradient of the ranks' summed loss
-    (for a mean or sum, the same reduction of the output's)."""
+    """The mean (op=Average, the default), sum, min, max, product or Adasum over the ranks
+    (of process_set), in a new tensor. Differentiable (but Adasum): the gradient of the
+    ranks' summed loss (for a mean or sum, the same reduction of the output's)."""
     if _differentiable(tensor) and _adasum.is_adasum(op, average):
         _adasum.refuse_gradient("allreduce")
     if _differentiable(tensor) and _reduce_ops.is_elementwise(op, average):

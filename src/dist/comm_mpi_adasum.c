@@ -55,8 +55,7 @@ static void store(herd_dtype t, void *x, size_t i, double v)
 typedef struct adasum_run {
     comm_mpi *m;
     herd_dtype type;
-    size_t elem;
-    MPI_Datatype wire; /* bytes: the 16-bit types have no MPI type of their own */
+    size_t elem; /* the values travel as bytes: the 16-bit types have no MPI type */
     const int64_t *counts;
     size_t tensors;
     double *stats, *peer_stats; /* 3 per tensor: a.b, |a|^2, |b|^2 */
