@@ -810,6 +810,10 @@ def cuda_collectives():
     assert torch.equal(rows.cpu(), torch.cat([torch.full((R + 1, 2), float(100 * r + R)) for r in range(N)])), rows
     assert top.device == dev and top.tolist() == [float(N - 1), 0.0], top
     ok("cuda: allgather_async, reducescatter_async, alltoall_async and a max")
+    v = [torch.sin(torch.arange(40.0) * (r + 1)) for r in range(N)]
+    ada = hvd.allreduce(v[R].to(dev), op=hvd.Adasum)  # through host memory
+    assert ada.device == dev and torch.equal(ada.cpu(), hvd.allreduce(v[R], op=hvd.Adasum)), ada
+    ok("cuda: Adasum, the CPU's bits")
     if torch.cuda.device_count() > 1 and "cuda: not built" not in herd.build_info()["build"]:
         other = torch.device("cuda", (dev.index + 1) % torch.cuda.device_count())
         try:
