@@ -61,9 +61,10 @@ def two_ranks_traced(tmp_path_factory):
 # The other cases of each rank count share a launch (torch_ranks.py runs its modes in
 # turn), the collectives last: every launch imports PyTorch on every rank.
 JOBS = {2: "train 2 none" + ("" if REPEAT else " + train 1 fp16 + syncbn 0 + contrastive 0 + sampler first + sparse 1")
-           + " + syncbn 1 + contrastive 1 + sparse 0 + collectives + process_sets + join 2 + join_refused",
+           + " + syncbn 1 + contrastive 1 + sparse 0 + collectives + process_sets + join 2 + join_refused"
+           " + join_timeline",
         3: "train 1 none + syncbn 1 + contrastive 1 + sparse 0 + collectives + process_sets + join 3 + join_refused"
-           " + adasum"}
+           " + join_timeline + adasum"}
 
 
 @pytest.fixture(scope="module")
@@ -127,6 +128,7 @@ def test_join_uneven_steps_equal_one_process(one_process, ranks_job, np_):
     where, out = ranks_job(np_)
     assert out.count("ok: join: uneven steps") == np_, out
     assert out.count("ok: join: a broadcast or an Adasum with a joined rank raises on every rank") == np_, out
+    assert out.count("ok: join: a timeline written while a rank has joined") == np_, out
     one = one_process.parent / f"weights-join-of-{np_}.pt"
     assert max_difference(one, where / f"weights-join-of-{np_}.pt") <= 1e-5
 

@@ -31,6 +31,8 @@ join K: uneven data: rank r trains 6 - r steps of 8 samples (the CNN, SGD with m
   name rank 0 (the last to join), whose parameters it then broadcasts; one process (N 1)
   simulates K ranks: each step the mean over K of the gradients of the ranks still
   training. Rank 0 saves OUT/weights-join-of-K.pt.
+join_timeline: the last rank joins early while rank 0's DistributedOptimizer writes the
+  timeline (every 100 steps, a collective): the joined rank takes part.
 unjoined: hvd.join() in a job started without join: refused on every rank, saying how.
 join_refused: the last rank joins at once; the others' broadcast raises on them and in the
   joined rank's join(), naming the reason; then every rank sums once more, in step.
@@ -734,6 +736,30 @@ def join_uneven(k):
     ok("join: uneven steps")
 
 
+def join_timeline():
+    """The last rank joins after 10 steps while rank 0 takes 101 with a timeline on, whose
+    DistributedOptimizer writes it at step 100 (a collective of every rank, announced): the
+    joined rank takes part, and the file holds both ranks' steps."""
+    path = f"{out}/join-timeline-{N}.json"
+    hvd.start_timeline(path)
+    torch.manual_seed(5)
+    net = torch.nn.Linear(4, 2)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.01),
+                                   named_parameters=net.named_parameters())
+    for _ in range(101 if R == 0 else 10 if R == N - 1 else 50):
+        opt.zero_grad()
+        net(torch.ones(2, 4)).sum().backward()
+        opt.step()
+    assert hvd.join() == 0
+    hvd.stop_timeline()
+    if R == 0:
+        import json
+        events = json.load(open(path))["traceEvents"]
+        steps = {r: sum(1 for e in events if e.get("pid") == r and e.get("name") == "step") for r in range(N)}
+        assert steps[0] == 101 and steps[N - 1] == 10, steps
+    ok("join: a timeline written while a rank has joined")
+
+
 def unjoined():
     try:
         hvd.join()
@@ -873,6 +899,7 @@ def elastic(kill):
 for mode, *args in tasks:
     {"train": lambda: train(int(args[0]), args[1], *args[2:3]), "collectives": collectives, "process_sets": process_sets,
      "join": lambda: join_uneven(int(args[0])), "join_refused": join_refused, "unjoined": unjoined,
+     "join_timeline": join_timeline,
      "syncbn": lambda: syncbn(int(args[0]), *args[1:2]), "contrastive": lambda: contrastive(int(args[0])),
      "sampler": lambda: sampler(args[0]), "sparse": lambda: sparse(int(args[0])),
      "cuda_collectives": cuda_collectives, "adasum": adasum,
