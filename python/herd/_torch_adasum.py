@@ -18,6 +18,12 @@ from herd import _torch_join as _join
 from herd import torch as hvd
 
 _COMPRESSED = {"fp16": torch.float16, "bf16": torch.bfloat16}
+# dtype -> staging buffers that no Adasum in flight holds, kept for the next ones (as many
+# as were in flight at once, as DistributedOptimizer's compressed buckets are, up to
+# _SPARES): a fresh one each call costs the first touch of its pages, at 16 MiB as much as
+# the Adasum itself on this project's machine.
+_spare = {}
+_SPARES = 16
 
 
 def is_adasum(op, average):
@@ -42,10 +48,16 @@ def start(tensors, compression, prescale, postscale, what, name, ps, parts=None)
     # One buffer in host memory unless a single CPU tensor is combined as it is.
     single = len(tensors) == 1 and not tensors[0].is_cuda and tensors[0].is_contiguous() and wire is None \
         and pre == 1.0
+    staged = None
     if single:
         work = tensors[0].view(-1)
     else:
-        work = torch.cat([t.detach().reshape(-1).to("cpu", wire or dtype) for t in tensors])
+        staged = _Staged(sum(t.numel() for t in tensors), wire or dtype, len(tensors))
+        work, at = staged.work, 0
+        with torch.no_grad():
+            for t in tensors:
+                work[at:at + t.numel()].copy_(t.reshape(-1))
+                at += t.numel()
         if pre != 1.0:
             work.mul_(pre)
     counts = torch.tensor(parts or [t.numel() for t in tensors], dtype=torch.int64)
@@ -56,17 +68,36 @@ def start(tensors, compression, prescale, postscale, what, name, ps, parts=None)
     handles, at = [], 0
     for t in tensors:
         h = hvd._Handle(t, ticket, None if post == 1.0 else post, keep=(work, counts), set_id=ps.process_set_id)
-        if not single:
-            h.finish = _copier(h, t, work, at)
+        if staged is not None:
+            h.finish = _copier(h, t, staged, at)
         at += t.numel()
         handles.append(h)
     return handles
 
 
-def _copier(h, t, work, at):
+class _Staged:
+    """A staging buffer of n values (a spare one when big enough), handed back once each of
+    the group's tensors has taken its part out."""
+
+    def __init__(self, n, dtype, users):
+        pool = _spare.setdefault(dtype, [])
+        fits = [i for i, b in enumerate(pool) if b.numel() >= n]
+        self.base = pool.pop(min(fits, key=lambda i: pool[i].numel())) if fits else torch.empty(n, dtype=dtype)
+        self.work = self.base[:n]
+        self.users = users
+
+    def taken(self):
+        self.users -= 1
+        pool = _spare[self.base.dtype]
+        if self.users == 0 and len(pool) < _SPARES:
+            pool.append(self.base)
+
+
+def _copier(h, t, staged, at):
     def finish():
         with torch.no_grad():
-            t.copy_(work[at:at + t.numel()].view_as(t))
+            t.copy_(staged.work[at:at + t.numel()].view_as(t))
+        staged.taken()
         h.tensor = t
     return finish
 

@@ -495,6 +495,9 @@ def adasum():
     assert float((torch.cat([group[0], group[1].reshape(-1)]) - want).abs().max()) < 1e-12, (group, want)
     alone = hvd.allreduce(b, op=hvd.Adasum)  # a tensor's own coefficients, grouped or not
     assert float((alone - group[1]).abs().max()) < 1e-12
+    small = hvd.grouped_allreduce([a[:3], b[1]], op=hvd.Adasum)  # in the first group's staging buffer
+    want = adasum_tree([torch.cat([mine(r, 3), mine(r + 10, 40).reshape(8, 5)[1]]) for r in range(N)], [3, 5])
+    assert float((torch.cat(small) - want).abs().max()) < 1e-12, (small, want)
     ok("allreduce and grouped_allreduce with op=Adasum: the tree's values, per tensor")
     x = mine(R, 30, torch.float32)
     hvd.allreduce_(x, op=hvd.Adasum, prescale_factor=2.0, postscale_factor=0.25)
