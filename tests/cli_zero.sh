@@ -162,6 +162,7 @@ if [ $ckpt = 1 ]; then
       res="$tmp/res_$np$*.st"
       train "$np" "${ck[@]}" --batch-size "$b" "$@" --checkpoint-dir "$tmp/ckr" --resume \
         --save "$res" >"$tmp/res.out" 2>&1
+      cp "$tmp/res.out" "${res%.st}.out"
       what="$o: saved by 3 ranks with --zero 1, resumed by $np ${*:-without ZeRO}"
       check "$what: exit 0" test $? -eq 0
       if [ $np = 3 ]; then
@@ -173,8 +174,11 @@ if [ $ckpt = 1 ]; then
         check "$what: the never-stopped weights within 1e-6 ($d)" within "$d" 1e-6
       fi
     done
-    check "$o: resumed by 2 with --zero 2: bitwise as plain data parallelism resumed" \
-      cmp -s "$tmp/res_2--zero 2.st" "$tmp/res_2.st"
+    # (it failed once in 40-odd suite runs, 2026-12-06, not reproduced since: the note says
+    # what differed, should it fail again)
+    same_bytes "$o: resumed by 2 with --zero 2: bitwise as plain data parallelism resumed" \
+      "$tmp/res_2--zero 2.st" "$tmp/res_2.st" \
+      "train_loss $(key train_loss "$tmp/res_2--zero 2.out") and $(key train_loss "$tmp/res_2.out")"
     rm -rf "$tmp/ck3"
   done
 fi

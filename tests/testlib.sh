@@ -119,6 +119,38 @@ assert a.keys() == b.keys()
 print("%.3g" % max(abs(x - y) / max(1.0, abs(y)) for k in a for x, y in zip(a[k], b[k])))
 PY
 }
+# same_bytes WHAT A B [NOTE]: the check that files A and B hold the same bytes; when they do
+# not, its name says which tensors of the two safetensors files differ and by how much,
+# and NOTE, so that a rare failure can be read from the log alone.
+same_bytes() {
+  if cmp -s "$2" "$3"; then
+    check "$1" true
+  else
+    check "$1 (differ: $(tensors_differ "$2" "$3")${4:+; $4})" false
+  fi
+}
+# tensors_differ A B: the tensors of two safetensors files whose values differ, each with its
+# largest difference and how many values differ (at most 5 named), or what else differs.
+tensors_differ() {
+  python3 - "$1" "$2" <<'PY' 2>&1 | tail -n 1
+import json, struct, sys
+def load(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    return {k: struct.unpack("<%df" % ((v["data_offsets"][1] - v["data_offsets"][0]) // 4),
+                             raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in head.items() if k != "__metadata__" and v.get("dtype") == "F32"}, head.get("__metadata__")
+(a, ma), (b, mb) = load(sys.argv[1]), load(sys.argv[2])
+if a.keys() != b.keys():
+    print("other tensors: %s" % sorted(set(a) ^ set(b)))
+else:
+    bad = [(k, max(abs(x - y) for x, y in zip(a[k], b[k])), sum(x != y for x, y in zip(a[k], b[k])))
+           for k in sorted(a) if a[k] != b[k]]
+    print("; ".join("%s: %.3g, %d values" % t for t in bad[:5]) if bad else
+          "the same tensors, other metadata: %s against %s" % (ma, mb))
+PY
+}
 # key NAME FILE: the value of NAME=... in FILE (a summary line's figure).
 key() { grep -o "$1=[0-9.]*" "$2" | cut -d= -f2; }
 # bf16_as_one WHAT ONE OTHER: the last loss in OTHER's summary (a bf16 run split some way)
