@@ -11,6 +11,8 @@ The optimizer is Horovod's delta optimizer: when a bucket's gradients are ready,
 its parameters takes the wrapped optimizer's step on this rank's gradient alone, and the
 change it made (the delta) is what the ranks combine; the combined delta is added to the
 parameters at synchronize(). Its state (momentum, Adam's moments) stays each rank's own."""
+import threading
+
 import torch
 
 from herd import HerdError, InvalidArgument, _herd
@@ -24,6 +26,7 @@ _COMPRESSED = {"fp16": torch.float16, "bf16": torch.bfloat16}
 # the Adasum itself on this project's machine.
 _spare = {}
 _SPARES = 16
+_spare_lock = threading.Lock()  # gradient hooks of CUDA parameters run on PyTorch's own threads
 
 
 def is_adasum(op, average):
@@ -80,17 +83,21 @@ class _Staged:
     the group's tensors has taken its part out."""
 
     def __init__(self, n, dtype, users):
-        pool = _spare.setdefault(dtype, [])
-        fits = [i for i, b in enumerate(pool) if b.numel() >= n]
-        self.base = pool.pop(min(fits, key=lambda i: pool[i].numel())) if fits else torch.empty(n, dtype=dtype)
+        with _spare_lock:
+            pool = _spare.setdefault(dtype, [])
+            fits = [i for i, b in enumerate(pool) if b.numel() >= n]
+            self.base = pool.pop(min(fits, key=lambda i: pool[i].numel())) if fits else None
+        if self.base is None:
+            self.base = torch.empty(n, dtype=dtype)
         self.work = self.base[:n]
         self.users = users
 
     def taken(self):
         self.users -= 1
-        pool = _spare[self.base.dtype]
-        if self.users == 0 and len(pool) < _SPARES:
-            pool.append(self.base)
+        with _spare_lock:
+            pool = _spare[self.base.dtype]
+            if self.users == 0 and len(pool) < _SPARES:
+                pool.append(self.base)
 
 
 def _copier(h, t, staged, at):
