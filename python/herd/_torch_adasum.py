@@ -7,9 +7,11 @@ double). Unlike Horovod's, any number of ranks (the ranks past a power of two fo
 first), process sets, and the formula at every norm (Horovod's code adds tensors whose
 squared norm is below 1e-8 instead).
 
-The optimizer is Horovod's delta optimizer: when a bucket's gradients are ready, each of
-its parameters takes the wrapped optimizer's step on this rank's gradient alone, and the
-change it made (the delta) is what the ranks combine; the combined delta is added to the
+The optimizer is Horovod's delta optimizer: when a bucket's gradients are ready, its
+parameters take the wrapped optimizer's step (one call for the bucket, where Horovod makes
+one a parameter: the same values for torch's optimizers, which update each parameter on its
+own) on this rank's gradients alone, and the change it made (the delta) is what the ranks
+combine; the combined delta is added to the
 parameters at synchronize(). Its state (momentum, Adam's moments) stays each rank's own."""
 import threading
 
@@ -116,22 +118,23 @@ class AdasumSteps:
 
     def _launch(self, b):
         with torch.no_grad():
+            # Parameters without a gradient (not used this step here) make no change.
+            before = {id(p): p.detach().clone() for p in b.params if p.grad is not None}
             stashed = [group["params"] for group in self.param_groups]
-            try:
-                for p, at in zip(b.params, b.offsets):
-                    delta = b.flat[at:at + p.numel()]
-                    if p.grad is None:  # not used this step here: no change of this rank's
-                        delta.zero_()
-                        continue
-                    before = p.detach().clone()
-                    for group, params in zip(self.param_groups, stashed):
-                        group["params"] = [p] if any(q is p for q in params) else []
-                    super(self.__class__, self).step()  # the wrapped optimizer, on p alone
-                    delta.copy_((p.detach() - before).reshape(-1))
-                    p.copy_(before)
+            try:  # one step of the wrapped optimizer on the bucket's parameters alone
+                for group, params in zip(self.param_groups, stashed):
+                    group["params"] = [q for q in params if id(q) in before]
+                super(self.__class__, self).step()
             finally:
                 for group, params in zip(self.param_groups, stashed):
                     group["params"] = params
+            for p, at in zip(b.params, b.offsets):
+                delta = b.flat[at:at + p.numel()]
+                if id(p) not in before:
+                    delta.zero_()
+                    continue
+                torch.sub(p.detach().reshape(-1), before[id(p)].reshape(-1), out=delta)
+                p.copy_(before[id(p)])
         _herd.set_activity(f"herd.torch: backward, Adasum of bucket {b.index + 1} of {len(self._buckets)}")
         b.handle = start([b.flat], self._compression if b.dtype == torch.float32 else "none", 1.0, 1.0,
                          "DistributedOptimizer", f"adasum bucket {b.index + 1}", self._process_set,
