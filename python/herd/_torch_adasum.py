@@ -9,7 +9,7 @@ squared norm is below 1e-8 instead).
 
 The optimizer is Horovod's delta optimizer: when a bucket's gradients are ready, its
 parameters take the wrapped optimizer's step (one call for the bucket, where Horovod makes
-one a parameter: the same values for torch's optimizers, which update each parameter on its
+one a parameter: the same values for torch's gradient-descent optimizers, which update each parameter on its
 own) on this rank's gradients alone, and the change it made (the delta) is what the ranks
 combine; the combined delta is added to the
 parameters at synchronize(). Its state (momentum, Adam's moments) stays each rank's own."""
