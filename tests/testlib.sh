@@ -103,9 +103,9 @@ kill_rank() {
 progress() {
   sed -n "s/^herd-progress step=\([0-9]*\) time=[0-9.]* restarts=$(($2 - 1)) .*/\1/p" "$1/progress" 2>/dev/null
 }
-# maxdiff A B: the largest |a - b| / max(1, |b|) over two safetensors files' tensors.
-maxdiff() {
-  python3 - "$1" "$2" <<'PY'
+# The Python that reads two safetensors files' float32 tensors (argv 1 and 2) into a, b and
+# their metadata into ma, mb: maxdiff's and tensors_differ's.
+safetensors_pair_py='
 import json, struct, sys
 def load(path):
     raw = open(path, "rb").read()
@@ -113,11 +113,14 @@ def load(path):
     head = json.loads(raw[8:8 + n])
     return {k: struct.unpack("<%df" % ((v["data_offsets"][1] - v["data_offsets"][0]) // 4),
                              raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
-            for k, v in head.items() if k != "__metadata__"}
-a, b = load(sys.argv[1]), load(sys.argv[2])
+            for k, v in head.items() if k != "__metadata__" and v.get("dtype") == "F32"}, head.get("__metadata__")
+(a, ma), (b, mb) = load(sys.argv[1]), load(sys.argv[2])
+'
+# maxdiff A B: the largest |a - b| / max(1, |b|) over two safetensors files' tensors.
+maxdiff() {
+  python3 -c "$safetensors_pair_py"'
 assert a.keys() == b.keys()
-print("%.3g" % max(abs(x - y) / max(1.0, abs(y)) for k in a for x, y in zip(a[k], b[k])))
-PY
+print("%.3g" % max(abs(x - y) / max(1.0, abs(y)) for k in a for x, y in zip(a[k], b[k])))' "$1" "$2"
 }
 # same_bytes WHAT A B [NOTE]: the check that files A and B hold the same bytes; when they do
 # not, its name says which tensors of the two safetensors files differ and by how much,
@@ -132,24 +135,14 @@ same_bytes() {
 # tensors_differ A B: the tensors of two safetensors files whose values differ, each with its
 # largest difference and how many values differ (at most 5 named), or what else differs.
 tensors_differ() {
-  python3 - "$1" "$2" <<'PY' 2>&1 | tail -n 1
-import json, struct, sys
-def load(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    head = json.loads(raw[8:8 + n])
-    return {k: struct.unpack("<%df" % ((v["data_offsets"][1] - v["data_offsets"][0]) // 4),
-                             raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
-            for k, v in head.items() if k != "__metadata__" and v.get("dtype") == "F32"}, head.get("__metadata__")
-(a, ma), (b, mb) = load(sys.argv[1]), load(sys.argv[2])
+  python3 -c "$safetensors_pair_py"'
 if a.keys() != b.keys():
     print("other tensors: %s" % sorted(set(a) ^ set(b)))
 else:
     bad = [(k, max(abs(x - y) for x, y in zip(a[k], b[k])), sum(x != y for x, y in zip(a[k], b[k])))
            for k in sorted(a) if a[k] != b[k]]
     print("; ".join("%s: %.3g, %d values" % t for t in bad[:5]) if bad else
-          "the same tensors, other metadata: %s against %s" % (ma, mb))
-PY
+          "the same tensors, other metadata: %s against %s" % (ma, mb))' "$1" "$2" 2>&1 | tail -n 1
 }
 # key NAME FILE: the value of NAME=... in FILE (a summary line's figure).
 key() { grep -o "$1=[0-9.]*" "$2" | cut -d= -f2; }
