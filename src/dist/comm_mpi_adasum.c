@@ -15,8 +15,8 @@
  * tree (a or b) is the rank's bit k, the same on every rank.
  *
  * Rank counts that are not a power of two (Horovod refuses them): the ranks past the
- * largest power of two P first hand their whole vector to rank - P, which combines the
- * two, and get the result back at the end.
+ * largest power of two P are first combined into rank - P, as one level of the tree
+ * between the two, and get the result back at the end.
  *
  * The arithmetic is in double; the values stay in their type between levels (16-bit
  * values too: half the bytes on the wire, as Horovod's fp16 Adasum).
@@ -140,29 +140,33 @@ static void partial_stats(adasum_run *r, const void *a, const void *b, size_t lo
     }
 }
 
-/* The stats summed over the 2^(level+1) ranks whose ranks differ from ours in bits
- * 0..level only, by recursive doubling: each step adds the lower rank's to the upper's
- * in that order on both sides, so all of them end with the same bits. */
-static int group_sum(adasum_run *r, int rank, int level)
+/* The stats summed with peer's: the lower rank's first on both sides, so both end with
+ * the same bits. */
+static int pair_sum(adasum_run *r, int rank, int peer)
 {
     size_t n = 3 * r->tensors;
-    for (int j = 0; j <= level; j++) {
-        int peer = rank ^ (1 << j);
-        MPI_Request rq, sq;
-        int rc = MPI_Irecv(r->peer_stats, (int)n, MPI_DOUBLE, peer, ADASUM_TAG, r->m->world, &rq);
-        if (rc == MPI_SUCCESS)
-            rc = MPI_Isend(r->stats, (int)n, MPI_DOUBLE, peer, ADASUM_TAG, r->m->world, &sq);
-        if (rc == MPI_SUCCESS)
-            rc = comm_mpi_wait_request(r->m, &rq);
-        if (rc == MPI_SUCCESS)
-            rc = comm_mpi_wait_request(r->m, &sq);
-        if (rc != MPI_SUCCESS)
-            return rc;
-        bool lower = rank < peer;
-        for (size_t i = 0; i < n; i++)
-            r->stats[i] = lower ? r->stats[i] + r->peer_stats[i] : r->peer_stats[i] + r->stats[i];
-    }
-    return MPI_SUCCESS;
+    MPI_Request rq, sq;
+    int rc = MPI_Irecv(r->peer_stats, (int)n, MPI_DOUBLE, peer, ADASUM_TAG, r->m->world, &rq);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Isend(r->stats, (int)n, MPI_DOUBLE, peer, ADASUM_TAG, r->m->world, &sq);
+    if (rc == MPI_SUCCESS)
+        rc = comm_mpi_wait_request(r->m, &rq);
+    if (rc == MPI_SUCCESS)
+        rc = comm_mpi_wait_request(r->m, &sq);
+    bool lower = rank < peer;
+    for (size_t i = 0; rc == MPI_SUCCESS && i < n; i++)
+        r->stats[i] = lower ? r->stats[i] + r->peer_stats[i] : r->peer_stats[i] + r->stats[i];
+    return rc;
+}
+
+/* The stats summed over the 2^(level+1) ranks whose ranks differ from ours in bits
+ * 0..level only, by recursive doubling: all of them end with the same bits. */
+static int group_sum(adasum_run *r, int rank, int level)
+{
+    int rc = MPI_SUCCESS;
+    for (int j = 0; j <= level && rc == MPI_SUCCESS; j++)
+        rc = pair_sum(r, rank, rank ^ (1 << j));
+    return rc;
 }
 
 /* out[i] = ca a[i] + cb b[i] over [from, to), in double (out may be a or b). */
@@ -202,29 +206,39 @@ static void combine(adasum_run *r, void *out, const void *a, const void *b, size
     }
 }
 
+/* One level of the tree between this rank and peer over x[lo, hi): the lower rank (the
+ * tree's a side) keeps the first half, the other the second; each receives the peer's
+ * values of its half into `other`, sums the half's stats over `level`'s group (-1: with
+ * the peer alone) and combines it in place. [*keep_lo, *keep_hi): the half kept. */
+static int level_step(adasum_run *r, char *x, size_t lo, size_t hi, void *other, int rank, int peer,
+                      int level, size_t *keep_lo, size_t *keep_hi)
+{
+    bool lower = rank < peer;
+    size_t elem = r->elem, mid = lo + (hi - lo) / 2;
+    *keep_lo = lower ? lo : mid;
+    *keep_hi = lower ? mid : hi;
+    size_t give_lo = lower ? mid : lo, give_hi = lower ? hi : mid;
+    int rc = exchange(r, x + give_lo * elem, give_hi - give_lo, other, *keep_hi - *keep_lo, peer);
+    char *mine = x + *keep_lo * elem;
+    const void *a = lower ? (const void *)mine : other, *b = lower ? other : (const void *)mine;
+    if (rc == MPI_SUCCESS) {
+        partial_stats(r, a, b, *keep_lo, *keep_hi);
+        rc = level < 0 ? pair_sum(r, rank, peer) : group_sum(r, rank, level);
+    }
+    if (rc == MPI_SUCCESS)
+        combine(r, mine, a, b, *keep_lo, *keep_hi);
+    return rc;
+}
+
 /* Among ranks 0..pow2-1: x becomes the tree's combination of their vectors. */
 static int halve_and_double(adasum_run *r, char *x, size_t n, void *other, int rank, int pow2)
 {
     size_t elem = r->elem, lo_at[32], hi_at[32], lo = 0, hi = n;
     int levels = 0, rc = MPI_SUCCESS;
     for (int bit = 1; bit < pow2 && rc == MPI_SUCCESS; bit *= 2, levels++) {
-        bool lower = !(rank & bit); /* keeps the first half, and is the tree's a side */
-        size_t mid = lo + (hi - lo) / 2;
-        size_t keep_lo = lower ? lo : mid, keep_hi = lower ? mid : hi;
-        size_t give_lo = lower ? mid : lo, give_hi = lower ? hi : mid;
         lo_at[levels] = lo;
         hi_at[levels] = hi;
-        rc = exchange(r, x + give_lo * elem, give_hi - give_lo, other, keep_hi - keep_lo, rank ^ bit);
-        char *mine = x + keep_lo * elem;
-        const void *a = lower ? (const void *)mine : other, *b = lower ? other : (const void *)mine;
-        if (rc == MPI_SUCCESS) {
-            partial_stats(r, a, b, keep_lo, keep_hi);
-            rc = group_sum(r, rank, levels);
-        }
-        if (rc == MPI_SUCCESS)
-            combine(r, mine, a, b, keep_lo, keep_hi);
-        lo = keep_lo;
-        hi = keep_hi;
+        rc = level_step(r, x, lo_at[levels], hi_at[levels], other, rank, rank ^ bit, levels, &lo, &hi);
     }
     /* Back down the levels: each rank's combined part to its partners. */
     for (int k = levels - 1; k >= 0 && rc == MPI_SUCCESS; k--) {
@@ -235,6 +249,21 @@ static int halve_and_double(adasum_run *r, char *x, size_t n, void *other, int r
         lo = lo_at[k];
         hi = hi_at[k];
     }
+    return rc;
+}
+
+/* Rank i and rank i + pow2 combined into rank i's x, as one level of the tree between the
+ * two (each combines half; rank i + pow2 then hands its half over), so that neither
+ * does all of it while the other waits. */
+static int fold(adasum_run *r, char *x, size_t n, void *other, int rank, int peer)
+{
+    size_t lo, hi;
+    int rc = level_step(r, x, 0, n, other, rank, peer, -1, &lo, &hi);
+    size_t mid = n / 2, elem = r->elem;
+    if (rc == MPI_SUCCESS && rank < peer)
+        rc = exchange(r, NULL, 0, x + mid * elem, n - mid, peer);
+    else if (rc == MPI_SUCCESS)
+        rc = exchange(r, x + lo * elem, hi - lo, NULL, 0, peer);
     return rc;
 }
 
@@ -261,19 +290,14 @@ int comm_mpi_adasum(comm_mpi *m, const mpi_op *op, char *err, size_t cap)
     r.peer_stats = r.stats + 3 * r.tensors;
     char *x = op->data;
     int rc = MPI_SUCCESS;
-    if (rank >= pow2) { /* folded in: hand the vector over, get the result back */
-        rc = exchange(&r, x, n, NULL, 0, rank - pow2);
+    if (rank >= pow2) { /* folded in: half combined here, the result back at the end */
+        rc = fold(&r, x, n, other, rank, rank - pow2);
         if (rc == MPI_SUCCESS)
             rc = exchange(&r, NULL, 0, x, n, rank - pow2);
     } else {
         bool folds = rank + pow2 < size; /* this rank's vector is a, the folded-in rank's b */
-        if (folds) {
-            rc = exchange(&r, NULL, 0, other, n, rank + pow2);
-            if (rc == MPI_SUCCESS) {
-                partial_stats(&r, x, other, 0, n);
-                combine(&r, x, x, other, 0, n);
-            }
-        }
+        if (folds)
+            rc = fold(&r, x, n, other, rank, rank + pow2);
         if (rc == MPI_SUCCESS)
             rc = halve_and_double(&r, x, n, other, rank, pow2);
         if (rc == MPI_SUCCESS && folds)
