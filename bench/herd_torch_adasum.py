@@ -3,12 +3,11 @@ split into tensors of 1 MiB: Adasum's coefficients are per tensor), and the same
 grouped_allreduce. Run under herd run -np N; rank 0 prints one line of medians of 5
 repeats of CALLS calls, after 3 warm-up calls, in ms (bench/herd_torch_adasum.sh)."""
 import argparse
-import statistics
-import time
 
 import torch
 
 import herd.torch as hvd
+from bench_timing import median_ms  # bench/, the script's folder
 
 p = argparse.ArgumentParser()
 p.add_argument("--mib", type=float, default=16)
@@ -22,21 +21,9 @@ whole = torch.randn(n, generator=torch.Generator().manual_seed(R))
 parts = list(whole.split(2 ** 18))
 
 
-def timed(fn):
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(a.calls):
-            fn()
-        times.append((time.perf_counter() - t0) / a.calls * 1e3)
-    return statistics.median(times)
-
-
-sum_ms = timed(lambda: hvd.allreduce_(whole, op=hvd.Sum))
-adasum_ms = timed(lambda: hvd.grouped_allreduce_(parts, op=hvd.Adasum))
-one_ms = timed(lambda: hvd.allreduce_(whole, op=hvd.Adasum))
+sum_ms = median_ms(lambda: hvd.allreduce_(whole, op=hvd.Sum), a.calls, warmup=3)
+adasum_ms = median_ms(lambda: hvd.grouped_allreduce_(parts, op=hvd.Adasum), a.calls, warmup=3)
+one_ms = median_ms(lambda: hvd.allreduce_(whole, op=hvd.Adasum), a.calls, warmup=3)
 if R == 0:
     print(f"ranks={N} mib={a.mib:g} sum_ms={sum_ms:.3f} adasum_grouped_ms={adasum_ms:.3f} "
           f"adasum_one_tensor_ms={one_ms:.3f} adasum/sum={adasum_ms / sum_ms:.2f}", flush=True)

@@ -4,12 +4,11 @@ prints one line: the blocking allgather's time, the computation's alone, and the
 overlapped (allgather_async, the computation, synchronize), medians of 5 repeats of 100
 (20 for the overlap) after 20 warm-up calls (bench/herd_torch_allgather.sh)."""
 import argparse
-import statistics
-import time
 
 import torch
 
 import herd.torch as hvd
+from bench_timing import median_ms  # bench/, the script's folder
 
 p = argparse.ArgumentParser()
 p.add_argument("--rows", type=int, default=1000)
@@ -20,20 +19,10 @@ torch.set_num_threads(1)
 R, N = hvd.rank(), hvd.size()
 
 
-def timed(fn, calls):
-    times = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        times.append((time.perf_counter() - t0) / calls * 1e3)
-    return statistics.median(times)
-
-
 t = torch.ones(a.rows + R, 64)
 for _ in range(20):
     hvd.allgather(t)
-blocking = timed(lambda: hvd.allgather(t), 100)
+blocking = median_ms(lambda: hvd.allgather(t), 100)
 big, x = torch.ones(a.overlap_rows + R, 64), torch.randn(256, 256)
 
 
@@ -42,8 +31,8 @@ def compute():
         torch.mm(x, x)
 
 
-gather_big = timed(lambda: hvd.allgather(big), 20)
-alone = timed(compute, 20)
+gather_big = median_ms(lambda: hvd.allgather(big), 20)
+alone = median_ms(compute, 20)
 
 
 def overlapped():
@@ -52,7 +41,7 @@ def overlapped():
     hvd.synchronize(h)
 
 
-both = timed(overlapped, 20)
+both = median_ms(overlapped, 20)
 if R == 0:
     print(f"ranks={N} rows={a.rows} allgather_ms={blocking:.4f} big_allgather_ms={gather_big:.4f} "
           f"compute_ms={alone:.4f} async_plus_compute_ms={both:.4f}", flush=True)

@@ -1,12 +1,11 @@
 """herd.torch's _async collectives on small tensors (4 N x 8 floats: 1 KiB on 8 ranks) in
 Horovod's pattern: 100 started, then each synchronized; medians of 7 after 2 warm-ups. Run
 under herd run -np N; rank 0 prints one line (bench/herd_torch_allgather.sh)."""
-import statistics
-import time
 
 import torch
 
 import herd.torch as hvd
+from bench_timing import median_ms  # bench/, the script's folder
 
 hvd.init()
 torch.set_num_threads(1)
@@ -21,20 +20,9 @@ def many(start):
     return run
 
 
-def timed(fn):
-    for _ in range(2):
-        fn()
-    times = []
-    for _ in range(7):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
-
-
 kinds = [("allgather_async", lambda: hvd.allgather_async(small)),
          ("reducescatter_async", lambda: hvd.reducescatter_async(small, op=hvd.Sum)),
          ("alltoall_async", lambda: hvd.alltoall_async(small))]
-result = {name: timed(many(start)) for name, start in kinds}
+result = {name: median_ms(many(start), repeats=7, warmup=2) for name, start in kinds}
 if hvd.rank() == 0:
     print(f"ranks={N} small_async_x100_ms: " + " ".join(f"{k}={v:.3f}" for k, v in result.items()), flush=True)

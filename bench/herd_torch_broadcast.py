@@ -3,12 +3,11 @@ channels and a batch norm: 350 tensors, 1.9 M parameters, most of them small), f
 0, and the same tensors as Horovod's own broadcast_parameters sends them: every
 broadcast_async_ started, then each synchronized. Run under herd run -np N; rank 0 prints
 the medians of 10 calls after 2 warm-up calls (bench/herd_torch_broadcast.sh)."""
-import statistics
-import time
 
 import torch
 
 import herd.torch as hvd
+from bench_timing import median_ms  # bench/, the script's folder
 
 hvd.init()
 torch.set_num_threads(1)
@@ -22,19 +21,8 @@ def queued():
         hvd.synchronize(h)
 
 
-def timed(fn):
-    for _ in range(2):
-        fn()
-    times = []
-    for _ in range(10):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
-
-
-blocking = timed(lambda: hvd.broadcast_parameters(state, root_rank=0))
-started = timed(queued)
+blocking = median_ms(lambda: hvd.broadcast_parameters(state, root_rank=0), repeats=10, warmup=2)
+started = median_ms(queued, repeats=10, warmup=2)
 if hvd.rank() == 0:
     print(f"ranks={hvd.size()} tensors={len(state)} parameters={sum(t.numel() for t in state.values())} "
           f"broadcast_parameters_ms={blocking:.3f} broadcast_async_all_ms={started:.3f}", flush=True)

@@ -336,13 +336,12 @@ def allreduce_async_(tensor, average=None, name=None, op=None, compression=Compr
     what = f"allreduce {name}" if name else "allreduce"
     _check(tensor, what)
     ps = _ps._of(process_set, what)
-    if _reduce_ops.is_elementwise(op, average):
-        if not tensor.is_contiguous():
-            raise InvalidArgument(f"{what} in place needs a contiguous tensor; use allreduce (a copy)")
+    elementwise, adasum = _reduce_ops.is_elementwise(op, average), _adasum.is_adasum(op, average)
+    if (elementwise or adasum) and not tensor.is_contiguous():
+        raise InvalidArgument(f"{what} in place needs a contiguous tensor; use allreduce (a copy)")
+    if elementwise:
         return _reduce_ops.start(tensor, op, compression, prescale_factor, postscale_factor, what, name, ps)
-    if _adasum.is_adasum(op, average):
-        if not tensor.is_contiguous():
-            raise InvalidArgument(f"{what} in place needs a contiguous tensor; use allreduce (a copy)")
+    if adasum:
         return _adasum.start([tensor], compression, prescale_factor, postscale_factor, what, name, ps)[0]
     if tensor.dtype not in _DTYPES and tensor.dtype not in _INTEGERS:
         raise HerdError(f"{what}: {tensor.dtype} tensors are not reduced; herd sums float32, "

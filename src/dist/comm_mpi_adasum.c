@@ -61,12 +61,12 @@ typedef struct adasum_run {
     double *stats, *peer_stats; /* 3 per tensor: a.b, |a|^2, |b|^2 */
 } adasum_run;
 
-/* Sends n values at send to peer and receives n_recv into recv, both at once, in pieces
+/* Sends `bytes` at send to peer and receives recv_bytes into recv, both at once, in pieces
  * of at most one MPI count. */
-static int exchange(adasum_run *r, const void *send, size_t n, void *recv, size_t n_recv, int peer)
+static int exchange_bytes(adasum_run *r, const void *send, size_t bytes, void *recv, size_t recv_bytes,
+                          int peer)
 {
     int rc = MPI_SUCCESS;
-    size_t bytes = n * r->elem, recv_bytes = n_recv * r->elem;
     for (size_t off = 0; rc == MPI_SUCCESS && (off < bytes || off < recv_bytes); off += COMM_MPI_MAX_PIECE) {
         size_t s = off < bytes ? bytes - off : 0, v = off < recv_bytes ? recv_bytes - off : 0;
         s = s < COMM_MPI_MAX_PIECE ? s : COMM_MPI_MAX_PIECE;
@@ -82,6 +82,12 @@ static int exchange(adasum_run *r, const void *send, size_t n, void *recv, size_
             rc = comm_mpi_wait_request(r->m, &sq);
     }
     return rc;
+}
+
+/* The same of n values of the buffer's type, and n_recv back. */
+static int exchange(adasum_run *r, const void *send, size_t n, void *recv, size_t n_recv, int peer)
+{
+    return exchange_bytes(r, send, n * r->elem, recv, n_recv * r->elem, peer);
 }
 
 /* In LANES partial sums, added in lane order at the end: one fixed order (each part of
@@ -145,14 +151,7 @@ static void partial_stats(adasum_run *r, const void *a, const void *b, size_t lo
 static int pair_sum(adasum_run *r, int rank, int peer)
 {
     size_t n = 3 * r->tensors;
-    MPI_Request rq, sq;
-    int rc = MPI_Irecv(r->peer_stats, (int)n, MPI_DOUBLE, peer, ADASUM_TAG, r->m->world, &rq);
-    if (rc == MPI_SUCCESS)
-        rc = MPI_Isend(r->stats, (int)n, MPI_DOUBLE, peer, ADASUM_TAG, r->m->world, &sq);
-    if (rc == MPI_SUCCESS)
-        rc = comm_mpi_wait_request(r->m, &rq);
-    if (rc == MPI_SUCCESS)
-        rc = comm_mpi_wait_request(r->m, &sq);
+    int rc = exchange_bytes(r, r->stats, n * sizeof *r->stats, r->peer_stats, n * sizeof *r->stats, peer);
     bool lower = rank < peer;
     for (size_t i = 0; rc == MPI_SUCCESS && i < n; i++)
         r->stats[i] = lower ? r->stats[i] + r->peer_stats[i] : r->peer_stats[i] + r->stats[i];
