@@ -33,6 +33,7 @@ static const char bench_help[] =
     "                       --tensor-parallel' does (batch per replica; no one-rank baseline)\n"
     "  --cuda-graphs        replay each step's forward and backward from CUDA graphs (as\n"
     "                       'herd train --cuda-graphs')\n"
+    "  --recompute          re-compute activations in backward (as 'herd train --recompute')\n"
     "  --timeline FILE      trace the steps of all ranks (Chrome trace JSON, see\n"
     "                       'herd train --help'); with several ranks, not rank 0's solo baseline\n"
     "  --json               print the summary as a JSON object\n"
@@ -52,7 +53,8 @@ static int bench_train(int argc, char **argv)
         {"memory-limit", required_argument, 0, 'L'},
         {"timeline", required_argument, 0, 'T'}, {"seq-len", required_argument, 0, 'S'},
         {"tensor-parallel", required_argument, 0, 'X'}, {"lr", required_argument, 0, 'r'},
-        {"cuda-graphs", no_argument, 0, 'g'}, {"help", no_argument, 0, 'h'},
+        {"cuda-graphs", no_argument, 0, 'g'}, {"recompute", no_argument, 0, 'R'},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     const char *model = NULL, *data = "fashion-mnist", *device = NULL;
@@ -61,7 +63,7 @@ static int bench_train(int argc, char **argv)
     const char *timeline = NULL;
     long batch = 128, steps = 50, warmup = 5, threads = 1, seq_len = 0, tensor_parallel = 1;
     double lr = 0.0; /* herd_bench_config's default */
-    bool json = false, cuda_graphs = false;
+    bool json = false, cuda_graphs = false, recompute = false;
     int opt;
     optind = 1;
     while ((opt = cli_getopt(argc, argv, "", opts, NULL)) != -1) {
@@ -78,6 +80,7 @@ static int bench_train(int argc, char **argv)
         case 'X': dst = &tensor_parallel; break;
         case 'j': json = true; break;
         case 'g': cuda_graphs = true; break;
+        case 'R': recompute = true; break;
         case 'D': device = optarg; break;
         case 'P':
             if (herd_precision_parse(optarg, &precision) != HERD_OK)
@@ -139,7 +142,8 @@ static int bench_train(int argc, char **argv)
                                                        .warmup = (int)warmup, .threads = (int)threads,
                                                        .dist = dist, .timeline_path = timeline,
                                                        .tensor_parallel = (int)tensor_parallel,
-                                                       .lr = (float)lr, .cuda_graphs = cuda_graphs},
+                                                       .lr = (float)lr, .cuda_graphs = cuda_graphs,
+                                                       .recompute = recompute},
                                   &r)) != HERD_OK)
         cli_fail(st, "benchmark failed");
     else {

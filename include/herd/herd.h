@@ -529,6 +529,12 @@ typedef struct herd_train_config {
      * instead of one per kernel. GPU only; not with --deterministic, --sync-bn, pipeline
      * stages or tensor parallelism (refused at start, naming them). */
     bool cuda_graphs;
+    /* Activation recomputation (docs/memory.md): inside each run of layers between the
+     * points where one tensor crosses (a residual block; a transformer block's attention
+     * and MLP halves), only the run's output is held from forward to backward; the rest
+     * is computed again in backward from it, the same bits. Less memory for about one
+     * more forward a step. Not with --deterministic or --cuda-graphs yet (refused). */
+    bool recompute;
     /* The same saved weights whatever the number of ranks, the --grad-accum split and the
      * per-rank batch size that make up the global batch, and the thread count
      * (docs/determinism.md): each slice's gradient is computed alone on one thread and
@@ -764,6 +770,7 @@ typedef struct herd_bench_config {
      * default, 0.05. Small batches on it can diverge, which ends the benchmark. */
     float lr;
     bool cuda_graphs; /* herd_train_config's: forward and backward replayed from graphs */
+    bool recompute;   /* herd_train_config's: activations inside runs of layers re-computed */
 } herd_bench_config;
 
 HERD_API void herd_bench_config_default(herd_bench_config *cfg);

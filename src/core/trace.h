@@ -26,6 +26,7 @@ typedef enum herd_tl_kind {
                          * "reduce-scatter <tag>", "all-gather <tag>" */
     HERD_TL_CHECKPOINT, /* cat "io" */
     HERD_TL_EVALUATE,   /* cat "eval" */
+    HERD_TL_RECOMPUTE_LAYER, /* cat "layer": "recompute <layer>", a forward re-run in backward */
     HERD_TL_KINDS
 } herd_tl_kind;
 

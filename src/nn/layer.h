@@ -150,6 +150,10 @@ typedef struct herd_layer_ops {
     herd_status (*backward)(herd_layer *l, const herd_run_ctx *ctx, const float *const *x,
                             const float *y, const float *dy, float *const *dx);
     void (*destroy)(herd_layer *l, const herd_backend *be); /* NULL: nothing to free */
+    /* Bytes its forward saves for its backward besides its output (attention's scores),
+     * for `batch` samples: the model allocates them as activations and sets l->stash
+     * before reshape (nn/recompute.h: a re-run segment's share one pool). NULL: none. */
+    size_t (*stash_bytes)(const herd_layer *l, int batch);
     double (*flops)(const herd_layer *l); /* forward FLOPs per sample (2 per multiply-add) */
     herd_bf16_role bf16;
 } herd_layer_ops;
@@ -173,6 +177,7 @@ struct herd_layer {
      * forward and in backward (set by setup; herd predict models the exchanges). */
     size_t tp_sum_forward, tp_sum_backward;
     void *state;      /* layer-private: plans, saved statistics, masks */
+    void *stash;      /* stash_bytes of backend memory the model holds for it (ops above) */
 };
 
 /* Parameter / buffer k of the layer, in the order setup declared them. */

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/parse.h"
+#include "nn/recompute.h"
 #include "nn/tensor_split.h"
 
 int herd_model_add_tensor(herd_model *m, herd_layer *l, const char *suffix, int ndim,
@@ -253,6 +254,7 @@ herd_status herd_model_build_stage(herd_model *stage, const herd_model *whole, i
     stage->layer_offset = whole->layer_offset + first;
     stage->open_output = end < whole->n_layers || whole->open_output;
     stage->input_grad = input_grad;
+    stage->recompute = whole->recompute;
     if (first == 0) {
         stage->in_c = whole->in_c, stage->in_h = whole->in_h, stage->in_w = whole->in_w;
     } else {
@@ -311,10 +313,9 @@ herd_status herd_model_unstage(const herd_model *m, const float *params, const f
 
 static void free_activations(herd_model *m)
 {
+    herd_recompute_free(m);
     if (!m->acts)
         return;
-    for (int i = 0; i < m->n_layers; i++)
-        m->be->free(m->acts[i]);
     for (int k = 0; k < m->n_grad_slots; k++)
         m->be->free(m->grad_slots[k]);
     free(m->acts);
@@ -332,12 +333,6 @@ static void free_activations(herd_model *m)
 
 static herd_status reshape(herd_model *m, int batch);
 
-/* Bytes of layer l's output (and of its gradient): bf16 activations take half. */
-static size_t act_bytes(const herd_layer *l)
-{
-    size_t elem = l->out_format == HERD_ACT_BF16 ? sizeof(uint16_t) : sizeof(float);
-    return herd_shape_numel(l->out_shape) * elem;
-}
 
 /*
  * Gradient buffers by liveness. Layer i's output gradient is first written by the
@@ -373,7 +368,7 @@ static herd_status plan_grad_slots(herd_model *m)
         for (int i = step - 1; i >= 0; i--) {
             if (last_use[i] != step)
                 continue;
-            size_t bytes = act_bytes(&m->layers[i]);
+            size_t bytes = herd_act_bytes(&m->layers[i]);
             int pick = -1;
             for (int k = 0; k < m->n_grad_slots; k++)
                 if (slot_end[k] > step && (pick < 0 || slot_bytes[k] > slot_bytes[pick]))
@@ -470,12 +465,14 @@ static herd_status plan_act_formats(herd_model *m)
     return HERD_OK;
 }
 
+void herd_model_set_recompute(herd_model *m, bool on) { m->recompute = on; }
+
 herd_status herd_model_reshape(herd_model *m, int batch)
 {
     if (batch <= 0)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "batch size must be positive, got %d", batch);
     bool bf16 = bf16_acts_wanted(m);
-    if (batch == m->batch && bf16 == m->bf16_acts)
+    if (batch == m->batch && bf16 == m->bf16_acts && m->recompute == m->rc_planned)
         return HERD_OK;
     m->bf16_acts = bf16;
     herd_mem_category was = herd_mem_category_set(HERD_MEM_ACTIVATIONS);
@@ -493,17 +490,19 @@ static herd_status reshape(herd_model *m, int batch)
     m->dacts = herd_xcalloc((size_t)m->n_layers, sizeof(float *));
     if (!m->acts || !m->dacts)
         return HERD_ERR_NOMEM;
-    size_t largest = 0;
     for (int i = 0; i < m->n_layers; i++) {
         herd_layer *l = &m->layers[i];
         for (int k = 0; k < l->spec.n_inputs; k++)
             l->in_shape[k].n = batch;
         l->out_shape.n = batch;
         l->batch = batch;
-        size_t bytes = act_bytes(l);
-        m->acts[i] = m->be->alloc(bytes);
-        if (!m->acts[i])
-            return HERD_ERR_NOMEM; /* the allocator said why */
+    }
+    HERD_TRY(herd_recompute_alloc(m)); /* the outputs and stashes */
+    m->rc_planned = m->recompute;
+    size_t largest = 0;
+    for (int i = 0; i < m->n_layers; i++) {
+        herd_layer *l = &m->layers[i];
+        size_t bytes = herd_act_bytes(l);
         if (m->consumers[i] > 1 && bytes > largest)
             largest = bytes;
         if (l->ops->reshape) { /* the kernels' plans and scratch */
@@ -566,6 +565,7 @@ herd_status herd_model_forward(herd_model *m, const herd_run_ctx *ctx, const flo
         double t0 = herd_trace_start(ctx->trace);
         HERD_TRY(l->ops->forward(l, ctx, in, m->acts[i]));
         herd_trace_end(ctx->trace, HERD_TL_FWD_LAYER, l->spec.name, t0);
+        herd_recompute_forward_done(m, i);
         if (ctx->between_layers)
             ctx->between_layers(ctx->between_user);
     }
@@ -643,6 +643,7 @@ herd_status herd_model_backward(herd_model *m, const herd_run_ctx *ctx, const fl
     herd_model_backward_begin(m);
     for (int i = m->n_layers - 1; i >= 0; i--) {
         herd_layer *l = &m->layers[i];
+        HERD_TRY(herd_recompute_before_backward(m, ctx, x, i));
         herd_layer_io io;
         herd_model_backward_io(m, i, x, dlogits, &io);
         double t0 = herd_trace_start(ctx->trace);

@@ -52,6 +52,11 @@ struct herd_model {
      * gradient to compute (PyTorch's requires_grad). */
     bool *needs_grad;
     float *input_dev;     /* copy of the input batch in backend memory (NULL for CPU) */
+    /* Activation recomputation (nn/recompute.h; herd_model_set_recompute): the outputs
+     * inside runs of layers between cuts share one pool, re-run in backward. rc: where
+     * this batch's activations and stashes live (set by reshape, either way). */
+    bool recompute, rc_planned; /* asked for; what the activations' storage follows */
+    struct herd_recompute *rc;
 
     /* A pipeline stage is a model of its own over layers first..end-1 of the whole:
      * its input is layer first-1's output, and its layers keep their names and
@@ -98,6 +103,9 @@ herd_status herd_model_create_on(const char *name_or_path, int c, int h, int w, 
 
 /* Ensures activations for this batch size exist. */
 herd_status herd_model_reshape(herd_model *m, int batch);
+/* Activation recomputation on or off from the next reshape (pipeline stages and other
+ * models built from m take it over). */
+void herd_model_set_recompute(herd_model *m, bool on);
 /* x: batch x in_c x in_h x in_w; returns the logits (batch x classes) in *logits. */
 herd_status herd_model_forward(herd_model *m, const herd_run_ctx *ctx, const float *x,
                                const float **logits);

@@ -74,6 +74,7 @@ static const struct {
     [HERD_TL_ALLREDUCE] = {"", "comm", 1}, /* the communicator names it: "allreduce bucket 3" */
     [HERD_TL_CHECKPOINT] = {"checkpoint", "io", 0},
     [HERD_TL_EVALUATE] = {"evaluate", "eval", 0},
+    [HERD_TL_RECOMPUTE_LAYER] = {"recompute ", "layer", 0},
 };
 
 /* ------------------------------------------------------------ recording */

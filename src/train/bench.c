@@ -133,6 +133,9 @@ herd_status herd_bench_train(herd_model *m, herd_dataset *ds, int batch_size, in
     return herd_bench_run(m, ds, &cfg, res);
 }
 
+static herd_status bench_run(herd_model *m, herd_dataset *ds, const herd_bench_config *cfg,
+                             herd_bench_result *res);
+
 herd_status herd_bench_run(herd_model *m, herd_dataset *ds, const herd_bench_config *cfg,
                            herd_bench_result *res)
 {
@@ -140,6 +143,19 @@ herd_status herd_bench_run(herd_model *m, herd_dataset *ds, const herd_bench_con
         !(cfg->lr >= 0))
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bench needs a model, data, batch size > 0, "
                         "steps > 0, warmup >= 0 and a learning rate >= 0 (0: the default)");
+    if (cfg->recompute && cfg->cuda_graphs)
+        return HERD_INPUT_ERR(HERD_ERR_UNSUPPORTED, "--recompute does not work with --cuda-graphs "
+                              "yet; drop one of them (docs/memory.md)");
+    bool recompute = m->recompute;
+    herd_model_set_recompute(m, cfg->recompute); /* tensor parts take it over */
+    herd_status st = bench_run(m, ds, cfg, res);
+    herd_model_set_recompute(m, recompute);
+    return st;
+}
+
+static herd_status bench_run(herd_model *m, herd_dataset *ds, const herd_bench_config *cfg,
+                             herd_bench_result *res)
+{
     int batch_size = cfg->batch_size, steps = cfg->steps;
     int threads = cfg->threads;
     herd_dist *dist = cfg->dist;

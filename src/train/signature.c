@@ -52,6 +52,7 @@ static void sign_config(herd_signature *s, const herd_train_config *c)
     herd_signature_add(s, "grad_accum", "%d", c->grad_accum);
     herd_signature_add(s, "bucket_mb", "%.17g", c->bucket_mb);
     herd_signature_add(s, "check_replicas", "%d", c->check_replicas);
+    herd_signature_add(s, "recompute", "%d", c->recompute); /* tensor parallelism's collectives */
     herd_signature_add(s, "deterministic", "%d", c->deterministic);
     herd_signature_add(s, "slice_size", "%d", c->slice_size);
     if (c->dynamic_loss_scale)

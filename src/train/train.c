@@ -14,6 +14,7 @@
 #include "core/testhook.h"
 #include "dist/replica.h"
 #include "dist/signature.h"
+#include "nn/recompute.h"
 #include "train/graph_step.h"
 #include "train/run.h"
 
@@ -539,6 +540,21 @@ static herd_status gather_memory_peaks(run *r)
     return st;
 }
 
+/* What --recompute will re-run, said at start (rank 0's part of the model). */
+static void log_recompute(const run *r)
+{
+    int runs = herd_recompute_runs(r->m);
+    if (runs > 0)
+        herd_log(HERD_LOG_INFO, "--recompute: %d runs of layers of '%s' hold only their outputs "
+                 "from forward to backward; the layers inside them run again in backward, each "
+                 "run just before its backward (the peak memory's activations show the saving)",
+                 runs, r->m->name);
+    else
+        herd_log(HERD_LOG_INFO, "--recompute: nothing to re-run in '%s': no run of two or more "
+                 "layers ends before its last layer (every output is the one tensor crossing to "
+                 "the next layer), so every activation is held as without it", r->m->name);
+}
+
 /* early: herd_train's checks of the arguments, agreed with the other ranks here. */
 static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_status early)
 {
@@ -566,8 +582,11 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
         HERD_TRY(herd_comm_device_create(r->comm, r->m->be, &r->device_comm));
         r->comm = r->device_comm;
     }
+    herd_model_set_recompute(r->whole, cfg->recompute); /* stages and parts take it over */
     HERD_TRY(herd_run_build_grid(r));
     HERD_TRY(agree(r, setup(r), "setting up training"));
+    if (cfg->recompute && r->comm->rank == 0)
+        log_recompute(r);
     if (r->pp) /* collective, agreed inside: the sums of a tied token table's copies */
         HERD_TRY(herd_pipeline_tied_plan(r->pp, &r->plan));
     if (cfg->checkpoint_dir) /* every rank joins: rank 0's outcome is broadcast */
@@ -651,7 +670,9 @@ herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
         HERD_TRY(herd_comm_local_create(&own));
         r.comm = own;
     }
+    bool recompute = m->recompute;
     herd_status st = train_run(&r, cfg, early);
+    herd_model_set_recompute(m, recompute); /* the caller's model as it came */
     /* A failure can leave the last step's metrics in flight: every rank started that
      * reduction, so it completes; its buffer must outlive it. So must the caller's
      * model the parameters' all-gather (ZeRO) writes into. */

@@ -14,7 +14,9 @@
 
 typedef struct attention_state {
     int heads, width; /* this rank's heads and their part of the width */
-    float *qkv, *att, *mix; /* saved by the forward: [rows, 3C], [n, H, T, T], [rows, C] */
+    /* Saved by the forward, in the stash the model holds (recompute.h): [rows, 3C],
+     * [n, H, T, T], [rows, C]. */
+    float *qkv, *att, *mix;
     float *dmix, *dqkv;     /* backward scratch */
 } attention_state;
 
@@ -69,23 +71,40 @@ static void attention_init(herd_layer *l, herd_model *m, herd_rng *rng)
 
 static void free_state(attention_state *st, const herd_backend *be)
 {
-    float **bufs[] = {&st->qkv, &st->att, &st->mix, &st->dmix, &st->dqkv};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
-        be->free(*bufs[i]);
-        *bufs[i] = NULL;
-    }
+    be->free(st->dmix);
+    be->free(st->dqkv);
+    st->qkv = st->att = st->mix = st->dmix = st->dqkv = NULL;
+}
+
+/* The stash's three parts, in floats. */
+static void stash_parts(const herd_layer *l, int batch, size_t parts[3])
+{
+    const attention_state *st = l->state;
+    size_t rows = (size_t)batch * l->in_shape[0].h, c = (size_t)st->width;
+    size_t t = (size_t)l->in_shape[0].h;
+    parts[0] = rows * 3 * c;
+    parts[1] = (size_t)batch * st->heads * t * t;
+    parts[2] = rows * c;
+}
+
+static size_t attention_stash_bytes(const herd_layer *l, int batch)
+{
+    size_t parts[3];
+    stash_parts(l, batch, parts);
+    return (parts[0] + parts[1] + parts[2]) * sizeof(float);
 }
 
 static herd_status attention_reshape(herd_layer *l, const herd_backend *be, int batch)
 {
     attention_state *st = l->state;
     free_state(st, be);
-    size_t rows = (size_t)batch * l->in_shape[0].h, c = (size_t)st->width;
-    size_t t = (size_t)l->in_shape[0].h, f = sizeof(float);
-    if (!(st->qkv = be->alloc(rows * 3 * c * f)) ||
-        !(st->att = be->alloc((size_t)batch * st->heads * t * t * f)) ||
-        !(st->mix = be->alloc(rows * c * f)) || !(st->dmix = be->alloc(rows * c * f)) ||
-        !(st->dqkv = be->alloc(rows * 3 * c * f)))
+    size_t parts[3];
+    stash_parts(l, batch, parts);
+    st->qkv = l->stash;
+    st->att = st->qkv + parts[0];
+    st->mix = st->att + parts[1];
+    size_t rows = (size_t)batch * l->in_shape[0].h, c = (size_t)st->width, f = sizeof(float);
+    if (!(st->dmix = be->alloc(rows * c * f)) || !(st->dqkv = be->alloc(rows * 3 * c * f)))
         return HERD_ERR_NOMEM; /* the allocator said why */
     return HERD_OK;
 }
@@ -163,4 +182,5 @@ const herd_layer_ops herd_layer_attention = {
     .type = "attention", .n_inputs = 1, .setup = attention_setup, .init_params = attention_init,
     .reshape = attention_reshape, .forward = attention_forward, .backward = attention_backward,
     .destroy = attention_destroy, .flops = attention_flops, .keys = attention_keys,
+    .stash_bytes = attention_stash_bytes,
 };

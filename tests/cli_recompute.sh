@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# --recompute (docs/memory.md): the layers inside each run between cuts are computed
+# again in backward instead of held, so the saved bytes are those of the run that held
+# them, and the peak memory's activations fall. gpt-nano (attention's scores in the
+# pooled stash) and resnet20 (batch norm, whose running statistics the re-run must not
+# move twice; --grad-accum 2; the simulated device's memory); lenet5, a chain, has
+# nothing to re-run and says so; the timeline shows the re-runs. Under the launcher: 2
+# tensor-parallel parts (their sums inside the re-run) and 2 pipeline stages x 2 replicas
+# with ZeRO-1 (its per-layer wait for parameters skipped in the re-run), each the bytes
+# of the same job without the flag. Refused with --deterministic, naming it.
+set -u
+. "$(dirname "$0")/testlib.sh"
+export OMP_NUM_THREADS=1
+corpus=/usr/share/common-licenses
+activations() { grep -o "activations [0-9][0-9.]*" "$1" | head -n1 | cut -d' ' -f2; }
+# same NAME CMD...: the command with and without --recompute; the saved bytes equal, and
+# the flag's run holds less (or, for a chain, as much).
+same() {
+  local name=$1; shift
+  "$@" --save "$tmp/$name.held" >"$tmp/$name.held.out" 2>&1
+  "$@" --save "$tmp/$name.rc" --recompute >"$tmp/$name.rc.out" 2>&1
+  check "$name: exit 0 with --recompute" test -s "$tmp/$name.rc"
+  check "$name: the bytes of the run that held every activation" cmp "$tmp/$name.held" "$tmp/$name.rc"
+}
+
+rn=("$herd" train --model resnet20 --data synthetic:3,16,16,10,320 --test-samples 32 --epochs 1
+    --batch-size 16 --grad-accum 2 --threads 1 --eval-every 0 --seed 3)
+same resnet20 "${rn[@]}"
+check "resnet20: said 9 runs re-run" grep -q -- "--recompute: 9 runs of layers of 'resnet20'" "$tmp/resnet20.rc.out"
+a=$(activations "$tmp/resnet20.held.out") b=$(activations "$tmp/resnet20.rc.out")
+check "resnet20: activations $b MiB, under 0.6 x $a" awk -v a="$a" -v b="$b" 'BEGIN { exit !(b > 0 && b < 0.6 * a) }'
+"${rn[@]}" --recompute --max-steps 2 --timeline "$tmp/trace.json" >/dev/null 2>&1
+check "the timeline shows the re-runs (recompute layer1.0.conv1)" grep -q '"recompute layer1.0.conv1"' "$tmp/trace.json"
+if ! repeat_pass; then
+  same resnet20-sim "${rn[@]}" --device sim
+fi
+
+if [ -d "$corpus" ]; then
+  cat "$corpus"/* | head -c 40000 >"$tmp/text"
+  python3 "$here/../scripts/tokenize_bytes.py" "$tmp/text" "$tmp/t_train.bin" "$tmp/t_val.bin" >/dev/null
+  gpt=("$herd" train --model gpt-nano --data "tokens:$tmp/t_train.bin,256" --seq-len 64 --batch-size 8
+       --max-steps 20 --epochs 1 --eval-every 0 --test-samples 8 --threads 1)
+  same gpt-nano "${gpt[@]}"
+  a=$(activations "$tmp/gpt-nano.held.out") b=$(activations "$tmp/gpt-nano.rc.out")
+  check "gpt-nano: activations $b MiB, under $a" awk -v a="$a" -v b="$b" 'BEGIN { exit !(b > 0 && b < a) }'
+  if have_mpi && ! repeat_pass; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    same gpt-nano-tp2 timeout 300 "${mpiexec[@]}" -np 2 "${gpt[@]}" --tensor-parallel 2
+  fi
+else
+  skipped_part "gpt-nano: $corpus (Debian's base-files) is not here"
+fi
+if have_mpi && ! repeat_pass; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  same resnet20-pp2-dp2-zero1 timeout 300 "${mpiexec[@]}" -np 4 "${rn[@]}" --pipeline-stages 2 \
+    --micro-batches 2 --stage-split layer2.0.conv1 --zero 1
+fi
+
+"$herd" train --model lenet5 --data synthetic:1,28,28,10,64 --epochs 1 --batch-size 32 --threads 1 \
+  --recompute >"$tmp/lenet.out" 2>&1
+check "lenet5 (a chain): trains, saying there is nothing to re-run" \
+  grep -q -- "--recompute: nothing to re-run in 'lenet5'" "$tmp/lenet.out"
+"$herd" train --model lenet5 --data synthetic:1,28,28,10,64 --epochs 1 --batch-size 32 \
+  --recompute --deterministic >"$tmp/bad.out" 2>&1
+check "--recompute with --deterministic: refused, naming it" \
+  grep -q -- "--recompute does not work with --deterministic yet" "$tmp/bad.out"
+finish
