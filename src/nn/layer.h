@@ -154,6 +154,10 @@ typedef struct herd_layer_ops {
      * for `batch` samples: the model allocates them as activations and sets l->stash
      * before reshape (nn/recompute.h: a re-run segment's share one pool). NULL: none. */
     size_t (*stash_bytes)(const herd_layer *l, int batch);
+    /* Bytes of scratch its forward or backward uses only while it runs, for `batch`
+     * samples: one block the model's layers share (layers run one at a time), set as
+     * l->scratch before reshape. NULL: none. */
+    size_t (*scratch_bytes)(const herd_layer *l, int batch);
     double (*flops)(const herd_layer *l); /* forward FLOPs per sample (2 per multiply-add) */
     herd_bf16_role bf16;
 } herd_layer_ops;
@@ -178,6 +182,7 @@ struct herd_layer {
     size_t tp_sum_forward, tp_sum_backward;
     void *state;      /* layer-private: plans, saved statistics, masks */
     void *stash;      /* stash_bytes of backend memory the model holds for it (ops above) */
+    void *scratch;    /* scratch_bytes of backend memory shared with the model's other layers */
 };
 
 /* Parameter / buffer k of the layer, in the order setup declared them. */

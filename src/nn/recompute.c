@@ -89,6 +89,21 @@ herd_status herd_recompute_alloc(herd_model *m)
         rc->saved_floats = saved > rc->saved_floats ? saved : rc->saved_floats;
     }
     const herd_backend *be = m->be;
+    size_t scratch = 0;
+    for (int i = 0; i < n; i++) {
+        const herd_layer *l = &m->layers[i];
+        size_t b = l->ops->scratch_bytes ? l->ops->scratch_bytes(l, l->batch) : 0;
+        scratch = b > scratch ? b : scratch;
+    }
+    if (scratch) {
+        herd_mem_category was = herd_mem_category_set(HERD_MEM_WORKSPACE);
+        rc->scratch = be->alloc(scratch);
+        herd_mem_category_set(was);
+        if (!rc->scratch)
+            return HERD_ERR_NOMEM; /* the allocator said why */
+    }
+    for (int i = 0; i < n; i++)
+        m->layers[i].scratch = rc->scratch;
     if (rc->pool_bytes && !(rc->pool = be->alloc(rc->pool_bytes)))
         return HERD_ERR_NOMEM; /* the allocator said why */
     if (rc->saved_floats && !(rc->saved = be->alloc(rc->saved_floats * sizeof(float))))
@@ -133,8 +148,9 @@ void herd_recompute_free(herd_model *m)
             m->be->free(m->layers[i].stash);
         if (m->acts)
             m->acts[i] = NULL;
-        m->layers[i].stash = NULL;
+        m->layers[i].stash = m->layers[i].scratch = NULL;
     }
+    m->be->free(rc->scratch);
     m->be->free(rc->pool);
     m->be->free(rc->saved);
     free(rc->inside_of);

@@ -29,6 +29,7 @@ typedef struct herd_recompute {
     int n_runs;
     void *pool;              /* every pooled run's inside, one at a time */
     size_t pool_bytes;
+    void *scratch;           /* the layers' shared scratch (layer.h's scratch_bytes) */
     float *saved;            /* buffers (running statistics) of a run's inside while it re-runs */
     size_t saved_floats;
     bool *own_act, *own_stash; /* per layer: acts[i] / stash its own allocation */
@@ -40,9 +41,9 @@ typedef struct herd_recompute {
 /* Bytes of layer l's output (and of its gradient) at its batch: bf16 activations take half. */
 size_t herd_act_bytes(const herd_layer *l);
 
-/* Allocates m->acts[i] and every layer's stash for m->batch (layers' shapes and formats
- * set), pooling insides when m->recompute; m->rc describes it. On failure what was
- * allocated stays in m->rc for herd_recompute_free. */
+/* Allocates m->acts[i], every layer's stash and the layers' shared scratch for their
+ * batch (shapes and formats set), pooling insides when m->recompute; m->rc describes it.
+ * On failure what was allocated stays in m->rc for herd_recompute_free. */
 herd_status herd_recompute_alloc(herd_model *m);
 void herd_recompute_free(herd_model *m);
 /* How many runs of m's layers recomputation would re-run (a planned model will do). */

@@ -17,7 +17,7 @@ typedef struct attention_state {
     /* Saved by the forward, in the stash the model holds (recompute.h): [rows, 3C],
      * [n, H, T, T], [rows, C]. */
     float *qkv, *att, *mix;
-    float *dmix, *dqkv;     /* backward scratch */
+    float *dmix, *dqkv;     /* backward scratch, in the model's shared scratch */
 } attention_state;
 
 static herd_status attention_setup(herd_layer *l, herd_model *m)
@@ -69,12 +69,6 @@ static void attention_init(herd_layer *l, herd_model *m, herd_rng *rng)
     herd_init_uniform_fan_in(herd_view_data(m, l, 3), (size_t)c, c, rng);
 }
 
-static void free_state(attention_state *st, const herd_backend *be)
-{
-    be->free(st->dmix);
-    be->free(st->dqkv);
-    st->qkv = st->att = st->mix = st->dmix = st->dqkv = NULL;
-}
 
 /* The stash's three parts, in floats. */
 static void stash_parts(const herd_layer *l, int batch, size_t parts[3])
@@ -94,18 +88,24 @@ static size_t attention_stash_bytes(const herd_layer *l, int batch)
     return (parts[0] + parts[1] + parts[2]) * sizeof(float);
 }
 
+/* dmix [rows, C] and dqkv [rows, 3C]. */
+static size_t attention_scratch_bytes(const herd_layer *l, int batch)
+{
+    const attention_state *st = l->state;
+    return (size_t)batch * l->in_shape[0].h * 4 * st->width * sizeof(float);
+}
+
 static herd_status attention_reshape(herd_layer *l, const herd_backend *be, int batch)
 {
+    (void)be;
     attention_state *st = l->state;
-    free_state(st, be);
     size_t parts[3];
     stash_parts(l, batch, parts);
     st->qkv = l->stash;
     st->att = st->qkv + parts[0];
     st->mix = st->att + parts[1];
-    size_t rows = (size_t)batch * l->in_shape[0].h, c = (size_t)st->width, f = sizeof(float);
-    if (!(st->dmix = be->alloc(rows * c * f)) || !(st->dqkv = be->alloc(rows * 3 * c * f)))
-        return HERD_ERR_NOMEM; /* the allocator said why */
+    st->dmix = l->scratch;
+    st->dqkv = st->dmix + (size_t)batch * l->in_shape[0].h * st->width;
     return HERD_OK;
 }
 
@@ -161,8 +161,7 @@ static herd_status attention_backward(herd_layer *l, const herd_run_ctx *ctx,
 
 static void attention_destroy(herd_layer *l, const herd_backend *be)
 {
-    if (l->state)
-        free_state(l->state, be);
+    (void)be; /* its buffers are the model's */
     free(l->state);
     l->state = NULL;
 }
@@ -182,5 +181,5 @@ const herd_layer_ops herd_layer_attention = {
     .type = "attention", .n_inputs = 1, .setup = attention_setup, .init_params = attention_init,
     .reshape = attention_reshape, .forward = attention_forward, .backward = attention_backward,
     .destroy = attention_destroy, .flops = attention_flops, .keys = attention_keys,
-    .stash_bytes = attention_stash_bytes,
+    .stash_bytes = attention_stash_bytes, .scratch_bytes = attention_scratch_bytes,
 };
