@@ -7,7 +7,8 @@
 # nothing to re-run and says so; the timeline shows the re-runs. Under the launcher: 2
 # tensor-parallel parts (their sums inside the re-run) and 2 pipeline stages x 2 replicas
 # with ZeRO-1 (its per-layer wait for parameters skipped in the re-run), each the bytes
-# of the same job without the flag. Refused with --deterministic, naming it.
+# of the same job without the flag. --deterministic's bytes with it on 2 threads and 3
+# ranks; refused with --deterministic --sync-bn, naming them.
 set -u
 . "$(dirname "$0")/testlib.sh"
 export OMP_NUM_THREADS=1
@@ -50,8 +51,19 @@ if [ -d "$corpus" ]; then
 else
   skipped_part "gpt-nano: $corpus (Debian's base-files) is not here"
 fi
+# --deterministic (ghost batch norm: each slice its own batch): re-run slices give the
+# one-process bytes at 2 threads (each thread's slices their own pool) and on 3 ranks.
+det=("$herd" train --model resnet20 --data synthetic:3,8,8,10,480 --test-samples 32 --epochs 1 --seed 5
+     --threads 1 --deterministic --slice-size 4 --quiet)
+"${det[@]}" --batch-size 16 --grad-accum 3 --save "$tmp/det.held" >/dev/null 2>&1
+"${det[@]}" --batch-size 24 --grad-accum 2 --threads 2 --recompute --save "$tmp/det.t2" >/dev/null 2>&1
+check "--deterministic, 1 x 24 x 2 on 2 threads with --recompute: the bytes of 1 x 16 x 3 held" \
+  cmp "$tmp/det.held" "$tmp/det.t2"
 if have_mpi && ! repeat_pass; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  timeout 300 "${mpiexec[@]}" -np 3 "${det[@]}" --batch-size 8 --grad-accum 2 --recompute \
+    --save "$tmp/det.n3" >/dev/null 2>&1
+  check "--deterministic, 3 ranks x 8 x 2 with --recompute: the same bytes" cmp "$tmp/det.held" "$tmp/det.n3"
   same resnet20-pp2-dp2-zero1 timeout 300 "${mpiexec[@]}" -np 4 "${rn[@]}" --pipeline-stages 2 \
     --micro-batches 2 --stage-split layer2.0.conv1 --zero 1
 fi
@@ -61,7 +73,7 @@ fi
 check "lenet5 (a chain): trains, saying there is nothing to re-run" \
   grep -q -- "--recompute: nothing to re-run in 'lenet5'" "$tmp/lenet.out"
 "$herd" train --model lenet5 --data synthetic:1,28,28,10,64 --epochs 1 --batch-size 32 \
-  --recompute --deterministic >"$tmp/bad.out" 2>&1
-check "--recompute with --deterministic: refused, naming it" \
-  grep -q -- "--recompute does not work with --deterministic yet" "$tmp/bad.out"
+  --recompute --deterministic --sync-bn >"$tmp/bad.out" 2>&1
+check "--recompute with --deterministic --sync-bn: refused, naming them" \
+  grep -q -- "--recompute does not work with --deterministic --sync-bn yet" "$tmp/bad.out"
 finish
