@@ -5,15 +5,17 @@
 # pooled stash) and resnet20 (batch norm, whose running statistics the re-run must not
 # move twice; --grad-accum 2; the simulated device's memory); lenet5, a chain, has
 # nothing to re-run and says so; the timeline shows the re-runs. Under the launcher: 2
-# tensor-parallel parts (their sums inside the re-run) and 2 pipeline stages x 2 replicas
-# with ZeRO-1 (its per-layer wait for parameters skipped in the re-run), each the bytes
-# of the same job without the flag. --deterministic's bytes with it on 2 threads and 3
+# tensor-parallel parts (their sums inside the re-run), 2 pipeline stages x 2 replicas
+# with ZeRO-1 (its per-layer wait for parameters skipped in the re-run) and 2 stages under
+# GPipe (4 micro-batches in flight, one pool), each the bytes of the same job without the
+# flag. --deterministic's bytes with it on 2 threads and 3
 # ranks; refused with --deterministic --sync-bn, naming them.
 set -u
 . "$(dirname "$0")/testlib.sh"
 export OMP_NUM_THREADS=1
 corpus=/usr/share/common-licenses
-activations() { grep -o "activations [0-9][0-9.]*" "$1" | head -n1 | cut -d' ' -f2; }
+# The activations part of herd's peak memory (rank 0's with several ranks).
+activations() { grep "peak memory [0-9]" "$1" | grep -o "activations [0-9][0-9.]*" | cut -d' ' -f2; }
 # same NAME CMD...: the command with and without --recompute; the saved bytes equal, and
 # the flag's run holds less (or, for a chain, as much).
 same() {
@@ -66,6 +68,11 @@ if have_mpi && ! repeat_pass; then
   check "--deterministic, 3 ranks x 8 x 2 with --recompute: the same bytes" cmp "$tmp/det.held" "$tmp/det.n3"
   same resnet20-pp2-dp2-zero1 timeout 300 "${mpiexec[@]}" -np 4 "${rn[@]}" --pipeline-stages 2 \
     --micro-batches 2 --stage-split layer2.0.conv1 --zero 1
+  # GPipe: all 4 micro-batches in flight, their slots sharing one pool, each re-run in turn.
+  same resnet20-gpipe timeout 300 "${mpiexec[@]}" -np 2 "${rn[@]}" --pipeline-stages 2 \
+    --micro-batches 4 --stage-split layer2.0.conv1 --pp-schedule gpipe
+  a=$(activations "$tmp/resnet20-gpipe.held.out") b=$(activations "$tmp/resnet20-gpipe.rc.out")
+  check "GPipe: activations $b MiB, under 0.6 x $a" awk -v a="$a" -v b="$b" 'BEGIN { exit !(b > 0 && b < 0.6 * a) }'
 fi
 
 "$herd" train --model lenet5 --data synthetic:1,28,28,10,64 --epochs 1 --batch-size 32 --threads 1 \

@@ -152,7 +152,8 @@ typedef struct herd_layer_ops {
     void (*destroy)(herd_layer *l, const herd_backend *be); /* NULL: nothing to free */
     /* Bytes its forward saves for its backward besides its output (attention's scores),
      * for `batch` samples: the model allocates them as activations and sets l->stash
-     * before reshape (nn/recompute.h: a re-run segment's share one pool). NULL: none. */
+     * before reshape (nn/recompute.h: those of the layers inside re-run runs share one
+     * pool). NULL: none. */
     size_t (*stash_bytes)(const herd_layer *l, int batch);
     /* Bytes of scratch its forward or backward uses only while it runs, for `batch`
      * samples: one block the model's layers share (layers run one at a time), set as

@@ -333,7 +333,6 @@ static void free_activations(herd_model *m)
 
 static herd_status reshape(herd_model *m, int batch);
 
-
 /*
  * Gradient buffers by liveness. Layer i's output gradient is first written by the
  * backward of its last consumer and last read by i's own backward, so it lives over
@@ -472,7 +471,8 @@ herd_status herd_model_reshape(herd_model *m, int batch)
     if (batch <= 0)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "batch size must be positive, got %d", batch);
     bool bf16 = bf16_acts_wanted(m);
-    if (batch == m->batch && bf16 == m->bf16_acts && m->recompute == m->rc_planned)
+    if (batch == m->batch && bf16 == m->bf16_acts && m->recompute == m->rc_planned &&
+        !herd_recompute_stale(m))
         return HERD_OK;
     m->bf16_acts = bf16;
     herd_mem_category was = herd_mem_category_set(HERD_MEM_ACTIVATIONS);
@@ -667,6 +667,7 @@ void herd_model_free(herd_model *m)
     if (!m)
         return;
     free_activations(m);
+    herd_recompute_unshare(m);
     for (int i = 0; i < m->n_layers; i++)
         if (m->layers[i].ops && m->layers[i].ops->destroy)
             m->layers[i].ops->destroy(&m->layers[i], m->be);

@@ -57,6 +57,7 @@ struct herd_model {
      * this batch's activations and stashes live (set by reshape, either way). */
     bool recompute, rc_planned; /* asked for; what the activations' storage follows */
     struct herd_recompute *rc;
+    struct herd_recompute_pool *shared_pool; /* NULL: rc's pool is the model's own */
 
     /* A pipeline stage is a model of its own over layers first..end-1 of the whole:
      * its input is layer first-1's output, and its layers keep their names and

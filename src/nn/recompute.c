@@ -30,6 +30,51 @@ static size_t buffer_floats(const herd_model *m, const herd_layer *l)
     return n;
 }
 
+/* rc->pool: the model's shared pool, grown to rc->pool_bytes if smaller (it moves: the
+ * other models sharing it see a new generation and reshape), or a pool of its own. */
+static herd_status take_pool(herd_model *m, herd_recompute *rc)
+{
+    herd_recompute_pool *p = m->shared_pool;
+    if (!p && !(p = herd_xcalloc(1, sizeof *p)))
+        return HERD_ERR_NOMEM;
+    rc->pool = p;
+    if (p->bytes < rc->pool_bytes) {
+        m->be->free(p->mem);
+        p->bytes = 0;
+        p->holder = NULL;
+        p->generation++;
+        if (!(p->mem = m->be->alloc(rc->pool_bytes)))
+            return HERD_ERR_NOMEM; /* the allocator said why */
+        p->bytes = rc->pool_bytes;
+    }
+    rc->pool_generation = p->generation;
+    return HERD_OK;
+}
+
+herd_status herd_recompute_share(herd_model *const *models, int n)
+{
+    herd_recompute_pool *p = herd_xcalloc(1, sizeof *p);
+    if (!p)
+        return HERD_ERR_NOMEM;
+    p->users = n;
+    for (int i = 0; i < n; i++) {
+        herd_recompute_free(models[i]); /* their next reshape takes the shared pool */
+        models[i]->batch = 0;
+        models[i]->shared_pool = p;
+    }
+    return HERD_OK;
+}
+
+void herd_recompute_unshare(herd_model *m)
+{
+    herd_recompute_pool *p = m->shared_pool;
+    m->shared_pool = NULL;
+    if (p && --p->users == 0) {
+        m->be->free(p->mem);
+        free(p);
+    }
+}
+
 /* The runs between cuts whose inside is pooled (two or more layers, not the last run),
  * into rc when not NULL; returns how many. */
 static int plan_runs(const herd_model *m, herd_recompute *rc)
@@ -63,7 +108,6 @@ herd_status herd_recompute_alloc(herd_model *m)
     if (!(m->rc = rc))
         return HERD_ERR_NOMEM;
     rc->n_layers = n;
-    rc->holds = -1;
     rc->inside_of = herd_xcalloc((size_t)n, sizeof *rc->inside_of);
     rc->last_of = herd_xcalloc((size_t)n, sizeof *rc->last_of);
     rc->run_first = herd_xcalloc((size_t)n, sizeof *rc->run_first);
@@ -104,8 +148,7 @@ herd_status herd_recompute_alloc(herd_model *m)
     }
     for (int i = 0; i < n; i++)
         m->layers[i].scratch = rc->scratch;
-    if (rc->pool_bytes && !(rc->pool = be->alloc(rc->pool_bytes)))
-        return HERD_ERR_NOMEM; /* the allocator said why */
+    HERD_TRY(take_pool(m, rc));
     if (rc->saved_floats && !(rc->saved = be->alloc(rc->saved_floats * sizeof(float))))
         return HERD_ERR_NOMEM;
     int run = -1;
@@ -118,9 +161,9 @@ herd_status herd_recompute_alloc(herd_model *m)
             at = 0;
         run = r;
         if (r >= 0) {
-            m->acts[i] = (float *)((char *)rc->pool + at);
+            m->acts[i] = (float *)((char *)rc->pool->mem + at);
             at += line_up(act);
-            l->stash = stash ? (char *)rc->pool + at : NULL;
+            l->stash = stash ? (char *)rc->pool->mem + at : NULL;
             at += line_up(stash);
             continue;
         }
@@ -151,7 +194,10 @@ void herd_recompute_free(herd_model *m)
         m->layers[i].stash = m->layers[i].scratch = NULL;
     }
     m->be->free(rc->scratch);
-    m->be->free(rc->pool);
+    if (rc->pool && !rc->pool->users) { /* the model's own */
+        m->be->free(rc->pool->mem);
+        free(rc->pool);
+    }
     m->be->free(rc->saved);
     free(rc->inside_of);
     free(rc->last_of);
@@ -187,8 +233,11 @@ herd_status herd_recompute_before_backward(herd_model *m, const herd_run_ctx *ct
 {
     herd_recompute *rc = m->rc;
     int r = rc ? rc->last_of[i] : -1;
-    if (r < 0 || rc->holds == r)
+    if (r < 0 || (rc->pool->holder == m && rc->pool->run == r))
         return HERD_OK;
+    if (herd_recompute_stale(m)) /* another model grew the shared pool mid-step */
+        return HERD_ERR(HERD_ERR_INTERNAL, "--recompute: the pool of '%s' moved between the "
+                        "forward and the backward of a micro-batch", m->name);
     /* The forward's context without its hooks into the step (ZeRO's wait for parameters
      * the forward already had): the same seed, training mode and groups. */
     herd_run_ctx again = *ctx;
@@ -207,7 +256,8 @@ herd_status herd_recompute_before_backward(herd_model *m, const herd_run_ctx *ct
             ctx->between_layers(ctx->between_user);
     }
     HERD_TRY(move_buffers(m, ctx, first, last, false));
-    rc->holds = r;
+    rc->pool->holder = m;
+    rc->pool->run = r;
     rc->reruns++;
     return HERD_OK;
 }

@@ -20,6 +20,18 @@
 
 #include "nn/model.h"
 
+/* The pool of the runs' insides, a model's own or shared by several (a pipeline stage's
+ * in-flight slots: one micro-batch's backward re-runs at a time, so one pool serves them
+ * all). holder and run say whose values it holds. */
+typedef struct herd_recompute_pool {
+    void *mem;
+    size_t bytes;
+    long generation;          /* bumped when mem moves: the models pointing into it reshape */
+    const herd_model *holder; /* NULL: nobody's */
+    int run;
+    int users;                /* models sharing it (0: a model's own) */
+} herd_recompute_pool;
+
 typedef struct herd_recompute {
     int n_layers;
     /* Per layer: the pooled run it is inside of, or -1; the pooled run it is the kept
@@ -27,13 +39,13 @@ typedef struct herd_recompute {
     int *inside_of, *last_of;
     int *run_first, *run_last; /* per pooled run: its inside, layers run_first..run_last */
     int n_runs;
-    void *pool;              /* every pooled run's inside, one at a time */
-    size_t pool_bytes;
+    herd_recompute_pool *pool; /* every pooled run's inside, one at a time (m->shared_pool, or own) */
+    size_t pool_bytes;         /* what this model needs of it */
+    long pool_generation;      /* the shared pool's when the outputs were placed in it */
     void *scratch;           /* the layers' shared scratch (layer.h's scratch_bytes) */
     float *saved;            /* buffers (running statistics) of a run's inside while it re-runs */
     size_t saved_floats;
     bool *own_act, *own_stash; /* per layer: acts[i] / stash its own allocation */
-    int holds;               /* the pooled run whose values the pool holds; -1: none */
     size_t held_bytes, pooled_bytes; /* outputs and stashes held alone; inside, summed over runs */
     long reruns;             /* runs re-run so far */
 } herd_recompute;
@@ -52,9 +64,22 @@ int herd_recompute_runs(const herd_model *m);
 /* After layer i's forward: the pool now holds its run's values. */
 static inline void herd_recompute_forward_done(herd_model *m, int i)
 {
-    if (m->rc && m->rc->inside_of[i] >= 0)
-        m->rc->holds = m->rc->inside_of[i];
+    if (m->rc && m->rc->inside_of[i] >= 0) {
+        m->rc->pool->holder = m;
+        m->rc->pool->run = m->rc->inside_of[i];
+    }
 }
+
+/* One pool for these models' runs (each a slot of the same pipeline stage, re-run one at a
+ * time), from their next reshape; freed with the last of them (herd_model_free). */
+herd_status herd_recompute_share(herd_model *const *models, int n);
+/* Whether m's outputs point into a shared pool that has since moved (reshape again). */
+static inline bool herd_recompute_stale(const herd_model *m)
+{
+    return m->rc && m->shared_pool && m->rc->pool_generation != m->shared_pool->generation;
+}
+/* m lets go of its shared pool (herd_model_free). */
+void herd_recompute_unshare(herd_model *m);
 
 /* Before layer i's backward: re-runs the inside of the run i ends, when the pool does
  * not hold it. x is the model input of this forward. */

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "dist/signature.h"
 #include "nn/partition.h"
+#include "nn/recompute.h"
 #include "nn/slices.h"
 #include "nn/xent_split.h"
 
@@ -53,6 +54,19 @@ static herd_status alloc_slot(herd_pipeline *pp, herd_model *whole, herd_pp_slot
     if (!slot->input || !slot->labels || !slot->dy)
         return HERD_ERR_NOMEM; /* the allocator said why */
     return HERD_OK;
+}
+
+/* --recompute: the slots' micro-batches re-run one at a time, so one pool serves them. */
+static herd_status share_recompute_pool(herd_pipeline *pp)
+{
+    herd_model **models = herd_xcalloc((size_t)pp->n_slots, sizeof *models);
+    if (!models)
+        return HERD_ERR_NOMEM;
+    for (int i = 0; i < pp->n_slots; i++)
+        models[i] = pp->slots[i].m;
+    herd_status st = herd_recompute_share(models, pp->n_slots);
+    free(models);
+    return st;
 }
 
 /* The stage bounds: named, or balanced by per-layer cost measured on rank 0 (timings
@@ -128,7 +142,7 @@ static herd_status build_stage(herd_pipeline *pp, const herd_train_config *cfg, 
         return HERD_ERR_NOMEM;
     for (int i = 0; i < pp->n_slots; i++)
         HERD_TRY(alloc_slot(pp, whole, &pp->slots[i]));
-    return HERD_OK;
+    return whole->recompute ? share_recompute_pool(pp) : HERD_OK;
 }
 
 herd_status herd_pipeline_create(const herd_train_config *cfg, herd_model *whole, herd_comm *job,

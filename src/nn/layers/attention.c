@@ -69,7 +69,6 @@ static void attention_init(herd_layer *l, herd_model *m, herd_rng *rng)
     herd_init_uniform_fan_in(herd_view_data(m, l, 3), (size_t)c, c, rng);
 }
 
-
 /* The stash's three parts, in floats. */
 static void stash_parts(const herd_layer *l, int batch, size_t parts[3])
 {
