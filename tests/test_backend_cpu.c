@@ -548,6 +548,17 @@ static void test_softmax_xent(void **state)
         double loss2;
         assert_herd_ok(be->softmax_xent(n, k, z, lab, (float)eps, NULL, &loss2, NULL));
         assert_float_equal(loss2, loss, 1e-9);
+        /* In place (xent_in_place: the trainer writes the gradient over the logits): the
+         * same bits of gradient, loss and hits. */
+        assert_true(be->xent_in_place);
+        float inplace[30];
+        memcpy(inplace, z, sizeof inplace);
+        double loss3;
+        long correct3;
+        assert_herd_ok(be->softmax_xent(n, k, inplace, lab, (float)eps, inplace, &loss3, &correct3));
+        assert_memory_equal(inplace, dz, sizeof inplace);
+        assert_true(loss3 == loss);
+        assert_int_equal(correct3, correct);
     }
     lab[2] = 5;
     assert_int_equal(be->softmax_xent(n, k, z, lab, 0, dz, NULL, NULL), HERD_ERR_INVALID_ARG);

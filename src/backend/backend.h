@@ -161,6 +161,9 @@ typedef struct herd_backend {
     /* Its pointers are plain host memory (the CPU backend): callers read and write
      * them directly and skip the staging copies a device backend needs. */
     bool host_memory;
+    /* softmax_xent's dlogits may be its logits (the gradient written over them): the
+     * trainer then holds no second buffer of the logits' size. */
+    bool xent_in_place;
     /* Why its kernels may give other bits from run to run (what --deterministic refuses),
      * or NULL when they do not; a NULL function: they never do. */
     const char *(*nondeterminism)(void);
@@ -272,7 +275,8 @@ typedef struct herd_backend {
 
     /* Mean softmax cross-entropy over the batch with label smoothing. dlogits gets the
      * gradient of the mean loss; loss_sum the summed per-sample loss, correct the
-     * count of argmax hits (host values). dlogits may be NULL (evaluation). */
+     * count of argmax hits (host values). dlogits may be NULL (evaluation), or logits
+     * itself where xent_in_place says so. */
     herd_status (*softmax_xent)(int n, int classes, const float *logits, const int32_t *labels,
                                 float smoothing, float *dlogits, double *loss_sum, long *correct);
     /* The same, with its totals left in the backend's memory (`totals`, one

@@ -161,6 +161,7 @@ typedef struct herd_layer_ops {
     size_t (*scratch_bytes)(const herd_layer *l, int batch);
     double (*flops)(const herd_layer *l); /* forward FLOPs per sample (2 per multiply-add) */
     herd_bf16_role bf16;
+    bool backward_reads_y; /* its backward reads its own output (relu): y must survive to it */
 } herd_layer_ops;
 
 struct herd_layer {

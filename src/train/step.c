@@ -67,10 +67,26 @@ static herd_status batch_to_backend(herd_model *m, float **x_dev, int32_t **labe
     return HERD_OK;
 }
 
+/* The loss's gradient written over the logits, where the backend's softmax_xent may
+ * (xent_in_place) and nothing reads them after it: not the last layer's backward (relu
+ * reads its output), not a vocabulary split's loss (xent_split.c). A language model's
+ * logits are its largest activation (gpt2 at 4 x 1,024 tokens: 0.8 GiB). */
+static float *dlogits_over_logits(const herd_model *m)
+{
+    const herd_layer *last = &m->layers[m->n_layers - 1];
+    bool split = m->tp.size > 1 && m->class_count != m->classes;
+    return m->be->xent_in_place && !split && !last->ops->backward_reads_y && m->acts
+               ? m->acts[m->n_layers - 1]
+               : NULL;
+}
+
 herd_status herd_step_inputs(herd_model *m, herd_step_plan *p, const herd_batch *host,
                              herd_batch *dev)
 {
     HERD_TRY(batch_to_backend(m, &p->x_dev, &p->labels_dev, &p->input_capacity, host, dev));
+    HERD_TRY(herd_model_reshape(m, dev->n));
+    if (dlogits_over_logits(m))
+        return HERD_OK;
     if (dev->n > p->dlogits_capacity) {
         m->be->free(p->dlogits);
         size_t bytes = (size_t)dev->n * m->positions * m->classes * sizeof(float);
@@ -81,7 +97,7 @@ herd_status herd_step_inputs(herd_model *m, herd_step_plan *p, const herd_batch 
             return HERD_ERR_NOMEM; /* the allocator said why */
         p->dlogits_capacity = dev->n;
     }
-    return herd_model_reshape(m, dev->n);
+    return HERD_OK;
 }
 
 static herd_status comm_sum_f64(void *comm, double *vals, int n)
@@ -183,20 +199,22 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
      * (a call is one slice, or a whole run's several: herd_exact_linear's sums). */
     bool whole = p->exact_linear && p->exact_linear->sums;
     int loss_rows = whole ? p->exact_linear->slice * m->positions : rows;
+    float *dlogits = dlogits_over_logits(m);
+    if (!dlogits)
+        dlogits = p->dlogits;
     for (int r0 = 0; r0 < rows; r0 += loss_rows) {
         double loss_sum = 0;
         long correct = 0;
         size_t at = (size_t)r0 * m->classes;
         HERD_TRY(herd_model_xent(m, loss_rows, logits + at, b->labels + r0, label_smoothing,
-                                 p->dlogits + at, &loss_sum, &correct));
+                                 dlogits + at, &loss_sum, &correct));
         /* Per sample: the mean over its positions. */
         double per_sample = loss_sum / m->positions;
         s->loss_sum += p->exact ? herd_exact_loss(per_sample) : per_sample;
         s->correct += (double)correct / m->positions;
     }
     if (p->scaler)
-        HERD_TRY(herd_loss_scaler_scale(p->scaler, m->be, p->dlogits,
-                                        (size_t)rows * m->class_count));
+        HERD_TRY(herd_loss_scaler_scale(p->scaler, m->be, dlogits, (size_t)rows * m->class_count));
     s->samples += b->n;
     double t1 = herd_now();
     HERD_TRY(herd_phase_mark(&p->clock, HERD_PHASE_FORWARD));
@@ -204,7 +222,7 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
     s->t.forward -= p->gather_wait;
     if (micro == n_micro - 1 && !p->exact)
         herd_step_arm_reduction(p, m, n_micro, &ctx);
-    HERD_TRY(herd_model_backward(m, &ctx, b->x, p->dlogits));
+    HERD_TRY(herd_model_backward(m, &ctx, b->x, dlogits));
     if (p->exact && !whole) /* whole: the linear layers added their slices */
         HERD_TRY(herd_exact_sum_add(p->exact, m));
     return herd_step_backward_done(p, s, t0, t1);

@@ -63,6 +63,7 @@ static herd_status cpu_memcpy(void *dst, const void *src, size_t bytes)
 static const herd_backend cpu_backend = {
     .name = "cpu",
     .host_memory = true,
+    .xent_in_place = true,
     .supports_op = cpu_supports_op,
     .alloc = herd_cpu_alloc,
     .free = herd_cpu_free,

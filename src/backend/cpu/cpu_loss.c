@@ -30,10 +30,11 @@ static double row_exp_sum(const float *z, int n, float shift, float *out, double
     double se = 0.0, sz = 0.0;
     if (out) { /* two loops: a store under a condition keeps the loop scalar */
 #pragma omp simd reduction(+ : se, sz)
-        for (int j = 0; j < n; j++) {
-            out[j] = herd_fast_expf(z[j] - shift);
+        for (int j = 0; j < n; j++) { /* z[j] read before out[j] is written: out may be z */
+            float zj = z[j];
+            out[j] = herd_fast_expf(zj - shift);
             se += out[j];
-            sz += z[j];
+            sz += zj;
         }
     } else {
 #pragma omp simd reduction(+ : se, sz)
@@ -75,11 +76,12 @@ herd_status herd_cpu_softmax_xent(int n, int classes, const float *logits, const
         /* log-sum-exp shifted by the max so exp never overflows; the exponentials are kept
          * in the gradient's row for the gradient. */
         float *d = dlogits ? dlogits + (size_t)i * classes : NULL;
+        int y = labels[i];
+        float z_y = z[y]; /* before d, which may be z, is written */
         double sum_z, sum_exp = row_exp_sum(z, classes, zmax, d, &sum_z);
         double lse = zmax + log(sum_exp);
-        int y = labels[i];
         /* -sum_j target_j * (z_j - lse), using sum_j target_j = 1. */
-        double loss = lse - (1.0 - smoothing) * z[y] - (double)off_target * sum_z;
+        double loss = lse - (1.0 - smoothing) * z_y - (double)off_target * sum_z;
         if (row_loss)
             row_loss[i] = loss;
         else

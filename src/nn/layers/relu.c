@@ -34,5 +34,5 @@ static const char *const relu_keys[] = {NULL};
 const herd_layer_ops herd_layer_relu = {
     .type = "relu", .n_inputs = 1, .setup = relu_setup, .forward = relu_forward,
     .backward = relu_backward, .flops = relu_flops,
-    .keys = relu_keys, .bf16 = HERD_BF16_KEEPS,
+    .keys = relu_keys, .bf16 = HERD_BF16_KEEPS, .backward_reads_y = true,
 };
