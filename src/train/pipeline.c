@@ -49,9 +49,11 @@ static herd_status alloc_slot(herd_pipeline *pp, herd_model *whole, herd_pp_slot
     herd_mem_category was = herd_mem_category_set(HERD_MEM_ACTIVATIONS);
     slot->input = be->alloc(n * pp->in_per_sample * sizeof(float));
     slot->labels = be->alloc(n * (size_t)pp->m->positions * sizeof(int32_t));
-    slot->dy = be->alloc(n * pp->out_per_sample * sizeof(float));
+    /* The last stage's loss may write its gradient over the logits (loss_grad). */
+    bool over_logits = s == pp->stages - 1 && herd_step_loss_in_place(slot->m);
+    slot->dy = over_logits ? NULL : be->alloc(n * pp->out_per_sample * sizeof(float));
     herd_mem_category_set(was);
-    if (!slot->input || !slot->labels || !slot->dy)
+    if (!slot->input || !slot->labels || (!slot->dy && !over_logits))
         return HERD_ERR_NOMEM; /* the allocator said why */
     return HERD_OK;
 }
@@ -298,6 +300,13 @@ static double record(step_run *r, herd_tl_kind kind, int mb, double t0)
     return t1 - t0;
 }
 
+/* The gradient of the slot's output: received, or on the last stage the loss's (written
+ * over the logits where herd_step_loss_in_place). */
+static float *loss_grad(const herd_pp_slot *sl)
+{
+    return sl->dy ? sl->dy : sl->m->acts[sl->m->n_layers - 1];
+}
+
 static herd_status run_forward(step_run *r, int mb)
 {
     herd_pipeline *pp = r->pp;
@@ -355,10 +364,10 @@ static herd_status run_forward(step_run *r, int mb)
         double loss = 0;
         long correct = 0;
         int rows = b.n * pp->m->positions;
-        HERD_TRY(herd_model_xent(pp->m, rows, out, sl->labels, r->label_smoothing, sl->dy, &loss,
+        HERD_TRY(herd_model_xent(pp->m, rows, out, sl->labels, r->label_smoothing, loss_grad(sl), &loss,
                                  &correct));
         if (r->plan->scaler)
-            HERD_TRY(herd_loss_scaler_scale(r->plan->scaler, pp->m->be, sl->dy,
+            HERD_TRY(herd_loss_scaler_scale(r->plan->scaler, pp->m->be, loss_grad(sl),
                                             (size_t)rows * pp->m->class_count));
         loss /= pp->m->positions;
         r->s->loss_sum += exact ? herd_exact_loss(loss) : loss;
@@ -388,7 +397,7 @@ static herd_status run_backward(step_run *r, int mb, int round_n)
     ctx.grad_beta = r->bwd_done > 0 && !exact ? 1.0f : 0.0f;
     if (r->done + mb == r->n_total - 1 && !exact)
         herd_step_arm_reduction(r->plan, pp->m, r->n_total, &ctx);
-    HERD_TRY(herd_model_backward(sl->m, &ctx, sl->input, sl->dy));
+    HERD_TRY(herd_model_backward(sl->m, &ctx, sl->input, loss_grad(sl)));
     if (exact)
         HERD_TRY(herd_exact_sum_add_grads(exact, pp->m));
     r->bwd_done++;

@@ -71,13 +71,16 @@ static herd_status batch_to_backend(herd_model *m, float **x_dev, int32_t **labe
  * (xent_in_place) and nothing reads them after it: not the last layer's backward (relu
  * reads its output), not a vocabulary split's loss (xent_split.c). A language model's
  * logits are its largest activation (gpt2 at 4 x 1,024 tokens: 0.8 GiB). */
-static float *dlogits_over_logits(const herd_model *m)
+bool herd_step_loss_in_place(const herd_model *m)
 {
     const herd_layer *last = &m->layers[m->n_layers - 1];
     bool split = m->tp.size > 1 && m->class_count != m->classes;
-    return m->be->xent_in_place && !split && !last->ops->backward_reads_y && m->acts
-               ? m->acts[m->n_layers - 1]
-               : NULL;
+    return m->be->xent_in_place && !split && !last->ops->backward_reads_y;
+}
+
+static float *dlogits_over_logits(const herd_model *m)
+{
+    return herd_step_loss_in_place(m) && m->acts ? m->acts[m->n_layers - 1] : NULL;
 }
 
 herd_status herd_step_inputs(herd_model *m, herd_step_plan *p, const herd_batch *host,

@@ -112,6 +112,8 @@ void herd_step_arm_reduction(herd_step_plan *p, herd_model *m, int n_micro, herd
 /* The batch in the backend's memory (dev: copies there, kept for the next batch, or
  * the host batch itself on the CPU), the loss gradient's buffer and the model's
  * activations grown to its size. */
+/* Whether m's loss writes its gradient over the logits (no buffer of their size for it). */
+bool herd_step_loss_in_place(const herd_model *m);
 herd_status herd_step_inputs(herd_model *m, herd_step_plan *p, const herd_batch *host,
                              herd_batch *dev);
 
