@@ -4,12 +4,13 @@
 # them, and the peak memory's activations fall. gpt-nano (attention's scores in the
 # pooled stash) and resnet20 (batch norm, whose running statistics the re-run must not
 # move twice; --grad-accum 2; the simulated device's memory); lenet5, a chain, has
-# nothing to re-run and says so; the timeline shows the re-runs. Under the launcher: 2
+# nothing to re-run and says so; the timeline shows the re-runs; a run refused under
+# --memory-limit (its message naming --recompute) trains under it with the flag;
+# --deterministic's bytes with it on 2 threads and 3 ranks. Under the launcher: 2
 # tensor-parallel parts (their sums inside the re-run), 2 pipeline stages x 2 replicas
 # with ZeRO-1 (its per-layer wait for parameters skipped in the re-run) and 2 stages under
 # GPipe (4 micro-batches in flight, one pool), each the bytes of the same job without the
-# flag. --deterministic's bytes with it on 2 threads and 3
-# ranks; refused with --deterministic --sync-bn, naming them.
+# flag. Refused with --deterministic --sync-bn, naming them.
 set -u
 . "$(dirname "$0")/testlib.sh"
 export OMP_NUM_THREADS=1
@@ -74,6 +75,15 @@ if have_mpi && ! repeat_pass; then
   a=$(activations "$tmp/resnet20-gpipe.held.out") b=$(activations "$tmp/resnet20-gpipe.rc.out")
   check "GPipe: activations $b MiB, under 0.6 x $a" awk -v a="$a" -v b="$b" 'BEGIN { exit !(b > 0 && b < 0.6 * a) }'
 fi
+
+# Under a memory limit: refused, the message naming --recompute, which then fits.
+lim=("$herd" train --model resnet20 --data synthetic:3,16,16,10,256 --batch-size 128 --max-steps 1
+     --epochs 1 --eval-every 0 --test-samples 128 --threads 1 --memory-limit 110M)
+"${lim[@]}" >"$tmp/lim.out" 2>&1
+check "resnet20 at batch 128 over --memory-limit 110M: refused, naming --recompute" \
+  grep -q "memory limit reached: .*hold fewer activations with --recompute" "$tmp/lim.out"
+"${lim[@]}" --recompute >"$tmp/lim.rc.out" 2>&1
+check "... and trains under it with --recompute" grep -q "^model=resnet20 .*steps=1 " "$tmp/lim.rc.out"
 
 "$herd" train --model lenet5 --data synthetic:1,28,28,10,64 --epochs 1 --batch-size 32 --threads 1 \
   --recompute >"$tmp/lenet.out" 2>&1

@@ -43,7 +43,8 @@ herd_status herd_mem_budget_error(const herd_mem_budget *b, uint64_t bytes, bool
         return HERD_ERR(HERD_ERR_NOMEM,
                         "GPU memory limit reached: allocating %.1f MiB on top of the %.1f MiB "
                         "herd holds in use exceeds --gpu-memory-limit %.1f MiB (the GPU has "
-                        "%.1f of %.1f MiB free); use a smaller batch size or raise the limit",
+                        "%.1f of %.1f MiB free); use a smaller batch size or --recompute, or "
+                        "raise the limit",
                         mib(bytes), mib(b->held - b->cached), mib(b->limit), mib(device_free),
                         mib(device_total));
     char cap[48] = "no --gpu-memory-limit";
@@ -51,7 +52,7 @@ herd_status herd_mem_budget_error(const herd_mem_budget *b, uint64_t bytes, bool
         snprintf(cap, sizeof cap, "--gpu-memory-limit %.1f MiB", mib(b->limit));
     return HERD_ERR(HERD_ERR_NOMEM,
                     "out of GPU memory allocating %.1f MiB (herd holds %.1f MiB in use, %s; the "
-                    "GPU has %.1f of %.1f MiB free); use a smaller batch size",
+                    "GPU has %.1f of %.1f MiB free); use a smaller batch size or --recompute",
                     mib(bytes), mib(b->held - b->cached), cap, mib(device_free),
                     mib(device_total));
 }

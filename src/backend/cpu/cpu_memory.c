@@ -48,11 +48,15 @@ static bool fits(uint64_t bytes, int category)
 {
     if (!limit || (bytes <= limit && in_use <= limit - bytes))
         return true;
+    /* Activations a quarter or more of what it would hold: --recompute is worth naming. */
+    uint64_t acts = by_category[HERD_MEM_ACTIVATIONS] + (category == HERD_MEM_ACTIVATIONS ? bytes : 0);
+    bool name_recompute = acts >= (in_use + bytes) / 4;
     HERD_ERR(HERD_ERR_NOMEM,
              "memory limit reached: allocating %.1f MiB of %s on top of the %.1f MiB herd holds "
-             "exceeds --memory-limit %.1f MiB; use a smaller batch or fewer micro-batches in "
+             "exceeds --memory-limit %.1f MiB; %suse a smaller batch or fewer micro-batches in "
              "flight, split the model into more pipeline stages, or raise the limit",
-             mib(bytes), herd_mem_category_name(category), mib(in_use), mib(limit));
+             mib(bytes), herd_mem_category_name(category), mib(in_use), mib(limit),
+             name_recompute ? "hold fewer activations with --recompute, " : "");
     return false;
 }
 
