@@ -6,11 +6,12 @@
 # move twice; --grad-accum 2; the simulated device's memory); lenet5, a chain, has
 # nothing to re-run and says so; the timeline shows the re-runs; a run refused under
 # --memory-limit (its message naming --recompute) trains under it with the flag;
-# --deterministic's bytes with it on 2 threads and 3 ranks. Under the launcher: 2
+# --deterministic's bytes with it on 2 threads and 3 ranks, with --sync-bn too (slices
+# re-run layer by layer together). Under the launcher: 2
 # tensor-parallel parts (their sums inside the re-run), 2 pipeline stages x 2 replicas
 # with ZeRO-1 (its per-layer wait for parameters skipped in the re-run) and 2 stages under
 # GPipe (4 micro-batches in flight, one pool), each the bytes of the same job without the
-# flag. Refused with --deterministic --sync-bn, naming them.
+# flag. Refused with --cuda-graphs, naming it.
 set -u
 . "$(dirname "$0")/testlib.sh"
 export OMP_NUM_THREADS=1
@@ -62,11 +63,22 @@ det=("$herd" train --model resnet20 --data synthetic:3,8,8,10,480 --test-samples
 "${det[@]}" --batch-size 24 --grad-accum 2 --threads 2 --recompute --save "$tmp/det.t2" >/dev/null 2>&1
 check "--deterministic, 1 x 24 x 2 on 2 threads with --recompute: the bytes of 1 x 16 x 3 held" \
   cmp "$tmp/det.held" "$tmp/det.t2"
+# --sync-bn: the slices run layer by layer together (nn/slices.c), and re-run so, batch
+# norm's statistics summed over every slice (and rank) again.
+"${det[@]}" --sync-bn --batch-size 16 --grad-accum 3 --save "$tmp/sbn.held" >/dev/null 2>&1
 if have_mpi && ! repeat_pass; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   timeout 300 "${mpiexec[@]}" -np 3 "${det[@]}" --batch-size 8 --grad-accum 2 --recompute \
     --save "$tmp/det.n3" >/dev/null 2>&1
   check "--deterministic, 3 ranks x 8 x 2 with --recompute: the same bytes" cmp "$tmp/det.held" "$tmp/det.n3"
+  timeout 300 "${mpiexec[@]}" -np 3 "${det[@]}" --sync-bn --batch-size 8 --grad-accum 2 --recompute \
+    --save "$tmp/sbn.n3" >/dev/null 2>&1
+  check "--deterministic --sync-bn, 3 ranks x 8 x 2 with --recompute: the one-process bytes held" \
+    cmp "$tmp/sbn.held" "$tmp/sbn.n3"
+else
+  "${det[@]}" --sync-bn --batch-size 24 --grad-accum 2 --recompute --save "$tmp/sbn.rc" >/dev/null 2>&1
+  check "--deterministic --sync-bn, 1 x 24 x 2 with --recompute: the bytes of 1 x 16 x 3 held" \
+    cmp "$tmp/sbn.held" "$tmp/sbn.rc"
   same resnet20-pp2-dp2-zero1 timeout 300 "${mpiexec[@]}" -np 4 "${rn[@]}" --pipeline-stages 2 \
     --micro-batches 2 --stage-split layer2.0.conv1 --zero 1
   # GPipe: all 4 micro-batches in flight, their slots sharing one pool, each re-run in turn.
@@ -90,7 +102,7 @@ check "... and trains under it with --recompute" grep -q "^model=resnet20 .*step
 check "lenet5 (a chain): trains, saying there is nothing to re-run" \
   grep -q -- "--recompute: nothing to re-run in 'lenet5'" "$tmp/lenet.out"
 "$herd" train --model lenet5 --data synthetic:1,28,28,10,64 --epochs 1 --batch-size 32 \
-  --recompute --deterministic --sync-bn >"$tmp/bad.out" 2>&1
-check "--recompute with --deterministic --sync-bn: refused, naming them" \
-  grep -q -- "--recompute does not work with --deterministic --sync-bn yet" "$tmp/bad.out"
+  --recompute --cuda-graphs >"$tmp/bad.out" 2>&1
+check "--recompute with --cuda-graphs: refused, naming it" \
+  grep -q -- "--recompute does not work with --cuda-graphs yet" "$tmp/bad.out"
 finish

@@ -533,7 +533,7 @@ typedef struct herd_train_config {
      * points where one tensor crosses (a residual block; a transformer block's attention
      * and MLP halves), only the run's output is held from forward to backward; the rest
      * is computed again in backward from it, the same bits. Less memory for about one
-     * more forward a step. Not with --deterministic --sync-bn or --cuda-graphs yet (refused). */
+     * more forward a step. Not with --cuda-graphs yet (refused). */
     bool recompute;
     /* The same saved weights whatever the number of ranks, the --grad-accum split and the
      * per-rank batch size that make up the global batch, and the thread count

@@ -209,9 +209,8 @@ void herd_recompute_free(herd_model *m)
     m->rc = NULL;
 }
 
-/* Copies the buffers of layers first..last to or from rc->saved. */
-static herd_status move_buffers(herd_model *m, const herd_run_ctx *ctx, int first, int last,
-                                bool save)
+herd_status herd_recompute_move_buffers(herd_model *m, const herd_run_ctx *ctx, int first,
+                                        int last, bool save)
 {
     size_t at = 0;
     for (int i = first; i <= last; i++) {
@@ -243,7 +242,7 @@ herd_status herd_recompute_before_backward(herd_model *m, const herd_run_ctx *ct
     herd_run_ctx again = *ctx;
     again.before_forward = NULL;
     int first = rc->run_first[r], last = rc->run_last[r];
-    HERD_TRY(move_buffers(m, ctx, first, last, true));
+    HERD_TRY(herd_recompute_move_buffers(m, ctx, first, last, true));
     for (int j = first; j <= last; j++) {
         herd_layer *l = &m->layers[j];
         const float *in[HERD_MAX_INPUTS] = {0};
@@ -255,7 +254,7 @@ herd_status herd_recompute_before_backward(herd_model *m, const herd_run_ctx *ct
         if (ctx->between_layers)
             ctx->between_layers(ctx->between_user);
     }
-    HERD_TRY(move_buffers(m, ctx, first, last, false));
+    HERD_TRY(herd_recompute_move_buffers(m, ctx, first, last, false));
     rc->pool->holder = m;
     rc->pool->run = r;
     rc->reruns++;

@@ -81,6 +81,11 @@ static inline bool herd_recompute_stale(const herd_model *m)
 /* m lets go of its shared pool (herd_model_free). */
 void herd_recompute_unshare(herd_model *m);
 
+/* Copies the buffers (running statistics) of layers first..last, at ctx->buffers, into
+ * m's keeping (save) or back from it: a re-run moves them once more than a step does. */
+herd_status herd_recompute_move_buffers(herd_model *m, const herd_run_ctx *ctx, int first,
+                                        int last, bool save);
+
 /* Before layer i's backward: re-runs the inside of the run i ends, when the pool does
  * not hold it. x is the model input of this forward. */
 herd_status herd_recompute_before_backward(herd_model *m, const herd_run_ctx *ctx, const float *x,

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "nn/recompute.h"
 
 herd_status herd_slices_reshape(herd_slices *s, herd_model *whole, int n, int size)
 {
@@ -129,33 +130,68 @@ static herd_status each_slice(herd_slices *s, int n, const herd_run_ctx *ctx, co
     return herd_first_error_status(&failed);
 }
 
+/* Layer l's forward on every slice (batch norm over all of them), as `kind` on the
+ * timeline. */
+static herd_status forward_layer(herd_slices *s, const herd_run_ctx *ctx, const uint64_t *seeds,
+                                 const float *const *x, herd_slice_sums *sums, int l,
+                                 herd_tl_kind kind)
+{
+    int n = s->n;
+    herd_status st = HERD_OK;
+    double t0 = herd_trace_start(ctx->trace);
+    const herd_layer *layer = &s->whole->layers[l];
+    bool bn = herd_layer_is_batchnorm(layer) && ctx->training;
+    if (bn) {
+        for (int i = 0; i < n; i++) {
+            s->bn[i] = &s->slice[i]->layers[l];
+            s->bn_x[i] = herd_model_layer_input(s->slice[i], x[i], l, 0);
+            s->bn_y[i] = s->slice[i]->acts[l];
+        }
+        st = herd_batchnorm_slices_forward(s->bn, n, ctx, s->bn_x, s->bn_y, sums);
+    } else {
+        st = each_slice(s, n, ctx, seeds, x, NULL, NULL, l);
+    }
+    for (int i = 0; i < n; i++)
+        herd_recompute_forward_done(s->slice[i], l);
+    herd_trace_end(ctx->trace, kind, layer->spec.name, t0);
+    if (ctx->between_layers)
+        ctx->between_layers(ctx->between_user);
+    return st;
+}
+
 herd_status herd_slices_forward(herd_slices *s, const herd_run_ctx *ctx, const uint64_t *seeds,
                                 const float *const *x, herd_slice_sums *sums)
 {
     sums->rows = s->rows;
-    int n = s->n;
     herd_status st = HERD_OK;
     for (int l = 0; l < s->whole->n_layers && st == HERD_OK; l++) {
         if (ctx->before_forward)
             st = ctx->before_forward(ctx->before_user, l);
-        double t0 = herd_trace_start(ctx->trace);
-        const herd_layer *layer = &s->whole->layers[l];
-        bool bn = herd_layer_is_batchnorm(layer) && ctx->training;
-        if (st == HERD_OK && bn) {
-            for (int i = 0; i < n; i++) {
-                s->bn[i] = &s->slice[i]->layers[l];
-                s->bn_x[i] = herd_model_layer_input(s->slice[i], x[i], l, 0);
-                s->bn_y[i] = s->slice[i]->acts[l];
-            }
-            st = herd_batchnorm_slices_forward(s->bn, n, ctx, s->bn_x, s->bn_y, sums);
-        }
-        if (st == HERD_OK && !bn)
-            st = each_slice(s, n, ctx, seeds, x, NULL, NULL, l);
-        herd_trace_end(ctx->trace, HERD_TL_FWD_LAYER, layer->spec.name, t0);
-        if (ctx->between_layers)
-            ctx->between_layers(ctx->between_user);
+        if (st == HERD_OK)
+            st = forward_layer(s, ctx, seeds, x, sums, l, HERD_TL_FWD_LAYER);
     }
     return st;
+}
+
+/* --recompute (recompute.h): before layer l's backward, the inside of the run l ends runs
+ * forward again on every slice, layer by layer as the forward ran it (batch norm over
+ * all the slices, its sums collective as there), the running statistics put back after.
+ * The slices' models share one plan, so slice 0's says what to do for all. */
+static herd_status rerun(herd_slices *s, const herd_run_ctx *ctx, const uint64_t *seeds,
+                         const float *const *x, herd_slice_sums *sums, int l)
+{
+    herd_model *m0 = s->slice[0];
+    herd_recompute *rc = m0->rc;
+    int r = rc ? rc->last_of[l] : -1;
+    if (r < 0 || (rc->pool->holder == m0 && rc->pool->run == r))
+        return HERD_OK;
+    int first = rc->run_first[r], last = rc->run_last[r];
+    HERD_TRY(herd_recompute_move_buffers(m0, ctx, first, last, true));
+    for (int j = first; j <= last; j++)
+        HERD_TRY(forward_layer(s, ctx, seeds, x, sums, j, HERD_TL_RECOMPUTE_LAYER));
+    HERD_TRY(herd_recompute_move_buffers(m0, ctx, first, last, false));
+    rc->reruns++;
+    return HERD_OK;
 }
 
 herd_status herd_slices_backward(herd_slices *s, const herd_run_ctx *ctx, const uint64_t *seeds,
@@ -170,6 +206,9 @@ herd_status herd_slices_backward(herd_slices *s, const herd_run_ctx *ctx, const 
     for (int l = s->whole->n_layers - 1; l >= 0 && st == HERD_OK; l--) {
         const herd_layer *layer = &s->whole->layers[l];
         bool bn = herd_layer_is_batchnorm(layer);
+        st = rerun(s, ctx, seeds, x, sums, l);
+        if (st != HERD_OK)
+            break;
         for (int i = 0; i < n; i++)
             herd_model_backward_io(s->slice[i], l, x[i], dlogits[i], &s->io[i]);
         double t0 = herd_trace_start(ctx->trace);

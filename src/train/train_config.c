@@ -127,12 +127,10 @@ herd_status herd_train_config_check(const herd_train_config *c)
                                   "its forward or backward exchanges with other ranks or decides "
                                   "on the host mid-step; drop one of them (docs/gpu.md)", with);
     }
-    /* --deterministic --sync-bn runs its slices layer by layer together (nn/slices.c),
-     * whose backward does not re-run layers. */
-    if (c->recompute && ((c->deterministic && c->sync_bn) || c->cuda_graphs))
-        return HERD_INPUT_ERR(HERD_ERR_UNSUPPORTED, "--recompute does not work with %s yet; drop "
-                              "one of them (docs/memory.md)",
-                              c->cuda_graphs ? "--cuda-graphs" : "--deterministic --sync-bn");
+    /* A replayed graph would replay the host's choices of what to re-run (untested). */
+    if (c->recompute && c->cuda_graphs)
+        return HERD_INPUT_ERR(HERD_ERR_UNSUPPORTED, "--recompute does not work with --cuda-graphs "
+                              "yet; drop one of them (docs/memory.md)");
     if ((unsigned)c->pp_schedule > HERD_PP_SCHEDULE_GPIPE)
         return HERD_OPTION_ERR("pipeline schedule is 0 (1f1b) or 1 (gpipe), got %d",
                                (int)c->pp_schedule);
