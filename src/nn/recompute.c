@@ -128,7 +128,6 @@ herd_status herd_recompute_alloc(herd_model *m)
             at += line_up(herd_act_bytes(&m->layers[i])) + line_up(stash_bytes(&m->layers[i]));
             saved += buffer_floats(m, &m->layers[i]);
         }
-        rc->pooled_bytes += at;
         rc->pool_bytes = at > rc->pool_bytes ? at : rc->pool_bytes;
         rc->saved_floats = saved > rc->saved_floats ? saved : rc->saved_floats;
     }
@@ -167,7 +166,6 @@ herd_status herd_recompute_alloc(herd_model *m)
             at += line_up(stash);
             continue;
         }
-        rc->held_bytes += act + stash;
         if (!(m->acts[i] = be->alloc(act)))
             return HERD_ERR_NOMEM;
         rc->own_act[i] = true;
@@ -257,6 +255,5 @@ herd_status herd_recompute_before_backward(herd_model *m, const herd_run_ctx *ct
     HERD_TRY(herd_recompute_move_buffers(m, ctx, first, last, false));
     rc->pool->holder = m;
     rc->pool->run = r;
-    rc->reruns++;
     return HERD_OK;
 }

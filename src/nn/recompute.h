@@ -42,12 +42,10 @@ typedef struct herd_recompute {
     herd_recompute_pool *pool; /* every pooled run's inside, one at a time (m->shared_pool, or own) */
     size_t pool_bytes;         /* what this model needs of it */
     long pool_generation;      /* the shared pool's when the outputs were placed in it */
-    void *scratch;           /* the layers' shared scratch (layer.h's scratch_bytes) */
-    float *saved;            /* buffers (running statistics) of a run's inside while it re-runs */
+    void *scratch;             /* the layers' shared scratch (layer.h's scratch_bytes) */
+    float *saved;              /* buffers (running statistics) of a run's inside while it re-runs */
     size_t saved_floats;
     bool *own_act, *own_stash; /* per layer: acts[i] / stash its own allocation */
-    size_t held_bytes, pooled_bytes; /* outputs and stashes held alone; inside, summed over runs */
-    long reruns;             /* runs re-run so far */
 } herd_recompute;
 
 /* Bytes of layer l's output (and of its gradient) at its batch: bf16 activations take half. */

@@ -189,9 +189,7 @@ static herd_status rerun(herd_slices *s, const herd_run_ctx *ctx, const uint64_t
     HERD_TRY(herd_recompute_move_buffers(m0, ctx, first, last, true));
     for (int j = first; j <= last; j++)
         HERD_TRY(forward_layer(s, ctx, seeds, x, sums, j, HERD_TL_RECOMPUTE_LAYER));
-    HERD_TRY(herd_recompute_move_buffers(m0, ctx, first, last, false));
-    rc->reruns++;
-    return HERD_OK;
+    return herd_recompute_move_buffers(m0, ctx, first, last, false);
 }
 
 herd_status herd_slices_backward(herd_slices *s, const herd_run_ctx *ctx, const uint64_t *seeds,
