@@ -18,8 +18,8 @@ export OMP_NUM_THREADS=1
 corpus=/usr/share/common-licenses
 # The activations part of herd's peak memory (rank 0's with several ranks).
 activations() { grep "peak memory [0-9]" "$1" | grep -o "activations [0-9][0-9.]*" | cut -d' ' -f2; }
-# same NAME CMD...: the command with and without --recompute; the saved bytes equal, and
-# the flag's run holds less (or, for a chain, as much).
+# same NAME CMD...: the command without and with --recompute; the saved bytes equal (the
+# outputs NAME.held.out and NAME.rc.out kept for the memory checks).
 same() {
   local name=$1; shift
   "$@" --save "$tmp/$name.held" >"$tmp/$name.held.out" 2>&1
