@@ -471,7 +471,7 @@ herd_status herd_model_reshape(herd_model *m, int batch)
     if (batch <= 0)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "batch size must be positive, got %d", batch);
     bool bf16 = bf16_acts_wanted(m);
-    if (batch == m->batch && bf16 == m->bf16_acts && m->recompute == m->rc_planned &&
+    if (batch == m->batch && bf16 == m->bf16_acts && m->rc && m->rc->recompute == m->recompute &&
         !herd_recompute_stale(m))
         return HERD_OK;
     m->bf16_acts = bf16;
@@ -498,7 +498,6 @@ static herd_status reshape(herd_model *m, int batch)
         l->batch = batch;
     }
     HERD_TRY(herd_recompute_alloc(m)); /* the outputs and stashes */
-    m->rc_planned = m->recompute;
     size_t largest = 0;
     for (int i = 0; i < m->n_layers; i++) {
         herd_layer *l = &m->layers[i];

@@ -55,7 +55,7 @@ struct herd_model {
     /* Activation recomputation (nn/recompute.h; herd_model_set_recompute): the outputs
      * inside runs of layers between cuts share one pool, re-run in backward. rc: where
      * this batch's activations and stashes live (set by reshape, either way). */
-    bool recompute, rc_planned; /* asked for; what the activations' storage follows */
+    bool recompute;
     struct herd_recompute *rc;
     struct herd_recompute_pool *shared_pool; /* NULL: rc's pool is the model's own */
 

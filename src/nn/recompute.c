@@ -108,6 +108,7 @@ herd_status herd_recompute_alloc(herd_model *m)
     if (!(m->rc = rc))
         return HERD_ERR_NOMEM;
     rc->n_layers = n;
+    rc->recompute = m->recompute;
     rc->inside_of = herd_xcalloc((size_t)n, sizeof *rc->inside_of);
     rc->last_of = herd_xcalloc((size_t)n, sizeof *rc->last_of);
     rc->run_first = herd_xcalloc((size_t)n, sizeof *rc->run_first);

@@ -33,6 +33,7 @@ typedef struct herd_recompute_pool {
 } herd_recompute_pool;
 
 typedef struct herd_recompute {
+    bool recompute; /* the model's flag this storage was planned with */
     int n_layers;
     /* Per layer: the pooled run it is inside of, or -1; the pooled run it is the kept
      * last layer of, or -1. */

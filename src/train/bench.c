@@ -143,9 +143,11 @@ herd_status herd_bench_run(herd_model *m, herd_dataset *ds, const herd_bench_con
         !(cfg->lr >= 0))
         return HERD_ERR(HERD_ERR_INVALID_ARG, "bench needs a model, data, batch size > 0, "
                         "steps > 0, warmup >= 0 and a learning rate >= 0 (0: the default)");
-    if (cfg->recompute && cfg->cuda_graphs)
-        return HERD_INPUT_ERR(HERD_ERR_UNSUPPORTED, "--recompute does not work with --cuda-graphs "
-                              "yet; drop one of them (docs/memory.md)");
+    herd_train_config as_trained; /* the combinations training refuses, refused alike */
+    herd_train_config_default(&as_trained);
+    as_trained.recompute = cfg->recompute;
+    as_trained.cuda_graphs = cfg->cuda_graphs;
+    HERD_TRY(herd_train_config_check(&as_trained));
     bool recompute = m->recompute;
     herd_model_set_recompute(m, cfg->recompute); /* tensor parts take it over */
     herd_status st = bench_run(m, ds, cfg, res);

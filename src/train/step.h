@@ -109,11 +109,11 @@ herd_group_sum herd_group_of_comm(herd_comm *c);
  * ctx's after-backward hook. Nothing to do for one process without accumulation. */
 void herd_step_arm_reduction(herd_step_plan *p, herd_model *m, int n_micro, herd_run_ctx *ctx);
 
-/* The batch in the backend's memory (dev: copies there, kept for the next batch, or
- * the host batch itself on the CPU), the loss gradient's buffer and the model's
- * activations grown to its size. */
 /* Whether m's loss writes its gradient over the logits (no buffer of their size for it). */
 bool herd_step_loss_in_place(const herd_model *m);
+/* The batch in the backend's memory (dev: copies there, kept for the next batch, or
+ * the host batch itself on the CPU), the model's activations and, unless the loss writes
+ * over the logits, the loss gradient's buffer grown to its size. */
 herd_status herd_step_inputs(herd_model *m, herd_step_plan *p, const herd_batch *host,
                              herd_batch *dev);
 
