@@ -22,9 +22,10 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -x "$herd" ] || { echo "recompute.sh: $herd not found: make build" >&2; exit 1; }
+# shellcheck source=bench/lib.sh
+. "$root/bench/lib.sh" # kv, python
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-python=/usr/bin/python3
 cat /usr/share/common-licenses/* | "$python" "$root/scripts/tokenize_bytes.py" - \
   "$tmp/lic_train.bin" "$tmp/lic_val.bin" >/dev/null
 echo "# $(date -u +%F' '%H:%M' UTC'), $(git -C "$root" rev-parse --short HEAD), $(nproc) cores, threads $threads"
@@ -41,7 +42,6 @@ shape() {
   esac
 }
 
-kv() { grep -o "$1=[0-9.e+-]*" <<<"$2" | tail -n 1 | cut -d= -f2; }
 IFS=, read -r -a list <<<"$models"
 for m in "${list[@]}"; do
   read -r data batch train_steps steps warmup seq <<<"$(shape "$m")"
