@@ -4,15 +4,19 @@
 
 A test the pass keeps for a few lines of its own may reach them in one or two of its
 commands; the others then run code the pass runs anyway. This prints, for each test of
-the pass costing at least MIN_S, each of its processes (one profile each: %p in
-LLVM_PROFILE_FILE) with the number of those lines it reached and its command line, so
-that the script can leave out, under the sanitizers, the parts that reach none.
+the pass costing at least MIN_S, costliest first, each of its processes (one profile
+each: %p in LLVM_PROFILE_FILE) with the number of those lines it reached and its command
+line, then the fewest of them (greedy) that reach them all ("keep"), so that the script
+can leave out, under the sanitizers, the parts that reach none. A test's own lines are
+those that neither the tests after it (whole) nor the kept commands of those before it
+reach, so the scripts can all be trimmed at once.
 
 usage: repeat_processes.py SETS_DIR RAW_DIR ARGV_LOG COSTS FILE_REGEX MIN_S PROFDATA LLVMCOV
                            SRC OBJECT... [-- LEFT_OUT...]
   SETS_DIR/NAME.txt: each test's lines ("FILE LINE"); RAW_DIR/NAME/PID.profraw: its
   processes' profiles; ARGV_LOG: "TEST PID ARGS" lines written by the herd wrapper;
   COSTS: "NAME SECONDS" of the pass's tests; LEFT_OUT: tests the pass leaves out."""
+import multiprocessing
 import os
 import re
 import subprocess
@@ -64,23 +68,41 @@ def main():
         parts = row.rstrip("\n").split(" ", 2)
         if len(parts) == 3:
             commands[(parts[0], parts[1])] = parts[2]
-    for test in sorted(sets, key=lambda t: -costs[t]):
-        if costs[test] < float(min_s):
-            continue
-        others = set().union(*(s for t, s in sets.items() if t != test))
-        own = sets[test] - others
-        print(f"# {test}: {costs[test]:.1f} s, {len(own)} lines of its own")
-        test_raw = os.path.join(raw_dir, test)
-        for raw in sorted(os.listdir(test_raw) if os.path.isdir(test_raw) else []):
-            if not raw.endswith(".profraw"):
-                continue
-            pid = raw[:-len(".profraw")]
-            reached = process_lines(os.path.join(test_raw, raw), profdata, llvmcov, objects,
-                                    src, files) & own
-            command = commands.get((test, pid), "(not started as herd: a test program, or a rank"
-                                                " herd run started from its own binary)")
-            print(f"{len(reached):5d}  {command[:200]}")
-
+    # Tests in turn, costliest first; each keeps the fewest commands (greedy) that reach
+    # the lines no other test reaches: the tests still to come whole, those done by the
+    # commands they keep. So trimming several scripts at once loses no line that two of
+    # them shared.
+    kept_lines = {}
+    order = sorted(sets, key=lambda t: -costs[t])
+    work = [t for t in order if costs[t] >= float(min_s)]
+    with multiprocessing.Pool(os.cpu_count()) as pool:
+        for test in work:
+            others = set().union(*(kept_lines.get(t, s) for t, s in sets.items() if t != test))
+            own = sets[test] - others
+            print(f"# {test}: {costs[test]:.1f} s, {len(own)} lines of its own", flush=True)
+            test_raw = os.path.join(raw_dir, test)
+            raws = sorted(r for r in (os.listdir(test_raw) if os.path.isdir(test_raw) else [])
+                          if r.endswith(".profraw"))
+            reached_all = pool.starmap(process_lines, [
+                (os.path.join(test_raw, r), profdata, llvmcov, objects, src, files) for r in raws])
+            reached_by = []
+            for raw, reached in zip(raws, reached_all):
+                pid = raw[:-len(".profraw")]
+                command = commands.get((test, pid), "(not started as herd: a test program, or a"
+                                                    " rank herd run started from its own binary)")
+                reached_by.append((reached, command))
+                print(f"{len(reached & own):5d}  {command[:200]}")
+            # The fewest commands that reach all of them (greedy): what the pass must keep.
+            left, kept = set(own), set()
+            while left:
+                reached, command = max(reached_by, key=lambda rc: len(rc[0] & left))
+                if not reached & left:
+                    break
+                print(f"  keep {len(reached & left):4d}  {command}")
+                left -= reached
+                kept |= reached
+            kept_lines[test] = kept & sets[test]
+            print(f"  ({len(left)} of its own lines reached by no process profile)", flush=True)
 
 if __name__ == "__main__":
     main()
