@@ -18,9 +18,10 @@ set -u
 . "$(dirname "$0")/testlib.sh"
 have_mpi || skip_all "herd built without MPI, or its launcher (HERD_MPIEXEC, set by ctest) missing"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+# 16x16 images, as in cli_deterministic (the sums' order is what is tested).
 samples=9600 stop_at=8
 repeat_pass && samples=960 stop_at=4
-base=(--data "synthetic:1,28,28,10,$samples" --test-samples 96 --epochs 1 --seed 5 --lr 0.05
+base=(--data "synthetic:1,16,16,10,$samples" --test-samples 96 --epochs 1 --seed 5 --lr 0.05
       --momentum 0.9 --threads 1 --quiet)
 common=("${base[@]}" --deterministic)
 one() { "$herd" train --model "$1" "${common[@]}" --batch-size 8 --grad-accum 12 --save "$2" "${@:3}"; }
