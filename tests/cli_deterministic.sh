@@ -26,7 +26,7 @@ set -u
 . "$(dirname "$0")/testlib.sh"
 # 100 steps of 96 (issue 27): a rank count, split or resume that changed any rounding would
 # change the weights of the first step after it, and every later one. On 16x16 images: what
-# is tested is the sums' order, and 28x28 took 1.4x the CPU (cli_deterministic and
+# is tested is the sums' order, and 28x28 took 1.5x the CPU (cli_deterministic and
 # cli_deterministic_pipeline 84 -> 56 CPU-s alone, 2026-12-07).
 samples=9600
 # In a repeat pass (testlib.sh: sanitizers, MPICH): 10 steps, and 2 and 3 ranks; the release

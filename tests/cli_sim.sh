@@ -2,10 +2,10 @@
 # --device sim from the CLI: the same training as --device cpu (one rank and, with MPI,
 # two, whose gradients go through the staged communicator), its memory cap, and its
 # refusal of precisions it does not simulate. Library-level equality, bit for bit, is
-# tests/test_backend_sim.c's. Under the sanitizers, of the language model's runs only 2
-# stages x 2 tensor parts on sim resumed from one process's checkpoint: the other runs
-# reach no line of herd's code that the pass's other tests do not (clang's coverage of each
-# process, 2026-12-07: tests/repeat_passes.txt).
+# tests/test_backend_sim.c's. Under the sanitizers, of the language model's runs and those
+# under the launcher only 2 stages x 2 tensor parts on sim resumed from one process's
+# checkpoint: the others reach no line of herd's code that the pass's other tests do not
+# (clang's coverage of each process, 2026-12-07: tests/repeat_passes.txt).
 set -u
 . "$(dirname "$0")/testlib.sh"
 data="synthetic:1,12,12,4,256"
