@@ -130,7 +130,9 @@ if have_mpi; then
     done
   done
   # Other batch sizes per rank (ranks x --batch-size x --grad-accum), one with 2 threads.
-  sanitizer_pass || { sizes=("2 16 3" "3 32 1" "4 24 1"); repeat_pass && sizes=("2 16 3"); }
+  sizes=("2 16 3" "3 32 1" "4 24 1")
+  repeat_pass && sizes=("2 16 3")
+  sanitizer_pass && sizes=()
   for size in "${sizes[@]}"; do
     read -r np batch accum <<<"$size"
     for model in lenet5 mlp; do

@@ -73,8 +73,7 @@ def main():
     # commands they keep. So trimming several scripts at once loses no line that two of
     # them shared.
     kept_lines = {}
-    order = sorted(sets, key=lambda t: -costs[t])
-    work = [t for t in order if costs[t] >= float(min_s)]
+    work = [t for t in sorted(sets, key=lambda t: -costs[t]) if costs[t] >= float(min_s)]
     with multiprocessing.Pool(os.cpu_count()) as pool:
         for test in work:
             others = set().union(*(kept_lines.get(t, s) for t, s in sets.items() if t != test))
