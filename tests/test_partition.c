@@ -134,6 +134,37 @@ static void test_parse(void **state)
     herd_model_free(r);
 }
 
+/* Between a column-parallel linear and the row-parallel one that sums its parts a stage
+ * never begins (its input would be a part), with or without --tensor-parallel. */
+static void test_tensor_parts_stay(void **state)
+{
+    (void)state;
+    const char *text =
+        "{\"name\": \"pair\", \"layers\": [{\"type\": \"flatten\"},"
+        "{\"type\": \"linear\", \"name\": \"fc1\", \"out\": 8, \"parallel\": \"column\"},"
+        "{\"type\": \"relu\", \"name\": \"act\"},"
+        "{\"type\": \"linear\", \"name\": \"fc2\", \"out\": 8, \"parallel\": \"row\"},"
+        "{\"type\": \"relu\", \"name\": \"act2\"},"
+        "{\"type\": \"linear\", \"name\": \"fc3\", \"out\": 4}]}";
+    herd_layer_spec *specs;
+    int n;
+    herd_model *m = calloc(1, sizeof *m);
+    assert_int_equal(herd_model_parse_text(text, "pair.json", 4, &specs, &n), HERD_OK);
+    m->in_c = 1, m->in_h = 4, m->in_w = 4, m->classes = 4;
+    assert_int_equal(herd_model_plan(m, specs, n), HERD_OK);
+    free(specs);
+    assert_true(herd_partition_can_cut(m, find(m, "fc1")));
+    assert_false(herd_partition_can_cut(m, find(m, "act")));
+    assert_false(herd_partition_can_cut(m, find(m, "fc2")));
+    assert_true(herd_partition_can_cut(m, find(m, "act2")));
+    double cost[6] = {0, 1, 1, 1, 0, 1};
+    int bounds[3];
+    assert_int_equal(herd_partition_balance(m, cost, 2, bounds), HERD_OK);
+    assert_true(bounds[1] == find(m, "fc1") || bounds[1] >= find(m, "act2"));
+    expect_parse_error(m, "fc2", 2, "'act' gives one tensor part of a column-parallel layer");
+    herd_model_free(m);
+}
+
 static void test_costs_and_describe(void **state)
 {
     (void)state;
@@ -169,6 +200,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_valid_cuts),
+        cmocka_unit_test(test_tensor_parts_stay),
         cmocka_unit_test(test_balance_is_optimal),
         cmocka_unit_test(test_parse),
         cmocka_unit_test(test_costs_and_describe),

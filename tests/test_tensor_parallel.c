@@ -226,6 +226,24 @@ static void test_four_parts(void **state)
     check_parts(4);
 }
 
+/* A model of the given layers (JSON, after a flatten) planned as part 0 of 2: refused,
+ * the message holding want. */
+static void expect_split_error(const char *layers, const char *want)
+{
+    char text[1024];
+    snprintf(text, sizeof text, "{\"name\": \"split\", \"layers\": [{\"type\": \"flatten\"}, %s]}",
+             layers);
+    herd_layer_spec *specs;
+    int n;
+    assert_herd_ok(herd_model_parse_text(text, "split.json", 4, &specs, &n));
+    herd_model *m = calloc(1, sizeof *m);
+    m->in_c = 1, m->in_h = 4, m->in_w = 4, m->classes = 4;
+    m->tp = (herd_tp_group){.rank = 0, .size = 2};
+    tu_expect_error(herd_model_plan(m, specs, n), HERD_ERR_INVALID_ARG, want, "docs/model-files.md");
+    herd_model_free(m);
+    free(specs);
+}
+
 /* Splits that cannot be made are refused at build, naming the layer and the sizes. */
 static void test_refusals(void **state)
 {
@@ -249,6 +267,18 @@ static void test_refusals(void **state)
                     "--tensor-parallel 4");
     herd_model_free(m);
     free(specs);
+    /* A column-parallel layer's part is read only by element-wise layers and the
+     * row-parallel layer that sums it (else each part would train a model of its own). */
+    expect_split_error("{\"type\": \"linear\", \"name\": \"fc1\", \"out\": 8, \"parallel\": \"column\"},"
+                       "{\"type\": \"relu\", \"name\": \"act\"},"
+                       "{\"type\": \"linear\", \"name\": \"fc2\", \"out\": 4}",
+                       "layer 'fc2' (linear) reads 'act', which holds one part");
+    expect_split_error("{\"type\": \"linear\", \"name\": \"fc1\", \"out\": 8},"
+                       "{\"type\": \"linear\", \"name\": \"fc2\", \"out\": 4, \"parallel\": \"row\"}",
+                       "layer 'fc2' is row-parallel but reads 'fc1', which is whole");
+    expect_split_error("{\"type\": \"linear\", \"name\": \"fc1\", \"out\": 8, \"parallel\": \"column\"},"
+                       "{\"type\": \"gelu\", \"name\": \"act\"}",
+                       "its last layer 'act' gives one part");
     const char *bad = "{\"layers\": [{\"type\": \"linear\", \"name\": \"fc\", \"out\": 4, "
                       "\"parallel\": \"columns\"}]}";
     tu_expect_error(herd_model_parse_text(bad, "bad.json", 4, &specs, &n), HERD_ERR_FORMAT,

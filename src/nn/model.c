@@ -100,6 +100,8 @@ static herd_status setup_layers(herd_model *m, const herd_layer_spec *specs, int
             else
                 m->input_consumers++;
         }
+        if (m->tp.size > 1)
+            HERD_TRY(herd_split_check(m, i));
         HERD_TRY(l->ops->setup(l, m));
         if (m->n_views > 0 && !m->views)
             return HERD_NOMEM(sizeof(herd_tensor_view));

@@ -9,6 +9,7 @@
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "nn/tensor_split.h"
 
 /* The earliest layer that layers from b on read (-1: the model input). */
 static int earliest_read_from(const herd_model *m, int b, int *reader)
@@ -26,7 +27,8 @@ static int earliest_read_from(const herd_model *m, int b, int *reader)
 
 bool herd_partition_can_cut(const herd_model *m, int b)
 {
-    return b > 0 && b < m->n_layers && earliest_read_from(m, b, NULL) >= b - 1;
+    return b > 0 && b < m->n_layers && earliest_read_from(m, b, NULL) >= b - 1 &&
+           !herd_split_output(m, b - 1); /* no tensor part crosses */
 }
 
 /* One layer alone, timed: forward and backward at `batch`, best of three. */
@@ -124,7 +126,8 @@ herd_status herd_partition_balance(const herd_model *m, const double *cost, int 
     if (stages < 1 || stages > cuts + 1)
         return HERD_ERR(HERD_ERR_INVALID_ARG,
                         "model '%s' can be cut into at most %d stages (a stage begins only where one "
-                        "tensor crosses, so residual blocks stay whole); %d stages were asked for",
+                        "whole tensor crosses, so residual blocks, and a column-parallel linear "
+                        "with the row-parallel one after it, stay whole); %d stages were asked for",
                         m->name, cuts + 1, stages);
     /* best[k][j]: the slowest stage's cost when layers 0..j-1 form k+1 stages. */
     size_t cells = (size_t)stages * (size_t)(n + 1);
@@ -227,6 +230,12 @@ herd_status herd_partition_parse(const herd_model *m, const char *split, int sta
                             split, (int)len, p, m->layers[reader].spec.name,
                             src < 0 ? "the model input" : m->layers[src].spec.name, names);
         }
+        if (herd_split_output(m, b - 1))
+            return HERD_ERR(HERD_ERR_INVALID_ARG,
+                            "--stage-split '%s': a stage cannot begin at '%.*s': '%s' gives one "
+                            "tensor part of a column-parallel layer's features, which a "
+                            "row-parallel layer after it sums; stages may begin at: %s",
+                            split, (int)len, p, m->layers[b - 1].spec.name, names);
         if (count + 1 >= stages)
             return HERD_ERR(HERD_ERR_INVALID_ARG,
                             "--stage-split '%s': --pipeline-stages %d needs %d name%s, got more", split,

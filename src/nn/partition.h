@@ -6,7 +6,9 @@
  * begin at layer b > 0 only where one tensor crosses the cut: every layer from b on
  * reads only layers b-1 and later, never the model input. So a residual block (its
  * shortcut reads the block's input) stays whole, and stage s+1's input is exactly
- * layer b-1's output.
+ * layer b-1's output. That output must be whole under --tensor-parallel too: no stage
+ * begins between a column-parallel linear and the row-parallel one that sums its parts
+ * (nn/tensor_split.h), with or without it, so the stages do not depend on T.
  *
  * All functions work on a planned model (herd_model_plan: layers set up, no storage
  * needed) and are the same on every rank given the same costs.

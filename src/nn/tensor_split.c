@@ -5,6 +5,51 @@
 
 #include "core/error.h"
 
+static bool element_wise(const herd_layer_spec *s)
+{
+    return strcmp(s->type, "relu") == 0 || strcmp(s->type, "gelu") == 0 ||
+           strcmp(s->type, "dropout") == 0;
+}
+
+static bool is_linear(const herd_layer_spec *s, herd_tp_split split)
+{
+    return strcmp(s->type, "linear") == 0 && s->parallel == split;
+}
+
+bool herd_split_output(const herd_model *m, int i)
+{
+    while (i >= 0 && element_wise(&m->layers[i].spec) && m->layers[i].spec.n_inputs == 1)
+        i = m->layers[i].spec.inputs[0];
+    return i >= 0 && is_linear(&m->layers[i].spec, HERD_TP_COLUMN);
+}
+
+herd_status herd_split_check(const herd_model *m, int i)
+{
+    const herd_layer_spec *s = &m->layers[i].spec;
+    bool row = is_linear(s, HERD_TP_ROW);
+    for (int k = 0; k < s->n_inputs; k++) {
+        int src = s->inputs[k];
+        bool part = src >= 0 && herd_split_output(m, src);
+        const char *from = src >= 0 ? m->layers[src].spec.name : "the model input";
+        if (part && !row && !element_wise(s))
+            return HERD_ERR(HERD_ERR_INVALID_ARG, "model '%s': under --tensor-parallel layer "
+                            "'%s' (%s) reads '%s', which holds one part of a column-parallel "
+                            "layer's features; only relu, gelu, dropout and a linear with "
+                            "\"parallel\": \"row\" may follow one (docs/model-files.md)",
+                            m->name, s->name, s->type, from);
+        if (row && !part)
+            return HERD_ERR(HERD_ERR_INVALID_ARG, "model '%s': under --tensor-parallel layer "
+                            "'%s' is row-parallel but reads '%s', which is whole on every part; "
+                            "a row-parallel linear follows a column-parallel one (docs/model-files.md)",
+                            m->name, s->name, from);
+    }
+    if (i == m->n_layers - 1 && !m->open_output && herd_split_output(m, i))
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "model '%s': under --tensor-parallel its last "
+                        "layer '%s' gives one part of a column-parallel layer's features; end "
+                        "it with a row-parallel linear (docs/model-files.md)", m->name, s->name);
+    return HERD_OK;
+}
+
 void herd_split_range(int64_t len, int part, int parts, int64_t *first, int64_t *count)
 {
     int64_t base = len / parts, extra = len % parts;

@@ -29,6 +29,18 @@ void herd_split_copy(const herd_tensor_view *v, float *whole, float *part, bool 
  * split dimension (a view that is not split: all of them, along dimension 0). */
 void herd_split_view_range(const herd_tensor_view *v, int64_t *first, int64_t *count);
 
+/* Whether layer i's output is one tensor part's under --tensor-parallel: a column-parallel
+ * linear's, and an element-wise layer's (relu, gelu, dropout) after one, up to the
+ * row-parallel linear that sums it. From the layers' specs alone (m->layers[0..i]), so
+ * the same for any T (and without it: a pipeline stage never begins after such a layer,
+ * nn/partition.h). */
+bool herd_split_output(const herd_model *m, int i);
+/* Layer i (its spec and those before it set; -1 the model's input, whole) against that
+ * rule when the model is split: a part read by anything but an element-wise layer or a
+ * row-parallel linear, a row-parallel linear reading a whole tensor, or a model ending on
+ * a part (unless its end is open: a pipeline stage's), is an error naming the layers. */
+herd_status herd_split_check(const herd_model *m, int i);
+
 /* Plans (no storage) part `part` of a model split `parts` ways from the whole model's
  * layer specs: its views tell where its parameters sit in the whole (checkpoints). */
 herd_status herd_model_plan_part(const herd_model *whole, int part, int parts, herd_model **out);
