@@ -88,6 +88,8 @@ herd_status herd_run_exact_setup(run *r)
                         "--train-samples %ld", r->train->n, global,
                         (long)r->train->n / global * global);
     HERD_TRY(herd_exact_sum_init(&r->exact, r->m, r->dp->size));
+    if (r->tp) /* the parts agree on one grid per tensor, the whole tensor's */
+        HERD_TRY(herd_exact_sum_set_tensor_group(&r->exact, r->m, r->tp->group));
     herd_batch_store_init(&r->kept, cfg->batch_size, (size_t)r->m->in_c * r->m->in_h * r->m->in_w,
                           (size_t)r->m->positions); /* a language model: a label per position */
     if (cfg->compress != HERD_COMPRESS_NONE) {

@@ -52,7 +52,18 @@ void herd_exact_sum_free(herd_exact_sum *e)
     free(e->counts);
     free(e->step_buffers);
     free(e->host);
+    free(e->group_max);
     memset(e, 0, sizeof *e);
+}
+
+herd_status herd_exact_sum_set_tensor_group(herd_exact_sum *e, const herd_model *m, herd_comm *g)
+{
+    size_t n = (size_t)m->n_views * (size_t)g->size;
+    free(e->group_max);
+    if (!(e->group_max = calloc(n ? n : 1, sizeof *e->group_max)))
+        return HERD_NOMEM(n * sizeof *e->group_max);
+    e->tensor_group = g;
+    return HERD_OK;
 }
 
 void herd_exact_sum_begin(herd_exact_sum *e, const herd_model *m, long slices, bool written_first)
@@ -274,6 +285,21 @@ static herd_status gather_max(herd_exact_sum *e, const herd_model *m, herd_comm 
     return HERD_OK;
 }
 
+/* The tensor parts' maxima (after the ranks'): a split tensor's becomes the whole
+ * tensor's, a whole one's is the same on every part already. */
+static herd_status group_max(herd_exact_sum *e, const herd_model *m)
+{
+    herd_comm *g = e->tensor_group ? herd_comm_host_side(e->tensor_group) : NULL;
+    if (!g || g->size < 2)
+        return HERD_OK;
+    size_t nv = (size_t)m->n_views;
+    HERD_TRY(g->ops->allgather(g, e->all_max, e->group_max, nv * sizeof(float)));
+    for (int t = 0; t < g->size; t++)
+        for (size_t v = 0; v < nv; v++)
+            e->all_max[v] = max_or_nan(e->all_max[v], e->group_max[(size_t)t * nv + v]);
+    return HERD_OK;
+}
+
 static void set_grids(herd_exact_sum *e, const herd_model *m)
 {
     for (int v = 0; v < m->n_views; v++)
@@ -373,6 +399,7 @@ herd_status herd_exact_sum_finish_agreed(herd_exact_sum *e, herd_model *m, herd_
 {
     *redo = false;
     HERD_TRY(gather_max(e, m, c));
+    HERD_TRY(group_max(e, m));
     size_t n = n_sums(m);
     if (n > (size_t)INT32_MAX)
         return HERD_ERR(HERD_ERR_UNSUPPORTED, "--deterministic: %zu parameters and buffers are "
@@ -401,8 +428,32 @@ herd_status herd_exact_sum_finish(herd_exact_sum *e, herd_model *m, herd_comm *c
     return herd_exact_sum_finish_agreed(e, m, c, NULL, redo);
 }
 
+/* Each split tensor's sum of squares over the tensor parts, added in part order; a whole
+ * tensor's is the same bits on every part and counts once (part 0's). */
+static herd_status squares_over_parts(const herd_model *m, int first_view, int n, herd_comm *g,
+                                      double *part)
+{
+    double *all = malloc((size_t)n * (size_t)g->size * sizeof *all);
+    if (!all)
+        return HERD_NOMEM((size_t)n * (size_t)g->size * sizeof *all);
+    herd_status st = g->ops->allgather(g, part, all, (size_t)n * sizeof *all);
+    for (int v = 0; v < m->n_views && st == HERD_OK; v++) {
+        if (m->views[v].split_parts <= 1) {
+            part[first_view + v] = all[first_view + v];
+            continue;
+        }
+        double sum = 0;
+        for (int t = 0; t < g->size; t++)
+            sum += all[(size_t)t * (size_t)n + (size_t)(first_view + v)];
+        part[first_view + v] = sum;
+    }
+    free(all);
+    return st;
+}
+
 herd_status herd_exact_sum_squares(const herd_model *m, int first_view, int whole_views,
-                                   herd_comm *job, bool contribute, double *out)
+                                   herd_comm *tensor_group, herd_comm *job, bool contribute,
+                                   double *out)
 {
     int n = whole_views > 0 ? whole_views : m->n_views;
     double *part = calloc((size_t)n, sizeof *part);
@@ -414,6 +465,9 @@ herd_status herd_exact_sum_squares(const herd_model *m, int first_view, int whol
         if (!tv->is_buffer)
             st = m->be->sum_squares(tv->numel, m->grads + tv->offset, &part[first_view + v]);
     }
+    herd_comm *g = tensor_group ? herd_comm_host_side(tensor_group) : NULL;
+    if (st == HERD_OK && g && g->size > 1) /* every part of a contributing stage contributes */
+        st = squares_over_parts(m, first_view, n, g, part);
     if (st == HERD_OK && job && job->size > 1) /* each view written by one rank: the sum is it */
         st = job->ops->allreduce_f64(job, part, n);
     double total = 0;

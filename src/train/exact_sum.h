@@ -37,10 +37,18 @@ typedef struct herd_exact_sum {
     /* --sync-bn: batch norm's running statistics are updated once per step from the
      * global batch's statistics, the same bytes on every rank: not summed. */
     bool buffers_synced;
+    /* --tensor-parallel: the model is one part of each split tensor, the other parts on
+     * the ranks of this group (not owned; NULL: none). Each view's maximum is taken over
+     * them too, so the grid (and a checkpoint's) is the whole tensor's, the same on every
+     * part, and so is the redo verdict. */
+    herd_comm *tensor_group;
+    float *group_max; /* the group's maxima side by side */
 } herd_exact_sum;
 
 /* Zeroed, round16 NONE: set it after init for --compress. */
 herd_status herd_exact_sum_init(herd_exact_sum *e, const herd_model *m, int ranks);
+/* The tensor-parallel parts' group (see tensor_group), set once after init. */
+herd_status herd_exact_sum_set_tensor_group(herd_exact_sum *e, const herd_model *m, herd_comm *g);
 void herd_exact_sum_free(herd_exact_sum *e);
 /* A new step of `slices` slices over all ranks: the sums start at zero (unless
  * written_first: the step's first adds write every sum instead). */
@@ -83,11 +91,14 @@ herd_status herd_exact_sum_finish_agreed(herd_exact_sum *e, herd_model *m, herd_
 
 /* The gradients' sum of squares for clipping under --deterministic: each tensor's in the
  * backend's fixed blocks, then added in the whole model's tensor order, so a pipeline stage
- * (views first_view.. of whole_views; 0: m is whole) gets one process's bits. With job
- * (the pipeline's ranks) every rank gets the whole model's sum: the ranks that contribute
- * (one replica per stage) write their stage's tensors. Collective over job. */
+ * (views first_view.. of whole_views; 0: m is whole) gets one process's bits. With
+ * tensor_group (m one part of each split tensor) a split tensor's sum adds its parts'
+ * in part order, a whole one counts once. With job (the pipeline's ranks) every rank
+ * gets the whole model's sum: the ranks that contribute (one replica per stage) write
+ * their stage's tensors. Collective over tensor_group, then job. */
 herd_status herd_exact_sum_squares(const herd_model *m, int first_view, int whole_views,
-                                   herd_comm *job, bool contribute, double *out);
+                                   herd_comm *tensor_group, herd_comm *job, bool contribute,
+                                   double *out);
 
 /* A slice's summed loss on a fixed grid (2^-28): such values add exactly in doubles, in
  * any order, while the totals stay below 2^25, so the reported loss does not depend on

@@ -341,9 +341,9 @@ herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p,
      * updates the rank's slice. */
     herd_comm *agree = p->exact ? NULL : p->stage_job ? p->stage_job : p->zero ? p->comm : NULL;
     size_t norm_first = p->exact ? 0 : first, norm_count = p->exact ? m->n_param_floats : count;
-    /* With pipeline stages each holds its part even so: the loss scaler's verdict is the
-     * job's, taken over each rank's whole stage (clipping is refused there). */
-    herd_comm *scaler_agree = p->exact ? p->stage_job : p->tensor_job ? p->tensor_job : agree;
+    /* With pipeline stages or tensor parts each holds its part even so: the loss scaler's
+     * verdict is the job's, taken over each rank's whole part. */
+    herd_comm *scaler_agree = p->tensor_job ? p->tensor_job : p->exact ? p->stage_job : agree;
     if (p->scaler && !scaler_agree)
         HERD_TRY(herd_loss_scaler_unscale(p->scaler, m->be, m->grads, m->n_param_floats,
                                           &s->skipped));
@@ -351,8 +351,10 @@ herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p,
         bool overflow = false;
         HERD_TRY(m->be->grad_unscale_check(norm_count, m->grads + norm_first,
                                            1.0f / p->scaler->scale, &overflow));
-        /* the tests: this rank alone (of the job, with stages) finds inf in its part, once */
-        int who = p->stage_job ? p->stage_job->rank : p->comm->rank;
+        /* the tests: this rank alone (of the job, with stages or tensor parts) finds inf in
+         * its part, once */
+        int who = p->tensor_job ? p->tensor_job->rank
+                  : p->stage_job ? p->stage_job->rank : p->comm->rank;
         if (p->scaler->skipped == 0 && herd_test_hook("overflow", who))
             overflow = true;
         double any = overflow;
@@ -383,8 +385,9 @@ herd_status herd_apply_step(herd_model *m, herd_optimizer *o, herd_step_plan *p,
         /* --deterministic: per tensor in the whole model's order, the same bits on a stage
          * (one replica of each writes its part) as in one process. */
         if (p->exact)
-            HERD_TRY(herd_exact_sum_squares(m, p->first_view, p->whole_views, p->stage_job,
-                                            p->comm->rank == 0 || !p->stage_job, &sq));
+            HERD_TRY(herd_exact_sum_squares(m, p->first_view, p->whole_views, p->tensor_group,
+                                            p->stage_job, p->comm->rank == 0 || !p->stage_job,
+                                            &sq));
         else if (p->tensor_job)
             HERD_TRY(herd_grad_sum_squares_split(m, norm_first, sq_count, group, &p->tensor_sum,
                                                  &sq));

@@ -44,6 +44,7 @@ typedef struct herd_step_plan {
      * over the tensor group (tensor_sum), whole tensors counted once. NULL: none. */
     herd_comm *tensor_job;
     herd_group_sum tensor_sum;
+    herd_comm *tensor_group; /* the same group (--deterministic's sum of squares) */
     /* A token table tied across pipeline stages: the two copies' gradients are summed
      * once reduced, and the norm leaves the last stage's copy out (NULL: none). */
     herd_tied_sum *tied;

@@ -491,6 +491,7 @@ static herd_status setup(run *r)
     if (r->tp) {
         r->plan.tensor_job = r->comm;
         r->plan.tensor_sum = herd_group_of_comm(r->tp->group);
+        r->plan.tensor_group = r->tp->group;
     }
     if (r->pp) {
         r->plan.stage_job = r->pp->job; /* with tensor parts: this part's stages */
