@@ -8,25 +8,41 @@
 # BASE=OTHER_BUILD: each round also runs OTHER_BUILD/herd's two runs (interleaved), and the
 # line adds its medians, its ratio and this build's --deterministic over its.
 # FLAGS go to both runs (FLAGS=--sync-bn: batch norm over the ranks' batches, and under
-# --deterministic over the global batch).
+# --deterministic over the global batch). TP=T: each of RANKS replicas is T tensor-parallel
+# ranks (--tensor-parallel T). A language model (gpt-nano) reads Debian's license texts
+# tokenised byte-level, sequences of SEQ (default 64).
 #   usage: [B=8] [STEPS=100] [REPS=5] [MODELS="mlp lenet5 resnet20"] [THREADS=1] [RANKS="1 2"]
-#          [FLAGS=...] [OUT=file] [BASE=OTHER_BUILD] bench/deterministic.sh [BUILD]
+#          [TP=1] [SEQ=64] [FLAGS=...] [OUT=file] [BASE=OTHER_BUILD] bench/deterministic.sh [BUILD]
 set -u
 herd=${1:-build}/herd
 B=${B:-8} STEPS=${STEPS:-100} REPS=${REPS:-5} MODELS=${MODELS:-mlp lenet5 resnet20} FLAGS=${FLAGS:-}
-THREADS=${THREADS:-1} RANKS=${RANKS:-1 2} BASE=${BASE:-}
+THREADS=${THREADS:-1} RANKS=${RANKS:-1 2} BASE=${BASE:-} TP=${TP:-1} SEQ=${SEQ:-64}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 out=${OUT:-bench/results/$(date +%F)-deterministic-b$B.txt}
 exec > >(tee -a "$out") 2>&1
 echo "# $(date -u)  $("$herd" --version | head -n1)${BASE:+; against $BASE/herd}"
 echo "# $(nproc --all) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
-echo "# micro-batch $B, global batch $((B * 12)) (1 rank x 12 or 2 ranks x 6), $THREADS thread(s) a rank, $STEPS steps, median of $REPS${FLAGS:+, flags $FLAGS}"
-one() { # one NP MODEL ACCUM [--deterministic]: samples/s of the run (of $bin: herd)
-  local np=$1 model=$2 accum=$3 det=${4:-} cmd=("${bin:-$herd}") shape=1,28,28
+echo "# micro-batch $B, global batch $((B * 12)) (1 replica x 12 or 2 replicas x 6), $THREADS thread(s) a rank, $TP rank(s) a replica, $STEPS steps, median of $REPS${FLAGS:+, flags $FLAGS}"
+tokens=""
+case " $MODELS " in *" gpt"*)
+  tokens=$(mktemp -d)
+  cat /usr/share/common-licenses/* >"$tokens/text"
+  python3 "$(dirname "$0")/../scripts/tokenize_bytes.py" "$tokens/text" "$tokens/t_train.bin" \
+    "$tokens/t_val.bin" >/dev/null
+  trap 'rm -rf "$tokens"' EXIT
+esac
+one() { # one REPLICAS MODEL ACCUM [--deterministic]: samples/s of the run (of $bin: herd)
+  local np=$(($1 * TP)) model=$2 accum=$3 flags=(${4:-}) cmd=("${bin:-$herd}") shape=1,28,28
   [ "$np" -gt 1 ] && cmd=(mpirun -np "$np" --bind-to none "${bin:-$herd}")
+  [ "$TP" -gt 1 ] && flags+=(--tensor-parallel "$TP")
   [ "$model" = resnet20 ] && shape=3,32,32
-  "${cmd[@]}" train --model "$model" --data "synthetic:$shape,10,$((B * 12 * STEPS))" --epochs 1 \
-    --batch-size "$B" --grad-accum "$accum" --threads "$THREADS" --seed 1 --quiet $FLAGS $det 2>&1 |
+  local data=(--data "synthetic:$shape,10,$((B * 12 * STEPS))")
+  case $model in gpt*) # whole global batches of sequences, as --deterministic asks
+    data=(--data "tokens:$tokens/t_train.bin,256" --seq-len "$SEQ" --test-samples 64
+          --train-samples $((B * 12 * STEPS)))
+  esac
+  "${cmd[@]}" train --model "$model" "${data[@]}" --epochs 1 \
+    --batch-size "$B" --grad-accum "$accum" --threads "$THREADS" --seed 1 --quiet $FLAGS "${flags[@]}" 2>&1 |
     sed -n 's/.*samples_per_s=\([0-9.]*\).*/\1/p'
 }
 median() { sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
@@ -44,7 +60,7 @@ for model in $MODELS; do
       fi
     done
     p=$(printf '%s\n' "${plain[@]}" | median) d=$(printf '%s\n' "${det[@]}" | median)
-    line="model=$model ranks=$np threads=$THREADS accum=$accum plain=[${plain[*]}] deterministic=[${det[*]}]"
+    line="model=$model ranks=$((np * TP)) tensor_parallel=$TP threads=$THREADS accum=$accum plain=[${plain[*]}] deterministic=[${det[*]}]"
     line+=" median_plain=$p median_deterministic=$d ratio=$(ratio "$d" "$p")"
     if [ -n "$BASE" ]; then
       bp=$(printf '%s\n' "${base_plain[@]}" | median) bd=$(printf '%s\n' "${base_det[@]}" | median)
