@@ -9,9 +9,11 @@
 # --clip-grad-norm (the norm summed per tensor in the model's order); stopped on 2 x 1
 # and resumed on 2 x 2 (the checkpoint holds the whole model's grid); resnet20 (ghost
 # batch norm in slices of 4) on 2 stages; mlp on 2 stages (its one process runs whole
-# micro-batches through the linear layers' exact ops). A repeat pass (testlib.sh) trains
-# 10 steps: 2 x 1, 2 x 2, clipping and the resume; under the sanitizers 2 x 1 and the
-# resume alone, the parts whose lines of herd's code the pass's other tests do not reach
+# micro-batches through the linear layers' exact ops); gpt-tp4, whose head is tied to the
+# token table on the first stage, on 2 stages x 2 replicas (GPipe, ZeRO-1), and stopped on
+# 2 stages and resumed on 3 (40 steps, slices of 4). A repeat pass (testlib.sh) trains
+# 10 steps: 2 x 1, 2 x 2, clipping and the resumes (gpt-tp4's: 40 steps); under the sanitizers 2 x 1 and the
+# resumes alone, the parts whose lines of herd's code the pass's other tests do not reach
 # (clang's coverage of each process, 2026-12-07: tests/repeat_passes.txt). Refused at
 # start: micro-batches that are not one slice.
 set -u
@@ -108,6 +110,30 @@ if ! repeat_pass; then
   check "resnet20, 2 stages x 1 (10 steps of 48 in slices of 4): the one-process bytes" \
     cmp "$tmp/rn1.st" "$tmp/rn2.st"
 fi
+# A language model whose head is tied to the token table on stage 0: the last stage sends
+# each slice's head gradient of the table to stage 0, whose embedding adds to it as one
+# process's does. gpt-tp4, 40 steps of 12 sequences in slices of 4, with clipping (the
+# table counted once); stopped on 2 stages and resumed on 3 (the copy keeps no grid).
+gpt=(--model "$here/models/gpt-tp4.json" --data "tokens:$tmp/t_train.bin,256" --seq-len 32
+     --test-samples 32 --train-samples 1104 --max-steps 40 --slice-size 4 --clip-grad-norm 0.5
+     --optimizer sgd --lr 0.1 --momentum 0.9 --seed 3 --threads 1 --quiet --deterministic)
+token_corpus
+"$herd" train "${gpt[@]}" --batch-size 12 --save "$tmp/g1.st" >"$tmp/out" 2>&1 || tail -3 "$tmp/out"
+if ! repeat_pass; then
+  timeout 300 "${mpiexec[@]}" -np 4 "$herd" train "${gpt[@]}" --pipeline-stages 2 --batch-size 24 \
+    --micro-batches 6 --pp-schedule gpipe --zero 1 --train-samples 1104 --save "$tmp/g22.st" \
+    >"$tmp/out" 2>&1 || tail -3 "$tmp/out"
+  "$herd" train "${gpt[@]}" --batch-size 48 --save "$tmp/g48.st" >"$tmp/out" 2>&1 || tail -3 "$tmp/out"
+  check "gpt-tp4 (tied table), 2 stages x 2 (GPipe, ZeRO-1): the one-process bytes" \
+    cmp "$tmp/g48.st" "$tmp/g22.st"
+fi
+timeout 300 "${mpiexec[@]}" -np 2 "$herd" train "${gpt[@]}" --pipeline-stages 2 --batch-size 12 \
+  --micro-batches 3 --max-steps 17 --checkpoint-dir "$tmp/gck" >"$tmp/out" 2>&1 || tail -3 "$tmp/out"
+timeout 300 "${mpiexec[@]}" -np 3 "$herd" train "${gpt[@]}" --pipeline-stages 3 --batch-size 12 \
+  --micro-batches 3 --checkpoint-dir "$tmp/gck" --resume --save "$tmp/g3.st" >"$tmp/out" 2>&1 ||
+  tail -3 "$tmp/out"
+check "gpt-tp4 stopped at step 17 on 2 stages, resumed on 3: the one-process bytes" \
+  cmp "$tmp/g1.st" "$tmp/g3.st"
 # Without the flag the pipeline's sums follow its micro-batches: not the same bytes.
 if ! sanitizer_pass; then
 timeout 300 "${mpiexec[@]}" -np 2 "$herd" train "${base[@]}" --model lenet5 \

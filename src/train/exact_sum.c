@@ -437,7 +437,7 @@ static herd_status squares_over_parts(const herd_model *m, int first_view, int n
     if (!all)
         return HERD_NOMEM((size_t)n * (size_t)g->size * sizeof *all);
     herd_status st = g->ops->allgather(g, part, all, (size_t)n * sizeof *all);
-    for (int v = 0; v < m->n_views && st == HERD_OK; v++) {
+    for (int v = 0; v < m->n_views && first_view + v < n && st == HERD_OK; v++) {
         if (m->views[v].split_parts <= 1) {
             part[first_view + v] = all[first_view + v];
             continue;
@@ -460,7 +460,10 @@ herd_status herd_exact_sum_squares(const herd_model *m, int first_view, int whol
     if (!part)
         return HERD_NOMEM((size_t)n * sizeof *part);
     herd_status st = HERD_OK;
-    for (int v = 0; v < m->n_views && st == HERD_OK && contribute; v++) {
+    /* A stage's views past the whole model's: the last stage's copy of a tied token
+     * table, counted on the embedding's stage. */
+    int views = first_view + m->n_views <= n ? m->n_views : n - first_view;
+    for (int v = 0; v < views && st == HERD_OK && contribute; v++) {
         const herd_tensor_view *tv = &m->views[v];
         if (!tv->is_buffer)
             st = m->be->sum_squares(tv->numel, m->grads + tv->offset, &part[first_view + v]);

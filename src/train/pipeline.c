@@ -185,6 +185,8 @@ herd_status herd_pipeline_create_split(const herd_train_config *cfg, herd_model 
     }
     if (st == HERD_OK)
         st = build_stage(pp, cfg, whole);
+    if (st == HERD_OK && cfg->deterministic)
+        st = herd_pipeline_tied_slices_setup(pp, whole);
     st = herd_agree(world, st, "building the pipeline stages");
     /* The last stage's copy of a tied token table starts from the table's values. */
     if (st == HERD_OK)
@@ -208,6 +210,7 @@ void herd_pipeline_free(herd_pipeline *pp)
         pp->m->be->free(sl->input);
         pp->m->be->free(sl->labels);
         pp->m->be->free(sl->dy);
+        pp->m->be->free(sl->tied_grad);
     }
     free(pp->slots);
     free(pp->actions);
@@ -397,7 +400,11 @@ static herd_status run_backward(step_run *r, int mb, int round_n)
     ctx.grad_beta = r->bwd_done > 0 && !exact ? 1.0f : 0.0f;
     if (r->done + mb == r->n_total - 1 && !exact)
         herd_step_arm_reduction(r->plan, pp->m, r->n_total, &ctx);
+    herd_p2p tied = {0}; /* a tied table's gradient from the head, where one process has it */
+    HERD_TRY(herd_pipeline_tied_slice_in(pp, &tied));
+    HERD_TRY(wait_p2p(r, &tied, "receiving the token table's gradient", r->done + mb));
     HERD_TRY(herd_model_backward(sl->m, &ctx, sl->input, loss_grad(sl)));
+    HERD_TRY(herd_pipeline_tied_slice_out(pp, sl));
     if (exact)
         HERD_TRY(herd_exact_sum_add_grads(exact, pp->m));
     r->bwd_done++;
@@ -424,8 +431,10 @@ static herd_status run_round(step_run *r, int n)
         herd_pp_action a = pp->actions[i];
         HERD_TRY(a.op == HERD_PP_FWD ? run_forward(r, a.mb) : run_backward(r, a.mb, n));
     }
-    for (int i = 0; i < pp->n_slots; i++)
+    for (int i = 0; i < pp->n_slots; i++) {
         HERD_TRY(wait_p2p(r, &pp->slots[i].send_grad, "sending the input gradient", pp->slots[i].mb));
+        HERD_TRY(herd_pipeline_tied_slice_done(pp, &pp->slots[i]));
+    }
     return HERD_OK;
 }
 

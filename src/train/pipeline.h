@@ -33,6 +33,10 @@ typedef struct herd_pp_slot {
     int n;             /* samples */
     int mb;            /* the micro-batch it holds (of the step), for messages */
     herd_p2p recv_act, send_act, recv_grad, send_grad;
+    /* --deterministic, a tied token table, the last stage: the slice's gradient of its
+     * copy, on its way to the embedding's stage (pipeline_tied.c). */
+    float *tied_grad;
+    herd_p2p send_tied;
 } herd_pp_slot;
 
 typedef struct herd_pipeline {
@@ -70,6 +74,11 @@ typedef struct herd_pipeline {
     int tied_stage;
     size_t tied_floats, tied_at;
     herd_tied_sum tied_sum;
+    /* --deterministic: the table's gradient is summed per slice, as one process sums it
+     * inside the slice's backward: the last stage sends each slice's head gradient to the
+     * embedding's stage, whose embedding adds to it (tied_slice_*), and its own copy adds
+     * nothing to the exact sums (the reduction's tied sum then gives it the table's). */
+    bool tied_slices;
     /* --deterministic --sync-bn on a model with batch norm: a step runs every slice of
      * the replica's step through the stage together, layer by layer (pipeline_syncbn.c). */
     bool synced_bn;
@@ -129,6 +138,16 @@ size_t herd_pipeline_whole_share(const herd_pipeline *pp);
 herd_status herd_pipeline_tied_copy(herd_pipeline *pp, herd_optimizer *opt, bool first_replica);
 herd_status herd_pipeline_tied_plan(herd_pipeline *pp, herd_step_plan *plan);
 herd_status herd_pipeline_tied_check(herd_pipeline *pp);
+/* --deterministic's per-slice sums of a tied table (tied_slices). setup: after the
+ * stage is built (the slots' buffers, the embedding starting from the head's gradient).
+ * out: the last stage, after a slice's backward, sends its copy's gradient and zeroes it.
+ * in: the embedding's stage, before a slice's backward, receives it into the table's
+ * gradient (blocking; the caller times it). done: the sends out, before a slot's reuse
+ * and at a round's end. */
+herd_status herd_pipeline_tied_slices_setup(herd_pipeline *pp, const herd_model *whole);
+herd_status herd_pipeline_tied_slice_out(herd_pipeline *pp, herd_pp_slot *sl);
+herd_status herd_pipeline_tied_slice_in(herd_pipeline *pp, herd_p2p *req);
+herd_status herd_pipeline_tied_slice_done(herd_pipeline *pp, herd_pp_slot *sl);
 
 /* Tensor parts inside the stages (pipeline_parts.c). take_part: this rank's part of
  * its stage from whole's parameters and buffers (through the host on a device).

@@ -34,8 +34,10 @@ herd_status herd_pipeline_exact_grid_text(herd_pipeline *pp, const herd_model *w
         free(grid);
         return HERD_NOMEM(((size_t)n + 1) * sizeof *all);
     }
+    /* The last stage's copy of a tied token table (its view past the whole model's)
+     * adds nothing to its sums: its grid stays 0 and is not kept. */
     if (pp->replica == 0 && e->have_grid) {
-        for (int v = 0; v < pp->m->n_views; v++)
+        for (int v = 0; v < pp->m->n_views && first + v < n; v++)
             all[first + v] = e->grid[v];
         all[n] = 1;
     }
@@ -59,7 +61,8 @@ herd_status herd_pipeline_set_exact_grid_text(herd_pipeline *pp, const herd_mode
         return HERD_NOMEM(((size_t)n + 1) * sizeof *grid);
     herd_status st = herd_exact_grid_parse(text, n, whole->name, grid);
     if (st == HERD_OK) {
-        memcpy(e->grid, grid + first, (size_t)pp->m->n_views * sizeof *grid);
+        for (int v = 0; v < pp->m->n_views; v++)
+            e->grid[v] = first + v < n ? grid[first + v] : 0; /* a tied copy's: see above */
         e->have_grid = true;
     }
     free(grid);

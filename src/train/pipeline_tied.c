@@ -9,8 +9,8 @@
 #include "dist/signature.h"
 #include "train/pipeline.h"
 
-/* pipeline.c's tags are 11..14. */
-enum { TAG_TIED_COPY = 15, TAG_TIED_SUM = 16, TAG_TIED_CHECK = 17 };
+/* pipeline.c's tags are 11..14, pipeline_parts.c's 18. */
+enum { TAG_TIED_COPY = 15, TAG_TIED_SUM = 16, TAG_TIED_CHECK = 17, TAG_TIED_SLICE = 19 };
 
 static herd_status transfer(herd_comm *c, bool send, void *buf, size_t bytes, int peer, int tag,
                             const char *what)
@@ -18,6 +18,11 @@ static herd_status transfer(herd_comm *c, bool send, void *buf, size_t bytes, in
     herd_p2p req;
     HERD_TRY(c->ops->p2p_start(c, &req, send, buf, bytes, peer, tag));
     return c->ops->p2p_wait(c, &req, what);
+}
+
+static herd_status copy_floats_of(const herd_backend *be, const float *src, float *dst, size_t n)
+{
+    return n ? be->copy(n, src, dst) : HERD_OK;
 }
 
 static int layer_named(const herd_model *m, const char *name)
@@ -70,12 +75,76 @@ size_t herd_pipeline_whole_share(const herd_pipeline *pp)
     return pp->m->n_param_floats - (pp->stage == pp->stages - 1 ? pp->tied_floats : 0);
 }
 
+/* The job rank of this replica's other holder of the table. */
+static int tied_peer(const herd_pipeline *pp)
+{
+    bool from = pp->stage == pp->tied_stage;
+    return pp->replica * pp->stages + (from ? pp->stages - 1 : pp->tied_stage);
+}
+
+herd_status herd_pipeline_tied_slices_setup(herd_pipeline *pp, const herd_model *whole)
+{
+    if (!pp->tied || (pp->stage != pp->tied_stage && pp->stage != pp->stages - 1))
+        return HERD_OK;
+    if (pp->synced_bn)
+        return HERD_ERR(HERD_ERR_UNSUPPORTED, "--deterministic --sync-bn with --pipeline-stages "
+                        "and a language model ('%s') whose head is tied to a token table on "
+                        "another stage is not supported; drop one of them", whole->name);
+    pp->tied_slices = true;
+    const herd_layer *head = &whole->layers[whole->n_layers - 1];
+    int emb = layer_named(whole, head->spec.tie) - pp->bounds[pp->tied_stage];
+    for (int i = 0; i < pp->n_slots; i++) {
+        herd_pp_slot *sl = &pp->slots[i];
+        if (pp->stage == pp->tied_stage) { /* as the embedding does after its head */
+            sl->m->layers[emb].grad_shared = true;
+            continue;
+        }
+        herd_mem_category was = herd_mem_category_set(HERD_MEM_GRADS);
+        sl->tied_grad = pp->m->be->alloc((pp->tied_floats ? pp->tied_floats : 1) * sizeof(float));
+        herd_mem_category_set(was);
+        if (!sl->tied_grad)
+            return HERD_ERR_NOMEM; /* the allocator said why */
+    }
+    return HERD_OK;
+}
+
+herd_status herd_pipeline_tied_slice_done(herd_pipeline *pp, herd_pp_slot *sl)
+{
+    if (!sl->send_tied.active)
+        return HERD_OK;
+    char what[96];
+    snprintf(what, sizeof what, "stage %d: sending the token table's gradient of micro-batch %d",
+             pp->stage, sl->mb);
+    return pp->job->ops->p2p_wait(pp->job, &sl->send_tied, what);
+}
+
+herd_status herd_pipeline_tied_slice_out(herd_pipeline *pp, herd_pp_slot *sl)
+{
+    if (!pp->tied_slices || pp->stage != pp->stages - 1)
+        return HERD_OK;
+    const herd_backend *be = pp->m->be;
+    float *g = pp->m->grads + pp->tied_at;
+    HERD_TRY(herd_pipeline_tied_slice_done(pp, sl));
+    HERD_TRY(copy_floats_of(be, g, sl->tied_grad, pp->tied_floats));
+    HERD_TRY(be->fill(pp->tied_floats, 0.0f, g)); /* counted on the embedding's stage */
+    return pp->job->ops->p2p_start(pp->job, &sl->send_tied, true, sl->tied_grad,
+                                   pp->tied_floats * sizeof(float), tied_peer(pp), TAG_TIED_SLICE);
+}
+
+herd_status herd_pipeline_tied_slice_in(herd_pipeline *pp, herd_p2p *req)
+{
+    if (!pp->tied_slices || pp->stage != pp->tied_stage)
+        return HERD_OK;
+    return pp->job->ops->p2p_start(pp->job, req, false, pp->m->grads + pp->tied_at,
+                                   pp->tied_floats * sizeof(float), tied_peer(pp), TAG_TIED_SLICE);
+}
+
 herd_status herd_pipeline_tied_copy(herd_pipeline *pp, herd_optimizer *opt, bool first_replica)
 {
     bool from = pp->stage == pp->tied_stage, to = pp->stage == pp->stages - 1;
     if (!pp->tied || (!from && !to) || (first_replica && pp->replica != 0))
         return HERD_OK;
-    int peer = pp->replica * pp->stages + (from ? pp->stages - 1 : pp->tied_stage);
+    int peer = tied_peer(pp);
     int pieces = 1 + (opt ? herd_optimizer_state_count(opt) : 0);
     for (int i = 0; i < pieces; i++) {
         size_t numel = pp->m->n_param_floats;

@@ -287,14 +287,6 @@ herd_status herd_run_check_pipeline(const run *r)
                             r->m->name);
         return herd_run_check_tensor(r);
     }
-    /* A head tied to an embedding on another stage keeps a copy of the table whose
-     * gradient is summed with the embedding's after the reduction: one process sums the
-     * two inside each slice's backward, so --deterministic's bits cannot follow. */
-    if (r->m->positions > 1 && c->deterministic)
-        return HERD_ERR(HERD_ERR_UNSUPPORTED, "--deterministic with --pipeline-stages and a "
-                        "language model ('%s') is not supported: its tied token table is summed "
-                        "across stages in another order than one process sums it; drop "
-                        "--deterministic or the stages", r->m->name);
     if (P > r->m->n_layers)
         return HERD_ERR(HERD_ERR_INVALID_ARG,
                         "--pipeline-stages %d asks for more stages than model '%s' has layers (%d)",
