@@ -3,7 +3,8 @@
 # do not depend on the data-parallel replicas, the --grad-accum split, --threads, ZeRO or
 # pipeline stages. gpt-tp4 (tests/models), T = 2, 40 steps of 12 sequences in slices of 4,
 # SGD with clipping: 1 replica ends on the bytes of 3 replicas with ZeRO-2, of 1 replica
-# at --grad-accum 3 and 2 threads and of 2 pipeline stages (the head tied across them), and within 1e-5 of one process (the norm is the whole
+# at --grad-accum 3 and 2 threads and of 2 pipeline stages (the head tied across them;
+# on --device sim too), and within 1e-5 of one process (the norm is the whole
 # model's); stopped at step 17 and resumed on 3 replicas, the uninterrupted bytes (the
 # parts agree on one grid per tensor, which the checkpoint holds); dynamic loss scaling
 # with an overflow found by one part skips the step on every part (1 and 3 replicas
@@ -42,6 +43,10 @@ if ! sanitizer_pass; then
     --save "$tmp/p.st" >"$tmp/out" 2>&1
   same_bytes "2 stages x T = 2 (the head's table gradient to stage 0 a slice at a time): likewise" \
     "$tmp/t2.st" "$tmp/p.st"
+  run 4 "${gpt[@]}" --tensor-parallel 2 --pipeline-stages 2 --batch-size 12 --micro-batches 3 \
+    --device sim --save "$tmp/ps.st" >"$tmp/out" 2>&1
+  same_bytes "the same on the simulated device (device memory through the host): the CPU's bytes" \
+    "$tmp/t2.st" "$tmp/ps.st"
   HERD_TEST_FAIL_AT=overflow:1 run 2 "${gpt[@]}" "${ls[@]}" --tensor-parallel 2 --batch-size 12 \
     --save "$tmp/o1.st" >"$tmp/o1.out" 2>&1
   check "an overflow on part 1 alone: the step skipped (skipped_steps=1)" \

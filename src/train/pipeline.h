@@ -141,9 +141,9 @@ herd_status herd_pipeline_tied_check(herd_pipeline *pp);
 /* --deterministic's per-slice sums of a tied table (tied_slices). setup: after the
  * stage is built (the slots' buffers, the embedding starting from the head's gradient).
  * out: the last stage, after a slice's backward, sends its copy's gradient and zeroes it.
- * in: the embedding's stage, before a slice's backward, receives it into the table's
- * gradient (blocking; the caller times it). done: the sends out, before a slot's reuse
- * and at a round's end. */
+ * in: the embedding's stage, before a slice's backward, starts receiving it into the
+ * table's gradient (the caller waits, timed). done: the slot's send out, before the slot
+ * sends again and at a round's end. */
 herd_status herd_pipeline_tied_slices_setup(herd_pipeline *pp, const herd_model *whole);
 herd_status herd_pipeline_tied_slice_out(herd_pipeline *pp, herd_pp_slot *sl);
 herd_status herd_pipeline_tied_slice_in(herd_pipeline *pp, herd_p2p *req);
