@@ -11,9 +11,12 @@
 # agree). mlp-tp (a column- then a row-parallel layer): T = 2 on 1 replica, 2 stages x
 # T = 2, and 2 replicas x 2 stages x T = 2 with ZeRO-1, the same bytes; without
 # --deterministic 2 stages x T = 2 trains one process's weights within 1e-5 (the stages'
-# cut cannot fall between the pair: it once hung there). Refused at start: a layer after
+# cut cannot fall between the pair: it once hung there). cnn-tp (batch norm, then the
+# split head) with --sync-bn: 2 replicas x T = 2 within 1e-5 of one process; with
+# --deterministic too, T = 2, 2 stages x T = 2 and 3 replicas x T = 2 with ZeRO-2 the
+# same bytes, within 1e-5 of one process. Refused at start: a layer after
 # a column-parallel one that is not element-wise or row-parallel. Under the sanitizers:
-# 1 replica, the resume (on 1), the stages and the refusal.
+# 1 replica, the resume (on 1), the stages (mlp-tp's, cnn-tp's) and the refusal.
 set -u
 . "$(dirname "$0")/testlib.sh"
 have_mpi || skip_all "herd built without MPI, or its launcher (HERD_MPIEXEC, set by ctest) missing"
@@ -80,6 +83,32 @@ if ! sanitizer_pass; then
   check "without --deterministic, 2 stages x T = 2: exit 0" test $? -eq 0
   d=$(maxdiff "$tmp/n4.st" "$tmp/n1.st")
   check "and one process's weights within 1e-5 ($d)" within "$d" 1e-5
+fi
+
+# Batch norm ahead of the split head (tests/models/cnn-tp.json): with --sync-bn its
+# statistics are the data group's, whole on every part; under --deterministic its slices
+# run layer by layer together, each slice's model split as the part is.
+cnn=(--model "$here/models/cnn-tp.json" --data synthetic:1,8,8,10,2400 --epochs 1 --max-steps 30
+     --sync-bn)
+bn=(--optimizer sgd --lr 0.05 --momentum 0.9 --seed 3 --quiet --threads 1)
+if ! sanitizer_pass; then
+  "$herd" train "${cnn[@]}" "${bn[@]}" --batch-size 24 --save "$tmp/c1.st" >"$tmp/out" 2>&1
+  run 4 "${cnn[@]}" "${bn[@]}" --tensor-parallel 2 --batch-size 12 --save "$tmp/c4.st" >"$tmp/out" 2>&1
+  d=$(maxdiff "$tmp/c4.st" "$tmp/c1.st")
+  check "cnn-tp --sync-bn, 2 replicas x T = 2: one process's weights within 1e-5 ($d)" within "$d" 1e-5
+fi
+run 2 "${cnn[@]}" "${sgd[@]}" --tensor-parallel 2 --batch-size 24 --save "$tmp/s2.st" >"$tmp/out" 2>&1
+check "cnn-tp --deterministic --sync-bn, T = 2: trains" test -s "$tmp/s2.st"
+run 4 "${cnn[@]}" "${sgd[@]}" --tensor-parallel 2 --pipeline-stages 2 --batch-size 4 --grad-accum 6 \
+  --save "$tmp/s4.st" >"$tmp/out" 2>&1
+same_bytes "... on 2 stages x T = 2: the same bytes" "$tmp/s2.st" "$tmp/s4.st"
+if ! sanitizer_pass; then
+  run 6 "${cnn[@]}" "${sgd[@]}" --tensor-parallel 2 --zero 2 --batch-size 8 --save "$tmp/s6.st" \
+    >"$tmp/out" 2>&1
+  same_bytes "... on 3 replicas x T = 2 with ZeRO-2: the same bytes" "$tmp/s2.st" "$tmp/s6.st"
+  "$herd" train "${cnn[@]}" "${sgd[@]}" --batch-size 24 --save "$tmp/s1.st" >"$tmp/out" 2>&1
+  d=$(maxdiff "$tmp/s2.st" "$tmp/s1.st")
+  check "... and one process's within 1e-5 ($d)" within "$d" 1e-5
 fi
 
 cat >"$tmp/bad.json" <<'JSON'

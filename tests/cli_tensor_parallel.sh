@@ -10,7 +10,7 @@
 # In a repeat pass (sanitizers, MPICH) only what reaches lines of herd's code (of its
 # MPI-facing part, against MPICH) that the pass's other tests do not (clang's coverage of
 # each process, 2026-12-06): the timeline of the grid, AdamW with ZeRO interrupted and
-# resumed, predict, bench and the --sync-bn refusal. --deterministic with it:
+# resumed, predict and bench. --deterministic and --sync-bn with it:
 # cli_deterministic_tensor.
 set -u
 . "$(dirname "$0")/testlib.sh"
@@ -149,9 +149,6 @@ check "stages of parts that do not fill the ranks are refused" \
   refused 2 "2 ranks do not divide into pipelines of 2 stages of --tensor-parallel parts" \
   --model gpt-nano --tensor-parallel 2 --pipeline-stages 2
 fi
-check "--sync-bn is refused, named" \
-  refused 2 "--tensor-parallel does not work with --sync-bn" --model gpt-nano \
-  --tensor-parallel 2 --sync-bn
 repeat_pass && finish
 check "--zero without a second replica is refused" \
   refused 2 "groups of --tensor-parallel 2 give one" --model gpt-nano --tensor-parallel 2 --zero 1

@@ -39,6 +39,7 @@ herd_status herd_slices_reshape(herd_slices *s, herd_model *whole, int n, int si
             herd_model *m = herd_xcalloc(1, sizeof *m);
             if (!m)
                 return HERD_ERR_NOMEM;
+            m->tp = whole->tp; /* a tensor part's slices: split as it is */
             /* A pipeline stage's slices give the gradient of their input, as it does. */
             herd_status st = herd_model_build_stage(m, whole, 0, whole->n_layers, false,
                                                     whole->input_grad, 0);

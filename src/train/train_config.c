@@ -107,10 +107,6 @@ herd_status herd_train_config_check(const herd_train_config *c)
                                c->micro_batches);
     if (c->tensor_parallel < 0 || c->tensor_parallel > 64)
         return HERD_OPTION_ERR("--tensor-parallel must be in 1..64, got %d", c->tensor_parallel);
-    /* What tensor parallelism does not cover yet, named. */
-    if (c->tensor_parallel > 1 && c->sync_bn)
-        return HERD_INPUT_ERR(HERD_ERR_UNSUPPORTED, "--tensor-parallel does not work with "
-                              "--sync-bn yet; drop one of them (docs/model-files.md)");
     if (c->cuda_graphs) {
         /* Each runs collectives or host decisions inside the forward or backward, which a
          * replayed graph cannot hold. */
