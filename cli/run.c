@@ -191,6 +191,28 @@ static long train_min_ranks(const run_args *r, long *multiple, char *why, size_t
     return need;
 }
 
+/* train's global batch kept on np ranks (herd_train_elastic_keeps), from the options
+ * that decide it; values train refuses count as absent (it says so itself). */
+static bool train_keeps_batch(const run_args *r, long np)
+{
+    if (strcmp(r->elastic_batch ? r->elastic_batch : "keep", "keep") != 0)
+        return true;
+    herd_train_config cfg;
+    herd_train_config_default(&cfg);
+    static const char *const names[] = {"--batch-size", "--grad-accum", "--micro-batches",
+                                        "--slice-size", "--pipeline-stages", "--tensor-parallel"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        bool given;
+        const char *v = run_cmd_option(r->cmd, r->ncmd, names[i], &given);
+        if (v)
+            (void)herd_train_config_set(&cfg, names[i], v);
+    }
+    bool det;
+    (void)run_cmd_option(r->cmd, r->ncmd, "--deterministic", &det);
+    cfg.deterministic = det;
+    return herd_train_elastic_keeps(&cfg, (int)r->np, (int)np);
+}
+
 /* Everything before the first launch: the command, the hosts, supervision's flags, the
  * launcher. -1 when fine, else the exit code. */
 static int prepare(run_args *r, run_hosts *fixed)
@@ -203,6 +225,8 @@ static int prepare(run_args *r, run_hosts *fixed)
         return rc;
     char need_why[256];
     long need = train_min_ranks(r, &r->np_multiple, need_why, sizeof need_why);
+    if (strcmp(r->cmd[0], "train") == 0)
+        r->np_fits = train_keeps_batch;
     const run_hosts *hosts = r->hosts || r->hostfile ? fixed : NULL;
     herd_status st = run_choose_launcher(r, why, sizeof why);
     if (st == HERD_OK)

@@ -6,9 +6,9 @@
 #    the last checkpoint;
 #  - a rank killed in the middle of a checkpoint's background write: the restart uses
 #    the previous complete checkpoint and ends on the same weights;
-#  - elastic: 3 ranks, one killed, the discovery command then offers 2: the job goes on
-#    with 2 and the global batch kept, and ends as a resume by hand on 2 ranks with
-#    --grad-accum 3 from the same checkpoint;
+#  - elastic: 4 ranks, one killed, the discovery command then offers 3: the global batch
+#    (64) does not split over 3, so the job goes on with 2 and the batch kept, and ends as
+#    a resume by hand on 2 ranks with --grad-accum 2 from the same checkpoint;
 #  - elastic pipelines: 2 pipelines of 2 stages, one rank killed, 3 slots offered: the
 #    restart runs one whole pipeline with the global batch kept.
 # Every job runs under timeout.
@@ -100,19 +100,20 @@ check "hung rank: herd run names the stalled rank" grep -Eq '^herd: restart 1/1 
 check "hung rank: the never-stopped run's weights" cmp -s "$tmp/ref120.st" "$tmp/h.st"
 [ $fails -eq 0 ] || tail -n 30 "$tmp/h.err"
 
-# 3. Elastic: 3 ranks x 16 x 2 (global batch 96); a rank killed once training is under
-# way, and discovery then offers 2 slots. A resume by hand on 2 ranks from the checkpoint
-# the restart used (made again: 3 ranks trained to that step) ends on the same weights.
+# 3. Elastic: 4 ranks x 16 (global batch 64); a rank killed once training is under way,
+# and discovery then offers 3 slots: 64 does not split over 3 (train would refuse it), so
+# herd run relaunches on 2. A resume by hand on 2 ranks from the checkpoint the restart
+# used (made again: 4 ranks trained to that step) ends on the same weights.
 cat >"$tmp/discover" <<DISC
 #!/bin/sh
-if [ -e "$tmp/two" ]; then echo localhost:2; else echo localhost:3; fi
+if [ -e "$tmp/two" ]; then echo localhost:3; else echo localhost:4; fi
 DISC
 chmod +x "$tmp/discover"
 el=(train --model mlp --data synthetic:1,12,12,4,2000 --threads 1 --seed 5 --epochs 3 --batch-size 16
-    --grad-accum 2 --lr 0.01 --eval-every 0)
+    --lr 0.01 --eval-every 0)
 # 60 ms a step: at 20 ms this job's 60 steps once ended before the kill under MPICH
 # beside the other passes (2026-11-28).
-timeout 300 env HERD_TEST_STEP_DELAY_MS=60 "${run[@]}" -np 3 --min-np 2 --max-restarts 1 --host-discovery "$tmp/discover" "${slow[@]}" -- \
+timeout 300 env HERD_TEST_STEP_DELAY_MS=60 "${run[@]}" -np 4 --min-np 2 --max-restarts 1 --host-discovery "$tmp/discover" "${slow[@]}" -- \
   "${el[@]}" --checkpoint-dir "$tmp/e" --checkpoint-every-steps 5 --save "$tmp/e.st" \
   >"$tmp/e.out" 2>"$tmp/e.err" &
 sup=$!
@@ -125,18 +126,19 @@ kill_rank 9 "$tmp/e" $sup
 wait $sup
 rc=$?
 check "elastic: the job ends 0 ($rc)" test $rc -eq 0
-check "elastic: relaunched on 2 ranks" grep -q '^herd: restart 1/1 .*relaunching on 2 rank' "$tmp/e.err"
-check "elastic: the global batch 96 kept as 2 x 16 x 3" grep -q 'global batch 96 kept as 2 x 16 x 3' "$tmp/e.err"
+check "elastic: 3 slots offered, relaunched on 2 ranks" grep -q '^herd: restart 1/1 .*relaunching on 2 rank' "$tmp/e.err"
+check "elastic: ... saying why" grep -q 'does not split into whole micro-batches over 3 rank(s); over 2 it does' "$tmp/e.err"
+check "elastic: the global batch 64 kept as 2 x 16 x 2" grep -q 'global batch 64 kept as 2 x 16 x 2' "$tmp/e.err"
 check "elastic: ranks=2 in the summary" test "$(field ranks "$tmp/e.out")" = 2
 from=$(sed -n 's/^herd: warning: restart 1: resumed at step \([0-9]*\):.*/\1/p' "$tmp/e.err")
 echo "the restart resumed at step ${from:-?}"
 if [ -n "$from" ] && [ "$from" -gt 0 ]; then
-  timeout 300 "${mpiexec[@]}" -np 3 "$herd" "${el[@]}" --quiet --checkpoint-dir "$tmp/e-hand" \
+  timeout 300 "${mpiexec[@]}" -np 4 "$herd" "${el[@]}" --quiet --checkpoint-dir "$tmp/e-hand" \
     --max-steps "$from" >/dev/null 2>&1
-  timeout 300 "${mpiexec[@]}" -np 2 "$herd" "${el[@]}" --grad-accum 3 --checkpoint-dir "$tmp/e-hand" \
+  timeout 300 "${mpiexec[@]}" -np 2 "$herd" "${el[@]}" --grad-accum 2 --checkpoint-dir "$tmp/e-hand" \
     --resume --quiet --save "$tmp/hand.st" >/dev/null 2>&1
 fi
-check "elastic: a resume by hand on 2 ranks with --grad-accum 3 ends on the same weights" \
+check "elastic: a resume by hand on 2 ranks with --grad-accum 2 ends on the same weights" \
   cmp -s "$tmp/e.st" "$tmp/hand.st"
 [ $fails -eq 0 ] || tail -n 30 "$tmp/e.err"
 

@@ -216,6 +216,36 @@ static int threads_now(void)
 /* herd_device_set_threads before the model: building and initialising one then runs on
  * the threads asked for (--threads 1 started a team of every core first, whose spinning
  * workers took a core from the rank beside it). Run first, before any team exists. */
+/* herd_train_elastic_keeps, which herd run asks before a restart: the global batch of the
+ * first ranks, in whole micro-batches no larger than the given one, on the new ranks. */
+static void test_elastic_keeps(void **state)
+{
+    (void)state;
+    herd_train_config c;
+    herd_train_config_default(&c);
+    assert_herd_ok(herd_train_config_set(&c, "batch-size", "16"));
+    assert_true(herd_train_elastic_keeps(&c, 4, 4));  /* 64 as given */
+    assert_false(herd_train_elastic_keeps(&c, 4, 3)); /* 64 over 3 */
+    assert_true(herd_train_elastic_keeps(&c, 4, 2));  /* 2 x 16 x 2 */
+    assert_true(herd_train_elastic_keeps(&c, 3, 2));  /* 48: 2 x 12 x 2 */
+    assert_true(herd_train_elastic_keeps(&c, 4, 1));
+    assert_herd_ok(herd_train_config_set(&c, "deterministic", NULL));
+    assert_true(herd_train_elastic_keeps(&c, 3, 2)); /* 48 = 6 slices of 8: 3 a replica */
+    assert_herd_ok(herd_train_config_set(&c, "batch-size", "8"));
+    assert_false(herd_train_elastic_keeps(&c, 3, 2)); /* 24 = 3 slices over 2 */
+    assert_herd_ok(herd_train_config_set(&c, "slice-size", "4"));
+    assert_true(herd_train_elastic_keeps(&c, 3, 2)); /* 6 slices of 4 */
+    assert_herd_ok(herd_train_config_set(&c, "batch-size", "16"));
+    /* Whole replicas: 2 stages x 2 parts a replica. */
+    assert_herd_ok(herd_train_config_set(&c, "pipeline-stages", "2"));
+    assert_herd_ok(herd_train_config_set(&c, "tensor-parallel", "2"));
+    assert_herd_ok(herd_train_config_set(&c, "micro-batches", "4"));
+    assert_false(herd_train_elastic_keeps(&c, 8, 6)); /* 1.5 replicas */
+    assert_true(herd_train_elastic_keeps(&c, 8, 4));
+    assert_false(herd_train_elastic_keeps(&c, 12, 8)); /* 48 over 2: rounds of 4 slices of 4 */
+    assert_true(herd_train_elastic_keeps(&c, 16, 8)); /* 64: 2 rounds a replica */
+}
+
 static void test_threads_set_before_the_model(void **state)
 {
     (void)state;
@@ -269,6 +299,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_threads_set_before_the_model),
+        cmocka_unit_test(test_elastic_keeps),
         cmocka_unit_test(test_every_option_sets_its_field),
         cmocka_unit_test(test_bad_values_named),
         cmocka_unit_test(test_combinations_checked),

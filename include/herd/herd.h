@@ -724,6 +724,12 @@ typedef struct herd_train_result {
  * (0 = off): the stages, twice them with ZeRO (two replicas to shard over); a job must
  * also be a multiple of the stages. herd run --min-np checks against it. */
 HERD_API int herd_train_min_ranks(int pipeline_stages, int zero_stage);
+/* Whether herd_train, started on `ranks` ranks for a batch given for `ranks0`
+ * (--elastic-ranks) with --elastic-batch keep, keeps cfg's global batch: whole replicas
+ * (pipeline stages x tensor parts) that split it into whole micro-batches (of
+ * --micro-batches, or of --deterministic's slices). herd run picks a restart's ranks
+ * with it. */
+HERD_API bool herd_train_elastic_keeps(const herd_train_config *cfg, int ranks0, int ranks);
 
 HERD_API herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
                                 const herd_train_config *cfg, herd_progress_fn progress, void *user,

@@ -154,6 +154,10 @@ struct run_args {
     /* Supervision: max_restarts -1 means none (herd run execs the launcher). */
     long max_restarts, min_np, max_np, elastic_timeout;
     long np_multiple; /* a restart's ranks: a multiple of train's stages x tensor parts */
+    /* Whether the command runs on np ranks as well as on the first attempt's (train's
+     * --elastic-batch keep: its global batch in whole micro-batches); NULL: any. A
+     * restart takes the most offered ranks it accepts. */
+    bool (*np_fits)(const struct run_args *r, long np);
     long cores;       /* this machine's cores (hwloc's, not hardware threads); 0: unknown */
     char np_how[192]; /* how the ranks were chosen when -np was not given; "" when it was */
     const char *discovery, *elastic_batch;

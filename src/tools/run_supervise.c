@@ -136,6 +136,21 @@ static const char *source_name(const run_args *r)
     return r->discovery ? "--host-discovery" : r->hostfile ? "the hostfile" : r->hosts ? "-H" : "this machine";
 }
 
+/* The most ranks up to usable (whole replicas, at least --min-np) that the command
+ * accepts on a restart (train's global batch kept in whole micro-batches: 96 on 4 ranks
+ * does not split over 3, but over 2); usable when none does, for train to say why. */
+static long fitting(const run_args *r, long attempt, long usable)
+{
+    for (long np = usable; attempt > 0 && r->np_fits && np >= r->min_np; np -= r->np_multiple)
+        if (r->np_fits(r, np)) {
+            if (np < usable)
+                herd_log(HERD_LOG_INFO, "--elastic-batch keep: train's global batch does not split "
+                         "into whole micro-batches over %ld rank(s); over %ld it does", usable, np);
+            return np;
+        }
+    return usable;
+}
+
 /* Asks for hosts until they offer --min-np slots (every 2 s, for --elastic-timeout s):
  * -1 with *hosts and *np set, else the exit code, the failures listed. */
 static int wait_for_slots(supervisor *s, long attempt, const run_hosts **hosts, long *np)
@@ -159,7 +174,7 @@ static int wait_for_slots(supervisor *s, long attempt, const run_hosts **hosts, 
         /* Whole pipelines only: 3 slots run 2 ranks of a 2-stage job, not 3 that train refuses. */
         long usable = (slots < cap ? slots : cap) / r->np_multiple * r->np_multiple;
         if (usable >= r->min_np) {
-            *np = usable;
+            *np = fitting(r, attempt, usable);
             return -1;
         }
         if (*hosts)

@@ -183,6 +183,58 @@ int herd_run_replicas(const run *r)
     return per > 1 && r->comm->size % per == 0 ? r->comm->size / per : r->comm->size;
 }
 
+/* --elastic-batch keep: the per-replica batch and accumulation that keep the global batch
+ * of n0 replicas x c's batch x accumulation on n replicas, in whole micro-batches (of
+ * --micro-batches, or of --deterministic's slices) no larger than c's; an error naming
+ * what cannot be kept. */
+static herd_status keep_global_batch(const herd_train_config *c, int n0, int n, int *batch,
+                                     int *accum)
+{
+    long g0 = (long)n0 * c->batch_size * c->grad_accum;
+    /* --deterministic: micro-batches of whole slices, which keep their size; with pipeline
+     * stages a micro-batch is one slice, so a round of them is the unit. */
+    bool rounds = c->deterministic && c->pipeline_stages > 1 && c->micro_batches > 1;
+    long micro_unit = rounds                ? (long)c->micro_batches * herd_slice_size(c)
+                      : c->micro_batches > 1 ? c->micro_batches
+                      : c->deterministic    ? herd_slice_size(c)
+                                            : 1;
+    long per = n > 0 && g0 % n == 0 ? g0 / n : 0; /* samples per replica and step */
+    *accum = 0, *batch = 0;
+    if (per > 0 && per % c->batch_size == 0 && per / c->batch_size <= 4096) {
+        *batch = c->batch_size;
+        *accum = (int)(per / c->batch_size);
+    }
+    if (c->deterministic && per % micro_unit != 0)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "elastic with --deterministic: the global batch %ld (%d replicas x %d x %d) "
+                        "cannot be kept on %d replicas in whole %s of %d%s; restart with a number "
+                        "of ranks that divides its %ld %s", g0, n0, c->batch_size, c->grad_accum, n,
+                        rounds ? "rounds" : "slices", (int)micro_unit,
+                        rounds ? " (--micro-batches slices)" : " (--slice-size)", g0 / micro_unit,
+                        rounds ? "rounds" : "slices");
+    for (long a = 1; !*accum && per > 0 && a <= 4096 && a <= per; a++)
+        if (per % a == 0 && per / a <= c->batch_size && (per / a) % micro_unit == 0) {
+            *accum = (int)a;
+            *batch = (int)(per / a);
+        }
+    if (!*accum)
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "elastic: the global batch %ld (%d replicas x %d x %d) cannot be kept on %d "
+                        "replicas%s; restart with a number of ranks that divides it, or "
+                        "--elastic-batch scale", g0, n0, c->batch_size, c->grad_accum, n,
+                        per ? " in whole micro-batches" : "");
+    return HERD_OK;
+}
+
+bool herd_train_elastic_keeps(const herd_train_config *cfg, int ranks0, int ranks)
+{
+    int per = ranks_per_replica(cfg), batch, accum;
+    if (ranks0 < per || ranks < per || ranks0 % per || ranks % per)
+        return false;
+    return ranks == ranks0 ||
+           keep_global_batch(cfg, ranks0 / per, ranks / per, &batch, &accum) == HERD_OK;
+}
+
 /* An elastic run on another number of replicas than its batch was given for:
  * keep the global batch (fewest micro-batches whose size is at most the given one)
  * or the per-rank batch with lr scaled. Every rank computes the same. */
@@ -212,31 +264,8 @@ static herd_status resolve_elastic(run *r)
         c->lr = lr;
         return HERD_OK;
     }
-    /* --deterministic: micro-batches of whole slices, which keep their size. */
-    long micro_unit = c->micro_batches > 1 ? c->micro_batches : c->deterministic ? herd_slice_size(c) : 1;
-    long per = g0 % n == 0 ? g0 / n : 0; /* samples per replica and step */
-    int accum = 0, batch = 0;
-    if (per > 0 && per % c->batch_size == 0 && per / c->batch_size <= 4096) {
-        batch = c->batch_size;
-        accum = (int)(per / c->batch_size);
-    }
-    if (c->deterministic && per % micro_unit != 0)
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "elastic with --deterministic: the global batch %ld (%d replicas x %d x %d) "
-                        "cannot be kept on %d replicas in whole slices of %d (--slice-size); "
-                        "restart with a number of ranks that divides its %ld slices", g0, n0,
-                        c->batch_size, c->grad_accum, n, (int)micro_unit, g0 / micro_unit);
-    for (long a = 1; !accum && per > 0 && a <= 4096 && a <= per; a++)
-        if (per % a == 0 && per / a <= c->batch_size && (per / a) % micro_unit == 0) {
-            accum = (int)a;
-            batch = (int)(per / a);
-        }
-    if (!accum)
-        return HERD_ERR(HERD_ERR_INVALID_ARG,
-                        "elastic: the global batch %ld (%d replicas x %d x %d) cannot be kept on %d "
-                        "replicas%s; restart with a number of ranks that divides it, or "
-                        "--elastic-batch scale", g0, n0, c->batch_size, c->grad_accum, n,
-                        per ? " in whole micro-batches" : "");
+    int batch, accum;
+    HERD_TRY(keep_global_batch(c, n0, n, &batch, &accum));
     if (rank0)
         herd_log(HERD_LOG_WARNING, "elastic: %d replicas instead of %d: global batch %ld kept as %d x "
                  "%d x %d (--batch-size %d --grad-accum %d)", n, n0, g0, n, batch, accum, batch, accum);
