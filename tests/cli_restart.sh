@@ -207,9 +207,11 @@ offers() { # offers OFFER...: what the discovery command prints on its 1st, 2nd.
   for o in "$@"; do n=$((n + 1)); printf "$o" >"$tmp/offer.$n"; done
   echo $n >"$tmp/offers"
 }
+# A global batch of 48 (4 x 12), which splits over 2, 3, 4 and 6 ranks (--elastic-batch keep).
+train12=(train --model mlp --batch-size 12 --checkpoint-dir "$ck")
 offers 'a:2\nb:2\n' 'a:2\n' 'a:4\nb:4\n'
 plan "$killed" "$killed" 'exit 0'
-sup -np 4 --max-np 6 --max-restarts 2 --host-discovery "$tmp/discover" -- "${train[@]}"
+sup -np 4 --max-np 6 --max-restarts 2 --host-discovery "$tmp/discover" -- "${train12[@]}"
 check "discovery: exit 0 ($rc)" test "$rc" -eq 0
 check "discovery: attempt 0 on -np 4 -H a:2,b:2" bash -c "sed -n 1p '$tmp/calls' | grep -q -- '-np 4 -H a:2,b:2 '"
 check "discovery: attempt 1 shrinks to -np 2 -H a:2" bash -c "sed -n 2p '$tmp/calls' | grep -q -- '-np 2 -H a:2 '"
@@ -217,6 +219,18 @@ check "discovery: attempt 2 grows to --max-np 6 on a:4,b:4" bash -c "sed -n 3p '
 check "discovery: --elastic-ranks stays the first attempt's 4" \
   bash -c "[ \$(grep -c -- '--elastic-ranks 4\$' '$tmp/calls') -eq 3 ]"
 check "discovery: the restart line says where" err_has "restart 1/2 after .*: relaunching on 2 rank(s) (a:2)$"
+
+# --elastic-batch keep: a restart takes only as many of the offered ranks as split train's
+# global batch (512: 4 x 128, the default batch) into whole micro-batches: not 3, but 2.
+offers 'a:4\n' 'a:3\n'
+plan "$killed" 'exit 0'
+sup -np 4 --max-restarts 1 --host-discovery "$tmp/discover" -- "${train[@]}"
+check "keep: 3 slots offered, attempt 1 on -np 2" bash -c "sed -n 2p '$tmp/calls' | grep -q -- '-np 2 -H a:3 '"
+check "keep: ... saying why" err_has "does not split into whole micro-batches over 3 rank(s); over 2 it does"
+offers 'a:4\n' 'a:3\n'
+plan "$killed" 'exit 0'
+sup -np 4 --max-restarts 1 --elastic-batch scale --host-discovery "$tmp/discover" -- "${train[@]}"
+check "scale: the 3 slots offered" bash -c "sed -n 2p '$tmp/calls' | grep -q -- '-np 3 -H a:3 '"
 
 # Too few slots after a failure: wait (asking every 2 s) until --min-np is offered.
 offers 'a:2\n' 'a:1\n' 'a:1\n' 'a:2\n'
@@ -251,7 +265,7 @@ check "discovery garbage at a restart: named, the failure listed" bash -c \
 # A hostfile is read again before each attempt (here the launcher edits it).
 printf 'a slots=2\nb slots=2\n' >"$tmp/hosts"
 plan "printf 'a slots=3\n' >'$tmp/hosts'; $killed" 'exit 0'
-sup -np 4 --hostfile "$tmp/hosts" --max-restarts 1 -- "${train[@]}"
+sup -np 4 --hostfile "$tmp/hosts" --max-restarts 1 -- "${train12[@]}"
 check "hostfile re-read: exit 0 ($rc)" test "$rc" -eq 0
 check "hostfile re-read: attempt 1 on its 3 slots" bash -c "sed -n 2p '$tmp/calls' | grep -q -- '-np 3 --hostfile '"
 

@@ -137,7 +137,7 @@ static const char *source_name(const run_args *r)
 }
 
 /* The most ranks up to usable (whole replicas, at least --min-np) that the command
- * accepts on a restart (train's global batch kept in whole micro-batches: 96 on 4 ranks
+ * accepts on a restart (train's global batch kept in whole micro-batches: 64 on 4 ranks
  * does not split over 3, but over 2); usable when none does, for train to say why. */
 static long fitting(const run_args *r, long attempt, long usable)
 {
