@@ -287,7 +287,7 @@ static herd_status gather_max(herd_exact_sum *e, const herd_model *m, herd_comm 
 
 /* The tensor parts' maxima (after the ranks'): a split tensor's becomes the whole
  * tensor's, a whole one's is the same on every part already. */
-static herd_status group_max(herd_exact_sum *e, const herd_model *m)
+static herd_status tensor_group_max(herd_exact_sum *e, const herd_model *m)
 {
     herd_comm *g = e->tensor_group ? herd_comm_host_side(e->tensor_group) : NULL;
     if (!g || g->size < 2)
@@ -399,7 +399,7 @@ herd_status herd_exact_sum_finish_agreed(herd_exact_sum *e, herd_model *m, herd_
 {
     *redo = false;
     HERD_TRY(gather_max(e, m, c));
-    HERD_TRY(group_max(e, m));
+    HERD_TRY(tensor_group_max(e, m));
     size_t n = n_sums(m);
     if (n > (size_t)INT32_MAX)
         return HERD_ERR(HERD_ERR_UNSUPPORTED, "--deterministic: %zu parameters and buffers are "

@@ -20,11 +20,6 @@ static herd_status transfer(herd_comm *c, bool send, void *buf, size_t bytes, in
     return c->ops->p2p_wait(c, &req, what);
 }
 
-static herd_status copy_floats_of(const herd_backend *be, const float *src, float *dst, size_t n)
-{
-    return n ? be->copy(n, src, dst) : HERD_OK;
-}
-
 static int layer_named(const herd_model *m, const char *name)
 {
     for (int i = 0; i < m->n_layers; i++)
@@ -125,7 +120,7 @@ herd_status herd_pipeline_tied_slice_out(herd_pipeline *pp, herd_pp_slot *sl)
     const herd_backend *be = pp->m->be;
     float *g = pp->m->grads + pp->tied_at;
     HERD_TRY(herd_pipeline_tied_slice_done(pp, sl));
-    HERD_TRY(copy_floats_of(be, g, sl->tied_grad, pp->tied_floats));
+    HERD_TRY(be->copy(pp->tied_floats, g, sl->tied_grad));
     HERD_TRY(be->fill(pp->tied_floats, 0.0f, g)); /* counted on the embedding's stage */
     return pp->job->ops->p2p_start(pp->job, &sl->send_tied, true, sl->tied_grad,
                                    pp->tied_floats * sizeof(float), tied_peer(pp), TAG_TIED_SLICE);
