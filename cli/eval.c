@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 
@@ -10,7 +11,8 @@ static const char eval_help[] =
     "usage: herd eval --model MODEL --checkpoint FILE [--data DATA] [options]\n"
     "\n"
     "  --model MODEL        zoo name or model file the weights belong to (required)\n"
-    "  --checkpoint FILE    weights (.safetensors, from --save or --checkpoint-dir) (required)\n"
+    "  --checkpoint FILE    weights (.safetensors, from --save or --checkpoint-dir), or a\n"
+    "                       --checkpoint-dir: its newest checkpoint (required)\n"
     "  --data DATA          dataset spec (default fashion-mnist; see herd train --help)\n"
     "  --split train|test   which split to evaluate (default test)\n"
     "  --batch-size N       (default 256)\n"
@@ -19,6 +21,21 @@ static const char eval_help[] =
     "                       the weights load on any device, whichever one wrote them\n"
     "  --threads N          (default: OMP_NUM_THREADS, else all cores)\n"
     "  --json               print the summary as a JSON object\n";
+
+/* A --checkpoint-dir given as --checkpoint: its newest checkpoint's weights, named on
+ * stderr so the summary says what it measured. */
+static herd_status checkpoint_file(const char **ckpt, char *latest, size_t cap)
+{
+    struct stat sb;
+    if (stat(*ckpt, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return HERD_OK;
+    herd_status st = herd_checkpoint_latest_weights(*ckpt, latest, cap);
+    if (st != HERD_OK)
+        return st;
+    fprintf(stderr, "herd eval: %s (the newest checkpoint in %s)\n", latest, *ckpt);
+    *ckpt = latest;
+    return HERD_OK;
+}
 
 int cmd_eval(int argc, char **argv)
 {
@@ -76,12 +93,15 @@ int cmd_eval(int argc, char **argv)
     herd_status st;
     int rc = CLI_FAIL;
     herd_eval_result r;
+    char latest[4096];
     if ((st = herd_device_set_threads(device, (int)threads, NULL)) != HERD_OK)
         cli_fail(st, "--threads");
     else if ((st = cli_open_data(data, split, model, seq_len, &ds)) != HERD_OK)
         cli_fail(st, "cannot open the data");
     else if ((st = herd_model_create_device(model, ds, device, &m)) != HERD_OK)
         cli_fail(st, "cannot build the model");
+    else if ((st = checkpoint_file(&ckpt, latest, sizeof latest)) != HERD_OK)
+        cli_fail(st, "no checkpoint to evaluate");
     else if ((st = herd_model_load(m, ckpt)) != HERD_OK)
         cli_fail(st, "cannot load the weights");
     else if ((st = herd_evaluate(m, ds, (int)batch, (int)threads, &r)) != HERD_OK)

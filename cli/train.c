@@ -64,6 +64,8 @@ static const char train_help[] =
     "  --checkpoint-dir DIR     save weights and training state every epoch\n"
     "  --checkpoint-every-steps N  also every N steps (written in the background)\n"
     "  --checkpoint-every-seconds S  also after the step during which S s passed\n"
+    "  --keep-checkpoints N     keep the N newest checkpoints, deleting older ones (2: the\n"
+    "                           newest and one to fall back on); 0 = keep every one\n"
     "  --resume                 continue from the latest checkpoint in --checkpoint-dir\n"
     "  --eval-every N           evaluate every N epochs (default 1; 0 = only at the end)\n"
     "  --max-steps N            stop after N steps in total\n"

@@ -5,7 +5,8 @@
 # process killed while the background thread writes leaves `latest` at the previous
 # checkpoint; --elastic-ranks with --elastic-batch keep equals a resume by hand with the
 # same global batch; restart accounting (progress record, restarts= lost_steps= in the
-# summary and --metrics). Every mpirun runs under timeout.
+# summary and --metrics); --keep-checkpoints 3 and 0 (the writer's thread, ZeRO's save).
+# Every mpirun runs under timeout.
 # Under the sanitizers, the kill, the restart accounting and the elastic batch alone: the
 # other parts reach no line of herd's code that the pass's other tests do not (clang's
 # coverage of each process, 2026-12-07: tests/repeat_passes.txt).
@@ -25,7 +26,10 @@ check "every 5 steps: the weights of a run without checkpoints, bit for bit" cmp
 check "every 5 steps: the last two kept (45 and 48)" test "$(ls "$tmp/ck" | grep -c '^ckpt-4[58]\.')" = 4
 
 # Resumed from step 10, inside the first epoch: the uninterrupted weights.
-"$herd" train "${common[@]}" --checkpoint-dir "$tmp/mid" --checkpoint-every-steps 5 --max-steps 13 >/dev/null 2>&1
+"$herd" train "${common[@]}" --checkpoint-dir "$tmp/mid" --checkpoint-every-steps 5 --max-steps 13 \
+  --keep-checkpoints 3 >/dev/null 2>&1
+check "--keep-checkpoints 3: steps 5, 10 and 13 kept (2 files each)" \
+  test "$(ls "$tmp/mid" | grep -c '^ckpt-\(5\|10\|13\)\.')" = 6
 rm -f "$tmp/mid"/ckpt-13.*
 echo ckpt-10 >"$tmp/mid/latest"
 "$herd" train "${common[@]}" --checkpoint-dir "$tmp/mid" --resume --save "$tmp/mid.st" >"$tmp/out" 2>&1
@@ -102,9 +106,10 @@ if have_mpi; then
       --optimizer adamw --lr 0.002 --zero 1 --quiet)
   "${mpirun[@]}" -np 2 "$herd" train "${zr[@]}" --save "$tmp/z.st" >/dev/null 2>&1
   "${mpirun[@]}" -np 2 "$herd" train "${zr[@]}" --checkpoint-dir "$tmp/zk" --checkpoint-every-steps 3 \
-    --save "$tmp/zk.st" >/dev/null 2>&1
+    --keep-checkpoints 0 --save "$tmp/zk.st" >/dev/null 2>&1
   check "--zero 1 every 3 steps: the weights without checkpoints, and step 15's checkpoint" \
     bash -c "cmp -s '$tmp/z.st' '$tmp/zk.st' && test -e '$tmp/zk/ckpt-15.state.safetensors'"
+  check "--keep-checkpoints 0: every one kept (step 3's too)" test -e "$tmp/zk/ckpt-3.state.safetensors"
   "${mpirun[@]}" -np 2 "$herd" train "${el[@]}" --batch-size 15 --grad-accum 1 --elastic-ranks 3 >"$tmp/out" 2>&1
   check "keep: a global batch of 45 on 2 ranks refused, naming scale" grep -q 'cannot be kept on 2 replicas.*--elastic-batch scale' "$tmp/out"
 else

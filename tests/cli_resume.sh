@@ -4,7 +4,8 @@
 # refuses only what cannot be continued); a 2-rank resume gives the uninterrupted
 # run's weights bit for bit; one metrics line per epoch; and a process killed in the
 # middle of any checkpoint file leaves `latest` naming a checkpoint that loads and
-# resumes to the uninterrupted weights. Every mpirun runs under timeout.
+# resumes to the uninterrupted weights (herd eval given the directory loads it). Every
+# mpirun runs under timeout.
 # Under the sanitizers, a finished run resumed, the metrics after a resume and a restart
 # after training ended: the other parts reach no line of herd's code that the pass's other
 # tests do not (clang's coverage of each process, 2026-12-07: tests/repeat_passes.txt).
@@ -125,11 +126,16 @@ for n in 1 2 3 4 5 6; do
   check "write $n: a temporary file was left" bash -c "ls '$tmp/cka' | grep -q '\.tmp\.'"
   if [ "$n" -le 3 ]; then
     check "write $n: no checkpoint was published yet" test ! -e "$tmp/cka/latest"
+    "$herd" eval --model mlp --data synthetic:1,12,12,4,500 --threads 1 --checkpoint "$tmp/cka" \
+      >/dev/null 2>"$tmp/err"
+    check "write $n: herd eval on the directory says it holds no checkpoint" \
+      grep -q "holds no checkpoint ('$tmp/cka/latest' is missing)" "$tmp/err"
   else
     check "write $n: latest names the first epoch's checkpoint" test "$(cat "$tmp/cka/latest")" = ckpt-8
-    "$herd" eval --model mlp --data synthetic:1,12,12,4,500 --threads 1 \
-      --checkpoint "$tmp/cka/$(cat "$tmp/cka/latest").safetensors" >/dev/null 2>&1
-    check "write $n: latest's weights load" test $? -eq 0
+    "$herd" eval --model mlp --data synthetic:1,12,12,4,500 --threads 1 --checkpoint "$tmp/cka" \
+      >/dev/null 2>"$tmp/err"
+    check "write $n: latest's weights load (herd eval on the directory: exit $?)" \
+      grep -q "^herd eval: $tmp/cka/ckpt-8.safetensors (the newest" "$tmp/err"
   fi
   "$herd" train "${atom[@]}" --checkpoint-dir "$tmp/cka" --resume --save "$tmp/after.st" >/dev/null 2>"$tmp/err"
   check "write $n: --resume exits 0 and reports the removed temporary" \

@@ -369,7 +369,7 @@ static void check_round_trip(herd_optimizer_kind kind)
     herd_train_state st = {.epoch = 1, .global_step = 3, .seed = 0xfedcba9876543210ull, .batch_size = 32,
                            .ranks = 2, .grad_accum = 3, .train_samples = 1000, .epoch_samples = 192, .epoch_seen = 192,
                            .epoch_loss_sum = 0.1 + 0.2, .epoch_correct = 17};
-    assert_herd_ok(herd_checkpoint_save(ck, &a->m, oa, &st, NULL));
+    assert_herd_ok(herd_checkpoint_save(ck, &a->m, oa, &st, NULL, 2));
 
     tmodel *b = tmodel_new(2);
     herd_optimizer *ob = make_opt(b, kind);
@@ -534,7 +534,7 @@ static void check_across_devices(herd_optimizer_kind kind)
         a[k] = tmodel_on(where[k], 1);
         oa[k] = make_opt(a[k], kind);
         train_steps_on(a[k], oa[k], 3, 10);
-        assert_herd_ok(herd_checkpoint_save(ck[k], &a[k]->m, oa[k], &st, NULL));
+        assert_herd_ok(herd_checkpoint_save(ck[k], &a[k]->m, oa[k], &st, NULL, 2));
     }
     assert_same_training(a[0], oa[0], a[1], oa[1]); /* the premise: the same arithmetic */
     char *w[2] = {join(ck[0], "ckpt-3.safetensors"), join(ck[1], "ckpt-3.safetensors")};
@@ -600,7 +600,7 @@ static void test_writer_on_device(void **s)
                            .grad_accum = 1, .train_samples = 80, .epoch_samples = 24};
     herd_ckpt_writer *w;
     assert_herd_ok(herd_ckpt_writer_create(&w));
-    assert_herd_ok(herd_ckpt_writer_submit(w, dir, &a->m, oa, &st));
+    assert_herd_ok(herd_ckpt_writer_submit(w, dir, 2, &a->m, oa, &st));
     train_steps_on(a, oa, 4, 50); /* while the thread may still write */
     assert_herd_ok(herd_ckpt_writer_wait(w));
     herd_ckpt_writer_free(w);
@@ -632,7 +632,7 @@ static void test_device_load_mismatch(void **s)
     herd_optimizer *oa = make_opt(a, HERD_OPT_SGD);
     herd_train_state st = {.epoch = 1, .global_step = 4, .seed = 5, .batch_size = 8, .ranks = 1,
                            .grad_accum = 1, .train_samples = 32};
-    assert_herd_ok(herd_checkpoint_save(dir, &a->m, oa, &st, NULL));
+    assert_herd_ok(herd_checkpoint_save(dir, &a->m, oa, &st, NULL, 2));
     char *wpath = join(dir, "ckpt-4.safetensors"), *spath = join(dir, "ckpt-4.state.safetensors");
     size_t lw, ls;
     unsigned char *w0 = slurp(wpath, &lw), *s0 = slurp(spath, &ls);
@@ -680,7 +680,7 @@ static void test_checkpoint_latest_and_prune(void **s)
         train_steps(a, o, 1, (uint64_t)step);
         herd_train_state st = {.epoch = (int)(step / 10), .global_step = step, .seed = 1, .batch_size = 8,
                                .ranks = 1, .grad_accum = 1, .train_samples = 80};
-        assert_herd_ok(herd_checkpoint_save(dir, &a->m, o, &st, NULL));
+        assert_herd_ok(herd_checkpoint_save(dir, &a->m, o, &st, NULL, 2));
     }
     char *lpath = join(dir, "latest");
     size_t len;
@@ -710,6 +710,36 @@ static void test_checkpoint_latest_and_prune(void **s)
     free(lpath);
     tu_rmtree(dir);
     free(dir);
+}
+
+/* --keep-checkpoints: 0 keeps every checkpoint, N the N newest (both files of each). */
+static void test_checkpoint_keep(void **s)
+{
+    (void)s;
+    const int keeps[] = {0, 1, 3};
+    for (size_t k = 0; k < sizeof keeps / sizeof *keeps; k++) {
+        char *dir = tu_tempdir();
+        tmodel *a = tmodel_new(1);
+        herd_optimizer *o = make_opt(a, HERD_OPT_SGD);
+        for (long step = 10; step <= 50; step += 10) {
+            train_steps(a, o, 1, (uint64_t)step);
+            herd_train_state st = {.epoch = (int)(step / 10), .global_step = step, .seed = 1,
+                                   .batch_size = 8, .ranks = 1, .grad_accum = 1, .train_samples = 80};
+            assert_herd_ok(herd_checkpoint_save(dir, &a->m, o, &st, NULL, keeps[k]));
+        }
+        for (long step = 10; step <= 50; step += 10) {
+            char w[48], st[48];
+            snprintf(w, sizeof w, "ckpt-%ld.safetensors", step);
+            snprintf(st, sizeof st, "ckpt-%ld.state.safetensors", step);
+            bool kept = keeps[k] == 0 || step > 50 - 10L * keeps[k];
+            assert_int_equal(exists(dir, w), kept);
+            assert_int_equal(exists(dir, st), kept);
+        }
+        herd_optimizer_free(o);
+        tmodel_free(a);
+        tu_rmtree(dir);
+        free(dir);
+    }
 }
 
 static void test_checkpoint_none(void **s)
@@ -743,7 +773,7 @@ static void test_write_failures(void **s)
     herd_optimizer *o = make_opt(a, HERD_OPT_SGD);
     char *file = tu_write_file(dir, "plain-file", "x", 1);
     herd_train_state st = {.global_step = 1, .batch_size = 1, .ranks = 1, .grad_accum = 1, .train_samples = 1};
-    assert_int_equal(herd_checkpoint_save(file, &a->m, o, &st, NULL), HERD_ERR_IO);
+    assert_int_equal(herd_checkpoint_save(file, &a->m, o, &st, NULL, 2), HERD_ERR_IO);
     assert_non_null(strstr(herd_last_error(), file));
     char *bad = join(dir, "no/such/dir/w.safetensors");
     assert_int_equal(herd_model_save(&a->m, bad), HERD_ERR_IO);
@@ -765,7 +795,7 @@ static void test_checkpoint_corrupt(void **s)
     train_steps(a, o, 2, 3);
     herd_train_state st = {.epoch = 1, .global_step = 2, .seed = 9, .batch_size = 4, .ranks = 1,
                            .grad_accum = 1, .train_samples = 8};
-    assert_herd_ok(herd_checkpoint_save(dir, &a->m, o, &st, NULL));
+    assert_herd_ok(herd_checkpoint_save(dir, &a->m, o, &st, NULL, 2));
     char *wpath = join(dir, "ckpt-2.safetensors");
     char *spath = join(dir, "ckpt-2.state.safetensors");
     size_t wlen, slen;
@@ -865,7 +895,7 @@ static void test_checkpoint_bad_fields(void **s)
     herd_train_state st = {.epoch = 1, .global_step = 2, .seed = 9, .batch_size = 4, .ranks = 2,
                            .grad_accum = 1, .train_samples = 40, .epoch_samples = 8, .epoch_seen = 8,
                            .epoch_loss_sum = 9.5, .epoch_correct = 3};
-    assert_herd_ok(herd_checkpoint_save(dir, &a->m, o, &st, NULL));
+    assert_herd_ok(herd_checkpoint_save(dir, &a->m, o, &st, NULL, 2));
     char *spath = join(dir, "ckpt-2.state.safetensors");
     herd_st_file *orig;
     assert_herd_ok(herd_safetensors_read(spath, &orig));
@@ -1012,6 +1042,7 @@ int main(void)
         cmocka_unit_test(test_checkpoint_round_trip_sgd),
         cmocka_unit_test(test_checkpoint_round_trip_adamw),
         cmocka_unit_test(test_checkpoint_latest_and_prune),
+        cmocka_unit_test(test_checkpoint_keep),
         cmocka_unit_test(test_checkpoint_none),
         cmocka_unit_test(test_checkpoint_corrupt),
         cmocka_unit_test(test_write_failures),

@@ -267,6 +267,10 @@ HERD_API herd_status herd_model_pipeline_split(const herd_model *m, int stages, 
 /* Weights in safetensors format (readable by PyTorch's and numpy's loaders). */
 HERD_API herd_status herd_model_save(const herd_model *m, const char *path);
 HERD_API herd_status herd_model_load(herd_model *m, const char *path);
+/* The weights file of the newest checkpoint in a --checkpoint-dir (the one DIR/latest
+ * names: DIR/ckpt-STEP.safetensors) into path (cap bytes), for herd_model_load.
+ * HERD_ERR_IO when DIR holds no checkpoint, HERD_ERR_FORMAT when `latest` is damaged. */
+HERD_API herd_status herd_checkpoint_latest_weights(const char *dir, char *path, size_t cap);
 
 /* Zoo: names, iterate with i = 0.. until NULL. */
 HERD_API const char *herd_zoo_name(size_t i);
@@ -608,6 +612,11 @@ typedef struct herd_train_config {
      * training goes on. */
     long checkpoint_every_steps;
     double checkpoint_every_s;
+    /* How many of the newest checkpoints checkpoint_dir keeps: once a new one is
+     * published, rank 0 deletes the older ones beyond that count. 0 = every one (for
+     * evaluating each later). Default 2: the newest, and the one --resume names when
+     * the newest is refused. */
+    int keep_checkpoints;
     /* Elastic runs (herd run --max-restarts): the replicas batch_size, grad_accum and lr
      * were chosen for (0 = this run's). When this run has another number, KEEP keeps
      * the global batch (grad_accum changed, else batch_size) and SCALE keeps the per-rank

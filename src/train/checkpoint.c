@@ -19,8 +19,6 @@
 #include "core/safetensors.h"
 #include "nn/weights.h"
 
-#define CKPT_KEEP 2
-
 const char *herd_ckpt_kind_name(herd_optimizer_kind k) { return k == HERD_OPT_ADAMW ? "adamw" : "sgd"; }
 
 char *herd_ckpt_path(const char *dir, const char *base, const char *suffix)
@@ -53,12 +51,14 @@ int herd_ckpt_cmp_desc(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
-/* Keeps `current` and the newest older checkpoint; deletes the rest that are older.
- * Higher steps (an earlier run's leftovers in the same directory) are left alone
- * rather than guessed about. Failures to delete are not errors: the new checkpoint
- * is already safe. */
-static void prune(const char *dir, long current)
+/* Keeps `current` and the newest keep - 1 older checkpoints (keep 0: every one);
+ * deletes the rest that are older. Higher steps (an earlier run's leftovers in the
+ * same directory) are left alone rather than guessed about. Failures to delete are not
+ * errors: the new checkpoint is already safe. */
+static void prune(const char *dir, long current, int keep)
 {
+    if (keep <= 0)
+        return;
     DIR *d = opendir(dir);
     if (!d)
         return;
@@ -91,7 +91,7 @@ static void prune(const char *dir, long current)
     for (size_t i = 0; i < n; i++) {
         if (i > 0 && steps[i] == steps[i - 1])
             continue;
-        if (++distinct <= CKPT_KEEP)
+        if (++distinct <= (size_t)keep)
             continue;
         char base[48];
         snprintf(base, sizeof base, "ckpt-%ld", steps[i]);
@@ -245,7 +245,8 @@ static herd_status write_state(const char *spath, herd_optimizer *o, const herd_
 }
 
 herd_status herd_checkpoint_save(const char *dir, const herd_model *m, herd_optimizer *o,
-                                 const herd_train_state *st, const herd_state_slices *slices)
+                                 const herd_train_state *st, const herd_state_slices *slices,
+                                 int keep)
 {
     if (!dir || !*dir || !m || !st)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "checkpoint_save: directory, model and state must be given");
@@ -279,7 +280,7 @@ herd_status herd_checkpoint_save(const char *dir, const herd_model *m, herd_opti
         rc = herd_write_file_atomic(lpath, parts, lens, 1);
     }
     if (rc == HERD_OK)
-        prune(dir, st->global_step);
+        prune(dir, st->global_step, keep);
     free(wpath);
     free(spath);
     free(lpath);

@@ -56,9 +56,12 @@ typedef struct herd_state_slices {
     void *user[HERD_CKPT_MAX_STATE];
 } herd_state_slices;
 
-/* slices: NULL when o holds its state whole. */
+/* slices: NULL when o holds its state whole. Once `latest` names the new checkpoint,
+ * older ones beyond the newest keep (the new one counted) are deleted; keep 0 keeps
+ * every one (herd_train_config's keep_checkpoints). */
 herd_status herd_checkpoint_save(const char *dir, const herd_model *m, herd_optimizer *o,
-                                 const herd_train_state *st, const herd_state_slices *slices);
+                                 const herd_train_state *st, const herd_state_slices *slices,
+                                 int keep);
 /* Loads DIR/latest's checkpoint; *found is false (and HERD_OK) when DIR has none.
  * Every field is validated; an error names the file, the field and the value. Both
  * files' checksums are verified (a file without one, from an older herd, is loaded

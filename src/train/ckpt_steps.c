@@ -225,14 +225,16 @@ herd_status herd_run_save_checkpoint(run *r)
     bool rank0 = r->comm->rank == 0;
     HERD_TRY(save_counters(r)); /* collective with pipeline stages: every rank is here */
     if (r->cfg.zero_stage && !r->pp && !r->tp) {
-        st = herd_zero_save(&r->zero, ckpt_comm(r), r->cfg.checkpoint_dir, r->m, r->opt, &r->state);
+        st = herd_zero_save(&r->zero, ckpt_comm(r), r->cfg.checkpoint_dir,
+                            r->cfg.keep_checkpoints, r->m, r->opt, &r->state);
     } else if (!r->pp && !r->tp) {
         /* Copied now, written by the writer's thread while training goes on; this
          * returns the previous write's outcome. */
         if (rank0 && !r->writer)
             st = herd_ckpt_writer_create(&r->writer);
         if (rank0 && st == HERD_OK)
-            st = herd_ckpt_writer_submit(r->writer, r->cfg.checkpoint_dir, r->m, r->opt, &r->state);
+            st = herd_ckpt_writer_submit(r->writer, r->cfg.checkpoint_dir, r->cfg.keep_checkpoints,
+                                         r->m, r->opt, &r->state);
     } else {
         herd_model *w = NULL;
         herd_optimizer *wo = NULL;
@@ -251,7 +253,8 @@ herd_status herd_run_save_checkpoint(run *r)
         stage_optimizer_release(r, stage_opt);
         if (st == HERD_OK && rank0) {
             herd_optimizer_set_steps(wo, herd_optimizer_steps(r->opt));
-            st = herd_checkpoint_save(r->cfg.checkpoint_dir, w, wo, &r->state, NULL);
+            st = herd_checkpoint_save(r->cfg.checkpoint_dir, w, wo, &r->state, NULL,
+                                      r->cfg.keep_checkpoints);
         }
         herd_run_release_whole(r, w, wo);
     }

@@ -28,6 +28,7 @@ struct herd_ckpt_writer {
     herd_state_slices slices;
     herd_train_state st;
     char *dir;
+    int keep; /* checkpoints the directory keeps (herd_checkpoint_save) */
     /* The last write's outcome; its message, set in the writer's thread, travels here. */
     herd_status status;
     char msg[1024];
@@ -52,7 +53,8 @@ static void *writer_main(void *arg)
         if (!w->pending)
             break;
         pthread_mutex_unlock(&w->mu);
-        herd_status st = herd_checkpoint_save(w->dir, &w->snap, w->opt, &w->st, &w->slices);
+        herd_status st = herd_checkpoint_save(w->dir, &w->snap, w->opt, &w->st, &w->slices,
+                                              w->keep);
         pthread_mutex_lock(&w->mu);
         w->status = st;
         snprintf(w->msg, sizeof w->msg, "%s", st == HERD_OK ? "" : herd_last_error());
@@ -111,8 +113,9 @@ static herd_status reserve(copy_buf *b, size_t n)
     return HERD_OK;
 }
 
-herd_status herd_ckpt_writer_submit(herd_ckpt_writer *w, const char *dir, const herd_model *m,
-                                    herd_optimizer *o, const herd_train_state *st)
+herd_status herd_ckpt_writer_submit(herd_ckpt_writer *w, const char *dir, int keep,
+                                    const herd_model *m, herd_optimizer *o,
+                                    const herd_train_state *st)
 {
     /* The thread is idle from here. A failed write is reported before anything else can
      * overwrite its message, and no new write starts after it. */
@@ -141,6 +144,7 @@ herd_status herd_ckpt_writer_submit(herd_ckpt_writer *w, const char *dir, const 
         return HERD_NOMEM(strlen(dir) + 1);
     free(w->dir);
     w->dir = d;
+    w->keep = keep;
     w->snap = *m;
     w->snap.params = w->params.data;
     w->snap.buffers = w->buffers.data;

@@ -16,9 +16,10 @@ herd_status herd_ckpt_writer_create(herd_ckpt_writer **out);
  * st, and hands them to the thread. A failed previous write is returned (its message
  * set again here) and nothing new is written; otherwise a failure to copy. The new
  * write's outcome is the next call's, or herd_ckpt_writer_wait's. m's views and o must
- * outlive the write. */
-herd_status herd_ckpt_writer_submit(herd_ckpt_writer *w, const char *dir, const herd_model *m,
-                                    herd_optimizer *o, const herd_train_state *st);
+ * outlive the write. keep: as herd_checkpoint_save's. */
+herd_status herd_ckpt_writer_submit(herd_ckpt_writer *w, const char *dir, int keep,
+                                    const herd_model *m, herd_optimizer *o,
+                                    const herd_train_state *st);
 /* Waits for the write in progress; its status. */
 herd_status herd_ckpt_writer_wait(herd_ckpt_writer *w);
 /* Waits, then frees (NULL is fine). */

@@ -114,6 +114,7 @@ static const train_option options[] = {
     {"resume", KIND_FLAG, F(resume), 0, 0, NULL, NULL},
     {"checkpoint-every-steps", KIND_LONG, F(checkpoint_every_steps), 1, 1099511627776.0, NULL, NULL},
     {"checkpoint-every-seconds", KIND_DOUBLE, F(checkpoint_every_s), 0.001, 1e9, NULL, NULL},
+    {"keep-checkpoints", KIND_INT, F(keep_checkpoints), 0, 1 << 30, NULL, NULL},
     {"elastic-batch", KIND_CHOICE, F(elastic_batch), 0, 0, "keep|scale", NULL},
     {"elastic-ranks", KIND_INT, F(elastic_ranks), 1, 1 << 20, NULL, NULL},
     {"eval-every", KIND_INT, F(eval_every), 0, 100000, NULL, NULL},

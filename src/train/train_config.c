@@ -34,6 +34,7 @@ void herd_train_config_default(herd_train_config *cfg)
     cfg->threads = 0;
     cfg->seed = 42;
     cfg->checkpoint_dir = NULL;
+    cfg->keep_checkpoints = 2;
     cfg->resume = false;
     cfg->eval_every = 1;
     cfg->max_steps = 0;
@@ -84,6 +85,9 @@ herd_status herd_train_config_check(const herd_train_config *c)
     if ((c->checkpoint_every_steps || c->checkpoint_every_s > 0) && !c->checkpoint_dir)
         return HERD_OPTION_ERR("--checkpoint-every-%s needs --checkpoint-dir",
                                c->checkpoint_every_steps ? "steps" : "seconds");
+    if (c->keep_checkpoints < 0)
+        return HERD_OPTION_ERR("--keep-checkpoints must be 0 (every one) or more, got %d",
+                               c->keep_checkpoints);
     if (c->schedule == HERD_SCHED_STEP && c->n_milestones == 0)
         return HERD_OPTION_ERR("--schedule step needs --milestones");
     if (c->histograms && !c->logdir)

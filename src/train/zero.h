@@ -46,9 +46,10 @@ herd_status herd_zero_gather_params(herd_zero *z, const herd_buckets *b, herd_mo
 
 /* Checkpoints (zero_ckpt.c), collective over c (the ranks of the slices): rank 0
  * writes the checkpoint in dir with the optimizer state streamed from every rank's
- * slice, a piece at a time, and returns the write's outcome; the others send. */
-herd_status herd_zero_save(const herd_zero *z, herd_comm *c, const char *dir, const herd_model *m,
-                           herd_optimizer *o, const herd_train_state *st);
+ * slice, a piece at a time, and returns the write's outcome; the others send. keep: as
+ * herd_checkpoint_save's. */
+herd_status herd_zero_save(const herd_zero *z, herd_comm *c, const char *dir, int keep,
+                           const herd_model *m, herd_optimizer *o, const herd_train_state *st);
 /* A resume: the whole state rank 0 of c read into `whole` (rank 0 only) becomes each
  * rank's slice in `mine`. */
 herd_status herd_zero_scatter_state(const herd_zero *z, herd_comm *c, herd_optimizer *whole,

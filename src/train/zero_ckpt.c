@@ -90,7 +90,7 @@ static herd_status next_piece(void *user, const void **piece, size_t *bytes)
 
 /* Rank 0: writes the checkpoint, then takes whatever a failed write left unsent, so
  * that no sender waits for ever. */
-static herd_status save_on_root(const herd_zero *z, herd_comm *c, const char *dir,
+static herd_status save_on_root(const herd_zero *z, herd_comm *c, const char *dir, int keep,
                                 const herd_model *m, herd_optimizer *o, const herd_train_state *st,
                                 float *buf)
 {
@@ -104,7 +104,7 @@ static herd_status save_on_root(const herd_zero *z, herd_comm *c, const char *di
         slices.next[i] = next_piece;
         slices.user[i] = &streams[i];
     }
-    herd_status written = herd_checkpoint_save(dir, m, o, st, &slices);
+    herd_status written = herd_checkpoint_save(dir, m, o, st, &slices, keep);
     char why[1024];
     snprintf(why, sizeof why, "%s", herd_last_error());
     herd_status drained = HERD_OK;
@@ -137,12 +137,12 @@ static herd_status send_slices(const herd_zero *z, herd_comm *c, herd_optimizer 
     return HERD_OK;
 }
 
-herd_status herd_zero_save(const herd_zero *z, herd_comm *c, const char *dir, const herd_model *m,
-                           herd_optimizer *o, const herd_train_state *st)
+herd_status herd_zero_save(const herd_zero *z, herd_comm *c, const char *dir, int keep,
+                           const herd_model *m, herd_optimizer *o, const herd_train_state *st)
 {
     float *buf;
     HERD_TRY(piece_buffer(z, c, c->rank == 0, &buf));
-    herd_status done = c->rank == 0 ? save_on_root(z, c, dir, m, o, st, buf) : send_slices(z, c, o, buf);
+    herd_status done = c->rank == 0 ? save_on_root(z, c, dir, keep, m, o, st, buf) : send_slices(z, c, o, buf);
     free(buf);
     return done;
 }

@@ -79,7 +79,7 @@ static void write_seed(const char *out)
     herd_train_state st = {.epoch = 1, .global_step = 5, .seed = 42, .batch_size = 2, .ranks = 1,
                            .grad_accum = 1, .train_samples = 8, .epoch_samples = 2, .epoch_seen = 2,
                            .epoch_loss_sum = 1.5, .epoch_correct = 1};
-    if (herd_checkpoint_save(dir, m, o, &st, NULL) != HERD_OK) {
+    if (herd_checkpoint_save(dir, m, o, &st, NULL, 2) != HERD_OK) {
         fprintf(stderr, "%s\n", herd_last_error());
         abort();
     }
