@@ -34,6 +34,8 @@ static const char bench_help[] =
     "  --cuda-graphs        replay each step's forward and backward from CUDA graphs (as\n"
     "                       'herd train --cuda-graphs')\n"
     "  --recompute          re-compute activations in backward (as 'herd train --recompute')\n"
+    "  --loss-chunk N       the last layer and the loss N samples at a time (as 'herd train\n"
+    "                       --loss-chunk')\n"
     "  --timeline FILE      trace the steps of all ranks (Chrome trace JSON, see\n"
     "                       'herd train --help'); with several ranks, not rank 0's solo baseline\n"
     "  --json               print the summary as a JSON object\n"
@@ -54,14 +56,15 @@ static int bench_train(int argc, char **argv)
         {"timeline", required_argument, 0, 'T'}, {"seq-len", required_argument, 0, 'S'},
         {"tensor-parallel", required_argument, 0, 'X'}, {"lr", required_argument, 0, 'r'},
         {"cuda-graphs", no_argument, 0, 'g'}, {"recompute", no_argument, 0, 'R'},
-        {"help", no_argument, 0, 'h'},
+        {"loss-chunk", required_argument, 0, 'C'}, {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     const char *model = NULL, *data = "fashion-mnist", *device = NULL;
     herd_precision precision = HERD_PRECISION_FP32;
     uint64_t gpu_memory_limit = 0, memory_limit = 0;
     const char *timeline = NULL;
-    long batch = 128, steps = 50, warmup = 5, threads = 1, seq_len = 0, tensor_parallel = 1;
+    long batch = 128, steps = 50, warmup = 5, threads = 1, seq_len = 0, tensor_parallel = 1,
+         loss_chunk = 0;
     double lr = 0.0; /* herd_bench_config's default */
     bool json = false, cuda_graphs = false, recompute = false;
     int opt;
@@ -78,6 +81,7 @@ static int bench_train(int argc, char **argv)
         case 't': dst = &threads, lo = 0; break;
         case 'S': dst = &seq_len; break;
         case 'X': dst = &tensor_parallel; break;
+        case 'C': dst = &loss_chunk, lo = 0; break;
         case 'j': json = true; break;
         case 'g': cuda_graphs = true; break;
         case 'R': recompute = true; break;
@@ -143,7 +147,8 @@ static int bench_train(int argc, char **argv)
                                                        .dist = dist, .timeline_path = timeline,
                                                        .tensor_parallel = (int)tensor_parallel,
                                                        .lr = (float)lr, .cuda_graphs = cuda_graphs,
-                                                       .recompute = recompute},
+                                                       .recompute = recompute,
+                                                       .loss_chunk = (int)loss_chunk},
                                   &r)) != HERD_OK)
         cli_fail(st, "benchmark failed");
     else {

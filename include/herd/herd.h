@@ -539,6 +539,13 @@ typedef struct herd_train_config {
      * is computed again in backward from it, the same bits. Less memory for about one
      * more forward a step. Not with --cuda-graphs yet (refused). */
     bool recompute;
+    /* The last layer (linear or lm_head) and the loss over this many samples at a time,
+     * the last layer's backward right after each chunk's loss (docs/memory.md): a
+     * language model holds a chunk's logits instead of the micro-batch's. 0 = off. The
+     * weight gradient adds the chunks (rounding may differ; under --deterministic, a
+     * multiple of --slice-size, the same bits). Not with pipeline stages or
+     * --cuda-graphs yet (refused). */
+    int loss_chunk;
     /* The same saved weights whatever the number of ranks, the --grad-accum split and the
      * per-rank batch size that make up the global batch, and the thread count
      * (docs/determinism.md): each slice's gradient is computed alone on one thread and
@@ -786,6 +793,7 @@ typedef struct herd_bench_config {
     float lr;
     bool cuda_graphs; /* herd_train_config's: forward and backward replayed from graphs */
     bool recompute;   /* herd_train_config's: activations inside runs of layers re-computed */
+    int loss_chunk;   /* herd_train_config's: the last layer and the loss in chunks of samples */
 } herd_bench_config;
 
 HERD_API void herd_bench_config_default(herd_bench_config *cfg);

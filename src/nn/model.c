@@ -468,13 +468,19 @@ static herd_status plan_act_formats(herd_model *m)
 
 void herd_model_set_recompute(herd_model *m, bool on) { m->recompute = on; }
 
+/* The last layer's batch: a chunk of it under --loss-chunk (nn/loss_chunks.h). */
+static int head_batch(const herd_model *m, int batch)
+{
+    return m->loss_chunk > 0 && m->loss_chunk < batch ? m->loss_chunk : batch;
+}
+
 herd_status herd_model_reshape(herd_model *m, int batch)
 {
     if (batch <= 0)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "batch size must be positive, got %d", batch);
     bool bf16 = bf16_acts_wanted(m);
     if (batch == m->batch && bf16 == m->bf16_acts && m->rc && m->rc->recompute == m->recompute &&
-        !herd_recompute_stale(m))
+        !herd_recompute_stale(m) && m->layers[m->n_layers - 1].batch == head_batch(m, batch))
         return HERD_OK;
     m->bf16_acts = bf16;
     herd_mem_category was = herd_mem_category_set(HERD_MEM_ACTIVATIONS);
@@ -499,6 +505,8 @@ static herd_status reshape(herd_model *m, int batch)
         l->out_shape.n = batch;
         l->batch = batch;
     }
+    herd_layer *head = &m->layers[m->n_layers - 1];
+    head->batch = head->out_shape.n = head_batch(m, batch);
     HERD_TRY(herd_recompute_alloc(m)); /* the outputs and stashes */
     size_t largest = 0;
     for (int i = 0; i < m->n_layers; i++) {
@@ -553,10 +561,29 @@ const float *herd_model_layer_input(const herd_model *m, const float *x, int i, 
     return layer_input(m, x, m->layers[i].spec.inputs[k]);
 }
 
+/* A chunked last layer holds a chunk's logits: the whole-batch calls would read past them. */
+static herd_status whole_batch_only(const herd_model *m, const char *what)
+{
+    if (m->layers[m->n_layers - 1].batch == m->batch)
+        return HERD_OK;
+    return HERD_ERR(HERD_ERR_INTERNAL, "model '%s': %s over the whole batch, but its last layer "
+                    "runs in chunks of %d samples (--loss-chunk): a caller that does not know them",
+                    m->name, what, m->layers[m->n_layers - 1].batch);
+}
+
 herd_status herd_model_forward(herd_model *m, const herd_run_ctx *ctx, const float *x,
                                const float **logits)
 {
-    for (int i = 0; i < m->n_layers; i++) {
+    HERD_TRY(whole_batch_only(m, "the forward"));
+    HERD_TRY(herd_model_forward_layers(m, ctx, x, m->n_layers));
+    *logits = m->acts[m->n_layers - 1];
+    return HERD_OK;
+}
+
+herd_status herd_model_forward_layers(herd_model *m, const herd_run_ctx *ctx, const float *x,
+                                      int end)
+{
+    for (int i = 0; i < end; i++) {
         herd_layer *l = &m->layers[i];
         const float *in[HERD_MAX_INPUTS] = {0};
         for (int k = 0; k < l->spec.n_inputs; k++)
@@ -570,7 +597,6 @@ herd_status herd_model_forward(herd_model *m, const herd_run_ctx *ctx, const flo
         if (ctx->between_layers)
             ctx->between_layers(ctx->between_user);
     }
-    *logits = m->acts[m->n_layers - 1];
     return HERD_OK;
 }
 
@@ -641,8 +667,15 @@ herd_status herd_model_backward_done(herd_model *m, int i, const herd_layer_io *
 herd_status herd_model_backward(herd_model *m, const herd_run_ctx *ctx, const float *x,
                                 const float *dlogits)
 {
+    HERD_TRY(whole_batch_only(m, "the backward"));
     herd_model_backward_begin(m);
-    for (int i = m->n_layers - 1; i >= 0; i--) {
+    return herd_model_backward_layers(m, ctx, x, dlogits, m->n_layers - 1);
+}
+
+herd_status herd_model_backward_layers(herd_model *m, const herd_run_ctx *ctx, const float *x,
+                                       const float *dlogits, int from)
+{
+    for (int i = from; i >= 0; i--) {
         herd_layer *l = &m->layers[i];
         HERD_TRY(herd_recompute_before_backward(m, ctx, x, i));
         herd_layer_io io;

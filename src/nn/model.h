@@ -56,6 +56,9 @@ struct herd_model {
      * inside runs of layers between cuts share one pool, re-run in backward. rc: where
      * this batch's activations and stashes live (set by reshape, either way). */
     bool recompute;
+    /* --loss-chunk (nn/loss_chunks.h): the last layer's batch at most this many samples,
+     * the rest of the batch in later chunks (0: the whole batch). */
+    int loss_chunk;
     struct herd_recompute *rc;
     struct herd_recompute_pool *shared_pool; /* NULL: rc's pool is the model's own */
 
@@ -107,12 +110,21 @@ herd_status herd_model_reshape(herd_model *m, int batch);
 /* Activation recomputation on or off from the next reshape (pipeline stages and other
  * models built from m take it over). */
 void herd_model_set_recompute(herd_model *m, bool on);
-/* x: batch x in_c x in_h x in_w; returns the logits (batch x classes) in *logits. */
+/* x: batch x in_c x in_h x in_w; returns the logits (batch x classes) in *logits. A
+ * model whose last layer runs in chunks (nn/loss_chunks.h) is refused. */
 herd_status herd_model_forward(herd_model *m, const herd_run_ctx *ctx, const float *x,
                                const float **logits);
-/* dlogits: gradient of the loss w.r.t. the logits; fills m->grads. */
+/* Layers 0..end-1's forward. */
+herd_status herd_model_forward_layers(herd_model *m, const herd_run_ctx *ctx, const float *x,
+                                      int end);
+/* dlogits: gradient of the loss w.r.t. the logits; fills m->grads. Refused in chunks,
+ * as the forward. */
 herd_status herd_model_backward(herd_model *m, const herd_run_ctx *ctx, const float *x,
                                 const float *dlogits);
+/* Layers from..0's backward, after herd_model_backward_begin (and whatever ran the
+ * layers above from). */
+herd_status herd_model_backward_layers(herd_model *m, const herd_run_ctx *ctx, const float *x,
+                                       const float *dlogits, int from);
 /* Backward one layer at a time, for a driver that runs several models' layers in step
  * (nn/slices.c): begin, then for i from the last layer down: io (the tensors layer i's
  * backward takes), the layer's backward, done (sums the gradients of outputs read by

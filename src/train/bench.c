@@ -7,6 +7,7 @@
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "nn/loss_chunks.h"
 #include "obs/observer.h"
 #include "train/graph_step.h"
 #include "train/step.h"
@@ -147,11 +148,15 @@ herd_status herd_bench_run(herd_model *m, herd_dataset *ds, const herd_bench_con
     herd_train_config_default(&as_trained);
     as_trained.recompute = cfg->recompute;
     as_trained.cuda_graphs = cfg->cuda_graphs;
+    as_trained.loss_chunk = cfg->loss_chunk;
     HERD_TRY(herd_train_config_check(&as_trained));
     bool recompute = m->recompute;
-    herd_model_set_recompute(m, cfg->recompute); /* tensor parts take it over */
+    int loss_chunk = m->loss_chunk;
+    HERD_TRY(herd_model_set_loss_chunk(m, cfg->loss_chunk)); /* tensor parts take both over */
+    herd_model_set_recompute(m, cfg->recompute);
     herd_status st = bench_run(m, ds, cfg, res);
     herd_model_set_recompute(m, recompute);
+    m->loss_chunk = loss_chunk;
     return st;
 }
 

@@ -133,6 +133,7 @@ static const train_option options[] = {
     {"check-replicas", KIND_FLAG, F(check_replicas), 0, 0, NULL, NULL},
     {"cuda-graphs", KIND_FLAG, F(cuda_graphs), 0, 0, NULL, NULL},
     {"recompute", KIND_FLAG, F(recompute), 0, 0, NULL, NULL},
+    {"loss-chunk", KIND_INT, F(loss_chunk), 0, 1 << 20, NULL, NULL},
     {"deterministic", KIND_FLAG, F(deterministic), 0, 0, NULL, NULL},
     {"slice-size", KIND_INT, F(slice_size), 1, 1 << 20, NULL, NULL},
     {"pipeline-stages", KIND_INT, F(pipeline_stages), 1, 64, NULL, NULL},

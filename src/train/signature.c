@@ -14,7 +14,7 @@
  * log_every (rank 0 writes them alone, no collective) and dist. A new field changes the size: compare
  * it (or add it to the list above), then update the size. */
 #if UINTPTR_MAX == UINT64_MAX
-_Static_assert(sizeof(herd_train_config) == 304,
+_Static_assert(sizeof(herd_train_config) == 312,
                "herd_train_config changed: add the new field to check_signature");
 #endif
 
@@ -53,6 +53,7 @@ static void sign_config(herd_signature *s, const herd_train_config *c)
     herd_signature_add(s, "bucket_mb", "%.17g", c->bucket_mb);
     herd_signature_add(s, "check_replicas", "%d", c->check_replicas);
     herd_signature_add(s, "recompute", "%d", c->recompute); /* tensor parallelism's collectives */
+    herd_signature_add(s, "loss_chunk", "%d", c->loss_chunk); /* and the split loss's, per chunk */
     herd_signature_add(s, "deterministic", "%d", c->deterministic);
     herd_signature_add(s, "slice_size", "%d", c->slice_size);
     if (c->dynamic_loss_scale)

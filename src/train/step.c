@@ -12,6 +12,7 @@
 #include "core/parse.h"
 #include "core/testhook.h"
 #include "dist/signature.h"
+#include "nn/loss_chunks.h"
 #include "nn/xent_split.h"
 
 herd_status herd_step_plan_init(herd_step_plan *p, herd_model *m, herd_comm *comm,
@@ -83,6 +84,12 @@ static float *dlogits_over_logits(const herd_model *m)
     return herd_step_loss_in_place(m) && m->acts ? m->acts[m->n_layers - 1] : NULL;
 }
 
+float *herd_step_dlogits(const herd_model *m, const herd_step_plan *p)
+{
+    float *over = dlogits_over_logits(m);
+    return over ? over : p->dlogits;
+}
+
 herd_status herd_step_inputs(herd_model *m, herd_step_plan *p, const herd_batch *host,
                              herd_batch *dev)
 {
@@ -90,15 +97,17 @@ herd_status herd_step_inputs(herd_model *m, herd_step_plan *p, const herd_batch 
     HERD_TRY(herd_model_reshape(m, dev->n));
     if (dlogits_over_logits(m))
         return HERD_OK;
-    if (dev->n > p->dlogits_capacity) {
+    /* A chunk's worth when the last layer runs in chunks (--loss-chunk). */
+    int rows = herd_model_head_chunk(m);
+    if (rows > p->dlogits_capacity) {
         m->be->free(p->dlogits);
-        size_t bytes = (size_t)dev->n * m->positions * m->classes * sizeof(float);
+        size_t bytes = (size_t)rows * m->positions * m->classes * sizeof(float);
         herd_mem_category was = herd_mem_category_set(HERD_MEM_ACTIVATIONS);
         p->dlogits = m->be->alloc(bytes);
         herd_mem_category_set(was);
         if (!p->dlogits)
             return HERD_ERR_NOMEM; /* the allocator said why */
-        p->dlogits_capacity = dev->n;
+        p->dlogits_capacity = rows;
     }
     return HERD_OK;
 }
@@ -195,29 +204,14 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
         ctx.before_user = p;
     }
     p->gather_wait = 0;
+    if (herd_model_head_chunked(m))
+        return herd_chunked_micro_step(m, p, &ctx, b, micro, n_micro, label_smoothing, s, t0);
     const float *logits;
     HERD_TRY(herd_model_forward(m, &ctx, b->x, &logits));
     HERD_TRY(herd_step_params_ready(p)); /* buckets of layers without parameters */
-    /* --deterministic: each slice's loss on its grid, so the total has no order either
-     * (a call is one slice, or a whole run's several: herd_exact_linear's sums). */
     bool whole = p->exact_linear && p->exact_linear->sums;
-    int loss_rows = whole ? p->exact_linear->slice * m->positions : rows;
-    float *dlogits = dlogits_over_logits(m);
-    if (!dlogits)
-        dlogits = p->dlogits;
-    for (int r0 = 0; r0 < rows; r0 += loss_rows) {
-        double loss_sum = 0;
-        long correct = 0;
-        size_t at = (size_t)r0 * m->classes;
-        HERD_TRY(herd_model_xent(m, loss_rows, logits + at, b->labels + r0, label_smoothing,
-                                 dlogits + at, &loss_sum, &correct));
-        /* Per sample: the mean over its positions. */
-        double per_sample = loss_sum / m->positions;
-        s->loss_sum += p->exact ? herd_exact_loss(per_sample) : per_sample;
-        s->correct += (double)correct / m->positions;
-    }
-    if (p->scaler)
-        HERD_TRY(herd_loss_scaler_scale(p->scaler, m->be, dlogits, (size_t)rows * m->class_count));
+    float *dlogits = herd_step_dlogits(m, p);
+    HERD_TRY(herd_step_loss(m, p, logits, b->labels, rows, label_smoothing, 1.0f, dlogits, s));
     s->samples += b->n;
     double t1 = herd_now();
     HERD_TRY(herd_phase_mark(&p->clock, HERD_PHASE_FORWARD));
@@ -229,6 +223,33 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
     if (p->exact && !whole) /* whole: the linear layers added their slices */
         HERD_TRY(herd_exact_sum_add(p->exact, m));
     return herd_step_backward_done(p, s, t0, t1);
+}
+
+herd_status herd_step_loss(herd_model *m, herd_step_plan *p, const float *logits,
+                           const int32_t *labels, int rows, float label_smoothing, float share,
+                           float *dlogits, herd_step_stats *s)
+{
+    /* --deterministic: each slice's loss on its grid, so the total has no order either
+     * (a call is one slice, or a whole run's several: herd_exact_linear's sums). */
+    bool whole = p->exact_linear && p->exact_linear->sums;
+    int loss_rows = whole ? p->exact_linear->slice * m->positions : rows;
+    for (int r0 = 0; r0 < rows; r0 += loss_rows) {
+        double loss_sum = 0;
+        long correct = 0;
+        size_t at = (size_t)r0 * m->class_count;
+        HERD_TRY(herd_model_xent(m, loss_rows, logits + at, labels + r0, label_smoothing,
+                                 dlogits + at, &loss_sum, &correct));
+        /* Per sample: the mean over its positions. */
+        double per_sample = loss_sum / m->positions;
+        s->loss_sum += p->exact ? herd_exact_loss(per_sample) : per_sample;
+        s->correct += (double)correct / m->positions;
+    }
+    size_t n = (size_t)rows * m->class_count;
+    if (share != 1.0f) /* the loss's gradient is its mean's over these rows alone */
+        HERD_TRY(m->be->grad_unscale_check(n, dlogits, share, NULL));
+    if (p->scaler)
+        HERD_TRY(herd_loss_scaler_scale(p->scaler, m->be, dlogits, n));
+    return HERD_OK;
 }
 
 herd_status herd_step_backward_done(herd_step_plan *p, herd_step_stats *s, double t0, double t1)
@@ -499,10 +520,21 @@ static herd_status eval_batch(void *user, const herd_batch *hb, double *loss, do
     HERD_TRY(batch_to_backend(m, &e->x_dev, &e->labels_dev, &e->capacity, hb, &b));
     HERD_TRY(herd_model_reshape(m, b.n));
     herd_run_ctx ctx = herd_model_ctx(m, false, 0);
-    const float *logits;
-    HERD_TRY(herd_model_forward(m, &ctx, b.x, &logits));
+    HERD_TRY(herd_model_forward_body(m, &ctx, b.x));
     long c = 0;
-    HERD_TRY(herd_model_xent(m, b.n * m->positions, logits, b.labels, 0.0f, NULL, loss, &c));
+    *loss = 0;
+    int chunk = herd_model_head_chunk(m); /* the batch, unless the last layer runs in chunks */
+    for (int first = 0; first < b.n; first += chunk) {
+        int n = b.n - first < chunk ? b.n - first : chunk;
+        const float *logits;
+        double part = 0;
+        long hits = 0;
+        HERD_TRY(herd_model_head_forward(m, &ctx, b.x, first, n, &logits));
+        HERD_TRY(herd_model_xent(m, n * m->positions, logits, b.labels + (size_t)first * m->positions,
+                                 0.0f, NULL, &part, &hits));
+        *loss += part;
+        c += hits;
+    }
     *loss /= m->positions; /* per sample, as in training */
     *correct = (double)c / m->positions;
     *samples = b.n;

@@ -118,6 +118,21 @@ bool herd_step_loss_in_place(const herd_model *m);
 herd_status herd_step_inputs(herd_model *m, herd_step_plan *p, const herd_batch *host,
                              herd_batch *dev);
 
+/* Where the loss writes its gradient: over the logits, or the plan's buffer. */
+float *herd_step_dlogits(const herd_model *m, const herd_step_plan *p);
+/* The loss of `rows` rows of logits against their labels, added to s (per sample; under
+ * --deterministic on the exact grid, a slice at a time); its gradient into dlogits,
+ * times share (these rows' part of the mean's: 1 for the whole micro-batch) and the
+ * loss scaler's scale. */
+herd_status herd_step_loss(herd_model *m, herd_step_plan *p, const float *logits,
+                           const int32_t *labels, int rows, float label_smoothing, float share,
+                           float *dlogits, herd_step_stats *s);
+/* herd_micro_step's body when the last layer runs in chunks (train/chunk_step.c): ctx
+ * its context, b the batch in the backend's memory, t0 its start. */
+herd_status herd_chunked_micro_step(herd_model *m, herd_step_plan *p, herd_run_ctx *ctx,
+                                    const herd_batch *b, int micro, int n_micro,
+                                    float label_smoothing, herd_step_stats *s, double t0);
+
 /* The end of a micro-batch's backward: the phase mark, forward (from t0 to t1) and
  * backward (from t1 to now) times, and their timeline events. */
 herd_status herd_step_backward_done(herd_step_plan *p, herd_step_stats *s, double t0, double t1);

@@ -66,6 +66,7 @@ static herd_status build_part(herd_tensor_par *tp, const herd_train_config *cfg,
     m->tp = herd_tensor_par_group(tp);
     /* The whole model's layers as one stage, each split as m->tp says. */
     herd_status st = herd_model_build_stage(m, whole, 0, whole->n_layers, true, false, cfg->seed);
+    m->loss_chunk = whole->loss_chunk; /* the part's last layer as the whole's */
     if (st == HERD_OK && whole->params) /* the caller's weights (loaded or initialised) */
         st = herd_host_take_part(m, whole, 0, m->n_views);
     return st;

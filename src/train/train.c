@@ -14,6 +14,7 @@
 #include "core/testhook.h"
 #include "dist/replica.h"
 #include "dist/signature.h"
+#include "nn/loss_chunks.h"
 #include "nn/recompute.h"
 #include "train/graph_step.h"
 #include "train/run.h"
@@ -584,6 +585,7 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
         r->comm = r->device_comm;
     }
     herd_model_set_recompute(r->whole, cfg->recompute); /* stages and parts take it over */
+    HERD_TRY(herd_model_set_loss_chunk(r->whole, cfg->loss_chunk)); /* the same on every rank */
     HERD_TRY(herd_run_build_grid(r));
     HERD_TRY(agree(r, setup(r), "setting up training"));
     if (cfg->recompute && r->comm->rank == 0)
@@ -672,8 +674,10 @@ herd_status herd_train(herd_model *m, herd_dataset *train, herd_dataset *test,
         r.comm = own;
     }
     bool recompute = m->recompute;
+    int loss_chunk = m->loss_chunk;
     herd_status st = train_run(&r, cfg, early);
     herd_model_set_recompute(m, recompute); /* the caller's model as it came */
+    m->loss_chunk = loss_chunk;
     /* A failure can leave the last step's metrics in flight: every rank started that
      * reduction, so it completes; its buffer must outlive it. So must the caller's
      * model the parameters' all-gather (ZeRO) writes into. */

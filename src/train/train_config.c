@@ -128,6 +128,14 @@ herd_status herd_train_config_check(const herd_train_config *c)
     if (c->recompute && c->cuda_graphs)
         return HERD_INPUT_ERR(HERD_ERR_UNSUPPORTED, "--recompute does not work with --cuda-graphs "
                               "yet; drop one of them (docs/memory.md)");
+    if (c->loss_chunk < 0)
+        return HERD_OPTION_ERR("--loss-chunk must be 0 (off) or a number of samples, got %d",
+                               c->loss_chunk);
+    /* A stage's last layer and a replayed graph run the loss their own way (not yet chunked). */
+    if (c->loss_chunk && (c->pipeline_stages > 1 || c->cuda_graphs))
+        return HERD_INPUT_ERR(HERD_ERR_UNSUPPORTED, "--loss-chunk does not work with %s yet; "
+                              "drop one of them (docs/memory.md)",
+                              c->cuda_graphs ? "--cuda-graphs" : "--pipeline-stages");
     if ((unsigned)c->pp_schedule > HERD_PP_SCHEDULE_GPIPE)
         return HERD_OPTION_ERR("pipeline schedule is 0 (1f1b) or 1 (gpipe), got %d",
                                (int)c->pp_schedule);
@@ -151,6 +159,11 @@ herd_status herd_train_config_check(const herd_train_config *c)
                                "a --batch-size that is a multiple of %d, or another --slice-size (the "
                                "same on every run you compare)", herd_slice_size(c), c->batch_size,
                                herd_slice_size(c));
+    /* A chunk of whole slices keeps each slice's loss and gradient as they are. */
+    if (c->deterministic && c->loss_chunk % herd_slice_size(c) != 0)
+        return HERD_OPTION_ERR("--deterministic computes slices of %d samples (--slice-size), and "
+                               "--loss-chunk %d is not a whole number of them; pick a multiple of %d",
+                               herd_slice_size(c), c->loss_chunk, herd_slice_size(c));
     /* Pipeline stages: a micro-batch is one slice, passed between stages whole. */
     int micro = c->micro_batches > 0 ? c->batch_size / c->micro_batches : c->batch_size;
     if (c->deterministic && c->pipeline_stages > 1 && micro != herd_slice_size(c))

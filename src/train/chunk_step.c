@@ -1,0 +1,54 @@
+/* A micro-batch whose last layer runs in chunks of samples (--loss-chunk,
+ * nn/loss_chunks.h): every other layer's forward, then per chunk the last layer's
+ * forward, the loss and at once the last layer's backward, then the other layers'
+ * backward. The forward phase holds the chunks (the last layer's backward runs there). */
+#include "train/step.h"
+
+#include "core/clock.h"
+#include "core/error.h"
+#include "nn/loss_chunks.h"
+
+herd_status herd_chunked_micro_step(herd_model *m, herd_step_plan *p, herd_run_ctx *ctx,
+                                    const herd_batch *b, int micro, int n_micro,
+                                    float label_smoothing, herd_step_stats *s, double t0)
+{
+    HERD_TRY(herd_model_forward_body(m, ctx, b->x));
+    HERD_TRY(herd_step_params_ready(p)); /* buckets of layers without parameters */
+    /* The buckets start from the last layer's backward, inside the chunks. */
+    if (micro == n_micro - 1 && !p->exact)
+        herd_step_arm_reduction(p, m, n_micro, ctx);
+    herd_model_backward_begin(m);
+    int chunk = herd_model_head_chunk(m);
+    float *dlogits = herd_step_dlogits(m, p);
+    /* --deterministic's whole passes: the first chunk writes the last layer's exact sums
+     * afresh, the others add to them. */
+    herd_exact_linear *x = p->exact_linear;
+    bool fresh = x && x->fresh;
+    for (int first = 0; first < b->n; first += chunk) {
+        int n = b->n - first < chunk ? b->n - first : chunk;
+        int rows = n * m->positions;
+        const float *logits;
+        HERD_TRY(herd_model_head_forward(m, ctx, b->x, first, n, &logits));
+        /* The mean over the micro-batch's rows; --deterministic's whole passes take it a
+         * slice at a time, each summed exactly (herd_step_loss). */
+        float share = x && x->sums ? 1.0f : (float)n / (float)b->n;
+        HERD_TRY(herd_step_loss(m, p, logits, b->labels + (size_t)first * m->positions, rows,
+                                label_smoothing, share, dlogits, s));
+        if (x)
+            x->fresh = fresh && first == 0;
+        herd_status st = herd_model_head_backward(m, ctx, b->x, first, n, dlogits, first > 0,
+                                                  first + n >= b->n);
+        if (x)
+            x->fresh = fresh;
+        HERD_TRY(st);
+    }
+    s->samples += b->n;
+    double t1 = herd_now();
+    HERD_TRY(herd_phase_mark(&p->clock, HERD_PHASE_FORWARD));
+    s->t.comm_wait += p->gather_wait;
+    s->t.forward -= p->gather_wait;
+    HERD_TRY(herd_model_backward_body(m, ctx, b->x));
+    if (p->exact && !(p->exact_linear && p->exact_linear->sums))
+        HERD_TRY(herd_exact_sum_add(p->exact, m));
+    return herd_step_backward_done(p, s, t0, t1);
+}
