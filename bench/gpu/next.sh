@@ -9,7 +9,8 @@
 #   3. bench/gpu/half.sh parts 1 and 6: the 16-bit and --deterministic checks (issue 27)
 #      and GPT with tensor parallelism on the GPU (issue 28) [120 s];
 #   4. bench/gpu/check.sh PART=exact: the checks against the CPU [120 s];
-#   5. bench/gpu/recompute.sh: --recompute's bytes and memory on the GPU [40 s].
+#   5. bench/gpu/recompute.sh: --recompute's bytes and memory on the GPU, --loss-chunk's
+#      weights [45 s].
 #   here:  bench/gpu/pack.sh        there: bench/gpu/next.sh OUTDIR
 # Each script writes its own log into OUTDIR; this one prints their summaries.
 set -u
@@ -32,5 +33,5 @@ run 240 "graphs.sh" bash bench/gpu/graphs.sh "$out"
 run 60 "torch_cuda.sh" bash bench/gpu/torch_cuda.sh "$out"
 run 120 "half.sh 1 6" env SECTIONS="1 6" P16=bf16 bash bench/gpu/half.sh "$out"
 run 120 "check.sh PART=exact" env PART=exact bash bench/gpu/check.sh "$out"
-run 40 "recompute.sh" bash bench/gpu/recompute.sh "$out"
+run 45 "recompute.sh" bash bench/gpu/recompute.sh "$out"
 echo "next: done ($((SECONDS - t0)) s); logs in $out"
