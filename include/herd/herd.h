@@ -543,8 +543,7 @@ typedef struct herd_train_config {
      * the last layer's backward right after each chunk's loss (docs/memory.md): a
      * language model holds a chunk's logits instead of the micro-batch's. 0 = off. The
      * weight gradient adds the chunks (rounding may differ; under --deterministic, a
-     * multiple of --slice-size, the same bits). Not with pipeline stages or
-     * --cuda-graphs yet (refused). */
+     * multiple of --slice-size, the same bits). Not with --cuda-graphs yet (refused). */
     int loss_chunk;
     /* The same saved weights whatever the number of ranks, the --grad-accum split and the
      * per-rank batch size that make up the global batch, and the thread count

@@ -1,12 +1,14 @@
 /* A micro-batch whose last layer runs in chunks of samples (--loss-chunk,
  * nn/loss_chunks.h): every other layer's forward, then per chunk the last layer's
  * forward, the loss and at once the last layer's backward, then the other layers'
- * backward. The forward phase holds the chunks (the last layer's backward runs there). */
+ * backward. The forward phase holds the chunks (the last layer's backward runs there).
+ * Evaluation's loss likewise (herd_eval_loss). */
 #include "train/step.h"
 
 #include "core/clock.h"
 #include "core/error.h"
 #include "nn/loss_chunks.h"
+#include "nn/xent_split.h"
 
 herd_status herd_chunked_micro_step(herd_model *m, herd_step_plan *p, herd_run_ctx *ctx,
                                     const herd_batch *b, int micro, int n_micro,
@@ -51,4 +53,25 @@ herd_status herd_chunked_micro_step(herd_model *m, herd_step_plan *p, herd_run_c
     if (p->exact && !(p->exact_linear && p->exact_linear->sums))
         HERD_TRY(herd_exact_sum_add(p->exact, m));
     return herd_step_backward_done(p, s, t0, t1);
+}
+
+herd_status herd_eval_loss(herd_model *m, const herd_run_ctx *ctx, const float *x,
+                           const int32_t *labels, int n, double *loss, long *correct)
+{
+    HERD_TRY(herd_model_forward_body(m, ctx, x));
+    *loss = 0;
+    *correct = 0;
+    int chunk = herd_model_head_chunk(m); /* the batch, unless the last layer runs in chunks */
+    for (int first = 0; first < n; first += chunk) {
+        int k = n - first < chunk ? n - first : chunk;
+        const float *logits;
+        double part = 0;
+        long hits = 0;
+        HERD_TRY(herd_model_head_forward(m, ctx, x, first, k, &logits));
+        HERD_TRY(herd_model_xent(m, k * m->positions, logits, labels + (size_t)first * m->positions,
+                                 0.0f, NULL, &part, &hits));
+        *loss += part;
+        *correct += hits;
+    }
+    return HERD_OK;
 }

@@ -9,6 +9,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "dist/signature.h"
+#include "nn/loss_chunks.h"
 #include "nn/partition.h"
 #include "nn/recompute.h"
 #include "nn/slices.h"
@@ -44,6 +45,8 @@ static herd_status alloc_slot(herd_pipeline *pp, herd_model *whole, herd_pp_slot
     slot->m->tp = pp->tp; /* split as the stage is */
     int s = pp->stage;
     HERD_TRY(herd_model_build_stage(slot->m, whole, pp->bounds[s], pp->bounds[s + 1], false, s > 0, 0));
+    if (s == pp->stages - 1) /* --loss-chunk: the model's last layer is this stage's */
+        slot->m->loss_chunk = whole->loss_chunk;
     size_t n = (size_t)pp->micro_size;
     const herd_backend *be = pp->m->be;
     herd_mem_category was = herd_mem_category_set(HERD_MEM_ACTIVATIONS);
@@ -230,6 +233,12 @@ typedef struct step_run {
     herd_loader *loader;
     int n_total, done; /* micro-batches in the step, before this round */
     int bwd_done;      /* backward passes so far in the step */
+    /* --loss-chunk on the last stage: the last layer's backward passes so far in the step
+     * (they run in the forward), and the reduction's hook, armed in the forward of the
+     * step's last micro-batch, for its backward. */
+    int head_done;
+    herd_status (*after_backward)(void *user, int layer);
+    void *hook_user;
     bool from_kept;    /* --deterministic's redo: the step's micro-batches again */
     float label_smoothing;
     uint64_t seed;
@@ -310,6 +319,42 @@ static float *loss_grad(const herd_pp_slot *sl)
     return sl->dy ? sl->dy : sl->m->acts[sl->m->n_layers - 1];
 }
 
+/* The last stage under --loss-chunk: its layers but the last over the micro-batch, then
+ * per chunk the last layer, the loss and the last layer's backward (train/chunk_step.c's
+ * order); the step's reduction is armed before the last micro-batch's chunks, whose last
+ * layer's gradient is final first. */
+static herd_status forward_in_chunks(step_run *r, int mb, herd_pp_slot *sl, herd_run_ctx *ctx,
+                                     const herd_batch *b)
+{
+    herd_pipeline *pp = r->pp;
+    herd_model *m = sl->m;
+    bool exact = r->plan->exact != NULL;
+    HERD_TRY(herd_model_forward_body(m, ctx, sl->input));
+    if (r->done + mb == r->n_total - 1 && !exact) {
+        herd_step_arm_reduction(r->plan, pp->m, r->n_total, ctx);
+        r->after_backward = ctx->after_backward;
+        r->hook_user = ctx->hook_user;
+    }
+    herd_model_backward_begin(m);
+    ctx->grad_beta = r->head_done > 0 && !exact ? 1.0f : 0.0f;
+    int chunk = herd_model_head_chunk(m);
+    float *dlogits = loss_grad(sl);
+    for (int first = 0; first < b->n; first += chunk) {
+        int n = b->n - first < chunk ? b->n - first : chunk;
+        const float *logits;
+        HERD_TRY(herd_model_head_forward(m, ctx, sl->input, first, n, &logits));
+        HERD_TRY(herd_step_loss(pp->m, r->plan, logits, sl->labels + (size_t)first * m->positions,
+                                n * m->positions, r->label_smoothing, (float)n / (float)b->n,
+                                dlogits, r->s));
+        HERD_TRY(herd_model_head_backward(m, ctx, sl->input, first, n, dlogits, first > 0,
+                                          first + n >= b->n));
+    }
+    r->head_done++;
+    r->s->samples += b->n;
+    ctx->after_backward = NULL; /* the forward's context goes no further */
+    return HERD_OK;
+}
+
 static herd_status run_forward(step_run *r, int mb)
 {
     herd_pipeline *pp = r->pp;
@@ -355,15 +400,19 @@ static herd_status run_forward(step_run *r, int mb)
     double t0 = herd_now();
     HERD_TRY(herd_model_reshape(sl->m, b.n));
     herd_run_ctx ctx = stage_ctx(r, mb);
-    const float *out;
+    const float *out = NULL;
     /* --deterministic: every slice's forward starts from the running statistics the step
      * found, and what it leaves goes into the exact sums (exact_sum.h). */
     if (exact)
         HERD_TRY(herd_exact_sum_restore_buffers(exact, pp->m));
-    HERD_TRY(herd_model_forward(sl->m, &ctx, sl->input, &out));
+    bool chunked = last && herd_model_head_chunked(sl->m);
+    if (chunked)
+        HERD_TRY(forward_in_chunks(r, mb, sl, &ctx, &b));
+    else
+        HERD_TRY(herd_model_forward(sl->m, &ctx, sl->input, &out));
     if (exact)
         HERD_TRY(herd_exact_sum_add_buffers(exact, pp->m));
-    if (last) { /* a language model: a row of the loss per position, a sample's mean */
+    if (last && !chunked) { /* a language model: a row of the loss per position, a sample's mean */
         double loss = 0;
         long correct = 0;
         int rows = b.n * pp->m->positions;
@@ -398,12 +447,20 @@ static herd_status run_backward(step_run *r, int mb, int round_n)
     herd_run_ctx ctx = stage_ctx(r, mb);
     herd_exact_sum *exact = r->plan->exact; /* each slice's gradient alone, into the sums */
     ctx.grad_beta = r->bwd_done > 0 && !exact ? 1.0f : 0.0f;
-    if (r->done + mb == r->n_total - 1 && !exact)
+    bool chunked = pp->stage == pp->stages - 1 && herd_model_head_chunked(sl->m);
+    if (r->done + mb == r->n_total - 1 && !exact && chunked) { /* armed in its forward */
+        ctx.after_backward = r->after_backward;
+        ctx.hook_user = r->hook_user;
+    } else if (r->done + mb == r->n_total - 1 && !exact) {
         herd_step_arm_reduction(r->plan, pp->m, r->n_total, &ctx);
+    }
     herd_p2p tied = {0}; /* a tied table's gradient from the head, where one process has it */
     HERD_TRY(herd_pipeline_tied_slice_in(pp, &tied));
     HERD_TRY(wait_p2p(r, &tied, "receiving the token table's gradient", r->done + mb));
-    HERD_TRY(herd_model_backward(sl->m, &ctx, sl->input, loss_grad(sl)));
+    if (chunked) /* the last layer's backward ran in the forward */
+        HERD_TRY(herd_model_backward_body(sl->m, &ctx, sl->input));
+    else
+        HERD_TRY(herd_model_backward(sl->m, &ctx, sl->input, loss_grad(sl)));
     HERD_TRY(herd_pipeline_tied_slice_out(pp, sl));
     if (exact)
         HERD_TRY(herd_exact_sum_add_grads(exact, pp->m));
@@ -451,7 +508,7 @@ herd_status herd_pipeline_forward_backward(herd_pipeline *pp, herd_step_plan *pl
         if (exact) /* every micro-batch is one slice, on each replica */
             herd_exact_sum_begin(exact, pp->m, (long)n * pp->replicas, false);
         pp->in_flight = 0;
-        r.done = r.bwd_done = 0;
+        r.done = r.bwd_done = r.head_done = 0;
         if (pp->synced_bn)
             HERD_TRY(herd_pipeline_synced_pass(pp, plan, loader, n, label_smoothing, seed,
                                                r.from_kept, s));
@@ -525,15 +582,17 @@ static herd_status eval_batch(void *user, const herd_batch *b, double *loss, dou
     }
     HERD_TRY(herd_model_reshape(sm, b->n));
     herd_run_ctx ctx = herd_model_ctx(pp->m, false, 0);
-    const float *out;
-    HERD_TRY(herd_model_forward(sm, &ctx, x, &out));
+    const float *out = NULL;
+    long c = 0;
+    if (last) /* the last layer in chunks where it runs so (--loss-chunk) */
+        HERD_TRY(herd_eval_loss(sm, &ctx, x, labels, b->n, loss, &c));
+    else
+        HERD_TRY(herd_model_forward(sm, &ctx, x, &out));
     if (!last) {
         snprintf(what, sizeof what, "stage %d: sending activations to evaluate", pp->stage);
         return transfer(job, true, (void *)out, (size_t)b->n * pp->out_per_sample * sizeof(float),
                         job->rank + 1, TAG_EVAL, what);
     }
-    long c = 0;
-    HERD_TRY(herd_model_xent(pp->m, (int)n_labels, out, labels, 0.0f, NULL, loss, &c));
     *loss /= pp->m->positions; /* per sample, as in training */
     *correct = (double)c / pp->m->positions;
     *samples = b->n;

@@ -520,21 +520,8 @@ static herd_status eval_batch(void *user, const herd_batch *hb, double *loss, do
     HERD_TRY(batch_to_backend(m, &e->x_dev, &e->labels_dev, &e->capacity, hb, &b));
     HERD_TRY(herd_model_reshape(m, b.n));
     herd_run_ctx ctx = herd_model_ctx(m, false, 0);
-    HERD_TRY(herd_model_forward_body(m, &ctx, b.x));
     long c = 0;
-    *loss = 0;
-    int chunk = herd_model_head_chunk(m); /* the batch, unless the last layer runs in chunks */
-    for (int first = 0; first < b.n; first += chunk) {
-        int n = b.n - first < chunk ? b.n - first : chunk;
-        const float *logits;
-        double part = 0;
-        long hits = 0;
-        HERD_TRY(herd_model_head_forward(m, &ctx, b.x, first, n, &logits));
-        HERD_TRY(herd_model_xent(m, n * m->positions, logits, b.labels + (size_t)first * m->positions,
-                                 0.0f, NULL, &part, &hits));
-        *loss += part;
-        c += hits;
-    }
+    HERD_TRY(herd_eval_loss(m, &ctx, b.x, b.labels, b.n, loss, &c));
     *loss /= m->positions; /* per sample, as in training */
     *correct = (double)c / m->positions;
     *samples = b.n;

@@ -133,6 +133,11 @@ herd_status herd_chunked_micro_step(herd_model *m, herd_step_plan *p, herd_run_c
                                     const herd_batch *b, int micro, int n_micro,
                                     float label_smoothing, herd_step_stats *s, double t0);
 
+/* Evaluation's forward of n samples and their summed loss and hits (rows of a sequence
+ * each), the last layer a chunk at a time where it runs in chunks (chunk_step.c). */
+herd_status herd_eval_loss(herd_model *m, const herd_run_ctx *ctx, const float *x,
+                           const int32_t *labels, int n, double *loss, long *correct);
+
 /* The end of a micro-batch's backward: the phase mark, forward (from t0 to t1) and
  * backward (from t1 to now) times, and their timeline events. */
 herd_status herd_step_backward_done(herd_step_plan *p, herd_step_stats *s, double t0, double t1);

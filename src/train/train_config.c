@@ -131,11 +131,10 @@ herd_status herd_train_config_check(const herd_train_config *c)
     if (c->loss_chunk < 0)
         return HERD_OPTION_ERR("--loss-chunk must be 0 (off) or a number of samples, got %d",
                                c->loss_chunk);
-    /* A stage's last layer and a replayed graph run the loss their own way (not yet chunked). */
-    if (c->loss_chunk && (c->pipeline_stages > 1 || c->cuda_graphs))
-        return HERD_INPUT_ERR(HERD_ERR_UNSUPPORTED, "--loss-chunk does not work with %s yet; "
-                              "drop one of them (docs/memory.md)",
-                              c->cuda_graphs ? "--cuda-graphs" : "--pipeline-stages");
+    /* A replayed graph runs the loss its own way (not yet chunked). */
+    if (c->loss_chunk && c->cuda_graphs)
+        return HERD_INPUT_ERR(HERD_ERR_UNSUPPORTED, "--loss-chunk does not work with --cuda-graphs "
+                              "yet; drop one of them (docs/memory.md)");
     if ((unsigned)c->pp_schedule > HERD_PP_SCHEDULE_GPIPE)
         return HERD_OPTION_ERR("pipeline schedule is 0 (1f1b) or 1 (gpipe), got %d",
                                (int)c->pp_schedule);
