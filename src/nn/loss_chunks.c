@@ -11,8 +11,8 @@ static herd_layer *head_of(herd_model *m) { return &m->layers[m->n_layers - 1]; 
 herd_status herd_model_set_loss_chunk(herd_model *m, int samples)
 {
     if (samples < 0)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "--loss-chunk must be 0 (off) or a number of samples, "
-                        "got %d", samples);
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "--loss-chunk must be 0 (off) or a number of samples, got %d", samples);
     const herd_layer *head = head_of(m);
     const char *type = head->ops->type;
     if (samples > 0 && strcmp(type, "linear") != 0 && strcmp(type, "lm_head") != 0)

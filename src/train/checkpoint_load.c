@@ -309,17 +309,19 @@ static herd_status read_latest(const char *dir, char text[80], long *step, bool 
 herd_status herd_checkpoint_latest_weights(const char *dir, char *path, size_t cap)
 {
     if (!dir || !path || cap == 0)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "checkpoint_latest_weights: directory and path must be given");
+        return HERD_ERR(HERD_ERR_INVALID_ARG,
+                        "checkpoint_latest_weights: directory and path must be given");
     char text[80];
     long step;
     bool found = false;
     HERD_TRY(read_latest(dir, text, &step, &found));
     if (!found)
         return HERD_ERR(HERD_ERR_IO, "'%s' holds no checkpoint ('%s/latest' is missing): give the "
-                        "directory a training run's --checkpoint-dir wrote, or a .safetensors file", dir, dir);
+                        "directory a training run's --checkpoint-dir wrote, or a .safetensors file",
+                        dir, dir);
     if ((size_t)snprintf(path, cap, "%s/%s.safetensors", dir, text) >= cap)
-        return HERD_ERR(HERD_ERR_INVALID_ARG, "checkpoint_latest_weights: the path '%s/%s.safetensors' "
-                        "does not fit in %zu bytes", dir, text, cap);
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "checkpoint_latest_weights: the path "
+                        "'%s/%s.safetensors' does not fit in %zu bytes", dir, text, cap);
     return HERD_OK;
 }
 

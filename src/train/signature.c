@@ -11,8 +11,8 @@
 /* Every field of herd_train_config is either compared below or named here as not
  * needing to be: threads (each rank's own arithmetic; the reduced gradients are the
  * same), checkpoint paths, keep_checkpoints, logdir, histograms, metrics_path and
- * log_every (rank 0 writes them alone, no collective) and dist. A new field changes the size: compare
- * it (or add it to the list above), then update the size. */
+ * log_every (rank 0 writes them alone, no collective) and dist. A new field changes the
+ * size: compare it (or add it to the list above), then update the size. */
 #if UINTPTR_MAX == UINT64_MAX
 _Static_assert(sizeof(herd_train_config) == 312,
                "herd_train_config changed: add the new field to check_signature");

@@ -160,9 +160,10 @@ herd_status herd_train_config_check(const herd_train_config *c)
                                herd_slice_size(c));
     /* A chunk of whole slices keeps each slice's loss and gradient as they are. */
     if (c->deterministic && c->loss_chunk % herd_slice_size(c) != 0)
-        return HERD_OPTION_ERR("--deterministic computes slices of %d samples (--slice-size), and "
-                               "--loss-chunk %d is not a whole number of them; pick a multiple of %d",
-                               herd_slice_size(c), c->loss_chunk, herd_slice_size(c));
+        return HERD_OPTION_ERR("--deterministic computes slices of %d samples (--slice-size), "
+                               "and --loss-chunk %d is not a whole number of them; pick a "
+                               "multiple of %d", herd_slice_size(c), c->loss_chunk,
+                               herd_slice_size(c));
     /* Pipeline stages: a micro-batch is one slice, passed between stages whole. */
     int micro = c->micro_batches > 0 ? c->batch_size / c->micro_batches : c->batch_size;
     if (c->deterministic && c->pipeline_stages > 1 && micro != herd_slice_size(c))

@@ -142,7 +142,8 @@ herd_status herd_zero_save(const herd_zero *z, herd_comm *c, const char *dir, in
 {
     float *buf;
     HERD_TRY(piece_buffer(z, c, c->rank == 0, &buf));
-    herd_status done = c->rank == 0 ? save_on_root(z, c, dir, keep, m, o, st, buf) : send_slices(z, c, o, buf);
+    herd_status done = c->rank == 0 ? save_on_root(z, c, dir, keep, m, o, st, buf)
+                                    : send_slices(z, c, o, buf);
     free(buf);
     return done;
 }
