@@ -6,8 +6,8 @@
 # simulated device (device memory cut by samples) and at --grad-accum 2 the bytes of the
 # chunked run on the CPU; 2 tensor-parallel parts (the vocabulary-parallel loss a chunk
 # at a time), 2 pipeline stages (1F1B, the last stage's micro-batches of 4 in chunks of 3)
-# and 2 stages x 2 replicas with ZeRO-2 under GPipe (the reduction armed in the forward of
-# the last micro-batch) within 1e-5 of one process. --deterministic: mlp's whole passes
+# 2 stages x 2 replicas with ZeRO-2 under GPipe (the reduction armed in the forward of the
+# last micro-batch) and 2 stages x 2 tensor parts within 1e-5 of one process. --deterministic: mlp's whole passes
 # (the last layer's exact sums written by the first chunk, added to by the others) the
 # bytes without chunks, on 1 rank and on 2. Refused: a chunk that is not whole slices,
 # --cuda-graphs, a last layer that is not linear or lm_head. Under the sanitizers: the
@@ -53,6 +53,11 @@ if have_mpi; then
       --micro-batches 2 --pp-schedule gpipe --zero 2 --save "$tmp/ppz.st" >/dev/null 2>&1
     d=$(maxdiff "$tmp/ppz.st" "$tmp/held.st")
     check "2 stages x 2 replicas, GPipe, ZeRO-2, in chunks of 3: within 1e-5 ($d)" within "$d" 1e-5
+    timeout 300 "${mpiexec[@]}" -np 4 "${gpt[@]}" --loss-chunk 3 --pipeline-stages 2 \
+      --tensor-parallel 2 --micro-batches 2 --save "$tmp/pptp.st" >/dev/null 2>&1
+    d=$(maxdiff "$tmp/pptp.st" "$tmp/held.st")
+    check "2 stages x 2 tensor parts (the split loss's gradient a chunk's): within 1e-5 ($d)" \
+      within "$d" 1e-5
   fi
 else
   skipped_part "tensor parallelism and pipeline stages: herd built without MPI, or its launcher missing"

@@ -52,9 +52,13 @@ static herd_status alloc_slot(herd_pipeline *pp, herd_model *whole, herd_pp_slot
     herd_mem_category was = herd_mem_category_set(HERD_MEM_ACTIVATIONS);
     slot->input = be->alloc(n * pp->in_per_sample * sizeof(float));
     slot->labels = be->alloc(n * (size_t)pp->m->positions * sizeof(int32_t));
-    /* The last stage's loss may write its gradient over the logits (loss_grad). */
-    bool over_logits = s == pp->stages - 1 && herd_step_loss_in_place(slot->m);
-    slot->dy = over_logits ? NULL : be->alloc(n * pp->out_per_sample * sizeof(float));
+    /* The last stage's loss may write its gradient over the logits (loss_grad); where it
+     * may not, its buffer holds a chunk's under --loss-chunk. */
+    bool last = s == pp->stages - 1;
+    bool over_logits = last && herd_step_loss_in_place(slot->m);
+    size_t dy_n = last && whole->loss_chunk > 0 && (size_t)whole->loss_chunk < n
+                      ? (size_t)whole->loss_chunk : n;
+    slot->dy = over_logits ? NULL : be->alloc(dy_n * pp->out_per_sample * sizeof(float));
     herd_mem_category_set(was);
     if (!slot->input || !slot->labels || (!slot->dy && !over_logits))
         return HERD_ERR_NOMEM; /* the allocator said why */
