@@ -2,16 +2,16 @@
 # --loss-chunk N (docs/memory.md): the last layer and the loss N samples at a time, the
 # last layer's backward right after each chunk. gpt-nano (its tied lm_head) in chunks of
 # 3 of a batch of 8 (the last chunk of 2, each chunk's loss gradient weighted by its
-# rows) trains one process's weights within 1e-5 and holds less; with --recompute, on the
-# simulated device (device memory cut by samples) and at --grad-accum 2 the bytes of the
-# chunked run on the CPU; 2 tensor-parallel parts (the vocabulary-parallel loss a chunk
-# at a time), 2 pipeline stages (1F1B, the last stage's micro-batches of 4 in chunks of 3)
-# 2 stages x 2 replicas with ZeRO-2 under GPipe (the reduction armed in the forward of the
-# last micro-batch) and 2 stages x 2 tensor parts within 1e-5 of one process. --deterministic: mlp's whole passes
-# (the last layer's exact sums written by the first chunk, added to by the others) the
-# bytes without chunks, on 1 rank and on 2. Refused: a chunk that is not whole slices,
-# --cuda-graphs, a last layer that is not linear or lm_head. Under the sanitizers: the
-# chunked gpt-nano, the 2 stages, the deterministic mlp and the refusals.
+# rows) trains one process's weights within 1e-5 and holds less; with --recompute and on
+# the simulated device (device memory cut by samples) the chunked run's bytes; within
+# 1e-5 of one process: --grad-accum 2, 2 tensor-parallel parts (the vocabulary-parallel
+# loss a chunk at a time), 2 pipeline stages (1F1B, the last stage's micro-batches of 4 in
+# chunks of 3), 2 stages x 2 replicas with ZeRO-2 under GPipe (the reduction armed in the
+# forward of the last micro-batch) and 2 stages x 2 tensor parts. --deterministic: mlp's
+# whole passes (the last layer's exact sums written by the first chunk, added to by the
+# others) the bytes without chunks, on 1 rank and on 2. Refused: a chunk that is not whole
+# slices, --cuda-graphs, a last layer that is not linear or lm_head. Under the sanitizers:
+# the chunked gpt-nano, the 2 stages, the deterministic mlp and the refusals.
 set -u
 . "$(dirname "$0")/testlib.sh"
 token_corpus
