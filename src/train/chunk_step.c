@@ -10,6 +10,36 @@
 #include "nn/loss_chunks.h"
 #include "nn/xent_split.h"
 
+herd_status herd_step_head_chunks(herd_model *m, herd_step_plan *p, herd_run_ctx *ctx,
+                                  const float *x, const int32_t *labels, int samples,
+                                  float label_smoothing, float *dlogits, herd_step_stats *s)
+{
+    herd_model_backward_begin(m);
+    int chunk = herd_model_head_chunk(m);
+    /* --deterministic's whole passes: the first chunk writes the last layer's exact sums
+     * afresh, the others add to them. */
+    herd_exact_linear *e = p->exact_linear;
+    bool fresh = e && e->fresh;
+    for (int first = 0; first < samples; first += chunk) {
+        int n = samples - first < chunk ? samples - first : chunk;
+        const float *logits;
+        HERD_TRY(herd_model_head_forward(m, ctx, x, first, n, &logits));
+        /* The mean over the micro-batch's rows; --deterministic's whole passes take it a
+         * slice at a time, each summed exactly (herd_step_loss). */
+        float share = e && e->sums ? 1.0f : (float)n / (float)samples;
+        HERD_TRY(herd_step_loss(m, p, logits, labels + (size_t)first * m->positions,
+                                n * m->positions, label_smoothing, share, dlogits, s));
+        if (e)
+            e->fresh = fresh && first == 0;
+        herd_status st = herd_model_head_backward(m, ctx, x, first, n, dlogits, first > 0,
+                                                  first + n >= samples);
+        if (e)
+            e->fresh = fresh;
+        HERD_TRY(st);
+    }
+    return HERD_OK;
+}
+
 herd_status herd_chunked_micro_step(herd_model *m, herd_step_plan *p, herd_run_ctx *ctx,
                                     const herd_batch *b, int micro, int n_micro,
                                     float label_smoothing, herd_step_stats *s, double t0)
@@ -19,31 +49,8 @@ herd_status herd_chunked_micro_step(herd_model *m, herd_step_plan *p, herd_run_c
     /* The buckets start from the last layer's backward, inside the chunks. */
     if (micro == n_micro - 1 && !p->exact)
         herd_step_arm_reduction(p, m, n_micro, ctx);
-    herd_model_backward_begin(m);
-    int chunk = herd_model_head_chunk(m);
-    float *dlogits = herd_step_dlogits(m, p);
-    /* --deterministic's whole passes: the first chunk writes the last layer's exact sums
-     * afresh, the others add to them. */
-    herd_exact_linear *x = p->exact_linear;
-    bool fresh = x && x->fresh;
-    for (int first = 0; first < b->n; first += chunk) {
-        int n = b->n - first < chunk ? b->n - first : chunk;
-        int rows = n * m->positions;
-        const float *logits;
-        HERD_TRY(herd_model_head_forward(m, ctx, b->x, first, n, &logits));
-        /* The mean over the micro-batch's rows; --deterministic's whole passes take it a
-         * slice at a time, each summed exactly (herd_step_loss). */
-        float share = x && x->sums ? 1.0f : (float)n / (float)b->n;
-        HERD_TRY(herd_step_loss(m, p, logits, b->labels + (size_t)first * m->positions, rows,
-                                label_smoothing, share, dlogits, s));
-        if (x)
-            x->fresh = fresh && first == 0;
-        herd_status st = herd_model_head_backward(m, ctx, b->x, first, n, dlogits, first > 0,
-                                                  first + n >= b->n);
-        if (x)
-            x->fresh = fresh;
-        HERD_TRY(st);
-    }
+    HERD_TRY(herd_step_head_chunks(m, p, ctx, b->x, b->labels, b->n, label_smoothing,
+                                   herd_step_dlogits(m, p), s));
     s->samples += b->n;
     double t1 = herd_now();
     HERD_TRY(herd_phase_mark(&p->clock, HERD_PHASE_FORWARD));

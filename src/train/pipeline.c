@@ -339,20 +339,9 @@ static herd_status forward_in_chunks(step_run *r, int mb, herd_pp_slot *sl, herd
         r->after_backward = ctx->after_backward;
         r->hook_user = ctx->hook_user;
     }
-    herd_model_backward_begin(m);
     ctx->grad_beta = r->head_done > 0 && !exact ? 1.0f : 0.0f;
-    int chunk = herd_model_head_chunk(m);
-    float *dlogits = loss_grad(sl);
-    for (int first = 0; first < b->n; first += chunk) {
-        int n = b->n - first < chunk ? b->n - first : chunk;
-        const float *logits;
-        HERD_TRY(herd_model_head_forward(m, ctx, sl->input, first, n, &logits));
-        HERD_TRY(herd_step_loss(pp->m, r->plan, logits, sl->labels + (size_t)first * m->positions,
-                                n * m->positions, r->label_smoothing, (float)n / (float)b->n,
-                                dlogits, r->s));
-        HERD_TRY(herd_model_head_backward(m, ctx, sl->input, first, n, dlogits, first > 0,
-                                          first + n >= b->n));
-    }
+    HERD_TRY(herd_step_head_chunks(m, r->plan, ctx, sl->input, sl->labels, b->n,
+                                   r->label_smoothing, loss_grad(sl), r->s));
     r->head_done++;
     r->s->samples += b->n;
     ctx->after_backward = NULL; /* the forward's context goes no further */

@@ -127,6 +127,14 @@ float *herd_step_dlogits(const herd_model *m, const herd_step_plan *p);
 herd_status herd_step_loss(herd_model *m, herd_step_plan *p, const float *logits,
                            const int32_t *labels, int rows, float label_smoothing, float share,
                            float *dlogits, herd_step_stats *s);
+/* The last layer over `samples` samples of its input (x: the model's input) a chunk at a
+ * time, after the other layers' forward: its forward, the loss (added to s; its gradient
+ * into dlogits, a chunk's, weighted by the chunk's share of the samples) and its backward
+ * (chunk_step.c). ctx's grad_beta is the first chunk's; the after_backward hook runs after
+ * the last chunk. */
+herd_status herd_step_head_chunks(herd_model *m, herd_step_plan *p, herd_run_ctx *ctx,
+                                  const float *x, const int32_t *labels, int samples,
+                                  float label_smoothing, float *dlogits, herd_step_stats *s);
 /* herd_micro_step's body when the last layer runs in chunks (train/chunk_step.c): ctx
  * its context, b the batch in the backend's memory, t0 its start. */
 herd_status herd_chunked_micro_step(herd_model *m, herd_step_plan *p, herd_run_ctx *ctx,
