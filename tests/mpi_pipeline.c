@@ -148,7 +148,7 @@ int main(int argc, char **argv)
     int P = c->size == 4 ? 2 : c->size;
     const char *models[] = {"mlp", "lenet5", "resnet20"};
     const char *data[] = {"synthetic:1,28,28,10,96", "synthetic:1,28,28,10,96",
-                          "synthetic:3,32,32,10,96"};
+                          "synthetic:3,8,8,10,96"}; /* the stages, not the pixels */
     int cases = 0;
     for (int i = 0; i < 3; i++) {
         herd_dataset *ds;
