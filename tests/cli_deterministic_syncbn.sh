@@ -5,14 +5,15 @@
 # slices of 4, as 1 process x 16 x 3 (--grad-accum 3), 1 x 48 x 1, 1 x 24 x 2 at --threads
 # 2 and 1 x 48 x 1 at --threads 3 (the slices' layers on threads), 2 ranks x 24 x 1, 3 x 8 x 2, 4 x 12 x 1 and 6 x 8 x 1, with --zero 2 on 2 ranks, with
 # --clip-grad-norm and dynamic loss scaling on 3 ranks, and stopped on 2 ranks and
-# resumed on 3, and on 3 ranks of the simulated device (--device sim): the one-process
+# resumed on 3, and on 3 ranks of the simulated device (--device sim, 25 steps): the one-process
 # bytes, weights and running statistics. The statistics are
 # the global batch's: after 2 steps the weights lie within rounding of one slice of 48
 # (batch norm over all of it), where slices of 4 without --sync-bn do not. A repeat
 # pass (testlib.sh) trains 10 steps: 1 x 16 x 3, 3 x 8 x 2 and the resume. With
 # --pipeline-stages (every slice of the replica's step through a stage together): 2
-# stages, 2 stages x 2 replicas with --zero 2, 3 stages under GPipe, the simulated device,
-# clipping with dynamic loss scaling, stopped on 2 stages and resumed without; and a model
+# stages, and for the first 25 steps 2 stages x 2 replicas with --zero 2, 3 stages under
+# GPipe, the simulated device, clipping with dynamic loss scaling, stopped on 2 stages and
+# resumed without (as the simulated device on 3 ranks above); and a model
 # whose later stage holds a batch norm and dropout (tests/models/bndrop.json); the repeat
 # pass keeps the first two and the dropout; under the sanitizers, only the resume and the
 # two pipeline runs reach lines of herd's code that the pass's other tests do not (clang's
@@ -21,6 +22,9 @@ set -u
 . "$(dirname "$0")/testlib.sh"
 export OMP_NUM_THREADS=1
 samples=4800 stop_at=10
+# The combinations of other features (ZeRO inside stages, 3 stages, the simulated device,
+# clipping inside stages, a resume from stages) train the first steps of the same run.
+first_steps=25 first=(--max-steps 25)
 repeat_pass && samples=480 stop_at=4
 rn() { # rn NP BATCH ACCUM OUT [FLAGS...]: NP 1 is one process
   local np=$1 batch=$2 accum=$3 out=$4; shift 4
@@ -85,8 +89,10 @@ if have_mpi; then
     check "3 ranks with --clip-grad-norm and dynamic loss scaling: the one-process bytes" \
       cmp "$tmp/one.clip" "$tmp/n3.clip"
     check "... and clipping changed them" bash -c "! cmp -s '$tmp/one' '$tmp/one.clip'"
-    rn 3 8 2 "$tmp/n3.sim" --quiet --device sim >"$tmp/out" 2>&1 || tail -3 "$tmp/out"
-    check "3 ranks on --device sim (device memory): the one-process CPU bytes" cmp "$tmp/one" "$tmp/n3.sim"
+    rn 1 16 3 "$tmp/one.first" --quiet "${first[@]}" >/dev/null 2>&1
+    rn 3 8 2 "$tmp/n3.sim" --quiet --device sim "${first[@]}" >"$tmp/out" 2>&1 || tail -3 "$tmp/out"
+    check "3 ranks on --device sim (device memory), $first_steps steps: the one-process CPU bytes" \
+      cmp "$tmp/one.first" "$tmp/n3.sim"
   fi
 else
   skipped_part "several ranks under mpirun (herd built without MPI, or no launcher)"
@@ -95,27 +101,35 @@ fi
 # Pipeline stages: each stage runs the replica's slices of the step together, its batch
 # norms summed over the stage's replicas in the global batch's order.
 if have_mpi; then
+  # 2 stages for 100 steps; their combinations with ZeRO, 3 stages and the simulated device
+  # for the first steps of the same run.
   pp=("2 16 3 --pipeline-stages 2 --micro-batches 4" "4 8 3 --pipeline-stages 2 --micro-batches 2 --zero 2")
   repeat_pass || pp+=("3 16 3 --pipeline-stages 3 --micro-batches 4 --pp-schedule gpipe"
                       "2 16 3 --pipeline-stages 2 --micro-batches 4 --device sim")
   for r in "${pp[@]}"; do
     read -r np batch accum flags <<<"$r"
+    ref=$tmp/one len=()
+    if [ "$np" != 2 ] || [[ $flags == *sim* ]] && ! repeat_pass; then
+      ref=$tmp/one.first len=("${first[@]}")
+    fi
     # shellcheck disable=SC2086
-    rn "$np" "$batch" "$accum" "$tmp/pp" $flags >"$tmp/out" 2>&1 || tail -3 "$tmp/out"
-    check "$np ranks x $batch x $accum, $flags: the one-process bytes" cmp "$tmp/one" "$tmp/pp"
+    rn "$np" "$batch" "$accum" "$tmp/pp" $flags "${len[@]}" >"$tmp/out" 2>&1 || tail -3 "$tmp/out"
+    check "$np ranks x $batch x $accum, $flags${len[*]:+, $first_steps steps}: the one-process bytes" \
+      cmp "$ref" "$tmp/pp"
   done
   check "... said at start: the stages take turns" grep -q "stages take turns" "$tmp/out"
   if ! repeat_pass; then
-    rn 4 8 3 "$tmp/pp.clip" --pipeline-stages 2 --micro-batches 2 "${more[@]}" >"$tmp/out" 2>&1 ||
+    rn 1 16 3 "$tmp/one.clip.first" "${more[@]}" "${first[@]}" >/dev/null 2>&1
+    rn 4 8 3 "$tmp/pp.clip" --pipeline-stages 2 --micro-batches 2 "${more[@]}" "${first[@]}" >"$tmp/out" 2>&1 ||
       tail -3 "$tmp/out"
-    check "2 stages x 2 replicas, clipping and dynamic loss scaling: the one-process bytes" \
-      cmp "$tmp/one.clip" "$tmp/pp.clip"
+    check "2 stages x 2 replicas, clipping and dynamic loss scaling, $first_steps steps: the one-process bytes" \
+      cmp "$tmp/one.clip.first" "$tmp/pp.clip"
     rn 2 16 3 "$tmp/pp.stopped" --quiet --pipeline-stages 2 --micro-batches 4 \
       --checkpoint-dir "$tmp/ckpp" --max-steps "$stop_at" >"$tmp/out" 2>&1 || tail -3 "$tmp/out"
-    rn 3 8 2 "$tmp/pp.resumed" --quiet --checkpoint-dir "$tmp/ckpp" --resume >"$tmp/out" 2>&1 ||
+    rn 3 8 2 "$tmp/pp.resumed" --quiet --checkpoint-dir "$tmp/ckpp" --resume "${first[@]}" >"$tmp/out" 2>&1 ||
       tail -3 "$tmp/out"
-    check "stopped at step $stop_at on 2 stages, resumed on 3 ranks without stages: the one-process bytes" \
-      cmp "$tmp/one" "$tmp/pp.resumed"
+    check "stopped at step $stop_at on 2 stages, resumed on 3 ranks without stages to step $first_steps: the one-process bytes" \
+      cmp "$tmp/one.first" "$tmp/pp.resumed"
   fi
   sanitizer_pass && finish
   # Dropout after batch norm in the later stage: its stream is the whole model's layer's.
