@@ -4,7 +4,7 @@
 # 3 of a batch of 8 (the last chunk of 2, each chunk's loss gradient weighted by its
 # rows) trains one process's weights within 1e-5 and holds less; with --recompute and on
 # the simulated device (device memory cut by samples) the chunked run's bytes; within
-# 1e-5 of one process: --grad-accum 2, 2 tensor-parallel parts (the vocabulary-parallel
+# 1e-5 of one process: --grad-accum 2, dynamic loss scaling, 2 tensor-parallel parts (the vocabulary-parallel
 # loss a chunk at a time), 2 pipeline stages (1F1B, the last stage's micro-batches of 4 in
 # chunks of 3), 2 stages x 2 replicas with ZeRO-2 under GPipe (the reduction armed in the
 # forward of the last micro-batch) and 2 stages x 2 tensor parts. --deterministic: mlp's
@@ -36,6 +36,11 @@ if ! sanitizer_pass; then
   "${gpt[@]}" --loss-chunk 3 --batch-size 4 --grad-accum 2 --save "$tmp/acc.st" >/dev/null 2>&1
   d=$(maxdiff "$tmp/acc.st" "$tmp/held.st")
   check "4 x --grad-accum 2 in chunks of 3: within 1e-5 ($d)" within "$d" 1e-5
+  # Each chunk's share and the loss scale multiply its gradient in one pass.
+  "${gpt[@]}" --loss-scale dynamic --save "$tmp/ls.st" >/dev/null 2>&1
+  "${gpt[@]}" --loss-chunk 3 --loss-scale dynamic --save "$tmp/lsc.st" >/dev/null 2>&1
+  d=$(maxdiff "$tmp/lsc.st" "$tmp/ls.st")
+  check "with dynamic loss scaling in chunks of 3: within 1e-5 of the whole batch's ($d)" within "$d" 1e-5
   if have_mpi; then
     timeout 300 "${mpiexec[@]}" -np 2 "${gpt[@]}" --loss-chunk 3 --tensor-parallel 2 \
       --save "$tmp/tp.st" >/dev/null 2>&1

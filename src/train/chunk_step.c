@@ -5,7 +5,6 @@
  * Evaluation's loss likewise (herd_eval_loss). */
 #include "train/step.h"
 
-#include "core/clock.h"
 #include "core/error.h"
 #include "nn/loss_chunks.h"
 #include "nn/xent_split.h"
@@ -26,7 +25,7 @@ herd_status herd_step_head_chunks(herd_model *m, herd_step_plan *p, herd_run_ctx
         HERD_TRY(herd_model_head_forward(m, ctx, x, first, n, &logits));
         /* The mean over the micro-batch's rows; --deterministic's whole passes take it a
          * slice at a time, each summed exactly (herd_step_loss). */
-        float share = e && e->sums ? 1.0f : (float)n / (float)samples;
+        float share = herd_step_whole_passes(p) ? 1.0f : (float)n / (float)samples;
         HERD_TRY(herd_step_loss(m, p, logits, labels + (size_t)first * m->positions,
                                 n * m->positions, label_smoothing, share, dlogits, s));
         if (e)
@@ -52,12 +51,10 @@ herd_status herd_chunked_micro_step(herd_model *m, herd_step_plan *p, herd_run_c
     HERD_TRY(herd_step_head_chunks(m, p, ctx, b->x, b->labels, b->n, label_smoothing,
                                    herd_step_dlogits(m, p), s));
     s->samples += b->n;
-    double t1 = herd_now();
-    HERD_TRY(herd_phase_mark(&p->clock, HERD_PHASE_FORWARD));
-    s->t.comm_wait += p->gather_wait;
-    s->t.forward -= p->gather_wait;
+    double t1;
+    HERD_TRY(herd_step_forward_done(p, s, &t1));
     HERD_TRY(herd_model_backward_body(m, ctx, b->x));
-    if (p->exact && !(p->exact_linear && p->exact_linear->sums))
+    if (p->exact && !herd_step_whole_passes(p))
         HERD_TRY(herd_exact_sum_add(p->exact, m));
     return herd_step_backward_done(p, s, t0, t1);
 }

@@ -174,10 +174,8 @@ herd_status herd_graph_micro_step(herd_model *m, herd_step_plan *p, const herd_b
     a->ctx.seed_dev = gs->seed;
     a->ctx.grad_beta = micro > 0 ? 1.0f : 0.0f;
     HERD_TRY(run_part(gs, be, PART_FORWARD, forward_region, 0.0f, 0.0f));
-    double t1 = herd_now();
-    HERD_TRY(herd_phase_mark(&p->clock, HERD_PHASE_FORWARD));
-    s->t.comm_wait += p->gather_wait;
-    s->t.forward -= p->gather_wait;
+    double t1;
+    HERD_TRY(herd_step_forward_done(p, s, &t1));
     HERD_TRY(run_part(gs, be, PART_BACKWARD, backward_region, a->ctx.grad_beta,
                       p->scaler ? p->scaler->scale : 0.0f));
     /* The buckets' reductions in the order backward would have started them. */

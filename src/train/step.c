@@ -209,20 +209,31 @@ herd_status herd_micro_step(herd_model *m, herd_step_plan *p, const herd_batch *
     const float *logits;
     HERD_TRY(herd_model_forward(m, &ctx, b->x, &logits));
     HERD_TRY(herd_step_params_ready(p)); /* buckets of layers without parameters */
-    bool whole = p->exact_linear && p->exact_linear->sums;
     float *dlogits = herd_step_dlogits(m, p);
     HERD_TRY(herd_step_loss(m, p, logits, b->labels, rows, label_smoothing, 1.0f, dlogits, s));
     s->samples += b->n;
-    double t1 = herd_now();
-    HERD_TRY(herd_phase_mark(&p->clock, HERD_PHASE_FORWARD));
-    s->t.comm_wait += p->gather_wait;
-    s->t.forward -= p->gather_wait;
+    double t1;
+    HERD_TRY(herd_step_forward_done(p, s, &t1));
     if (micro == n_micro - 1 && !p->exact)
         herd_step_arm_reduction(p, m, n_micro, &ctx);
     HERD_TRY(herd_model_backward(m, &ctx, b->x, dlogits));
-    if (p->exact && !whole) /* whole: the linear layers added their slices */
+    if (p->exact && !herd_step_whole_passes(p)) /* whole: the linear layers added their slices */
         HERD_TRY(herd_exact_sum_add(p->exact, m));
     return herd_step_backward_done(p, s, t0, t1);
+}
+
+bool herd_step_whole_passes(const herd_step_plan *p)
+{
+    return p->exact_linear && p->exact_linear->sums;
+}
+
+herd_status herd_step_forward_done(herd_step_plan *p, herd_step_stats *s, double *t1)
+{
+    *t1 = herd_now();
+    HERD_TRY(herd_phase_mark(&p->clock, HERD_PHASE_FORWARD));
+    s->t.comm_wait += p->gather_wait;
+    s->t.forward -= p->gather_wait;
+    return HERD_OK;
 }
 
 herd_status herd_step_loss(herd_model *m, herd_step_plan *p, const float *logits,
@@ -231,8 +242,7 @@ herd_status herd_step_loss(herd_model *m, herd_step_plan *p, const float *logits
 {
     /* --deterministic: each slice's loss on its grid, so the total has no order either
      * (a call is one slice, or a whole run's several: herd_exact_linear's sums). */
-    bool whole = p->exact_linear && p->exact_linear->sums;
-    int loss_rows = whole ? p->exact_linear->slice * m->positions : rows;
+    int loss_rows = herd_step_whole_passes(p) ? p->exact_linear->slice * m->positions : rows;
     for (int r0 = 0; r0 < rows; r0 += loss_rows) {
         double loss_sum = 0;
         long correct = 0;
@@ -245,11 +255,12 @@ herd_status herd_step_loss(herd_model *m, herd_step_plan *p, const float *logits
         s->correct += (double)correct / m->positions;
     }
     size_t n = (size_t)rows * m->class_count;
-    if (share != 1.0f) /* the loss's gradient is its mean's over these rows alone */
-        HERD_TRY(m->be->grad_unscale_check(n, dlogits, share, NULL));
-    if (p->scaler)
-        HERD_TRY(herd_loss_scaler_scale(p->scaler, m->be, dlogits, n));
-    return HERD_OK;
+    if (share == 1.0f)
+        return p->scaler ? herd_loss_scaler_scale(p->scaler, m->be, dlogits, n) : HERD_OK;
+    /* A chunk's loss gradient is its mean's over its own rows: times its share, and the
+     * loss scale in the same pass. */
+    float factor = share * (p->scaler ? p->scaler->scale : 1.0f);
+    return m->be->grad_unscale_check(n, dlogits, factor, NULL);
 }
 
 herd_status herd_step_backward_done(herd_step_plan *p, herd_step_stats *s, double t0, double t1)

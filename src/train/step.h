@@ -146,6 +146,12 @@ herd_status herd_chunked_micro_step(herd_model *m, herd_step_plan *p, herd_run_c
 herd_status herd_eval_loss(herd_model *m, const herd_run_ctx *ctx, const float *x,
                            const int32_t *labels, int n, double *loss, long *correct);
 
+/* --deterministic's whole passes (herd_exact_linear's sums): the linear layers add each
+ * slice to the exact sums themselves, and the loss is taken a slice at a time. */
+bool herd_step_whole_passes(const herd_step_plan *p);
+/* The end of a micro-batch's forward: its time (*t1: now), the phase mark, and the wait
+ * for ZeRO's gathered parameters counted as communication, not forward. */
+herd_status herd_step_forward_done(herd_step_plan *p, herd_step_stats *s, double *t1);
 /* The end of a micro-batch's backward: the phase mark, forward (from t0 to t1) and
  * backward (from t1 to now) times, and their timeline events. */
 herd_status herd_step_backward_done(herd_step_plan *p, herd_step_stats *s, double t0, double t1);
