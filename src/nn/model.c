@@ -468,8 +468,7 @@ static herd_status plan_act_formats(herd_model *m)
 
 void herd_model_set_recompute(herd_model *m, bool on) { m->recompute = on; }
 
-/* The last layer's batch: a chunk of it under --loss-chunk (nn/loss_chunks.h). */
-static int head_batch(const herd_model *m, int batch)
+int herd_model_head_batch(const herd_model *m, int batch)
 {
     return m->loss_chunk > 0 && m->loss_chunk < batch ? m->loss_chunk : batch;
 }
@@ -480,7 +479,8 @@ herd_status herd_model_reshape(herd_model *m, int batch)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "batch size must be positive, got %d", batch);
     bool bf16 = bf16_acts_wanted(m);
     if (batch == m->batch && bf16 == m->bf16_acts && m->rc && m->rc->recompute == m->recompute &&
-        !herd_recompute_stale(m) && m->layers[m->n_layers - 1].batch == head_batch(m, batch))
+        !herd_recompute_stale(m) &&
+        m->layers[m->n_layers - 1].batch == herd_model_head_batch(m, batch))
         return HERD_OK;
     m->bf16_acts = bf16;
     herd_mem_category was = herd_mem_category_set(HERD_MEM_ACTIVATIONS);
@@ -506,7 +506,7 @@ static herd_status reshape(herd_model *m, int batch)
         l->batch = batch;
     }
     herd_layer *head = &m->layers[m->n_layers - 1];
-    head->batch = head->out_shape.n = head_batch(m, batch);
+    head->batch = head->out_shape.n = herd_model_head_batch(m, batch);
     HERD_TRY(herd_recompute_alloc(m)); /* the outputs and stashes */
     size_t largest = 0;
     for (int i = 0; i < m->n_layers; i++) {

@@ -107,6 +107,9 @@ herd_status herd_model_create_on(const char *name_or_path, int c, int h, int w, 
 
 /* Ensures activations for this batch size exist. */
 herd_status herd_model_reshape(herd_model *m, int batch);
+/* The last layer's batch at a batch of `batch`: a chunk of it under --loss-chunk
+ * (nn/loss_chunks.h). */
+int herd_model_head_batch(const herd_model *m, int batch);
 /* Activation recomputation on or off from the next reshape (pipeline stages and other
  * models built from m take it over). */
 void herd_model_set_recompute(herd_model *m, bool on);

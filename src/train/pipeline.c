@@ -56,8 +56,7 @@ static herd_status alloc_slot(herd_pipeline *pp, herd_model *whole, herd_pp_slot
      * may not, its buffer holds a chunk's under --loss-chunk. */
     bool last = s == pp->stages - 1;
     bool over_logits = last && herd_step_loss_in_place(slot->m);
-    size_t dy_n = last && whole->loss_chunk > 0 && (size_t)whole->loss_chunk < n
-                      ? (size_t)whole->loss_chunk : n;
+    size_t dy_n = last ? (size_t)herd_model_head_batch(slot->m, pp->micro_size) : n;
     slot->dy = over_logits ? NULL : be->alloc(dy_n * pp->out_per_sample * sizeof(float));
     herd_mem_category_set(was);
     if (!slot->input || !slot->labels || (!slot->dy && !over_logits))
@@ -441,11 +440,13 @@ static herd_status run_backward(step_run *r, int mb, int round_n)
     herd_exact_sum *exact = r->plan->exact; /* each slice's gradient alone, into the sums */
     ctx.grad_beta = r->bwd_done > 0 && !exact ? 1.0f : 0.0f;
     bool chunked = pp->stage == pp->stages - 1 && herd_model_head_chunked(sl->m);
-    if (r->done + mb == r->n_total - 1 && !exact && chunked) { /* armed in its forward */
-        ctx.after_backward = r->after_backward;
-        ctx.hook_user = r->hook_user;
-    } else if (r->done + mb == r->n_total - 1 && !exact) {
-        herd_step_arm_reduction(r->plan, pp->m, r->n_total, &ctx);
+    if (r->done + mb == r->n_total - 1 && !exact) {
+        if (chunked) { /* armed in its forward */
+            ctx.after_backward = r->after_backward;
+            ctx.hook_user = r->hook_user;
+        } else {
+            herd_step_arm_reduction(r->plan, pp->m, r->n_total, &ctx);
+        }
     }
     herd_p2p tied = {0}; /* a tied table's gradient from the head, where one process has it */
     HERD_TRY(herd_pipeline_tied_slice_in(pp, &tied));
