@@ -2,7 +2,8 @@
 # --recompute on the GPU (docs/memory.md): resnet20 (cuDNN convolutions, batch norm) and
 # gpt-nano (attention's stash in the pool) trained with and without the flag on --device
 # $dev: byte for byte the same weights (cuDNN's deterministic algorithms, herd's default),
-# and less peak memory; gpt-nano with --loss-chunk within 1e-5 of the whole batch. Prints ok/FAIL per check and "recompute: N passed, N failed".
+# and less peak memory; gpt-nano with --loss-chunk within 1e-5 of the whole batch. Prints
+# ok/FAIL per check and "recompute: N passed, N failed".
 #   here:  bench/gpu/pack.sh        there: bench/gpu/recompute.sh [OUTDIR]
 set -u
 out=${1:-${OUT:-/tmp}}
