@@ -5,7 +5,9 @@
 # naming file, tensor and index; a flipped exponent bit in every momentum value or 64
 # random bytes in the weights by the checksum; a weights file of step 5 renamed to
 # ckpt-10 by the step check. The refusal names the earlier checkpoint that loads, and
-# its command resumes from it. A `latest` that is a directory is named as such.
+# its command resumes from it (an older step only: not an abandoned run's higher one).
+# A `latest` that is a directory or holds a NUL byte is refused; without `latest` the
+# newest good checkpoint is resumed from; a resume at --max-steps is refused.
 # clipped_steps, skipped_steps and the loss scale after a resume are the uninterrupted
 # run's. Every mpirun runs under timeout.
 set -u
@@ -108,6 +110,50 @@ rm -rf "$tmp/ld" && cp -r "$tmp/plain" "$tmp/ld" && rm "$tmp/ld/latest" && mkdir
 rc=$?
 check "latest a directory: refused, exit 1 (got $rc)" test $rc -eq 1
 check "latest a directory: says so" grep -q "ld/latest' is a directory" "$tmp/err"
+
+# `latest` with a NUL byte after the name: refused, not read as the name before it.
+rm -rf "$tmp/ln" && cp -r "$tmp/plain" "$tmp/ln" && printf 'ckpt-5\0junk' >"$tmp/ln/latest"
+"$herd" train "${common[@]}" --checkpoint-dir "$tmp/ln" --resume >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "latest with a NUL byte: refused, exit 1 (got $rc)" test $rc -eq 1
+check "latest with a NUL byte: says so" grep -q "ln/latest' should hold one checkpoint name .* a NUL byte" "$tmp/err"
+
+# No `latest` (deleted, or a kill between a first checkpoint's files and it): the newest
+# checkpoint that passes every check is resumed from, said in a warning; the run ends as
+# the uninterrupted one (32 steps), ckpt-10 not pruned by a fresh start.
+rm -rf "$tmp/nl" && cp -r "$tmp/plain" "$tmp/nl" && rm "$tmp/nl/latest"
+"$herd" train "${common[@]}" --checkpoint-dir "$tmp/nl" --resume >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "no latest: resumed, exit 0, 32 steps (got $rc, $(steps "$tmp/out"))" \
+  test $rc -eq 0 -a "$(steps "$tmp/out")" = 32
+check "no latest: the warning names ckpt-10" grep -q "nl/latest' is missing; resuming from 'ckpt-10'" "$tmp/err"
+rm -rf "$tmp/nl" && mkdir "$tmp/nl" && cp "$tmp/plain/ckpt-10.safetensors" "$tmp/nl/" && \
+  cp "$tmp/plain/ckpt-5.state.safetensors" "$tmp/nl/ckpt-10.state.safetensors"
+"$herd" train "${common[@]}" --checkpoint-dir "$tmp/nl" --resume >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "no latest, no good checkpoint: refused, exit 1 (got $rc)" test $rc -eq 1
+check "no latest, no good checkpoint: says how many, files kept" \
+  bash -c "grep -q 'none of the 1 checkpoints' '$tmp/err' && test -e '$tmp/nl/ckpt-10.safetensors'"
+
+# A checkpoint at --max-steps: nothing left, refused (not one step more).
+rm -rf "$tmp/ms" && cp -r "$tmp/plain" "$tmp/ms"
+"$herd" train "${common[@]}" --max-steps 10 --checkpoint-dir "$tmp/ms" --resume >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "resume at --max-steps: refused, exit 1 (got $rc)" test $rc -eq 1
+check "resume at --max-steps: says so, latest unchanged" \
+  bash -c "grep -q 'is at step 10 and --max-steps is 10: nothing is left to train' '$tmp/err' && test \"\$(cat '$tmp/ms/latest')\" = ckpt-10"
+
+# The fallback is an older step of this run, never an abandoned run's higher one: a new
+# run of the same model, data and seed in plain's directory writes ckpt-3, damaged.
+rm -rf "$tmp/ab" && cp -r "$tmp/plain" "$tmp/ab"
+"$herd" train "${common[@]}" --max-steps 3 --checkpoint-every-steps 3 --checkpoint-dir "$tmp/ab" \
+  >/dev/null 2>&1
+truncate -s 100 "$tmp/ab/ckpt-3.state.safetensors"
+"$herd" train "${common[@]}" --checkpoint-dir "$tmp/ab" --resume >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "damaged ckpt-3 among an older run's ckpt-5 and ckpt-10: refused (got $rc)" test $rc -eq 1
+check "... offering neither ckpt-5 nor ckpt-10" bash -c "! grep -q 'passes every check' '$tmp/err' && \
+  grep -q 'No older checkpoint' '$tmp/err'"
 
 # The counters survive a resume: 14 steps against 7 + 7, every step clipped, the loss
 # scale doubling each clean step (capped), one overflow injected on rank 0 (ZeRO's

@@ -63,11 +63,13 @@ herd_status herd_checkpoint_save(const char *dir, const herd_model *m, herd_opti
                                  const herd_train_state *st, const herd_state_slices *slices,
                                  int keep);
 /* Loads DIR/latest's checkpoint; *found is false (and HERD_OK) when DIR has none.
+ * Without latest, the newest checkpoint file that passes every check is loaded (a
+ * warning says so); checkpoint files of which none passes are refused, not pruned.
  * Every field is validated; an error names the file, the field and the value. Both
  * files' checksums are verified (a file without one, from an older herd, is loaded
  * with a warning), every tensor must hold finite values, and the weights' step must
  * be the state's. When the checkpoint is refused, the error says which earlier
- * checkpoint in DIR passes all of this and how to resume from it. */
+ * checkpoint in DIR (an older step) passes all of this and how to resume from it. */
 herd_status herd_checkpoint_load_latest(const char *dir, herd_model *m, herd_optimizer *o,
                                         herd_train_state *st, bool *found);
 /* Fits a loaded state to this run. now holds the run's seed, batch_size, ranks,

@@ -1,5 +1,6 @@
 /* What writing checkpoints (checkpoint.c) and reading them (checkpoint_load.c) share:
- * the files' names and the state's checks. Only those two files include it. */
+ * the files' names and the state's checks. Only those two files and the directory's
+ * claim (ckpt_dir.c, which looks for checkpoint files) include it. */
 #ifndef HERD_TRAIN_CHECKPOINT_FILE_H
 #define HERD_TRAIN_CHECKPOINT_FILE_H
 

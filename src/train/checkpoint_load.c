@@ -234,9 +234,13 @@ static herd_status verify_checkpoint(const char *dir, const char *base, long ste
     return rc;
 }
 
-/* The newest checkpoint in dir other than ckpt-<bad> that passes verify_checkpoint; -1 if none. */
-static long earlier_good(const char *dir, long bad, const herd_model *m, herd_optimizer *o)
+/* The newest checkpoint in dir older than step `below` that passes verify_checkpoint; -1
+ * if none. Newer ones are left out: above this run's newest they are another run's
+ * leftovers (prune keeps them), not a place to go back to. *seen: how many were older. */
+static long earlier_good(const char *dir, long below, const herd_model *m, herd_optimizer *o,
+                         size_t *seen)
 {
+    *seen = 0;
     DIR *d = opendir(dir);
     if (!d)
         return -1;
@@ -245,7 +249,7 @@ static long earlier_good(const char *dir, long bad, const herd_model *m, herd_op
     struct dirent *ent;
     while ((ent = readdir(d)) != NULL) {
         long s;
-        if (herd_ckpt_parse_name(ent->d_name, ".state.safetensors", &s) != 0 || s == bad)
+        if (herd_ckpt_parse_name(ent->d_name, ".state.safetensors", &s) != 0 || s >= below)
             continue;
         if (n == cap) {
             long *g = realloc(steps, (cap = cap ? 2 * cap : 8) * sizeof *g);
@@ -256,6 +260,7 @@ static long earlier_good(const char *dir, long bad, const herd_model *m, herd_op
         steps[n++] = s;
     }
     closedir(d);
+    *seen = n;
     if (n > 0) /* qsort's array may not be NULL, even empty */
         qsort(steps, n, sizeof *steps, herd_ckpt_cmp_desc);
     long good = -1;
@@ -285,22 +290,29 @@ static herd_status read_latest(const char *dir, char text[80], long *step, bool 
     FILE *lf = NULL;
     if (stat(lpath, &sb) == 0 && S_ISDIR(sb.st_mode))
         rc = HERD_ERR(HERD_ERR_FORMAT, "'%s' is a directory; it should be a file naming the newest "
-                      "checkpoint, like 'ckpt-1000': remove the directory (a fresh start) or replace it "
-                      "with such a file", lpath);
+                      "checkpoint, like 'ckpt-1000': replace it with such a file, or move the directory's "
+                      "checkpoints away to start afresh", lpath);
     else if (!(lf = fopen(lpath, "rb")) && errno != ENOENT && errno != ENOTDIR)
         rc = HERD_ERR(HERD_ERR_IO, "cannot read '%s': %s", lpath, strerror(errno));
     if (!lf) {
         free(lpath);
         return rc; /* none yet: a fresh start */
     }
-    memset(text, 0, 80);
-    size_t got = fread(text, 1, 79, lf);
+    char raw[81] = "";
+    size_t got = fread(raw, 1, 80, lf); /* a name fits in 79 (ckpt- and 19 digits, and more) */
     fclose(lf);
-    while (got > 0 && isspace((unsigned char)text[got - 1]))
-        text[--got] = '\0';
-    if (herd_ckpt_parse_name(text, "", step) != 0)
-        rc = HERD_ERR(HERD_ERR_FORMAT, "'%s' should name a checkpoint like 'ckpt-1000' but holds '%.40s'; "
-                      "fix or delete it to start afresh", lpath, text);
+    while (got > 0 && isspace((unsigned char)raw[got - 1]))
+        raw[--got] = '\0';
+    /* A NUL byte or a tail the 79 bytes cut off would otherwise pass as the name before it. */
+    bool clean = got < 80 && memchr(raw, '\0', got) == NULL;
+    memcpy(text, raw, 80);
+    text[79] = '\0';
+    if (!clean || herd_ckpt_parse_name(text, "", step) != 0)
+        rc = HERD_ERR(HERD_ERR_FORMAT, "'%s' should hold one checkpoint name like 'ckpt-1000' but "
+                      "holds %s'%.40s'; write the name of a checkpoint in the directory into "
+                      "it, or move the checkpoints away to start afresh", lpath,
+                      got >= 80 ? "80 bytes or more, beginning " : !clean ? "a NUL byte after " : "",
+                      text);
     *found = rc == HERD_OK;
     free(lpath);
     return rc;
@@ -346,6 +358,25 @@ static herd_status read_buffers_hold(const char *dir, const char *base, uint64_t
     return rc;
 }
 
+/* No DIR/latest: a fresh start (*step -1), unless checkpoints lie there. latest is
+ * written last, so a job killed between its first checkpoint's files and latest leaves
+ * them without it (as does a deleted latest): the newest that passes every check is
+ * resumed from, said in a warning; starting over would prune them. */
+static herd_status no_latest(const char *dir, const herd_model *m, herd_optimizer *o, long *step)
+{
+    size_t seen;
+    *step = earlier_good(dir, LONG_MAX, m, o, &seen);
+    if (*step >= 0)
+        herd_log(HERD_LOG_WARNING, "--resume: '%s/latest' is missing; resuming from 'ckpt-%ld', "
+                 "the newest checkpoint in '%s' that passes every check", dir, *step, dir);
+    else if (seen > 0)
+        return HERD_ERR(HERD_ERR_FORMAT, "--resume: '%s/latest' is missing and none of the %zu "
+                        "checkpoints in '%s' passes the checks (another model's, or damaged): move "
+                        "them away to start afresh, or choose another --checkpoint-dir",
+                        dir, seen, dir);
+    return HERD_OK;
+}
+
 herd_status herd_checkpoint_load_latest(const char *dir, herd_model *m, herd_optimizer *o,
                                         herd_train_state *st, bool *found)
 {
@@ -356,8 +387,12 @@ herd_status herd_checkpoint_load_latest(const char *dir, herd_model *m, herd_opt
     long step;
     bool have = false;
     HERD_TRY(read_latest(dir, text, &step, &have));
-    if (!have)
-        return HERD_OK;
+    if (!have) {
+        HERD_TRY(no_latest(dir, m, o, &step));
+        if (step < 0)
+            return HERD_OK;
+        snprintf(text, sizeof text, "ckpt-%ld", step);
+    }
     uint64_t held;
     HERD_TRY(read_buffers_hold(dir, text, &held));
     herd_st_file *wf, *sf;
@@ -367,13 +402,14 @@ herd_status herd_checkpoint_load_latest(const char *dir, herd_model *m, herd_opt
     if (rc != HERD_OK && rc != HERD_ERR_NOMEM) {
         char why[1024];
         snprintf(why, sizeof why, "%s", herd_last_error());
-        long good = earlier_good(dir, step, m, o); /* under the same hold: one pair at a time */
+        size_t seen;
+        long good = earlier_good(dir, step, m, o, &seen); /* under the same hold: one pair at a time */
         if (good >= 0)
             rc = HERD_ERR(rc, "%s. '%s/ckpt-%ld' passes every check: to resume from it, run "
                           "printf 'ckpt-%ld\\n' > '%s/latest' and then this command again", why, dir,
                           good, good, dir);
         else
-            rc = HERD_ERR(rc, "%s. No other checkpoint in '%s' passes the checks either", why, dir);
+            rc = HERD_ERR(rc, "%s. No older checkpoint in '%s' passes the checks either", why, dir);
     }
     /* Only now that both files are known good does anything change. */
     if (rc == HERD_OK)

@@ -2,6 +2,7 @@
 #include "train/ckpt_dir.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "train/checkpoint_file.h"
 
 #define FLAG "--checkpoint-dir"
 
@@ -205,6 +207,26 @@ static herd_status write_identity(const char *path, const herd_run_identity *id)
     return HERD_ERR(HERD_ERR_IO, "cannot write the run record '%s' (" FLAG "): %s", path, strerror(err));
 }
 
+/* Whether dir holds a checkpoint: latest, or a checkpoint file without it (latest
+ * deleted, or lost with a file system's last writes). */
+static bool holds_checkpoints(const char *dir, const char *latest)
+{
+    struct stat sb;
+    if (stat(latest, &sb) == 0)
+        return true;
+    DIR *d = opendir(dir);
+    if (!d)
+        return false;
+    bool any = false;
+    long step;
+    struct dirent *ent;
+    while (!any && (ent = readdir(d)) != NULL)
+        any = herd_ckpt_parse_name(ent->d_name, ".safetensors", &step) == 0 ||
+              herd_ckpt_parse_name(ent->d_name, ".state.safetensors", &step) == 0;
+    closedir(d);
+    return any;
+}
+
 /* run.json against this run: the rules of docs/reliability.md. */
 static herd_status check_identity(const char *dir, const herd_run_identity *id, bool resume)
 {
@@ -212,7 +234,7 @@ static herd_status check_identity(const char *dir, const herd_run_identity *id, 
     snprintf(path, sizeof path, "%s/run.json", dir);
     snprintf(latest, sizeof latest, "%s/latest", dir);
     struct stat sb;
-    bool has_ckpt = stat(latest, &sb) == 0;
+    bool has_ckpt = holds_checkpoints(dir, latest);
     bool has_record = stat(path, &sb) == 0;
     /* No checkpoint: nothing to continue or protect; this run's record replaces any. */
     if (!has_ckpt || !has_record)

@@ -108,6 +108,19 @@ static herd_status load_resume_state(run *r)
                             "the checkpoint in '%s' has finished %d epochs and --epochs is %d: nothing "
                             "is left to train; raise --epochs to train on, or start without --resume",
                             c->checkpoint_dir, st.epoch, c->epochs);
+        /* Likewise for --max-steps: a step past it would change the result of a run
+         * that had ended. */
+        bool steps_done = c->max_steps > 0 && st.global_step >= c->max_steps;
+        if (steps_done && c->run_attempt > 1 && r->comm->rank == 0)
+            herd_log(HERD_LOG_WARNING, "restart %d: the checkpoint in '%s' is at step %ld and "
+                     "--max-steps is %ld (a rank failed after training ended): nothing is left "
+                     "to train, its weights are the result", c->run_attempt - 1,
+                     c->checkpoint_dir, st.global_step, c->max_steps);
+        if (steps_done && c->run_attempt <= 1)
+            return HERD_ERR(HERD_ERR_INVALID_ARG,
+                            "the checkpoint in '%s' is at step %ld and --max-steps is %ld: nothing "
+                            "is left to train; raise --max-steps to train on, or start without "
+                            "--resume", c->checkpoint_dir, st.global_step, c->max_steps);
         r->state = st;
     }
     /* The metrics file goes back to the checkpoint, so the lines of steps trained

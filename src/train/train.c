@@ -607,6 +607,8 @@ static herd_status train_run(run *r, const herd_train_config *user_cfg, herd_sta
     if (r->comm->rank == 0 && cfg->checkpoint_dir)
         st = herd_restart_log_open(&r->restarts, cfg->checkpoint_dir, cfg->run_attempt, r->state.global_step);
     HERD_TRY(agree(r, st, "opening the progress record for restarts"));
+    /* A restart of a job that had reached --max-steps trains no step (ckpt_steps.c). */
+    stop = cfg->max_steps > 0 && r->state.global_step >= cfg->max_steps;
     for (int epoch = r->state.epoch; epoch < cfg->epochs && !stop; epoch++)
         HERD_TRY(run_epoch(r, epoch, t_start, &stop));
     HERD_TRY(herd_step_params_ready(&r->plan)); /* the caller gets whole parameters */
