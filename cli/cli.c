@@ -91,6 +91,7 @@ void cli_summary_str(cli_summary *s, const char *key, const char *value)
         return;
     s->keys[s->n] = key;
     snprintf(s->values[s->n], sizeof s->values[0], "%s", value);
+    s->nonfinite[s->n] = false;
     s->quoted[s->n++] = true;
 }
 
@@ -99,7 +100,11 @@ void cli_summary_num(cli_summary *s, const char *key, double value, int decimals
     if (s->n >= 32)
         return;
     s->keys[s->n] = key;
-    snprintf(s->values[s->n], sizeof s->values[0], "%.*f", decimals, value);
+    s->nonfinite[s->n] = !isfinite(value);
+    if (isnan(value)) /* printf's "-nan" would say a sign NaN does not have */
+        snprintf(s->values[s->n], sizeof s->values[0], "nan");
+    else
+        snprintf(s->values[s->n], sizeof s->values[0], "%.*f", decimals, value);
     s->quoted[s->n++] = false;
 }
 
@@ -112,7 +117,7 @@ void cli_summary_print(const cli_summary *s, bool json)
     for (int i = 0; i < s->n; i++) {
         if (json)
             fprintf(out, "%s\"%s\": %s%s%s", i ? ", " : "", s->keys[i], s->quoted[i] ? "\"" : "",
-                    s->values[i], s->quoted[i] ? "\"" : "");
+                    s->nonfinite[i] ? "null" : s->values[i], s->quoted[i] ? "\"" : "");
         else
             fprintf(out, "%s%s=%s", i ? " " : "", s->keys[i], s->values[i]);
     }

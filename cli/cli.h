@@ -65,12 +65,14 @@ herd_status cli_prepare_device(herd_dist *dist, const char *device, int threads,
                                uint64_t gpu_memory_limit);
 void cli_print_device(const herd_model *m);
 
-/* The stable last line: key=value pairs, or one JSON object with --json. */
+/* The stable last line: key=value pairs, or one JSON object with --json (where a
+ * value that is not finite is null: JSON has no NaN). */
 typedef struct cli_summary {
     int n;
     const char *keys[32];
     char values[32][64];
     bool quoted[32];
+    bool nonfinite[32];
 } cli_summary;
 
 void cli_summary_str(cli_summary *s, const char *key, const char *value);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 
 #include "cli.h"
+#include "tools/paths.h"
 
 static const char plot_help[] =
     "usage: herd plot METRICS.jsonl -o curves.png [--metric loss,acc,throughput]\n"
@@ -64,6 +65,9 @@ int cmd_plot(int argc, char **argv)
     if (!timeline == !metrics)
         return cli_usage_error("plot", "give either a metrics file or --timeline TRACE, not %s",
                                timeline ? "both" : "neither");
+    if (herd_same_file(output, timeline ? timeline : metrics))
+        return cli_usage_error("plot", "-o '%s' is the %s it would plot: the PNG would replace it; "
+                               "name another file", output, timeline ? "trace" : "metrics file");
     if (timeline && metric)
         return cli_usage_error("plot", "--metric chooses panels of a metrics plot, not of --timeline");
     herd_status st = timeline ? herd_plot_timeline(timeline, output, (int)width, (int)height)

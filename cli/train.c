@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "tools/paths.h"
 
 static const char train_help[] =
     "usage: herd train --model MODEL [options]\n"
@@ -322,6 +323,20 @@ int cmd_train(int argc, char **argv)
     const char *told = getenv("HERD_RUN_RESTARTS");
     if (getenv("HERD_RUN_SUPERVISED") && a.cfg.checkpoint_dir)
         a.cfg.run_attempt = 1 + (told && herd_parse_long(told, 0, 1 << 20, &restarts) ? (int)restarts : 0);
+    /* Before training, not after it: the weights are written once it ended. */
+    if (a.save && rank0 && (st = herd_check_output_file(a.save, "--save")) != HERD_OK) {
+        cli_fail(st, "cannot save the weights there");
+        goto done;
+    }
+    const char *other = !a.save                                                     ? NULL
+                        : a.cfg.metrics_path && herd_same_file(a.save, a.cfg.metrics_path) ? "--metrics"
+                        : a.cfg.timeline_path && herd_same_file(a.save, a.cfg.timeline_path) ? "--timeline"
+                                                                                     : NULL;
+    if (other) {
+        rc = cli_usage_error("train", "--save and %s name one file ('%s'): one would overwrite "
+                             "the other; give them two files", other, a.save);
+        goto done;
+    }
     if ((st = cli_prepare_device(dist, a.device, a.cfg.threads, a.gpu_memory_limit)) != HERD_OK) {
         cli_fail(st, "cannot use the device");
         goto done;

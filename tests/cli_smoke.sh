@@ -68,6 +68,23 @@ for arg in "--memory-limit= -1" "--memory-limit=-1" "--checkpoint-every-seconds=
   check "'$arg' is refused (exit 2) naming the flag and the value" \
     test $rc -eq 2 -a "$(grep -cF -e "$flag" "$tmp/err")" -eq 1 -a "$(grep -cF -e "'$value'" "$tmp/err")" -eq 1
 done
+exited_saying() { test "$rc" -eq "$1" && grep -qF -e "$2" "$tmp/err"; } # CODE TEXT: the last run's
+# Flags that would be ignored, outputs that would overwrite each other, and a --save
+# that could not be written after the run: refused before training, naming them.
+while IFS='|' read -r code flags needle; do
+  # shellcheck disable=SC2086
+  "$herd" train --model mlp --data "$data" --max-steps 1 $flags >/dev/null 2>"$tmp/err"
+  rc=$?
+  check "$flags: refused (exit $code, got $rc) saying '$needle'" exited_saying "$code" "$needle"
+done <<EOF_CASES
+2|--milestones 1 --schedule cosine|--milestones are the epochs where --schedule step
+2|--optimizer adamw --nesterov|--nesterov is SGD's momentum
+2|--keep-checkpoints 5|--keep-checkpoints 5 needs --checkpoint-dir
+2|--metrics $tmp/same --timeline $tmp/same|--metrics and --timeline name one file
+2|--metrics $tmp/same2 --save $tmp/same2|--save and --metrics name one file
+1|--save $tmp/no/such/dir/w.st|--save '$tmp/no/such/dir/w.st': cannot create a file next to it
+1|--save $tmp|--save '$tmp' is a directory
+EOF_CASES
 for arg in "--pp-schedule=gpipe" "--stage-split=2"; do
   "$herd" train --model mlp --data "$data" "$arg" >/dev/null 2>"$tmp/err"
   check "'$arg' without --pipeline-stages is refused (exit 2)" \

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/fs.h"
 #include "core/log.h"
 #include "train/run.h"
 
@@ -88,8 +89,22 @@ herd_status herd_train_config_check(const herd_train_config *c)
     if (c->keep_checkpoints < 0)
         return HERD_OPTION_ERR("--keep-checkpoints must be 0 (every one) or more, got %d",
                                c->keep_checkpoints);
+    /* 2, the default, cannot be told from an explicit 2: only other counts are refused. */
+    if (c->keep_checkpoints != 2 && !c->checkpoint_dir)
+        return HERD_OPTION_ERR("--keep-checkpoints %d needs --checkpoint-dir (it says how many "
+                               "of its checkpoints stay)", c->keep_checkpoints);
     if (c->schedule == HERD_SCHED_STEP && c->n_milestones == 0)
         return HERD_OPTION_ERR("--schedule step needs --milestones");
+    if (c->schedule != HERD_SCHED_STEP && c->n_milestones > 0)
+        return HERD_OPTION_ERR("--milestones are the epochs where --schedule step lowers the "
+                               "learning rate; the schedule is %s: add --schedule step or drop "
+                               "--milestones", c->schedule == HERD_SCHED_COSINE ? "cosine" : "constant");
+    if (c->nesterov && c->optimizer == HERD_OPT_ADAMW)
+        return HERD_OPTION_ERR("--nesterov is SGD's momentum, and the optimizer is AdamW (whose "
+                               "momentum is --beta1): drop --nesterov or use --optimizer sgd");
+    if (c->metrics_path && c->timeline_path && herd_same_file(c->metrics_path, c->timeline_path))
+        return HERD_OPTION_ERR("--metrics and --timeline name one file ('%s'): the trace would "
+                               "overwrite the metrics; give them two files", c->metrics_path);
     if (c->histograms && !c->logdir)
         return HERD_OPTION_ERR("--histograms writes TensorBoard files: add --logdir DIR");
     if (c->stage_split && c->pipeline_stages <= 1)
