@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A diverging run (mlp at --lr 1000: the loss turns inf/NaN within a few steps) without a
 # loss scaler: exit 1 naming the step and the tensor, no --save file, checkpoints free of
-# NaN; --on-nonfinite skip finishes with the steps counted; 2 ranks, plain, --zero 1
+# NaN, a --timeline finished up to the failure; --on-nonfinite skip finishes with the
+# steps counted, its --json line valid JSON; 2 ranks, plain, --zero 1
 # and 2 pipeline stages stop together (no hang); and --device sim, whose memory the host cannot read.
 set -u
 . "$(dirname "$0")/testlib.sh"
@@ -40,6 +41,25 @@ skipped=$(sed -n 's/.*skipped_steps=\([0-9]*\).*/\1/p' "$tmp/out")
 check "--on-nonfinite skip: exit 0" test $rc -eq 0
 check "... skipped_steps counted ($skipped)" test "${skipped:-0}" -gt 0
 check "... the weights saved are finite" bash -c "$(declare -f finite); finite '$tmp/s.st'"
+# --json stays JSON when a figure is not finite (null, as --metrics writes it).
+diverge --on-nonfinite skip --max-steps 10 --json --quiet >"$tmp/out" 2>"$tmp/err"
+check "--json with a NaN loss: one line that parses as JSON" python3 -c '
+import json, sys
+line = open(sys.argv[1]).read()
+d = json.loads(line)
+assert "nan" not in line and d["steps"] == 10, line' "$tmp/out"
+
+# A divergence is a handled failure: the --timeline trace up to it is a whole file
+# that says so, and herd plot draws it.
+diverge --timeline "$tmp/dv.json" >/dev/null 2>&1
+check "--timeline after a divergence: valid JSON, its steps, 'ended' by a failure" python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+steps = [e for e in d["traceEvents"] if e.get("cat") == "step"]
+assert steps and d["otherData"]["ended"].startswith("by a failure"), d["otherData"]' "$tmp/dv.json"
+"$herd" plot --timeline "$tmp/dv.json" -o "$tmp/dv.png" >/dev/null 2>&1
+check "... herd plot draws it" test -s "$tmp/dv.png"
+
 diverge --on-nonfinite sometimes >/dev/null 2>"$tmp/err"
 check "--on-nonfinite takes stop or skip (exit 2)" bash -c "test $? -eq 2 && grep -q 'on-nonfinite is stop or skip' '$tmp/err'"
 

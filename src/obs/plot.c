@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/log.h"
 
 /* ------------------------------------------------------------------ page */
 
@@ -168,6 +169,11 @@ static herd_status read_metrics(const char *path, series *s)
         if (strspn(line, " \t\r") == strlen(line))
             continue;
         cJSON *o = cJSON_ParseWithOpts(line, NULL, 1); /* 1: one record per line, nothing after */
+        if (!o && !next) { /* a last line without its newline: a run killed while writing it */
+            herd_log(HERD_LOG_WARNING, "'%s' line %d is cut off (the run was stopped while "
+                     "writing it): plotting the %d records before it", path, line_no, lines);
+            break;
+        }
         if (!o || !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "step")))
             st = HERD_ERR(HERD_ERR_FORMAT, "'%s' line %d is not a metrics record (a JSON object "
                           "with \"step\"); give the file written by herd train --metrics",

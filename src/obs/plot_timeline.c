@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/log.h"
 #include "obs/plot.h"
 
 #define MAX_RANKS 4096
@@ -84,11 +85,43 @@ static herd_status add_event(trace_summary *t, const cJSON *ev)
     return HERD_OK;
 }
 
+/* A trace whose run was killed before its trailer (written last): its whole events,
+ * the array closed after the last one (events are written ",\n"-separated). NULL when
+ * the text is not such a beginning either. */
+static cJSON *parse_cut_off(char *text, const char *path)
+{
+    static const char head[] = "{\"traceEvents\":[";
+    if (strncmp(text, head, sizeof head - 1) != 0)
+        return NULL;
+    size_t len = strlen(text);
+    char *last = NULL;
+    for (char *p = strstr(text, ",\n"); p; p = strstr(p + 2, ",\n"))
+        last = p;
+    char *cut = malloc(len + 4);
+    if (!cut)
+        return NULL;
+    /* Cut at an event's end first; else before the last separator (a cut-off event). */
+    snprintf(cut, len + 4, "%s]}", text);
+    cJSON *root = cJSON_ParseWithOpts(cut, NULL, 1);
+    if (!root && last) {
+        memcpy(cut, text, (size_t)(last - text));
+        memcpy(cut + (last - text), "]}", 3);
+        root = cJSON_ParseWithOpts(cut, NULL, 1);
+    }
+    free(cut);
+    if (root)
+        herd_log(HERD_LOG_WARNING, "'%s' ends without its trailer (the run was stopped while "
+                 "tracing): plotting the events written before it", path);
+    return root;
+}
+
 static herd_status read_trace(const char *path, trace_summary *t)
 {
     char *text;
     HERD_TRY(herd_read_text(path, "trace", "give the file written by herd train --timeline", &text));
     cJSON *root = cJSON_ParseWithOpts(text, NULL, 1); /* 1: nothing but whitespace may follow */
+    if (!root)
+        root = parse_cut_off(text, path);
     free(text);
     /* Chrome's format is {"traceEvents": [...]} or, in its short form, the bare array. */
     const cJSON *events = cJSON_IsArray(root) ? root : cJSON_GetObjectItemCaseSensitive(root, "traceEvents");

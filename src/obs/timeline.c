@@ -51,6 +51,7 @@ struct herd_timeline {
     double *offset_first, *offset_prev, *offset_now; /* per rank, seconds */
     double *rtt; /* per rank: the longest of the round trips that decided an offset */
     long written;
+    bool headed;  /* the header is in the file: a failure can still finish it */
     long dropped; /* over all ranks so far */
     /* Scratch of the flush's collectives, allocated at open: a rank failing to allocate
      * right before a collective would leave the others waiting in it. */
@@ -324,6 +325,7 @@ static void write_header(herd_timeline *tl, const char *hosts)
         emit_metadata(f, "thread_name", r, 0, "name", "compute", 0, &tl->written);
         emit_metadata(f, "thread_name", r, 1, "name", "communication", 0, &tl->written);
     }
+    tl->headed = true;
 }
 
 static cJSON *micros_array(const double *s, int n)
@@ -334,12 +336,17 @@ static cJSON *micros_array(const double *s, int n)
     return a;
 }
 
-/* Rank 0: closes the array and adds what a reader needs to judge the merge. */
-static void write_trailer(herd_timeline *tl)
+/* Rank 0: closes the array and adds what a reader needs to judge the merge; after a
+ * failure (complete false) it says the other ranks' last events are missing. */
+static void write_trailer(herd_timeline *tl, bool complete)
 {
     int n = tl->comm->size;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "herd_version", HERD_VERSION);
+    if (!complete)
+        cJSON_AddStringToObject(o, "ended", n > 1 ? "by a failure: the other ranks' events since "
+                                "the last flush (epoch end) are not in the file"
+                                                  : "by a failure");
     cJSON_AddNumberToObject(o, "ranks", n);
     cJSON_AddItemToObject(o, "clock_offsets_us", micros_array(tl->offset_first, n));
     cJSON_AddItemToObject(o, "clock_offsets_end_us", micros_array(tl->offset_now, n));
@@ -374,6 +381,18 @@ void herd_timeline_free(herd_timeline *tl)
         if (tl->groups[i].comm->trace == &tl->groups[i].sink)
             (void)tl->groups[i].comm->ops->wait_all(tl->groups[i].comm);
     detach(tl);
+    if (tl->out && tl->headed) { /* rank 0 after a failure: its own last events, a valid file */
+        herd_clock_map map = {tl->sync_prev, tl->sync_now, tl->offset_prev[0], tl->offset_now[0]};
+        tl_buffer *own[TRACKS] = {&tl->compute, &tl->comm_track};
+        int n_tracks = 2;
+        for (int i = 0; i < tl->n_groups; i++)
+            own[n_tracks++] = &tl->groups[i].track;
+        for (int t = 0; t < n_tracks; t++)
+            if (own[t]->n > 0)
+                herd_timeline_write_events(tl->out, own[t]->ev, own[t]->n, 0, &map, tl->origin,
+                                           &tl->written);
+        write_trailer(tl, false);
+    }
     if (tl->out)
         fclose(tl->out);
     free(tl->path);
@@ -562,7 +581,7 @@ herd_status herd_timeline_close(herd_timeline *tl)
     detach(tl); /* nothing is pending: the last reductions are in the file */
     herd_status wrote = HERD_OK;
     if (tl->out) {
-        write_trailer(tl);
+        write_trailer(tl, true);
         bool failed = ferror(tl->out) != 0;
         failed |= fclose(tl->out) != 0;
         tl->out = NULL;

@@ -50,8 +50,10 @@ herd_status herd_timeline_flush(herd_timeline *tl);
 /* Collective: flushes, finishes the file and frees tl; every rank gets rank 0's
  * outcome of writing the file. */
 herd_status herd_timeline_close(herd_timeline *tl);
-/* Frees tl without writing (after a failure): first waits out the communicator's
- * pending reductions, which may still record. The file is left unfinished. */
+/* Frees tl after a failure, without a collective: first waits out the communicator's
+ * pending reductions, which may still record. Rank 0 finishes the file with its own
+ * events since the last flush and a trailer that says the run failed (otherData's
+ * "ended"), so the trace up to the failure reads as one. */
 void herd_timeline_free(herd_timeline *tl);
 
 /* Follows a group communicator too (tensor parallelism's tensor group, the data group of
