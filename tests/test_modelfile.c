@@ -115,6 +115,14 @@ static void test_strict(void **state)
     /* Out-of-range numbers are refused before any conversion to int. */
     expect_error("{\"layers\": [{\"type\": \"linear\", \"out\": 1e300}]}", "\"out\" must be an integer");
     expect_error("{\"layers\": [{\"type\": \"linear\", \"out\": 3000000000}]}", "\"out\" must be an integer");
+    /* The value refused is echoed, as the file wrote it. */
+    expect_error("{\"layers\": [{\"type\": \"linear\", \"out\": 1e30}]}", "in [1, 1048576], got 1e+30");
+    expect_error("{\"layers\": [{\"type\": \"linear\", \"out\": \"10\"}]}", "got the string \"10\"");
+    expect_error("{\"layers\": [{\"type\": \"dropout\", \"p\": true}]}", "got a boolean");
+    /* A block comment that never ends would swallow what follows it unread. */
+    snprintf(text, sizeof text, "%s\n  /* never closed", good);
+    expect_error(text, "bad.json:2:3: a comment ('/*') that never ends");
+    expect_error("{\"layers\": [/*/ {\"type\": \"relu\"}]}", "bad.json:1:13: a comment");
     /* C x H x W past int: once "out of memory allocating 18446743850872302712 bytes". */
     expect_error("{\"layers\": [{\"type\": \"conv2d\", \"name\": \"big\", \"out\": 1048576, \"kernel\": 1, "
                  "\"pad\": 1024}, {\"type\": \"flatten\"}, {\"type\": \"linear\", \"out\": \"classes\"}]}",
@@ -146,6 +154,11 @@ static void test_model_file_on_disk(void **state)
     herd_model_free(m);
     assert_int_equal(herd_model_create_shape("/nonexistent/model.json", 1, 4, 4, 3, &m), HERD_ERR_IO);
     assert_non_null(strstr(herd_last_error(), "/nonexistent/model.json"));
+    /* Text hidden after a NUL byte: refused, naming its offset, not ignored. */
+    char *nul = tu_write_file(dir, "nul.json", text, strlen(text) + 1);
+    assert_int_equal(herd_model_create_shape(nul, 1, 4, 4, 3, &m), HERD_ERR_FORMAT);
+    assert_non_null(strstr(herd_last_error(), "holds a NUL byte at offset 108"));
+    free(nul);
     free(path);
     tu_rmtree(dir);
     free(dir);

@@ -164,6 +164,11 @@ herd_status herd_model_parse(const char *name_or_path, int classes, herd_layer_s
 herd_status herd_model_parse_text(const char *text, const char *origin, int classes,
                                   herd_layer_spec **specs, int *n_specs);
 
+/* A top-level string field of a model file's text ("name", "description") into out,
+ * or fallback when it has none or does not parse. */
+void herd_model_text_field(const char *text, const char *key, const char *fallback, char *out,
+                           size_t len);
+
 /* Zoo: the model file text for a name, or NULL. */
 const char *herd_zoo_text(const char *name);
 

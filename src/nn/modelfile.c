@@ -14,8 +14,10 @@
 #include "core/fs.h"
 #include "nn/model.h"
 
-/* Blanks out comments in place, keeping offsets so parse errors point at the right line. */
-static void blank_comments(char *s)
+/* Blanks out comments in place, keeping offsets so parse errors point at the right line.
+ * Returns where a block comment that never ends begins (its text would be taken for
+ * nothing), or NULL. */
+static const char *blank_comments(char *s)
 {
     bool in_string = false;
     for (char *p = s; *p; p++) {
@@ -32,17 +34,32 @@ static void blank_comments(char *s)
             if (!*p)
                 break;
         } else if (p[0] == '/' && p[1] == '*') {
-            while (*p && !(p[0] == '*' && p[1] == '/')) {
-                if (*p != '\n')
-                    *p = ' ';
+            char *open = p;
+            p += 2; /* its own star cannot also close it */
+            while (*p && !(p[0] == '*' && p[1] == '/'))
                 p++;
-            }
             if (!*p)
-                break;
-            p[0] = p[1] = ' ';
+                return open;
+            for (char *q = open; q < p + 2; q++)
+                if (*q != '\n')
+                    *q = ' ';
             p++;
         }
     }
+    return NULL;
+}
+
+/* A value as the file wrote it, for errors: a number, a string or its JSON type. */
+static void describe_value(const cJSON *v, char *out, size_t cap)
+{
+    if (cJSON_IsNumber(v))
+        snprintf(out, cap, "%.17g", v->valuedouble);
+    else if (cJSON_IsString(v))
+        snprintf(out, cap, "the string \"%.40s\"", v->valuestring);
+    else
+        snprintf(out, cap, "%s", cJSON_IsBool(v) ? "a boolean" : cJSON_IsNull(v) ? "null"
+                                 : cJSON_IsArray(v)                  ? "a list"
+                                                                     : "an object");
 }
 
 static void line_col(const char *text, const char *at, int *line, int *col)
@@ -121,8 +138,12 @@ static herd_status int_field(const cJSON *obj, const char *key, int lo, int hi, 
     /* The range test comes first: converting an out-of-range double to int is undefined. */
     if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi) ||
         v->valuedouble != (double)(int)v->valuedouble)
-        return HERD_ERR(HERD_ERR_FORMAT, "%s: layer '%s': \"%s\" must be an integer in [%d, %d]",
-                        origin, lname, key, lo, hi);
+    {
+        char got[96];
+        describe_value(v, got, sizeof got);
+        return HERD_ERR(HERD_ERR_FORMAT, "%s: layer '%s': \"%s\" must be an integer in [%d, %d], "
+                        "got %s", origin, lname, key, lo, hi, got);
+    }
     *out = v->valueint;
     return HERD_OK;
 }
@@ -133,9 +154,12 @@ static herd_status float_field(const cJSON *obj, const char *key, float lo, floa
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!v)
         return HERD_OK;
-    if (!cJSON_IsNumber(v) || v->valuedouble < lo || v->valuedouble > hi)
-        return HERD_ERR(HERD_ERR_FORMAT, "%s: layer '%s': \"%s\" must be a number in [%g, %g]",
-                        origin, lname, key, lo, hi);
+    if (!cJSON_IsNumber(v) || v->valuedouble < lo || v->valuedouble > hi) {
+        char got[96];
+        describe_value(v, got, sizeof got);
+        return HERD_ERR(HERD_ERR_FORMAT, "%s: layer '%s': \"%s\" must be a number in [%g, %g], "
+                        "got %s", origin, lname, key, lo, hi, got);
+    }
     *out = (float)v->valuedouble;
     return HERD_OK;
 }
@@ -290,11 +314,18 @@ herd_status herd_model_parse_text(const char *text, const char *origin, int clas
     char *copy = strdup(text);
     if (!copy)
         return HERD_NOMEM(strlen(text));
-    blank_comments(copy);
+    const char *unclosed = blank_comments(copy);
     const char *end = NULL;
-    cJSON *root = cJSON_ParseWithOpts(copy, &end, 0);
+    cJSON *root = unclosed ? NULL : cJSON_ParseWithOpts(copy, &end, 0);
     herd_status st = HERD_OK;
     herd_layer_spec *specs = NULL;
+    if (unclosed) {
+        int line, col;
+        line_col(copy, unclosed, &line, &col);
+        st = HERD_ERR(HERD_ERR_FORMAT, "%s:%d:%d: a comment ('/*') that never ends: close it "
+                      "with '*/'", origin, line, col);
+        goto done;
+    }
     if (!root) {
         int line, col;
         line_col(copy, cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() : copy, &line, &col);
@@ -357,18 +388,18 @@ done:
     return st;
 }
 
-/* The "name" field of a model file, if any. */
-static void model_name_from_text(const char *text, const char *fallback, char *name, size_t len)
+void herd_model_text_field(const char *text, const char *key, const char *fallback, char *out,
+                           size_t len)
 {
-    snprintf(name, len, "%s", fallback);
+    snprintf(out, len, "%s", fallback);
     char *copy = strdup(text);
     if (!copy)
         return;
     blank_comments(copy);
     cJSON *root = cJSON_Parse(copy);
-    const cJSON *n = cJSON_GetObjectItemCaseSensitive(root, "name");
-    if (cJSON_IsString(n))
-        snprintf(name, len, "%s", n->valuestring);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (cJSON_IsString(v))
+        snprintf(out, len, "%s", v->valuestring);
     cJSON_Delete(root);
     free(copy);
 }
@@ -378,13 +409,13 @@ herd_status herd_model_parse(const char *name_or_path, int classes, herd_layer_s
 {
     const char *zoo = herd_zoo_text(name_or_path);
     if (zoo) {
-        model_name_from_text(zoo, name_or_path, model_name, name_len);
+        herd_model_text_field(zoo, "name", name_or_path, model_name, name_len);
         return herd_model_parse_text(zoo, name_or_path, classes, specs, n_specs);
     }
     char *text = NULL;
     HERD_TRY(herd_read_text(name_or_path, "model file",
                             "give a zoo name (herd models) or the path of a model file", &text));
-    model_name_from_text(text, name_or_path, model_name, name_len);
+    herd_model_text_field(text, "name", name_or_path, model_name, name_len);
     herd_status st = herd_model_parse_text(text, name_or_path, classes, specs, n_specs);
     free(text);
     return st;

@@ -27,15 +27,6 @@ const char *herd_zoo_description(size_t i)
     const char *name = herd_zoo_name(i);
     if (!name)
         return NULL;
-    /* The description is the first comment line of the model file. */
-    const char *text = herd_zoo_text(name);
-    desc[0] = '\0';
-    if (strncmp(text, "//", 2) == 0) {
-        const char *p = text + 2;
-        while (*p == ' ')
-            p++;
-        size_t n = strcspn(p, "\n");
-        snprintf(desc, sizeof desc, "%.*s", (int)n, p);
-    }
+    herd_model_text_field(herd_zoo_text(name), "description", "", desc, sizeof desc);
     return desc;
 }
