@@ -125,6 +125,24 @@ static herd_status group_sum(const bn_state *st, const herd_run_ctx *ctx, double
     return be->host_memory ? HERD_OK : be->memcpy_h2d(vals, h, bytes);
 }
 
+/* Training statistics of one value per channel are undefined (a variance of one value);
+ * the backend would refuse them without saying which layer or why a batch is that small. */
+static herd_status bn_check_values(const herd_layer *l, int64_t values, bool sync)
+{
+    if (values >= 2)
+        return HERD_OK;
+    return HERD_INPUT_ERR(HERD_ERR_INVALID_ARG,
+                          "batch norm '%s' gets %lld value%s per channel in training (%d sample%s "
+                          "of %dx%d%s), and its statistics need 2 or more. A batch this small is "
+                          "usually an epoch's last, partial one (training samples that the "
+                          "global batch does not divide): pick a --batch-size or --train-samples "
+                          "that leaves 2 or more samples per rank and micro-batch in it%s",
+                          l->spec.name, (long long)values, values == 1 ? "" : "s", l->batch,
+                          l->batch == 1 ? "" : "s",
+                          l->in_shape[0].h, l->in_shape[0].w, sync ? " on every rank" : "",
+                          sync ? "" : ", or add --sync-bn (statistics over every rank's samples)");
+}
+
 /* Forward in split steps: sum of x (and the local count, so ranks whose batches
  * differ in size still agree on the mean), allreduce when synchronised, squared
  * deviations from the mean, allreduce, normalise. Two passes as in local BN, so one
@@ -140,6 +158,7 @@ static herd_status bn_forward_split(herd_layer *l, const herd_run_ctx *ctx, cons
     if (sync)
         HERD_TRY(group_sum(st, ctx, sum, c, &values));
     int64_t count = llround(values);
+    HERD_TRY(bn_check_values(l, count, sync)); /* a synchronised count is every rank's */
     HERD_TRY(split_stats(l, ctx, x, sum, count, sq));
     if (sync)
         HERD_TRY(group_sum(st, ctx, sq, c, NULL));
@@ -155,6 +174,8 @@ static herd_status bn_forward(herd_layer *l, const herd_run_ctx *ctx, const floa
     bn_state *st = l->state;
     herd_shape s = l->in_shape[0];
     int n = l->batch, c = s.c, hw = s.h * s.w;
+    if (ctx->training && !bn_sync(ctx))
+        HERD_TRY(bn_check_values(l, (int64_t)n * hw, false));
     if (bn_sync(ctx) || (ctx->training && bn_bf16(l)))
         return bn_forward_split(l, ctx, x[0], y, bn_sync(ctx));
     st->synced = false;
