@@ -85,6 +85,15 @@ done <<EOF_CASES
 1|--save $tmp/no/such/dir/w.st|--save '$tmp/no/such/dir/w.st': cannot create a file next to it
 1|--save $tmp|--save '$tmp' is a directory
 EOF_CASES
+# An epoch's last batch of one sample through a batch norm over 1x1: the error names the
+# layer and the cause (65 samples in batches of 8).
+printf '{"layers":[{"type":"conv2d","out":4,"kernel":3},{"type":"global_avgpool"},{"type":"batchnorm","name":"bn"},{"type":"linear","out":"classes"}]}' >"$tmp/bn.json"
+"$herd" train --model "$tmp/bn.json" --data "$data" --threads 1 --batch-size 8 --epochs 1 \
+  --train-samples 65 --quiet >/dev/null 2>"$tmp/err"
+rc=$?
+check "a last batch of 1 through batch norm: exit 1 naming the layer and the last partial batch" \
+  exited_saying 1 "batch norm 'bn' gets 1 value per channel in training (1 sample of 1x1)"
+check "... and the cause" grep -q "an epoch's last, partial one" "$tmp/err"
 for arg in "--pp-schedule=gpipe" "--stage-split=2"; do
   "$herd" train --model mlp --data "$data" "$arg" >/dev/null 2>"$tmp/err"
   check "'$arg' without --pipeline-stages is refused (exit 2)" \
