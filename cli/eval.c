@@ -19,12 +19,16 @@ static const char eval_help[] =
     "  --seq-len T          token data: tokens per sample (default: the model's context)\n"
     "  --device cpu|cuda|sim where to evaluate (default: cuda when a GPU is visible, else cpu);\n"
     "                       the weights load on any device, whichever one wrote them\n"
-    "  --threads N          (default: OMP_NUM_THREADS, else all cores)\n"
-    "  --json               print the summary as a JSON object\n";
+    "  --threads N          (default: OMP_NUM_THREADS, else the cores shared among the\n"
+    "                       ranks on this host)\n"
+    "  --json               print the summary as a JSON object\n"
+    "\n"
+    "Under herd run -np N (or mpirun) each rank evaluates its part of the split and rank 0\n"
+    "prints the whole split's result.\n";
 
 /* A --checkpoint-dir given as --checkpoint: its newest checkpoint's weights, named on
  * stderr so the summary says what it measured. */
-static herd_status checkpoint_file(const char **ckpt, char *latest, size_t cap)
+static herd_status checkpoint_file(const char **ckpt, char *latest, size_t cap, bool say)
 {
     struct stat sb;
     if (stat(*ckpt, &sb) != 0 || !S_ISDIR(sb.st_mode))
@@ -32,7 +36,8 @@ static herd_status checkpoint_file(const char **ckpt, char *latest, size_t cap)
     herd_status st = herd_checkpoint_latest_weights(*ckpt, latest, cap);
     if (st != HERD_OK)
         return st;
-    fprintf(stderr, "herd eval: %s (the newest checkpoint in %s)\n", latest, *ckpt);
+    if (say)
+        fprintf(stderr, "herd eval: %s (the newest checkpoint in %s)\n", latest, *ckpt);
     *ckpt = latest;
     return HERD_OK;
 }
@@ -90,22 +95,29 @@ int cmd_eval(int argc, char **argv)
         return urc;
     herd_dataset *ds = NULL;
     herd_model *m = NULL;
+    herd_dist *dist = NULL;
     herd_status st;
     int rc = CLI_FAIL;
     herd_eval_result r;
     char latest[4096];
-    if ((st = herd_device_set_threads(device, (int)threads, NULL)) != HERD_OK)
+    /* Under herd run or mpirun the ranks share the set: each evaluates its part. */
+    if ((st = herd_dist_init(NULL, &dist)) != HERD_OK)
+        cli_fail(st, "cannot join the distributed job");
+    else if ((st = cli_prepare_device(dist, device, (int)threads, 0)) != HERD_OK)
         cli_fail(st, "--threads");
     else if ((st = cli_open_data(data, split, model, seq_len, &ds)) != HERD_OK)
         cli_fail(st, "cannot open the data");
     else if ((st = herd_model_create_device(model, ds, device, &m)) != HERD_OK)
         cli_fail(st, "cannot build the model");
-    else if ((st = checkpoint_file(&ckpt, latest, sizeof latest)) != HERD_OK)
+    else if ((st = checkpoint_file(&ckpt, latest, sizeof latest,
+                                     herd_dist_rank(dist) == 0)) != HERD_OK)
         cli_fail(st, "no checkpoint to evaluate");
     else if ((st = herd_model_load(m, ckpt)) != HERD_OK)
         cli_fail(st, "cannot load the weights");
-    else if ((st = herd_evaluate(m, ds, (int)batch, (int)threads, &r)) != HERD_OK)
+    else if ((st = herd_evaluate_dist(m, ds, (int)batch, (int)threads, dist, &r)) != HERD_OK)
         cli_fail(st, "evaluation failed");
+    else if (herd_dist_rank(dist) != 0)
+        rc = CLI_OK;
     else {
         cli_summary s = {0};
         cli_summary_str(&s, "model", herd_model_name(m));
@@ -118,7 +130,11 @@ int cmd_eval(int argc, char **argv)
         cli_summary_print(&s, json);
         rc = CLI_OK;
     }
+    /* One failing rank must not leave the others waiting in the evaluation's sums. */
+    if (rc != CLI_OK && dist && herd_dist_size(dist) > 1)
+        herd_dist_abort(dist, rc, "herd eval failed on this rank; stopping the job");
     herd_model_free(m);
     herd_dataset_free(ds);
+    herd_dist_free(dist);
     return rc;
 }

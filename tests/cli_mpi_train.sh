@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Data-parallel training through the CLI under mpirun: a 2-rank run, an uneven last
-# batch, the configuration mismatch checks, a killed rank, and the bench's scaling
+# batch, herd eval over 2 ranks as one process, the configuration mismatch checks, a killed rank, and the bench's scaling
 # figures. Every mpirun runs under timeout, so a hang fails the test instead of CI.
 set -u
 . "$(dirname "$0")/testlib.sh"
@@ -12,7 +12,7 @@ data="synthetic:1,12,12,4,500"
 common=(--model mlp --data "$data" --threads 1 --eval-every 1)
 
 timeout 120 "${mpirun[@]}" -np 2 "$herd" train "${common[@]}" --epochs 2 --batch-size 64 \
-  --check-replicas --log-every 1 >"$tmp/out" 2>"$tmp/err"
+  --check-replicas --log-every 1 --save "$tmp/w2.st" >"$tmp/out" 2>"$tmp/err"
 rc=$?
 check "2-rank training exits 0 (uneven last batch, replicas checked)" test $rc -eq 0
 check "one summary line, from rank 0" test "$(grep -c 'test_acc=' "$tmp/out")" -eq 1
@@ -21,6 +21,20 @@ check "progress printed once per epoch" test "$(grep -c '^epoch 2/2  ' "$tmp/err
 check "steps per epoch are 4 (500 / 128, last batch kept)" grep -q "step 4/4" "$tmp/err"
 acc=$(sed -n 's/.*test_acc=\([0-9.]*\).*/\1/p' "$tmp/out")
 check "2 ranks learn the synthetic classes (test_acc=$acc)" awk -v a="$acc" 'BEGIN { exit !(a > 0.9) }'
+
+# herd eval under mpirun: each rank evaluates its part; rank 0 prints one line, the
+# whole split's figures as one process gives them.
+"$herd" eval --model mlp --data "$data" --threads 1 --checkpoint "$tmp/w2.st" >"$tmp/e1" 2>&1
+timeout 60 "${mpirun[@]}" -np 2 "$herd" eval --model mlp --data "$data" --threads 1 \
+  --checkpoint "$tmp/w2.st" >"$tmp/e2" 2>&1
+check "eval on 2 ranks: exit 0, one summary line" \
+  bash -c "test $? -eq 0 && test \$(grep -c 'samples=' '$tmp/e2') -eq 1"
+check "eval on 2 ranks: the samples, loss and accuracy of one process ($(cat "$tmp/e1") vs $(grep samples= "$tmp/e2"))" \
+  python3 -c '
+import re, sys
+a, b = (dict(re.findall(r"(\w+)=(\S+)", open(p).read())) for p in sys.argv[1:])
+assert a["samples"] == b["samples"] and abs(float(a["loss"]) - float(b["loss"])) <= 1e-4 \
+    and a["acc"] == b["acc"], (a, b)' "$tmp/e1" "$tmp/e2"
 
 for wire in fp16 bf16; do
   timeout 120 "${mpirun[@]}" -np 2 "$herd" train "${common[@]}" --epochs 2 --batch-size 32 \

@@ -757,6 +757,11 @@ typedef struct herd_eval_result {
 
 HERD_API herd_status herd_evaluate(herd_model *m, herd_dataset *ds, int batch_size, int threads,
                                    herd_eval_result *result);
+/* Collective over dist's ranks (NULL: this process alone, as herd_evaluate): each rank
+ * evaluates its part of ds (the same model on every rank) and every rank gets the
+ * whole set's result. threads 0: the cores shared among the ranks of this host. */
+HERD_API herd_status herd_evaluate_dist(herd_model *m, herd_dataset *ds, int batch_size,
+                                        int threads, herd_dist *dist, herd_eval_result *result);
 
 /* Throughput benchmark: `steps` training steps after `warmup` untimed ones. */
 typedef struct herd_bench_result {

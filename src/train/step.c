@@ -14,6 +14,7 @@
 #include "dist/signature.h"
 #include "nn/loss_chunks.h"
 #include "nn/xent_split.h"
+#include "train/run.h"
 
 herd_status herd_step_plan_init(herd_step_plan *p, herd_model *m, herd_comm *comm,
                                 double bucket_mb, herd_wire_type wire, bool sync_bn)
@@ -611,13 +612,22 @@ herd_status herd_device_set_threads(const char *device, int threads, const herd_
 herd_status herd_evaluate(herd_model *m, herd_dataset *ds, int batch_size, int threads,
                           herd_eval_result *result)
 {
+    return herd_evaluate_dist(m, ds, batch_size, threads, NULL, result);
+}
+
+herd_status herd_evaluate_dist(herd_model *m, herd_dataset *ds, int batch_size, int threads,
+                               herd_dist *dist, herd_eval_result *result)
+{
     if (!m || !ds || !result || batch_size <= 0)
         return HERD_ERR(HERD_ERR_INVALID_ARG, "herd_evaluate needs a model, a dataset, a result "
                         "and a positive batch size");
-    HERD_TRY(herd_set_rank_threads(m->be, threads, 1, &threads));
-    herd_comm *local;
-    HERD_TRY(herd_comm_local_create(&local));
-    herd_status st = herd_eval_dataset(m, ds, batch_size, local, result);
+    /* A sample of another size would be read past its end, silently. */
+    HERD_TRY(herd_train_check_shapes(m, ds, NULL));
+    HERD_TRY(herd_set_rank_threads(m->be, threads, dist ? dist->local_size : 1, &threads));
+    herd_comm *local = NULL;
+    if (!dist)
+        HERD_TRY(herd_comm_local_create(&local));
+    herd_status st = herd_eval_dataset(m, ds, batch_size, dist ? dist : local, result);
     herd_comm_destroy(local);
     return st;
 }
