@@ -1,6 +1,7 @@
 /* _herd: errors, the process's group of ranks, the library's messages and what the
  * build offers. */
 #include <stdio.h>
+#include <string.h>
 
 #include "pyherd.h"
 
@@ -30,10 +31,21 @@ PyObject *pyherd_raise(herd_status st, const char *what)
 static herd_dist *dist;
 static herd_dist_config dist_config;
 
+/* The job was left (shutdown) after MPI had been joined: MPI cannot be joined again by
+ * this process (MPI_Init after MPI_Finalize ends it with MPI's own abort). */
+static bool left_mpi;
+
 herd_dist *pyherd_dist(PyObject **error)
 {
     if (dist)
         return dist;
+    if (left_mpi) {
+        PyErr_SetString(pyherd_error, "herd was shut down (herd.torch.shutdown(), or herd's "
+                        "atexit): the job's MPI communicator is gone and one process cannot join "
+                        "MPI twice; call shutdown() after the last use of herd");
+        *error = NULL;
+        return NULL;
+    }
     herd_status st;
     Py_BEGIN_ALLOW_THREADS /* MPI_Init may wait for the other ranks */
     st = herd_dist_init(&dist_config, &dist);
@@ -207,6 +219,7 @@ static PyObject *py_shutdown(PyObject *self, PyObject *unused)
         if (sets[slot].used)
             free_set(slot);
     if (dist) {
+        left_mpi = strcmp(herd_dist_backend(dist), "mpi") == 0;
         Py_BEGIN_ALLOW_THREADS
         herd_dist_free(dist);
         Py_END_ALLOW_THREADS

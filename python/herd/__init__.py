@@ -26,7 +26,22 @@ def init(comm_timeout=None, stall_warning=None):
     Called by anything that needs the group; call it first to set the stall inspector's
     warning and the abort timeout (seconds; herd train's --stall-warning, --comm-timeout).
     """
-    _herd.init(comm_timeout=float(comm_timeout or 0), stall_warning=float(stall_warning or 0))
+    _herd.init(comm_timeout=_seconds(comm_timeout, "comm_timeout"),
+               stall_warning=_seconds(stall_warning, "stall_warning"))
+
+
+def _seconds(value, what):
+    """herd train's --comm-timeout and --stall-warning range; None (0 to the library): the
+    environment's or the default."""
+    if value is None:
+        return 0.0
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if isinstance(value, bool) or not 0.1 <= seconds <= 1e6:  # NaN fails both
+        raise InvalidArgument(f"{what} must be a number of seconds in [0.1, 1e+06], got {value!r}")
+    return seconds
 
 
 def rank():
@@ -207,14 +222,19 @@ def _option_text(name, value):
 
 
 def _size_bytes(value, what):
-    if isinstance(value, int):
-        return value
+    """A size as herd train's --memory-limit takes it: bytes, or K/M/G; at least 1M."""
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     text = str(value).upper().rstrip("B")
     try:
-        return int(text[:-1]) * units[text[-1]] if text and text[-1] in units else int(text)
+        if isinstance(value, bool):
+            raise ValueError
+        size = value if isinstance(value, int) else (
+            int(text[:-1]) * units[text[-1]] if text and text[-1] in units else int(text))
     except (ValueError, KeyError):
-        raise InvalidArgument(f"{what} takes bytes or a size like 300M or 4G, got {value!r}") from None
+        size = -1
+    if not (1 << 20) <= size < (1 << 64):
+        raise InvalidArgument(f"{what} takes a size of at least 1M like 300M or 4G, got {value!r}")
+    return size
 
 
 def _open(data, split, model_name, seq_len):
@@ -279,9 +299,9 @@ def _train(model, data, test_data, device, precision, save, train_samples, test_
     else:
         train_ds = _open(data, "train", name, seq_len)
         test_ds = test_data if isinstance(test_data, Dataset) else _open(test_data or data, "test", name, seq_len)
-    if train_samples:
+    if train_samples is not None:  # 0 is refused by truncate, as --train-samples 0 is
         train_ds.truncate(train_samples)
-    if test_samples and test_ds is not None:
+    if test_samples is not None and test_ds is not None:
         test_ds.truncate(test_samples)
     texts = [("seed", str(seed))] + [(k, _option_text(k, v)) for k, v in options.items() if v is not None]
     if isinstance(model, Model):

@@ -45,6 +45,12 @@ def _announce(active, kind=0, a=0, b=0, c=0):
     return header, _herd.allreduce_start(header.data_ptr(), 6, _F32, 1.0, 0, "join: announcement", 0)
 
 
+def takes_part(ps):
+    """Whether a joined rank would take part in ps's allreduces (announced, with zeros): then
+    they are not described first (herd/_torch_agree.py), the joined rank knowing no op."""
+    return enabled and ps is _ps.global_process_set and _herd.size() > 1
+
+
 @contextlib.contextmanager
 def collective(ps, kind, a=0, b=0, c=0, what=None):
     """Around a collective that herd.torch starts on ps: announced when on the job, yields

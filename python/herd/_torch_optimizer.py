@@ -135,7 +135,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                           process_set=process_set)
 
     def _register_hooks(self, params):
+        # A parameter's gradients feed the newest DistributedOptimizer built over it: an
+        # earlier one's hooks (not removable on PyTorch 1.13's accumulators) stay inert.
+        self._token = object()
         for p in params:
+            p._herd_optimizer = self._token
             if hasattr(p, "register_post_accumulate_grad_hook"):  # PyTorch 2.1+
                 self._hooks.append(p.register_post_accumulate_grad_hook(
                     lambda param: self._grad_ready(param)))
@@ -150,7 +154,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return hook
 
     def _grad_ready(self, p):
-        if not self._should_synchronize:
+        if not self._should_synchronize or getattr(p, "_herd_optimizer", None) is not self._token:
             return
         key = id(p)
         self._counts[key] += 1
@@ -189,9 +193,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     view.copy_(p.grad.reshape(-1))
         _herd.set_activity(f"herd.torch: backward, gradient bucket {b.index + 1} of {len(self._buckets)}")
         wire = self._compression if b.dtype == torch.float32 else "none"
-        b.handle = hvd.allreduce_async_(b.flat, op=hvd.Sum, compression=wire,
-                                        name=f"gradient bucket {b.index + 1}",
-                                        prescale_factor=self._scale, process_set=self._process_set)
+        b.handle = hvd._allreduce_agreed(b.flat, op=hvd.Sum, compression=wire,
+                                         name=f"gradient bucket {b.index + 1}",
+                                         prescale_factor=self._scale, process_set=self._process_set)
         b.launched = True
 
     def synchronize(self):

@@ -25,6 +25,7 @@ import torch
 
 import herd as _herd_pkg
 from herd import HerdError, InvalidArgument, _herd
+from herd import _torch_agree as _agree
 from herd import _torch_join as _join
 from herd import _torch_process_sets as _ps
 from herd._torch_process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set  # noqa: F401
@@ -311,7 +312,8 @@ def _integer_sum_async_(tensor, average, op, compression, prescale_factor, posts
     if compression != Compression.none:
         raise InvalidArgument(f"{what}: compression applies to float32 tensors, not {tensor.dtype}")
     wide = torch.empty(tensor.numel() + 1, dtype=torch.float64)
-    wide[0] = float(tensor.abs().max()) if tensor.numel() else 0.0
+    # In float64: an int64's abs() of -2^63 wraps to itself and would pass the bound.
+    wide[0] = float(tensor.to(torch.float64).abs().max()) if tensor.numel() else 0.0
     wide[1:] = tensor.reshape(-1)
     h = _sum_start(wide, 1.0, 0, name, ps)
 
@@ -332,7 +334,24 @@ def _integer_sum_async_(tensor, average, op, compression, prescale_factor, posts
 def allreduce_async_(tensor, average=None, name=None, op=None, compression=Compression.none,
                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Starts an in-place sum (op=Sum), mean (op=Average, the default), min, max, product
-    or Adasum over the ranks (of process_set)."""
+    or Adasum over the ranks (of process_set). The ranks first agree that they start the
+    same allreduce (herd/_torch_agree.py)."""
+    what = f"allreduce {name}" if name else "allreduce"
+    _check(tensor, what)
+    if average is not None and op is not None:  # Horovod refuses the pair too
+        raise InvalidArgument(f"{what}: give op= or the older average=, not both (op={op!r}, "
+                              f"average={average!r})")
+    ps = _ps._of(process_set, what)
+    if not _join.takes_part(ps):  # a joined rank sums along without knowing the op: not described
+        _agree.describe(ps, what, _agree.ALLREDUCE, tensor,
+                        op=f"{op}|{average}|{float(prescale_factor)!r}|{float(postscale_factor)!r}|{compression}")
+    return _allreduce_agreed(tensor, average, name, op, compression, prescale_factor, postscale_factor, ps)
+
+
+def _allreduce_agreed(tensor, average=None, name=None, op=None, compression=Compression.none,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """allreduce_async_ without the ranks' agreement: for collectives whose plan every rank
+    already shares (DistributedOptimizer's buckets, checked when it was built)."""
     what = f"allreduce {name}" if name else "allreduce"
     _check(tensor, what)
     ps = _ps._of(process_set, what)
@@ -364,7 +383,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, compression=Compr
             with _join.collective(ps, _join.OTHER, what=f"{what} in GPU memory"):
                 return _Handle(tensor, _allreduce_gpu(tensor, scale, name or "allreduce"))
         host = tensor.detach().to("cpu")
-        h = allreduce_async_(host, average, name, op, compression, prescale_factor, postscale_factor, ps)
+        h = _allreduce_agreed(host, average, name, op, compression, prescale_factor, postscale_factor, ps)
         h.back = tensor
         return h
     after = None
@@ -578,7 +597,7 @@ def _sum_my_rows_start(t, rows_of, scale, wire, name, ps):
                                             ps.process_set_id)
         h, scale = _Handle(t, ticket, keep=(counts,), set_id=ps.process_set_id), 1.0
     else:
-        h = allreduce_async_(t, op=Sum, name=name, process_set=ps)
+        h = _allreduce_agreed(t, op=Sum, name=name, process_set=ps)
     summed = h.finish
 
     def cut():
@@ -739,16 +758,12 @@ def _gather_rows_start(t, n, set_id, what):
 
 
 def _gather_plan(t, n, set_id, what):
-    """The ranks' row counts and row sizes, agreed in one small allgather: (the output,
-    [rows of each rank], [bytes from each rank])."""
-    meta, every = torch.tensor([t.shape[0], _row_bytes(t)], dtype=torch.int64), torch.empty(2 * n, dtype=torch.int64)
-    _herd.allgather(meta.data_ptr(), every.data_ptr(), [16] * n, set_id)
-    every = every.tolist()
-    rows_of, row_bytes = every[0::2], every[1::2]
-    if any(b != row_bytes[0] for b in row_bytes):
-        raise InvalidArgument(f"{what}: ranks hold rows of different sizes ({row_bytes} bytes); "
-                              "only the first dimension may differ")
-    counts = [r * row_bytes[0] for r in rows_of]
+    """The ranks' row counts, agreed with the rest of the allgather's description in one
+    small allgather (herd/_torch_agree.py: rows of another size or dtype raise): (the
+    output, [rows of each rank], [bytes from each rank])."""
+    ps = _ps._registered[set_id]
+    rows_of = _agree.describe(ps, what, _agree.ALLGATHER, t)
+    counts = [r * _row_bytes(t) for r in rows_of]
     if sum(counts) >= 2 ** 31:
         raise InvalidArgument(f"{what}: {sum(counts)} bytes from the ranks in all, beyond one "
                               "MPI call (2 GiB); gather the tensor in parts")
@@ -790,7 +805,8 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     root = _ps._root_in(ps, root_rank, what) if ps is not global_process_set else int(root_rank)
     if not tensor.is_contiguous():
         raise InvalidArgument(f"{what} in place needs a contiguous tensor; use broadcast (a copy)")
-    with _join.collective(ps, _join.OTHER, what=what):
+    with _join.collective(ps, _join.OTHER, what=what):  # raises first when a rank has joined
+        _agree.describe(ps, what, _agree.BROADCAST, tensor, root=root)
         return _broadcast_into(tensor, root, ps)
 
 

@@ -157,6 +157,19 @@ def test_bad_data_and_models_raise():
         herd.Dataset.from_numpy(x, [0, 1, 0, 1], mean=[0.5, 0.5], std=[0.2, 0.2])
     with pytest.raises(herd.InvalidArgument, match="a model needs data="):
         herd.Model("mlp")
+    # The CLI's ranges from Python too.
+    for kwargs, message in [(dict(memory_limit=-1), "memory_limit takes a size of at least 1M"),
+                            (dict(memory_limit="1K"), "memory_limit takes a size of at least 1M"),
+                            (dict(comm_timeout=-1), r"comm_timeout must be a number of seconds in \[0.1"),
+                            (dict(stall_warning=float("nan")), "stall_warning must be a number of seconds"),
+                            (dict(train_samples=0), "keep at least one sample, got 0")]:
+        with pytest.raises(herd.HerdError, match=message):
+            herd.train("mlp", data=SYN, epochs=1, threads=1, **kwargs)
+    # evaluate on samples of another shape: refused (it read past each sample's end).
+    m = herd.Model("mlp", data=herd.Dataset(SYN), seed=1)
+    with pytest.raises(herd.InvalidArgument, match="model 'mlp' expects 1x28x28 inputs and 10 classes, "
+                                                   "the data has 1x4x4"):
+        m.evaluate(herd.Dataset("synthetic:1,4,4,10,16"), batch_size=16, threads=1)
 
 
 

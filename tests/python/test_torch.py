@@ -51,7 +51,8 @@ def two_ranks_traced(tmp_path_factory):
     training case and test_timeline read (one launch of two PyTorch ranks instead of two)."""
     launcher(2)  # skips without MPI
     where = tmp_path_factory.mktemp("two")
-    rc, out = run(where, 2, *"train 1 none + unjoined + adasum".split(), env={"HERD_TIMELINE": str(where / "tl.json")})
+    rc, out = run(where, 2, *"train 1 none + unjoined + adasum + mismatch".split(),
+                  env={"HERD_TIMELINE": str(where / "tl.json")})
     assert rc == 0, out
     (where / "output.txt").write_text(out)
     assert out.count("ok: join refused without announcements") == 2, out
@@ -62,7 +63,7 @@ def two_ranks_traced(tmp_path_factory):
 # turn), the collectives last: every launch imports PyTorch on every rank.
 JOBS = {2: "train 2 none" + ("" if REPEAT else " + train 1 fp16 + syncbn 0 + contrastive 0 + sampler first + sparse 1")
            + " + syncbn 1 + contrastive 1 + sparse 0 + collectives + process_sets + join 2 + join_refused"
-           " + join_timeline",
+           " + join_timeline + rewrap + shutdown",
         3: "train 1 none + syncbn 1 + contrastive 1 + sparse 0 + collectives + process_sets + join 3 + join_refused"
            " + join_timeline + adasum"}
 
@@ -164,6 +165,21 @@ def test_collectives(ranks_job, np_):
                   "gradients through Min (ties shared), Max and Product (zeros included)",
                   "Min, Max and Product: bad calls raise herd's message on every rank"]:
         assert len(re.findall(re.escape("ok: " + check), out)) == np_, (check, out)
+
+
+def test_mismatched_collectives_raise(two_ranks_traced):
+    """Ranks that start allreduces of another op, dtype or size, or different kinds, raise
+    herd's message on every rank and stay in step."""
+    out = (two_ranks_traced / "output.txt").read_text()
+    assert out.count("ok: collectives that differ between ranks raise on every rank") == 2, out
+
+
+def test_rewrap_and_shutdown(ranks_job):
+    """A second DistributedOptimizer over one model trains it on 2 ranks (the first's hooks
+    inert), and after hvd.shutdown() herd's calls raise rather than MPI aborting the job."""
+    _, out = ranks_job(2)
+    for check in ["a second DistributedOptimizer over the same model", "calls after shutdown raise"]:
+        assert out.count("ok: " + check) == 2, (check, out)
 
 
 @pytest.mark.parametrize("np_", [2] if REPEAT else [2, 3])

@@ -39,6 +39,10 @@ join_refused: the last rank joins at once; the others' broadcast raises on them 
 adasum: Horovod's Adasum (allreduce and DistributedOptimizer) against the tree folded here.
 cuda_collectives: the same on CUDA tensors (float32 summed in GPU memory by herd, the
   rest through host memory).
+mismatch: ranks starting different allreduces, broadcasts, allgathers: each raises on every
+  rank (a job without join).
+rewrap: a DistributedOptimizer built twice over one model (the second takes over).
+shutdown: hvd.shutdown(), then herd's calls raise (the last mode of a job).
 raise: rank 1 raises before a collective the others are in.
 stall: rank 1 sleeps outside any collective (HERD_COMM_TIMEOUT ends the job).
 elastic KILL: the CNN trained 20 steps under hvd.elastic.run, committing every 5 to
@@ -376,7 +380,13 @@ def collectives():
         (lambda: hvd.allgather(torch.ones(2, R + 1)), "only the first dimension may differ"),
         (lambda: hvd.reducescatter(torch.ones(R + 1, 2)), "every rank gives the same shape and dtype"),
         (lambda: hvd.alltoall(torch.ones(N + 1, 2)), f"{N + 1} rows do not split equally over {N} ranks"),
+        (lambda: hvd.allreduce(torch.tensor([-2 ** 63 if R == 0 else 3]), op=hvd.Sum), "sums may pass 2^53"),
+        (lambda: hvd.allreduce(torch.ones(2), average=True, op=hvd.Sum), "give op= or the older average="),
+        # Broadcasts that differ between ranks (described with join on too).
+        (lambda: hvd.broadcast(torch.ones(3), root_rank=R), "another root rank"),
+        (lambda: hvd.broadcast(torch.ones(3 if R == 0 else 5), root_rank=0), "another number of elements"),
     ])
+    assert torch.equal(hvd.allreduce(torch.ones(2), op=hvd.Sum), torch.full((2,), float(N)))  # still in step
     ok("bad calls raise herd's message on every rank")
     min_max_product()
 
@@ -870,6 +880,53 @@ def cuda_collectives():
         ok("cuda: a tensor on another GPU refused")
 
 
+def mismatch():
+    """Ranks that start different collectives (a job without join: with it a joined rank
+    sums along undescribed): refused on every rank, naming the difference; then in step."""
+    raises_each([
+        (lambda: hvd.allreduce(torch.ones(4), op=hvd.Sum if R == 0 else hvd.Max),
+         "the same kind with another op, scale factors or compression"),
+        (lambda: hvd.allreduce(torch.ones(4), average=R == 0), "another op"),
+        (lambda: hvd.allreduce(torch.ones(4, dtype=torch.float32 if R == 0 else torch.float64), op=hvd.Sum),
+         "the same kind with another dtype"),
+        (lambda: hvd.allreduce(torch.ones(4 if R == 0 else 3)), "another number of elements, shape"),
+        (lambda: hvd.allreduce(torch.ones(2)) if R == 0 else hvd.broadcast(torch.ones(2), root_rank=0),
+         "the ranks disagree on this collective"),
+        (lambda: hvd.allgather(torch.ones(2, 2)) if R == 0 else hvd.allreduce(torch.ones(4)),
+         "the ranks disagree on this collective"),
+    ])
+    assert torch.equal(hvd.allreduce(torch.ones(2), op=hvd.Sum), torch.full((2,), float(N)))
+    ok("collectives that differ between ranks raise on every rank")
+
+
+def rewrap():
+    """A second DistributedOptimizer over the same model takes its gradients over; the
+    first one's hooks (PyTorch 1.13's accumulators keep them) stay inert."""
+    torch.manual_seed(0)
+    m = torch.nn.Linear(4, 2)
+    x = torch.randn(8, 4) + R
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), named_parameters=m.named_parameters())
+    for _ in range(2):
+        opt.zero_grad()
+        m(x).pow(2).sum().backward()
+        opt.step()
+    opt = hvd.DistributedOptimizer(torch.optim.Adam(m.parameters(), lr=0.01), named_parameters=m.named_parameters())
+    for _ in range(3):
+        opt.zero_grad()
+        m(x).pow(2).sum().backward()
+        opt.step()
+    every = hvd.allgather(torch.cat([p.detach().reshape(-1) for p in m.parameters()]).unsqueeze(0))
+    assert all(torch.equal(every[0], every[r]) for r in range(N)), every
+    ok("a second DistributedOptimizer over the same model")
+
+
+def shutdown():
+    """After hvd.shutdown(), herd raises instead of MPI's abort (MPI cannot be joined twice)."""
+    hvd.shutdown()
+    raises_each([(hvd.rank, "herd was shut down"), (lambda: hvd.allreduce(torch.ones(2)), "herd was shut down")])
+    ok("calls after shutdown raise")
+
+
 def raise_on_one():
     start = time.time()
     if R == 1:
@@ -923,4 +980,5 @@ for mode, *args in tasks:
      "syncbn": lambda: syncbn(int(args[0]), *args[1:2]), "contrastive": lambda: contrastive(int(args[0])),
      "sampler": lambda: sampler(args[0]), "sparse": lambda: sparse(int(args[0])),
      "cuda_collectives": cuda_collectives, "adasum": adasum,
-     "raise": raise_on_one, "stall": stall_on_one, "elastic": lambda: elastic(args[0] == "1")}[mode]()
+     "raise": raise_on_one, "stall": stall_on_one, "elastic": lambda: elastic(args[0] == "1"),
+     "rewrap": rewrap, "shutdown": shutdown, "mismatch": mismatch}[mode]()

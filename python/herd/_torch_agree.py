@@ -1,0 +1,77 @@
+"""Ranks that start different collectives raise, on every rank, instead of trading wrong bytes.
+
+herd's collectives pair up by order, not by name: a rank calling allreduce(op=Sum) while
+another calls allreduce(op=Max), broadcasts from another root, or sends 3 values where the
+other sends 4, gets the other's bytes read as its own (wrong values, or MPI's own abort).
+So every allreduce, broadcast and allgather a script starts through herd.torch first
+exchanges its description: the same 64 bytes whatever the kind (an allgather), so that
+even two kinds meet in the same exchange. Every rank compares every rank's description
+with its own and raises the same InvalidArgument naming the first rank that differs and
+the field, as Horovod's coordinator refuses mismatched tensors. An allgather's rows may
+differ from rank to rank (the exchange also tells their counts: it is the allgather's
+plan). DistributedOptimizer's gradient buckets skip it: their plan is checked once, when
+the optimizer is built, and a blocking exchange per bucket would end their overlap with
+backward. So do a job's allreduces with join on (hvd.init(join=True)): a rank that has
+joined takes part in them knowing their size, not their op (herd/_torch_join.py).
+"""
+import zlib
+
+import torch
+
+from herd import InvalidArgument, _herd
+
+ALLREDUCE, BROADCAST, ALLGATHER = 1, 2, 3
+_KINDS = {ALLREDUCE: "allreduce", BROADCAST: "broadcast", ALLGATHER: "allgather"}
+_MAGIC = 0x68657264  # "herd": a description, not another collective's bytes
+_FIELDS = ("magic", "kind", "dtype", "elements", "shape", "op", "root", "rows")
+_N = len(_FIELDS)
+
+
+def _code(text):
+    return zlib.crc32(text.encode())  # the same on every rank, unlike hash()
+
+
+def describe(ps, what, kind, tensor, op="", root=-1):
+    """The collective's description, exchanged over ps; returns every rank's rows (an
+    allgather's first dimension; the elements of a tensor of the other kinds)."""
+    rows = tensor.shape[0] if tensor.dim() else 1
+    if kind == ALLGATHER:  # a row's bytes only: a joined rank (hvd.join) sends rows of bytes
+        elements = tensor.element_size()
+        for d in tensor.shape[1:]:
+            elements *= d
+        dtype = shape = 0
+    else:
+        elements, dtype, shape = tensor.numel(), _code(str(tensor.dtype)), _code(str(tuple(tensor.shape)))
+    mine = torch.tensor([_MAGIC, kind, dtype, elements, shape, _code(op), root, rows], dtype=torch.int64)
+    n = ps.size()
+    if n == 1:
+        return [rows]
+    every = torch.empty(n * _N, dtype=torch.int64)
+    _herd.allgather(mine.data_ptr(), every.data_ptr(), [_N * 8] * n, ps.process_set_id)
+    table = every.view(n, _N)
+    checked = _N - 1 if kind == ALLGATHER else _N  # an allgather's rows may differ
+    for r in range(n):
+        differs = [f for f, a, b in zip(_FIELDS[:checked], table[r].tolist(), mine.tolist()) if a != b]
+        if differs:
+            raise InvalidArgument(_mismatch(ps, what, table[r].tolist(), mine.tolist(), r, differs))
+    return table[:, _N - 1].tolist()
+
+
+def _mismatch(ps, what, theirs, mine, r, differs):
+    members = list(ps._all())
+    me = _herd.rank()
+    if "magic" in differs or theirs[1] not in _KINDS:
+        told = "a collective herd.torch does not describe (a DistributedOptimizer step, a join, ...)"
+    elif "kind" in differs:
+        told = f"{_KINDS[theirs[1]]}"
+    else:
+        told = "the same kind with another " + ", ".join(
+            {"dtype": "dtype", "elements": "number of elements", "shape": "shape", "op": "op, scale "
+             "factors or compression", "root": f"root rank ({theirs[6]} against {mine[6]})",
+             "rows": "row count"}[f] for f in differs)
+        if theirs[1] == ALLGATHER:
+            told = "allgather with rows of another size in bytes (only the first dimension may differ)"
+    return (f"{what}: the ranks disagree on this collective: rank {members[r]} starts {told} "
+            f"where rank {me} starts {_KINDS.get(mine[1], '?')}. Every rank must start the same "
+            "collectives in the same order, with the same op, dtype, shape and root "
+            "(herd pairs them by order, not by name)")
