@@ -1,6 +1,7 @@
 /* Faults for tests/mpi_faults.sh: `warn` (rank 1 joins 3 s late), `timeout` (rank 1
  * never joins), `stop0` (rank 0 stops itself with SIGSTOP), `kill` (rank 1 dies from
- * SIGKILL mid-job). A second argument `blocking` makes the late collective a blocking
+ * SIGKILL mid-job), `leave` and `leave0` (rank 1, or rank 0, frees its communicator and
+ * ends while the others start another collective: a stall timeout of 30 s, not waited for). A second argument `blocking` makes the late collective a blocking
  * one, which its caller runs itself (the communication thread idle): the caller then
  * serves the stall inspector. */
 #include <signal.h>
@@ -40,8 +41,10 @@ int main(int argc, char **argv)
         cfg = (herd_comm_config){.stall_warning_s = 1, .timeout_s = 3};
     else if (strcmp(mode, "stop0") == 0) /* rank 0 counts as silent after 3 s */
         cfg = (herd_comm_config){.stall_warning_s = 1, .timeout_s = 6};
+    else if (strcmp(mode, "leave") == 0 || strcmp(mode, "leave0") == 0)
+        cfg = (herd_comm_config){.stall_warning_s = 20, .timeout_s = 30};
     else if (strcmp(mode, "kill") != 0) {
-        fprintf(stderr, "usage: mpi_faults warn|timeout|stop0|kill [blocking]\n");
+        fprintf(stderr, "usage: mpi_faults warn|timeout|stop0|kill|leave|leave0 [blocking]\n");
         return 2;
     }
     herd_comm *c;
@@ -54,11 +57,15 @@ int main(int argc, char **argv)
     MT_OK(c->ops->allreduce_start(c, g, 1000, 1.0f, HERD_WIRE_FP32, "bucket 0"));
     MT_OK(c->ops->wait_all(c));
 
+    if (c->rank == (strcmp(mode, "leave0") == 0 ? 0 : 1) && strncmp(mode, "leave", 5) == 0) {
+        herd_comm_destroy(c); /* as a program that ends, or calls shutdown, here */
+        return 0;
+    }
     if (c->rank == 0 && strcmp(mode, "stop0") == 0) {
         c->ops->set_activity(c, "epoch 1 step 2: forward");
         raise(SIGSTOP); /* every thread stops, the communication thread too */
     }
-    if (c->rank == 1 && strcmp(mode, "stop0") != 0) {
+    if (c->rank == 1 && strcmp(mode, "stop0") != 0 && strncmp(mode, "leave", 5) != 0) {
         if (strcmp(mode, "kill") == 0)
             kill(getpid(), SIGKILL);
         c->ops->set_activity(c, "epoch 1 step 2: forward");

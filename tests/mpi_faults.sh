@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The stall inspector and failure handling under mpirun: tests/mpi_faults.sh MPI_FAULTS_BINARY
+# The stall inspector and failure handling under mpirun (a late rank, one that never
+# joins, one stopped, one killed, one that leaves early): tests/mpi_faults.sh MPI_FAULTS_BINARY
 set -u
 prog=$1
 . "$(dirname "$0")/testlib.sh" # the launcher, "${mpiexec[@]}", and $tmp
@@ -60,8 +61,21 @@ grep -Eq "herd: error: rank 1 on host .*: collective #2 .*did not complete withi
   || fail "stop0: rank 1's abort naming rank 0"
 echo "stop0: ok, mpirun exit $rc after ${secs} s"
 
+# A rank that frees its communicator (its program ends) while the others start another
+# collective: rank 0 ends the job at once, naming it, not after the 30 s timeout.
+# ended NAME SECS [PATTERN]: the job ended non-zero (not timeout's 124) within SECS, its
+# output matching PATTERN.
+ended() {
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "$1: exit $rc"
+  (( $(echo "$secs < $2" | bc) )) || fail "$1: took $secs s"
+  [ -z "${3:-}" ] || grep -Eq "$3" "$out" || fail "$1: the message"
+  echo "$1: ok, mpirun exit $rc after ${secs} s"
+}
+run 3 leave
+ended leave 15 "herd: error: rank 0 on host .*: rank 1 on .* left the job after 1 collectives .* while rank [02] waits for it in collective #2 \(allreduce 'bucket 3', 4000 bytes\), which cannot complete"
+run 2 leave0
+ended leave0 15 "herd: error: rank 0 on host .*: rank 0 on .* left the job after 1 collectives .* while rank 1 waits for it in collective #2"
+
 # Rank 1 is killed: mpirun must end the job, non-zero, within 30 s.
 run 2 kill
-[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "kill: exit $rc"
-(( $(echo "$secs < 30" | bc) )) || fail "kill: took $secs s"
-echo "kill: ok, mpirun exit $rc after ${secs} s"
+ended kill 30

@@ -76,6 +76,8 @@ typedef struct mpi_op {
 typedef struct mpi_rank_status {
     int32_t rank;
     int32_t pending; /* a collective is started and not complete */
+    int32_t leaving; /* the rank's communicator is being freed: it starts no more */
+    int32_t ran_p2p; /* point-to-point ops ran: its count does not line up with others' */
     uint64_t started, completed;
     double pending_age_s, activity_age_s;
     char activity[96];
@@ -158,6 +160,7 @@ typedef struct comm_mpi {
     mpi_op *current;
     double current_start;
     uint64_t started; /* seq of the last op handed to MPI */
+    bool ran_p2p;     /* a point-to-point op ran: ranks' op counts no longer line up */
     uint16_t *stage;  /* fp16/bf16 wire buffer, grown to the largest slice, then reused */
     size_t stage_cap;
     int *displs;      /* ZeRO's parts: where each rank's starts */

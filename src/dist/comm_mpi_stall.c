@@ -10,6 +10,13 @@
  * job after timeout_s, naming them: rank 0's lists, or rank 0 itself when it has
  * stopped answering. Messages go through the caller's log function (core/log.h).
  *
+ * A rank whose communicator is freed (its program ends, calls shutdown or sys.exit)
+ * first tells rank 0 how many collectives it started. A collective of a higher number,
+ * pending anywhere, can then never complete: rank 0 ends the job at once, naming the
+ * rank that left, instead of every waiting rank timing out on one that looks hung.
+ * Rank 0 leaving judges likewise from the statuses of the ranks that wait for it. Not
+ * where point-to-point ops ran (pipeline stages): there the ranks' counts differ.
+ *
  * When a rank on another host is unreachable, the abort waits LAUNCHER_GRACE_S: a
  * launcher that has tried to reach a vanished host waits for it (Open MPI's mpirun
  * until TCP gives up, some 15 minutes), while one that notices the loss first (its
@@ -81,6 +88,7 @@ static void fill_status(comm_mpi *m, mpi_rank_status *st, double now)
     memset(st, 0, sizeof *st);
     st->rank = m->c->rank;
     st->started = m->started;
+    st->ran_p2p = m->ran_p2p;
     st->completed = m->current ? m->current->seq - 1 : m->started;
     st->pending = m->current != NULL;
     if (m->current) {
@@ -218,6 +226,39 @@ static void receive_statuses(comm_mpi *m, double now)
     }
 }
 
+/* Rank 0: ends the job when collective seq (pending on rank `on_rank`, described by
+ * desc) waits for a rank that has left before starting it. */
+/* Whether the ranks' op counts line up (no point-to-point op anywhere, as rank 0 heard). */
+static bool counts_line_up(const comm_mpi *m)
+{
+    const mpi_stall *s = &m->stall;
+    if (m->ran_p2p)
+        return false;
+    for (int r = 1; r < m->c->size; r++)
+        if (s->received_at[r] && s->table[r].ran_p2p)
+            return false;
+    return true;
+}
+
+static void judge_departures(comm_mpi *m, uint64_t seq, const char *desc, int on_rank)
+{
+    mpi_stall *s = &m->stall;
+    if (!counts_line_up(m))
+        return;
+    for (int r = 1; r < m->c->size; r++) {
+        const mpi_rank_status *st = &s->table[r];
+        if (!s->received_at[r] || !st->leaving || st->started >= seq)
+            continue;
+        char msg[600];
+        snprintf(msg, sizeof msg, "rank %d on %s left the job after %llu collectives (its program "
+                 "ended, or called shutdown or exit) while rank %d waits for it in collective #%llu "
+                 "(%s), which cannot complete: every rank must make the same collectives; ending "
+                 "the job", r, host_of(m, r), (unsigned long long)st->started, on_rank,
+                 (unsigned long long)seq, desc);
+        comm_mpi_fatal_after(m, 1, msg, 0);
+    }
+}
+
 static void request_statuses(comm_mpi *m, double now)
 {
     mpi_stall *s = &m->stall;
@@ -287,6 +328,7 @@ static void inspect_as_rank0(comm_mpi *m, double now)
     char desc[112], missing[1024];
     if (!oldest_pending(m, now, &seq, &age, desc, sizeof desc, &on_rank))
         return;
+    judge_departures(m, seq, desc, on_rank);
     if (seq != s->judged_seq) { /* silence counts from the first request about this one */
         s->judged_seq = seq;
         s->asking_since = 0;
@@ -420,12 +462,40 @@ static void complete_request(MPI_Request *req)
     }
 }
 
+/* Rank 0 leaving: a rank whose status says it waits in a collective rank 0 never
+ * started ends the job, naming rank 0. */
+static void judge_own_departure(comm_mpi *m)
+{
+    mpi_stall *s = &m->stall;
+    if (!counts_line_up(m))
+        return;
+    for (int r = 1; r < m->c->size; r++) {
+        const mpi_rank_status *st = &s->table[r];
+        if (!s->received_at[r] || !st->pending || st->leaving || st->started <= m->started)
+            continue;
+        char msg[600];
+        snprintf(msg, sizeof msg, "rank 0 on %s left the job after %llu collectives (its program "
+                 "ended, or called shutdown or exit) while rank %d waits for it in collective #%llu "
+                 "(%s), which cannot complete: every rank must make the same collectives; ending "
+                 "the job", m->c->host, (unsigned long long)m->started, r,
+                 (unsigned long long)st->started, st->pending_desc);
+        comm_mpi_fatal_after(m, 1, msg, 0);
+    }
+}
+
 void comm_mpi_stall_drain(comm_mpi *m)
 {
     mpi_stall *s = &m->stall;
     if (m->c->size < 2)
         return;
     complete_request(&s->send_req);
+    if (m->c->rank != 0) { /* the departure notice: how many collectives this rank made */
+        fill_status(m, &s->out, herd_now());
+        s->out.leaving = 1;
+        if (MPI_Isend(&s->out, sizeof s->out, MPI_BYTE, 0, TAG_STATUS, m->stall_comm,
+                      &s->send_req) == MPI_SUCCESS)
+            complete_request(&s->send_req);
+    }
     if (s->request_reqs)
         for (int r = 1; r < m->c->size; r++) {
             complete_request(&s->request_reqs[r]);
@@ -434,9 +504,24 @@ void comm_mpi_stall_drain(comm_mpi *m)
     /* Once every rank is here no more inspector messages are sent: receive the rest. */
     MPI_Request barrier;
     if (MPI_Ibarrier(m->stall_comm, &barrier) == MPI_SUCCESS)
-        /* A collective cannot be cancelled: wait for everyone. */
-        for (double delay = 0.001; !request_done(&barrier);)
+        /* A collective cannot be cancelled: wait for everyone. Rank 0 meanwhile hears
+         * who waits for it, or has left before a collective another rank waits in. */
+        for (double delay = 0.001; !request_done(&barrier);) {
+            if (m->c->rank == 0) {
+                receive_statuses(m, herd_now());
+                judge_own_departure(m);
+                uint64_t seq;
+                double age;
+                char desc[112];
+                int on_rank;
+                if (oldest_pending(m, herd_now(), &seq, &age, desc, sizeof desc, &on_rank))
+                    judge_departures(m, seq, desc, on_rank);
+            }
             teardown_sleep(&delay);
+        }
+    if (m->c->rank == 0 && s->view_reqs) /* answers sent while waiting */
+        for (int r = 1; r < m->c->size; r++)
+            complete_request(&s->view_reqs[r]);
     for (;;) {
         int flag = 0;
         MPI_Status st;

@@ -527,6 +527,7 @@ void comm_mpi_run_op(comm_mpi *m, mpi_op *op, char *err, size_t cap)
     m->current = op;
     m->current_start = herd_now();
     m->started = op->seq;
+    m->ran_p2p |= op->kind == MPI_OP_SENDRECV;
     run_op(m, op, err, cap);
     m->current = NULL;
 }
