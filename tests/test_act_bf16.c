@@ -190,6 +190,15 @@ static void test_elementwise(void **state)
         check_bf16("relu_fwd", y, ry, n, c, hw, 1.0);
         for (size_t i = 0; i < total; i++) /* +0, never -0 */
             assert_true(y[i] != 0x8000);
+        /* NaN passes (both formats), as PyTorch's relu: it must reach the loss. */
+        int nans = 0;
+        for (int ch = 0; ch < c; ch++)
+            if (isnan(x.f[(size_t)ch * hw])) {
+                nans++;
+                assert_true(isnan(ry[(size_t)ch * hw]));
+                assert_true((y[blk(c, hw, 0, ch, 0)] & 0x7fffu) > 0x7f80u);
+            }
+        assert_true(nans > 0);
         assert_herd_ok(ops->relu_bwd(total, y, d.b, dx));
         assert_herd_ok(herd_cpu_relu_bwd(total, ry, d.f, rdx));
         check_bf16("relu_bwd", dx, rdx, n, c, hw, 1.0);

@@ -139,7 +139,8 @@ static herd_status act_relu_fwd(size_t n, const uint16_t *x, uint16_t *y)
 {
     HERD_CHECK_ARRAYS("bf16 relu_fwd", n, x, y);
     HERD_CPU_FOR_SIMD(herd_cpu_par(n), size_t, i, n,
-        y[i] = positive(x[i]) ? x[i] : 0; /* negatives, -0 and NaN give +0, as in fp32 */
+        /* negatives and -0 give +0, NaN passes (quieted, as a conversion of fp32's) */
+        y[i] = positive(x[i]) ? x[i] : (x[i] & 0x7fffu) > 0x7f80u ? (uint16_t)(x[i] | 0x40u) : 0;
     );
     return HERD_OK;
 }

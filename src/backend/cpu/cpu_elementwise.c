@@ -4,11 +4,13 @@
 #include "core/error.h"
 #include "core/rng.h"
 
+/* NaN passes, as in PyTorch: a NaN weight must show in the loss, not become a dead unit
+ * whose NaN stays in the weights (and in their checkpoints) unnoticed. */
 herd_status herd_cpu_relu_fwd(size_t n, const float *x, float *y)
 {
     HERD_CHECK_ARRAYS("relu_fwd", n, x, y);
     HERD_CPU_FOR_SIMD(herd_cpu_par(n), size_t, i, n,
-        y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+        y[i] = x[i] > 0.0f || x[i] != x[i] ? x[i] : 0.0f;
     );
     return HERD_OK;
 }

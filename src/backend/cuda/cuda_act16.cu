@@ -190,8 +190,8 @@ enum { EW_RELU, EW_RELU_BWD, EW_ADD };
 
 template <int OP> __device__ static float ew(float a, float b)
 {
-    if (OP == EW_RELU)
-        return a > 0.0f ? a : 0.0f;
+    if (OP == EW_RELU) /* NaN passes, as on the CPU */
+        return a > 0.0f || isnan(a) ? a : 0.0f;
     if (OP == EW_RELU_BWD) /* a = y, b = dy */
         return a > 0.0f ? b : 0.0f;
     return a + b;

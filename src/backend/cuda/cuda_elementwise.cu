@@ -8,7 +8,7 @@
 
 __global__ void k_relu_fwd(size_t n, const float *x, float *y)
 {
-    GRID_STRIDE(i, n) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    GRID_STRIDE(i, n) y[i] = x[i] > 0.0f || isnan(x[i]) ? x[i] : 0.0f; /* NaN passes, as on the CPU */
 }
 
 __global__ void k_relu_bwd(size_t n, const float *y, const float *dy, float *dx)
