@@ -76,8 +76,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             all_params.sort(key=lambda p: order[id(p)])
         else:
             names = {id(p): f"param.{i}" for i, p in enumerate(all_params)}
-        if backward_passes_per_step < 1:
-            raise InvalidArgument(f"backward_passes_per_step must be >= 1, got {backward_passes_per_step}")
+        if isinstance(backward_passes_per_step, bool) or not isinstance(backward_passes_per_step, int) \
+                or backward_passes_per_step < 1:
+            raise InvalidArgument(f"backward_passes_per_step must be an integer >= 1, got {backward_passes_per_step!r}")
+        try:  # herd train's --bucket-mb range
+            in_range = 0.001 <= float(bucket_mb) <= 4096
+        except (TypeError, ValueError):
+            in_range = False
+        if isinstance(bucket_mb, bool) or not in_range:
+            raise InvalidArgument(f"bucket_mb must be a number in [0.001, 4096], got {bucket_mb!r}")
         if compression not in hvd._WIRE:
             raise InvalidArgument(f"compression is Compression.none, fp16 or bf16, got {compression!r}")
         for p in all_params:

@@ -105,9 +105,9 @@ static herd_status load_resume_state(run *r)
                      "its weights are the result", c->run_attempt - 1, c->checkpoint_dir, c->epochs);
         if (st.epoch >= c->epochs && c->run_attempt <= 1)
             return HERD_ERR(HERD_ERR_INVALID_ARG,
-                            "the checkpoint in '%s' has finished %d epochs and --epochs is %d: nothing "
-                            "is left to train; raise --epochs to train on, or start without --resume",
-                            c->checkpoint_dir, st.epoch, c->epochs);
+                            "the checkpoint in '%s' has finished %d epoch%s and --epochs is %d: "
+                            "nothing is left to train; raise --epochs to train on, or start without "
+                            "--resume", c->checkpoint_dir, st.epoch, st.epoch == 1 ? "" : "s", c->epochs);
         /* Likewise for --max-steps: a step past it would change the result of a run
          * that had ended. */
         bool steps_done = c->max_steps > 0 && st.global_step >= c->max_steps;

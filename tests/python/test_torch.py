@@ -234,6 +234,11 @@ def test_one_process():
                                  named_parameters=[("weight", net.weight)])
     with pytest.raises(hvd.InvalidArgument, match="compression is Compression.none, fp16 or bf16"):
         hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1), compression="int8")
+    for kwargs, message in [(dict(backward_passes_per_step=1.5), "an integer >= 1, got 1.5"),
+                            (dict(bucket_mb=0), r"bucket_mb must be a number in \[0.001, 4096\], got 0"),
+                            (dict(bucket_mb=-1), "got -1")]:
+        with pytest.raises(hvd.InvalidArgument, match=message):
+            hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1), **kwargs)
     # Adasum in one process: the wrapped optimizer's step, the tensor as it is.
     ada = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1), op=hvd.Adasum)
     before = net.weight.detach().clone()
