@@ -245,6 +245,12 @@ check "another program: threads through the environment only" grep -q "OMP_NUM_T
 usage "unknown option" -np 2 --frobnicate -- models
 usage "bad host list" -np 2 -H a:x --dry-run -- models
 usage "-H and --hostfile" -np 2 -H a:2 --hostfile "$tmp/hosts" --dry-run -- models
+# A hostfile line's words past the host: slots=N and Open MPI's max_slots=N, nothing else.
+printf 'a slots=2 max_slots=4\nb slots=2 extra junk\n' >"$tmp/hosts.junk"
+"$herd" run -np 2 --hostfile "$tmp/hosts.junk" --dry-run -- models >/dev/null 2>"$tmp/err"
+check "hostfile with unknown words: exit 1 ($?)" test $? -eq 1
+check "hostfile with unknown words: names line 2 and the word" \
+  grep -q "hosts.junk:2: 'extra' after host 'b' is not slots=N or max_slots=N" "$tmp/err"
 usage "--threads-per-rank 0" -np 2 --threads-per-rank 0 --dry-run -- models
 
 "$herd" run -np 2 --mpirun "$tmp/no-such-mpirun" -- models >/dev/null 2>"$tmp/err"

@@ -184,11 +184,25 @@ bool run_read_hostfile(const char *path, run_hosts *h, char *why, size_t cap)
             return false;
         }
         h->colons |= name_len < strlen(tok);
+        const char *unknown = NULL;
+        long cap_slots;
         for (char *opt; ok && (opt = strtok(NULL, " \t\r\n"));)
             if (strncmp(opt, "slots=", 6) == 0) {
                 ok = run_parse_long(opt + 6, 1, 1 << 20, &slots);
                 slots_form = true;
+            } else if (strncmp(opt, "max_slots=", 10) == 0 || strncmp(opt, "max-slots=", 10) == 0) {
+                ok = run_parse_long(opt + 10, 1, 1 << 20, &cap_slots); /* Open MPI's cap: checked, kept by it */
+            } else {
+                unknown = opt; /* a typo, or text that a hostfile would silently lose */
+                ok = false;
             }
+        if (unknown) {
+            snprintf(why, cap, "%s:%d: '%s' after host '%.*s' is not slots=N or max_slots=N", path,
+                     lineno, unknown, (int)name_len, tok);
+            free(line);
+            fclose(f);
+            return false;
+        }
         herd_status st = ok && !(h->colons && slots_form) ? run_hosts_add(h, tok, name_len, slots) : HERD_OK;
         if (!ok || (h->colons && slots_form) || st != HERD_OK) {
             if (st == HERD_ERR_NOMEM)
