@@ -14,9 +14,10 @@ the optimizer is built, and a blocking exchange per bucket would end their overl
 backward. So do a job's allreduces with join on (hvd.init(join=True)): a rank that has
 joined takes part in them knowing their size, not their op (herd/_torch_join.py).
 """
+import threading
 import zlib
 
-import torch
+import numpy as np
 
 from herd import InvalidArgument, _herd
 
@@ -31,30 +32,68 @@ def _code(text):
     return zlib.crc32(text.encode())  # the same on every rank, unlike hash()
 
 
+_codes = {}  # dtype, shape and op codes already made (a few per script)
+
+
+def _cached_code(key, text_of):
+    code = _codes.get(key)
+    if code is None:
+        if len(_codes) > 4096:
+            _codes.clear()
+        code = _codes[key] = _code(text_of(key))
+    return code
+
+_local = threading.local()  # each thread's buffers, reused: the exchange is on every call
+
+
+def _buffers(n):
+    bufs = getattr(_local, "bufs", None)
+    if bufs is None or bufs[1].shape[0] != n:
+        bufs = _local.bufs = (np.empty(_N, np.int64), np.empty((n, _N), np.int64), [_N * 8] * n)
+    return bufs
+
+
 def describe(ps, what, kind, tensor, op="", root=-1):
     """The collective's description, exchanged over ps; returns every rank's rows (an
-    allgather's first dimension; the elements of a tensor of the other kinds)."""
-    rows = tensor.shape[0] if tensor.dim() else 1
+    allgather's first dimension; the elements of a tensor of the other kinds). op: any
+    hashable whose str() is the same on every rank for the same reduction."""
+    shape = tensor.shape
+    rows = shape[0] if shape else 1
+    if ps.size() == 1:
+        return [rows]
     if kind == ALLGATHER:  # a row's bytes only: a joined rank (hvd.join) sends rows of bytes
         elements = tensor.element_size()
-        for d in tensor.shape[1:]:
+        for d in shape[1:]:
             elements *= d
-        dtype = shape = 0
+        dtype = shape_code = 0
     else:
-        elements, dtype, shape = tensor.numel(), _code(str(tensor.dtype)), _code(str(tuple(tensor.shape)))
-    mine = torch.tensor([_MAGIC, kind, dtype, elements, shape, _code(op), root, rows], dtype=torch.int64)
-    n = ps.size()
-    if n == 1:
-        return [rows]
-    every = torch.empty(n * _N, dtype=torch.int64)
-    _herd.allgather(mine.data_ptr(), every.data_ptr(), [_N * 8] * n, ps.process_set_id)
-    table = every.view(n, _N)
-    checked = _N - 1 if kind == ALLGATHER else _N  # an allgather's rows may differ
-    for r in range(n):
-        differs = [f for f, a, b in zip(_FIELDS[:checked], table[r].tolist(), mine.tolist()) if a != b]
-        if differs:
-            raise InvalidArgument(_mismatch(ps, what, table[r].tolist(), mine.tolist(), r, differs))
-    return table[:, _N - 1].tolist()
+        dtype = _cached_code(tensor.dtype, str)
+        elements, shape_code = tensor.numel(), _cached_code(shape, lambda s: str(tuple(s)))
+    return _exchange(ps, what, (_MAGIC, kind, dtype, elements, shape_code, _cached_code(op, str),
+                                root, rows), _N - 1 if kind == ALLGATHER else _N)
+
+
+def describe_many(ps, what, kind, tensors, root=-1):
+    """describe() of a list of tensors that one call moves one by one (broadcast_parameters:
+    one exchange, not one a tensor)."""
+    if ps.size() > 1:
+        _exchange(ps, what, (_MAGIC, kind, _code("|".join(str(t.dtype) for t in tensors)),
+                             sum(t.numel() for t in tensors),
+                             _code(str([tuple(t.shape) for t in tensors])), 0, root, len(tensors)), _N)
+
+
+def _exchange(ps, what, values, checked):
+    """values against every rank's, their first `checked` fields equal or InvalidArgument;
+    every rank's last field."""
+    mine, every, counts = _buffers(ps.size())
+    mine[:] = values
+    _herd.allgather(mine.ctypes.data, every.ctypes.data, counts, ps.process_set_id)
+    if not (every[:, :checked] == mine[:checked]).all():
+        for r in range(ps.size()):
+            differs = [f for f, a, b in zip(_FIELDS[:checked], every[r].tolist(), mine.tolist()) if a != b]
+            if differs:
+                raise InvalidArgument(_mismatch(ps, what, every[r].tolist(), mine.tolist(), r, differs))
+    return every[:, _N - 1].tolist()
 
 
 def _mismatch(ps, what, theirs, mine, r, differs):

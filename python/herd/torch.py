@@ -344,7 +344,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, compression=Compr
     ps = _ps._of(process_set, what)
     if not _join.takes_part(ps):  # a joined rank sums along without knowing the op: not described
         _agree.describe(ps, what, _agree.ALLREDUCE, tensor,
-                        op=f"{op}|{average}|{float(prescale_factor)!r}|{float(postscale_factor)!r}|{compression}")
+                        op=(op, average, float(prescale_factor), float(postscale_factor), compression))
     return _allreduce_agreed(tensor, average, name, op, compression, prescale_factor, postscale_factor, ps)
 
 
@@ -799,6 +799,11 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """root_rank's values into tensor on every rank (of process_set; root_rank is a rank of
     the job, as in Horovod), in place."""
+    return _broadcast(tensor, root_rank, name, process_set, agree=True)
+
+
+def _broadcast(tensor, root_rank, name, process_set, agree):
+    """broadcast_; agree=False for a tensor already described (broadcast_parameters)."""
     what = f"broadcast {name}" if name else "broadcast"
     _check(tensor, what)
     ps = _ps._of(process_set, what)
@@ -806,7 +811,8 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     if not tensor.is_contiguous():
         raise InvalidArgument(f"{what} in place needs a contiguous tensor; use broadcast (a copy)")
     with _join.collective(ps, _join.OTHER, what=what):  # raises first when a rank has joined
-        _agree.describe(ps, what, _agree.BROADCAST, tensor, root=root)
+        if agree:
+            _agree.describe(ps, what, _agree.BROADCAST, tensor, root=root)
         return _broadcast_into(tensor, root, ps)
 
 
@@ -880,17 +886,23 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
     items = sorted(params.items()) if isinstance(params, dict) else list(params)
     if not all(isinstance(p, tuple) and len(p) == 2 for p in items):
         raise InvalidArgument("broadcast_parameters takes a state_dict or named_parameters()")
+    items = [(name, p) for name, p in items if p is not None]
     for name, p in items:
-        if p is None:
-            continue
-        if isinstance(p, torch.Tensor):
-            with torch.no_grad():
-                if p.is_contiguous():
-                    broadcast_(p.data, root_rank, name, process_set)
-                else:
-                    p.copy_(broadcast(p, root_rank, name, process_set))
-        else:
+        if not isinstance(p, torch.Tensor):
             raise InvalidArgument(f"broadcast_parameters: {name} is a {type(p).__name__}, not a tensor")
+    # One agreement for the whole list, then each tensor's broadcast.
+    what = "broadcast_parameters"
+    ps = _ps._of(process_set, what)
+    root = _ps._root_in(ps, root_rank, what) if ps is not global_process_set else int(root_rank)
+    with _join.collective(ps, _join.OTHER, what=what):
+        _agree.describe_many(ps, what, _agree.BROADCAST, [p for _, p in items], root)
+    for name, p in items:
+        with torch.no_grad():
+            if p.is_contiguous():
+                _broadcast(p.data, root_rank, name, process_set, agree=False)
+            else:
+                p.copy_(_broadcast(p.detach().clone(memory_format=torch.contiguous_format), root_rank,
+                                   name, process_set, agree=False))
 
 
 def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_set):

@@ -894,6 +894,8 @@ def mismatch():
          "the ranks disagree on this collective"),
         (lambda: hvd.allgather(torch.ones(2, 2)) if R == 0 else hvd.allreduce(torch.ones(4)),
          "the ranks disagree on this collective"),
+        (lambda: hvd.broadcast_parameters({"a": torch.ones(2), **({"b": torch.ones(3)} if R == 0 else {})},
+                                          root_rank=0), "broadcast_parameters: the ranks disagree"),
     ])
     assert torch.equal(hvd.allreduce(torch.ones(2), op=hvd.Sum), torch.full((2,), float(N)))
     ok("collectives that differ between ranks raise on every rank")
