@@ -10,10 +10,4 @@ cd "$(dirname "$0")/.."
 rounds=${1:-3}
 bench_herd_torch_setup
 bench_builds
-for round in $(seq "$rounds"); do
-  for np in 2 3; do
-    for b in "${builds[@]}"; do
-      bench_torch_line "$round" "$b" "$np" bench/herd_torch_broadcast.py
-    done
-  done
-done
+bench_torch_rounds "$rounds" bench/herd_torch_broadcast.py

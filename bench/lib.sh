@@ -173,6 +173,20 @@ bench_torch_line() {
   echo "round=$round build=$b $line"
 }
 
+# bench_torch_rounds ROUNDS SCRIPT [ARGS...]: SCRIPT on 2 and 3 ranks for ROUNDS rounds,
+#   the builds (bench_builds) alternating run by run.
+bench_torch_rounds() {
+  local rounds=$1 round np b
+  shift
+  for round in $(seq "$rounds"); do
+    for np in 2 3; do
+      for b in "${builds[@]}"; do
+        bench_torch_line "$round" "$b" "$np" "$@"
+      done
+    done
+  done
+}
+
 # bench_herd_torch_setup: for herd.torch's benchmarks: $herd (the build's CLI), the build's
 #   Python package on PYTHONPATH, and what the reference and herd run on, printed.
 bench_herd_torch_setup() {
