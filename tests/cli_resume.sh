@@ -146,8 +146,8 @@ done
 fi
 
 # A rank lost after training ended (in the final save, or on the way out): herd run's
-# restart finds every epoch done, ends 0 and saves the checkpoint's weights; a resume by
-# hand of a finished run is still refused, naming --epochs.
+# restart finds every epoch done (or --max-steps reached), ends 0 and saves the
+# checkpoint's weights; a resume by hand of a finished run is still refused, naming --epochs.
 fin=(--model mlp --data synthetic:1,12,12,4,200 --threads 1 --epochs 2 --batch-size 20 --quiet)
 "$herd" train "${fin[@]}" --checkpoint-dir "$tmp/fin" --save "$tmp/fin.st" >/dev/null 2>&1
 HERD_RUN_SUPERVISED=1 HERD_RUN_RESTARTS=1 "$herd" train "${fin[@]}" --checkpoint-dir "$tmp/fin" \
@@ -158,5 +158,14 @@ check "... said so" grep -q "restart 1: .*has finished all 2 epochs" "$tmp/err"
 check "... and saves the finished run's weights" cmp -s "$tmp/fin.st" "$tmp/fin.again.st"
 "$herd" train "${fin[@]}" --checkpoint-dir "$tmp/fin" --resume >/dev/null 2>"$tmp/err"
 check "a resume by hand of a finished run: refused, naming --epochs" grep -q "nothing is left to train; raise --epochs" "$tmp/err"
+# The same where --max-steps ended it: the restart trains no step (was one more each time).
+"$herd" train "${fin[@]}" --max-steps 7 --checkpoint-dir "$tmp/finm" --save "$tmp/finm.st" >/dev/null 2>&1
+HERD_RUN_SUPERVISED=1 HERD_RUN_RESTARTS=1 "$herd" train "${fin[@]}" --max-steps 7 --checkpoint-dir "$tmp/finm" \
+  --resume --save "$tmp/finm.again.st" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+check "a restart after --max-steps ended training: exit 0 ($rc), said so" \
+  bash -c "test $rc -eq 0 && grep -q 'restart 1: .*is at step 7 and --max-steps is 7' '$tmp/err'"
+check "... the finished run's weights, latest unchanged" \
+  bash -c "cmp -s '$tmp/finm.st' '$tmp/finm.again.st' && test \"\$(cat '$tmp/finm/latest')\" = ckpt-7"
 
 finish
