@@ -226,8 +226,6 @@ static void receive_statuses(comm_mpi *m, double now)
     }
 }
 
-/* Rank 0: ends the job when collective seq (pending on rank `on_rank`, described by
- * desc) waits for a rank that has left before starting it. */
 /* Whether the ranks' op counts line up (no point-to-point op anywhere, as rank 0 heard). */
 static bool counts_line_up(const comm_mpi *m)
 {
@@ -240,6 +238,8 @@ static bool counts_line_up(const comm_mpi *m)
     return true;
 }
 
+/* Rank 0: ends the job when collective seq (pending on rank `on_rank`, described by
+ * desc) waits for a rank that has left before starting it. */
 static void judge_departures(comm_mpi *m, uint64_t seq, const char *desc, int on_rank)
 {
     mpi_stall *s = &m->stall;
