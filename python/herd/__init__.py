@@ -10,6 +10,7 @@ also a ValueError, for refused values) carrying herd's message. Under `mpirun` o
 of each global batch, as `herd train` does.
 """
 import atexit as _atexit
+import numbers
 import os
 
 from . import _herd
@@ -111,6 +112,10 @@ class Dataset:
             raise InvalidArgument(f"labels must be integers, got {labels.dtype}")
         if classes is None:
             classes = int(labels.max()) + 1 if labels.size else 0
+        if isinstance(classes, bool) or not isinstance(classes, numbers.Integral) or not 2 <= classes <= 65536:
+            raise InvalidArgument(f"classes must be in 2..65536, got {classes!r}" +
+                                  (" (the labels' largest + 1)" if isinstance(classes, int) and classes > 65536 else ""))
+        classes = int(classes)
         if labels.size and (labels.min() < 0 or labels.max() >= classes):
             bad = int(np.flatnonzero((labels < 0) | (labels >= classes))[0])
             raise InvalidArgument(f"label {bad} is {int(labels[bad])}, outside 0..{classes - 1} (classes {classes})")
@@ -158,6 +163,12 @@ class Model:
                  precision=None, _plan=False):
         if data is None and (shape is None or classes is None):
             raise InvalidArgument("a model needs data= (a herd.Dataset) or shape=(C, H, W) and classes=")
+        data = None if data is None else _as_dataset(data, "train", "Model")
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed <= 0x7fffffff:
+            raise InvalidArgument(f"seed must be an integer in [0, 2147483647] (herd train's --seed), "
+                                  f"got {seed!r}")
+        if data is None and (isinstance(classes, bool) or not isinstance(classes, numbers.Integral) or classes < 2):
+            raise InvalidArgument(f"classes must be an integer of 2 or more, got {classes!r}")
         self._m = _herd.model_create(name, data._ds if data is not None else None,
                                      tuple(shape) if shape is not None else (0, 0, 0),
                                      int(classes or 0), device, _plan)
@@ -194,7 +205,8 @@ class Model:
         self._m.load(os.fspath(path))
 
     def evaluate(self, data, batch_size=256, threads=0):
-        """{"loss", "acc", "samples"} over a Dataset."""
+        """{"loss", "acc", "samples"} over a Dataset, or a data spec's test split."""
+        data = _as_dataset(data, "test", "evaluate")
         loss, acc, samples = self._m.evaluate(data._ds, int(batch_size), int(threads))
         return {"loss": loss, "acc": acc, "samples": samples}
 
@@ -207,6 +219,16 @@ class Model:
     def __repr__(self):
         return f"herd.Model({self.name!r}, {self.param_count} parameters, {self.device}, {self.precision})"
 
+
+
+def _as_dataset(data, split, what):
+    """A Dataset as given, or a data spec's split ("synthetic:...", "fashion-mnist")."""
+    if isinstance(data, Dataset):
+        return data
+    if isinstance(data, str):
+        return Dataset(data, split)
+    raise InvalidArgument(f"{what}: data is a herd.Dataset or a data spec string, got "
+                          f"{type(data).__name__}")
 
 
 def _option_text(name, value):

@@ -419,6 +419,9 @@ def synchronize(handle):
     of them for a grouped one)."""
     if isinstance(handle, _GroupHandle):
         return [synchronize(h) for h in handle.handles]
+    if not isinstance(handle, _Handle):
+        raise InvalidArgument(f"synchronize takes the handle an *_async call returned, got "
+                              f"{type(handle).__name__}")
     if not handle.done:
         _herd.wait(handle.ticket, handle.set_id)
         if handle.finish is not None:

@@ -165,6 +165,17 @@ def test_bad_data_and_models_raise():
                             (dict(train_samples=0), "keep at least one sample, got 0")]:
         with pytest.raises(herd.HerdError, match=message):
             herd.train("mlp", data=SYN, epochs=1, threads=1, **kwargs)
+    # Arguments of the wrong type or range raise herd's errors, not Python's own.
+    for call, message in [
+            (lambda: herd.Dataset.from_numpy(x, [0, 1, 0, 2 ** 40]), r"classes must be in 2..65536, got 1099511627777"),
+            (lambda: herd.Dataset.from_numpy(x, [0, 1, 0, 1], classes=-3), "classes must be in 2..65536, got -3"),
+            (lambda: herd.Model("mlp", shape=(1, 28, 28), classes=1), "classes must be an integer of 2 or more"),
+            (lambda: herd.Model("mlp", data=SYN, seed=-1), r"seed must be an integer in \[0, 2147483647\]"),
+            (lambda: herd.Model("mlp", data=SYN, seed="abc"), "seed must be an integer"),
+            (lambda: herd.Model("mlp", data=3), "data is a herd.Dataset or a data spec string, got int")]:
+        with pytest.raises(herd.InvalidArgument, match=message):
+            call()
+    assert herd.Model("mlp", data=SYN, seed=1).evaluate(SYN, batch_size=64, threads=1)["samples"] > 0
     # evaluate on samples of another shape: refused (it read past each sample's end).
     m = herd.Model("mlp", data=herd.Dataset(SYN), seed=1)
     with pytest.raises(herd.InvalidArgument, match="model 'mlp' expects 1x28x28 inputs and 10 classes, "

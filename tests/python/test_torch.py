@@ -251,6 +251,8 @@ def test_one_process():
     assert hvd.allreduce(torch.tensor([3, -1], dtype=torch.int8), op=hvd.Product).tolist() == [3, -1]
     with pytest.raises(TypeError, match="takes a torch.Tensor"):
         hvd.allreduce([1.0, 2.0])
+    with pytest.raises(hvd.InvalidArgument, match="synchronize takes the handle an \\*_async call returned, got int"):
+        hvd.synchronize(42)
     hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1), num_groups=2,
                              groups=[[net.weight], [net.bias]])  # Horovod's fusion groups: accepted
     with pytest.raises(hvd.InvalidArgument, match="groups is an int or a list of lists"):
