@@ -71,6 +71,25 @@ static void stage_optimizer_release(run *r, herd_optimizer *o)
         herd_optimizer_free(o);
 }
 
+/* A checkpoint of a run that had ended (`ended` says how; `flag` is what would train
+ * on). A restart by herd run after a rank failed once training had ended (in the final
+ * save, or on the way out): the job is done, the checkpoint's weights are the result
+ * (the epoch loop runs no step, and --save writes them). A resume by hand is refused: a
+ * step more would change the result of a run that had ended. */
+static herd_status resume_ended(const run *r, const char *ended, const char *flag)
+{
+    const herd_train_config *c = &r->cfg;
+    if (c->run_attempt <= 1)
+        return HERD_ERR(HERD_ERR_INVALID_ARG, "the checkpoint in '%s' %s: nothing is left to "
+                        "train; raise %s to train on, or start without --resume",
+                        c->checkpoint_dir, ended, flag);
+    if (r->comm->rank == 0)
+        herd_log(HERD_LOG_WARNING, "restart %d: the checkpoint in '%s' %s (a rank failed after "
+                 "training ended): nothing is left to train, its weights are the result",
+                 c->run_attempt - 1, c->checkpoint_dir, ended);
+    return HERD_OK;
+}
+
 /* The state this run starts from, in this run's terms (rank 0). */
 static herd_status load_resume_state(run *r)
 {
@@ -96,31 +115,15 @@ static herd_status load_resume_state(run *r)
     }
     if (found) {
         HERD_TRY(herd_train_state_continue(&st, &r->state, r->steps_per_epoch, c->checkpoint_dir));
-        /* A restart by herd run after a rank failed once training had ended (in the final
-         * save, or on the way out): the job is done; the checkpoint's weights are the
-         * result (the epoch loop runs no step, and --save writes them). */
-        if (st.epoch >= c->epochs && c->run_attempt > 1 && r->comm->rank == 0)
-            herd_log(HERD_LOG_WARNING, "restart %d: the checkpoint in '%s' has finished all %d "
-                     "epochs (a rank failed after training ended): nothing is left to train, "
-                     "its weights are the result", c->run_attempt - 1, c->checkpoint_dir, c->epochs);
-        if (st.epoch >= c->epochs && c->run_attempt <= 1)
-            return HERD_ERR(HERD_ERR_INVALID_ARG,
-                            "the checkpoint in '%s' has finished %d epoch%s and --epochs is %d: "
-                            "nothing is left to train; raise --epochs to train on, or start without "
-                            "--resume", c->checkpoint_dir, st.epoch, st.epoch == 1 ? "" : "s", c->epochs);
-        /* Likewise for --max-steps: a step past it would change the result of a run
-         * that had ended. */
-        bool steps_done = c->max_steps > 0 && st.global_step >= c->max_steps;
-        if (steps_done && c->run_attempt > 1 && r->comm->rank == 0)
-            herd_log(HERD_LOG_WARNING, "restart %d: the checkpoint in '%s' is at step %ld and "
-                     "--max-steps is %ld (a rank failed after training ended): nothing is left "
-                     "to train, its weights are the result", c->run_attempt - 1,
-                     c->checkpoint_dir, st.global_step, c->max_steps);
-        if (steps_done && c->run_attempt <= 1)
-            return HERD_ERR(HERD_ERR_INVALID_ARG,
-                            "the checkpoint in '%s' is at step %ld and --max-steps is %ld: nothing "
-                            "is left to train; raise --max-steps to train on, or start without "
-                            "--resume", c->checkpoint_dir, st.global_step, c->max_steps);
+        char ended[160] = ""; /* how the checkpoint's run had ended, if it had */
+        if (st.epoch >= c->epochs)
+            snprintf(ended, sizeof ended, "has finished all %d epoch%s (--epochs %d)", st.epoch,
+                     st.epoch == 1 ? "" : "s", c->epochs);
+        else if (c->max_steps > 0 && st.global_step >= c->max_steps)
+            snprintf(ended, sizeof ended, "is at step %ld and --max-steps is %ld", st.global_step,
+                     c->max_steps);
+        if (ended[0])
+            HERD_TRY(resume_ended(r, ended, st.epoch >= c->epochs ? "--epochs" : "--max-steps"));
         r->state = st;
     }
     /* The metrics file goes back to the checkpoint, so the lines of steps trained
