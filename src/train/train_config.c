@@ -9,6 +9,9 @@
 #include "core/log.h"
 #include "train/run.h"
 
+/* --keep-checkpoints' default: the newest, and one older to fall back on. */
+#define KEEP_CHECKPOINTS_DEFAULT 2
+
 void herd_train_config_default(herd_train_config *cfg)
 {
     if (!cfg)
@@ -35,7 +38,7 @@ void herd_train_config_default(herd_train_config *cfg)
     cfg->threads = 0;
     cfg->seed = 42;
     cfg->checkpoint_dir = NULL;
-    cfg->keep_checkpoints = 2;
+    cfg->keep_checkpoints = KEEP_CHECKPOINTS_DEFAULT;
     cfg->resume = false;
     cfg->eval_every = 1;
     cfg->max_steps = 0;
@@ -89,8 +92,8 @@ herd_status herd_train_config_check(const herd_train_config *c)
     if (c->keep_checkpoints < 0)
         return HERD_OPTION_ERR("--keep-checkpoints must be 0 (every one) or more, got %d",
                                c->keep_checkpoints);
-    /* 2, the default, cannot be told from an explicit 2: only other counts are refused. */
-    if (c->keep_checkpoints != 2 && !c->checkpoint_dir)
+    /* The default cannot be told from the same count given: only other counts are refused. */
+    if (c->keep_checkpoints != KEEP_CHECKPOINTS_DEFAULT && !c->checkpoint_dir)
         return HERD_OPTION_ERR("--keep-checkpoints %d needs --checkpoint-dir (it says how many "
                                "of its checkpoints stay)", c->keep_checkpoints);
     if (c->schedule == HERD_SCHED_STEP && c->n_milestones == 0)
