@@ -43,6 +43,7 @@ def _cached_code(key, text_of):
         code = _codes[key] = _code(text_of(key))
     return code
 
+
 _local = threading.local()  # each thread's buffers, reused: the exchange is on every call
 
 
@@ -53,19 +54,24 @@ def _buffers(n):
     return bufs
 
 
+def row_bytes(t):
+    """The bytes of one row (first-dimension slice) of t, also where it has no rows."""
+    n = t.element_size()
+    for d in t.shape[1:]:
+        n *= d
+    return n
+
+
 def describe(ps, what, kind, tensor, op="", root=-1):
-    """The collective's description, exchanged over ps; returns every rank's rows (an
-    allgather's first dimension; the elements of a tensor of the other kinds). op: any
-    hashable whose str() is the same on every rank for the same reduction."""
+    """The collective's description, exchanged over ps; returns every rank's first
+    dimension (an allgather's rows, which may differ; the other kinds' agree with their
+    shape). op: any hashable whose str() is the same on every rank for the same reduction."""
     shape = tensor.shape
     rows = shape[0] if shape else 1
     if ps.size() == 1:
         return [rows]
     if kind == ALLGATHER:  # a row's bytes only: a joined rank (hvd.join) sends rows of bytes
-        elements = tensor.element_size()
-        for d in shape[1:]:
-            elements *= d
-        dtype = shape_code = 0
+        elements, dtype, shape_code = row_bytes(tensor), 0, 0
     else:
         dtype = _cached_code(tensor.dtype, str)
         elements, shape_code = tensor.numel(), _cached_code(shape, lambda s: str(tuple(s)))

@@ -125,7 +125,7 @@ def _take_part(hvd, kind, a, b, c):
     elif kind == REDUCE:  # a, b, c: values, herd_dtype, min, max or product
         hvd._reduce_ops.take_part_joined(a, b, c)
     elif kind == ALLGATHER:  # a: bytes of one row; none of this rank's, as the others gather
-        hvd._gather_rows(torch.empty((0, a), dtype=torch.uint8), hvd.size(), 0, "hvd.join: allgather")
+        hvd._gather_rows(torch.empty((0, a), dtype=torch.uint8), _ps.global_process_set, "hvd.join: allgather")
     elif kind == SYNCBN:  # a: bytes of a row of statistics; this rank's with a count of 0
         n = hvd.size()
         row, every = torch.zeros(a // 8, dtype=torch.float64), torch.empty(n * a // 8, dtype=torch.float64)

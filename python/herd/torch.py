@@ -679,7 +679,7 @@ def _alltoall_start(tensor, splits, name, process_set):
                                   + ", ".join(f"rank {r}: {list(e[1])} {e[2]}" for r, e in enumerate(every)))
         got = [every[r][0][ps.rank()] for r in range(n)]
         t = _contiguous(tensor)
-        row_bytes = _row_bytes(t)
+        row_bytes = _agree.row_bytes(t)
         out = torch.empty((sum(got),) + tuple(t.shape[1:]), dtype=t.dtype)
         ticket = _herd.alltoall_start(t.data_ptr(), [k * row_bytes for k in sent], out.data_ptr(),
                                       [k * row_bytes for k in got], ps.process_set_id)
@@ -723,19 +723,18 @@ def _allgather(tensor, name=None, process_set=global_process_set):
     what = f"allgather {name}" if name else "allgather"
     _check(tensor, what)
     ps = _ps._of(process_set, what)
-    n, set_id = ps.size(), ps.process_set_id
     if tensor.is_cuda:  # through host memory
         out, rows_of = _allgather(tensor.detach().to("cpu"), name, ps)
         return out.to(tensor.device), rows_of
     t = _contiguous(tensor).reshape(tensor.shape if tensor.dim() else (1,))
-    with _join.collective(ps, _join.ALLGATHER, _row_bytes(t)):  # a joined rank gives no rows
-        return _gather_rows(t, n, set_id, what)
+    with _join.collective(ps, _join.ALLGATHER, _agree.row_bytes(t)):  # a joined rank gives no rows
+        return _gather_rows(t, ps, what)
 
 
-def _gather_rows(t, n, set_id, what):
-    """t's rows from the n ranks of set_id, in rank order: (out, [rows of each rank])."""
-    out, rows_of, counts = _gather_plan(t, n, set_id, what)
-    _herd.allgather(t.data_ptr(), out.data_ptr(), counts, set_id)
+def _gather_rows(t, ps, what):
+    """t's rows from the ranks of ps, in rank order: (out, [rows of each rank])."""
+    out, rows_of, counts = _gather_plan(t, ps, what)
+    _herd.allgather(t.data_ptr(), out.data_ptr(), counts, ps.process_set_id)
     return out, rows_of
 
 
@@ -746,10 +745,11 @@ def _gather_rows(t, n, set_id, what):
 _QUEUED_BYTES = 256 << 10
 
 
-def _gather_rows_start(t, n, set_id, what):
+def _gather_rows_start(t, ps, what):
     """_gather_rows started on herd's communication thread (or done at once, when small):
     (out, [rows of each rank], a _Handle whose synchronize gives out)."""
-    out, rows_of, counts = _gather_plan(t, n, set_id, what)
+    set_id = ps.process_set_id
+    out, rows_of, counts = _gather_plan(t, ps, what)
     if sum(counts) < _QUEUED_BYTES:
         _herd.allgather(t.data_ptr(), out.data_ptr(), counts, set_id)
         h = _Handle(out, 0)
@@ -760,24 +760,16 @@ def _gather_rows_start(t, n, set_id, what):
     return out, rows_of, _Handle(out, ticket, keep=(t, counts), set_id=set_id)
 
 
-def _gather_plan(t, n, set_id, what):
+def _gather_plan(t, ps, what):
     """The ranks' row counts, agreed with the rest of the allgather's description in one
     small allgather (herd/_torch_agree.py: rows of another size or dtype raise): (the
     output, [rows of each rank], [bytes from each rank])."""
-    ps = _ps._registered[set_id]
     rows_of = _agree.describe(ps, what, _agree.ALLGATHER, t)
-    counts = [r * _row_bytes(t) for r in rows_of]
+    counts = [r * _agree.row_bytes(t) for r in rows_of]
     if sum(counts) >= 2 ** 31:
         raise InvalidArgument(f"{what}: {sum(counts)} bytes from the ranks in all, beyond one "
                               "MPI call (2 GiB); gather the tensor in parts")
     return torch.empty((sum(rows_of),) + tuple(t.shape[1:]), dtype=t.dtype), rows_of, counts
-
-
-def _row_bytes(t):
-    n = 1
-    for d in t.shape[1:]:
-        n *= d
-    return n * t.element_size()
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
@@ -795,8 +787,8 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
             h.back = torch.empty_like(h.tensor, device=tensor.device)
         return h
     t = _contiguous(tensor).reshape(tensor.shape if tensor.dim() else (1,))
-    with _join.collective(ps, _join.ALLGATHER, _row_bytes(t)):  # a joined rank gives no rows
-        return _gather_rows_start(t, ps.size(), ps.process_set_id, what)[2]
+    with _join.collective(ps, _join.ALLGATHER, _agree.row_bytes(t)):  # a joined rank gives no rows
+        return _gather_rows_start(t, ps, what)[2]
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
